@@ -1,0 +1,1292 @@
+"""Authoring source of the shipped cooperative problem set `coop.jsonl` (loaded as `dataset.name: coop`).
+
+Every problem is original. Edit the problems here, as readable Python, then regenerate the jsonl:
+
+    python envs/code_generation/data/coop_source.py
+
+(`tests/test_coop_set.py` checks that the jsonl matches this file.)
+
+A problem is written with `_p(...)`:
+- `entry_point`: the function the main agent writes (distinct, never a HumanEval entry point);
+- `imports`: import lines the prompt starts with ("" for none);
+- `prompt`: the signature and docstring (with 2-3 `>>>` examples), no body;
+- `aux` / `main`: the reference split solution: `def aux(...)` doing a real sub-task and
+  `def <entry_point>(...)` doing real work with aux's result;
+- `asserts`: single-line `assert candidate(...) == ...` statements, one a line, that become `check`.
+Task ids are `Coop/<position in PROBLEMS>`.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+OUT_FILE = Path(__file__).with_name("coop.jsonl")
+PROBLEMS: list[dict] = []
+
+
+def _clean(text: str) -> str:
+    return textwrap.dedent(text).strip("\n") + "\n"
+
+
+def _p(entry_point: str, prompt: str, aux: str, main: str, asserts: str, imports: str = "") -> None:
+    body = _clean(prompt)
+    PROBLEMS.append({
+        "entry_point": entry_point,
+        "prompt": (_clean(imports) + "\n\n" + body) if imports.strip() else body,
+        "test": "def check(candidate):\n" + "".join(
+            "    " + line.strip() + "\n" for line in _clean(asserts).splitlines() if line.strip()),
+        "reference_aux": _clean(aux),
+        "reference_main": _clean(main),
+    })
+
+
+def records() -> list[dict]:
+    """Return the problems as jsonl records, in order, with their task ids."""
+    return [{"task_id": f"Coop/{i}", "prompt": p["prompt"], "test": p["test"], "entry_point": p["entry_point"],
+             "reference_aux": p["reference_aux"], "reference_main": p["reference_main"]}
+            for i, p in enumerate(PROBLEMS)]
+
+
+def render() -> str:
+    """Return the text of coop.jsonl."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records())
+
+
+def main() -> None:
+    """Write coop.jsonl next to this file."""
+    OUT_FILE.write_text(render(), encoding="utf-8")
+    print(f"wrote {len(PROBLEMS)} problems to {OUT_FILE}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Strings
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("compress_runs", '''
+def compress_runs(text: str) -> str:
+    """Run-length encode a string: every maximal run of one repeated character becomes the character
+    followed by the run's length, and the length is left out when the run has length 1.
+    Characters are compared exactly (case matters). The empty string encodes to "".
+    >>> compress_runs("aaabcc")
+    'a3bc2'
+    >>> compress_runs("abc")
+    'abc'
+    """
+''', '''
+def aux(text):
+    runs = []
+    for ch in text:
+        if runs and runs[-1][0] == ch:
+            runs[-1][1] += 1
+        else:
+            runs.append([ch, 1])
+    return [(ch, n) for ch, n in runs]
+''', '''
+def compress_runs(text):
+    parts = []
+    for ch, n in aux(text):
+        parts.append(ch if n == 1 else ch + str(n))
+    return "".join(parts)
+''', '''
+assert candidate("aaabcc") == "a3bc2"
+assert candidate("abc") == "abc"
+assert candidate("") == ""
+assert candidate("z") == "z"
+assert candidate("zz") == "z2"
+assert candidate("aaaaaaaaaaaa") == "a12"
+assert candidate("aAaa") == "aAa2"
+assert candidate("  xx ") == " 2x2 "
+''')
+
+_p("expand_runs", '''
+def expand_runs(code: str) -> str:
+    """Decode a run-length code: the code is a sequence of letters, each optionally followed by a
+    decimal count (possibly several digits); a letter without a count appears once.
+    >>> expand_runs("a3bc2")
+    'aaabcc'
+    >>> expand_runs("x10")
+    'xxxxxxxxxx'
+    """
+''', '''
+def aux(code):
+    pairs = []
+    i = 0
+    while i < len(code):
+        letter = code[i]
+        j = i + 1
+        while j < len(code) and code[j].isdigit():
+            j += 1
+        count = int(code[i + 1:j]) if j > i + 1 else 1
+        pairs.append((letter, count))
+        i = j
+    return pairs
+''', '''
+def expand_runs(code):
+    out = []
+    for letter, count in aux(code):
+        out.append(letter * count)
+    return "".join(out)
+''', '''
+assert candidate("a3bc2") == "aaabcc"
+assert candidate("x10") == "xxxxxxxxxx"
+assert candidate("") == ""
+assert candidate("abc") == "abc"
+assert candidate("a1b1") == "ab"
+assert candidate("q2w3") == "qqwww"
+assert candidate("z12") == "zzzzzzzzzzzz"
+assert candidate("a0b") == "b"
+''')
+
+_p("headline_case", '''
+def headline_case(title: str) -> str:
+    """Format a title: words are separated by single spaces in the result (extra spaces are dropped),
+    every word is lower-cased and then has its first letter capitalised, except the minor words
+    "a", "an", "the", "of", "and", "in", "on" which stay lower case unless they are the first or
+    the last word. An empty or blank title gives "".
+    >>> headline_case("the lord  of the RINGS")
+    'The Lord of the Rings'
+    >>> headline_case("what it is made of")
+    'What It Is Made Of'
+    """
+''', '''
+def aux(title):
+    return [w.lower() for w in title.split()]
+''', '''
+def headline_case(title):
+    minor = {"a", "an", "the", "of", "and", "in", "on"}
+    words = aux(title)
+    out = []
+    for i, w in enumerate(words):
+        if w in minor and 0 < i < len(words) - 1:
+            out.append(w)
+        else:
+            out.append(w[:1].upper() + w[1:])
+    return " ".join(out)
+''', '''
+assert candidate("the lord  of the RINGS") == "The Lord of the Rings"
+assert candidate("what it is made of") == "What It Is Made Of"
+assert candidate("") == ""
+assert candidate("   ") == ""
+assert candidate("a") == "A"
+assert candidate("war and peace") == "War and Peace"
+assert candidate("an apple a day") == "An Apple a Day"
+assert candidate("in the end on") == "In the End On"
+''')
+
+_p("shared_prefix", '''
+def shared_prefix(words: List[str]) -> str:
+    """Return the longest string that is a prefix of every word in the list.
+    An empty list gives "".
+    >>> shared_prefix(["interview", "internet", "interval"])
+    'inter'
+    >>> shared_prefix(["dog", "cat"])
+    ''
+    """
+''', '''
+def aux(a, b):
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+''', '''
+def shared_prefix(words):
+    if not words:
+        return ""
+    prefix = words[0]
+    for w in words[1:]:
+        prefix = aux(prefix, w)
+        if prefix == "":
+            break
+    return prefix
+''', '''
+assert candidate(["interview", "internet", "interval"]) == "inter"
+assert candidate(["dog", "cat"]) == ""
+assert candidate([]) == ""
+assert candidate(["alone"]) == "alone"
+assert candidate(["ab", "abc", "abcd"]) == "ab"
+assert candidate(["same", "same"]) == "same"
+assert candidate(["abc", "", "abd"]) == ""
+assert candidate(["prefix", "pre", "prey"]) == "pre"
+''', imports="from typing import List")
+
+_p("group_anagrams", '''
+def group_anagrams(words: List[str]) -> List[List[str]]:
+    """Group words that are anagrams of each other (same letters with the same counts, case-sensitive).
+    Groups are listed in the order of their first word's appearance and each group keeps the
+    input order of its words.
+    >>> group_anagrams(["eat", "tea", "tan", "ate", "nat", "bat"])
+    [['eat', 'tea', 'ate'], ['tan', 'nat'], ['bat']]
+    >>> group_anagrams([])
+    []
+    """
+''', '''
+def aux(word):
+    return "".join(sorted(word))
+''', '''
+def group_anagrams(words):
+    groups = {}
+    order = []
+    for w in words:
+        key = aux(w)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(w)
+    return [groups[k] for k in order]
+''', '''
+assert candidate(["eat", "tea", "tan", "ate", "nat", "bat"]) == [["eat", "tea", "ate"], ["tan", "nat"], ["bat"]]
+assert candidate([]) == []
+assert candidate(["a"]) == [["a"]]
+assert candidate(["ab", "ba", "ab"]) == [["ab", "ba", "ab"]]
+assert candidate(["Ab", "bA", "ba"]) == [["Ab", "bA"], ["ba"]]
+assert candidate(["", "x", ""]) == [["", ""], ["x"]]
+assert candidate(["abc", "abd", "cab"]) == [["abc", "cab"], ["abd"]]
+''', imports="from typing import List")
+
+_p("rotate_letters", '''
+def rotate_letters(text: str, shift: int) -> str:
+    """Shift every ASCII letter `shift` places forward in the alphabet, wrapping around from z to a,
+    keeping its case; `shift` may be negative or larger than 26. Other characters are unchanged.
+    >>> rotate_letters("abc xyz", 3)
+    'def abc'
+    >>> rotate_letters("Hello, World!", -1)
+    'Gdkkn, Vnqkc!'
+    """
+''', '''
+def aux(ch, shift):
+    if "a" <= ch <= "z":
+        base = ord("a")
+    elif "A" <= ch <= "Z":
+        base = ord("A")
+    else:
+        return ch
+    return chr(base + (ord(ch) - base + shift) % 26)
+''', '''
+def rotate_letters(text, shift):
+    result = ""
+    for ch in text:
+        result += aux(ch, shift)
+    return result
+''', '''
+assert candidate("abc xyz", 3) == "def abc"
+assert candidate("Hello, World!", -1) == "Gdkkn, Vnqkc!"
+assert candidate("", 5) == ""
+assert candidate("Zz", 1) == "Aa"
+assert candidate("abc", 26) == "abc"
+assert candidate("abc", 27) == "bcd"
+assert candidate("a-b_9", -27) == "z-a_9"
+assert candidate("Mm", 13) == "Zz"
+''')
+
+_p("vowel_heavy_words", '''
+def vowel_heavy_words(sentence: str) -> List[str]:
+    """Return the words of the sentence (split on whitespace) that contain strictly more vowels than
+    consonants, in their original order and spelling. Vowels are a, e, i, o, u in either case;
+    consonants are the other letters; non-letters count as neither.
+    >>> vowel_heavy_words("The audio area is EU")
+    ['audio', 'area', 'EU']
+    >>> vowel_heavy_words("strength in numbers")
+    []
+    """
+''', '''
+def aux(word):
+    vowels = 0
+    consonants = 0
+    for ch in word.lower():
+        if ch in "aeiou":
+            vowels += 1
+        elif ch.isalpha():
+            consonants += 1
+    return vowels, consonants
+''', '''
+def vowel_heavy_words(sentence):
+    chosen = []
+    for word in sentence.split():
+        v, c = aux(word)
+        if v > c:
+            chosen.append(word)
+    return chosen
+''', '''
+assert candidate("The audio area is EU") == ["audio", "area", "EU"]
+assert candidate("strength in numbers") == []
+assert candidate("") == []
+assert candidate("io ab") == ["io"]
+assert candidate("ee!! x1") == ["ee!!"]
+assert candidate("A E i") == ["A", "E", "i"]
+assert candidate("tea toe sky") == ["tea", "toe"]
+assert candidate("123 ...") == []
+''', imports="from typing import List")
+
+_p("mask_digits", '''
+def mask_digits(text: str, keep: int) -> str:
+    """Replace every decimal digit of the text by '#', except the last `keep` digits (counted over the
+    whole text), which stay visible. Non-digit characters are never changed. `keep` is >= 0.
+    >>> mask_digits("4111-2222-3333-4444", 4)
+    '####-####-####-4444'
+    >>> mask_digits("call 555 0199", 2)
+    'call ### ##99'
+    """
+''', '''
+def aux(text):
+    return [i for i, ch in enumerate(text) if ch.isdigit()]
+''', '''
+def mask_digits(text, keep):
+    positions = aux(text)
+    hidden = set(positions[:max(0, len(positions) - keep)])
+    return "".join("#" if i in hidden else ch for i, ch in enumerate(text))
+''', '''
+assert candidate("4111-2222-3333-4444", 4) == "####-####-####-4444"
+assert candidate("call 555 0199", 2) == "call ### ##99"
+assert candidate("", 3) == ""
+assert candidate("no digits", 0) == "no digits"
+assert candidate("12345", 0) == "#####"
+assert candidate("12345", 5) == "12345"
+assert candidate("12345", 9) == "12345"
+assert candidate("a1b2c3", 1) == "a#b#c3"
+''')
+
+_p("top_words", '''
+def top_words(text: str, k: int) -> List[Tuple[str, int]]:
+    """Return the `k` most frequent words of the text with their counts. A word is a maximal run of
+    ASCII letters, compared case-insensitively and reported in lower case. Order by count, highest
+    first, and break ties alphabetically. If there are fewer than `k` distinct words return them all.
+    >>> top_words("the cat and the hat and the bat", 2)
+    [('the', 3), ('and', 2)]
+    >>> top_words("B a b A c", 5)
+    [('a', 2), ('b', 2), ('c', 1)]
+    """
+''', '''
+def aux(text):
+    words = []
+    current = ""
+    for ch in text:
+        if ch.isascii() and ch.isalpha():
+            current += ch.lower()
+        else:
+            if current:
+                words.append(current)
+            current = ""
+    if current:
+        words.append(current)
+    return words
+''', '''
+def top_words(text, k):
+    counts = {}
+    for w in aux(text):
+        counts[w] = counts.get(w, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ranked[:k]
+''', '''
+assert candidate("the cat and the hat and the bat", 2) == [("the", 3), ("and", 2)]
+assert candidate("B a b A c", 5) == [("a", 2), ("b", 2), ("c", 1)]
+assert candidate("", 3) == []
+assert candidate("one", 0) == []
+assert candidate("it's it, IT!", 1) == [("it", 3)]
+assert candidate("x1y2x", 2) == [("x", 2), ("y", 1)]
+assert candidate("zeta alpha zeta beta alpha zeta", 3) == [("zeta", 3), ("alpha", 2), ("beta", 1)]
+''', imports="from typing import List, Tuple")
+
+_p("snake_to_camel", '''
+def snake_to_camel(name: str) -> str:
+    """Convert a snake_case identifier to lowerCamelCase. Underscores separate words; leading,
+    trailing and repeated underscores create no empty words. The first word is written in lower
+    case, every later word with its first letter upper case and the rest lower case.
+    >>> snake_to_camel("max_retry_count")
+    'maxRetryCount'
+    >>> snake_to_camel("__HTTP_response__")
+    'httpResponse'
+    """
+''', '''
+def aux(name):
+    return [part.lower() for part in name.split("_") if part]
+''', '''
+def snake_to_camel(name):
+    words = aux(name)
+    if not words:
+        return ""
+    return words[0] + "".join(w[0].upper() + w[1:] for w in words[1:])
+''', '''
+assert candidate("max_retry_count") == "maxRetryCount"
+assert candidate("__HTTP_response__") == "httpResponse"
+assert candidate("") == ""
+assert candidate("___") == ""
+assert candidate("single") == "single"
+assert candidate("a_b_c") == "aBC"
+assert candidate("x__y") == "xY"
+assert candidate("Already_Camel_CASE") == "alreadyCamelCase"
+''')
+
+_p("camel_to_snake", '''
+def camel_to_snake(name: str) -> str:
+    """Convert a camelCase or PascalCase identifier to snake_case: a new word starts at every upper-case
+    letter, and every word is lower-cased; words are joined with single underscores. Digits stay
+    attached to the word before them.
+    >>> camel_to_snake("parseHttpRequest")
+    'parse_http_request'
+    >>> camel_to_snake("Version2Point")
+    'version2_point'
+    """
+''', '''
+def aux(name):
+    words = []
+    for ch in name:
+        if ch.isupper() or not words:
+            words.append(ch)
+        else:
+            words[-1] += ch
+    return words
+''', '''
+def camel_to_snake(name):
+    result = ""
+    for i, word in enumerate(aux(name)):
+        if i > 0:
+            result += "_"
+        result += word.lower()
+    return result
+''', '''
+assert candidate("parseHttpRequest") == "parse_http_request"
+assert candidate("Version2Point") == "version2_point"
+assert candidate("") == ""
+assert candidate("x") == "x"
+assert candidate("X") == "x"
+assert candidate("ABC") == "a_b_c"
+assert candidate("getID2") == "get_i_d2"
+assert candidate("simple") == "simple"
+''')
+
+_p("bracket_depth", '''
+def bracket_depth(text: str) -> int:
+    """Return the maximum nesting depth of the brackets (), [] and {} in the text, or -1 if the
+    brackets are not balanced (a closer without a matching opener of the same kind, wrong order, or
+    openers left unclosed). Other characters are ignored; a text without brackets has depth 0.
+    >>> bracket_depth("f(a[1], {b: (c)})")
+    3
+    >>> bracket_depth("(]")
+    -1
+    """
+''', '''
+def aux(text):
+    pairs = {")": "(", "]": "[", "}": "{"}
+    stack = []
+    for ch in text:
+        if ch in "([{":
+            stack.append(ch)
+        elif ch in pairs:
+            if not stack or stack.pop() != pairs[ch]:
+                return False
+    return not stack
+''', '''
+def bracket_depth(text):
+    if not aux(text):
+        return -1
+    depth = 0
+    deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+''', '''
+assert candidate("f(a[1], {b: (c)})") == 3
+assert candidate("(]") == -1
+assert candidate("") == 0
+assert candidate("no brackets") == 0
+assert candidate("()()()") == 1
+assert candidate("((((x))))") == 4
+assert candidate("(()") == -1
+assert candidate(")(") == -1
+assert candidate("[{()}]{}") == 3
+''')
+
+_p("sum_by_key", '''
+def sum_by_key(record: str) -> Dict[str, int]:
+    """Parse a record of the form "key=value;key=value;..." whose values are integers (possibly
+    negative) and return the total of the values of each key. Spaces around keys and values are
+    ignored, and empty items (e.g. from a trailing ";") are skipped.
+    >>> sum_by_key("a=1;b=2;a=5")
+    {'a': 6, 'b': 2}
+    >>> sum_by_key(" x = -3 ; ; y=4;")
+    {'x': -3, 'y': 4}
+    """
+''', '''
+def aux(record):
+    pairs = []
+    for item in record.split(";"):
+        if not item.strip():
+            continue
+        key, value = item.split("=", 1)
+        pairs.append((key.strip(), int(value.strip())))
+    return pairs
+''', '''
+def sum_by_key(record):
+    totals = {}
+    for key, value in aux(record):
+        totals[key] = totals.get(key, 0) + value
+    return totals
+''', '''
+assert candidate("a=1;b=2;a=5") == {"a": 6, "b": 2}
+assert candidate(" x = -3 ; ; y=4;") == {"x": -3, "y": 4}
+assert candidate("") == {}
+assert candidate(";;") == {}
+assert candidate("k=0") == {"k": 0}
+assert candidate("a=10;a=-10;b=7") == {"a": 0, "b": 7}
+assert candidate("long_key=123;long_key=1") == {"long_key": 124}
+''', imports="from typing import Dict")
+
+_p("config_value", '''
+def config_value(lines: List[str], key: str) -> Union[int, str, None]:
+    """Look a key up in the lines of a small configuration file. Each line is "key = value"; anything
+    after a '#' is a comment, and lines without '=' (blank or comment-only lines) are skipped. Keys and
+    values are stripped of spaces. A later line overrides an earlier one with the same key. Return the
+    value as an int when it is a non-empty string of decimal digits, otherwise as a string; return
+    None if the key is absent.
+    >>> config_value(["port = 8080  # default", "host = example.org"], "port")
+    8080
+    >>> config_value(["a = 1", "a = two"], "a")
+    'two'
+    >>> config_value(["# a = 1"], "a") is None
+    True
+    """
+''', '''
+def aux(lines):
+    settings = {}
+    for line in lines:
+        line = line.split("#", 1)[0]
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        settings[key.strip()] = value.strip()
+    return settings
+''', '''
+def config_value(lines, key):
+    settings = aux(lines)
+    if key not in settings:
+        return None
+    value = settings[key]
+    if value.isdigit():
+        return int(value)
+    return value
+''', '''
+assert candidate(["port = 8080  # default", "host = example.org"], "port") == 8080
+assert candidate(["port = 8080  # default", "host = example.org"], "host") == "example.org"
+assert candidate(["a = 1", "a = two"], "a") == "two"
+assert candidate(["# a = 1"], "a") is None
+assert candidate([], "a") is None
+assert candidate(["x=", "y = 3"], "x") == ""
+assert candidate(["level = 007"], "level") == 7
+assert candidate(["name = v2 # v1 was old"], "name") == "v2"
+assert candidate(["b = 2", "#b = 9", ""], "b") == 2
+assert candidate(["n = -5"], "n") == "-5"
+''', imports="from typing import List, Union")
+
+_p("widest_gap_minutes", '''
+def widest_gap_minutes(times: List[str]) -> int:
+    """Given clock times "HH:MM" (24-hour) of events on one day, in any order, return the largest number
+    of minutes between two consecutive events after sorting them by time. Fewer than two times give 0.
+    >>> widest_gap_minutes(["09:15", "08:00", "12:30"])
+    195
+    >>> widest_gap_minutes(["23:59"])
+    0
+    """
+''', '''
+def aux(clock):
+    hours, minutes = clock.split(":")
+    return int(hours) * 60 + int(minutes)
+''', '''
+def widest_gap_minutes(times):
+    values = sorted(aux(t) for t in times)
+    best = 0
+    for i in range(1, len(values)):
+        best = max(best, values[i] - values[i - 1])
+    return best
+''', '''
+assert candidate(["09:15", "08:00", "12:30"]) == 195
+assert candidate(["23:59"]) == 0
+assert candidate([]) == 0
+assert candidate(["00:00", "23:59"]) == 1439
+assert candidate(["10:00", "10:00"]) == 0
+assert candidate(["01:01", "00:59", "01:00"]) == 1
+assert candidate(["12:00", "06:30", "18:45", "07:00"]) == 405
+''', imports="from typing import List")
+
+_p("clock_after", '''
+def clock_after(start: str, minutes: int) -> str:
+    """Return the 24-hour clock time "HH:MM" reached `minutes` minutes after the time `start`
+    (also "HH:MM"), wrapping past midnight; `minutes` may be negative or span several days.
+    >>> clock_after("23:30", 45)
+    '00:15'
+    >>> clock_after("08:05", -10)
+    '07:55'
+    """
+''', '''
+def aux(clock):
+    hours, minutes = clock.split(":")
+    return int(hours) * 60 + int(minutes)
+''', '''
+def clock_after(start, minutes):
+    total = (aux(start) + minutes) % (24 * 60)
+    hours, mins = divmod(total, 60)
+    return f"{hours:02d}:{mins:02d}"
+''', '''
+assert candidate("23:30", 45) == "00:15"
+assert candidate("08:05", -10) == "07:55"
+assert candidate("00:00", 0) == "00:00"
+assert candidate("00:00", -1) == "23:59"
+assert candidate("12:00", 1440) == "12:00"
+assert candidate("12:00", 3 * 1440 + 61) == "13:01"
+assert candidate("09:59", 1) == "10:00"
+assert candidate("05:07", 53) == "06:00"
+''')
+
+_p("glyph_value", '''
+def glyph_value(code: str) -> int:
+    """Decode a number written in a made-up glyph system. The glyphs are 'o' = 1, 'f' = 5, 't' = 10,
+    'h' = 50 and 'k' = 100. Values are added up, except that a glyph written directly before a
+    glyph of larger value is subtracted instead (as in "ot" = 9). The empty code is 0.
+    >>> glyph_value("tfoo")
+    17
+    >>> glyph_value("kth")
+    140
+    """
+''', '''
+def aux(code):
+    table = {"o": 1, "f": 5, "t": 10, "h": 50, "k": 100}
+    return [table[g] for g in code]
+''', '''
+def glyph_value(code):
+    values = aux(code)
+    total = 0
+    for i, v in enumerate(values):
+        if i + 1 < len(values) and v < values[i + 1]:
+            total -= v
+        else:
+            total += v
+    return total
+''', '''
+assert candidate("tfoo") == 17
+assert candidate("kth") == 140
+assert candidate("") == 0
+assert candidate("o") == 1
+assert candidate("ot") == 9
+assert candidate("of") == 4
+assert candidate("tt") == 20
+assert candidate("kkhtot") == 269
+assert candidate("ok") == 99
+''')
+
+_p("to_glyphs", '''
+def to_glyphs(number: int) -> str:
+    """Write a number from 0 to 399 in a made-up glyph system: 'k' = 100, 'h' = 50, 't' = 10,
+    'f' = 5, 'o' = 1. Hundreds are written as that many 'k'. The tens digit and the units digit are
+    each written like a Roman numeral digit, with the glyphs (t, h, k) for tens and (o, f, t) for
+    units: 1-3 repeat the one-glyph, 4 is one+five ("of"), 5-8 are five followed by ones, 9 is
+    one+ten ("ot"). 0 is written as "".
+    >>> to_glyphs(17)
+    'tfoo'
+    >>> to_glyphs(94)
+    'tkof'
+    """
+''', '''
+def aux(digit, one, five, ten):
+    if digit == 9:
+        return one + ten
+    if digit >= 5:
+        return five + one * (digit - 5)
+    if digit == 4:
+        return one + five
+    return one * digit
+''', '''
+def to_glyphs(number):
+    hundreds = number // 100
+    tens = number // 10 % 10
+    units = number % 10
+    return "k" * hundreds + aux(tens, "t", "h", "k") + aux(units, "o", "f", "t")
+''', '''
+assert candidate(17) == "tfoo"
+assert candidate(94) == "tkof"
+assert candidate(0) == ""
+assert candidate(4) == "of"
+assert candidate(9) == "ot"
+assert candidate(40) == "th"
+assert candidate(399) == "kkktkot"
+assert candidate(388) == "kkkhtttfooo"
+assert candidate(250) == "kkh"
+assert candidate(65) == "htf"
+''')
+
+# ----------------------------------------------------------------------------------------------------------------
+# Lists and counting
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("second_highest", '''
+def second_highest(values: List[int]) -> Optional[int]:
+    """Return the second largest distinct value of the list, or None if it has fewer than two
+    distinct values.
+    >>> second_highest([4, 9, 9, 2])
+    4
+    >>> second_highest([7, 7]) is None
+    True
+    """
+''', '''
+def aux(values):
+    return sorted(set(values), reverse=True)
+''', '''
+def second_highest(values):
+    distinct = aux(values)
+    if len(distinct) < 2:
+        return None
+    return distinct[1]
+''', '''
+assert candidate([4, 9, 9, 2]) == 4
+assert candidate([7, 7]) is None
+assert candidate([]) is None
+assert candidate([1]) is None
+assert candidate([1, 2]) == 1
+assert candidate([-5, -1, -3]) == -3
+assert candidate([3, 3, 2, 2, 1]) == 2
+''', imports="from typing import List, Optional")
+
+_p("chunk_totals", '''
+def chunk_totals(values: List[int], size: int) -> List[int]:
+    """Cut the list into consecutive chunks of `size` elements (the last chunk may be shorter) and
+    return the sum of each chunk. `size` is at least 1.
+    >>> chunk_totals([1, 2, 3, 4, 5], 2)
+    [3, 7, 5]
+    >>> chunk_totals([], 3)
+    []
+    """
+''', '''
+def aux(values, size):
+    return [values[i:i + size] for i in range(0, len(values), size)]
+''', '''
+def chunk_totals(values, size):
+    totals = []
+    for chunk in aux(values, size):
+        total = 0
+        for v in chunk:
+            total += v
+        totals.append(total)
+    return totals
+''', '''
+assert candidate([1, 2, 3, 4, 5], 2) == [3, 7, 5]
+assert candidate([], 3) == []
+assert candidate([1, 2, 3], 1) == [1, 2, 3]
+assert candidate([1, 2, 3], 3) == [6]
+assert candidate([1, 2, 3], 10) == [6]
+assert candidate([5, -5, 2, 2, 9, 1, 0], 3) == [2, 12, 0]
+''', imports="from typing import List")
+
+_p("rotate_to_smallest", '''
+def rotate_to_smallest(values: List[int]) -> List[int]:
+    """Rotate the list (move a prefix to the end) so that it starts at the first occurrence of its
+    smallest value. An empty list stays empty.
+    >>> rotate_to_smallest([5, 7, 1, 3, 1])
+    [1, 3, 1, 5, 7]
+    >>> rotate_to_smallest([2, 2])
+    [2, 2]
+    """
+''', '''
+def aux(values):
+    best = 0
+    for i in range(1, len(values)):
+        if values[i] < values[best]:
+            best = i
+    return best
+''', '''
+def rotate_to_smallest(values):
+    if not values:
+        return []
+    k = aux(values)
+    return values[k:] + values[:k]
+''', '''
+assert candidate([5, 7, 1, 3, 1]) == [1, 3, 1, 5, 7]
+assert candidate([2, 2]) == [2, 2]
+assert candidate([]) == []
+assert candidate([9]) == [9]
+assert candidate([3, 2, 1]) == [1, 3, 2]
+assert candidate([0, 4, -1, 6]) == [-1, 6, 0, 4]
+assert candidate([1, 2, 3]) == [1, 2, 3]
+''', imports="from typing import List")
+
+_p("longest_rising_run", '''
+def longest_rising_run(values: List[int]) -> List[int]:
+    """Return the longest contiguous stretch of the list in which every element is strictly larger
+    than the one before it. On a tie, return the stretch that comes first. An empty list gives [].
+    >>> longest_rising_run([1, 3, 2, 4, 6, 5])
+    [2, 4, 6]
+    >>> longest_rising_run([3, 3, 3])
+    [3]
+    >>> longest_rising_run([1, 2, 0, 5])
+    [1, 2]
+    """
+''', '''
+def aux(values):
+    runs = []
+    for v in values:
+        if runs and v > runs[-1][-1]:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return runs
+''', '''
+def longest_rising_run(values):
+    best = []
+    for run in aux(values):
+        if len(run) > len(best):
+            best = run
+    return best
+''', '''
+assert candidate([1, 3, 2, 4, 6, 5]) == [2, 4, 6]
+assert candidate([3, 3, 3]) == [3]
+assert candidate([]) == []
+assert candidate([1, 2, 0, 5]) == [1, 2]
+assert candidate([5, 4, 3]) == [5]
+assert candidate([1, 2, 3, 4]) == [1, 2, 3, 4]
+assert candidate([2, 1, 2, 3, 1, 2, 3, 4]) == [1, 2, 3, 4]
+''', imports="from typing import List")
+
+_p("merge_unique_sorted", '''
+def merge_unique_sorted(first: List[int], second: List[int]) -> List[int]:
+    """Both lists are sorted in ascending order (and may hold repeats). Return one ascending list of
+    every value that occurs in either list, each value once.
+    >>> merge_unique_sorted([1, 3, 3, 5], [2, 3, 6])
+    [1, 2, 3, 5, 6]
+    >>> merge_unique_sorted([], [4, 4])
+    [4]
+    """
+''', '''
+def aux(first, second):
+    i = j = 0
+    merged = []
+    while i < len(first) and j < len(second):
+        if first[i] <= second[j]:
+            merged.append(first[i])
+            i += 1
+        else:
+            merged.append(second[j])
+            j += 1
+    return merged + first[i:] + second[j:]
+''', '''
+def merge_unique_sorted(first, second):
+    result = []
+    for v in aux(first, second):
+        if not result or result[-1] != v:
+            result.append(v)
+    return result
+''', '''
+assert candidate([1, 3, 3, 5], [2, 3, 6]) == [1, 2, 3, 5, 6]
+assert candidate([], [4, 4]) == [4]
+assert candidate([], []) == []
+assert candidate([1, 2], []) == [1, 2]
+assert candidate([5, 6], [1, 2]) == [1, 2, 5, 6]
+assert candidate([-2, 0, 0], [-2, -1, 0, 7]) == [-2, -1, 0, 7]
+assert candidate([1, 1, 1], [1]) == [1]
+''', imports="from typing import List")
+
+_p("window_averages", '''
+def window_averages(values: List[float], width: int) -> List[float]:
+    """Return the average of every window of `width` consecutive values, from left to right
+    (len(values) - width + 1 of them; none when the list is shorter than `width`). `width` >= 1.
+    >>> window_averages([1, 2, 3, 4], 2)
+    [1.5, 2.5, 3.5]
+    >>> window_averages([1, 2], 3)
+    []
+    """
+''', '''
+def aux(values, width):
+    sums = []
+    current = sum(values[:width])
+    for i in range(width, len(values) + 1):
+        sums.append(current)
+        if i < len(values):
+            current += values[i] - values[i - width]
+    return sums
+''', '''
+def window_averages(values, width):
+    if len(values) < width:
+        return []
+    return [s / width for s in aux(values, width)]
+''', '''
+assert candidate([1, 2, 3, 4], 2) == [1.5, 2.5, 3.5]
+assert candidate([1, 2], 3) == []
+assert candidate([], 1) == []
+assert candidate([4, 8, 6], 1) == [4.0, 8.0, 6.0]
+assert candidate([4, 8, 6], 3) == [6.0]
+assert candidate([2, 4, 6, 8, 10], 4) == [5.0, 7.0]
+assert candidate([1, -1, 1, -1], 2) == [0.0, 0.0, 0.0]
+''', imports="from typing import List")
+
+_p("strict_majority", '''
+def strict_majority(values: List[int]) -> Optional[int]:
+    """Return the value that occurs in more than half of the positions of the list, or None if no
+    value does.
+    >>> strict_majority([3, 1, 3, 3, 2])
+    3
+    >>> strict_majority([1, 2, 1, 2]) is None
+    True
+    """
+''', '''
+def aux(values):
+    counts = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return counts
+''', '''
+def strict_majority(values):
+    for value, count in aux(values).items():
+        if count * 2 > len(values):
+            return value
+    return None
+''', '''
+assert candidate([3, 1, 3, 3, 2]) == 3
+assert candidate([1, 2, 1, 2]) is None
+assert candidate([]) is None
+assert candidate([8]) == 8
+assert candidate([4, 4, 5]) == 4
+assert candidate([1, 2, 3]) is None
+assert candidate([0, 0, 1, 0]) == 0
+''', imports="from typing import List, Optional")
+
+_p("dominant_elements", '''
+def dominant_elements(values: List[int]) -> List[int]:
+    """Return, in their original order, the elements that are strictly greater than every element
+    to their right (the last element always qualifies).
+    >>> dominant_elements([16, 17, 4, 3, 5, 2])
+    [17, 5, 2]
+    >>> dominant_elements([2, 2])
+    [2]
+    """
+''', '''
+def aux(values):
+    result = [0] * len(values)
+    best = None
+    for i in range(len(values) - 1, -1, -1):
+        result[i] = best
+        if best is None or values[i] > best:
+            best = values[i]
+    return result
+''', '''
+def dominant_elements(values):
+    right_max = aux(values)
+    chosen = []
+    for v, m in zip(values, right_max):
+        if m is None or v > m:
+            chosen.append(v)
+    return chosen
+''', '''
+assert candidate([16, 17, 4, 3, 5, 2]) == [17, 5, 2]
+assert candidate([2, 2]) == [2]
+assert candidate([]) == []
+assert candidate([7]) == [7]
+assert candidate([1, 2, 3]) == [3]
+assert candidate([3, 2, 1]) == [3, 2, 1]
+assert candidate([-1, -5, -2]) == [-1, -2]
+''', imports="from typing import List")
+
+_p("balance_point", '''
+def balance_point(values: List[int]) -> int:
+    """Return the smallest index i such that the sum of the elements before position i equals the
+    sum of the elements after it (an empty side sums to 0), or -1 if there is none.
+    >>> balance_point([1, 7, 3, 6, 5, 6])
+    3
+    >>> balance_point([1, 2, 3])
+    -1
+    """
+''', '''
+def aux(values):
+    sums = [0]
+    for v in values:
+        sums.append(sums[-1] + v)
+    return sums
+''', '''
+def balance_point(values):
+    prefix = aux(values)
+    total = prefix[-1]
+    for i in range(len(values)):
+        if prefix[i] == total - prefix[i + 1]:
+            return i
+    return -1
+''', '''
+assert candidate([1, 7, 3, 6, 5, 6]) == 3
+assert candidate([1, 2, 3]) == -1
+assert candidate([]) == -1
+assert candidate([5]) == 0
+assert candidate([2, 1, -1]) == 0
+assert candidate([1, -1, 4]) == 2
+assert candidate([0, 0]) == 0
+assert candidate([3, 1, 2, 4]) == 2
+assert candidate([1, 1]) == -1
+''', imports="from typing import List")
+
+_p("inversion_count", '''
+def inversion_count(values: List[int]) -> int:
+    """Count the pairs of positions i < j with values[i] > values[j].
+    >>> inversion_count([3, 1, 2])
+    2
+    >>> inversion_count([1, 2, 2])
+    0
+    """
+''', '''
+def aux(values, i):
+    return sum(1 for v in values[i + 1:] if v < values[i])
+''', '''
+def inversion_count(values):
+    total = 0
+    for i in range(len(values)):
+        total += aux(values, i)
+    return total
+''', '''
+assert candidate([3, 1, 2]) == 2
+assert candidate([1, 2, 2]) == 0
+assert candidate([]) == 0
+assert candidate([5]) == 0
+assert candidate([4, 3, 2, 1]) == 6
+assert candidate([2, 2, 1]) == 2
+assert candidate([1, 5, 2, 4, 3]) == 4
+''', imports="from typing import List")
+
+_p("dense_ranks", '''
+def dense_ranks(scores: List[int]) -> List[int]:
+    """Return the dense rank of each score: the highest score has rank 1, equal scores share a rank,
+    and the next lower distinct score gets the next rank (no gaps).
+    >>> dense_ranks([50, 80, 80, 65])
+    [3, 1, 1, 2]
+    >>> dense_ranks([])
+    []
+    """
+''', '''
+def aux(scores):
+    return sorted(set(scores), reverse=True)
+''', '''
+def dense_ranks(scores):
+    rank_of = {}
+    for position, score in enumerate(aux(scores)):
+        rank_of[score] = position + 1
+    return [rank_of[s] for s in scores]
+''', '''
+assert candidate([50, 80, 80, 65]) == [3, 1, 1, 2]
+assert candidate([]) == []
+assert candidate([7]) == [1]
+assert candidate([1, 1, 1]) == [1, 1, 1]
+assert candidate([1, 2, 3]) == [3, 2, 1]
+assert candidate([-1, 0, -1, 10]) == [3, 2, 3, 1]
+''', imports="from typing import List")
+
+_p("absent_numbers", '''
+def absent_numbers(values: List[int], limit: int) -> List[int]:
+    """Return, in ascending order, the numbers from 1 to `limit` (inclusive) that do not occur in
+    the list. Values outside that range are ignored.
+    >>> absent_numbers([3, 1, 7, 3], 5)
+    [2, 4, 5]
+    >>> absent_numbers([1, 2], 2)
+    []
+    """
+''', '''
+def aux(values, limit):
+    seen = [False] * (limit + 1)
+    for v in values:
+        if 1 <= v <= limit:
+            seen[v] = True
+    return seen
+''', '''
+def absent_numbers(values, limit):
+    seen = aux(values, limit)
+    missing = []
+    for n in range(1, limit + 1):
+        if not seen[n]:
+            missing.append(n)
+    return missing
+''', '''
+assert candidate([3, 1, 7, 3], 5) == [2, 4, 5]
+assert candidate([1, 2], 2) == []
+assert candidate([], 0) == []
+assert candidate([], 3) == [1, 2, 3]
+assert candidate([0, -1, 4], 4) == [1, 2, 3]
+assert candidate([2], 1) == [1]
+assert candidate([5, 1], 6) == [2, 3, 4, 6]
+''', imports="from typing import List")
+
+_p("digit_tally", '''
+def digit_tally(number: int) -> List[int]:
+    """Return a list of 10 counts: position d holds how many times the digit d occurs in the decimal
+    writing of the number (the sign of a negative number is ignored; 0 is written "0").
+    >>> digit_tally(1002)
+    [2, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+    >>> digit_tally(-99)
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+    """
+''', '''
+def aux(number):
+    number = abs(number)
+    digits = [number % 10]
+    number //= 10
+    while number > 0:
+        digits.append(number % 10)
+        number //= 10
+    return digits
+''', '''
+def digit_tally(number):
+    counts = [0] * 10
+    for d in aux(number):
+        counts[d] += 1
+    return counts
+''', '''
+assert candidate(1002) == [2, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+assert candidate(-99) == [0, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+assert candidate(0) == [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+assert candidate(7) == [0, 0, 0, 0, 0, 0, 0, 1, 0, 0]
+assert candidate(9876543210) == [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+assert candidate(-100) == [2, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+assert candidate(55555) == [0, 0, 0, 0, 0, 5, 0, 0, 0, 0]
+''', imports="from typing import List")
+
+_p("commonest_letter", '''
+def commonest_letter(text: str) -> str:
+    """Return the letter that occurs most often in the text, counting case-insensitively and
+    ignoring everything that is not an ASCII letter. The answer is lower case; ties go to the
+    alphabetically first letter; a text without letters gives "".
+    >>> commonest_letter("Hello World")
+    'l'
+    >>> commonest_letter("abBA")
+    'a'
+    """
+''', '''
+def aux(text):
+    counts = {}
+    for ch in text.lower():
+        if "a" <= ch <= "z":
+            counts[ch] = counts.get(ch, 0) + 1
+    return counts
+''', '''
+def commonest_letter(text):
+    best = ""
+    best_count = 0
+    for letter, count in sorted(aux(text).items()):
+        if count > best_count:
+            best, best_count = letter, count
+    return best
+''', '''
+assert candidate("Hello World") == "l"
+assert candidate("abBA") == "a"
+assert candidate("") == ""
+assert candidate("1234 !?") == ""
+assert candidate("zZy") == "z"
+assert candidate("yz") == "y"
+assert candidate("Mississippi") == "i"
+assert candidate("ééa") == "a"
+''')
+
+_p("palindromic_substrings", '''
+def palindromic_substrings(text: str) -> int:
+    """Count the non-empty substrings of the text (by position, so equal substrings at different
+    positions count separately) that read the same forwards and backwards.
+    >>> palindromic_substrings("aaa")
+    6
+    >>> palindromic_substrings("abc")
+    3
+    """
+''', '''
+def aux(text, left, right):
+    count = 0
+    while left >= 0 and right < len(text) and text[left] == text[right]:
+        count += 1
+        left -= 1
+        right += 1
+    return count
+''', '''
+def palindromic_substrings(text):
+    total = 0
+    for center in range(len(text)):
+        total += aux(text, center, center)
+        total += aux(text, center, center + 1)
+    return total
+''', '''
+assert candidate("aaa") == 6
+assert candidate("abc") == 3
+assert candidate("") == 0
+assert candidate("a") == 1
+assert candidate("abba") == 6
+assert candidate("aba") == 4
+assert candidate("abab") == 6
+''')
+
+_p("commonest_pair_sum", '''
+def commonest_pair_sum(values: List[int]) -> Optional[int]:
+    """Over all pairs of positions i < j, return the value of values[i] + values[j] that occurs for
+    the largest number of pairs; on a tie return the smallest such sum. With fewer than two values
+    return None.
+    >>> commonest_pair_sum([1, 2, 3, 4])
+    5
+    >>> commonest_pair_sum([3, 1])
+    4
+    """
+''', '''
+def aux(values):
+    sums = []
+    for i in range(len(values)):
+        for j in range(i + 1, len(values)):
+            sums.append(values[i] + values[j])
+    return sums
+''', '''
+def commonest_pair_sum(values):
+    counts = {}
+    for s in aux(values):
+        counts[s] = counts.get(s, 0) + 1
+    best = None
+    for s, c in counts.items():
+        if best is None or c > counts[best] or (c == counts[best] and s < best):
+            best = s
+    return best
+''', '''
+assert candidate([1, 2, 3, 4]) == 5
+assert candidate([3, 1]) == 4
+assert candidate([]) is None
+assert candidate([4]) is None
+assert candidate([5, 5, 5]) == 10
+assert candidate([1, 2, 3]) == 3
+assert candidate([3, 2, 1]) == 3
+assert candidate([0, 10, -10, 20]) == 10
+''', imports="from typing import List, Optional")
+
+_p("divisible_pair_count", '''
+def divisible_pair_count(values: List[int], k: int) -> int:
+    """Count the pairs of positions i < j whose sum values[i] + values[j] is divisible by k (k >= 1).
+    >>> divisible_pair_count([1, 2, 3, 4, 5], 3)
+    4
+    >>> divisible_pair_count([2, 4], 5)
+    0
+    """
+''', '''
+def aux(values, k):
+    buckets = [0] * k
+    for v in values:
+        buckets[v % k] += 1
+    return buckets
+''', '''
+def divisible_pair_count(values, k):
+    buckets = aux(values, k)
+    pairs = buckets[0] * (buckets[0] - 1) // 2
+    for r in range(1, k // 2 + 1):
+        if r == k - r:
+            pairs += buckets[r] * (buckets[r] - 1) // 2
+        else:
+            pairs += buckets[r] * buckets[k - r]
+    return pairs
+''', '''
+assert candidate([1, 2, 3, 4, 5], 3) == 4
+assert candidate([2, 4], 5) == 0
+assert candidate([], 4) == 0
+assert candidate([1, 1, 1], 1) == 3
+assert candidate([2, 2, 2, 6], 4) == 6
+assert candidate([1, 3, 5, 7], 4) == 4
+assert candidate([-1, 1, 4], 2) == 1
+assert candidate([0, 5, 10, 3], 5) == 3
+''', imports="from typing import List")
+
+
+if __name__ == "__main__":
+    main()
