@@ -441,7 +441,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Return the validated Config from a YAML file (optional) plus `--override` strings."""
     data = read_yaml(path) if path is not None else {}
     data = apply_overrides(data, overrides or [])
-    return build_section(Config, data)
+    config = build_section(Config, data)
+    check_consistency(config)
+    return config
+
+
+def check_consistency(config: Config) -> None:
+    """Raise ConfigError for values that are fine alone but not together."""
+    slice_ = config.external.sandbox_slice
+    if isinstance(slice_, str) and slice_.lower() != "all":
+        raise ConfigError(f"external.sandbox_slice: expected an int, null or 'all', got {slice_!r}")
+    for name in TRAINER_SECTIONS:
+        section = config.trainer(name)
+        if any(k < 1 or k > section.eval_num_generations for k in section.eval_pass_k):
+            raise ConfigError(f"{name}.eval_pass_k: every k must be in [1, {name}.eval_num_generations="
+                              f"{section.eval_num_generations}], got {section.eval_pass_k}")
 
 
 def describe_fields(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, str]]:

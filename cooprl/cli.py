@@ -1,0 +1,55 @@
+"""Command line shared by every `train_*.py` script: --config, --override, --print-config.
+
+User errors (a bad config, a missing file, an unreachable dataset) print one `error:` line and exit 2,
+without a traceback. Everything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from cooprl.config import Config, ConfigError, load_config
+
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError,)
+
+
+def register_user_error(kind: type[Exception]) -> None:
+    """Treat exceptions of `kind` as user errors (message only, exit 2); environments add their own."""
+    global USER_ERRORS
+    if kind not in USER_ERRORS:
+        USER_ERRORS = USER_ERRORS + (kind,)
+
+
+def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Return the parsed command line of a trainer script."""
+    parser = argparse.ArgumentParser(
+        prog=f"train_{trainer}.py",
+        description=f"Train with {trainer.upper()}. Every config key can be changed with --override KEY.PATH=VALUE.")
+    parser.add_argument("--config", default=default_config, help=f"YAML config (default: {default_config})")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random (values parsed as YAML)")
+    parser.add_argument("--print-config", action="store_true", help="print the merged config as YAML and exit")
+    return parser.parse_args(argv)
+
+
+def run_cli(trainer: str, default_config: str, train: Callable[[Config, str], object],
+            argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, load the config and call `train(config, trainer)`; return the exit code."""
+    args = parse_args(trainer, default_config, argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        config_path = Path(args.config)
+        config = load_config(config_path, args.override)
+        if args.print_config:
+            sys.stdout.write(config.to_yaml(trainer))
+            return 0
+        train(config, trainer)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,103 @@
+"""Batched sampling of completions: every prompt x every sample of a call in one `generate`.
+
+The default backend is transformers' `generate`. A completion keeps its token ids (for the update, so the
+log-probs are of exactly the tokens sampled, never of a re-tokenized text) and ends at the first EOS
+(kept, so the model learns to stop) or at a stop string; padding after it is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How completions are sampled; temperature 0 means greedy decoding."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 1.0
+    top_k: int | None = None
+    stop_strings: tuple[str, ...] = ()
+
+
+@dataclass
+class Completion:
+    """One sampled completion: its text and token ids, and the ids of the prompt it continues."""
+
+    text: str
+    prompt_ids: torch.Tensor       # 1-D, unpadded
+    completion_ids: torch.Tensor   # 1-D, unpadded, EOS included when generated
+    truncated: bool                # True when the budget ran out before EOS or a stop string
+
+
+def apply_chat_template(tokenizer: Any, prompt: str) -> str:
+    """Return `prompt` wrapped as one user turn in the tokenizer's chat template, ready for the answer."""
+    messages = [{"role": "user", "content": prompt}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+class HFGenerator:
+    """Samples completions from a transformers causal LM, batched over prompts and samples."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_prompt_tokens: int, chat_template: bool = False):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
+        self.chat_template = chat_template
+
+    def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:
+        """Return the unpadded token ids of each prompt, cut from the left to `max_prompt_tokens`."""
+        if self.chat_template:
+            prompts = [apply_chat_template(self.tokenizer, p) for p in prompts]
+        encoded = self.tokenizer(list(prompts), add_special_tokens=not self.chat_template)["input_ids"]
+        return [torch.tensor(ids[-self.max_prompt_tokens:], dtype=torch.long) for ids in encoded]
+
+    @torch.no_grad()
+    def sample(self, prompts: Sequence[str], num_samples: int, params: SamplingParams) -> list[list[Completion]]:
+        """Return `num_samples` completions for each prompt (one `generate` call for all of them)."""
+        if not prompts:
+            return []
+        prompt_ids = self.encode_prompts(prompts)
+        pad_id = self.tokenizer.pad_token_id
+        width = max(len(ids) for ids in prompt_ids)
+        input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        for row, ids in enumerate(prompt_ids):  # left padding: every prompt ends at the same column
+            input_ids[row, width - len(ids):] = ids
+            attention[row, width - len(ids):] = 1
+        device = self.model.device
+        greedy = params.temperature == 0
+        kwargs = dict(do_sample=not greedy, max_new_tokens=params.max_new_tokens, num_return_sequences=num_samples,
+                      pad_token_id=pad_id, eos_token_id=self.tokenizer.eos_token_id)
+        if not greedy:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0)
+        if params.stop_strings:
+            kwargs.update(stop_strings=list(params.stop_strings), tokenizer=self.tokenizer)
+        was_training = self.model.training
+        self.model.eval()
+        output = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+        self.model.train(was_training)
+        generated = output[:, width:].cpu()
+        texts_and_ids = [self._trim(row, params) for row in generated]
+        return [[Completion(text, prompt_ids[p], ids, truncated)
+                 for text, ids, truncated in texts_and_ids[p * num_samples:(p + 1) * num_samples]]
+                for p in range(len(prompt_ids))]
+
+    def _trim(self, row: torch.Tensor, params: SamplingParams) -> tuple[str, torch.Tensor, bool]:
+        """Return (text, ids, truncated) of one generated row, cut at its EOS, stop string or padding."""
+        eos = self.tokenizer.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        tokens = row.tolist()
+        end = next((i for i, t in enumerate(tokens) if t in eos_ids or t == self.tokenizer.pad_token_id), len(tokens))
+        ids = row[:end]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        stopped = bool(params.stop_strings) and any(s in text for s in params.stop_strings)
+        if end < len(tokens) and tokens[end] in eos_ids and not stopped:
+            # The model chose to end here: its EOS is part of the action to learn. (After a stop string
+            # the EOS-looking token is generate's padding, which the model never sampled.)
+            ids = row[:end + 1]
+        return text, ids, end == len(tokens) and not stopped

@@ -1,0 +1,165 @@
+"""The rollout tree of one episode per item: nodes, joint actions, rewards, early termination, returns.
+
+At every node each agent samples `samples_per_node` completions for its own prompt. `aligned` pairs the
+g-th samples of all agents (G joint actions per node); `cross` takes their Cartesian product (G^N). Each
+joint action gets the shared reward and, while turns remain and the node was not terminated early, spawns
+a child node whose prompts the task's transition builds. The return of a joint action is its reward plus
+`discount` times the mean return of its child node. All nodes of a turn are generated and scored together
+(one batched `generate` per agent per turn, one parallel scoring batch per turn).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from cooprl.generation import Completion
+from cooprl.task import Score, Task
+
+# sample(agent, prompts, n) -> for each prompt, n completions
+Sampler = Callable[[int, Sequence[str], int], list[list[Completion]]]
+
+
+@dataclass
+class Node:
+    """One decision point: every agent's prompt, its samples, and the joint actions built from them."""
+
+    item: Any
+    turn: int
+    prompts: list[str]                                   # per agent
+    histories: list[list[tuple[str, str]]]               # per agent: earlier (prompt, completion) pairs
+    samples: list[list[Completion]] = field(default_factory=list)   # [agent][g]
+    joint: list[tuple[int, ...]] = field(default_factory=list)      # per joint action: sample index per agent
+    scores: list[Score] = field(default_factory=list)               # per joint action
+    rewards: list[float] = field(default_factory=list)              # processed rewards per joint action
+    children: list["Node | None"] = field(default_factory=list)     # per joint action
+    returns: list[float] = field(default_factory=list)              # per joint action
+    terminated_early: bool = False
+
+    def joint_texts(self, j: int) -> list[str]:
+        """Return the completion texts of joint action j, one per agent."""
+        return [self.samples[a][g].text for a, g in enumerate(self.joint[j])]
+
+
+def joint_actions(num_samples: int, num_agents: int, mode: str) -> list[tuple[int, ...]]:
+    """Return the joint actions as sample indices per agent: aligned (g, g, ...) or the cross product."""
+    if mode == "aligned":
+        return [(g,) * num_agents for g in range(num_samples)]
+    if mode == "cross":
+        return list(itertools.product(range(num_samples), repeat=num_agents))
+    raise ValueError(f"joint_mode {mode!r}: expected 'aligned' or 'cross'")
+
+
+@dataclass
+class RolloutSettings:
+    num_turns: int
+    samples_per_turn: list[int]           # samples per agent per node at each turn (training: G every turn)
+    joint_mode: str = "aligned"
+    discount: float = 1.0
+    early_termination_threshold: float | None = None
+    process_reward: Callable[[float], float] = lambda r: r
+
+
+def rollout(items: Sequence[Any], task: Task, sample: Sampler, settings: RolloutSettings) -> list[Node]:
+    """Return the root node of a fully expanded and scored rollout tree for each item, returns computed."""
+    roots = [Node(item, 0, task.first_prompts(item), [[] for _ in range(task.num_agents)]) for item in items]
+    frontier = roots
+    for turn in range(settings.num_turns):
+        if not frontier:
+            break
+        n = settings.samples_per_turn[turn]
+        per_agent = [sample(a, [node.prompts[a] for node in frontier], n) for a in range(task.num_agents)]
+        for k, node in enumerate(frontier):
+            node.samples = [per_agent[a][k] for a in range(task.num_agents)]
+            node.joint = joint_actions(n, task.num_agents, settings.joint_mode)
+        _score_frontier(frontier, task, settings)
+        frontier = _expand(frontier, task, settings, last_turn=turn == settings.num_turns - 1)
+    for root in roots:
+        compute_returns(root, settings.discount)
+    return roots
+
+
+def _score_frontier(frontier: list[Node], task: Task, settings: RolloutSettings) -> None:
+    items, joints, owners = [], [], []
+    for node in frontier:
+        for j in range(len(node.joint)):
+            items.append(node.item)
+            joints.append(node.joint_texts(j))
+            owners.append(node)
+    scores = task.score(items, joints)
+    for node in frontier:
+        node.scores, node.rewards = [], []
+    for node, score in zip(owners, scores):
+        node.scores.append(score)
+        node.rewards.append(settings.process_reward(score.total))
+
+
+def _expand(frontier: list[Node], task: Task, settings: RolloutSettings, last_turn: bool) -> list[Node]:
+    children_all = []
+    for node in frontier:
+        threshold = settings.early_termination_threshold
+        mean_reward = sum(node.rewards) / len(node.rewards)
+        node.terminated_early = not last_turn and threshold is not None and mean_reward > threshold
+        node.children = [None] * len(node.joint)
+        if last_turn or node.terminated_early:
+            continue
+        for j, (g_per_agent, score) in enumerate(zip(node.joint, node.scores)):
+            histories = [node.histories[a] + [(node.prompts[a], node.samples[a][g].text)]
+                         for a, g in enumerate(g_per_agent)]
+            prompts = task.next_prompts(node.item, histories, node.joint_texts(j), score)
+            child = Node(node.item, node.turn + 1, prompts, histories)
+            node.children[j] = child
+            children_all.append(child)
+    return children_all
+
+
+def compute_returns(node: Node, discount: float) -> None:
+    """Fill `node.returns` (and its descendants'): reward + discount * mean return of the child node."""
+    node.returns = []
+    for reward, child in zip(node.rewards, node.children):
+        if child is None:
+            node.returns.append(reward)
+        else:
+            compute_returns(child, discount)
+            node.returns.append(reward + discount * sum(child.returns) / len(child.returns))
+
+
+def iter_nodes(root: Node):
+    """Yield every node of the tree under `root` (root first, breadth-first)."""
+    queue = [root]
+    while queue:
+        node = queue.pop(0)
+        yield node
+        queue.extend(c for c in node.children if c is not None)
+
+
+def sample_returns(node: Node, agent: int) -> list[float]:
+    """Return, for each of `agent`'s samples at `node`, the mean return of the joint actions that contain it."""
+    totals = [0.0] * len(node.samples[agent])
+    counts = [0] * len(node.samples[agent])
+    for indices, ret in zip(node.joint, node.returns):
+        totals[indices[agent]] += ret
+        counts[indices[agent]] += 1
+    return [t / c if c else 0.0 for t, c in zip(totals, counts)]
+
+
+def advantages(returns: Sequence[float], mode: str = "mean", normalize: bool = False, eps: float = 1e-6) -> list[float]:
+    """Return each sibling's advantage: return minus a group baseline (mean, max, leave-one-out) or raw."""
+    values = torch.tensor(list(returns), dtype=torch.float64)
+    n = len(values)
+    if mode == "mean":
+        adv = values - values.mean()
+    elif mode == "raw":
+        adv = values.clone()
+    elif mode == "max":
+        adv = values - values.max()
+    elif mode == "rloo":
+        adv = values - (values.sum() - values) / (n - 1) if n > 1 else torch.zeros_like(values)
+    else:
+        raise ValueError(f"advantage_mode {mode!r}: expected mean, raw, max or rloo")
+    if normalize and n > 1:
+        adv = adv / (values.std(unbiased=False) + eps)
+    return adv.tolist()

@@ -1,0 +1,45 @@
+"""What a task (environment) hands the trainers: items, prompts, a reward, and the transition between turns.
+
+The library knows nothing about code: the code-generation environment builds a `Task` from plain callables,
+and a new task needs no change in `cooprl/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+
+@dataclass
+class Score:
+    """The shared reward of one joint action, with what the logs and the next turn need to know about it."""
+
+    total: float                                  # raw task reward (before the reward processor)
+    metrics: dict[str, float] = field(default_factory=dict)   # numeric parts, averaged in the logs
+    success: bool = False                         # solved (counts for pass@k)
+    details: Any = None                           # task-private (e.g. the reward breakdown for feedback)
+
+
+# first_prompts(item) -> one prompt per agent
+FirstPrompts = Callable[[Any], list[str]]
+# score(items, joint_completions) -> one Score per (item, joint completion); joint_completions[k][agent] is text
+ScoreBatch = Callable[[Sequence[Any], Sequence[Sequence[str]]], list[Score]]
+# next_prompts(item, histories, joint_completion, score) -> one prompt per agent for the next turn, where
+# histories[agent] is that agent's own list of (prompt, completion) pairs, the current turn's included
+NextPrompts = Callable[[Any, Sequence[Sequence[tuple[str, str]]], Sequence[str], Score], list[str]]
+
+
+@dataclass
+class Task:
+    """Everything a trainer needs from an environment."""
+
+    name: str
+    num_agents: int
+    train_items: list[Any]
+    eval_items: list[Any]
+    first_prompts: FirstPrompts
+    score: ScoreBatch
+    next_prompts: NextPrompts
+    max_reward: float                                      # largest raw reward (default reward shift = -max)
+    stop_strings: list[tuple[str, ...]] = field(default_factory=list)   # per agent; may be empty
+    item_id: Callable[[Any], str] = str                    # for logs and preference files
