@@ -1287,6 +1287,799 @@ assert candidate([-1, 1, 4], 2) == 1
 assert candidate([0, 5, 10, 3], 5) == 3
 ''', imports="from typing import List")
 
+# ----------------------------------------------------------------------------------------------------------------
+# Primes and number theory
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("widest_prime_gap", '''
+def widest_prime_gap(low: int, high: int) -> int:
+    """Return the largest difference between two consecutive primes that both lie in the range
+    low..high (inclusive), or 0 if the range holds fewer than two primes.
+    >>> widest_prime_gap(10, 30)
+    6
+    >>> widest_prime_gap(14, 16)
+    0
+    """
+''', '''
+def aux(limit):
+    if limit < 2:
+        return [False] * (max(limit, 0) + 1)
+    flags = [True] * (limit + 1)
+    flags[0] = flags[1] = False
+    for p in range(2, int(limit ** 0.5) + 1):
+        if flags[p]:
+            for q in range(p * p, limit + 1, p):
+                flags[q] = False
+    return flags
+''', '''
+def widest_prime_gap(low, high):
+    flags = aux(high)
+    primes = [n for n in range(max(low, 0), high + 1) if flags[n]]
+    gap = 0
+    for a, b in zip(primes, primes[1:]):
+        gap = max(gap, b - a)
+    return gap
+''', '''
+assert candidate(10, 30) == 6
+assert candidate(14, 16) == 0
+assert candidate(0, 1) == 0
+assert candidate(2, 3) == 1
+assert candidate(2, 2) == 0
+assert candidate(1, 20) == 4
+assert candidate(89, 97) == 8
+assert candidate(90, 97) == 0
+''')
+
+_p("twin_primes", '''
+def twin_primes(limit: int) -> List[Tuple[int, int]]:
+    """Return all pairs (p, p + 2) where both p and p + 2 are prime and p + 2 <= limit, by increasing p.
+    >>> twin_primes(20)
+    [(3, 5), (5, 7), (11, 13), (17, 19)]
+    >>> twin_primes(4)
+    []
+    """
+''', '''
+def aux(n):
+    if n < 2:
+        return False
+    d = 2
+    while d * d <= n:
+        if n % d == 0:
+            return False
+        d += 1
+    return True
+''', '''
+def twin_primes(limit):
+    pairs = []
+    for p in range(2, limit - 1):
+        if aux(p) and aux(p + 2):
+            pairs.append((p, p + 2))
+    return pairs
+''', '''
+assert candidate(20) == [(3, 5), (5, 7), (11, 13), (17, 19)]
+assert candidate(4) == []
+assert candidate(5) == [(3, 5)]
+assert candidate(7) == [(3, 5), (5, 7)]
+assert candidate(0) == []
+assert candidate(18) == [(3, 5), (5, 7), (11, 13)]
+assert candidate(43) == [(3, 5), (5, 7), (11, 13), (17, 19), (29, 31), (41, 43)]
+''', imports="from typing import List, Tuple")
+
+_p("goldbach_split", '''
+def goldbach_split(n: int) -> Tuple[int, int]:
+    """For an even n >= 4 return the pair of primes (p, q) with p + q == n, p <= q and p as small as
+    possible. For any other n return (0, 0).
+    >>> goldbach_split(28)
+    (5, 23)
+    >>> goldbach_split(9)
+    (0, 0)
+    """
+''', '''
+def aux(n):
+    if n < 2:
+        return False
+    for d in range(2, int(n ** 0.5) + 1):
+        if n % d == 0:
+            return False
+    return True
+''', '''
+def goldbach_split(n):
+    if n < 4 or n % 2 != 0:
+        return (0, 0)
+    for p in range(2, n // 2 + 1):
+        if aux(p) and aux(n - p):
+            return (p, n - p)
+    return (0, 0)
+''', '''
+assert candidate(28) == (5, 23)
+assert candidate(9) == (0, 0)
+assert candidate(4) == (2, 2)
+assert candidate(2) == (0, 0)
+assert candidate(0) == (0, 0)
+assert candidate(6) == (3, 3)
+assert candidate(100) == (3, 97)
+assert candidate(-8) == (0, 0)
+''', imports="from typing import Tuple")
+
+_p("factor_notation", '''
+def factor_notation(n: int) -> str:
+    """Write the prime factorisation of n >= 2 as factors in increasing order joined by " * ",
+    a repeated factor written once with its exponent as "p^e". For n < 2 return "".
+    >>> factor_notation(360)
+    '2^3 * 3^2 * 5'
+    >>> factor_notation(13)
+    '13'
+    """
+''', '''
+def aux(n):
+    factors = []
+    d = 2
+    while d * d <= n:
+        while n % d == 0:
+            factors.append(d)
+            n //= d
+        d += 1
+    if n > 1:
+        factors.append(n)
+    return factors
+''', '''
+def factor_notation(n):
+    if n < 2:
+        return ""
+    parts = []
+    factors = aux(n)
+    for p in sorted(set(factors)):
+        e = factors.count(p)
+        parts.append(str(p) if e == 1 else f"{p}^{e}")
+    return " * ".join(parts)
+''', '''
+assert candidate(360) == "2^3 * 3^2 * 5"
+assert candidate(13) == "13"
+assert candidate(1) == ""
+assert candidate(0) == ""
+assert candidate(2) == "2"
+assert candidate(4) == "2^2"
+assert candidate(1024) == "2^10"
+assert candidate(3 * 7 * 7 * 11) == "3 * 7^2 * 11"
+''')
+
+_p("most_divisible", '''
+def most_divisible(low: int, high: int) -> int:
+    """Return the number in low..high (1 <= low <= high) that has the most positive divisors;
+    on a tie return the smallest such number.
+    >>> most_divisible(1, 10)
+    6
+    >>> most_divisible(13, 13)
+    13
+    """
+''', '''
+def aux(n):
+    count = 0
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            count += 1 if d * d == n else 2
+        d += 1
+    return count
+''', '''
+def most_divisible(low, high):
+    best = low
+    best_count = aux(low)
+    for n in range(low + 1, high + 1):
+        c = aux(n)
+        if c > best_count:
+            best, best_count = n, c
+    return best
+''', '''
+assert candidate(1, 10) == 6
+assert candidate(13, 13) == 13
+assert candidate(1, 1) == 1
+assert candidate(1, 3) == 2
+assert candidate(7, 9) == 8
+assert candidate(10, 20) == 12
+assert candidate(25, 37) == 36
+assert candidate(25, 35) == 30
+assert candidate(1, 100) == 60
+''')
+
+_p("perfect_numbers", '''
+def perfect_numbers(limit: int) -> List[int]:
+    """Return the perfect numbers up to `limit` inclusive (numbers equal to the sum of their
+    positive divisors other than themselves), in increasing order.
+    >>> perfect_numbers(30)
+    [6, 28]
+    >>> perfect_numbers(5)
+    []
+    """
+''', '''
+def aux(n):
+    if n < 2:
+        return 0
+    total = 1
+    d = 2
+    while d * d <= n:
+        if n % d == 0:
+            total += d
+            if d * d != n:
+                total += n // d
+        d += 1
+    return total
+''', '''
+def perfect_numbers(limit):
+    found = []
+    for n in range(2, limit + 1):
+        if aux(n) == n:
+            found.append(n)
+    return found
+''', '''
+assert candidate(30) == [6, 28]
+assert candidate(5) == []
+assert candidate(6) == [6]
+assert candidate(27) == [6]
+assert candidate(28) == [6, 28]
+assert candidate(1) == []
+assert candidate(500) == [6, 28, 496]
+''', imports="from typing import List")
+
+_p("least_common_multiple", '''
+def least_common_multiple(values: List[int]) -> int:
+    """Return the least common multiple of a list of positive integers; an empty list gives 1.
+    >>> least_common_multiple([4, 6])
+    12
+    >>> least_common_multiple([2, 3, 5, 7])
+    210
+    """
+''', '''
+def aux(a, b):
+    while b:
+        a, b = b, a % b
+    return a
+''', '''
+def least_common_multiple(values):
+    result = 1
+    for v in values:
+        result = result * v // aux(result, v)
+    return result
+''', '''
+assert candidate([4, 6]) == 12
+assert candidate([2, 3, 5, 7]) == 210
+assert candidate([]) == 1
+assert candidate([9]) == 9
+assert candidate([3, 3]) == 3
+assert candidate([8, 12, 18]) == 72
+assert candidate([1, 1, 1]) == 1
+assert candidate([10, 15, 4]) == 60
+''', imports="from typing import List")
+
+_p("reduce_ratio", '''
+def reduce_ratio(fraction: str) -> str:
+    """Reduce a fraction "a/b" of integers (b != 0, either may be negative) to lowest terms with a
+    positive denominator. Write the result as "p/q", or just "p" when the denominator is 1.
+    >>> reduce_ratio("6/8")
+    '3/4'
+    >>> reduce_ratio("10/-5")
+    '-2'
+    """
+''', '''
+def aux(a, b):
+    a, b = abs(a), abs(b)
+    while b:
+        a, b = b, a % b
+    return a
+''', '''
+def reduce_ratio(fraction):
+    top, bottom = (int(x) for x in fraction.split("/"))
+    if bottom < 0:
+        top, bottom = -top, -bottom
+    g = aux(top, bottom)
+    top //= g
+    bottom //= g
+    if bottom == 1:
+        return str(top)
+    return f"{top}/{bottom}"
+''', '''
+assert candidate("6/8") == "3/4"
+assert candidate("10/-5") == "-2"
+assert candidate("0/7") == "0"
+assert candidate("3/1") == "3"
+assert candidate("-4/6") == "-2/3"
+assert candidate("-4/-6") == "2/3"
+assert candidate("7/13") == "7/13"
+assert candidate("100/25") == "4"
+''')
+
+_p("product_persistence", '''
+def product_persistence(n: int) -> int:
+    """Count how many times the non-negative number n must be replaced by the product of its decimal
+    digits until it has a single digit.
+    >>> product_persistence(39)
+    3
+    >>> product_persistence(7)
+    0
+    """
+''', '''
+def aux(n):
+    product = 1
+    for ch in str(n):
+        product *= int(ch)
+    return product
+''', '''
+def product_persistence(n):
+    steps = 0
+    while n >= 10:
+        n = aux(n)
+        steps += 1
+    return steps
+''', '''
+assert candidate(39) == 3
+assert candidate(7) == 0
+assert candidate(0) == 0
+assert candidate(10) == 1
+assert candidate(25) == 2
+assert candidate(999) == 4
+assert candidate(277777788888899) == 11
+''')
+
+_p("happy_steps", '''
+def happy_steps(n: int) -> int:
+    """Starting from a positive number n, repeatedly replace it by the sum of the squares of its
+    decimal digits. Return the number of replacements needed to reach 1, or -1 if the sequence
+    never reaches 1 (it falls into a cycle).
+    >>> happy_steps(19)
+    4
+    >>> happy_steps(4)
+    -1
+    """
+''', '''
+def aux(n):
+    total = 0
+    while n > 0:
+        n, d = divmod(n, 10)
+        total += d * d
+    return total
+''', '''
+def happy_steps(n):
+    seen = set()
+    steps = 0
+    while n != 1:
+        if n in seen:
+            return -1
+        seen.add(n)
+        n = aux(n)
+        steps += 1
+    return steps
+''', '''
+assert candidate(19) == 4
+assert candidate(4) == -1
+assert candidate(1) == 0
+assert candidate(10) == 1
+assert candidate(7) == 5
+assert candidate(2) == -1
+assert candidate(100) == 1
+assert candidate(13) == 2
+''')
+
+_p("in_base", '''
+def in_base(n: int, base: int) -> str:
+    """Write the integer n in the given base (2 <= base <= 36) using the digits 0-9 then upper-case
+    A-Z, with a leading '-' for negative numbers. Zero is "0".
+    >>> in_base(255, 16)
+    'FF'
+    >>> in_base(-5, 2)
+    '-101'
+    """
+''', '''
+def aux(n, base):
+    digits = []
+    while n > 0:
+        n, d = divmod(n, base)
+        digits.append(d)
+    return digits[::-1]
+''', '''
+def in_base(n, base):
+    if n == 0:
+        return "0"
+    symbols = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    text = "".join(symbols[d] for d in aux(abs(n), base))
+    if n < 0:
+        text = "-" + text
+    return text
+''', '''
+assert candidate(255, 16) == "FF"
+assert candidate(-5, 2) == "-101"
+assert candidate(0, 7) == "0"
+assert candidate(35, 36) == "Z"
+assert candidate(36, 36) == "10"
+assert candidate(8, 8) == "10"
+assert candidate(1, 2) == "1"
+assert candidate(-100, 10) == "-100"
+''')
+
+_p("longest_collatz_start", '''
+def longest_collatz_start(limit: int) -> int:
+    """Among the starting values 1..limit (limit >= 1), return the one whose Collatz sequence
+    (n -> n / 2 if n is even, else 3n + 1, until reaching 1) takes the most steps; on a tie the
+    smallest start wins.
+    >>> longest_collatz_start(10)
+    9
+    >>> longest_collatz_start(1)
+    1
+    """
+''', '''
+def aux(n):
+    steps = 0
+    while n != 1:
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+        steps += 1
+    return steps
+''', '''
+def longest_collatz_start(limit):
+    best, best_steps = 1, 0
+    for start in range(2, limit + 1):
+        s = aux(start)
+        if s > best_steps:
+            best, best_steps = start, s
+    return best
+''', '''
+assert candidate(10) == 9
+assert candidate(1) == 1
+assert candidate(2) == 2
+assert candidate(3) == 3
+assert candidate(6) == 6
+assert candidate(8) == 7
+assert candidate(100) == 97
+''')
+
+_p("coprime_total", '''
+def coprime_total(n: int) -> int:
+    """Return how many integers k with 1 <= k <= n have no common divisor with n other than 1.
+    n is at least 1.
+    >>> coprime_total(9)
+    6
+    >>> coprime_total(1)
+    1
+    """
+''', '''
+def aux(a, b):
+    while b:
+        a, b = b, a % b
+    return a
+''', '''
+def coprime_total(n):
+    count = 0
+    for k in range(1, n + 1):
+        if aux(k, n) == 1:
+            count += 1
+    return count
+''', '''
+assert candidate(9) == 6
+assert candidate(1) == 1
+assert candidate(2) == 1
+assert candidate(7) == 6
+assert candidate(10) == 4
+assert candidate(12) == 4
+assert candidate(36) == 12
+''')
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parsing small formats
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("expand_ranges", '''
+def expand_ranges(spec: str) -> List[int]:
+    """Expand a comma-separated list of items, each a number "n" or an inclusive range "a-b" of
+    non-negative integers, into the sorted list of the numbers it names, each once. A range with
+    a > b names nothing. Spaces are ignored; an empty spec names nothing.
+    >>> expand_ranges("1-3,5,7-8")
+    [1, 2, 3, 5, 7, 8]
+    >>> expand_ranges("4, 2-4")
+    [2, 3, 4]
+    """
+''', '''
+def aux(item):
+    if "-" in item:
+        low, high = item.split("-")
+        return int(low), int(high)
+    return int(item), int(item)
+''', '''
+def expand_ranges(spec):
+    numbers = set()
+    for item in spec.replace(" ", "").split(","):
+        if not item:
+            continue
+        low, high = aux(item)
+        numbers.update(range(low, high + 1))
+    return sorted(numbers)
+''', '''
+assert candidate("1-3,5,7-8") == [1, 2, 3, 5, 7, 8]
+assert candidate("4, 2-4") == [2, 3, 4]
+assert candidate("") == []
+assert candidate("0") == [0]
+assert candidate("5-5") == [5]
+assert candidate("9-7") == []
+assert candidate("10-12,1") == [1, 10, 11, 12]
+''', imports="from typing import List")
+
+_p("collapse_ranges", '''
+def collapse_ranges(numbers: List[int]) -> str:
+    """Describe a list of integers (any order, repeats allowed) as a comma-separated list of
+    maximal runs of consecutive values in ascending order: a run of one value is written "n", a
+    longer run "a-b". An empty list gives "".
+    >>> collapse_ranges([1, 2, 3, 5, 7, 8])
+    '1-3,5,7-8'
+    >>> collapse_ranges([4, 2, 3, 3])
+    '2-4'
+    """
+''', '''
+def aux(numbers):
+    runs = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return runs
+''', '''
+def collapse_ranges(numbers):
+    parts = []
+    for low, high in aux(numbers):
+        if low == high:
+            parts.append(str(low))
+        else:
+            parts.append(f"{low}-{high}")
+    return ",".join(parts)
+''', '''
+assert candidate([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8"
+assert candidate([4, 2, 3, 3]) == "2-4"
+assert candidate([]) == ""
+assert candidate([6]) == "6"
+assert candidate([1, 3, 5]) == "1,3,5"
+assert candidate([10, 11]) == "10-11"
+assert candidate([0, 1, 2, 4, 5, 9]) == "0-2,4-5,9"
+''', imports="from typing import List")
+
+_p("postfix_value", '''
+def postfix_value(expression: str) -> int:
+    """Evaluate an expression in postfix (reverse Polish) notation: tokens separated by spaces are
+    integers (possibly negative) or the operators + - * /, where / divides and truncates toward zero.
+    The expression is well formed.
+    >>> postfix_value("3 4 + 2 *")
+    14
+    >>> postfix_value("7 -2 /")
+    -3
+    """
+''', '''
+def aux(op, a, b):
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+''', '''
+def postfix_value(expression):
+    stack = []
+    for token in expression.split():
+        if token in ("+", "-", "*", "/"):
+            b = stack.pop()
+            a = stack.pop()
+            stack.append(aux(token, a, b))
+        else:
+            stack.append(int(token))
+    return stack[-1]
+''', '''
+assert candidate("3 4 + 2 *") == 14
+assert candidate("7 -2 /") == -3
+assert candidate("5") == 5
+assert candidate("10 3 -") == 7
+assert candidate("3 10 -") == -7
+assert candidate("7 2 /") == 3
+assert candidate("-7 2 /") == -3
+assert candidate("2 3 4 * +") == 14
+assert candidate("1 2 - 3 -") == -4
+''')
+
+_p("sum_expression", '''
+def sum_expression(expression: str) -> int:
+    """Evaluate a string made of non-negative integers joined by '+' and '-' (with any spaces), from
+    left to right. A leading '-' negates the first number. An empty or blank string is 0.
+    >>> sum_expression("12 + 3 - 4")
+    11
+    >>> sum_expression("-5+2")
+    -3
+    """
+''', '''
+def aux(expression):
+    tokens = []
+    number = ""
+    for ch in expression:
+        if ch.isdigit():
+            number += ch
+        elif ch in "+-":
+            if number:
+                tokens.append(number)
+                number = ""
+            tokens.append(ch)
+    if number:
+        tokens.append(number)
+    return tokens
+''', '''
+def sum_expression(expression):
+    total = 0
+    sign = 1
+    for token in aux(expression):
+        if token == "+":
+            sign = 1
+        elif token == "-":
+            sign = -1
+        else:
+            total += sign * int(token)
+    return total
+''', '''
+assert candidate("12 + 3 - 4") == 11
+assert candidate("-5+2") == -3
+assert candidate("") == 0
+assert candidate("   ") == 0
+assert candidate("42") == 42
+assert candidate("1-2-3") == -4
+assert candidate("100 - 1 + 10") == 109
+''')
+
+_p("duration_seconds", '''
+def duration_seconds(text: str) -> int:
+    """Convert a duration such as "1h30m15s" to seconds. The text is a sequence of parts, each a
+    whole number followed by a unit: 'd' (day), 'h', 'm' or 's'; units may repeat and come in any
+    order. An empty text is 0 seconds.
+    >>> duration_seconds("1h30m15s")
+    5415
+    >>> duration_seconds("2d")
+    172800
+    """
+''', '''
+def aux(text):
+    parts = []
+    number = ""
+    for ch in text:
+        if ch.isdigit():
+            number += ch
+        else:
+            parts.append((int(number), ch))
+            number = ""
+    return parts
+''', '''
+def duration_seconds(text):
+    unit_seconds = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    total = 0
+    for amount, unit in aux(text):
+        total += amount * unit_seconds[unit]
+    return total
+''', '''
+assert candidate("1h30m15s") == 5415
+assert candidate("2d") == 172800
+assert candidate("") == 0
+assert candidate("45s") == 45
+assert candidate("90m") == 5400
+assert candidate("1m1m") == 120
+assert candidate("10s1d") == 86410
+assert candidate("0h") == 0
+''')
+
+_p("column_total", '''
+def column_total(rows: List[str], column: str) -> int:
+    """`rows` are the lines of a small comma-separated table whose first line is the header. Return
+    the sum of the integer values in the named column; empty cells count as 0, and a row with fewer
+    cells than the header is treated as if the missing cells were empty. A missing column gives 0.
+    >>> column_total(["name,qty,price", "pen,3,2", "ink,,9", "pad,4,1"], "qty")
+    7
+    >>> column_total(["a,b", "1,2"], "c")
+    0
+    """
+''', '''
+def aux(rows):
+    if not rows:
+        return []
+    header = rows[0].split(",")
+    records = []
+    for line in rows[1:]:
+        cells = line.split(",")
+        records.append({name: (cells[i] if i < len(cells) else "") for i, name in enumerate(header)})
+    return records
+''', '''
+def column_total(rows, column):
+    total = 0
+    for record in aux(rows):
+        cell = record.get(column, "").strip()
+        if cell:
+            total += int(cell)
+    return total
+''', '''
+assert candidate(["name,qty,price", "pen,3,2", "ink,,9", "pad,4,1"], "qty") == 7
+assert candidate(["name,qty,price", "pen,3,2", "ink,,9", "pad,4,1"], "price") == 12
+assert candidate(["a,b", "1,2"], "c") == 0
+assert candidate([], "a") == 0
+assert candidate(["a,b"], "a") == 0
+assert candidate(["a,b", "5", "6,7"], "b") == 7
+assert candidate(["x", "-3", "10"], "x") == 7
+''', imports="from typing import List")
+
+_p("version_order", '''
+def version_order(first: str, second: str) -> int:
+    """Compare two version strings made of non-negative integers separated by dots, part by part
+    numerically; missing trailing parts count as 0 (so "1.2" equals "1.2.0"). Return -1 if the
+    first is older, 1 if it is newer and 0 if they are equal.
+    >>> version_order("1.2.10", "1.2.9")
+    1
+    >>> version_order("1.0", "1")
+    0
+    """
+''', '''
+def aux(version, length):
+    parts = [int(p) for p in version.split(".")]
+    return parts + [0] * (length - len(parts))
+''', '''
+def version_order(first, second):
+    length = max(first.count("."), second.count(".")) + 1
+    a = aux(first, length)
+    b = aux(second, length)
+    if a < b:
+        return -1
+    if a > b:
+        return 1
+    return 0
+''', '''
+assert candidate("1.2.10", "1.2.9") == 1
+assert candidate("1.0", "1") == 0
+assert candidate("1.2", "1.10") == -1
+assert candidate("2", "10") == -1
+assert candidate("0.0.1", "0") == 1
+assert candidate("3.4.5", "3.4.5") == 0
+assert candidate("1.0.0.1", "1.0.1") == -1
+''')
+
+_p("ipv4_number", '''
+def ipv4_number(address: str) -> int:
+    """Convert a dotted IPv4 address "a.b.c.d" to its 32-bit number a*256**3 + b*256**2 + c*256 + d.
+    Return -1 if the address is invalid: not exactly four parts, a part that is empty or not all
+    decimal digits, or a part above 255.
+    >>> ipv4_number("192.168.0.1")
+    3232235521
+    >>> ipv4_number("1.2.3")
+    -1
+    """
+''', '''
+def aux(address):
+    parts = address.split(".")
+    if len(parts) != 4:
+        return None
+    octets = []
+    for part in parts:
+        if not part.isdigit() or int(part) > 255:
+            return None
+        octets.append(int(part))
+    return octets
+''', '''
+def ipv4_number(address):
+    octets = aux(address)
+    if octets is None:
+        return -1
+    value = 0
+    for octet in octets:
+        value = value * 256 + octet
+    return value
+''', '''
+assert candidate("192.168.0.1") == 3232235521
+assert candidate("1.2.3") == -1
+assert candidate("0.0.0.0") == 0
+assert candidate("255.255.255.255") == 4294967295
+assert candidate("256.0.0.1") == -1
+assert candidate("1..2.3") == -1
+assert candidate("10.0.0.a") == -1
+assert candidate("0.0.1.0") == 256
+assert candidate("1.2.3.4.5") == -1
+''')
+
 
 if __name__ == "__main__":
     main()
