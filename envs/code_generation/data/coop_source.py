@@ -2080,6 +2080,516 @@ assert candidate("0.0.1.0") == 256
 assert candidate("1.2.3.4.5") == -1
 ''')
 
+# ----------------------------------------------------------------------------------------------------------------
+# Intervals
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("covered_length", '''
+def covered_length(intervals: List[Tuple[int, int]]) -> int:
+    """Each interval (start, end) with start <= end covers the points start <= x < end. Return the
+    total length covered by the union of the intervals (overlaps are counted once).
+    >>> covered_length([(1, 4), (2, 6), (8, 9)])
+    6
+    >>> covered_length([])
+    0
+    """
+''', '''
+def aux(intervals):
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+''', '''
+def covered_length(intervals):
+    total = 0
+    for start, end in aux(intervals):
+        total += end - start
+    return total
+''', '''
+assert candidate([(1, 4), (2, 6), (8, 9)]) == 6
+assert candidate([]) == 0
+assert candidate([(3, 3)]) == 0
+assert candidate([(0, 10), (2, 3)]) == 10
+assert candidate([(5, 7), (1, 2)]) == 3
+assert candidate([(1, 2), (2, 3)]) == 2
+assert candidate([(-5, -1), (-3, 2)]) == 7
+''', imports="from typing import List, Tuple")
+
+_p("free_slots", '''
+def free_slots(busy: List[Tuple[int, int]], start: int, end: int) -> List[Tuple[int, int]]:
+    """Busy periods are (a, b) with a < b, possibly overlapping and unsorted. Return the free
+    periods inside the window [start, end] as sorted (a, b) pairs with a < b: the maximal stretches
+    of the window that no busy period covers. Touching busy periods leave no gap between them.
+    >>> free_slots([(9, 10), (12, 13), (9, 11)], 8, 14)
+    [(8, 9), (11, 12), (13, 14)]
+    >>> free_slots([(0, 5)], 1, 4)
+    []
+    >>> free_slots([(2, 4), (6, 9)], 2, 6)
+    [(4, 6)]
+    """
+''', '''
+def aux(periods):
+    merged = []
+    for a, b in sorted(periods):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+''', '''
+def free_slots(busy, start, end):
+    slots = []
+    cursor = start
+    for a, b in aux(busy):
+        if a >= end:
+            break
+        if a > cursor:
+            slots.append((cursor, a))
+        cursor = max(cursor, b)
+    if cursor < end:
+        slots.append((cursor, end))
+    return slots
+''', '''
+assert candidate([(9, 10), (12, 13), (9, 11)], 8, 14) == [(8, 9), (11, 12), (13, 14)]
+assert candidate([(0, 5)], 1, 4) == []
+assert candidate([], 2, 6) == [(2, 6)]
+assert candidate([(1, 2), (2, 3)], 0, 4) == [(0, 1), (3, 4)]
+assert candidate([(10, 20)], 0, 5) == [(0, 5)]
+assert candidate([(3, 7)], 5, 10) == [(7, 10)]
+assert candidate([(0, 1)], 5, 8) == [(5, 8)]
+assert candidate([(2, 4), (6, 9)], 2, 6) == [(4, 6)]
+assert candidate([(4, 6)], 0, 4) == [(0, 4)]
+''', imports="from typing import List, Tuple")
+
+_p("peak_overlap", '''
+def peak_overlap(intervals: List[Tuple[int, int]]) -> int:
+    """Each interval (start, end) with start < end occupies the half-open stretch start <= x < end.
+    Return the largest number of intervals that occupy one common point (0 for no intervals).
+    An interval ending where another starts does not overlap it.
+    >>> peak_overlap([(1, 5), (2, 6), (4, 8), (6, 7)])
+    3
+    >>> peak_overlap([(1, 2), (2, 3)])
+    1
+    """
+''', '''
+def aux(intervals):
+    events = []
+    for start, end in intervals:
+        events.append((start, 1))
+        events.append((end, -1))
+    return sorted(events)
+''', '''
+def peak_overlap(intervals):
+    current = 0
+    best = 0
+    for _, change in aux(intervals):
+        current += change
+        if current > best:
+            best = current
+    return best
+''', '''
+assert candidate([(1, 5), (2, 6), (4, 8), (6, 7)]) == 3
+assert candidate([(1, 2), (2, 3)]) == 1
+assert candidate([]) == 0
+assert candidate([(0, 10)]) == 1
+assert candidate([(0, 10), (0, 10), (0, 10)]) == 3
+assert candidate([(1, 3), (5, 7), (2, 6)]) == 2
+assert candidate([(5, 6), (1, 2), (1, 9), (5, 9)]) == 3
+''', imports="from typing import List, Tuple")
+
+_p("common_intervals", '''
+def common_intervals(first: List[Tuple[int, int]], second: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """Each list holds closed intervals (a, b), a <= b, sorted and pairwise disjoint. Return the
+    sorted list of the non-empty intersections of an interval of the first list with an interval of
+    the second (a single shared point (x, x) counts).
+    >>> common_intervals([(0, 2), (5, 10)], [(1, 5), (8, 12)])
+    [(1, 2), (5, 5), (8, 10)]
+    >>> common_intervals([(1, 3)], [])
+    []
+    """
+''', '''
+def aux(a, b):
+    low = max(a[0], b[0])
+    high = min(a[1], b[1])
+    if low <= high:
+        return (low, high)
+    return None
+''', '''
+def common_intervals(first, second):
+    result = []
+    i = j = 0
+    while i < len(first) and j < len(second):
+        piece = aux(first[i], second[j])
+        if piece is not None:
+            result.append(piece)
+        if first[i][1] < second[j][1]:
+            i += 1
+        else:
+            j += 1
+    return result
+''', '''
+assert candidate([(0, 2), (5, 10)], [(1, 5), (8, 12)]) == [(1, 2), (5, 5), (8, 10)]
+assert candidate([(1, 3)], []) == []
+assert candidate([(1, 10)], [(2, 3), (5, 6)]) == [(2, 3), (5, 6)]
+assert candidate([(1, 2)], [(3, 4)]) == []
+assert candidate([(0, 5)], [(0, 5)]) == [(0, 5)]
+assert candidate([(1, 4), (6, 9)], [(4, 6)]) == [(4, 4), (6, 6)]
+''', imports="from typing import List, Tuple")
+
+_p("points_inside", '''
+def points_inside(intervals: List[Tuple[int, int]], points: List[int]) -> int:
+    """Count the points that lie inside at least one of the closed intervals (a, b) (a <= x <= b).
+    A point listed twice counts twice.
+    >>> points_inside([(1, 3), (10, 12)], [0, 2, 3, 11, 20])
+    3
+    >>> points_inside([], [1])
+    0
+    """
+''', '''
+def aux(intervals, x):
+    for a, b in intervals:
+        if a <= x <= b:
+            return True
+    return False
+''', '''
+def points_inside(intervals, points):
+    count = 0
+    for x in points:
+        if aux(intervals, x):
+            count += 1
+    return count
+''', '''
+assert candidate([(1, 3), (10, 12)], [0, 2, 3, 11, 20]) == 3
+assert candidate([], [1]) == 0
+assert candidate([(1, 3)], []) == 0
+assert candidate([(1, 3)], [1, 1, 3]) == 3
+assert candidate([(5, 5)], [4, 5, 6]) == 1
+assert candidate([(0, 4), (2, 8)], [3, 8, 9, -1]) == 2
+''', imports="from typing import List, Tuple")
+
+# ----------------------------------------------------------------------------------------------------------------
+# Grids
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("island_count", '''
+def island_count(grid: List[str]) -> int:
+    """The grid is a list of equal-length rows of '#' (land) and '.' (water). Count the islands:
+    groups of land cells connected through their up, down, left and right neighbours.
+    >>> island_count(["#..#", "#..#", "..#."])
+    3
+    >>> island_count([])
+    0
+    """
+''', '''
+def aux(grid, seen, row, col):
+    stack = [(row, col)]
+    seen.add((row, col))
+    size = 0
+    while stack:
+        r, c = stack.pop()
+        size += 1
+        for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+            if 0 <= nr < len(grid) and 0 <= nc < len(grid[nr]) and grid[nr][nc] == "#" and (nr, nc) not in seen:
+                seen.add((nr, nc))
+                stack.append((nr, nc))
+    return size
+''', '''
+def island_count(grid):
+    seen = set()
+    islands = 0
+    for r in range(len(grid)):
+        for c in range(len(grid[r])):
+            if grid[r][c] == "#" and (r, c) not in seen:
+                if aux(grid, seen, r, c) > 0:
+                    islands += 1
+    return islands
+''', '''
+assert candidate(["#..#", "#..#", "..#."]) == 3
+assert candidate([]) == 0
+assert candidate(["...", "..."]) == 0
+assert candidate(["###", "#.#", "###"]) == 1
+assert candidate(["#.#", ".#.", "#.#"]) == 5
+assert candidate(["#"]) == 1
+assert candidate(["##..", "....", "..##", "..#."]) == 2
+''', imports="from typing import List")
+
+_p("largest_island_area", '''
+def largest_island_area(grid: List[str]) -> int:
+    """The grid is a list of equal-length rows of '#' (land) and '.' (water). Return the number of
+    cells of the largest island (land cells connected up, down, left or right), or 0 if there is
+    no land.
+    >>> largest_island_area(["##.", "#..", "..#"])
+    3
+    >>> largest_island_area(["..."])
+    0
+    """
+''', '''
+def aux(grid, seen, start):
+    queue = [start]
+    seen.add(start)
+    area = 0
+    while queue:
+        r, c = queue.pop()
+        area += 1
+        for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+            if 0 <= nr < len(grid) and 0 <= nc < len(grid[0]) and grid[nr][nc] == "#" and (nr, nc) not in seen:
+                seen.add((nr, nc))
+                queue.append((nr, nc))
+    return area
+''', '''
+def largest_island_area(grid):
+    seen = set()
+    best = 0
+    for r, row in enumerate(grid):
+        for c, cell in enumerate(row):
+            if cell == "#" and (r, c) not in seen:
+                best = max(best, aux(grid, seen, (r, c)))
+    return best
+''', '''
+assert candidate(["##.", "#..", "..#"]) == 3
+assert candidate(["..."]) == 0
+assert candidate([]) == 0
+assert candidate(["#"]) == 1
+assert candidate(["#.#", ".#.", "#.#"]) == 1
+assert candidate(["####", "...#", "##.#"]) == 6
+assert candidate(["#.##", "#.##", "#..."]) == 4
+''', imports="from typing import List")
+
+_p("maze_steps", '''
+def maze_steps(maze: List[str]) -> int:
+    """The maze is a list of equal-length rows of '.' (open) and '#' (wall). Return the least number
+    of moves (up, down, left, right, staying on open cells) from the top-left cell to the
+    bottom-right cell, or -1 if either cell is a wall or there is no way through.
+    >>> maze_steps(["..#", "#..", "#.."])
+    4
+    >>> maze_steps([".#", "#."])
+    -1
+    """
+''', '''
+def aux(maze, r, c):
+    cells = []
+    for nr, nc in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)):
+        if 0 <= nr < len(maze) and 0 <= nc < len(maze[0]) and maze[nr][nc] == ".":
+            cells.append((nr, nc))
+    return cells
+''', '''
+def maze_steps(maze):
+    rows, cols = len(maze), len(maze[0])
+    if maze[0][0] != "." or maze[rows - 1][cols - 1] != ".":
+        return -1
+    dist = {(0, 0): 0}
+    queue = [(0, 0)]
+    head = 0
+    while head < len(queue):
+        cell = queue[head]
+        head += 1
+        if cell == (rows - 1, cols - 1):
+            return dist[cell]
+        for nxt in aux(maze, *cell):
+            if nxt not in dist:
+                dist[nxt] = dist[cell] + 1
+                queue.append(nxt)
+    return -1
+''', '''
+assert candidate(["..#", "#..", "#.."]) == 4
+assert candidate([".#", "#."]) == -1
+assert candidate(["."]) == 0
+assert candidate(["#"]) == -1
+assert candidate(["...."]) == 3
+assert candidate([".", ".", "."]) == 2
+assert candidate(["..", ".#"]) == -1
+assert candidate(["...", "##.", "...", ".##", "..."]) == 10
+''', imports="from typing import List")
+
+_p("turn_clockwise", '''
+def turn_clockwise(matrix: List[List[int]]) -> List[List[int]]:
+    """Return the matrix (a list of equal-length rows, possibly not square) rotated a quarter turn
+    clockwise: the first column read from bottom to top becomes the first row. An empty matrix
+    gives [].
+    >>> turn_clockwise([[1, 2, 3], [4, 5, 6]])
+    [[4, 1], [5, 2], [6, 3]]
+    >>> turn_clockwise([[7]])
+    [[7]]
+    """
+''', '''
+def aux(matrix):
+    if not matrix:
+        return []
+    return [[matrix[r][c] for r in range(len(matrix))] for c in range(len(matrix[0]))]
+''', '''
+def turn_clockwise(matrix):
+    turned = []
+    for row in aux(matrix):
+        turned.append(row[::-1])
+    return turned
+''', '''
+assert candidate([[1, 2, 3], [4, 5, 6]]) == [[4, 1], [5, 2], [6, 3]]
+assert candidate([[7]]) == [[7]]
+assert candidate([]) == []
+assert candidate([[1, 2], [3, 4]]) == [[3, 1], [4, 2]]
+assert candidate([[1], [2], [3]]) == [[3, 2, 1]]
+assert candidate([[1, 2, 3]]) == [[1], [2], [3]]
+''', imports="from typing import List")
+
+_p("spiral_walk", '''
+def spiral_walk(matrix: List[List[int]]) -> List[int]:
+    """Return the elements of the matrix (equal-length rows) in clockwise spiral order, starting at
+    the top-left corner and moving right first.
+    >>> spiral_walk([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    [1, 2, 3, 6, 9, 8, 7, 4, 5]
+    >>> spiral_walk([[1, 2], [3, 4], [5, 6]])
+    [1, 2, 4, 6, 5, 3]
+    """
+''', '''
+def aux(matrix, top, left, bottom, right):
+    ring = [matrix[top][c] for c in range(left, right + 1)]
+    ring += [matrix[r][right] for r in range(top + 1, bottom + 1)]
+    if top < bottom:
+        ring += [matrix[bottom][c] for c in range(right - 1, left - 1, -1)]
+    if left < right:
+        ring += [matrix[r][left] for r in range(bottom - 1, top, -1)]
+    return ring
+''', '''
+def spiral_walk(matrix):
+    if not matrix or not matrix[0]:
+        return []
+    top, left, bottom, right = 0, 0, len(matrix) - 1, len(matrix[0]) - 1
+    order = []
+    while top <= bottom and left <= right:
+        order += aux(matrix, top, left, bottom, right)
+        top, left, bottom, right = top + 1, left + 1, bottom - 1, right - 1
+    return order
+''', '''
+assert candidate([[1, 2, 3], [4, 5, 6], [7, 8, 9]]) == [1, 2, 3, 6, 9, 8, 7, 4, 5]
+assert candidate([[1, 2], [3, 4], [5, 6]]) == [1, 2, 4, 6, 5, 3]
+assert candidate([]) == []
+assert candidate([[5]]) == [5]
+assert candidate([[1, 2, 3, 4]]) == [1, 2, 3, 4]
+assert candidate([[1], [2], [3]]) == [1, 2, 3]
+assert candidate([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]) == [1, 2, 3, 4, 8, 12, 11, 10, 9, 5, 6, 7]
+''', imports="from typing import List")
+
+_p("life_step", '''
+def life_step(board: List[str]) -> List[str]:
+    """Advance Conway's Game of Life one generation on a finite board of equal-length rows ('#' alive,
+    '.' dead); cells outside the board are dead. A live cell with 2 or 3 live neighbours (of the 8
+    around it) stays alive, a dead cell with exactly 3 comes alive, every other cell is dead.
+    >>> life_step([".#.", ".#.", ".#."])
+    ['...', '###', '...']
+    >>> life_step(["##", "##"])
+    ['##', '##']
+    """
+''', '''
+def aux(board, r, c):
+    count = 0
+    for dr in (-1, 0, 1):
+        for dc in (-1, 0, 1):
+            if (dr or dc) and 0 <= r + dr < len(board) and 0 <= c + dc < len(board[0]):
+                count += board[r + dr][c + dc] == "#"
+    return count
+''', '''
+def life_step(board):
+    result = []
+    for r in range(len(board)):
+        row = ""
+        for c in range(len(board[r])):
+            n = aux(board, r, c)
+            alive = board[r][c] == "#"
+            row += "#" if n == 3 or (alive and n == 2) else "."
+        result.append(row)
+    return result
+''', '''
+assert candidate([".#.", ".#.", ".#."]) == ["...", "###", "..."]
+assert candidate(["##", "##"]) == ["##", "##"]
+assert candidate([]) == []
+assert candidate(["#"]) == ["."]
+assert candidate(["##.", "#..", "..."]) == ["##.", "##.", "..."]
+assert candidate(["###", "###", "###"]) == ["#.#", "...", "#.#"]
+assert candidate(["#.#", "...", "..."]) == ["...", "...", "..."]
+''', imports="from typing import List")
+
+_p("mine_hints", '''
+def mine_hints(field: List[str]) -> List[str]:
+    """The field is a list of equal-length rows of '*' (mine) and '.' (empty). Return the field with
+    every empty cell replaced by the number of mines among its 8 neighbours, written as a digit,
+    or left as '.' when that number is 0. Mines stay '*'.
+    >>> mine_hints(["*..", "...", "..*"])
+    ['*1.', '121', '.1*']
+    >>> mine_hints(["..."])
+    ['...']
+    """
+''', '''
+def aux(field, r, c):
+    total = 0
+    for nr in range(r - 1, r + 2):
+        for nc in range(c - 1, c + 2):
+            if 0 <= nr < len(field) and 0 <= nc < len(field[nr]) and field[nr][nc] == "*":
+                total += 1
+    return total
+''', '''
+def mine_hints(field):
+    out = []
+    for r, row in enumerate(field):
+        cells = []
+        for c, ch in enumerate(row):
+            if ch == "*":
+                cells.append("*")
+            else:
+                n = aux(field, r, c)
+                cells.append(str(n) if n > 0 else ".")
+        out.append("".join(cells))
+    return out
+''', '''
+assert candidate(["*..", "...", "..*"]) == ["*1.", "121", ".1*"]
+assert candidate(["..."]) == ["..."]
+assert candidate([]) == []
+assert candidate(["*"]) == ["*"]
+assert candidate(["*.*"]) == ["*2*"]
+assert candidate(["***", "*.*", "***"]) == ["***", "*8*", "***"]
+assert candidate([".", "*", "."]) == ["1", "*", "1"]
+''', imports="from typing import List")
+
+_p("cheapest_descent", '''
+def cheapest_descent(costs: List[List[int]]) -> int:
+    """Walk from the top-left to the bottom-right cell of a non-empty grid of costs, moving only right
+    or down. Return the smallest possible sum of the costs of the cells visited (both ends included).
+    >>> cheapest_descent([[1, 3, 1], [1, 5, 1], [4, 2, 1]])
+    7
+    >>> cheapest_descent([[5]])
+    5
+    """
+''', '''
+def aux(previous, row):
+    current = []
+    for c, cost in enumerate(row):
+        options = [previous[c]]
+        if c > 0:
+            options.append(current[c - 1])
+        current.append(cost + min(options))
+    return current
+''', '''
+def cheapest_descent(costs):
+    best = []
+    total = 0
+    for cost in costs[0]:
+        total += cost
+        best.append(total)
+    for row in costs[1:]:
+        best = aux(best, row)
+    return best[-1]
+''', '''
+assert candidate([[1, 3, 1], [1, 5, 1], [4, 2, 1]]) == 7
+assert candidate([[5]]) == 5
+assert candidate([[1, 2, 3]]) == 6
+assert candidate([[1], [2], [3]]) == 6
+assert candidate([[1, 2], [1, 1]]) == 3
+assert candidate([[0, 9, 9], [0, 0, 9], [9, 0, 0]]) == 0
+assert candidate([[2, 1], [3, 4], [1, 1]]) == 7
+''', imports="from typing import List")
+
 
 if __name__ == "__main__":
     main()
