@@ -2590,6 +2590,615 @@ assert candidate([[0, 9, 9], [0, 0, 9], [9, 0, 0]]) == 0
 assert candidate([[2, 1], [3, 4], [1, 1]]) == 7
 ''', imports="from typing import List")
 
+# ----------------------------------------------------------------------------------------------------------------
+# Dates without libraries
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("ordinal_day", '''
+def ordinal_day(date: str) -> int:
+    """Return the day of the year (1 for January 1st) of a Gregorian date "YYYY-MM-DD". A year is a
+    leap year when divisible by 4, except centuries, which must be divisible by 400.
+    >>> ordinal_day("2024-03-01")
+    61
+    >>> ordinal_day("2023-12-31")
+    365
+    """
+''', '''
+def aux(year):
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    return [31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+''', '''
+def ordinal_day(date):
+    year, month, day = (int(x) for x in date.split("-"))
+    lengths = aux(year)
+    return sum(lengths[:month - 1]) + day
+''', '''
+assert candidate("2024-03-01") == 61
+assert candidate("2023-12-31") == 365
+assert candidate("2024-12-31") == 366
+assert candidate("2023-01-01") == 1
+assert candidate("1900-03-01") == 60
+assert candidate("2000-03-01") == 61
+assert candidate("2021-02-28") == 59
+assert candidate("2022-07-04") == 185
+''')
+
+_p("days_apart", '''
+def days_apart(first: str, second: str) -> int:
+    """Return the number of days between two Gregorian dates "YYYY-MM-DD" (a non-negative number,
+    whichever date comes first). Leap years are divisible by 4, except centuries not divisible by 400.
+    >>> days_apart("2024-02-28", "2024-03-01")
+    2
+    >>> days_apart("2001-01-01", "2000-01-01")
+    366
+    """
+''', '''
+def aux(date):
+    year, month, day = (int(x) for x in date.split("-"))
+    y = year - 1
+    days = y * 365 + y // 4 - y // 100 + y // 400
+    lengths = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
+        lengths[1] = 29
+    return days + sum(lengths[:month - 1]) + day
+''', '''
+def days_apart(first, second):
+    a = aux(first)
+    b = aux(second)
+    if a > b:
+        a, b = b, a
+    return b - a
+''', '''
+assert candidate("2024-02-28", "2024-03-01") == 2
+assert candidate("2001-01-01", "2000-01-01") == 366
+assert candidate("2020-05-05", "2020-05-05") == 0
+assert candidate("2023-02-28", "2023-03-01") == 1
+assert candidate("1900-02-28", "1900-03-01") == 1
+assert candidate("1999-12-31", "2000-01-01") == 1
+assert candidate("1970-01-01", "2000-01-01") == 10957
+assert candidate("2100-01-01", "2101-01-01") == 365
+''')
+
+_p("weekday_of", '''
+def weekday_of(date: str) -> str:
+    """Return the English name of the weekday ("Monday" ... "Sunday") of a Gregorian date
+    "YYYY-MM-DD" (years 1 and later). For reference, 1970-01-01 was a Thursday.
+    >>> weekday_of("1970-01-02")
+    'Friday'
+    >>> weekday_of("2000-02-29")
+    'Tuesday'
+    """
+''', '''
+def aux(date):
+    year, month, day = (int(x) for x in date.split("-"))
+    y = year - 1
+    days = y * 365 + y // 4 - y // 100 + y // 400
+    lengths = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0):
+        lengths[1] = 29
+    return days + sum(lengths[:month - 1]) + day
+''', '''
+def weekday_of(date):
+    names = ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"]
+    offset = (aux(date) - aux("1970-01-01")) % 7
+    return names[offset]
+''', '''
+assert candidate("1970-01-02") == "Friday"
+assert candidate("2000-02-29") == "Tuesday"
+assert candidate("1970-01-01") == "Thursday"
+assert candidate("1969-12-31") == "Wednesday"
+assert candidate("2024-01-01") == "Monday"
+assert candidate("1900-03-01") == "Thursday"
+assert candidate("2023-12-31") == "Sunday"
+assert candidate("2001-09-15") == "Saturday"
+''')
+
+_p("date_after", '''
+def date_after(date: str, days: int) -> str:
+    """Return the Gregorian date "YYYY-MM-DD" that comes `days` days (days >= 0) after the given
+    date. Leap years are divisible by 4, except centuries not divisible by 400.
+    >>> date_after("2024-02-28", 2)
+    '2024-03-01'
+    >>> date_after("1999-12-31", 1)
+    '2000-01-01'
+    """
+''', '''
+def aux(year, month):
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+''', '''
+def date_after(date, days):
+    year, month, day = (int(x) for x in date.split("-"))
+    day += days
+    while day > aux(year, month):
+        day -= aux(year, month)
+        month += 1
+        if month > 12:
+            month = 1
+            year += 1
+    return f"{year:04d}-{month:02d}-{day:02d}"
+''', '''
+assert candidate("2024-02-28", 2) == "2024-03-01"
+assert candidate("1999-12-31", 1) == "2000-01-01"
+assert candidate("2023-05-17", 0) == "2023-05-17"
+assert candidate("2023-02-28", 1) == "2023-03-01"
+assert candidate("1900-02-28", 1) == "1900-03-01"
+assert candidate("2023-01-31", 30) == "2023-03-02"
+assert candidate("2023-01-01", 365) == "2024-01-01"
+assert candidate("2024-01-01", 366) == "2025-01-01"
+assert candidate("0999-12-30", 3) == "1000-01-02"
+''')
+
+_p("leap_year_count", '''
+def leap_year_count(first: int, last: int) -> int:
+    """Count the leap years from `first` to `last` inclusive (0 if first > last). A year is a leap
+    year when divisible by 4, except centuries, which must be divisible by 400.
+    >>> leap_year_count(1996, 2004)
+    3
+    >>> leap_year_count(1897, 1903)
+    0
+    """
+''', '''
+def aux(year):
+    if year % 400 == 0:
+        return True
+    if year % 100 == 0:
+        return False
+    return year % 4 == 0
+''', '''
+def leap_year_count(first, last):
+    count = 0
+    for year in range(first, last + 1):
+        if aux(year):
+            count += 1
+    return count
+''', '''
+assert candidate(1996, 2004) == 3
+assert candidate(1897, 1903) == 0
+assert candidate(2000, 2000) == 1
+assert candidate(2001, 2000) == 0
+assert candidate(2024, 2024) == 1
+assert candidate(2023, 2023) == 0
+assert candidate(1800, 2000) == 49
+assert candidate(2001, 2099) == 24
+''')
+
+# ----------------------------------------------------------------------------------------------------------------
+# Graphs
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("hop_distance", '''
+def hop_distance(edges: List[Tuple[str, str]], source: str, target: str) -> int:
+    """The edges are undirected links between named nodes. Return the least number of links on a
+    path from `source` to `target`, 0 when they are the same node, or -1 when there is no path.
+    >>> hop_distance([("a", "b"), ("b", "c"), ("c", "d"), ("a", "c")], "a", "d")
+    2
+    >>> hop_distance([("a", "b")], "a", "z")
+    -1
+    """
+''', '''
+def aux(edges):
+    graph = {}
+    for u, v in edges:
+        graph.setdefault(u, []).append(v)
+        graph.setdefault(v, []).append(u)
+    return graph
+''', '''
+def hop_distance(edges, source, target):
+    if source == target:
+        return 0
+    graph = aux(edges)
+    dist = {source: 0}
+    frontier = [source]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for other in graph.get(node, []):
+                if other not in dist:
+                    dist[other] = dist[node] + 1
+                    if other == target:
+                        return dist[other]
+                    nxt.append(other)
+        frontier = nxt
+    return -1
+''', '''
+assert candidate([("a", "b"), ("b", "c"), ("c", "d"), ("a", "c")], "a", "d") == 2
+assert candidate([("a", "b")], "a", "z") == -1
+assert candidate([], "x", "x") == 0
+assert candidate([("a", "b")], "b", "a") == 1
+assert candidate([("a", "b"), ("c", "d")], "a", "d") == -1
+assert candidate([("1", "2"), ("2", "3"), ("3", "4"), ("4", "5")], "5", "1") == 4
+assert candidate([("s", "t"), ("s", "u"), ("u", "t")], "u", "t") == 1
+''', imports="from typing import List, Tuple")
+
+_p("component_count", '''
+def component_count(n: int, edges: List[Tuple[int, int]]) -> int:
+    """A graph has the nodes 0..n-1 and the given undirected edges. Return the number of connected
+    components (an isolated node is a component of its own).
+    >>> component_count(5, [(0, 1), (1, 2), (3, 4)])
+    2
+    >>> component_count(3, [])
+    3
+    """
+''', '''
+def aux(n, edges):
+    graph = [[] for _ in range(n)]
+    for u, v in edges:
+        graph[u].append(v)
+        graph[v].append(u)
+    return graph
+''', '''
+def component_count(n, edges):
+    graph = aux(n, edges)
+    seen = [False] * n
+    components = 0
+    for start in range(n):
+        if seen[start]:
+            continue
+        components += 1
+        seen[start] = True
+        stack = [start]
+        while stack:
+            node = stack.pop()
+            for other in graph[node]:
+                if not seen[other]:
+                    seen[other] = True
+                    stack.append(other)
+    return components
+''', '''
+assert candidate(5, [(0, 1), (1, 2), (3, 4)]) == 2
+assert candidate(3, []) == 3
+assert candidate(0, []) == 0
+assert candidate(1, [(0, 0)]) == 1
+assert candidate(4, [(0, 1), (1, 2), (2, 3), (3, 0)]) == 1
+assert candidate(6, [(0, 5), (1, 4)]) == 4
+assert candidate(4, [(2, 3), (3, 2)]) == 3
+''', imports="from typing import List, Tuple")
+
+_p("build_order", '''
+def build_order(needs: Dict[str, List[str]]) -> List[str]:
+    """`needs` maps each task to the tasks that must be done before it; every task mentioned anywhere
+    is a task. Return an order doing every task after all the tasks it needs, choosing the
+    alphabetically smallest available task at each step. If the needs form a cycle return [].
+    >>> build_order({"b": ["a"], "c": ["a", "b"]})
+    ['a', 'b', 'c']
+    >>> build_order({"x": ["y"], "y": ["x"]})
+    []
+    """
+''', '''
+def aux(needs):
+    missing = {}
+    for task, before in needs.items():
+        missing.setdefault(task, 0)
+        for b in before:
+            missing.setdefault(b, 0)
+        missing[task] += len(set(before))
+    return missing
+''', '''
+def build_order(needs):
+    missing = aux(needs)
+    order = []
+    ready = sorted(t for t, n in missing.items() if n == 0)
+    while ready:
+        task = ready.pop(0)
+        order.append(task)
+        for other, before in needs.items():
+            if task in before:
+                missing[other] -= 1
+                if missing[other] == 0:
+                    ready.append(other)
+        ready.sort()
+    if len(order) < len(missing):
+        return []
+    return order
+''', '''
+assert candidate({"b": ["a"], "c": ["a", "b"]}) == ["a", "b", "c"]
+assert candidate({"x": ["y"], "y": ["x"]}) == []
+assert candidate({}) == []
+assert candidate({"solo": []}) == ["solo"]
+assert candidate({"a": ["z"], "b": []}) == ["b", "z", "a"]
+assert candidate({"d": ["b", "c"], "b": ["a"], "c": ["a"]}) == ["a", "b", "c", "d"]
+assert candidate({"a": [], "b": ["c"], "c": ["d"], "d": ["b"]}) == []
+assert candidate({"m": ["k", "k"]}) == ["k", "m"]
+''', imports="from typing import Dict, List")
+
+_p("two_colorable", '''
+def two_colorable(n: int, edges: List[Tuple[int, int]]) -> bool:
+    """A graph has the nodes 0..n-1 and the given undirected edges. Return True if its nodes can be
+    coloured with two colours so that every edge joins nodes of different colours. A self-loop
+    makes that impossible.
+    >>> two_colorable(4, [(0, 1), (1, 2), (2, 3), (3, 0)])
+    True
+    >>> two_colorable(3, [(0, 1), (1, 2), (2, 0)])
+    False
+    """
+''', '''
+def aux(n, edges):
+    graph = {node: [] for node in range(n)}
+    for u, v in edges:
+        graph[u].append(v)
+        graph[v].append(u)
+    return graph
+''', '''
+def two_colorable(n, edges):
+    graph = aux(n, edges)
+    colour = {}
+    for start in range(n):
+        if start in colour:
+            continue
+        colour[start] = 0
+        queue = [start]
+        while queue:
+            node = queue.pop()
+            for other in graph[node]:
+                if other not in colour:
+                    colour[other] = 1 - colour[node]
+                    queue.append(other)
+                elif colour[other] == colour[node]:
+                    return False
+    return True
+''', '''
+assert candidate(4, [(0, 1), (1, 2), (2, 3), (3, 0)]) == True
+assert candidate(3, [(0, 1), (1, 2), (2, 0)]) == False
+assert candidate(0, []) == True
+assert candidate(2, []) == True
+assert candidate(1, [(0, 0)]) == False
+assert candidate(6, [(0, 1), (2, 3), (3, 4), (4, 2)]) == False
+assert candidate(5, [(0, 1), (0, 2), (0, 3), (0, 4)]) == True
+''', imports="from typing import List, Tuple")
+
+_p("shared_reach", '''
+def shared_reach(graph: Dict[str, List[str]], first: str, second: str) -> List[str]:
+    """`graph` maps a node to the nodes its directed links lead to (a node may be missing as a key,
+    meaning it has no links). A node reaches itself and everything reachable by following links.
+    Return, sorted, the nodes reached from both `first` and `second`.
+    >>> shared_reach({"a": ["c"], "b": ["c"], "c": ["d"]}, "a", "b")
+    ['c', 'd']
+    >>> shared_reach({"a": ["b"]}, "a", "b")
+    ['b']
+    """
+''', '''
+def aux(graph, start):
+    seen = {start}
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        for other in graph.get(node, []):
+            if other not in seen:
+                seen.add(other)
+                stack.append(other)
+    return seen
+''', '''
+def shared_reach(graph, first, second):
+    from_first = aux(graph, first)
+    both = [node for node in aux(graph, second) if node in from_first]
+    return sorted(both)
+''', '''
+assert candidate({"a": ["c"], "b": ["c"], "c": ["d"]}, "a", "b") == ["c", "d"]
+assert candidate({"a": ["b"]}, "a", "b") == ["b"]
+assert candidate({}, "x", "x") == ["x"]
+assert candidate({}, "x", "y") == []
+assert candidate({"a": ["b"], "b": ["a"]}, "a", "b") == ["a", "b"]
+assert candidate({"p": ["q"], "r": ["s"]}, "p", "r") == []
+assert candidate({"a": ["b", "c"], "c": ["e"], "d": ["c"]}, "a", "d") == ["c", "e"]
+''', imports="from typing import Dict, List")
+
+# ----------------------------------------------------------------------------------------------------------------
+# Stacks and simulations
+# ----------------------------------------------------------------------------------------------------------------
+
+_p("collapse_polymer", '''
+def collapse_polymer(chain: str) -> str:
+    """A chain of letters reacts whenever two adjacent letters are the same letter in opposite cases
+    ("aA" or "Aa"): both disappear, which may bring new letters together. Return the chain left
+    when no more reactions are possible.
+    >>> collapse_polymer("dabAcCaCBAcCcaDA")
+    'dabCBAcaDA'
+    >>> collapse_polymer("abBA")
+    ''
+    """
+''', '''
+def aux(a, b):
+    return a != b and a.lower() == b.lower()
+''', '''
+def collapse_polymer(chain):
+    stack = []
+    for ch in chain:
+        if stack and aux(stack[-1], ch):
+            stack.pop()
+        else:
+            stack.append(ch)
+    return "".join(stack)
+''', '''
+assert candidate("dabAcCaCBAcCcaDA") == "dabCBAcaDA"
+assert candidate("abBA") == ""
+assert candidate("") == ""
+assert candidate("aa") == "aa"
+assert candidate("aA") == ""
+assert candidate("abAB") == "abAB"
+assert candidate("xXy") == "y"
+''')
+
+_p("tidy_path", '''
+def tidy_path(path: str) -> str:
+    """Simplify an absolute Unix-style path: repeated slashes act as one, "." parts are dropped, and
+    ".." removes the previous directory (at the root it does nothing). The result starts with "/",
+    has no trailing slash unless it is the root "/" itself.
+    >>> tidy_path("/home//user/./docs/../pics/")
+    '/home/user/pics'
+    >>> tidy_path("/../..")
+    '/'
+    """
+''', '''
+def aux(path):
+    return [part for part in path.split("/") if part and part != "."]
+''', '''
+def tidy_path(path):
+    stack = []
+    for part in aux(path):
+        if part == "..":
+            if stack:
+                stack.pop()
+        else:
+            stack.append(part)
+    return "/" + "/".join(stack)
+''', '''
+assert candidate("/home//user/./docs/../pics/") == "/home/user/pics"
+assert candidate("/../..") == "/"
+assert candidate("/") == "/"
+assert candidate("/a/b/c/../../d") == "/a/d"
+assert candidate("/a/./b/.") == "/a/b"
+assert candidate("/...") == "/..."
+assert candidate("/x/../../y") == "/y"
+''')
+
+_p("rover_position", '''
+def rover_position(commands: str) -> Tuple[int, int]:
+    """A rover starts at (0, 0) facing north (the direction of increasing y). The commands are
+    separated by spaces: "L" and "R" turn it 90 degrees left or right in place, and "F" followed by
+    a number moves it that many cells forward. Return its final (x, y).
+    >>> rover_position("F2 R F3")
+    (3, 2)
+    >>> rover_position("L L F1")
+    (0, -1)
+    """
+''', '''
+def aux(commands):
+    steps = []
+    for token in commands.split():
+        if token[0] == "F":
+            steps.append(("F", int(token[1:])))
+        else:
+            steps.append((token, 0))
+    return steps
+''', '''
+def rover_position(commands):
+    dx, dy = 0, 1
+    x = y = 0
+    for kind, amount in aux(commands):
+        if kind == "L":
+            dx, dy = -dy, dx
+        elif kind == "R":
+            dx, dy = dy, -dx
+        else:
+            x += dx * amount
+            y += dy * amount
+    return (x, y)
+''', '''
+assert candidate("F2 R F3") == (3, 2)
+assert candidate("L L F1") == (0, -1)
+assert candidate("") == (0, 0)
+assert candidate("L F4") == (-4, 0)
+assert candidate("R R R F2") == (-2, 0)
+assert candidate("F10 L L F3") == (0, 7)
+assert candidate("R F1 L F1 R F1") == (2, 1)
+''', imports="from typing import Tuple")
+
+_p("ledger_balance", '''
+def ledger_balance(operations: List[str]) -> Tuple[int, int]:
+    """Apply operations to an account starting at 0. Each operation is "deposit N" or "withdraw N"
+    (N a non-negative integer); a withdrawal larger than the current balance is refused and changes
+    nothing. Return (final balance, number of refused withdrawals).
+    >>> ledger_balance(["deposit 50", "withdraw 20", "withdraw 40"])
+    (30, 1)
+    >>> ledger_balance([])
+    (0, 0)
+    """
+''', '''
+def aux(operation):
+    kind, amount = operation.split()
+    return kind, int(amount)
+''', '''
+def ledger_balance(operations):
+    balance = 0
+    refused = 0
+    for op in operations:
+        kind, amount = aux(op)
+        if kind == "deposit":
+            balance += amount
+        elif amount > balance:
+            refused += 1
+        else:
+            balance -= amount
+    return (balance, refused)
+''', '''
+assert candidate(["deposit 50", "withdraw 20", "withdraw 40"]) == (30, 1)
+assert candidate([]) == (0, 0)
+assert candidate(["withdraw 1"]) == (0, 1)
+assert candidate(["deposit 10", "withdraw 10"]) == (0, 0)
+assert candidate(["deposit 5", "withdraw 6", "deposit 1", "withdraw 6"]) == (0, 1)
+assert candidate(["deposit 0", "withdraw 0"]) == (0, 0)
+assert candidate(["deposit 7", "deposit 8", "withdraw 3"]) == (12, 0)
+''', imports="from typing import List, Tuple")
+
+_p("last_standing", '''
+def last_standing(n: int, k: int) -> int:
+    """People numbered 1..n stand in a circle. Counting starts at person 1; every k-th person still
+    in the circle leaves, and counting continues with the next person. Return the number of the
+    last person left (n >= 1, k >= 1).
+    >>> last_standing(5, 2)
+    3
+    >>> last_standing(7, 3)
+    4
+    """
+''', '''
+def aux(size, index, k):
+    return (index + k - 1) % size
+''', '''
+def last_standing(n, k):
+    people = list(range(1, n + 1))
+    index = 0
+    while len(people) > 1:
+        index = aux(len(people), index, k)
+        people.pop(index)
+    return people[0]
+''', '''
+assert candidate(5, 2) == 3
+assert candidate(7, 3) == 4
+assert candidate(1, 1) == 1
+assert candidate(1, 5) == 1
+assert candidate(4, 1) == 4
+assert candidate(6, 5) == 1
+assert candidate(10, 2) == 5
+assert candidate(2, 2) == 1
+''')
+
+_p("bounce_travel", '''
+def bounce_travel(height: float, ratio: float, minimum: float) -> float:
+    """A ball is dropped from `height`. After each landing it rises to `ratio` times the height of its
+    previous fall (0 <= ratio < 1), then falls again; it stops as soon as the next rise would be lower
+    than `minimum` (minimum > 0). Return the total vertical distance the ball travels.
+    >>> bounce_travel(10.0, 0.5, 2.0)
+    25.0
+    >>> bounce_travel(3.0, 0.1, 1.0)
+    3.0
+    """
+''', '''
+def aux(height, ratio, minimum):
+    rises = []
+    h = height * ratio
+    while h >= minimum:
+        rises.append(h)
+        h *= ratio
+    return rises
+''', '''
+def bounce_travel(height, ratio, minimum):
+    total = height
+    for rise in aux(height, ratio, minimum):
+        total += 2 * rise
+    return total
+''', '''
+assert abs(candidate(10.0, 0.5, 2.0) - 25.0) < 1e-6
+assert abs(candidate(3.0, 0.1, 1.0) - 3.0) < 1e-6
+assert abs(candidate(10.0, 0.5, 2.5) - 25.0) < 1e-6
+assert abs(candidate(10.0, 0.5, 3.0) - 20.0) < 1e-6
+assert abs(candidate(5.0, 0.0, 0.1) - 5.0) < 1e-6
+assert abs(candidate(8.0, 0.5, 1.0) - 22.0) < 1e-6
+assert abs(candidate(1.0, 0.9, 0.8) - 4.42) < 1e-6
+assert abs(candidate(100.0, 0.25, 1.0) - 165.625) < 1e-6
+''')
+
 
 if __name__ == "__main__":
     main()
