@@ -1,0 +1,72 @@
+"""The team of agents: one model, tokenizer, sampler and optimizer per agent (decentralized mode).
+
+Homogeneous agents load `agent_model.name` once per agent (each agent trains its own copy); heterogeneous
+agents give one name per agent in `agents:`. With `agent_model.lora`, each agent gets its own adapter.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from cooprl.config import Config
+from cooprl.generation import Completion, HFGenerator, SamplingParams
+from cooprl.models import load_causal_lm, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Agent:
+    """One trainable policy."""
+
+    name: str
+    model: Any
+    tokenizer: Any
+    generator: HFGenerator
+    optimizer: torch.optim.Optimizer
+    params: SamplingParams
+
+    def sample(self, prompts: Sequence[str], n: int) -> list[list[Completion]]:
+        """Return n completions for each prompt."""
+        return self.generator.sample(prompts, n, self.params)
+
+
+def agent_model_names(config: Config, num_agents: int) -> list[str]:
+    """Return the model name of each agent (the `agents:` list, or agent_model.name for all)."""
+    if config.agents is None:
+        return [config.agent_model.name] * num_agents
+    if len(config.agents) != num_agents:
+        from cooprl.config import ConfigError
+        raise ConfigError(f"agents: {len(config.agents)} model names given for {num_agents} agents")
+    return list(config.agents)
+
+
+def build_team(config: Config, section: Any, num_agents: int,
+               stop_strings: Sequence[tuple[str, ...]] = ()) -> list[Agent]:
+    """Return one Agent per role with its model, sampler settings and AdamW optimizer."""
+    model_cfg = config.agent_model
+    params = SamplingParams(
+        max_new_tokens=section.max_new_tokens,
+        temperature=section.temperature if section.temperature is not None else model_cfg.temperature,
+        top_p=section.top_p if section.top_p is not None else model_cfg.top_p,
+        top_k=model_cfg.top_k)
+    team = []
+    for i, name in enumerate(agent_model_names(config, num_agents)):
+        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora)
+        tokenizer = load_tokenizer(name, model_cfg.special_tokens)
+        model.config.use_cache = True
+        generator = HFGenerator(model, tokenizer, max_prompt_tokens=max(model_cfg.max_length - section.max_new_tokens, 8),
+                                chat_template=model_cfg.chat_template)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=section.learning_rate, weight_decay=section.weight_decay)
+        agent_params = params
+        if i < len(stop_strings) and stop_strings[i]:
+            agent_params = SamplingParams(**{**params.__dict__, "stop_strings": tuple(stop_strings[i])})
+        team.append(Agent(name, model, tokenizer, generator, optimizer, agent_params))
+        n_train = sum(p.numel() for p in trainable)
+        log.info("agent %d: %s on %s, %.1fM trainable parameters", i, name, model.device, n_train / 1e6)
+    return team

@@ -1,0 +1,71 @@
+"""Metrics of rollout trees, per turn: rewards, returns, the task's reward parts, early terminations, pass@k.
+
+Training and evaluation use the same function. Evaluation rolls out `n` independent chains per problem
+(n samples at the first turn, one per chain after it) so that pass@k is the unbiased estimator over n.
+A chain that stopped early keeps its last score for the later turns (a solved problem stays solved).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import comb
+from typing import Sequence
+
+from cooprl.rollout import Node, iter_nodes
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Return the unbiased pass@k estimate from n samples of which c are correct (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def tree_metrics(roots: Sequence[Node], num_turns: int, prefix: str = "") -> dict[str, float]:
+    """Return per-turn means of reward, processed reward, return and every score metric, plus terminations."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    terminations = [0] * num_turns
+    nodes = [0] * num_turns
+
+    def add(key: str, value: float) -> None:
+        sums[key] += value
+        counts[key] += 1
+
+    for root in roots:
+        for node in iter_nodes(root):
+            t = node.turn
+            nodes[t] += 1
+            terminations[t] += int(node.terminated_early)
+            for score, reward, ret in zip(node.scores, node.rewards, node.returns):
+                add(f"turn_{t + 1}/reward_mean", score.total)
+                add(f"turn_{t + 1}/processed_reward_mean", reward)
+                add(f"turn_{t + 1}/expected_return", ret)
+                add(f"turn_{t + 1}/success_rate", float(score.success))
+                for key, value in score.metrics.items():
+                    add(f"turn_{t + 1}/{key}", float(value))
+    metrics = {f"{prefix}{k}": v / counts[k] for k, v in sums.items()}
+    for t in range(num_turns):
+        if nodes[t]:
+            metrics[f"{prefix}turn_{t + 1}/nodes"] = float(nodes[t])
+            metrics[f"{prefix}turn_{t + 1}/early_terminations"] = float(terminations[t])
+    return metrics
+
+
+def chain_pass_at_k(roots: Sequence[Node], num_turns: int, ks: Sequence[int], prefix: str = "eval/") -> dict[str, float]:
+    """Return pass@k per turn over evaluation chains (root joint action j -> its single-sample descendants)."""
+    per_turn: dict[int, list[float]] = defaultdict(list)
+    for root in roots:
+        n = len(root.joint)
+        successes = [0] * num_turns
+        for j in range(n):
+            node, index, solved = root, j, False
+            for t in range(num_turns):
+                if node is not None:
+                    solved = node.scores[index].success
+                    node, index = node.children[index], 0
+                successes[t] += int(solved)
+        for t in range(num_turns):
+            for k in ks:
+                per_turn[(t, k)].append(pass_at_k(n, successes[t], k))
+    return {f"{prefix}turn_{t + 1}/pass@{k}": sum(v) / len(v) for (t, k), v in per_turn.items()}

@@ -1,0 +1,73 @@
+"""The policy-gradient update shared by the trainers: loss = -sum_t log pi(token_t) * advantage.
+
+Samples are scored in padded batches (one forward per group, `completion_logprobs`), the loss is averaged
+over all samples of the buffer, gradients are accumulated across batches, and one optimizer step follows.
+Samples with a zero advantage are skipped when there is no KL term: their gradient is exactly zero.
+A non-finite loss skips the whole update (counted in the metrics), never a silent substitute value.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from cooprl.logprobs import completion_logprobs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainSample:
+    """One completion to train on: its prompt and completion ids, and its advantage."""
+
+    prompt_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    advantage: float
+
+
+def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
+                         *, batch_size: int | None = None, max_grad_norm: float | None = 1.0,
+                         kl_coef: float = 0.0, reference: Any = None) -> dict[str, float]:
+    """Apply one optimizer step on `samples`; return metrics (loss, kl, grad_norm, skipped)."""
+    active = [s for s in samples if s.advantage != 0.0 or kl_coef > 0] if samples else []
+    metrics = {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}
+    if not active:
+        return metrics
+    total = len(samples)
+    size = batch_size or len(active)
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    for start in range(0, len(active), size):
+        batch = active[start:start + size]
+        prompts = [s.prompt_ids for s in batch]
+        completions = [s.completion_ids for s in batch]
+        token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
+        adv = torch.tensor([s.advantage for s in batch], dtype=token_logps.dtype, device=token_logps.device)
+        loss = -(token_logps.sum(-1) * adv).sum() / total
+        if kl_coef > 0 and reference is not None:
+            with torch.no_grad():
+                ref_logps, _ = completion_logprobs(reference, prompts, completions, pad_id)
+            delta = (ref_logps - token_logps) * mask
+            kl = ((torch.exp(delta) - delta - 1) * mask).sum(-1)  # k3 estimator, >= 0 per token
+            loss = loss + kl_coef * kl.sum() / total
+            metrics["kl"] += kl.sum().item() / total
+        if not torch.isfinite(loss):
+            log.warning("non-finite loss (%s): this update is skipped", loss.item())
+            optimizer.zero_grad(set_to_none=True)
+            return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
+        loss.backward()
+        metrics["loss"] += loss.item()
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+    if not torch.isfinite(norm):
+        log.warning("non-finite gradient norm: this update is skipped")
+        optimizer.zero_grad(set_to_none=True)
+        return {**metrics, "skipped_nonfinite": 1.0}
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    metrics["grad_norm"] = norm.item()
+    return metrics

@@ -1,0 +1,81 @@
+"""Where metrics go: `metrics.jsonl` in the run folder always, W&B when available (offline by default).
+
+Every event is one JSON object with `step`, `env_step` and the metric names. W&B uses `env_step` as the
+x-axis. A run without wandb installed, or with `wandb.mode: disabled`, still logs to JSONL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class WandbUnavailable(RuntimeError):
+    """W&B was asked for (online) but cannot start; the message says how to fix or avoid it."""
+
+
+class RunTracker:
+    """Appends metric events to metrics.jsonl and mirrors them to W&B."""
+
+    def __init__(self, run_dir: Path, wandb_cfg: Any, config: dict[str, Any], run_name: str,
+                 resume_id: str | None = None):
+        self.path = run_dir / "metrics.jsonl"
+        self.wandb_run = None
+        if wandb_cfg.mode != "disabled":
+            self.wandb_run = _start_wandb(run_dir, wandb_cfg, config, run_name, resume_id)
+
+    @property
+    def wandb_id(self) -> str | None:
+        """Return the W&B run id (saved in checkpoints so a resumed run continues it), or None."""
+        return self.wandb_run.id if self.wandb_run is not None else None
+
+    def log(self, metrics: dict[str, float], step: int, env_step: int) -> None:
+        """Record one event; non-finite values are written as null in JSONL."""
+        event = {"step": step, "env_step": env_step, **metrics}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+                                for k, v in event.items()}) + "\n")
+        if self.wandb_run is not None:
+            self.wandb_run.log(event)
+
+    def close(self) -> None:
+        """Finish the W&B run (files stay on disk in offline mode)."""
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
+
+
+def _start_wandb(run_dir: Path, cfg: Any, config: dict[str, Any], run_name: str, resume_id: str | None) -> Any:
+    try:
+        import wandb
+    except ImportError:
+        log.warning("wandb is not installed: metrics go to %s only", run_dir / "metrics.jsonl")
+        return None
+    run_id = cfg.id or resume_id
+    resume = cfg.resume or ("allow" if run_id else None)
+    try:
+        run = wandb.init(project=cfg.project, entity=cfg.entity, name=cfg.name or run_name, dir=str(cfg.dir or run_dir),
+                         tags=list(cfg.tags), mode=cfg.mode, id=run_id, resume=resume, config=config,
+                         settings=wandb.Settings(silent=True, console="off"))
+    except Exception as err:  # wandb raises many types (UsageError, CommError, AuthenticationError)
+        if cfg.mode == "online":
+            raise WandbUnavailable(f"wandb.mode=online could not start ({err}); log in with `wandb login` or set "
+                                   "WANDB_API_KEY, or use --override wandb.mode=offline") from None
+        log.warning("W&B could not start (%s): metrics go to metrics.jsonl only", err)
+        return None
+    run.define_metric("env_step")
+    run.define_metric("*", step_metric="env_step")
+    return run
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Return the events of a run's metrics.jsonl, in order."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

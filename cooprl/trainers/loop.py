@@ -1,0 +1,212 @@
+"""The training loop every trainer shares: run folder, data order, progress, evaluation, checkpoints, resume.
+
+A trainer supplies an `Algorithm` (what one training step and one evaluation do, and which models and
+extra state a checkpoint holds); this module does the rest the same way for all of them:
+- run folder `<output.base_dir>/<run name>/` with `config.yaml`, `metrics.jsonl`, `checkpoints/`, `rewards.png`;
+- a deterministic data order (a permutation per epoch from the seed), so a resumed run sees the same items;
+- a tqdm bar with steps/s and the running reward, evaluation every `eval_interval` steps and at the end;
+- checkpoints every `checkpoint_interval` steps, at the end, and at the next safe point after Ctrl-C;
+- a summary at the end: the first quarter of steps against the last quarter.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import random
+import signal
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from cooprl import checkpoint as ckpt
+from cooprl.config import Config
+from cooprl.task import Task
+from cooprl.tracking import RunTracker, read_metrics
+
+log = logging.getLogger(__name__)
+
+
+class Algorithm(Protocol):
+    models: list[Any]                     # saved as agent_<i>/ in checkpoints
+
+    def train_step(self, item: Any, step: int) -> dict[str, float]: ...      # one dataset item
+    def evaluate(self, items: list[Any]) -> dict[str, float]: ...
+    def state_dict(self) -> dict[str, Any]: ...                              # optimizers, buffers, counters
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def data_order(num_items: int, epochs: int, seed: int) -> list[int]:
+    """Return the item index of every training step: a seeded permutation per epoch."""
+    order = []
+    for epoch in range(epochs):
+        generator = torch.Generator().manual_seed(seed * 1000 + epoch)
+        order.extend(torch.randperm(num_items, generator=generator).tolist())
+    return order
+
+
+def run_folder(config: Config, trainer: str) -> Path:
+    """Return the run folder (created), named by output.run_name or trainer, dataset and time."""
+    name = config.output.run_name
+    if not name:
+        dataset = (config.dataset.path and Path(config.dataset.path).stem) or config.dataset.name.split("/")[-1]
+        name = f"{trainer}-{dataset}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    folder = Path(config.output.base_dir) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
+    spec = config.checkpoint.resume_from_checkpoint
+    if not spec:
+        return None
+    try:
+        return ckpt.find_checkpoint(spec, checkpoint_dir)
+    except FileNotFoundError as err:
+        from cooprl.config import ConfigError
+        raise ConfigError(f"checkpoint.resume_from_checkpoint: {err}") from None
+
+
+class _InterruptFlag:
+    """Turns the first Ctrl-C into a request to stop at the next safe point; a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> "_InterruptFlag":
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        log.warning("Ctrl-C: saving a checkpoint after this step, then stopping (press again to stop at once)")
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+
+def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, run_dir: Path) -> dict[str, Any]:
+    """Run (or resume) training to the end; return a summary dict (also printed)."""
+    section = config.trainer(trainer)
+    (run_dir / "config.yaml").write_text(config.to_yaml(trainer), encoding="utf-8")
+    checkpoint_dir = Path(config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
+    order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
+    total_steps = min(len(order), section.max_steps or len(order))
+
+    start_step, env_step, wandb_id = 0, 0, None
+    resume_from = _resolve_resume(config, checkpoint_dir)
+    if resume_from is not None:
+        state = ckpt.load_trainer_state(resume_from)
+        for i, model in enumerate(algorithm.models):
+            ckpt.load_agent_weights(model, resume_from, i)
+        algorithm.load_state_dict(state["algorithm"])
+        ckpt.set_rng_state(state["rng"])
+        start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
+        _truncate_metrics(run_dir, start_step)
+        log.info("resumed from %s at step %d", resume_from, start_step)
+
+    tracker = RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)
+
+    def save(step: int) -> None:
+        state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
+        path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state, config.checkpoint.checkpoint_total_limit)
+        log.info("checkpoint saved: %s", path)
+
+    def evaluate(step: int) -> dict[str, float]:
+        items = task.eval_items[:section.eval_num_samples]
+        # Evaluation draws from its own seeded generator: it neither disturbs nor depends on training's RNG,
+        # so resumed runs match uninterrupted ones and evaluations at different steps are comparable.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed + 12345)
+            metrics = algorithm.evaluate(items) if items else {}
+        if metrics:
+            tracker.log(metrics, step, env_step)
+        return metrics
+
+    step = start_step
+    interrupted = False
+    bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True)
+    with _InterruptFlag() as interrupt:
+        for step in range(start_step + 1, total_steps + 1):
+            item = task.train_items[order[step - 1]]
+            metrics = algorithm.train_step(item, step)
+            env_step += int(metrics.pop("env_steps", 1))
+            if step % section.logging_steps == 0 or step == total_steps:
+                tracker.log(metrics, step, env_step)
+            bar.set_postfix(reward=f"{metrics.get('turn_1/reward_mean', float('nan')):.3f}")
+            bar.update(1)
+            if section.eval_interval and step % section.eval_interval == 0 and step < total_steps:
+                evaluate(step)
+            interval = config.checkpoint.checkpoint_interval
+            if interrupt.requested or (interval and step % interval == 0 and step < total_steps):
+                save(step)
+            if interrupt.requested:
+                interrupted = True
+                break
+    bar.close()
+    final_eval = {} if interrupted else evaluate(step)
+    if not interrupted:
+        save(step)
+    tracker.close()
+    summary = summarize(run_dir, step, final_eval, interrupted)
+    try:
+        from cooprl.plot import plot_run
+        plot_run(run_dir)
+    except Exception as err:  # a missing plotting backend must not fail a finished run
+        log.warning("could not draw rewards.png: %s", err)
+    return summary
+
+
+def _truncate_metrics(run_dir: Path, step: int) -> None:
+    events = read_metrics(run_dir)
+    kept = [e for e in events if e.get("step", 0) <= step]
+    if len(kept) != len(events):
+        import json
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
+
+
+def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupted: bool) -> dict[str, Any]:
+    """Print and return the first-quarter vs last-quarter means of the training metrics of turn 1."""
+    events = [e for e in read_metrics(run_dir) if "turn_1/reward_mean" in e]
+    summary: dict[str, Any] = {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted}
+    if events:
+        quarter = max(1, len(events) // 4)
+        first, last = events[:quarter], events[-quarter:]
+        keys = [k for k in events[0] if k.startswith("turn_1/") and not k.endswith(("nodes", "early_terminations"))]
+        rows = []
+        for key in keys:
+            a = _mean(e.get(key) for e in first)
+            b = _mean(e.get(key) for e in last)
+            rows.append((key.removeprefix("turn_1/"), a, b))
+            summary[key] = {"first_quarter": a, "last_quarter": b}
+        width = max(len(r[0]) for r in rows)
+        lines = [f"{'turn 1 metric'.ljust(width)}  first quarter  last quarter"]
+        lines += [f"{name.ljust(width)}  {a:13.3f}  {b:12.3f}" for name, a, b in rows]
+        reward = summary["turn_1/reward_mean"]
+        verdict = "learned" if reward["last_quarter"] > reward["first_quarter"] else "did not improve"
+        summary["learned"] = reward["last_quarter"] > reward["first_quarter"]
+        lines.append(f"mean training reward: {reward['first_quarter']:.3f} (first {quarter} steps) -> "
+                     f"{reward['last_quarter']:.3f} (last {quarter} steps): {verdict}")
+        for key in sorted(k for k in final_eval if "pass@" in k or k.endswith("reward_mean")):
+            lines.append(f"{key}: {final_eval[key]:.3f}")
+        print("\n".join(["", f"Summary of {run_dir} ({step} steps{', interrupted' if interrupted else ''})"] + lines))
+    summary["final_eval"] = final_eval
+    return summary
+
+
+def _mean(values: Any) -> float:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")

@@ -1,0 +1,51 @@
+"""What every `train_*.py` script runs: build the code task, the trainer's algorithm, and the shared loop."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cooprl.cli import register_user_error, run_cli
+from cooprl.config import Config, ConfigError
+from cooprl.models import ModelError
+from cooprl.tracking import WandbUnavailable
+from cooprl.trainers.loop import run_folder, seed_everything, train_loop
+from envs.code_generation.data import DatasetError
+
+log = logging.getLogger(__name__)
+
+for _error in (DatasetError, ModelError, WandbUnavailable):
+    register_user_error(_error)
+
+# trainer name -> function(config, trainer, task) -> Algorithm
+ALGORITHMS: dict[str, str] = {
+    "magrpo": "cooprl.trainers.magrpo:build_magrpo",
+    "grpo": "cooprl.trainers.magrpo:build_magrpo",
+}
+
+
+def train(config: Config, trainer: str) -> dict[str, Any]:
+    """Train `trainer` on the code-generation task described by `config`; return the run summary."""
+    if trainer not in ALGORITHMS:
+        raise ConfigError(f"trainer {trainer!r} is not available yet in this version; available: {', '.join(ALGORITHMS)}")
+    from importlib import import_module
+    from envs.code_generation.task import build_code_task
+    seed_everything(config.seed)
+    task = build_code_task(config, trainer)
+    module, name = ALGORITHMS[trainer].split(":")
+    algorithm = getattr(import_module(module), name)(config, trainer, task)
+    run_dir = run_folder(config, trainer)
+    log.info("run folder: %s (%d train / %d eval problems)", run_dir, len(task.train_items), len(task.eval_items))
+    summary = train_loop(config, trainer, task, algorithm, run_dir)
+    if config.output.save_final_model:
+        from pathlib import Path
+        target = Path(config.output.save_path or run_dir / "final")
+        for i, model in enumerate(algorithm.models):
+            model.save_pretrained(target / f"agent_{i}")
+        log.info("final models saved in %s", target)
+    return summary
+
+
+def main(trainer: str, default_config: str) -> int:
+    """Entry point of `train_<trainer>.py`; return the process exit code."""
+    return run_cli(trainer, default_config, train)
