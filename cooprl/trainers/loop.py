@@ -101,6 +101,7 @@ class _InterruptFlag:
 def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, run_dir: Path) -> dict[str, Any]:
     """Run (or resume) training to the end; return a summary dict (also printed)."""
     section = config.trainer(trainer)
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config.to_yaml(trainer), encoding="utf-8")
     checkpoint_dir = Path(config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
     order = data_order(len(task.train_items), section.num_train_epochs, config.seed)

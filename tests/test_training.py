@@ -1,0 +1,119 @@
+"""Batched log-probs, exact resume, LoRA checkpoints and the KL term, with the tiny random model."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from cooprl.checkpoint import list_checkpoints, load_agent_weights
+from cooprl.config import load_config
+from cooprl.generation import HFGenerator, SamplingParams
+from cooprl.logprobs import completion_logprobs
+from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.trainers.loop import seed_everything, train_loop
+from cooprl.trainers.magrpo import build_magrpo
+from tests.scripted import scripted_task
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_causal_lm(TINY_RANDOM, device="cpu"), load_tokenizer(TINY_RANDOM)
+
+
+def test_batched_logprobs_equal_one_at_a_time(tiny):
+    model, tokenizer = tiny
+    prompts = [torch.tensor(tokenizer(t)["input_ids"]) for t in ["def aux(x):", "a much longer prompt with more tokens in it", "x"]]
+    completions = [torch.tensor([5, 6, 7, 8, 9]), torch.tensor([11]), torch.tensor([3, 4, 5])]
+    batched, mask = completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
+    assert mask.tolist() == [[1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]]
+    assert (batched[mask == 0] == 0).all()  # padding after a completion's end contributes nothing
+    for row, (p, c) in enumerate(zip(prompts, completions)):
+        single, _ = completion_logprobs(model, [p], [c], tokenizer.pad_token_id)
+        assert torch.allclose(batched[row, :len(c)], single[0], atol=1e-5)
+    # and both agree with a plain forward over the unpadded sequence
+    p, c = prompts[1], completions[0]
+    logits = model(input_ids=torch.cat([p, c])[None]).logits[0, len(p) - 1:-1]
+    manual = torch.log_softmax(logits.float(), -1).gather(-1, c[:, None])[:, 0]
+    single, _ = completion_logprobs(model, [p], [c], tokenizer.pad_token_id)
+    assert torch.allclose(single[0], manual, atol=1e-5)
+
+
+def test_generation_is_batched_and_trims_at_eos(tiny):
+    model, tokenizer = tiny
+    generator = HFGenerator(model, tokenizer, max_prompt_tokens=64)
+    torch.manual_seed(0)
+    out = generator.sample(["def f(x):", "hello"], 3, SamplingParams(max_new_tokens=5, temperature=1.0))
+    assert [len(group) for group in out] == [2 * 0 + 3, 3]
+    for group in out:
+        for completion in group:
+            assert 1 <= len(completion.completion_ids) <= 5
+            assert tokenizer.pad_token_id not in completion.completion_ids[:-1].tolist()
+
+
+def run_magrpo(tmp_path: Path, name: str, overrides: list[str], task=None):
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "magrpo.max_new_tokens=6",
+        "magrpo.num_generations=2", "magrpo.num_turns=2", "magrpo.learning_rate=1e-2", "magrpo.eval_interval=0",
+        "magrpo.eval_num_samples=1", "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={name}",
+        "agent_model.temperature=1.0", "agent_model.top_p=1.0", *overrides])
+    seed_everything(config.seed)
+    task = task or scripted_task()
+    algorithm = build_magrpo(config, "magrpo", task)
+    summary = train_loop(config, "magrpo", task, algorithm, tmp_path / name)
+    return algorithm, summary
+
+
+def train_events(run_dir: Path):
+    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [e for e in events if "turn_1/reward_mean" in e]
+
+
+def test_resume_matches_uninterrupted_run(tmp_path):
+    straight, _ = run_magrpo(tmp_path, "straight", ["magrpo.max_steps=4"])
+    run_magrpo(tmp_path, "resumed", ["magrpo.max_steps=2"])
+    resumed, _ = run_magrpo(tmp_path, "resumed", ["magrpo.max_steps=4", "checkpoint.resume_from_checkpoint=latest"])
+    a, b = train_events(tmp_path / "straight"), train_events(tmp_path / "resumed")
+    assert [e["step"] for e in b] == [1, 2, 3, 4]
+    for key in ("turn_1/reward_mean", "turn_2/reward_mean", "agent_0/loss", "agent_1/loss", "env_step"):
+        assert [e[key] for e in a] == [e[key] for e in b], key
+    for m1, m2 in zip(straight.models, resumed.models):
+        for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+            assert torch.equal(p1, p2), n1
+    # the straight run changed the weights (so the equality above is not vacuous)
+    fresh = load_causal_lm(TINY_RANDOM, device="cpu")
+    assert not torch.equal(fresh.model.embed_tokens.weight, straight.models[0].model.embed_tokens.weight)
+
+
+def test_checkpoint_total_limit_keeps_newest(tmp_path):
+    run_magrpo(tmp_path, "limit", ["magrpo.max_steps=3", "checkpoint.checkpoint_interval=1",
+                                   "checkpoint.checkpoint_total_limit=2", "magrpo.num_turns=1"])
+    names = [p.name for p in list_checkpoints(tmp_path / "limit" / "checkpoints")]
+    assert names == ["checkpoint-2", "checkpoint-3"]
+
+
+def test_lora_adapters_train_save_and_load(tmp_path):
+    algorithm, _ = run_magrpo(tmp_path, "lora", ["magrpo.max_steps=2", "magrpo.num_turns=1",
+                                                "agent_model.lora={r: 4, alpha: 8, dropout: 0.0}"])
+    model = algorithm.models[0]
+    assert hasattr(model, "peft_config")
+    checkpoint = list_checkpoints(tmp_path / "lora" / "checkpoints")[-1]
+    saved = list((checkpoint / "agent_0").iterdir())
+    assert any(p.name == "adapter_model.safetensors" for p in saved)  # adapters only, not the full model
+    from cooprl.config import LoraSection
+    fresh = load_causal_lm(TINY_RANDOM, device="cpu", lora=LoraSection(r=4, alpha=8, dropout=0.0))
+    lora_b = {n: p for n, p in fresh.named_parameters() if "lora_B" in n}
+    assert all(torch.count_nonzero(p) == 0 for p in lora_b.values())  # fresh adapters start at zero
+    load_agent_weights(fresh, checkpoint, 0)
+    trained = dict(model.named_parameters())
+    for name, p in fresh.named_parameters():
+        if "lora_" in name:
+            assert torch.equal(p, trained[name]), name
+    assert any(torch.count_nonzero(p) > 0 for n, p in fresh.named_parameters() if "lora_B" in n)
+
+
+def test_reference_kl_is_reported_and_nonnegative(tmp_path):
+    run_magrpo(tmp_path, "kl", ["magrpo.max_steps=2", "magrpo.num_turns=1", "magrpo.reference_kl_coef=0.1"])
+    events = train_events(tmp_path / "kl")
+    assert all(e["agent_0/kl"] >= 0 for e in events)
+    assert events[-1]["agent_0/kl"] > 0  # after one update the policy differs from the reference
