@@ -367,7 +367,7 @@ def _check_bounds(value: Any, meta: Any, key: str) -> None:
 def unknown_key_error(key: str, known: list[str], prefix: str) -> ConfigError:
     """Return a ConfigError for an unknown key with the nearest valid keys as suggestions."""
     full = f"{prefix}.{key}" if prefix else key
-    near = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    near = difflib.get_close_matches(key, known, n=2, cutoff=0.75)
     hint = " or ".join(f"{prefix + '.' if prefix else ''}{n}" for n in near)
     if hint:
         return ConfigError(f"{full}: unknown key; did you mean {hint}?")
