@@ -41,7 +41,7 @@ CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 1, 2, 4, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 MAX_MSG = 64 << 20          # largest result a program may send back
 OUTPUT_CAP = 16 << 10       # bytes of the program's stdout+stderr kept
 PREIMPORT = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
@@ -552,6 +552,36 @@ class _Worker:
             time.sleep(0.0002 if attempt < 50 else 0.002)
 
 
+def _expose_interpreter():
+    """The programs run as an unprivileged uid: when the interpreter's files sit below a directory others cannot
+    enter (e.g. pyenv under /root, mode 700), cover that directory with a tmpfs and bind only the interpreter's
+    directories back (which also hides the rest of it, e.g. tokens under /root)."""
+    needed = []
+    for p in [sys.base_prefix, sys.prefix, sys.exec_prefix] + list(sys.path):
+        if p and os.path.isdir(p):
+            needed.append(os.path.realpath(p))
+    needed = [p for p in dict.fromkeys(needed)
+              if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in needed)]
+    blocked = {}
+    for p in needed:
+        parts = p.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            anc = "/" + "/".join(parts[:i])
+            if not os.stat(anc).st_mode & 0o001:
+                blocked.setdefault(anc, []).append(p)
+                break
+    covered = []
+    for anc, paths in blocked.items():
+        fds = [(p, os.open(p, os.O_PATH)) for p in paths]
+        _mount("tmpfs", anc, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+        for p, fd in fds:
+            os.makedirs(p, mode=0o755, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
+            os.close(fd)
+        covered.append(anc)
+    return covered
+
+
 def _isolate(cfg):
     """Enter the namespaces, mount the private tmpfs dirs and hide paths; return the isolation report."""
     have, missing = [], []
@@ -583,6 +613,9 @@ def _isolate(cfg):
                     _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmpfs_mb']}m,mode=1777")
                     done.append(d)
             have.append("private tmpfs " + ",".join(done))
+            covered = _expose_interpreter()
+            if covered:
+                have.append("tmpfs over " + ",".join(covered) + " (only the interpreter's files re-exposed)")
             hidden = []
             for d in cfg["hide"]:
                 if os.path.isdir(d):
@@ -593,6 +626,24 @@ def _isolate(cfg):
                         missing.append(f"hide {d} ({e.strerror})")
             if hidden:
                 have.append("hidden " + ",".join(hidden))
+            # every other file system read-only (in this namespace only): a world-writable file or directory
+            # elsewhere cannot be touched either
+            ro, failed = [], []
+            with open("/proc/self/mounts") as f:
+                points = [line.split()[1].replace("\\040", " ") for line in f]
+            skip = set(done) | set(hidden)
+            for mp in dict.fromkeys(points):
+                if mp in skip or mp.split("/")[1] in ("proc", "dev", "sys"):
+                    continue
+                try:
+                    _mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+                    ro.append(mp)
+                except OSError:
+                    failed.append(mp)
+            if ro:
+                have.append("read-only " + ",".join(ro))
+            if failed:
+                missing.append("read-only remount of " + ",".join(failed))
         except OSError as e:
             missing.append(f"mount-ns tmpfs ({e.strerror}): writes to /tmp are shared")
     if root and cfg["uid"] is not None:

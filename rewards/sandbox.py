@@ -55,6 +55,8 @@ _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, 
 class TestOutcome:
     """The verdict of one test: its source text, whether it passed, the error, whether it timed out."""
 
+    __test__ = False   # not a pytest class
+
     test: str
     passed: bool
     error: str = ""
@@ -78,6 +80,8 @@ class TestSuite:
     `context` is code run (in the judge, for trusted suites) before the units, e.g. the helpers of the prompt
     and the top level of the test file. `param` is the name the tests call the entry point by.
     """
+
+    __test__ = False   # not a pytest class
 
     entry_point: str
     units: tuple[tuple[str, str, str], ...]
