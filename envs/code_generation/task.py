@@ -8,7 +8,6 @@ turned back into code with the role's prefix (the prompt ends with the start of 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from cooprl.config import Config
@@ -16,8 +15,7 @@ from cooprl.task import Score, Task
 from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import agent_prompts, completion_to_code, stop_strings
 from envs.code_generation.transitions import feedback_problem, make_expert_client, next_prompt
-from rewards.code_rewards import code_reward
-from rewards.sandbox import default_sandbox
+from rewards.code_rewards import code_reward, code_rewards_batch
 
 MAX_REWARD = {2: 4.0, 1: 2.1}
 
@@ -60,17 +58,12 @@ def build_code_task(config: Config, trainer: str) -> Task:
     eval_items = load_problems(config.dataset, config.dataset.eval_split)
     external = config.external
     expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
-    sandbox = default_sandbox()
-    pool = ThreadPoolExecutor(max_workers=max(1, sandbox.workers if hasattr(sandbox, "workers") else 2) * 2)
-
-    def score_one(problem: Problem, completions: Sequence[str]) -> Score:
-        aux, main = joint_code(problem, roles, completions)
-        b = code_reward(problem, aux, main, single_agent=single)
-        solved = b.tests_total > 0 and b.tests_passed == b.tests_total
-        return Score(b.total, breakdown_metrics(b, single), solved, details=(aux, main, b))
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
-        return list(pool.map(score_one, items, joints))
+        codes = [joint_code(problem, roles, joint) for problem, joint in zip(items, joints)]
+        breakdowns = code_rewards_batch(items, [c[0] for c in codes], [c[1] for c in codes], single_agent=single)
+        return [Score(b.total, breakdown_metrics(b, single), b.tests_total > 0 and b.tests_passed == b.tests_total,
+                      details=(aux, main, b)) for (aux, main), b in zip(codes, breakdowns)]
 
     def next_prompts(problem: Problem, histories: Sequence[Sequence[tuple[str, str]]], joint: Sequence[str],
                      score_: Score) -> list[str]:
