@@ -1,0 +1,354 @@
+"""Plain-text prompts for the aux, main and single agents, and the centralized joint prompt and its parser.
+
+Every agent prompt ENDS WITH THE START OF THE CODE, so even a 135M model simply continues the code:
+the aux prompt ends with `def aux(`, the main and single prompts end with the problem's own prompt
+(imports + signature + docstring), so their completion is the function body. `completion_to_code`
+rebuilds the code the reward scores from that prefix and the completion. No chat template is applied
+here; a trainer that wants one wraps these strings itself.
+
+`problem` is a `Problem` or any mapping with `prompt`, `test` and `entry_point`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+ROLES = ("aux", "main", "single")
+AUX_HEADER = "def aux("
+
+# Column-0 markers that can only come after the function is over. A nested `def` or a comment inside
+# the body is indented, so these never cut a function short.
+_STOP_STRINGS = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n# Test", "\nassert "]
+
+
+def field(problem: Any, key: str) -> str:
+    """Return `problem.key` for a Problem, or `problem[key]` for a mapping."""
+    if isinstance(problem, dict):
+        return problem[key]
+    return getattr(problem, key)
+
+
+def problem_code(problem: Any) -> str:
+    """Return the problem's prompt (imports, signature, docstring) without its leading blank lines."""
+    return field(problem, "prompt").lstrip("\n")
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+
+
+# ---------------------------------------------------------------- agent prompts
+
+def _aux_task(problem: Any) -> str:
+    entry = field(problem, "entry_point")
+    return (
+        "Problem:\n"
+        f"{field(problem, 'prompt').strip(chr(10))}\n\n"
+        f"Write a helper function named `aux` that solves a useful sub-task of this problem. "
+        f"The main function `{entry}` will call `aux` and use the value it returns.\n"
+        "Write only the Python code of `aux`, ending with a return statement. "
+        "No explanation, no tests, no example usage."
+    )
+
+
+def _main_task(problem: Any) -> str:
+    entry = field(problem, "entry_point")
+    return (
+        "A helper function `aux(...)` is already defined and available. "
+        "Do not redefine `aux`; call it in your solution.\n"
+        f"Implement only the function `{entry}` below. "
+        "Write only the Python code, no explanation, no tests.\n\n"
+        f"{problem_code(problem)}"
+    )
+
+
+def aux_prompt(problem: Any) -> str:
+    """Return the aux agent's prompt: the problem, a request for a helper `aux`, ending with `def aux(`."""
+    return f"{_aux_task(problem)}\n\n{AUX_HEADER}"
+
+
+def main_prompt(problem: Any) -> str:
+    """Return the main agent's prompt: aux is available, implement only the entry point; ends with the problem's prompt."""
+    return _main_task(problem)
+
+
+def single_prompt(problem: Any) -> str:
+    """Return the single agent's prompt (GRPO/AC baselines): implement the whole function; ends with the problem's prompt."""
+    entry = field(problem, "entry_point")
+    return (
+        f"Implement the function `{entry}` below. "
+        "Write only the Python code, no explanation, no tests.\n\n"
+        f"{problem_code(problem)}"
+    )
+
+
+def agent_prompts(problem: Any, num_agents: int) -> list[str]:
+    """Return `[aux_prompt, main_prompt]` for 2 agents, `[single_prompt]` for 1; ValueError otherwise."""
+    if num_agents == 2:
+        return [aux_prompt(problem), main_prompt(problem)]
+    if num_agents == 1:
+        return [single_prompt(problem)]
+    raise ValueError(f"num_agents={num_agents!r}: code generation supports 1 (single) or 2 (aux + main) agents")
+
+
+def prompt_for(role: str, problem: Any) -> str:
+    """Return the first-turn prompt of `role` ("aux", "main" or "single")."""
+    _check_role(role)
+    return {"aux": aux_prompt, "main": main_prompt, "single": single_prompt}[role](problem)
+
+
+# ---------------------------------------------------------------- from completion to code
+
+def code_prefix(role: str, problem: Any) -> str:
+    """Return the code text every prompt of `role` ends with: `def aux(` for aux, the problem's prompt otherwise."""
+    _check_role(role)
+    return AUX_HEADER if role == "aux" else problem_code(problem)
+
+
+def stop_strings(role: str) -> list[str]:
+    """Return the strings at which a completion of `role` is over (column-0 code after the function)."""
+    _check_role(role)
+    return list(_STOP_STRINGS)
+
+
+def truncate_at_stop(role: str, text: str) -> str:
+    """Return `text` cut at the first stop string of `role`.
+
+    Generators differ: vLLM drops the stop string, `transformers` keeps it; cutting here makes both the same.
+    """
+    cut = len(text)
+    for stop in stop_strings(role):
+        at = text.find(stop)
+        if at != -1:
+            cut = min(cut, at)
+    return text[:cut]
+
+
+def _strip_leading_fence(text: str) -> str:
+    # "```python\n" right at the start of a completion: the model started a markdown block.
+    stripped = text.lstrip()
+    if stripped.startswith("```"):
+        newline = stripped.find("\n")
+        return "" if newline == -1 else stripped[newline + 1:]
+    return text
+
+
+def _restart_at(text: str, name: str) -> int | None:
+    """Return where a completion restarts the whole function `def name(` (-1 never), or None.
+
+    It counts as a restart only when nothing but imports and blank lines comes before the header.
+    """
+    match = re.search(rf"^def {re.escape(name)}\(", text, flags=re.MULTILINE)
+    if match is None:
+        return None
+    before = text[:match.start()].splitlines()
+    if all(not line.strip() or line.startswith(("import ", "from ")) for line in before):
+        return match.start()
+    return None
+
+
+def _preamble(problem: Any) -> str:
+    # The problem prompt before its `def entry_point(` header: imports and any helpers it defines.
+    prompt, entry = problem_code(problem), field(problem, "entry_point")
+    match = re.search(rf"^def {re.escape(entry)}\(", prompt, flags=re.MULTILINE)
+    return prompt[:match.start()] if match else ""
+
+
+def completion_to_code(role: str, problem: Any, completion: str) -> str:
+    """Return the code the reward scores for a completion of `role`: the role's code prefix + the completion.
+
+    Robustness, because small models repeat themselves:
+    - a leading markdown fence (```python) is dropped;
+    - if the completion restarts the whole function (`def aux(` for aux, `def <entry_point>(` for
+      main/single, possibly after import lines), the completion is used as the function instead of being
+      glued after the prefix, so there is never a double header; for main/single the prompt's preamble
+      (imports and helpers before the entry point) is kept in front of it;
+    - the text after the function is cut at the first stop string (see `stop_strings`).
+    """
+    _check_role(role)
+    text = _strip_leading_fence(completion)
+    name = "aux" if role == "aux" else field(problem, "entry_point")
+    start = _restart_at(text, name)
+    if start is None:
+        head, body = code_prefix(role, problem), text
+    else:
+        header_end = text.find("\n", start)
+        header_end = len(text) if header_end == -1 else header_end
+        preamble = "" if role == "aux" else _preamble(problem)
+        head, body = preamble + text[:header_end], text[header_end:]
+    return head + truncate_at_stop(role, body)
+
+
+# ---------------------------------------------------------------- centralized (one model writes both)
+
+CENTRALIZED_STYLES = ("concat", "native")
+CENTRALIZED_ANSWERS = ("open", "bounded")
+AUX_OPEN, AUX_CLOSE, MAIN_OPEN, MAIN_CLOSE = "<auxiliary>", "</auxiliary>", "<main>", "</main>"
+
+
+def _answer_format(problem: Any) -> str:
+    entry = field(problem, "entry_point")
+    return (
+        "Answer with code only, in exactly this form:\n"
+        f"{AUX_OPEN}\ndef aux(...):\n    ...\n{AUX_CLOSE}\n"
+        f"{MAIN_OPEN}\ndef {entry}(...):\n    ...\n{MAIN_CLOSE}"
+    )
+
+
+def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open") -> str:
+    """Return the prompt for one model writing both functions, as `<auxiliary>` then `<main>` sections.
+
+    `concat` joins the aux and main agents' tasks (the problem appears twice); `native` states the problem
+    once and asks one programmer for both. `bounded` ends the prompt with the opening `<auxiliary>` tag
+    (generation then stops at the first `</main>`, see `centralized_stop_strings`).
+    """
+    if style not in CENTRALIZED_STYLES:
+        raise ValueError(f"centralized_prompt={style!r}; expected one of {', '.join(CENTRALIZED_STYLES)}")
+    if answer not in CENTRALIZED_ANSWERS:
+        raise ValueError(f"centralized_answer={answer!r}; expected one of {', '.join(CENTRALIZED_ANSWERS)}")
+    entry = field(problem, "entry_point")
+    if style == "concat":
+        body = (
+            f"Auxiliary function task:\n{_aux_task(problem)}\n\n"
+            f"Main function task:\n{_main_task(problem).rstrip()}"
+        )
+    else:
+        body = (
+            "Problem:\n"
+            f"{field(problem, 'prompt').strip(chr(10))}\n\n"
+            "You are one programmer writing two functions for this problem. "
+            "First write a helper function named `aux` that solves a useful sub-task and returns its result. "
+            f"Then write the main function `{entry}`, which calls `aux` and uses the value it returns. "
+            "No explanation, no tests."
+        )
+    prompt = f"{body}\n\n{_answer_format(problem)}\n"
+    return f"{prompt}\n{AUX_OPEN}" if answer == "bounded" else prompt
+
+
+def centralized_stop_strings(answer: str = "open") -> list[str]:
+    """Return the stop strings of a joint answer: `["</main>"]` when bounded, none when open."""
+    return [MAIN_CLOSE] if answer == "bounded" else []
+
+
+@dataclass(frozen=True)
+class JointAnswer:
+    """The two functions split out of a joint answer; `reason` says how (empty when both came from tags)."""
+
+    aux: str
+    main: str
+    reason: str = ""
+
+
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_TAG = re.compile(r"</?(?:auxiliary|main)>", re.IGNORECASE)
+
+
+def _clean(section: str) -> str:
+    # Sections often hold a fenced block or are indented as a whole; keep only the code.
+    fenced = _FENCE.search(section)
+    if fenced:
+        section = fenced.group(1)
+    return textwrap.dedent(section).strip("\n").rstrip()
+
+
+def _tag_section(text: str, name: str) -> str | None:
+    # `<name>` up to `</name>`, or, when the closing tag is missing, up to the next tag or the end.
+    opening = re.search(rf"<{name}>", text, re.IGNORECASE)
+    if opening is None:
+        return None
+    rest = text[opening.end():]
+    closing = re.search(rf"</{name}>", rest, re.IGNORECASE)
+    next_tag = _TAG.search(rest)
+    end = closing.start() if closing else (next_tag.start() if next_tag else len(rest))
+    return rest[:end]
+
+
+_LABEL = re.compile(r"^[ \t#*]*(auxiliary|aux|main)(?:[ \t]+function)?[ \t*]*:[ \t*]*",
+                    re.IGNORECASE | re.MULTILINE)
+
+
+def _label_sections(text: str) -> dict[str, str]:
+    # `Auxiliary:` / `Main:` labels at the start of a line; a section runs to the next label.
+    found = list(_LABEL.finditer(text))
+    sections: dict[str, str] = {}
+    for i, match in enumerate(found):
+        label = match.group(1).lower()
+        key = "aux" if label.startswith("aux") else "main"
+        end = found[i + 1].start() if i + 1 < len(found) else len(text)
+        sections.setdefault(key, text[match.end():end])
+    return sections
+
+
+def extract_function(code: str, name: str) -> str:
+    """Return the source of the top-level function `name` in `code` (via ast, else by text), or ""."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        tree = None
+    lines = code.splitlines()
+    if tree is not None:
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                return "\n".join(lines[first - 1:node.end_lineno])
+    # Unparsable text: from the header to the next column-0 line that is not blank or a comment.
+    for i, line in enumerate(lines):
+        if re.match(rf"\s*def {re.escape(name)}\(", line):
+            indent = len(line) - len(line.lstrip())
+            end = i + 1
+            while end < len(lines):
+                nxt = lines[end]
+                if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent and not nxt.lstrip().startswith("#"):
+                    break
+                end += 1
+            return textwrap.dedent("\n".join(lines[i:end])).rstrip()
+    return ""
+
+
+def parse_joint_answer(text: str, problem: Any, answer: str = "open") -> JointAnswer:
+    """Return the aux and main code of a joint answer; never raises.
+
+    Each part falls back, in order, through: its tag section (a missing closing tag ends at the next tag
+    or the end); `Auxiliary:` / `Main:` labels; fenced code blocks (the first two, or one block holding
+    both functions); finally the function by name (`def aux` / `def <entry_point>`) anywhere in the text.
+    With `answer="bounded"` the text starts after the `<auxiliary>` tag of the prompt, which is put back.
+    A part found nowhere is "" and `reason` names it ("no <main> section"); `reason` also notes parts
+    that came from a fallback ("aux from labels").
+    """
+    text = text or ""
+    if answer == "bounded" and not text.lstrip().lower().startswith(AUX_OPEN):
+        text = AUX_OPEN + text
+    entry = field(problem, "entry_point")
+    names = {"aux": "aux", "main": entry}
+    found: dict[str, str] = {}
+    notes: list[str] = []
+
+    def take(part: str, code: str | None, how: str) -> None:
+        if part not in found and code is not None and _clean(code):
+            found[part] = _clean(code)
+            if how != "tags":
+                notes.append(f"{part} from {how}")
+
+    take("aux", _tag_section(text, "auxiliary"), "tags")
+    take("main", _tag_section(text, "main"), "tags")
+    labels = _label_sections(text)
+    for part in ("aux", "main"):
+        take(part, labels.get(part), "labels")
+    blocks = _FENCE.findall(text)
+    if len(blocks) >= 2:
+        take("aux", blocks[0], "fenced block")
+        take("main", blocks[1], "fenced block")
+    elif len(blocks) == 1:
+        for part in ("aux", "main"):
+            take(part, extract_function(textwrap.dedent(blocks[0]), names[part]) or None, "fenced block")
+    for part in ("aux", "main"):
+        take(part, extract_function(_TAG.sub("", text), names[part]) or None, "function name")
+
+    missing = [f"no <{'auxiliary' if part == 'aux' else 'main'}> section" for part in ("aux", "main")
+               if part not in found]
+    return JointAnswer(found.get("aux", ""), found.get("main", ""), "; ".join(missing + notes))
