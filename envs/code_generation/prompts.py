@@ -25,7 +25,7 @@ AUX_HEADER = "def aux("
 _STOP_STRINGS = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n# Test", "\nassert "]
 
 
-def field(problem: Any, key: str) -> str:
+def problem_field(problem: Any, key: str) -> str:
     """Return `problem.key` for a Problem, or `problem[key]` for a mapping."""
     if isinstance(problem, dict):
         return problem[key]
@@ -34,7 +34,7 @@ def field(problem: Any, key: str) -> str:
 
 def problem_code(problem: Any) -> str:
     """Return the problem's prompt (imports, signature, docstring) without its leading blank lines."""
-    return field(problem, "prompt").lstrip("\n")
+    return problem_field(problem, "prompt").lstrip("\n")
 
 
 def _check_role(role: str) -> None:
@@ -45,10 +45,10 @@ def _check_role(role: str) -> None:
 # ---------------------------------------------------------------- agent prompts
 
 def _aux_task(problem: Any) -> str:
-    entry = field(problem, "entry_point")
+    entry = problem_field(problem, "entry_point")
     return (
         "Problem:\n"
-        f"{field(problem, 'prompt').strip(chr(10))}\n\n"
+        f"{problem_field(problem, 'prompt').strip(chr(10))}\n\n"
         f"Write a helper function named `aux` that solves a useful sub-task of this problem. "
         f"The main function `{entry}` will call `aux` and use the value it returns.\n"
         "Write only the Python code of `aux`, ending with a return statement. "
@@ -57,7 +57,7 @@ def _aux_task(problem: Any) -> str:
 
 
 def _main_task(problem: Any) -> str:
-    entry = field(problem, "entry_point")
+    entry = problem_field(problem, "entry_point")
     return (
         "A helper function `aux(...)` is already defined and available. "
         "Do not redefine `aux`; call it in your solution.\n"
@@ -79,7 +79,7 @@ def main_prompt(problem: Any) -> str:
 
 def single_prompt(problem: Any) -> str:
     """Return the single agent's prompt (GRPO/AC baselines): implement the whole function; ends with the problem's prompt."""
-    entry = field(problem, "entry_point")
+    entry = problem_field(problem, "entry_point")
     return (
         f"Implement the function `{entry}` below. "
         "Write only the Python code, no explanation, no tests.\n\n"
@@ -139,7 +139,7 @@ def _strip_leading_fence(text: str) -> str:
 
 
 def _restart_at(text: str, name: str) -> int | None:
-    """Return where a completion restarts the whole function `def name(` (-1 never), or None.
+    """Return where a completion restarts the whole function `def name(`, or None when it does not.
 
     It counts as a restart only when nothing but imports and blank lines comes before the header.
     """
@@ -154,7 +154,7 @@ def _restart_at(text: str, name: str) -> int | None:
 
 def _preamble(problem: Any) -> str:
     # The problem prompt before its `def entry_point(` header: imports and any helpers it defines.
-    prompt, entry = problem_code(problem), field(problem, "entry_point")
+    prompt, entry = problem_code(problem), problem_field(problem, "entry_point")
     match = re.search(rf"^def {re.escape(entry)}\(", prompt, flags=re.MULTILINE)
     return prompt[:match.start()] if match else ""
 
@@ -172,7 +172,7 @@ def completion_to_code(role: str, problem: Any, completion: str) -> str:
     """
     _check_role(role)
     text = _strip_leading_fence(completion)
-    name = "aux" if role == "aux" else field(problem, "entry_point")
+    name = "aux" if role == "aux" else problem_field(problem, "entry_point")
     start = _restart_at(text, name)
     if start is None:
         head, body = code_prefix(role, problem), text
@@ -192,7 +192,7 @@ AUX_OPEN, AUX_CLOSE, MAIN_OPEN, MAIN_CLOSE = "<auxiliary>", "</auxiliary>", "<ma
 
 
 def _answer_format(problem: Any) -> str:
-    entry = field(problem, "entry_point")
+    entry = problem_field(problem, "entry_point")
     return (
         "Answer with code only, in exactly this form:\n"
         f"{AUX_OPEN}\ndef aux(...):\n    ...\n{AUX_CLOSE}\n"
@@ -211,7 +211,7 @@ def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open"
         raise ValueError(f"centralized_prompt={style!r}; expected one of {', '.join(CENTRALIZED_STYLES)}")
     if answer not in CENTRALIZED_ANSWERS:
         raise ValueError(f"centralized_answer={answer!r}; expected one of {', '.join(CENTRALIZED_ANSWERS)}")
-    entry = field(problem, "entry_point")
+    entry = problem_field(problem, "entry_point")
     if style == "concat":
         body = (
             f"Auxiliary function task:\n{_aux_task(problem)}\n\n"
@@ -220,7 +220,7 @@ def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open"
     else:
         body = (
             "Problem:\n"
-            f"{field(problem, 'prompt').strip(chr(10))}\n\n"
+            f"{problem_field(problem, 'prompt').strip(chr(10))}\n\n"
             "You are one programmer writing two functions for this problem. "
             "First write a helper function named `aux` that solves a useful sub-task and returns its result. "
             f"Then write the main function `{entry}`, which calls `aux` and uses the value it returns. "
@@ -323,7 +323,7 @@ def parse_joint_answer(text: str, problem: Any, answer: str = "open") -> JointAn
     text = text or ""
     if answer == "bounded" and not text.lstrip().lower().startswith(AUX_OPEN):
         text = AUX_OPEN + text
-    entry = field(problem, "entry_point")
+    entry = problem_field(problem, "entry_point")
     names = {"aux": "aux", "main": entry}
     found: dict[str, str] = {}
     notes: list[str] = []

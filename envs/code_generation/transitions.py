@@ -26,7 +26,7 @@ import urllib.request
 import warnings
 from typing import Any, Callable, Sequence
 
-from envs.code_generation.prompts import code_prefix, completion_to_code, field, problem_code
+from envs.code_generation.prompts import code_prefix, completion_to_code, problem_code, problem_field
 
 MODES = ("level_feedback", "plain", "expert_edits")
 DEFAULT_EXPERT_MODEL = "deepseek-coder"
@@ -96,7 +96,7 @@ def slice_tests(test_src: str, sandbox_slice: Any = 1) -> str:
 
 def feedback_problem(problem: Any, sandbox_slice: Any = 1) -> Any:
     """Return `problem` (a Problem, or a dict copy) with its test reduced to the asserts feedback runs and shows."""
-    test = slice_tests(field(problem, "test"), sandbox_slice)
+    test = slice_tests(problem_field(problem, "test"), sandbox_slice)
     if isinstance(problem, dict):
         return {**problem, "test": test}
     return dataclasses.replace(problem, test=test)
@@ -104,7 +104,7 @@ def feedback_problem(problem: Any, sandbox_slice: Any = 1) -> Any:
 
 def visible_asserts(problem: Any, sandbox_slice: Any = 1) -> list[str]:
     """Return the source of each test the feedback shows (one string per selected assert or loop)."""
-    test = field(problem, "test")
+    test = problem_field(problem, "test")
     units = _test_units(test) or _line_units(test)
     lines = test.splitlines()
     return ["\n".join(lines[first - 1:last]).strip() for i, (first, last) in enumerate(units)
@@ -153,7 +153,7 @@ def diagnostics(problem: Any, role: str, breakdown: Any, own_code: str = "") -> 
     `own_code` is the code the agent wrote (see `completion_to_code`); a syntax error in it is reported
     at its own line and column, which is what the agent can fix.
     """
-    b, entry = breakdown, field(problem, "entry_point")
+    b, entry = breakdown, problem_field(problem, "entry_point")
     main_name = f"Your function {entry}" if role != "aux" else f"The main function {entry}"
     lines = []
     if role != "single":
@@ -202,7 +202,7 @@ def level_feedback(problem: Any, role: str, breakdown: Any, own_code: str = "") 
 
 def plain_feedback(problem: Any, role: str) -> str:
     """Return a request for a concise, code-only revision of the agent's previous code."""
-    target = "your helper aux" if role == "aux" else f"your function {field(problem, 'entry_point')}"
+    target = "your helper aux" if role == "aux" else f"your function {problem_field(problem, 'entry_point')}"
     return f"Revise {target}: fix any mistakes and keep it concise. Write only the code, no explanation."
 
 
@@ -211,7 +211,7 @@ def plain_feedback(problem: Any, role: str) -> str:
 def expert_messages(problem: Any, role: str, aux_code: str, main_code: str, breakdown: Any,
                     tests: Sequence[str] = ()) -> list[dict]:
     """Return the chat messages asking an expert LLM for compact edits to the `role` agent's function."""
-    entry = field(problem, "entry_point")
+    entry = problem_field(problem, "entry_point")
     target = "the helper `aux`" if role == "aux" else f"the function `{entry}`"
     parts = [f"Problem:\n{problem_code(problem).rstrip()}"]
     if role != "single":
