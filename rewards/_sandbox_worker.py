@@ -166,10 +166,9 @@ def _child(cfg, req, cmd_r, res_w, out_w):
         os.dup2(out_w, 2)
         _close_fds_except({cmd_r, res_w})
         os.chdir(req["tmpdir"])
-        lim = req["limits"]
+        lim = cfg["limits"]
         mem = int(lim["memory_mb"]) << 20
-        cpu = max(1, int(lim["cpu_s"]))
-        for res, value in ((resource.RLIMIT_AS, (mem, mem)), (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        for res, value in ((resource.RLIMIT_AS, (mem, mem)),
                            (resource.RLIMIT_FSIZE, (int(lim["fsize_mb"]) << 20,) * 2),
                            (resource.RLIMIT_NOFILE, (int(lim["nofile"]),) * 2),
                            (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_MEMLOCK, (0, 0))):
@@ -217,6 +216,16 @@ def _child(cfg, req, cmd_r, res_w, out_w):
         except BaseException:
             return type(e).__name__
 
+    # a warm child: everything above happened before the job arrived; now wait for the program
+    _libc.prctl(15, ctypes.c_char_p(b"sbx-warm"), 0, 0, 0)    # PR_SET_NAME, for observers
+    kind, job = recv()
+    _libc.prctl(15, ctypes.c_char_p(b"sbx-program"), 0, 0, 0)
+    try:
+        cpu = max(1, int(job["cpu_s"]))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))   # lowering needs no privilege
+    except BaseException:
+        _exit(70)
+    req = dict(req, **job)
     ns = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(compile(req["program"], "<program>", "exec"), ns)
@@ -261,6 +270,9 @@ def _zygote(sock, cfg):
             __import__(name)
         except Exception:
             pass
+    import gc
+    gc.collect()
+    gc.freeze()   # the children's collections skip the zygote's objects (fewer copy-on-write page faults)
     while True:
         head = sock.recv(4, socket.MSG_WAITALL)
         if len(head) < 4:
@@ -308,20 +320,19 @@ class _Job:
     # -- child management
     def spawn(self):
         w = self.w
-        w.seq += 1
-        self.tmpdir = f"/tmp/sbx-{w.cfg['slot']}-{w.seq}"
-        os.mkdir(self.tmpdir, 0o700)
-        if w.cfg["uid"] is not None:
-            os.chown(self.tmpdir, w.cfg["uid"], w.cfg["gid"])
-        req = {"program": self.job["program"], "entry_point": self.job["entry_point"], "tmpdir": self.tmpdir,
-               "limits": self.job["limits"], "param": self.job.get("param", "candidate")}
-        data = marshal.dumps(req)
-        w.zsock.sendall(struct.pack("<I", len(data)) + data)
-        msg, fds, _, _ = socket.recv_fds(w.zsock, 16, 3)
-        pid = struct.unpack("<i", msg)[0]
-        for fd in fds:
-            os.set_blocking(fd, False)
-        self.child = (pid, fds[0], fds[1], fds[2])
+        child = w.take_warm()
+        pid, cmd_w, res_r, out_r, self.tmpdir = child
+        self.child = (pid, cmd_w, res_r, out_r)
+        job = {"program": self.job["program"], "entry_point": self.job["entry_point"],
+               "param": self.job.get("param", "candidate"), "cpu_s": self.job["cpu_s"]}
+        try:
+            _send(cmd_w, marshal.dumps(("program", job)), self.deadline)
+        except TimeoutError:
+            self.flag = "timeout"
+            raise _Timeout()
+        except OSError:
+            self.flag = "gone"
+            raise _Gone("the program's process ended before it started")
         first = self.receive()
         if first[0] == "load_error":
             self.load_error = str(first[1])[:400] if len(first) > 1 else "load error"
@@ -331,7 +342,9 @@ class _Job:
             self.kill()
             raise _Gone("protocol error")
 
-    def kill(self):
+    def kill(self, wait=True):
+        """Kill the program's processes. `wait=False` (end of a job) only sends the signals: the worker then
+        replies, and waits for them to be gone (and removes the temp dir) before it takes the next job."""
         if self.child is None:
             return
         pid, cmd_w, res_r, out_r = self.child
@@ -347,10 +360,12 @@ class _Job:
         self.drain(out_r)
         for fd in (cmd_w, res_r, out_r):
             os.close(fd)
-        self.w.sweep()
+        self.w.sweep(wait=wait)
         if self.tmpdir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.w.trash.append(self.tmpdir)
             self.tmpdir = None
+        if wait:
+            self.w.tidy()
 
     def drain(self, fd):
         try:
@@ -491,7 +506,7 @@ class _Job:
                 if kind == "test":
                     outcomes.append([text, not error, error, False])
         finally:
-            self.kill()
+            self.kill(wait=False)
         return outcomes
 
 
@@ -506,6 +521,37 @@ class _Worker:
         self.cache = {}
         self.zsock = None
         self.zygote_pid = None
+        self.warm = None
+        self.trash = []
+
+    def take_warm(self):
+        child, self.warm = self.warm, None
+        return child or self.fork_child()
+
+    def fork_child(self):
+        """Ask the zygote for a fresh, fully set-up child waiting for its program."""
+        self.seq += 1
+        tmpdir = f"/tmp/sbx-{self.cfg['slot']}-{self.seq}"
+        os.mkdir(tmpdir, 0o700)
+        if self.cfg["uid"] is not None:
+            os.chown(tmpdir, self.cfg["uid"], self.cfg["gid"])
+        data = marshal.dumps({"tmpdir": tmpdir})
+        self.zsock.sendall(struct.pack("<I", len(data)) + data)
+        msg, fds, _, _ = socket.recv_fds(self.zsock, 16, 3)
+        pid = struct.unpack("<i", msg)[0]
+        for fd in fds:
+            os.set_blocking(fd, False)
+        return (pid, fds[0], fds[1], fds[2], tmpdir)
+
+    def tidy(self):
+        """Between jobs: wait until the last program's processes are gone, remove its temp dirs, and pre-fork
+        the next child so that the next job does not wait for fork and set-up."""
+        self.sweep(wait=True)
+        for d in self.trash:
+            shutil.rmtree(d, ignore_errors=True)
+        self.trash.clear()
+        if self.warm is None:
+            self.warm = self.fork_child()
 
     def compiled(self, src):
         code = self.cache.get(src)
@@ -522,7 +568,7 @@ class _Worker:
         except (OSError, ValueError):
             return []
 
-    def sweep(self):
+    def sweep(self, wait=True):
         """Kill every process the program left (all are below the zygote, a subreaper), until none is left.
 
         With a slot uid: `kill(-1, SIGKILL)` with our real uid set to the slot's uid reaches exactly the
@@ -531,11 +577,17 @@ class _Worker:
         report success with nothing to kill).
         """
         uid = self.cfg["uid"]
+        warm = self.warm[0] if self.warm else None
         for attempt in range(4000):
-            left = self.children()
+            left = [p for p in self.children() if p != warm]
             if not left:
                 return
             if uid is not None:
+                if self.warm is not None:   # kill(-1) reaches the warm child too: let it go
+                    for fd in self.warm[1:4]:
+                        os.close(fd)
+                    self.trash.append(self.warm[4])
+                    self.warm = warm = None
                 os.setresuid(uid, uid, 0)
                 try:
                     os.kill(-1, signal.SIGKILL)
@@ -549,6 +601,8 @@ class _Worker:
                         os.kill(pid, signal.SIGKILL)
                     except OSError:
                         pass
+            if not wait:
+                return
             time.sleep(0.0002 if attempt < 50 else 0.002)
 
 
@@ -688,6 +742,7 @@ def main():
         writer.flush()
 
     reply({"ready": True, "isolation": iso, "pid": os.getpid()})
+    worker.tidy()
     while True:
         line = reader.readline()
         if not line:
@@ -702,6 +757,7 @@ def main():
                    "load_error": run.load_error})
         except BaseException as e:  # a bug here must not hang the trainer: report it
             reply({"error": f"{type(e).__name__}: {e}"[:400]})
+        worker.tidy()
     worker.sweep()
     os.kill(pid, signal.SIGKILL)
 

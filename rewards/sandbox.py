@@ -223,7 +223,7 @@ class Sandbox:
     def _start(self, slot: _Slot) -> None:
         uid = None if self._uid_base is None else self._uid_base + slot.index
         cfg = {"slot": slot.index, "uid": uid, "gid": uid, "hide": self.hide_paths,
-               "private_dirs": list(PRIVATE_DIRS), "tmpfs_mb": self.tmpfs_mb}
+               "private_dirs": list(PRIVATE_DIRS), "tmpfs_mb": self.tmpfs_mb, "limits": self.limits}
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         slot.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -288,7 +288,7 @@ class Sandbox:
         job = {"program": program, "entry_point": suite.entry_point, "param": suite.param,
                "context": list(suite.context), "units": [list(u) for u in suite.units],
                "trusted": suite.trusted, "timeout_s": float(timeout_s), "max_timeouts": int(max_timeouts),
-               "limits": dict(self.limits, cpu_s=min(3600, math.ceil(timeout_s * n_units) + 1))}
+               "cpu_s": min(3600, math.ceil(timeout_s * n_units) + 1)}
         slot = self._idle.get()
         try:
             return self._run_on(slot, job, suite, timeout_s * n_units + 30)

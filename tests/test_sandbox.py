@@ -53,8 +53,19 @@ def _sandbox_uids(sb):
     return set() if base is None else set(range(base, base + sb.workers))
 
 
-def _left_over(sb) -> list[str]:
-    """Processes still running under a slot uid, and zombies below the workers."""
+def _left_over(sb, grace_s: float = 2.0) -> list[str]:
+    """Processes of the programs still alive `grace_s` after the verdict (they are sent SIGKILL before the
+    verdict; the worker waits for them to be gone before its next job), and zombies below the workers.
+    The worker's idle pre-forked child (named sbx-warm, no program in it yet) is not a leftover."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        found = _scan(sb)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
+def _scan(sb) -> list[str]:
     uids = _sandbox_uids(sb)
     workers = {s.proc.pid for s in sb._slots if s.proc is not None}
     found = []
@@ -69,6 +80,8 @@ def _left_over(sb) -> list[str]:
         uid = int(fields["Uid"].split()[0])
         ppid = int(fields["PPid"].strip())
         state = fields["State"].strip()
+        if fields["Name"].strip() == "sbx-warm" and state.startswith("S"):
+            continue
         if uid in uids or (state.startswith("Z") and (ppid in workers or ppid == os.getpid())):
             found.append(f"{entry} uid={uid} state={state} ppid={ppid}")
     return found
