@@ -74,6 +74,11 @@ class _Prepared:
 
 
 @lru_cache(maxsize=2048)
+def _prompt_parts(prompt: str, entry_point: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(prompt_imports(prompt)), tuple(prompt_helpers(prompt, entry_point, skip=(AUX_NAME,)))
+
+
+@lru_cache(maxsize=2048)
 def _suite(test: str, entry_point: str, prompt: str) -> TestSuite:
     # the judge's context: the prompt itself (imports, helpers such as poly/encode_cyclic), trusted data
     context = []
@@ -101,7 +106,7 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
         why = "main function missing" if not main_clean.function else "main function has no return value"
         return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
 
-    imports = prompt_imports(prompt)
+    imports, helpers = _prompt_parts(prompt, entry_point)
     pieces = list(imports) + list(main_clean.imports)
     if aux_clean is not None:
         pieces += list(aux_clean.imports)
@@ -117,9 +122,8 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
         why = f"syntax error: {err.msg} (line {err.lineno}, column {err.offset})"
         return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
     parts["syntax_ok"] = True
-    helpers = prompt_helpers(prompt, entry_point, skip=(AUX_NAME,))
     # prompt helpers first, so that the completions' own definitions win
-    program = "\n\n".join(([head] if head else []) + helpers + code_parts[1 if head else 0:]) + "\n"
+    program = "\n\n".join(([head] if head else []) + list(helpers) + code_parts[1 if head else 0:]) + "\n"
     suite = _suite(test, entry_point, prompt)
     return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
                      entry_point=entry_point, single_agent=single_agent)
@@ -172,18 +176,17 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
     if not (len(problems) == len(aux_list) == len(main_list)):
         raise ValueError(f"batch lengths differ: {len(problems)} problems, {len(aux_list)} aux, "
                          f"{len(main_list)} main completions")
-    preps = [_prepare(p, a, m, single_agent) for p, a, m in zip(problems, aux_list, main_list)]
-    pending = [p for p in preps if p.done is None]
-    if pending:
-        sb = sandbox or default_sandbox()
+    sb = sandbox or default_sandbox()
 
-        def run(prep: _Prepared):
-            report = sb.run_detailed(prep.program, prep.suite, timeout_s, max_timeouts)
-            return _finish(prep, report.outcomes, report.error or "")
+    def one(item) -> RewardBreakdown:
+        # cleaning and the AST checks run on the pool's threads too, overlapping with the workers' runs
+        prep = _prepare(*item, single_agent)
+        if prep.done is not None:
+            return prep.done
+        report = sb.run_detailed(prep.program, prep.suite, timeout_s, max_timeouts)
+        return _finish(prep, report.outcomes, report.error or "")
 
-        for prep, result in zip(pending, sb.map_detailed(run, pending)):
-            prep.done = result
-    return [p.done for p in preps]
+    return sb.map_detailed(one, list(zip(problems, aux_list, main_list)))
 
 
 def execution_reward_aux(aux_list: Sequence[str], main_list: Sequence[str], tests: Sequence[str],
