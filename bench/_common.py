@@ -1,0 +1,136 @@
+"""Shared pieces of the benchmarks: the fixed settings, prompts, reward, transition, timers and peak memory.
+
+Everything here is plain Python that every side (cooprl, comlrl, TRL) is given unchanged, so the only
+difference between the sides is the trainer itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import resource
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# The fixed settings every side uses.
+MODEL = "offline:smollm2-135m-instruct"
+NUM_GENERATIONS = 4
+MAX_NEW_TOKENS = 64
+TEMPERATURE = 0.6
+TOP_P = 0.6
+TOP_K = 50                 # comlrl's default; given to cooprl and TRL too
+LEARNING_RATE = 2e-5
+NUM_PROBLEMS = 4           # the first N HumanEval problems (test[:N])
+SEED = 0
+
+
+def model_path() -> str:
+    """Return the local HF folder of the embedded SmolLM2 (loadable by path by any trainer)."""
+    from cooprl.models import resolve_model_path
+    return str(resolve_model_path(MODEL))
+
+
+def problems(n: int) -> list[Any]:
+    """Return the first n HumanEval problems."""
+    from envs.code_generation.data import load_problems
+    return load_problems({"type": "humaneval"}, f"test[:{n}]")
+
+
+ROLES = ("You write a helper function for the main function below.",
+         "You complete the main function below.")
+
+
+def first_prompt(agent: int, num_agents: int, problem_prompt: str) -> str:
+    """Return the first-turn prompt of `agent` (the same text for every side)."""
+    if num_agents == 1:
+        return f"Complete the following Python function.\n\n{problem_prompt}"
+    return f"{ROLES[agent % len(ROLES)]}\n\n{problem_prompt}"
+
+
+def plain_transition(prompt: str, completion: str) -> str:
+    """The `plain` next-turn prompt: the agent's own last prompt and answer, then a request to revise."""
+    return f"{prompt}{completion}\n\nRevise your answer above.\n"
+
+
+def format_score(text: str) -> float:
+    """A pure-Python reward of one completion in [0, 1]: a small code-format score (no sandbox)."""
+    score = 0.0
+    if "def " in text or "return" in text:
+        score += 0.5
+    if "return" in text:
+        score += 0.25
+    if "```" not in text:
+        score += 0.25
+    return score
+
+
+def joint_reward(texts: list[str]) -> float:
+    """Shared reward of a joint action: the sum of the agents' format scores (max = number of agents)."""
+    return float(sum(format_score(t) for t in texts))
+
+
+class Timers:
+    """Accumulated seconds and call counts per named phase."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    @contextmanager
+    def time(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.calls[name] = self.calls.get(name, 0) + 1
+
+    def wrap(self, owner: Any, attr: str, name: str) -> None:
+        """Replace owner.attr (a function or method) by a timed version, from the outside."""
+        original = getattr(owner, attr)
+        timers = self
+
+        @functools.wraps(original)
+        def timed(*args, **kwargs):
+            with timers.time(name):
+                return original(*args, **kwargs)
+
+        setattr(owner, attr, timed)
+
+    def get(self, name: str) -> float:
+        return self.seconds.get(name, 0.0)
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process in GB (Linux ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+def write_result(path: str | os.PathLike, result: dict[str, Any]) -> None:
+    """Write one side's result as JSON (the parent process reads it back)."""
+    result = {**result, "peak_rss_gb": peak_rss_gb()}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=2))
+
+
+def seed_all(seed: int = SEED) -> None:
+    import random
+
+    import torch
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+Callback = Callable[..., Any]
