@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # The fixed settings every side uses.
-MODEL = "offline:smollm2-135m-instruct"
+MODEL = os.environ.get("BENCH_MODEL", "offline:smollm2-135m-instruct")   # offline:tiny-random for a smoke test
 NUM_GENERATIONS = 4
 MAX_NEW_TOKENS = 64
 TEMPERATURE = 0.6
@@ -64,11 +64,14 @@ def format_score(text: str) -> float:
     """A pure-Python reward of one completion in [0, 1]: a small code-format score (no sandbox)."""
     score = 0.0
     if "def " in text or "return" in text:
-        score += 0.5
+        score += 0.4
     if "return" in text:
-        score += 0.25
+        score += 0.2
     if "```" not in text:
-        score += 0.25
+        score += 0.2
+    # a smooth length term, so that sibling samples almost never tie (a tie gives a zero advantage,
+    # and cooprl skips zero-advantage samples: the update would not be measured)
+    score += 0.2 * min(len(text.strip()), 200) / 200
     return score
 
 
