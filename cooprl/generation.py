@@ -34,6 +34,37 @@ class Completion:
     truncated: bool                # True when the budget ran out before EOS or a stop string
 
 
+def first_stop(text: str, stop_strings: Sequence[str]) -> int | None:
+    """Return where `text` should end: the first stop string that follows some non-blank text, else None.
+
+    Stop strings at the very start are ignored because small models often open with a blank line and
+    restart the function header they were given ("\ndef f(...)"): that is the answer, not its end.
+    """
+    best = None
+    for stop in stop_strings:
+        at = text.find(stop)
+        while at != -1 and not text[:at].strip():
+            at = text.find(stop, at + 1)
+        if at != -1 and (best is None or at < best):
+            best = at
+    return best
+
+
+class _StopOnStrings:
+    """A stopping criterion: each row stops once its generated text holds a stop string (see first_stop).
+
+    Written by hand because transformers' `stop_strings` cannot skip a match at the very start.
+    """
+
+    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_width: int):
+        self.tokenizer, self.stop_strings, self.prompt_width = tokenizer, tuple(stop_strings), prompt_width
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_width:], skip_special_tokens=True)
+        done = [first_stop(text, self.stop_strings) is not None for text in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
 def apply_chat_template(tokenizer: Any, prompt: str) -> str:
     """Return `prompt` wrapped as one user turn in the tokenizer's chat template, ready for the answer."""
     messages = [{"role": "user", "content": prompt}]
@@ -76,7 +107,8 @@ class HFGenerator:
         if not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0)
         if params.stop_strings:
-            kwargs.update(stop_strings=list(params.stop_strings), tokenizer=self.tokenizer)
+            from transformers import StoppingCriteriaList
+            kwargs["stopping_criteria"] = StoppingCriteriaList([_StopOnStrings(self.tokenizer, params.stop_strings, width)])
         was_training = self.model.training
         self.model.eval()
         output = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
@@ -95,7 +127,7 @@ class HFGenerator:
         end = next((i for i, t in enumerate(tokens) if t in eos_ids or t == self.tokenizer.pad_token_id), len(tokens))
         ids = row[:end]
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        stopped = bool(params.stop_strings) and any(s in text for s in params.stop_strings)
+        stopped = bool(params.stop_strings) and first_stop(text, params.stop_strings) is not None
         if end < len(tokens) and tokens[end] in eos_ids and not stopped:
             # The model chose to end here: its EOS is part of the action to learn. (After a stop string
             # the EOS-looking token is generate's padding, which the model never sampled.)

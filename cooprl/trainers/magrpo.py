@@ -89,7 +89,7 @@ class MAGRPO:
         for a, agent in enumerate(self.team):
             result = policy_gradient_step(
                 agent.model, agent.optimizer, self.buffer[a], agent.tokenizer.pad_token_id,
-                batch_size=self.section.train_batch_size, max_grad_norm=self.section.max_grad_norm,
+                batch_size=self.section.train_batch_size or self.section.num_generations, max_grad_norm=self.section.max_grad_norm,
                 kl_coef=self.section.reference_kl_coef,
                 reference=self.references[a] if self.references else None)
             metrics.update({f"agent_{a}/{k}": v for k, v in result.items()})

@@ -17,6 +17,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from cooprl.generation import first_stop
+
 ROLES = ("aux", "main", "single")
 AUX_HEADER = "def aux("
 
@@ -117,16 +119,14 @@ def stop_strings(role: str) -> list[str]:
 
 
 def truncate_at_stop(role: str, text: str) -> str:
-    """Return `text` cut at the first stop string of `role`.
+    """Return `text` cut at the first stop string of `role` that follows some non-blank text.
 
     Generators differ: vLLM drops the stop string, `transformers` keeps it; cutting here makes both the same.
+    A stop string at the very start is skipped, as the generator does (`cooprl.generation.first_stop`):
+    a completion that opens with a blank line and restarts the function header is the answer itself.
     """
-    cut = len(text)
-    for stop in stop_strings(role):
-        at = text.find(stop)
-        if at != -1:
-            cut = min(cut, at)
-    return text[:cut]
+    cut = first_stop(text, stop_strings(role))
+    return text if cut is None else text[:cut]
 
 
 def _strip_leading_fence(text: str) -> str:

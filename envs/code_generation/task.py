@@ -71,8 +71,10 @@ def build_code_task(config: Config, trainer: str) -> Task:
         if external.mode == "level_feedback" and external.sandbox_slice not in (0, None, "all", "ALL"):
             # the feedback shows (and runs) only the chosen asserts
             breakdown = code_reward(feedback_problem(problem, external.sandbox_slice), aux, main, single_agent=single)
+        partner = {"aux": main, "main": aux, "single": ""}  # shown to the expert only, never to the agents
         return [next_prompt(external.mode, problem, role, list(history), breakdown, expert_client=expert,
-                            sandbox_slice=external.sandbox_slice, passthrough=external.external_prompt_passthrough)
+                            sandbox_slice=external.sandbox_slice, passthrough=external.external_prompt_passthrough,
+                            partner_code=partner[role])
                 for role, history in zip(roles, histories)]
 
     return Task(name=f"code:{config.dataset.name}", num_agents=len(roles), train_items=train_items,
