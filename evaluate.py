@@ -1,0 +1,66 @@
+"""Evaluate a saved run: python evaluate.py --config FILE --checkpoint DIR [--trainer magrpo] [--override ...]
+
+Loads the agents' weights (or LoRA adapters) from a checkpoint folder (or the newest checkpoint under a
+checkpoints folder), rolls out the eval split with the trainer's evaluation settings and prints the
+per-turn metrics (reward levels, pass rate, pass@k, aux usage); `--output FILE` also writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from cooprl import checkpoint as ckpt
+from cooprl.cli import USER_ERRORS
+from cooprl.config import ConfigError, load_config
+from envs.code_generation import train as code_train  # registers the environment's user errors
+
+
+def evaluate_checkpoint(config_path: str, checkpoint: str, trainer: str, overrides: list[str]) -> dict[str, float]:
+    """Return the evaluation metrics of the agents saved in `checkpoint`."""
+    config = load_config(config_path, overrides)
+    try:
+        folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
+    except FileNotFoundError as err:
+        raise ConfigError(f"--checkpoint: {err}") from None
+    if trainer not in code_train.ALGORITHMS:
+        raise ConfigError(f"--trainer {trainer!r}: evaluation is available for {', '.join(code_train.ALGORITHMS)}")
+    from importlib import import_module
+    from envs.code_generation.task import build_code_task
+    task = build_code_task(config, trainer)
+    module, name = code_train.ALGORITHMS[trainer].split(":")
+    algorithm = getattr(import_module(module), name)(config, trainer, task)
+    for i, model in enumerate(algorithm.models):
+        ckpt.load_agent_weights(model, folder, i)
+    torch.manual_seed(config.seed + 12345)  # the same evaluation stream as during training
+    items = task.eval_items[:config.trainer(trainer).eval_num_samples]
+    return algorithm.evaluate(items)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, evaluate, print; return the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--checkpoint", required=True, help="checkpoint-N folder, or a checkpoints folder (newest)")
+    parser.add_argument("--trainer", default="magrpo")
+    parser.add_argument("--override", nargs="*", default=[])
+    parser.add_argument("--output", help="also write the metrics to this JSON file")
+    args = parser.parse_args(argv)
+    try:
+        metrics = evaluate_checkpoint(args.config, args.checkpoint, args.trainer, args.override)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for key in sorted(metrics):
+        print(f"{key}: {metrics[key]:.4f}")
+    if args.output:
+        Path(args.output).write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
