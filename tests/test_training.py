@@ -117,3 +117,40 @@ def test_reference_kl_is_reported_and_nonnegative(tmp_path):
     events = train_events(tmp_path / "kl")
     assert all(e["agent_0/kl"] >= 0 for e in events)
     assert events[-1]["agent_0/kl"] > 0  # after one update the policy differs from the reference
+
+
+def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path):
+    import os
+    import signal
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "magrpo.max_new_tokens=4",
+                                "magrpo.num_generations=2", "magrpo.num_turns=1", "magrpo.max_steps=5",
+                                "wandb.mode=disabled", f"output.base_dir={tmp_path}"])
+    task = scripted_task()
+    algorithm = build_magrpo(config, "magrpo", task)
+    step_once = algorithm.train_step
+
+    def interrupted_step(item, step):
+        metrics = step_once(item, step)
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # as if the user pressed Ctrl-C during step 2
+        return metrics
+
+    algorithm.train_step = interrupted_step
+    summary = train_loop(config, "magrpo", task, algorithm, tmp_path / "run")
+    assert summary["interrupted"] and summary["steps"] == 2
+    assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-2"]
+
+
+def test_nonfinite_loss_skips_the_update(tiny):
+    import copy
+    from cooprl.policy_update import TrainSample, policy_gradient_step
+    model = copy.deepcopy(tiny[0])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    before = model.lm_head.weight.clone()
+    sample = TrainSample(torch.tensor([5, 6]), torch.tensor([7, 8]), float("nan"))
+    metrics = policy_gradient_step(model, optimizer, [sample], tiny[1].pad_token_id)
+    assert metrics["skipped_nonfinite"] == 1.0
+    assert torch.equal(model.lm_head.weight, before)
+    metrics = policy_gradient_step(model, optimizer, [TrainSample(sample.prompt_ids, sample.completion_ids, 1.0)],
+                                   tiny[1].pad_token_id)
+    assert metrics["skipped_nonfinite"] == 0.0 and not torch.equal(model.lm_head.weight, before)
