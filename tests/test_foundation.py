@@ -188,3 +188,12 @@ def test_smollm2_conversion_is_cached_and_trainable():
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".smollm2")]  # no temp folder left
     model = load_causal_lm(SMOLLM2, device="cpu")
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) > 100e6
+
+
+def test_heterogeneous_agent_names():
+    from cooprl.agents import agent_model_names
+    config = load_config(None, ["agents=[offline:tiny-random, some/hub-model]"])
+    assert agent_model_names(config, 2) == ["offline:tiny-random", "some/hub-model"]
+    assert agent_model_names(load_config(None, []), 2) == ["offline:smollm2-135m-instruct"] * 2
+    with pytest.raises(ConfigError, match="agents: 2 model names given for 1 agents"):
+        agent_model_names(config, 1)
