@@ -17,6 +17,7 @@ import torch
 from cooprl import checkpoint as ckpt
 from cooprl.cli import USER_ERRORS
 from cooprl.config import ConfigError, load_config
+from cooprl.trainers.loop import evaluation_seed
 from envs.code_generation import train as code_train  # registers the environment's user errors
 
 
@@ -27,16 +28,10 @@ def evaluate_checkpoint(config_path: str, checkpoint: str, trainer: str, overrid
         folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
     except FileNotFoundError as err:
         raise ConfigError(f"--checkpoint: {err}") from None
-    if trainer not in code_train.ALGORITHMS:
-        raise ConfigError(f"--trainer {trainer!r}: evaluation is available for {', '.join(code_train.ALGORITHMS)}")
-    from importlib import import_module
-    from envs.code_generation.task import build_code_task
-    task = build_code_task(config, trainer)
-    module, name = code_train.ALGORITHMS[trainer].split(":")
-    algorithm = getattr(import_module(module), name)(config, trainer, task)
+    task, algorithm = code_train.build_task_and_algorithm(config, trainer)
     for i, model in enumerate(algorithm.models):
         ckpt.load_agent_weights(model, folder, i)
-    torch.manual_seed(config.seed + 12345)  # the same evaluation stream as during training
+    torch.manual_seed(evaluation_seed(config.seed))  # the same evaluation stream as during training
     items = task.eval_items[:config.trainer(trainer).eval_num_samples]
     return algorithm.evaluate(items)
 

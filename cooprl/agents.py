@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.config import Config
+from cooprl.config import Config, ConfigError
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.models import load_causal_lm, load_tokenizer
 
@@ -40,7 +40,6 @@ def agent_model_names(config: Config, num_agents: int) -> list[str]:
     if config.agents is None:
         return [config.agent_model.name] * num_agents
     if len(config.agents) != num_agents:
-        from cooprl.config import ConfigError
         raise ConfigError(f"agents: {len(config.agents)} model names given for {num_agents} agents")
     return list(config.agents)
 

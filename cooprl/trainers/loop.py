@@ -39,6 +39,11 @@ class Algorithm(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def evaluation_seed(seed: int) -> int:
+    """Return the seed of evaluation's own generator (separate from training's, see train_loop.evaluate)."""
+    return seed + 12345
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch generators."""
     random.seed(seed)
@@ -131,7 +136,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         # Evaluation draws from its own seeded generator: it neither disturbs nor depends on training's RNG,
         # so resumed runs match uninterrupted ones and evaluations at different steps are comparable.
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed + 12345)
+            torch.manual_seed(evaluation_seed(config.seed))
             metrics = algorithm.evaluate(items) if items else {}
         if metrics:
             tracker.log(metrics, step, env_step)

@@ -171,8 +171,13 @@ def load_problems(dataset_cfg: Any, split: str) -> list[Problem]:
     return chosen
 
 
+def problem_field(problem: Any, key: str) -> Any:
+    """Return `problem[key]` for a mapping, or `problem.key` for a Problem (or any object with that field)."""
+    if isinstance(problem, Mapping):
+        return problem[key]
+    return getattr(problem, key)
+
+
 def problem_fields(problem: Problem | Mapping[str, Any]) -> tuple[str, str, str]:
     """Return (prompt, test, entry_point) of a Problem or of a plain dict with those keys."""
-    if isinstance(problem, Problem):
-        return problem.prompt, problem.test, problem.entry_point
-    return problem["prompt"], problem["test"], problem["entry_point"]
+    return problem_field(problem, "prompt"), problem_field(problem, "test"), problem_field(problem, "entry_point")

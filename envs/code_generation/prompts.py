@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cooprl.generation import first_stop
+from envs.code_generation.data import problem_field
 
 ROLES = ("aux", "main", "single")
 AUX_HEADER = "def aux("
@@ -25,13 +26,6 @@ AUX_HEADER = "def aux("
 # Column-0 markers that can only come after the function is over. A nested `def` or a comment inside
 # the body is indented, so these never cut a function short.
 _STOP_STRINGS = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n# Test", "\nassert "]
-
-
-def problem_field(problem: Any, key: str) -> str:
-    """Return `problem.key` for a Problem, or `problem[key]` for a mapping."""
-    if isinstance(problem, dict):
-        return problem[key]
-    return getattr(problem, key)
 
 
 def problem_code(problem: Any) -> str:

@@ -68,9 +68,11 @@ def build_code_task(config: Config, trainer: str) -> Task:
     def next_prompts(problem: Problem, histories: Sequence[Sequence[tuple[str, str]]], joint: Sequence[str],
                      score_: Score) -> list[str]:
         aux, main, breakdown = score_.details
-        if external.mode == "level_feedback" and external.sandbox_slice not in (0, None, "all", "ALL"):
-            # the feedback shows (and runs) only the chosen asserts
-            breakdown = code_reward(feedback_problem(problem, external.sandbox_slice), aux, main, single_agent=single)
+        if external.mode == "level_feedback":
+            # the feedback shows (and runs) only the chosen asserts; re-score only when some were dropped
+            sliced = feedback_problem(problem, external.sandbox_slice)
+            if sliced.test != problem.test:
+                breakdown = code_reward(sliced, aux, main, single_agent=single)
         partner = {"aux": main, "main": aux, "single": ""}  # shown to the expert only, never to the agents
         return [next_prompt(external.mode, problem, role, list(history), breakdown, expert_client=expert,
                             sandbox_slice=external.sandbox_slice, passthrough=external.external_prompt_passthrough,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from cooprl.cli import register_user_error, run_cli
@@ -24,21 +25,25 @@ ALGORITHMS: dict[str, str] = {
 }
 
 
-def train(config: Config, trainer: str) -> dict[str, Any]:
-    """Train `trainer` on the code-generation task described by `config`; return the run summary."""
+def build_task_and_algorithm(config: Config, trainer: str) -> tuple[Any, Any]:
+    """Return (code task, algorithm with its loaded agents) for `trainer`'s section of `config`."""
     if trainer not in ALGORITHMS:
         raise ConfigError(f"trainer {trainer!r} is not available yet in this version; available: {', '.join(ALGORITHMS)}")
     from importlib import import_module
     from envs.code_generation.task import build_code_task
-    seed_everything(config.seed)
     task = build_code_task(config, trainer)
     module, name = ALGORITHMS[trainer].split(":")
-    algorithm = getattr(import_module(module), name)(config, trainer, task)
+    return task, getattr(import_module(module), name)(config, trainer, task)
+
+
+def train(config: Config, trainer: str) -> dict[str, Any]:
+    """Train `trainer` on the code-generation task described by `config`; return the run summary."""
+    seed_everything(config.seed)
+    task, algorithm = build_task_and_algorithm(config, trainer)
     run_dir = run_folder(config, trainer)
     log.info("run folder: %s (%d train / %d eval problems)", run_dir, len(task.train_items), len(task.eval_items))
     summary = train_loop(config, trainer, task, algorithm, run_dir)
     if config.output.save_final_model:
-        from pathlib import Path
         target = Path(config.output.save_path or run_dir / "final")
         for i, model in enumerate(algorithm.models):
             model.save_pretrained(target / f"agent_{i}")
