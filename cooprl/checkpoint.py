@@ -1,7 +1,7 @@
 """Atomic checkpoints that resume bit-for-bit: weights (or adapters), optimizers, RNG states, position.
 
 A checkpoint is a folder `checkpoint-<step>/` holding `agent_<i>/` (HF `save_pretrained` output, LoRA
-adapters only when peft wraps the model), `trainer_state.pt` (optimizer states, RNG states, counters,
+adapters only when peft wraps the model; a value model adds its head), `trainer_state.pt` (optimizer states, RNG states, counters,
 anything else the trainer passes) and `done` (written last). It is written under a temporary name and
 renamed, so a crash mid-save leaves the previous checkpoints intact and never a half-written one.
 """
@@ -87,17 +87,25 @@ def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
 
 
 def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
-    """Load agent `agent`'s saved weights (full model or LoRA adapters) into `model` in place."""
+    """Load model `agent`'s saved weights (full model, LoRA adapters, or a value model) into `model` in place."""
     folder = checkpoint / f"agent_{agent}"
+    if hasattr(model, "load_weights"):  # a ValueModel (critic or reward model) knows its own layout
+        model.load_weights(folder)
+        return
+    load_agent_weights_from_folder(model, folder)
+
+
+def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
+    """Load a `save_pretrained` folder (full weights or LoRA adapters) into `model` in place."""
+    from safetensors.torch import load_file
     if hasattr(model, "peft_config"):
         from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
         set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
         return
-    from safetensors.torch import load_file
     state = {}
     for shard in sorted(folder.glob("*.safetensors")):
-        state.update(load_file(shard))
+        if shard.name != "value_head.safetensors":
+            state.update(load_file(shard))
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
     if missing or unexpected:
