@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -31,14 +31,20 @@ class TrainSample:
 
 def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
                          *, batch_size: int | None = None, max_grad_norm: float | None = 1.0,
-                         kl_coef: float = 0.0, reference: Any = None) -> dict[str, float]:
-    """Apply one optimizer step on `samples`; return metrics (loss, kl, grad_norm, skipped)."""
+                         kl_coef: float = 0.0, reference: Any = None,
+                         extra_backward: Callable[[], float] | None = None) -> dict[str, float]:
+    """Apply one optimizer step on `samples`; return metrics (loss, kl, grad_norm, skipped, extra_loss).
+
+    `extra_backward`, when given, backpropagates a second loss into parameters of the same optimizer after
+    the policy loss and before the clipped step (the actor-critic's value loss: a value head sharing the
+    actor's trunk, or a separate critic trained with no policy samples); it returns that loss's value.
+    """
     active = [s for s in samples if s.advantage != 0.0 or kl_coef > 0] if samples else []
     metrics = {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}
-    if not active:
+    if not active and extra_backward is None:
         return metrics
     total = len(samples)
-    size = batch_size or len(active)
+    size = batch_size or max(len(active), 1)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     for start in range(0, len(active), size):
@@ -61,6 +67,12 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
             return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
         loss.backward()
         metrics["loss"] += loss.item()
+    if extra_backward is not None:
+        metrics["extra_loss"] = extra_backward()
+        if not math.isfinite(metrics["extra_loss"]):
+            log.warning("non-finite extra loss (%s): this update is skipped", metrics["extra_loss"])
+            optimizer.zero_grad(set_to_none=True)
+            return {**metrics, "skipped_nonfinite": 1.0}
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
     if not torch.isfinite(norm):
