@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from math import comb
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-from cooprl.rollout import Node, iter_nodes
+from cooprl.rollout import Node, RolloutSettings, Sampler, iter_nodes, rollout
+from cooprl.task import Task
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -69,3 +70,20 @@ def chain_pass_at_k(roots: Sequence[Node], num_turns: int, ks: Sequence[int], pr
             for k in ks:
                 per_turn[(t, k)].append(pass_at_k(n, successes[t], k))
     return {f"{prefix}turn_{t + 1}/pass@{k}": sum(v) / len(v) for (t, k), v in per_turn.items()}
+
+
+def evaluation_settings(section: Any, process_reward: Callable[[float], float]) -> RolloutSettings:
+    """Return the evaluation tree shape of every trainer: n = eval_num_generations chains of single samples."""
+    samples = [section.eval_num_generations] + [1] * (section.num_turns - 1)
+    return RolloutSettings(num_turns=section.num_turns, samples_per_turn=samples, joint_mode="aligned",
+                           discount=section.discount, early_termination_threshold=section.early_termination_threshold,
+                           process_reward=process_reward)
+
+
+def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: Any,
+                  process_reward: Callable[[float], float]) -> dict[str, float]:
+    """Return eval metrics per turn (reward levels, pass rate, pass@k, aux usage) of the team's sampler on `items`."""
+    roots = rollout(items, task, sample, evaluation_settings(section, process_reward))
+    metrics = tree_metrics(roots, section.num_turns, prefix="eval/")
+    metrics.update(chain_pass_at_k(roots, section.num_turns, section.eval_pass_k))
+    return metrics

@@ -19,7 +19,7 @@ import torch
 
 from cooprl.agents import Agent, build_team
 from cooprl.config import Config
-from cooprl.evaluation import chain_pass_at_k, tree_metrics
+from cooprl.evaluation import evaluate_team, evaluation_settings, tree_metrics
 from cooprl.policy_update import TrainSample, policy_gradient_step
 from cooprl.rollout import RolloutSettings, advantages, iter_nodes, rollout, sample_returns
 from cooprl.task import Task
@@ -54,11 +54,10 @@ class MAGRPO:
     def rollout_settings(self, evaluation: bool = False) -> RolloutSettings:
         """Return the tree shape: G samples per node in training; n chains of single samples in evaluation."""
         s = self.section
-        samples = [s.num_generations] * s.num_turns
         if evaluation:
-            samples = [s.eval_num_generations] + [1] * (s.num_turns - 1)
-        return RolloutSettings(num_turns=s.num_turns, samples_per_turn=samples,
-                               joint_mode="aligned" if evaluation else s.joint_mode, discount=s.discount,
+            return evaluation_settings(s, self.process_reward)
+        return RolloutSettings(num_turns=s.num_turns, samples_per_turn=[s.num_generations] * s.num_turns,
+                               joint_mode=s.joint_mode, discount=s.discount,
                                early_termination_threshold=s.early_termination_threshold,
                                process_reward=self.process_reward)
 
@@ -110,10 +109,7 @@ class MAGRPO:
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:
         """Return eval metrics per turn (reward levels, pass rate, pass@k, aux usage) on `items`."""
-        roots = rollout(items, self.task, self._sample, self.rollout_settings(evaluation=True))
-        metrics = tree_metrics(roots, self.section.num_turns, prefix="eval/")
-        metrics.update(chain_pass_at_k(roots, self.section.num_turns, self.section.eval_pass_k))
-        return metrics
+        return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
