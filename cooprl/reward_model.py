@@ -1,0 +1,154 @@
+"""A joint reward model: one scalar for a prompt and every agent's answer, trained on preference pairs.
+
+The model is a `ValueModel` (a causal LM with a linear head) that reads ONE text: the joint prompt, then
+each agent's output under its own label (`reward_input`). The text is cut to `max_length` tokens by
+dropping the start of the prompt, never the answers (they are what is being judged), and ends with EOS so
+the head always reads the same kind of last token.
+
+Training is Bradley-Terry: loss = -log sigmoid(r(chosen) - r(rejected)), each batch of pairs scored in one
+padded forward (chosen and rejected rows together). A seeded share of the pairs is held out and the
+accuracy on it (how often r(chosen) > r(rejected)) is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from cooprl.value_model import ValueModel
+
+log = logging.getLogger(__name__)
+
+PAIRS_PER_BATCH = 8   # pairs per forward (2x as many sequences) in training and scoring
+
+
+def reward_input(prompts: Sequence[str], outputs: Sequence[str]) -> tuple[str, str]:
+    """Return (prompt part, answer part) of the reward model's text; the text is their concatenation.
+
+    `prompts` are the policies' prompts: one per agent (decentralized), or one joint prompt (centralized,
+    or agents that all see the same prompt: it is shown once). `outputs` are the answers, one per policy.
+    """
+    distinct = list(dict.fromkeys(prompts))
+    if len(distinct) == 1:
+        prompt = f"### Prompt\n{distinct[0].strip()}\n\n"
+    else:
+        prompt = "".join(f"### Prompt of agent {i + 1}\n{p.strip()}\n\n" for i, p in enumerate(prompts))
+    if len(outputs) == 1:
+        answer = f"### Joint answer\n{outputs[0].strip()}\n"
+    else:
+        answer = "\n".join(f"### Output of agent {i + 1}\n{o.strip()}\n" for i, o in enumerate(outputs))
+    return prompt, answer
+
+
+def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor,
+                       weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Return the mean (optionally weighted) of -log sigmoid(r_chosen - r_rejected) over the pairs."""
+    losses = F.softplus(rejected - chosen)  # = -log sigmoid(chosen - rejected), stable for large gaps
+    if weights is None:
+        return losses.mean()
+    return (losses * weights).sum() / weights.sum().clamp(min=1e-12)
+
+
+def split_pairs(num_pairs: int, eval_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Return (train indices, held-out indices): a seeded shuffle, the held-out share rounded, >= 1 when > 0."""
+    order = torch.randperm(num_pairs, generator=torch.Generator().manual_seed(seed)).tolist()
+    num_eval = round(eval_fraction * num_pairs)
+    if eval_fraction > 0 and num_pairs >= 2:
+        num_eval = min(max(num_eval, 1), num_pairs - 1)  # keep at least one pair on each side
+    else:
+        num_eval = 0
+    return order[num_eval:], order[:num_eval]
+
+
+class RewardModel:
+    """A ValueModel with its tokenizer: `score` turns (prompts, outputs) examples into rewards."""
+
+    def __init__(self, model: ValueModel, tokenizer: Any, max_length: int):
+        self.model, self.tokenizer, self.max_length = model, tokenizer, max_length
+
+    def encode(self, prompts: Sequence[str], outputs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return (prompt ids, answer ids + EOS), the prompt cut from the left to fit `max_length` in all."""
+        prompt_text, answer_text = reward_input(prompts, outputs)
+        prompt = self.tokenizer(prompt_text, add_special_tokens=False).input_ids
+        answer = self.tokenizer(answer_text, add_special_tokens=False).input_ids
+        # EOS closes the answers; answers too long on their own keep their start (and no prompt is left)
+        answer = answer[:self.max_length - 1] + [self.tokenizer.eos_token_id]
+        room = self.max_length - len(answer)
+        prompt = prompt[-room:] if room > 0 else []
+        return torch.tensor(prompt, dtype=torch.long), torch.tensor(answer, dtype=torch.long)
+
+    def _values(self, examples: Sequence[tuple[Sequence[str], Sequence[str]]]) -> torch.Tensor:
+        encoded = [self.encode(p, o) for p, o in examples]
+        return self.model.values([e[0] for e in encoded], [e[1] for e in encoded], self.tokenizer.pad_token_id)
+
+    @torch.no_grad()
+    def score(self, examples: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[float]:
+        """Return the reward of each (prompts, outputs) example, scored in batches."""
+        self.model.eval()
+        size = 2 * PAIRS_PER_BATCH
+        return [v for start in range(0, len(examples), size)
+                for v in self._values(examples[start:start + size]).tolist()]
+
+
+def _pair_examples(pairs: Sequence[Any]) -> tuple[list[tuple], list[tuple]]:
+    return [(p.prompts, p.chosen) for p in pairs], [(p.prompts, p.rejected) for p in pairs]
+
+
+def pair_accuracy(reward_model: RewardModel, pairs: Sequence[Any]) -> tuple[float, float]:
+    """Return (accuracy, mean BT loss) of `reward_model` on preference pairs: accuracy = share with r_w > r_l."""
+    chosen, rejected = _pair_examples(pairs)
+    r_w = torch.tensor(reward_model.score(chosen))
+    r_l = torch.tensor(reward_model.score(rejected))
+    return (r_w > r_l).float().mean().item(), bradley_terry_loss(r_w, r_l).item()
+
+
+def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learning_rate: float, epochs: int,
+                       eval_fraction: float, seed: int, weights: Sequence[float] | None = None,
+                       max_grad_norm: float | None = 1.0) -> dict[str, float]:
+    """Train on the pairs with the Bradley-Terry loss (one AdamW step per batch); return the metrics.
+
+    A seeded `eval_fraction` of the pairs is held out; `weights` (one per pair, e.g. replay weights) scale
+    each pair's loss. Metrics: pair counts, the last epoch's training loss and accuracy, and the held-out
+    accuracy and loss (when any pair is held out).
+    """
+    train_idx, eval_idx = split_pairs(len(pairs), eval_fraction, seed)
+    weights = list(weights) if weights is not None else [1.0] * len(pairs)
+    model = reward_model.model
+    params = model.head_parameters() + model.trunk_parameters()
+    optimizer = torch.optim.AdamW(params, lr=learning_rate)
+    metrics = {"reward_model/train_pairs": float(len(train_idx)), "reward_model/eval_pairs": float(len(eval_idx))}
+    for epoch in range(epochs):
+        model.train()
+        generator = torch.Generator().manual_seed(seed * 1000 + epoch)
+        order = [train_idx[i] for i in torch.randperm(len(train_idx), generator=generator).tolist()]
+        loss_sum, correct = 0.0, 0
+        for start in range(0, len(order), PAIRS_PER_BATCH):
+            batch = [pairs[i] for i in order[start:start + PAIRS_PER_BATCH]]
+            chosen, rejected = _pair_examples(batch)
+            values = reward_model._values(chosen + rejected)  # one forward for both sides
+            r_w, r_l = values[:len(batch)], values[len(batch):]
+            w = torch.tensor([weights[i] for i in order[start:start + PAIRS_PER_BATCH]], device=values.device)
+            loss = bradley_terry_loss(r_w, r_l, w)
+            if not torch.isfinite(loss):
+                log.warning("reward model: non-finite loss, batch skipped")
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+            optimizer.step()
+            loss_sum += loss.item() * len(batch)
+            correct += int((r_w > r_l).sum().item())
+        if order:
+            metrics["reward_model/train_loss"] = loss_sum / len(order)
+            metrics["reward_model/train_accuracy"] = correct / len(order)
+    optimizer.zero_grad(set_to_none=True)
+    if eval_idx:
+        accuracy, loss = pair_accuracy(reward_model, [pairs[i] for i in eval_idx])
+        metrics.update({"reward_model/eval_accuracy": accuracy, "reward_model/eval_loss": loss})
+    model.eval()
+    return metrics
+
