@@ -147,10 +147,11 @@ def _print_tree(root: Any, task: Task) -> None:
 
 
 def build_magrpo(config: Config, trainer: str, task: Task) -> MAGRPO:
-    """Return a MAGRPO algorithm (GRPO when the section has one agent) with its team of agents."""
+    """Return a MAGRPO algorithm (GRPO when the task has one policy) with one agent per policy of the task.
+
+    The task, not the section, says how many policies play: a centralized task has one model for both roles.
+    The task checked the section's role count when it was built.
+    """
     section = config.trainer(trainer)
-    if section.num_agents != task.num_agents:
-        from cooprl.config import ConfigError
-        raise ConfigError(f"{trainer}.num_agents={section.num_agents} but the task has {task.num_agents} roles")
-    team = build_team(config, section, section.num_agents, task.stop_strings)
+    team = build_team(config, section, task.num_agents, task.stop_strings)
     return MAGRPO(config, section, task, team)

@@ -237,6 +237,11 @@ class JointAnswer:
     main: str
     reason: str = ""
 
+    @property
+    def used_fallback(self) -> bool:
+        """Return True when some part came from a fallback (labels, fenced blocks, function name), not its tag."""
+        return any(note.startswith(("aux from ", "main from ")) for note in self.reason.split("; "))
+
 
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _TAG = re.compile(r"</?(?:auxiliary|main)>", re.IGNORECASE)

@@ -1,19 +1,25 @@
 """The code-generation task for the trainers: problems, role prompts, the sandboxed reward, transitions.
 
-Roles: two agents are [aux, main]; one agent is [single] (the GRPO/AC baselines). Every completion is
-turned back into code with the role's prefix (the prompt ends with the start of the code), scored by
-`rewards.code_rewards.code_reward` in parallel, and, between turns, turned into the next prompt by
-`transitions.next_prompt` in the configured `external.mode`.
+`build_code_task(config, trainer)` reads the trainer's section and returns one of two tasks:
+- decentralized (default): one policy per role. Two agents are [aux, main]; one agent is [single] (the
+  GRPO/AC baselines). Every completion is turned back into code with the role's prefix (the prompt ends
+  with the start of the code), scored by `rewards.code_rewards` in parallel, and, between turns, turned into
+  the next prompt by `transitions.next_prompt` in the configured `external.mode`.
+- centralized (`collaboration_mode: centralized`): ONE policy plays both roles, so the Task has
+  `num_agents=1`. Its single joint answer holds `<auxiliary>...</auxiliary>` and `<main>...</main>`;
+  `parse_joint_answer` splits it and the two-agent reward scores the parts (max 4.0), with the same metrics
+  as decentralized plus how the parse went. Single-turn.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from cooprl.config import Config
+from cooprl.config import Config, ConfigError
 from cooprl.task import Score, Task
 from envs.code_generation.data import Problem, load_problems
-from envs.code_generation.prompts import agent_prompts, completion_to_code, stop_strings
+from envs.code_generation.prompts import (JointAnswer, agent_prompts, centralized_prompt, centralized_stop_strings,
+                                          completion_to_code, parse_joint_answer, stop_strings)
 from envs.code_generation.transitions import feedback_problem, make_expert_client, next_prompt
 from rewards.code_rewards import code_reward, code_rewards_batch
 
@@ -49,21 +55,71 @@ def breakdown_metrics(b: Any, single_agent: bool) -> dict[str, float]:
     return metrics
 
 
+def parse_metrics(answer: JointAnswer) -> dict[str, float]:
+    """Return how a joint answer was split, as 0/1 numbers (averaged into rates in the logs).
+
+    `parse_fallback`: some part came from a fallback (labels, fenced blocks, function name) instead of its
+    tag; `parse_missing_aux` / `parse_missing_main`: that part was found nowhere and was scored as empty.
+    """
+    return {"parse_fallback": float(answer.used_fallback), "parse_missing_aux": float(not answer.aux),
+            "parse_missing_main": float(not answer.main)}
+
+
+def score_code_pairs(items: Sequence[Problem], codes: Sequence[tuple[str, str]], single_agent: bool) -> list[Score]:
+    """Return the Score of each (aux code, main code) pair for its problem, all scored in one sandbox batch.
+
+    `details` is (aux code, main code, reward breakdown): what the transitions need for feedback.
+    """
+    breakdowns = code_rewards_batch(items, [aux for aux, _ in codes], [main for _, main in codes],
+                                    single_agent=single_agent)
+    return [Score(b.total, breakdown_metrics(b, single_agent), b.tests_total > 0 and b.tests_passed == b.tests_total,
+                  details=(aux, main, b)) for (aux, main), b in zip(codes, breakdowns)]
+
+
+def check_section(section: Any, trainer: str) -> None:
+    """Raise ConfigError when `trainer`'s section asks for what the code task cannot do."""
+    if section.num_agents not in MAX_REWARD:
+        raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the code task has 1 agent (single) "
+                          f"or 2 agents (aux, main)")
+    if section.collaboration_mode != "centralized":
+        return
+    if section.num_agents != 2:
+        raise ConfigError(f"{trainer}.collaboration_mode=centralized: one model plays the two roles (aux, main), "
+                          f"so {trainer}.num_agents must be 2, got {section.num_agents}")
+    if section.num_turns != 1:
+        raise ConfigError(f"{trainer}.collaboration_mode=centralized is single-turn: set {trainer}.num_turns=1 "
+                          f"(got {section.num_turns})")
+
+
 def build_code_task(config: Config, trainer: str) -> Task:
-    """Return the code-generation Task for `trainer`'s section of `config`."""
+    """Return the code-generation Task for `trainer`'s section of `config` (ConfigError if it cannot be built).
+
+    `task.num_agents` is the number of policies to train: one per role when decentralized, one in all when
+    centralized. Trainers size their team from it.
+    """
     section = config.trainer(trainer)
+    check_section(section, trainer)
+    if section.collaboration_mode == "centralized":
+        return _centralized_task(config, section)
+    return _decentralized_task(config, section)
+
+
+def _code_task(config: Config, **parts: Any) -> Task:
+    # what both modes share: the problems, the task's name and the problem id for logs
+    return Task(name=f"code:{config.dataset.name}", train_items=load_problems(config.dataset, config.dataset.train_split),
+                eval_items=load_problems(config.dataset, config.dataset.eval_split),
+                item_id=lambda p: p.task_id, **parts)
+
+
+def _decentralized_task(config: Config, section: Any) -> Task:
     roles = roles_for(section.num_agents)
     single = len(roles) == 1
-    train_items = load_problems(config.dataset, config.dataset.train_split)
-    eval_items = load_problems(config.dataset, config.dataset.eval_split)
     external = config.external
     expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         codes = [joint_code(problem, roles, joint) for problem, joint in zip(items, joints)]
-        breakdowns = code_rewards_batch(items, [c[0] for c in codes], [c[1] for c in codes], single_agent=single)
-        return [Score(b.total, breakdown_metrics(b, single), b.tests_total > 0 and b.tests_passed == b.tests_total,
-                      details=(aux, main, b)) for (aux, main), b in zip(codes, breakdowns)]
+        return score_code_pairs(items, codes, single)
 
     def next_prompts(problem: Problem, histories: Sequence[Sequence[tuple[str, str]]], joint: Sequence[str],
                      score_: Score) -> list[str]:
@@ -79,7 +135,25 @@ def build_code_task(config: Config, trainer: str) -> Task:
                             partner_code=partner[role])
                 for role, history in zip(roles, histories)]
 
-    return Task(name=f"code:{config.dataset.name}", num_agents=len(roles), train_items=train_items,
-                eval_items=eval_items, first_prompts=lambda p: agent_prompts(p, len(roles)), score=score,
-                next_prompts=next_prompts, max_reward=MAX_REWARD[len(roles)],
-                stop_strings=[tuple(stop_strings(role)) for role in roles], item_id=lambda p: p.task_id)
+    return _code_task(config, num_agents=len(roles), first_prompts=lambda p: agent_prompts(p, len(roles)),
+                      score=score, next_prompts=next_prompts, max_reward=MAX_REWARD[len(roles)],
+                      stop_strings=[tuple(stop_strings(role)) for role in roles])
+
+
+def _centralized_task(config: Config, section: Any) -> Task:
+    style, answer = section.centralized_prompt, section.centralized_answer
+
+    def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
+        # joints[k] holds the one policy's joint answer; a part the parser cannot find is scored as empty
+        answers = [parse_joint_answer(joint[0], problem, answer) for problem, joint in zip(items, joints)]
+        scores = score_code_pairs(items, [(a.aux, a.main) for a in answers], single_agent=False)
+        for score_, parsed in zip(scores, answers):
+            score_.metrics.update(parse_metrics(parsed))
+        return scores
+
+    def no_next_turn(*args: Any) -> list[str]:
+        raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
+
+    return _code_task(config, num_agents=1, first_prompts=lambda p: [centralized_prompt(p, style, answer)],
+                      score=score, next_prompts=no_next_turn, max_reward=MAX_REWARD[2],
+                      stop_strings=[tuple(centralized_stop_strings(answer))])
