@@ -1,0 +1,249 @@
+"""Preference pairs built from task rewards: sampling candidates, picking pairs, JSONL files, replay weights.
+
+Shared by the preference trainers (MADPO, MARLHF and their iterative variants):
+1. `collect_candidates`: for each item, sample joint candidates from the policies (one rollout turn) and,
+   optionally, from a comparator (another model, an API, one centralized writer...), all scored with the
+   task reward;
+2. `select_pairs` / `pairs_from_candidates`: pick (winner, loser) pairs by reward (largest gaps, random, all);
+3. `write_pairs` / `read_pairs` / `PairStore`: JSONL files in the run folder (inspectable, reused on resume);
+4. `replay_weights`: which earlier iterations' pairs are trained on again, and with what weight.
+
+A "joint" answer has one text per policy: [aux, main] for two decentralized agents, [joint answer] for one
+centralized policy. Pairs keep the sampled token ids when the policy's own tokenizer produced them, so that a
+DPO update scores exactly the sampled tokens; texts from another tokenizer (an API) have ids None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from cooprl.rollout import Node, RolloutSettings, Sampler, rollout
+
+log = logging.getLogger(__name__)
+
+PAIR_SELECTIONS = ("reward_gap", "random", "all")
+REPLAY_MODES = ("current", "all_history", "lambda_decay")
+
+
+@dataclass
+class PreferencePair:
+    """One comparison of two joint answers to the same item (the winner has the higher task reward)."""
+
+    item_id: str
+    prompts: list[str]           # per policy (decentralized: [aux prompt, main prompt]; centralized: [joint prompt])
+    chosen: list[str]            # per policy: completion texts of the winner
+    rejected: list[str]          # per policy: completion texts of the loser
+    chosen_reward: float         # raw task rewards (before the reward processor)
+    rejected_reward: float
+    iteration: int = 0
+    source: str = "policy"       # who wrote them: policy, comparator, or winner>loser (policy>comparator, ...)
+    step: int = 0                # training step that generated the pair (resume drops pairs of later steps)
+    chosen_ids: list[list[int] | None] | None = None    # per policy: sampled token ids, None = tokenize the text
+    rejected_ids: list[list[int] | None] | None = None
+
+    @property
+    def reward_gap(self) -> float:
+        """Return chosen_reward - rejected_reward (> 0)."""
+        return self.chosen_reward - self.rejected_reward
+
+
+@dataclass
+class Candidate:
+    """One joint answer to an item: text (and sampled ids, when known) per policy, its reward and its writer."""
+
+    texts: list[str]
+    ids: list[list[int] | None]
+    reward: float = 0.0
+    source: str = "policy"
+
+
+class Comparator(Protocol):
+    """Writes comparison candidates for the policies' items (see cooprl.comparators)."""
+
+    max_candidates: int | None   # at most this many candidates per item (None = no limit; an API at T=0: 1)
+
+    def sample(self, items: Sequence[Any], n: int) -> list[list[Candidate]]: ...   # n unscored per item
+
+
+# ---------------------------------------------------------------------------------------------- selection
+def select_pairs(rewards: Sequence[float], mode: str, pairs_per_sample: int, min_gap: float,
+                 rng: random.Random) -> list[tuple[int, int]]:
+    """Return (winner index, loser index) pairs among candidates with these rewards.
+
+    Only pairs whose reward gap exceeds `min_gap` qualify (ties never do). `reward_gap`: the largest gaps
+    first, `pairs_per_sample` of them; `random`: `pairs_per_sample` drawn with `rng`; `all`: every
+    qualifying pair, largest gaps first. Equal gaps keep index order, so the result is deterministic.
+    """
+    if mode not in PAIR_SELECTIONS:
+        raise ValueError(f"pair_selection {mode!r}: expected one of {', '.join(PAIR_SELECTIONS)}")
+    valid = []
+    for i in range(len(rewards)):
+        for j in range(i + 1, len(rewards)):
+            winner, loser = (i, j) if rewards[i] >= rewards[j] else (j, i)
+            if rewards[winner] - rewards[loser] > min_gap:
+                valid.append((winner, loser))
+    if mode == "random":
+        return rng.sample(valid, min(pairs_per_sample, len(valid)))
+    valid.sort(key=lambda p: rewards[p[1]] - rewards[p[0]])  # stable: largest gap first, ties in index order
+    return valid if mode == "all" else valid[:pairs_per_sample]
+
+
+def _pair_source(winner: Candidate, loser: Candidate) -> str:
+    return winner.source if winner.source == loser.source else f"{winner.source}>{loser.source}"
+
+
+def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence[Candidate], section: Any,
+                          iteration: int, step: int, rng: random.Random) -> list[PreferencePair]:
+    """Return the preference pairs of one item's scored candidates, picked as `section` says."""
+    chosen = select_pairs([c.reward for c in candidates], section.pair_selection, section.preference_pairs_per_sample,
+                          section.min_reward_gap, rng)
+    return [PreferencePair(item_id, list(prompts), list(candidates[w].texts), list(candidates[l].texts),
+                           candidates[w].reward, candidates[l].reward, iteration, _pair_source(candidates[w], candidates[l]),
+                           step, list(candidates[w].ids), list(candidates[l].ids))
+            for w, l in chosen]
+
+
+# ---------------------------------------------------------------------------------------------- sampling
+def split_candidates(total: int, comparator: Comparator | None) -> tuple[int, int]:
+    """Return (policy candidates, comparator candidates) per item: the comparator writes up to half of `total`."""
+    if comparator is None:
+        return total, 0
+    n_comp = max(1, total // 2)
+    if comparator.max_candidates is not None:
+        n_comp = min(n_comp, comparator.max_candidates)
+    return total - n_comp, n_comp
+
+
+def collect_candidates(items: Sequence[Any], task: Any, sample_fn: Sampler, num_candidates: int,
+                       comparator: Comparator | None = None, process_reward: Callable[[float], float] = lambda r: r,
+                       ) -> tuple[list[Node], list[list[Candidate]]]:
+    """Return (rollout roots of the policies' samples, scored candidates per item: the policies' then the comparator's).
+
+    The policies' candidates are one rollout turn with aligned joint actions (so the roots feed `tree_metrics`);
+    the comparator's are scored in one extra batch.
+    """
+    n_policy, n_comp = split_candidates(num_candidates, comparator)
+    settings = RolloutSettings(num_turns=1, samples_per_turn=[n_policy], joint_mode="aligned",
+                               process_reward=process_reward)
+    roots = rollout(items, task, sample_fn, settings)
+    candidates = [[Candidate(root.joint_texts(j), [root.samples[a][g].completion_ids.tolist() for a, g in enumerate(joint)],
+                             root.scores[j].total, "policy") for j, joint in enumerate(root.joint)]
+                  for root in roots]
+    if n_comp:
+        extra = comparator.sample(items, n_comp)
+        flat = [(k, c) for k, per_item in enumerate(extra) for c in per_item]
+        scores = task.score([items[k] for k, _ in flat], [c.texts for _, c in flat])
+        for (k, cand), score in zip(flat, scores):
+            cand.reward, cand.source = score.total, "comparator"
+            candidates[k].append(cand)
+    return roots, candidates
+
+
+def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: Any, iteration: int,
+                  rng: random.Random, comparator: Comparator | None = None, step: int = 0) -> list[PreferencePair]:
+    """Return preference pairs for `items`: `section.preference_num_candidates` scored joint candidates per item
+    (the policies', plus the comparator's when given), paired by `section.pair_selection`."""
+    _, candidates = collect_candidates(items, task, sample_fn, section.preference_num_candidates, comparator)
+    pairs = []
+    for item, cands in zip(items, candidates):
+        pairs += pairs_from_candidates(task.item_id(item), task.first_prompts(item), cands, section, iteration, step, rng)
+    return pairs
+
+
+# ---------------------------------------------------------------------------------------------- files
+def pair_to_json(pair: PreferencePair) -> str:
+    """Return the pair as one JSON line (no newline)."""
+    return json.dumps(dataclasses.asdict(pair), ensure_ascii=False)
+
+
+def write_pairs(path: str | Path, pairs: Iterable[PreferencePair]) -> None:
+    """Write `pairs` as JSONL to `path`, atomically (a temporary file renamed over it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(pair_to_json(p) + "\n" for p in pairs), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_pairs(path: str | Path) -> list[PreferencePair]:
+    """Return the pairs of a JSONL file ([] when it is missing); a cut-off last line (a crash mid-write) is dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    pairs = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            pairs.append(PreferencePair(**json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            if n < len(lines) - 1:
+                raise ValueError(f"{path}:{n + 1}: not a preference pair") from None
+            log.warning("%s: dropping a cut-off last line", path)
+    return pairs
+
+
+class PairStore:
+    """A run's pairs, one JSONL file per iteration: `<folder>/iteration_<k>.jsonl`, appended step by step."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def path(self, iteration: int) -> Path:
+        """Return the file of `iteration`."""
+        return self.folder / f"iteration_{iteration}.jsonl"
+
+    def load(self, up_to_step: int | None = None) -> dict[int, list[PreferencePair]]:
+        """Return the stored pairs by iteration; with `up_to_step`, pairs of later steps are dropped from the files
+        too (a resumed run regenerates those steps, like the loop re-logs their metrics)."""
+        found: dict[int, list[PreferencePair]] = {}
+        for path in sorted(self.folder.glob("iteration_*.jsonl")):
+            iteration = int(path.stem.rsplit("_", 1)[1])
+            pairs = read_pairs(path)
+            if up_to_step is not None:
+                kept = [p for p in pairs if p.step <= up_to_step]
+                if len(kept) != len(pairs):
+                    write_pairs(path, kept)
+                pairs = kept
+            found[iteration] = pairs
+        return found
+
+    def append(self, pairs: Sequence[PreferencePair]) -> None:
+        """Append `pairs` to their iterations' files (one write per file, so a step's pairs land together)."""
+        by_iteration: dict[int, list[PreferencePair]] = {}
+        for pair in pairs:
+            by_iteration.setdefault(pair.iteration, []).append(pair)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for iteration, group in by_iteration.items():
+            with open(self.path(iteration), "a", encoding="utf-8") as f:
+                f.write("".join(pair_to_json(p) + "\n" for p in group))
+
+
+# ---------------------------------------------------------------------------------------------- replay
+def replay_weights(pairs_by_iteration: Mapping[int, Sequence[PreferencePair]], mode: str, lam: float,
+                   current_iteration: int) -> list[tuple[PreferencePair, float]]:
+    """Return (pair, weight) for the pairs to train on at `current_iteration`.
+
+    `current`: only the current iteration's pairs (weight 1); `all_history`: every iteration up to the
+    current one (weight 1); `lambda_decay`: every iteration, weight `lam ** age` with age = current - its
+    iteration (pairs of weight 0 are left out). Later iterations than the current one are ignored.
+    """
+    if mode not in REPLAY_MODES:
+        raise ValueError(f"preference_replay_mode {mode!r}: expected one of {', '.join(REPLAY_MODES)}")
+    weighted = []
+    for iteration in sorted(pairs_by_iteration):
+        age = current_iteration - iteration
+        if age < 0 or (mode == "current" and age > 0):
+            continue
+        weight = lam ** age if mode == "lambda_decay" else 1.0
+        if weight > 0:
+            weighted += [(pair, weight) for pair in pairs_by_iteration[iteration]]
+    return weighted
