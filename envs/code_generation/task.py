@@ -76,6 +76,20 @@ def score_code_pairs(items: Sequence[Problem], codes: Sequence[tuple[str, str]],
                   details=(aux, main, b)) for (aux, main), b in zip(codes, breakdowns)]
 
 
+def score_joint_answers(items: Sequence[Problem], answers: Sequence[str], answer_style: str = "open") -> list[Score]:
+    """Return the Score of each joint answer (one text holding aux and main) for its problem.
+
+    The answer is split by `parse_joint_answer` (`answer_style` "bounded" when its prompt ended with the
+    `<auxiliary>` tag) and scored with the two-agent reward (max 4.0) in one sandbox batch. A part the parser
+    cannot find is scored as empty; `parse_metrics` says how the split went.
+    """
+    parsed = [parse_joint_answer(text, problem, answer_style) for problem, text in zip(items, answers)]
+    scores = score_code_pairs(items, [(p.aux, p.main) for p in parsed], single_agent=False)
+    for score, joint in zip(scores, parsed):
+        score.metrics.update(parse_metrics(joint))
+    return scores
+
+
 def check_section(section: Any, trainer: str) -> None:
     """Raise ConfigError when `trainer`'s section asks for what the code task cannot do."""
     if section.num_agents not in MAX_REWARD:
@@ -106,9 +120,9 @@ def build_code_task(config: Config, trainer: str) -> Task:
 
 def _code_task(config: Config, **parts: Any) -> Task:
     # what both modes share: the problems, the task's name and the problem id for logs
-    return Task(name=f"code:{config.dataset.name}", train_items=load_problems(config.dataset, config.dataset.train_split),
-                eval_items=load_problems(config.dataset, config.dataset.eval_split),
-                item_id=lambda p: p.task_id, **parts)
+    dataset = config.dataset
+    return Task(name=f"code:{dataset.name}", train_items=load_problems(dataset, dataset.train_split),
+                eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id, **parts)
 
 
 def _decentralized_task(config: Config, section: Any) -> Task:
@@ -141,19 +155,14 @@ def _decentralized_task(config: Config, section: Any) -> Task:
 
 
 def _centralized_task(config: Config, section: Any) -> Task:
-    style, answer = section.centralized_prompt, section.centralized_answer
+    style, answer_style = section.centralized_prompt, section.centralized_answer
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
-        # joints[k] holds the one policy's joint answer; a part the parser cannot find is scored as empty
-        answers = [parse_joint_answer(joint[0], problem, answer) for problem, joint in zip(items, joints)]
-        scores = score_code_pairs(items, [(a.aux, a.main) for a in answers], single_agent=False)
-        for score_, parsed in zip(scores, answers):
-            score_.metrics.update(parse_metrics(parsed))
-        return scores
+        return score_joint_answers(items, [joint[0] for joint in joints], answer_style)  # the one policy's answer
 
     def no_next_turn(*args: Any) -> list[str]:
         raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
 
-    return _code_task(config, num_agents=1, first_prompts=lambda p: [centralized_prompt(p, style, answer)],
+    return _code_task(config, num_agents=1, first_prompts=lambda p: [centralized_prompt(p, style, answer_style)],
                       score=score, next_prompts=no_next_turn, max_reward=MAX_REWARD[2],
-                      stop_strings=[tuple(centralized_stop_strings(answer))])
+                      stop_strings=[tuple(centralized_stop_strings(answer_style))])
