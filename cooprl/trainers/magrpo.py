@@ -45,7 +45,7 @@ class MAGRPO:
         self.process_reward = reward_processor(config, task)
         self.buffer: list[list[TrainSample]] = [[] for _ in team]
         self.buffered_items = 0
-        self.references = [self._reference(agent) for agent in team] if section.reference_kl_coef > 0 else None
+        self.references = [frozen_reference(agent.model) for agent in team] if section.reference_kl_coef > 0 else None
 
     # ------------------------------------------------------------------------------------------ rollout
     def _sample(self, agent: int, prompts: list[str], n: int):
@@ -96,15 +96,6 @@ class MAGRPO:
         self.buffered_items = 0
         return metrics
 
-    def _reference(self, agent: Agent) -> Any:
-        # With LoRA the base model without adapters is the reference (no copy); otherwise a frozen copy.
-        if hasattr(agent.model, "disable_adapter"):
-            return _AdapterOffView(agent.model)
-        reference = copy.deepcopy(agent.model).eval()
-        for p in reference.parameters():
-            p.requires_grad_(False)
-        return reference
-
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:
@@ -122,6 +113,17 @@ class MAGRPO:
         for agent, opt_state in zip(self.team, state["optimizers"]):
             agent.optimizer.load_state_dict(opt_state)
         self.buffer, self.buffered_items = state["buffer"], state["buffered_items"]
+
+
+def frozen_reference(model: Any) -> Any:
+    """Return the frozen start model of `model` for reference log-probs: with LoRA the model with its adapters
+    disabled (no copy, see _AdapterOffView); otherwise a frozen deep copy."""
+    if hasattr(model, "disable_adapter"):
+        return _AdapterOffView(model)
+    reference = copy.deepcopy(model).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
 
 
 class _AdapterOffView:
