@@ -22,6 +22,9 @@ for _error in (DatasetError, ModelError, WandbUnavailable):
 ALGORITHMS: dict[str, str] = {
     "magrpo": "cooprl.trainers.magrpo:build_magrpo",
     "grpo": "cooprl.trainers.magrpo:build_magrpo",
+    "iac": "cooprl.trainers.actor_critic:build_iac",
+    "maac": "cooprl.trainers.actor_critic:build_maac",
+    "ac": "cooprl.trainers.actor_critic:build_iac",
 }
 
 

@@ -1,0 +1,310 @@
+"""Actor-critic trainers: IAC (one critic per agent), MAAC (one centralized critic), AC (IAC with one agent).
+
+One training step on one dataset item:
+1. roll out `num_generations` episodes with the shared rollout tree: one sample per agent per turn, the
+   task's transition between turns, early termination once a turn's mean processed reward passes the threshold;
+2. score every turn with the critics (no gradient). What a critic sees, its input:
+   IAC: its agent's prompt (critic_type v) or the prompt and the agent's response (q);
+   MAAC: every agent's prompt, labelled (v), then every agent's response (q), see `critic_input_text`;
+3. TD target of a turn: y = r + discount * (the same critic's value of the episode's next turn), or y = r when
+   the episode ended there (last turn or early termination);
+4. buffer the turns; every `rollout_buffer_size` episodes, update with each agent's advantages:
+   v critic: A = y - V(s), the one-step TD advantage;
+   q critic: A = y - (mean Q over the buffer). Q(s, a) depends on the action taken, so y - Q(s, a) would be
+   zero-mean for every action once Q is accurate, cancelling the policy gradient; the q critic therefore
+   acts through the bootstrap Q(s', a') inside y, and the buffer's mean Q is an action-free baseline.
+   Advantages are then normalized over the agent's buffer (`advantage_normalization`).
+   Actor loss: -sum log pi(completion) * A (`policy_gradient_step`). Critic loss: value_loss_coef * (y - V)^2,
+   averaged over the buffer; a value head on the actor clips it PPO-style with `value_clip_range`.
+Critics: `use_separate_critic: true` gives every agent (MAAC: the team) a value model of its own (`critics:`,
+else `critic_model.name`, else the agent's model) with its own AdamW at `critic_learning_rate`. `false` (IAC and
+AC) puts a value head on the actor: the head is a second param group of the actor's optimizer and its loss is
+backpropagated with the actor's, so one step trains both and the value loss also shapes the shared trunk.
+Checkpoints hold the actors, then the critics (value models, or only the heads), as agent_<i>/ folders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from cooprl.agents import Agent, build_team
+from cooprl.config import Config, ConfigError
+from cooprl.evaluation import evaluate_team, tree_metrics
+from cooprl.models import load_causal_lm, load_tokenizer
+from cooprl.policy_update import TrainSample, policy_gradient_step
+from cooprl.rollout import Node, RolloutSettings, iter_nodes, rollout
+from cooprl.task import Task
+from cooprl.trainers.magrpo import _print_tree, reward_processor
+from cooprl.value_model import ValueModel
+
+VALUE_BATCH = 8  # sequences per critic forward (rollout-time values and the value loss)
+
+
+@dataclass
+class Critic:
+    """A value model, the tokenizer of its inputs, and its optimizer (None: a head trained by its actor's)."""
+
+    model: ValueModel
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer | None
+    reuses_agent_ids: bool   # reads its agent's own token ids (same tokenizer) instead of re-tokenizing text
+
+
+@dataclass
+class CriticSample:
+    """What one critic saw at one turn of one episode: its input ids (value read at the last), value, TD target."""
+
+    ids: torch.Tensor
+    value: float
+    target: float
+
+
+@dataclass
+class Step:
+    """One turn of one episode: each agent's action (advantage set at update time) and each critic's sample."""
+
+    actions: list[TrainSample]
+    critics: list[CriticSample]
+
+
+def critic_input_text(prompts: Sequence[str], completions: Sequence[str] | None = None) -> str:
+    """Return the centralized critic's input: every agent's prompt (V), then every agent's response (Q), labelled."""
+    parts = [f"### Agent {a} prompt\n{prompt}" for a, prompt in enumerate(prompts)]
+    if completions is not None:
+        parts += [f"### Agent {a} response\n{text}" for a, text in enumerate(completions)]
+    return "\n\n".join(parts)
+
+
+def td_target(reward: float, next_value: float | None, discount: float) -> float:
+    """Return the TD target r + discount * next value, or r when there is no next turn (None)."""
+    return reward if next_value is None else reward + discount * next_value
+
+
+def actor_advantages(targets: Sequence[float], values: Sequence[float], critic_type: str, normalize: bool,
+                     eps: float = 1e-8) -> list[float]:
+    """Return the buffer's advantages: target - V (v) or target - mean Q (q), then normalized when asked."""
+    y = torch.tensor(list(targets), dtype=torch.float64)
+    v = torch.tensor(list(values), dtype=torch.float64)
+    adv = y - v if critic_type == "v" else y - v.mean()
+    if normalize and len(adv) > 1:  # one sample has no spread: left as is
+        adv = (adv - adv.mean()) / (adv.std(unbiased=False) + eps)
+    return adv.tolist()
+
+
+def value_errors(values: torch.Tensor, targets: torch.Tensor, old_values: torch.Tensor,
+                 clip_range: float | None) -> torch.Tensor:
+    """Return each squared TD error; with `clip_range`, the PPO-style max over the unclipped and clipped values."""
+    errors = (values - targets) ** 2
+    if clip_range is None:
+        return errors
+    clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
+    return torch.maximum(errors, (clipped - targets) ** 2)
+
+
+class ActorCritic:
+    """IAC, MAAC and AC for the shared training loop (see cooprl.trainers.loop)."""
+
+    def __init__(self, config: Config, section: Any, task: Task, team: list[Agent], critics: list[Critic],
+                 centralized: bool):
+        self.config, self.section, self.task, self.team, self.critics = config, section, task, team, critics
+        self.centralized = centralized  # MAAC: one critic for the whole team
+        self.models = [agent.model for agent in team] + [critic.model for critic in critics]
+        self.process_reward = reward_processor(config, task)
+        self.buffer: list[Step] = []
+        self.buffered_episodes = 0
+
+    def _sample(self, agent: int, prompts: list[str], n: int):
+        return self.team[agent].sample(prompts, n)
+
+    def critic_of(self, agent: int) -> int:
+        """Return the index of the critic that scores `agent`'s turns."""
+        return 0 if self.centralized else agent
+
+    # ------------------------------------------------------------------------------------------ rollout
+    def rollout_settings(self) -> RolloutSettings:
+        """Return the episodes' shape: `num_generations` chains per item, one sample per agent per turn."""
+        s = self.section
+        return RolloutSettings(num_turns=s.num_turns, samples_per_turn=[s.num_generations] + [1] * (s.num_turns - 1),
+                               joint_mode="aligned", discount=s.discount,
+                               early_termination_threshold=s.early_termination_threshold,
+                               process_reward=self.process_reward)
+
+    def critic_ids(self, c: int, node: Node, j: int) -> torch.Tensor:
+        """Return critic c's input tokens for joint action j at `node` (its value is read at the last token)."""
+        critic, q = self.critics[c], self.section.critic_type == "q"
+        if self.centralized:
+            return self._tokenize(critic, critic_input_text(node.prompts, node.joint_texts(j) if q else None))
+        action = node.samples[c][node.joint[j][c]]
+        if critic.reuses_agent_ids:
+            return torch.cat([action.prompt_ids, action.completion_ids]) if q else action.prompt_ids
+        return self._tokenize(critic, node.prompts[c] + (action.text if q else ""))
+
+    def _tokenize(self, critic: Critic, text: str) -> torch.Tensor:
+        ids = critic.tokenizer(text)["input_ids"][-self.config.agent_model.max_length:]  # keep the end: value read there
+        return torch.tensor(ids, dtype=torch.long)
+
+    @torch.no_grad()
+    def episode_steps(self, root: Node) -> list[Step]:
+        """Return one Step per joint action of the tree, with every critic's value and TD target."""
+        turns = [(node, j) for node in iter_nodes(root) for j in range(len(node.joint))]
+        row = {(id(node), j): k for k, (node, j) in enumerate(turns)}
+        seen = []  # per critic: (input ids, values) of every turn
+        for c, critic in enumerate(self.critics):
+            ids = [self.critic_ids(c, node, j) for node, j in turns]
+            seen.append((ids, _values(critic, ids).tolist()))
+        steps = []
+        for k, (node, j) in enumerate(turns):
+            child = node.children[j]  # an episode's next turn: the child's only joint action (one sample per turn)
+            samples = [CriticSample(ids[k], values[k], td_target(node.rewards[j],
+                                                                 None if child is None else values[row[(id(child), 0)]],
+                                                                 self.section.discount))
+                       for ids, values in seen]
+            actions = [node.samples[a][g] for a, g in enumerate(node.joint[j])]
+            steps.append(Step([TrainSample(x.prompt_ids, x.completion_ids, 0.0) for x in actions], samples))
+        return steps
+
+    # ------------------------------------------------------------------------------------------ training
+    def train_step(self, item: Any, step: int) -> dict[str, float]:
+        """Roll out one item's episodes, buffer their turns, update when the buffer is full; return metrics."""
+        root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
+        steps = self.episode_steps(root)
+        self.buffer.extend(steps)
+        self.buffered_episodes += len(root.joint)
+        metrics = tree_metrics([root], self.section.num_turns)
+        for c in range(len(self.critics)):
+            metrics[f"critic_{c}/value_mean"] = sum(s.critics[c].value for s in steps) / len(steps)
+        if self.buffered_episodes >= self.section.rollout_buffer_size:
+            metrics.update(self.update())
+        metrics["env_steps"] = len(steps)
+        if self.config.output.verbose:
+            _print_tree(root, self.task)
+        return metrics
+
+    def update(self) -> dict[str, float]:
+        """Take one step per actor (and its value head) and per separate critic on the buffer; return losses."""
+        s, metrics = self.section, {}
+        for a, agent in enumerate(self.team):
+            seen = [step.critics[self.critic_of(a)] for step in self.buffer]
+            adv = actor_advantages([x.target for x in seen], [x.value for x in seen], s.critic_type,
+                                   s.advantage_normalization)
+            actions = [TrainSample(step.actions[a].prompt_ids, step.actions[a].completion_ids, value)
+                       for step, value in zip(self.buffer, adv)]
+            head = self.critics[a] if not self.centralized and self.critics[a].optimizer is None else None
+            result = policy_gradient_step(
+                agent.model, agent.optimizer, actions, agent.tokenizer.pad_token_id,
+                batch_size=s.rollout_buffer_size, max_grad_norm=s.max_grad_norm,
+                extra_backward=(lambda: self.value_loss_backward(head, seen)) if head else None)
+            metrics.update(_prefixed(f"agent_{a}", result))
+        for c, critic in enumerate(self.critics):
+            if critic.optimizer is None:
+                continue  # a head on its actor: trained in the actor's step above
+            seen = [step.critics[c] for step in self.buffer]
+            # the optimizer step of policy_gradient_step with no policy term: only the value loss
+            result = policy_gradient_step(critic.model, critic.optimizer, [], critic.tokenizer.pad_token_id,
+                                          max_grad_norm=s.max_grad_norm,
+                                          extra_backward=lambda: self.value_loss_backward(critic, seen))
+            metrics.update(_prefixed(f"critic_{c}", {k: result[k] for k in ("extra_loss", "grad_norm", "skipped_nonfinite")}))
+            metrics[f"critic_{c}/target_mean"] = sum(x.target for x in seen) / len(seen)
+        self.buffer, self.buffered_episodes = [], 0
+        return metrics
+
+    def value_loss_backward(self, critic: Critic, samples: Sequence[CriticSample]) -> float:
+        """Backpropagate value_loss_coef x the mean squared TD error of `critic` on `samples`; return that loss."""
+        clip = self.section.value_clip_range if critic.optimizer is None else None  # clipping: shared-head mode only
+        total, loss_sum = len(samples), 0.0
+        for start in range(0, total, VALUE_BATCH):
+            batch = samples[start:start + VALUE_BATCH]
+            values = critic.model.values([x.ids for x in batch], None, critic.tokenizer.pad_token_id)
+            targets = torch.tensor([x.target for x in batch], device=values.device)
+            old = torch.tensor([x.value for x in batch], device=values.device)
+            loss = self.section.value_loss_coef * value_errors(values, targets, old, clip).sum() / total
+            loss.backward()
+            loss_sum += loss.item()
+        return loss_sum
+
+    # ------------------------------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, items: list[Any]) -> dict[str, float]:
+        """Return eval metrics per turn (reward levels, pass rate, pass@k, aux usage) on `items`, as MAGRPO does."""
+        return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Return what a checkpoint needs besides the weights: the optimizers and the rollout buffer."""
+        return {"optimizers": [agent.optimizer.state_dict() for agent in self.team],
+                "critic_optimizers": [c.optimizer.state_dict() if c.optimizer else None for c in self.critics],
+                "buffer": self.buffer, "buffered_episodes": self.buffered_episodes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` saved."""
+        for agent, opt_state in zip(self.team, state["optimizers"]):
+            agent.optimizer.load_state_dict(opt_state)
+        for critic, opt_state in zip(self.critics, state["critic_optimizers"]):
+            if critic.optimizer is not None:
+                critic.optimizer.load_state_dict(opt_state)
+        self.buffer, self.buffered_episodes = state["buffer"], state["buffered_episodes"]
+
+
+def _values(critic: Critic, ids: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Return the critic's value of each input (value read at its last token), on the CPU."""
+    pad = critic.tokenizer.pad_token_id
+    return torch.cat([critic.model.values(ids[i:i + VALUE_BATCH], None, pad).float().cpu()
+                      for i in range(0, len(ids), VALUE_BATCH)])
+
+
+def _prefixed(prefix: str, result: dict[str, float]) -> dict[str, float]:
+    names = {"extra_loss": "value_loss"}  # the second loss of policy_gradient_step is the value loss here
+    return {f"{prefix}/{names.get(k, k)}": v for k, v in result.items()}
+
+
+# ---------------------------------------------------------------------------------------------- building
+def critic_model_names(config: Config, team: list[Agent], count: int) -> list[str]:
+    """Return each critic's backbone: the `critics:` list, else critic_model.name, else its agent's model."""
+    if config.critics is not None:
+        if len(config.critics) != count:
+            raise ConfigError(f"critics: {len(config.critics)} model names given for {count} critic(s)")
+        return list(config.critics)
+    return [config.critic_model.name or team[i].name for i in range(count)]
+
+
+def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: bool) -> Critic:
+    """Return a value model on backbone `name` with its own tokenizer and AdamW optimizer."""
+    lm = load_causal_lm(name, torch_dtype=config.critic_model.torch_dtype, device=config.agent_model.device,
+                        lora=config.critic_model.lora)
+    model = ValueModel(lm)
+    optimizer = torch.optim.AdamW(model.head_parameters() + model.trunk_parameters(),
+                                  lr=section.critic_learning_rate, weight_decay=section.weight_decay)
+    return Critic(model, load_tokenizer(name, config.agent_model.special_tokens), optimizer, reuses_agent_ids)
+
+
+def head_on_actor(section: Any, agent: Agent) -> Critic:
+    """Return a value head on `agent`'s model, added to the agent's optimizer as a param group at critic_learning_rate."""
+    model = ValueModel(agent.model, owns_lm=False)
+    agent.optimizer.add_param_group({"params": model.head_parameters(), "lr": section.critic_learning_rate})
+    return Critic(model, agent.tokenizer, None, reuses_agent_ids=True)
+
+
+def _build(config: Config, trainer: str, task: Task, centralized: bool) -> ActorCritic:
+    section = config.trainer(trainer)
+    if centralized and not section.use_separate_critic:
+        raise ConfigError(f"{trainer}.use_separate_critic=false: the centralized critic is a model of its own; set it true")
+    team = build_team(config, section, task.num_agents, task.stop_strings)  # the task says how many policies play
+    if not section.use_separate_critic:
+        return ActorCritic(config, section, task, team, [head_on_actor(section, agent) for agent in team], centralized)
+    names = critic_model_names(config, team, 1 if centralized else len(team))
+    critics = [separate_critic(config, section, name, reuses_agent_ids=not centralized and name == team[i].name)
+               for i, name in enumerate(names)]
+    return ActorCritic(config, section, task, team, critics, centralized)
+
+
+def build_iac(config: Config, trainer: str, task: Task) -> ActorCritic:
+    """Return IAC (AC when the task has one policy): each agent with its own critic."""
+    return _build(config, trainer, task, centralized=False)
+
+
+def build_maac(config: Config, trainer: str, task: Task) -> ActorCritic:
+    """Return MAAC: the agents and one centralized critic over the joint prompt (v) or joint prompt and answer (q)."""
+    return _build(config, trainer, task, centralized=True)
