@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 class Algorithm(Protocol):
     models: list[Any]                     # saved as agent_<i>/ in checkpoints
+    # Optional: `rounds` (int, default 1) repeats the step plan (items of the epochs, cut at max_steps) that
+    # many times (the preference iterations); `start_run(run_dir, step, steps_per_round)` is called once the
+    # run folder is known and a resume has restored `step` (for files the algorithm keeps in the run folder).
 
     def train_step(self, item: Any, step: int) -> dict[str, float]: ...      # one dataset item
     def evaluate(self, items: list[Any]) -> dict[str, float]: ...
@@ -110,7 +113,9 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     (run_dir / "config.yaml").write_text(config.to_yaml(trainer), encoding="utf-8")
     checkpoint_dir = Path(config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
     order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
-    total_steps = min(len(order), section.max_steps or len(order))
+    steps_per_round = min(len(order), section.max_steps or len(order))
+    rounds = getattr(algorithm, "rounds", 1)
+    total_steps = steps_per_round * rounds
 
     start_step, env_step, wandb_id = 0, 0, None
     resume_from = _resolve_resume(config, checkpoint_dir)
@@ -124,6 +129,8 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         _truncate_metrics(run_dir, start_step)
         log.info("resumed from %s at step %d", resume_from, start_step)
 
+    if hasattr(algorithm, "start_run"):
+        algorithm.start_run(run_dir, start_step, steps_per_round)
     tracker = RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)
 
     def save(step: int) -> None:
@@ -147,7 +154,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True)
     with _InterruptFlag() as interrupt:
         for step in range(start_step + 1, total_steps + 1):
-            item = task.train_items[order[step - 1]]
+            item = task.train_items[order[(step - 1) % steps_per_round]]
             metrics = algorithm.train_step(item, step)
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:

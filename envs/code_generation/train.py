@@ -25,6 +25,8 @@ ALGORITHMS: dict[str, str] = {
     "iac": "cooprl.trainers.actor_critic:build_iac",
     "maac": "cooprl.trainers.actor_critic:build_maac",
     "ac": "cooprl.trainers.actor_critic:build_iac",
+    "madpo": "envs.code_generation.comparator:build_madpo",
+    "madpo_iter": "envs.code_generation.comparator:build_madpo",
 }
 
 

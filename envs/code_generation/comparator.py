@@ -1,0 +1,40 @@
+"""What the code task gives the preference trainers' comparators: its joint answer format and an API client.
+
+A centralized comparator writes aux and main in one answer to `centralized_prompt` (style and answer form
+from the trainer's `centralized_prompt` / `centralized_answer`), stops at `</main>` when bounded, and its
+answer is split by `parse_joint_answer` into the two agents' texts. The API comparator uses the same
+OpenAI-compatible client as the expert_edits transition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cooprl.comparators import JointFormat
+from cooprl.config import Config
+from cooprl.task import Task
+from envs.code_generation.prompts import centralized_prompt, centralized_stop_strings, parse_joint_answer
+from envs.code_generation.transitions import make_expert_client
+
+
+def code_joint_format(section: Any) -> JointFormat:
+    """Return how one model writes [aux, main] in one answer, with `section`'s prompt style and answer form."""
+    style, answer = section.centralized_prompt, section.centralized_answer
+
+    def split(problem: Any, text: str) -> list[str]:
+        parsed = parse_joint_answer(text, problem, answer)
+        return [parsed.aux, parsed.main]
+
+    return JointFormat(prompt=lambda problem: centralized_prompt(problem, style, answer), split=split,
+                       stop_strings=tuple(centralized_stop_strings(answer)))
+
+
+def api_client(model: str, max_tokens: int) -> Any:
+    """Return a chat client for `model` (ValueError when the API's URL or key is not set in the environment)."""
+    return make_expert_client(model, max_tokens=max_tokens)
+
+
+def build_madpo(config: Config, trainer: str, task: Task) -> Any:
+    """Return MADPO / MADPO_ITER for the code task (its comparator can write joint answers or call an API)."""
+    from cooprl.trainers.madpo import build_madpo as build
+    return build(config, trainer, task, joint_format=code_joint_format(config.trainer(trainer)), api_client=api_client)

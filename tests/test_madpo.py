@@ -1,0 +1,161 @@
+"""MADPO / MADPO_ITER: the multi-agent DPO loss, training runs on the scripted task, resume, comparators, CLI smoke runs."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from cooprl.config import ConfigError, load_config
+from cooprl.models import TINY_RANDOM
+from cooprl.preferences import PairStore, read_pairs
+from cooprl.trainers.loop import seed_everything, train_loop
+from cooprl.trainers.madpo import build_madpo, madpo_losses
+from tests.scripted import scripted_task
+from tests.test_cli_smoke import SMALL, events, run
+
+
+def test_madpo_loss_on_hand_computed_margins_and_gradients_reach_only_own_agent():
+    # two agents, two pairs: Δ[agent, pair]
+    d0 = torch.tensor([1.0, -2.0], requires_grad=True)
+    d1 = torch.tensor([0.5, 3.0], requires_grad=True)
+    beta = 0.5
+    losses = madpo_losses(torch.stack([d0, d1]), beta)
+    joint = [1.5, 1.0]                             # Δ0 + Δ1 per pair
+    expected = -sum(math.log(1 / (1 + math.exp(-beta * j))) for j in joint) / 2
+    assert losses[0].item() == pytest.approx(expected) and losses[1].item() == pytest.approx(expected)
+    losses[0].backward(retain_graph=True)          # agent 0's loss: gradient only on agent 0's margins
+    assert d1.grad is None or torch.all(d1.grad == 0)
+    # d/dΔ0 of -log σ(β j) / P = -β (1 - σ(β j)) / P
+    grad = [-beta * (1 - 1 / (1 + math.exp(-beta * j))) / 2 for j in joint]
+    assert d0.grad.tolist() == pytest.approx(grad)
+    d0.grad = None
+    losses[1].backward()
+    assert d0.grad is None or torch.all(d0.grad == 0)
+    assert d1.grad.tolist() == pytest.approx(grad)
+
+
+def test_madpo_loss_weights_and_single_policy():
+    d = torch.tensor([[2.0, -1.0]])
+    loss = madpo_losses(d, 1.0, torch.tensor([1.0, 0.25]))
+    sp = lambda x: math.log(1 + math.exp(-x))      # -log σ(x)
+    assert loss.item() == pytest.approx((sp(2.0) + 0.25 * sp(-1.0)) / 1.25)
+
+
+def madpo_config(tmp_path: Path, name: str, trainer: str, overrides: list[str]):
+    return load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.temperature=1.0",
+        "agent_model.top_p=1.0", f"{trainer}.max_new_tokens=6", f"{trainer}.preference_num_candidates=3",
+        f"{trainer}.learning_rate=1e-2", f"{trainer}.eval_interval=0", f"{trainer}.eval_num_samples=1",
+        "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={name}", *overrides])
+
+
+def run_madpo(tmp_path: Path, name: str, overrides: list[str], trainer: str = "madpo", task=None):
+    config = madpo_config(tmp_path, name, trainer, overrides)
+    seed_everything(config.seed)
+    task = task or scripted_task()
+    algorithm = build_madpo(config, trainer, task)
+    summary = train_loop(config, trainer, task, algorithm, tmp_path / name)
+    return algorithm, summary
+
+
+def train_events(run_dir: Path):
+    return [e for e in events(run_dir) if "turn_1/reward_mean" in e]
+
+
+def test_madpo_trains_logs_and_writes_pairs(tmp_path):
+    algorithm, _ = run_madpo(tmp_path, "m", ["madpo.max_steps=3", "madpo.pair_selection=all"])
+    logged = train_events(tmp_path / "m")
+    assert [e["step"] for e in logged] == [1, 2, 3]
+    for key in ("dpo/loss", "agent_1/reward_accuracy", "dpo/pairs", "dpo/reward_gap", "dpo/joint_accuracy"):
+        assert any(key in e for e in logged), key
+    pairs = read_pairs(tmp_path / "m" / "preferences" / "iteration_0.jsonl")
+    assert [p.step for p in pairs] == sorted(p.step for p in pairs) and len(pairs) == sum(e["dpo/new_pairs"] for e in logged)
+    assert all(p.chosen_reward > p.rejected_reward and p.source == "policy" and len(p.chosen) == 2 for p in pairs)
+    assert all(p.chosen_ids[0] is not None for p in pairs)  # policy samples keep their token ids
+
+
+def test_madpo_resume_matches_uninterrupted_run_and_reuses_pairs(tmp_path):
+    common = ["madpo_iter.max_steps=2", "madpo_iter.num_iterations=2", "madpo_iter.preference_replay_mode=all_history",
+              "madpo_iter.pair_selection=random", "madpo_iter.reference_model=true"]
+    straight, _ = run_madpo(tmp_path, "straight", common, "madpo_iter")
+    run_madpo(tmp_path, "resumed", common + ["madpo_iter.num_iterations=1"], "madpo_iter")
+    first_iteration = read_pairs(tmp_path / "resumed" / "preferences" / "iteration_0.jsonl")
+    resumed, _ = run_madpo(tmp_path, "resumed", common + ["checkpoint.resume_from_checkpoint=latest"], "madpo_iter")
+    a, b = train_events(tmp_path / "straight"), train_events(tmp_path / "resumed")
+    assert [e["step"] for e in b] == [1, 2, 3, 4] and [e["dpo/iteration"] for e in b] == [0, 0, 1, 1]
+    for key in ("turn_1/reward_mean", "dpo/loss", "agent_0/margin_mean", "agent_1/margin_mean", "dpo/pairs", "env_step"):
+        assert [e.get(key) for e in a] == [e.get(key) for e in b], key
+    # all_history: iteration 1 also trains on iteration 0's pairs of the same items
+    assert sum(e["dpo/pairs"] for e in b[2:]) > sum(e["dpo/new_pairs"] for e in b[2:])
+    # the first iteration's file was read back, not regenerated; both runs' pair files agree
+    assert read_pairs(tmp_path / "resumed" / "preferences" / "iteration_0.jsonl") == first_iteration
+    assert PairStore(tmp_path / "straight" / "preferences").load() == PairStore(tmp_path / "resumed" / "preferences").load()
+    for m1, m2 in zip(straight.models, resumed.models):
+        for p1, p2 in zip(m1.parameters(), m2.parameters()):
+            assert torch.equal(p1, p2)
+
+
+def test_copy_comparator_writes_half_the_candidates(tmp_path):
+    run_madpo(tmp_path, "c", ["madpo_iter.max_steps=2", "madpo_iter.num_iterations=1", "madpo_iter.comparator_policy=copy",
+                              "madpo_iter.preference_num_candidates=4", "madpo_iter.pair_selection=all"], "madpo_iter")
+    logged = train_events(tmp_path / "c")
+    assert all(e["env_step"] in (4, 8) for e in logged) and all(e["turn_1/nodes"] == 1 for e in logged)
+    assert all("dpo/comparator_reward_mean" in e for e in logged)
+    sources = {p.source for p in read_pairs(tmp_path / "c" / "preferences" / "iteration_0.jsonl")}
+    assert sources <= {"policy", "comparator", "policy>comparator", "comparator>policy"}
+
+
+def test_comparator_config_errors(tmp_path):
+    task = scripted_task()
+    for overrides, message in [(["madpo_iter.comparator_policy=model"], "comparator_model"),
+                               (["madpo_iter.comparator_generation_mode=centralized"], "copy, model or api"),
+                               (["madpo_iter.comparator_policy=copy", "madpo_iter.comparator_generation_mode=centralized"],
+                                "no joint answer format"),
+                               (["madpo_iter.comparator_policy=api", "madpo_iter.comparator_model=x"], "API client")]:
+        with pytest.raises(ConfigError, match=message):
+            build_madpo(madpo_config(tmp_path, "e", "madpo_iter", overrides), "madpo_iter", task)
+
+
+def cli_overrides(trainer, tmp_path, name):
+    return [f"{trainer}.max_steps=2", f"{trainer}.preference_num_candidates=2", f"{trainer}.max_new_tokens=8",
+            f"{trainer}.eval_num_samples=1", f"{trainer}.eval_interval=1", f"output.base_dir={tmp_path}",
+            f"output.run_name={name}", "checkpoint.checkpoint_interval=1"]
+
+
+def test_train_madpo_cli_two_steps(tmp_path):
+    result = run(["train_madpo.py", "--config", "configs/madpo_che_config.yaml", "--override", *SMALL,
+                  *cli_overrides("madpo", tmp_path, "d")], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "d"
+    assert [e["step"] for e in train_events(run_dir)] == [1, 2]
+    assert any("eval/turn_1/pass@1" in e for e in events(run_dir))
+    assert (run_dir / "preferences" / "iteration_0.jsonl").is_file() and "Summary of" in result.stdout
+
+
+def test_train_madpo_iter_cli_one_iteration_with_a_centralized_copy_comparator(tmp_path):
+    result = run(["train_madpo_iter.py", "--config", "configs/madpo_iter_che_config.yaml", "--override", *SMALL,
+                  *cli_overrides("madpo_iter", tmp_path, "i"), "madpo_iter.num_iterations=1",
+                  "madpo_iter.comparator_policy=copy", "madpo_iter.comparator_generation_mode=centralized",
+                  "madpo_iter.comparator_centralized_max_new_tokens=12", "madpo_iter.centralized_answer=bounded"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logged = train_events(tmp_path / "i")
+    assert [e["step"] for e in logged] == [1, 2] and all("dpo/comparator_reward_mean" in e for e in logged)
+
+
+def test_train_madpo_cli_centralized_collaboration(tmp_path):
+    result = run(["train_madpo.py", "--config", "configs/madpo_che_config.yaml", "--override", *SMALL,
+                  *cli_overrides("madpo", tmp_path, "z"), "madpo.collaboration_mode=centralized"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logged = train_events(tmp_path / "z")
+    assert len(logged) == 2 and "turn_1/parse_fallback" in logged[0] and "agent_1/margin_mean" not in logged[-1]
+    pairs = read_pairs(tmp_path / "z" / "preferences" / "iteration_0.jsonl")
+    assert all(len(p.prompts) == 1 and "<auxiliary>" in p.prompts[0] for p in pairs)
+
+
+def test_api_comparator_without_environment_fails_at_start(tmp_path):
+    result = run(["train_madpo_iter.py", "--config", "configs/madpo_iter_che_config.yaml", "--override", *SMALL,
+                  *cli_overrides("madpo_iter", tmp_path, "a"), "madpo_iter.comparator_policy=api",
+                  "madpo_iter.comparator_model=deepseek-coder"], tmp_path)
+    assert result.returncode == 2 and "comparator_policy=api" in result.stderr and "COOPRL_EXPERT_BASE_URL" in result.stderr
