@@ -77,9 +77,8 @@ def scripted_actor_critic(trainer, *overrides):
     config = load_config(None, [f"{trainer}.discount=0.9", f"{trainer}.num_turns=2", f"{trainer}.num_generations=1",
                                 *overrides])
     section = config.trainer(trainer)
-    critics = [Critic(ConstantValue(), load_tokenizer(TINY_RANDOM), None, reuses_agent_ids=True)]
-    if trainer == "iac":
-        critics *= 2
+    critics = [Critic(ConstantValue(), load_tokenizer(TINY_RANDOM), None, reuses_agent_ids=True)
+               for _ in range(2 if trainer == "iac" else 1)]
     team = [scripted_agent(0), scripted_agent(1)]
     return ActorCritic(config, section, scripted_task(), team, critics, centralized=trainer == "maac")
 
@@ -115,6 +114,17 @@ def test_maac_critic_reads_the_joint_text_with_its_own_tokenizer():
     ids = algorithm.episode_steps(root)[0].critics[0].ids
     text = critic_input_text(root.prompts, ["aaaabbbb", "aabbbbbb"])
     assert ids.tolist() == load_tokenizer(TINY_RANDOM)(text)["input_ids"]
+
+
+def test_iac_critic_on_another_backbone_retokenizes_the_text():
+    algorithm = scripted_actor_critic("iac", "iac.critic_type=q", "iac.num_turns=1")
+    algorithm.critics[1].reuses_agent_ids = False  # as when critic_model.name differs from the agent's model
+    from cooprl.rollout import rollout
+    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    step = algorithm.episode_steps(root)[0]
+    assert step.critics[0].ids.tolist() == [1, 2, 3]  # the agent's own prompt and completion ids
+    expected = load_tokenizer(TINY_RANDOM)(root.prompts[1] + "aabbbbbb")["input_ids"]
+    assert step.critics[1].ids.tolist() == expected
 
 
 # ------------------------------------------------------------------------------------------ real tiny models
@@ -209,6 +219,11 @@ def test_cli_two_steps(tmp_path, trainer, extra):
     folders = sorted(p.name for p in checkpoint.iterdir() if p.name.startswith("agent_"))
     assert folders == [f"agent_{i}" for i in range(num_agents + num_critics)]
     assert (checkpoint / f"agent_{num_agents}" / "value_head.safetensors").is_file()
+    if trainer == "iac":  # evaluate.py loads actors and critics from the checkpoint
+        evaluation = run(["evaluate.py", "--config", str(run_dir / "config.yaml"), "--checkpoint", str(checkpoint),
+                          "--trainer", "iac", "--output", str(tmp_path / "eval.json")], tmp_path)
+        assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+        assert "eval/turn_1/pass@1" in json.loads((tmp_path / "eval.json").read_text())
 
 
 def test_centralized_maac_two_steps(tmp_path):
