@@ -27,6 +27,8 @@ ALGORITHMS: dict[str, str] = {
     "ac": "cooprl.trainers.actor_critic:build_iac",
     "madpo": "envs.code_generation.comparator:build_madpo",
     "madpo_iter": "envs.code_generation.comparator:build_madpo",
+    "marlhf": "envs.code_generation.marlhf:build_marlhf",
+    "marlhf_iter": "envs.code_generation.marlhf:build_marlhf",
 }
 
 

@@ -1,0 +1,221 @@
+"""MARLHF: a joint reward model learned from preference pairs, then online RL on that reward (and MARLHF_ITER).
+
+Iteration k is one pass over the step plan (the training items of the epochs, cut at `max_steps`), as in
+MADPO_ITER; MARLHF is one iteration without a comparator. Before the first step of iteration k:
+1. preference pairs are collected on the pass's items with the TASK reward (`preferences.collect_pairs`: the
+   policies' candidates, plus the comparator's in MARLHF_ITER) and written to
+   `<run dir>/preferences/iteration_<k>.jsonl`; when that file already exists (a resumed run) it is read back;
+2. the reward model is trained on them with the Bradley-Terry loss (MARLHF_ITER refines the same model on the
+   pairs `preference_replay_mode` replays, with their weights); its held-out pair accuracy is logged.
+Every step then runs `rl_algorithm` (MAGRPO by default, IAC or MAAC) on the task whose reward is the frozen
+reward model's value (`LearnedReward`). Evaluation switches the learned reward off: it uses the task reward.
+
+The reward model is saved in every checkpoint after the RL algorithm's models, so a resumed run continues with
+exactly the model it had. Steps 1-2 draw from their own seeded generators, so reading saved pairs instead of
+sampling them leaves the RL phase's random numbers unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import random
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from cooprl.config import Config, ConfigError, TrainerSection
+from cooprl.models import load_causal_lm, load_tokenizer
+from cooprl.preferences import PairStore, collect_pairs, read_pairs, replay_weights, write_pairs
+from cooprl.reward_model import RewardModel, train_reward_model
+from cooprl.task import Score, Task
+from cooprl.trainers.loop import data_order
+from cooprl.value_model import ValueModel
+
+log = logging.getLogger(__name__)
+
+ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (bounds generation memory)
+
+# rl_algorithm -> "module:builder(config, trainer, task)"
+RL_BUILDERS = {"magrpo": "cooprl.trainers.magrpo:build_magrpo",
+               "iac": "cooprl.trainers.actor_critic:build_iac",
+               "maac": "cooprl.trainers.actor_critic:build_maac"}
+
+
+class LearnedReward:
+    """The score function of the learned-reward task: the reward model's value as `total`.
+
+    The task's own score is still computed: its metrics and success flag are kept, its total is logged as
+    `task_reward_mean` (so the logs show whether the learned reward helps), and its details feed the next
+    turn's prompts. The reward model sees the item's first prompts (what its pairs were collected with).
+    """
+
+    def __init__(self, task: Task, reward_model: RewardModel):
+        self.task, self.reward_model, self.enabled = task, reward_model, True
+
+    def __call__(self, items: Sequence[Any], joints: Sequence[Sequence[str]]) -> list[Score]:
+        scores = self.task.score(items, joints)
+        if not self.enabled:
+            return scores
+        values = self.reward_model.score([(self.task.first_prompts(item), list(joint))
+                                          for item, joint in zip(items, joints)])
+        return [dataclasses.replace(s, total=v, metrics={**s.metrics, "task_reward_mean": s.total})
+                for s, v in zip(scores, values)]
+
+    @contextlib.contextmanager
+    def task_reward(self) -> Iterator[None]:
+        """Within this block, scores are the task's own (evaluation)."""
+        self.enabled = False
+        try:
+            yield
+        finally:
+            self.enabled = True
+
+
+def learned_reward_task(task: Task, reward_model: RewardModel) -> tuple[Task, LearnedReward]:
+    """Return (a copy of `task` scored by the reward model, its LearnedReward switch).
+
+    `max_reward` stays the task's, so the default reward shift (and evaluation's processed rewards) match the
+    plain RL algorithm's.
+    """
+    learned = LearnedReward(task, reward_model)
+    return dataclasses.replace(task, name=f"{task.name}+reward_model", score=learned), learned
+
+
+class MARLHF:
+    """MARLHF (and MARLHF_ITER) for the shared training loop: wraps the RL algorithm built on the learned reward."""
+
+    def __init__(self, config: Config, section: Any, task: Task, rl: Any, reward_model: RewardModel,
+                 learned: LearnedReward, comparator: Any = None):
+        self.config, self.section, self.task, self.rl = config, section, task, rl
+        self.reward_model, self.learned, self.comparator = reward_model, learned, comparator
+        self.models = [*rl.models, reward_model.model]
+        self.rounds = getattr(section, "num_iterations", 1)       # the loop repeats its step plan this often
+        self.replay_mode = getattr(section, "preference_replay_mode", "current")
+        self.replay_lambda = getattr(section, "replay_lambda", 1.0)
+        self.trained_iteration = -1                                # last iteration whose reward model is trained
+        self.reward_metrics: dict[str, float] = {}
+        self.store: PairStore | None = None
+        self.steps_per_round = 1
+
+    def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
+        """Open the run's pair files (the loop calls this once the run folder and the resumed step are known)."""
+        self.store, self.steps_per_round = PairStore(run_dir / "preferences"), steps_per_round
+
+    # ------------------------------------------------------------------------------------------ training
+    def train_step(self, item: Any, step: int) -> dict[str, float]:
+        """Learn the iteration's reward model first if needed, then one RL step on the learned reward; return metrics."""
+        iteration = (step - 1) // self.steps_per_round
+        if iteration > self.trained_iteration:
+            with torch.random.fork_rng():
+                torch.manual_seed(self._seed(iteration))
+                self.reward_metrics = self.learn_reward(iteration, step)
+            self.trained_iteration = iteration
+        return {**self.rl.train_step(item, step), **self.reward_metrics}
+
+    def _seed(self, iteration: int) -> int:
+        return self.config.seed * 1000 + 777 + iteration
+
+    def learn_reward(self, iteration: int, step: int) -> dict[str, float]:
+        """Get iteration's pairs (read back, or collected and written), train the reward model; return its metrics."""
+        path = self.store.path(iteration)
+        if path.is_file():
+            pairs = read_pairs(path)
+            log.info("iteration %d: %d preference pairs read from %s", iteration, len(pairs), path)
+        else:
+            pairs = self.collect(iteration, step)
+            write_pairs(path, pairs)
+            log.info("iteration %d: %d preference pairs written to %s", iteration, len(pairs), path)
+        history = {k: read_pairs(self.store.path(k)) for k in range(iteration)}
+        weighted = replay_weights({**history, iteration: pairs}, self.replay_mode, self.replay_lambda, iteration)
+        metrics = {"reward_model/iteration": float(iteration), "preferences/new_pairs": float(len(pairs))}
+        if pairs:
+            metrics["preferences/reward_gap"] = sum(p.reward_gap for p in pairs) / len(pairs)
+        if not weighted:
+            log.warning("iteration %d: no preference pairs (every candidate tied): the reward model is not trained",
+                        iteration)
+            return metrics
+        s = self.section
+        metrics.update(train_reward_model(
+            self.reward_model, [p for p, _ in weighted], weights=[w for _, w in weighted],
+            learning_rate=s.reward_model_learning_rate, epochs=s.reward_model_epochs,
+            eval_fraction=s.reward_eval_fraction, seed=self._seed(iteration), max_grad_norm=s.max_grad_norm))
+        log.info("iteration %d reward model: %s", iteration,
+                 ", ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in metrics.items()))
+        return metrics
+
+    def collect(self, iteration: int, step: int) -> list[Any]:
+        """Return preference pairs on the items of the step plan, scored with the task reward."""
+        order = data_order(len(self.task.train_items), self.section.num_train_epochs, self.config.seed)
+        indices = list(dict.fromkeys(order[:self.steps_per_round]))   # each item once, in plan order
+        items = [self.task.train_items[i] for i in indices]
+        rng = random.Random(self._seed(iteration))
+
+        def sample(agent: int, prompts: Sequence[str], n: int):
+            return self.rl.team[agent].sample(prompts, n)
+
+        pairs = []
+        for start in range(0, len(items), ITEMS_PER_COLLECTION):
+            pairs += collect_pairs(items[start:start + ITEMS_PER_COLLECTION], self.task, sample, self.section,
+                                   iteration, rng, self.comparator, step=step)
+        return pairs
+
+    # ------------------------------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, items: list[Any]) -> dict[str, float]:
+        """Return the RL algorithm's eval metrics on `items`, scored with the task reward (never the learned one)."""
+        with self.learned.task_reward():
+            return self.rl.evaluate(items)
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Return the RL algorithm's state and which iteration's reward model the checkpoint holds."""
+        return {"rl": self.rl.state_dict(), "trained_iteration": self.trained_iteration,
+                "reward_metrics": self.reward_metrics}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` saved."""
+        self.rl.load_state_dict(state["rl"])
+        self.trained_iteration, self.reward_metrics = state["trained_iteration"], state["reward_metrics"]
+
+
+# ---------------------------------------------------------------------------------------------- building
+def build_reward_model(config: Config, section: Any) -> RewardModel:
+    """Return a fresh reward model on `reward_model_name` (null = the agents' model), on the agents' device."""
+    name = section.reward_model_name or config.agent_model.name
+    lm = load_causal_lm(name, torch_dtype=config.agent_model.torch_dtype, device=config.agent_model.device)
+    return RewardModel(ValueModel(lm), load_tokenizer(name), section.reward_max_length)
+
+
+def rl_config(config: Config, trainer: str) -> tuple[Config, str]:
+    """Return (config, trainer name) to build `rl_algorithm` with.
+
+    MAGRPO reads the MARLHF section itself (it holds every MAGRPO key). IAC and MAAC read their own section,
+    with the keys every trainer shares (learning rate, max_new_tokens, num_turns, ...) taken from MARLHF's.
+    """
+    section = config.trainer(trainer)
+    name = section.rl_algorithm
+    if name == "magrpo":
+        return config, trainer
+    shared = {f.name: getattr(section, f.name) for f in dataclasses.fields(TrainerSection)}
+    return dataclasses.replace(config, **{name: dataclasses.replace(config.trainer(name), **shared)}), name
+
+
+def build_marlhf(config: Config, trainer: str, task: Task, *, joint_format: Any = None, api_client: Any = None
+                 ) -> MARLHF:
+    """Return MARLHF (or MARLHF_ITER): the reward model, the RL algorithm on the learned reward, the comparator."""
+    from importlib import import_module
+    section = config.trainer(trainer)
+    if section.rl_algorithm not in RL_BUILDERS:
+        raise ConfigError(f"{trainer}.rl_algorithm={section.rl_algorithm!r}: choose one of {', '.join(RL_BUILDERS)}")
+    reward_model = build_reward_model(config, section)
+    learned_task, learned = learned_reward_task(task, reward_model)
+    module, function = RL_BUILDERS[section.rl_algorithm].split(":")
+    rl = getattr(import_module(module), function)(*rl_config(config, trainer), learned_task)
+    comparator = None
+    if hasattr(section, "comparator_policy"):
+        from cooprl.comparators import build_comparator
+        comparator = build_comparator(config, trainer, task, rl.team, joint_format, api_client)
+    return MARLHF(config, section, task, rl, reward_model, learned, comparator)

@@ -1,0 +1,165 @@
+"""MARLHF / MARLHF_ITER: the learned-reward task, training runs on the scripted task, exact resume, CLI smoke runs."""
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cooprl.config import load_config
+from cooprl.models import TINY_RANDOM
+from cooprl.preferences import PreferencePair, read_pairs, write_pairs
+from cooprl.trainers.loop import seed_everything, train_loop
+from cooprl.trainers.marlhf import MARLHF, build_marlhf, learned_reward_task
+from tests.scripted import letter_reward, scripted_task
+from tests.test_cli_smoke import SMALL, events, run
+
+
+class CountingRewardModel:
+    """Stands in for a RewardModel: reward 10, 11, 12... in call order; remembers what it was shown."""
+
+    model = torch.nn.Linear(1, 1)
+
+    def __init__(self):
+        self.seen = []
+
+    def score(self, examples):
+        self.seen += examples
+        return [10.0 + len(self.seen) - len(examples) + i for i in range(len(examples))]
+
+
+def test_learned_reward_task_scores_with_the_reward_model_and_keeps_the_task_reward():
+    task = scripted_task()
+    rm = CountingRewardModel()
+    learned_task, learned = learned_reward_task(task, rm)
+    joints = [["aaaa", "bb"], ["a", "aaaaaaaa"]]
+    scores = learned_task.score(["item 0:", "item 1:"], joints)
+    assert [s.total for s in scores] == [10.0, 11.0]
+    assert [s.metrics["task_reward_mean"] for s in scores] == [(0.5 + 0) / 2, (0.125 + 1) / 2]
+    assert scores[0].metrics["length"] == 6.0  # the task's own metrics are kept
+    assert rm.seen == [(task.first_prompts("item 0:"), joints[0]), (task.first_prompts("item 1:"), joints[1])]
+    assert learned_task.max_reward == task.max_reward and learned_task.train_items == task.train_items
+    with learned.task_reward():
+        assert [s.total for s in learned_task.score(["item 0:"], [["aaaa", "bb"]])] == [0.25]
+    assert learned_task.score(["item 0:"], [["aaaa", "bb"]])[0].total == 12.0  # switched back on
+
+
+def test_evaluation_uses_the_task_reward():
+    task = scripted_task()
+    learned_task, learned = learned_reward_task(task, CountingRewardModel())
+    # an RL algorithm that scores through the (learned-reward) task it was built with
+    rl = SimpleNamespace(models=[], evaluate=lambda items: {"r": learned_task.score(items, [["aaaaaaaa"] * 2])[0].total},
+                         train_step=lambda item, step: {"r": learned_task.score([item], [["aaaaaaaa"] * 2])[0].total})
+    algorithm = MARLHF(load_config(), load_config().marlhf, task, rl, CountingRewardModel(), learned)
+    assert algorithm.evaluate(["eval 0:"]) == {"r": letter_reward("aaaaaaaa")}
+    algorithm.trained_iteration = 0  # skip the reward-model phase: the RL step sees the learned reward
+    assert algorithm.train_step("item 0:", 1)["r"] == 10.0
+
+
+def marlhf_config(tmp_path: Path, name: str, trainer: str, overrides: list[str]):
+    return load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.temperature=1.0",
+        "agent_model.top_p=1.0", f"{trainer}.max_new_tokens=6", f"{trainer}.num_generations=2",
+        f"{trainer}.preference_num_candidates=4", f"{trainer}.learning_rate=1e-2",
+        f"{trainer}.reward_model_learning_rate=1e-3", f"{trainer}.reward_max_length=64", f"{trainer}.eval_interval=0",
+        f"{trainer}.eval_num_samples=1", "wandb.mode=disabled", f"output.base_dir={tmp_path}",
+        f"output.run_name={name}", "checkpoint.checkpoint_total_limit=null", *overrides])
+
+
+def run_marlhf(tmp_path: Path, name: str, overrides: list[str], trainer: str = "marlhf"):
+    config = marlhf_config(tmp_path, name, trainer, overrides)
+    seed_everything(config.seed)
+    task = scripted_task()
+    algorithm = build_marlhf(config, trainer, task)
+    train_loop(config, trainer, task, algorithm, tmp_path / name)
+    return algorithm
+
+
+def train_events(run_dir: Path):
+    return [e for e in events(run_dir) if "turn_1/reward_mean" in e]
+
+
+def test_marlhf_collects_pairs_trains_the_reward_model_then_rl(tmp_path):
+    algorithm = run_marlhf(tmp_path, "m", ["marlhf.max_steps=3", "marlhf.pair_selection=all"])
+    logged = train_events(tmp_path / "m")
+    assert [e["step"] for e in logged] == [1, 2, 3]
+    pairs = read_pairs(tmp_path / "m" / "preferences" / "iteration_0.jsonl")
+    assert len({p.item_id for p in pairs}) == 3 and all(p.chosen_reward > p.rejected_reward for p in pairs)
+    for e in logged:  # the reward model's figures ride along every step of its iteration
+        assert e["preferences/new_pairs"] == len(pairs) and 0.0 <= e["reward_model/eval_accuracy"] <= 1.0
+        assert e["reward_model/train_pairs"] + e["reward_model/eval_pairs"] == len(pairs)
+        assert 0.0 <= e["turn_1/task_reward_mean"] <= 1.0 and "agent_1/loss" in e
+    assert len(algorithm.models) == 3 and algorithm.models[2] is algorithm.reward_model.model
+    assert (tmp_path / "m" / "checkpoints" / "checkpoint-3" / "agent_2" / "value_head.safetensors").is_file()
+
+
+def _assert_same_runs(a_dir: Path, b_dir: Path, a, b):
+    a_events, b_events = train_events(a_dir), train_events(b_dir)
+    assert [e["step"] for e in b_events] == [e["step"] for e in a_events]
+    for key in ("turn_1/reward_mean", "turn_1/task_reward_mean", "agent_0/loss", "agent_1/loss",
+                "reward_model/train_loss", "reward_model/iteration", "env_step"):
+        assert [e.get(key) for e in a_events] == [e.get(key) for e in b_events], key
+    for m1, m2 in zip(a.models, b.models):
+        for p1, p2 in zip(m1.parameters(), m2.parameters()):
+            assert torch.equal(p1, p2)
+
+
+def test_marlhf_iter_resumes_exactly_at_and_within_an_iteration(tmp_path):
+    common = ["marlhf_iter.max_steps=2", "marlhf_iter.num_iterations=2", "marlhf_iter.comparator_policy=copy",
+              "marlhf_iter.preference_replay_mode=lambda_decay", "checkpoint.checkpoint_interval=1"]
+    straight = run_marlhf(tmp_path, "straight", common, "marlhf_iter")
+    logged = train_events(tmp_path / "straight")
+    assert [e["reward_model/iteration"] for e in logged] == [0, 0, 1, 1]
+    assert logged[2]["reward_model/train_pairs"] + logged[2]["reward_model/eval_pairs"] > logged[2]["preferences/new_pairs"]
+    sources = {p.source for p in read_pairs(tmp_path / "straight" / "preferences" / "iteration_1.jsonl")}
+    assert sources & {"comparator", "policy>comparator", "comparator>policy"}
+    for resume_at in (2, 3):  # at the iteration boundary (pairs file read back), inside iteration 1 (RM from checkpoint)
+        name = f"resumed_{resume_at}"
+        shutil.copytree(tmp_path / "straight", tmp_path / name)
+        for later in range(resume_at + 1, 5):
+            shutil.rmtree(tmp_path / name / "checkpoints" / f"checkpoint-{later}")
+        resumed = run_marlhf(tmp_path, name, common + ["checkpoint.resume_from_checkpoint=latest"], "marlhf_iter")
+        _assert_same_runs(tmp_path / "straight", tmp_path / name, straight, resumed)
+
+
+def test_marlhf_with_iac_as_the_rl_algorithm(tmp_path):
+    algorithm = run_marlhf(tmp_path, "iac", ["marlhf.max_steps=1", "marlhf.rl_algorithm=iac", "iac.rollout_buffer_size=1"])
+    logged = train_events(tmp_path / "iac")
+    assert "reward_model/train_pairs" in logged[0] and any(k.endswith("value_loss") for k in logged[0])
+    assert len(algorithm.models) == 5  # two actors, two critics, the reward model
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def cli_overrides(trainer, tmp_path, name):
+    return [f"{trainer}.max_steps=2", f"{trainer}.num_generations=2", f"{trainer}.preference_num_candidates=2",
+            f"{trainer}.max_new_tokens=8", f"{trainer}.eval_num_samples=1", f"{trainer}.eval_interval=1",
+            f"output.base_dir={tmp_path}", f"output.run_name={name}", "checkpoint.checkpoint_interval=1"]
+
+
+def test_train_marlhf_cli_reuses_the_pairs_in_the_run_folder(tmp_path):
+    # The tiny model's code scores all tie (no pairs), so the run folder is seeded with pairs: a resumed run's case.
+    pairs = [PreferencePair(f"p{i}", ["Write aux.", "Write main."], [f"def aux():\n    return {i}", "good"],
+                            [f"def aux():\n    return {i}", "bad"], 1.0, 0.0) for i in range(6)]
+    write_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl", pairs)
+    result = run(["train_marlhf.py", "--config", "configs/marlhf_che_config.yaml", "--override", *SMALL,
+                  *cli_overrides("marlhf", tmp_path, "h"), "marlhf.reward_max_length=128"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logged = train_events(tmp_path / "h")
+    assert [e["step"] for e in logged] == [1, 2]
+    assert all(e["reward_model/train_pairs"] + e["reward_model/eval_pairs"] == 6 for e in logged)
+    assert "reward_model/eval_accuracy" in logged[0] and "turn_1/task_reward_mean" in logged[0]
+    evaluation = [e for e in events(tmp_path / "h") if "eval/turn_1/pass@1" in e]
+    assert evaluation and all("eval/turn_1/task_reward_mean" not in e for e in evaluation)  # task reward only
+    assert read_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl") == pairs
+    assert "Summary of" in result.stdout
+
+
+def test_train_marlhf_iter_cli_one_iteration(tmp_path):
+    result = run(["train_marlhf_iter.py", "--config", "configs/marlhf_iter_che_config.yaml", "--override", *SMALL,
+                  *cli_overrides("marlhf_iter", tmp_path, "i"), "marlhf_iter.num_iterations=1"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logged = train_events(tmp_path / "i")
+    assert [e["step"] for e in logged] == [1, 2] and all(e["reward_model/iteration"] == 0 for e in logged)
+    assert (tmp_path / "i" / "preferences" / "iteration_0.jsonl").is_file()
+    assert any("eval/turn_1/pass@1" in e for e in events(tmp_path / "i"))
