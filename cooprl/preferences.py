@@ -216,15 +216,13 @@ class PairStore:
             found[iteration] = pairs
         return found
 
-    def append(self, pairs: Sequence[PreferencePair]) -> None:
-        """Append `pairs` to their iterations' files (one write per file, so a step's pairs land together)."""
-        by_iteration: dict[int, list[PreferencePair]] = {}
-        for pair in pairs:
-            by_iteration.setdefault(pair.iteration, []).append(pair)
+    def append(self, iteration: int, pairs: Sequence[PreferencePair]) -> None:
+        """Append `pairs` (all of `iteration`) to its file in one write; the file exists afterwards even when
+        `pairs` is empty (an iteration whose candidates all tied has an empty file, not a missing one)."""
+        assert all(p.iteration == iteration for p in pairs), "pairs of another iteration"
         self.folder.mkdir(parents=True, exist_ok=True)
-        for iteration, group in by_iteration.items():
-            with open(self.path(iteration), "a", encoding="utf-8") as f:
-                f.write("".join(pair_to_json(p) + "\n" for p in group))
+        with open(self.path(iteration), "a", encoding="utf-8") as f:
+            f.write("".join(pair_to_json(p) + "\n" for p in pairs))
 
 
 # ---------------------------------------------------------------------------------------------- replay

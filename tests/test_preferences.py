@@ -59,10 +59,12 @@ def test_jsonl_round_trip_and_a_cut_off_last_line(tmp_path):
 
 def test_store_appends_by_iteration_and_drops_later_steps_on_resume(tmp_path):
     store = PairStore(tmp_path / "preferences")
-    store.append([pair("a", 0, step=1), pair("b", 0, step=2)])
-    store.append([pair("c", 1, step=3), pair("d", 1, step=4)])
-    assert {k: [p.item_id for p in v] for k, v in store.load().items()} == {0: ["a", "b"], 1: ["c", "d"]}
-    assert {k: [p.item_id for p in v] for k, v in store.load(up_to_step=3).items()} == {0: ["a", "b"], 1: ["c"]}
+    store.append(0, [pair("a", 0, step=1), pair("b", 0, step=2)])
+    store.append(1, [pair("c", 1, step=3), pair("d", 1, step=4)])
+    store.append(2, [])
+    assert store.path(2).is_file() and read_pairs(store.path(2)) == []
+    assert {k: [p.item_id for p in v] for k, v in store.load().items()} == {0: ["a", "b"], 1: ["c", "d"], 2: []}
+    assert {k: [p.item_id for p in v] for k, v in store.load(up_to_step=3).items()} == {0: ["a", "b"], 1: ["c"], 2: []}
     assert [p.item_id for p in read_pairs(store.path(1))] == ["c"]   # the file itself was truncated
 
 

@@ -81,7 +81,7 @@ class MADPO:
         roots, candidates = collect_candidates([item], self.task, self._sample, s.preference_num_candidates,
                                                self.comparator, self.process_reward)
         pairs = pairs_from_candidates(item_id, self.task.first_prompts(item), candidates[0], s, iteration, step, self.rng)
-        self.store.append(pairs)
+        self.store.append(iteration, pairs)
         earlier = {k: by_item[item_id] for k, by_item in self.history.items() if k < iteration}
         weighted = replay_weights({**earlier, iteration: pairs}, self.replay_mode, self.replay_lambda, iteration)
         self.history[iteration][item_id].extend(pairs)
