@@ -115,11 +115,12 @@ def build_comparator(config: Config, trainer: str, task: Task, team: Sequence[An
     max_tokens = section.max_new_tokens
     if section.comparator_generation_mode == "centralized":
         max_tokens = section.comparator_centralized_max_new_tokens or max_tokens
-    base = replace(team[0].params, max_new_tokens=max_tokens)
-    params = [replace(base, stop_strings=tuple(fmt_stops))
-              for fmt_stops in ([joint_format.stop_strings] if centralized else
-                                [task.stop_strings[a] if a < len(task.stop_strings) else () for a in range(task.num_agents)])]
-    roles = 1 if centralized else task.num_agents
+    if centralized:  # one generator answers the joint prompt
+        stops = [joint_format.stop_strings]
+    else:            # one generator per role, with that role's stop strings
+        stops = [task.stop_strings[a] if a < len(task.stop_strings) else () for a in range(task.num_agents)]
+    params = [replace(team[0].params, max_new_tokens=max_tokens, stop_strings=tuple(s)) for s in stops]
+    roles = len(params)
 
     if kind == "copy":  # role a is played by agent a's start model (the joint answer by agent 0's)
         generators = [_frozen_generator(agent) for agent in team[:roles]]

@@ -107,6 +107,28 @@ def test_copy_comparator_writes_half_the_candidates(tmp_path):
     assert sources <= {"policy", "comparator", "policy>comparator", "comparator>policy"}
 
 
+def test_model_comparator_texts_are_tokenized_for_the_update(tmp_path):
+    algorithm, _ = run_madpo(tmp_path, "model", [
+        "madpo_iter.max_steps=2", "madpo_iter.num_iterations=1", "madpo_iter.comparator_policy=model",
+        f"madpo_iter.comparator_model={TINY_RANDOM}", "madpo_iter.preference_num_candidates=4",
+        "madpo_iter.pair_selection=all"], "madpo_iter")
+    assert algorithm.comparator.generators[0] is algorithm.comparator.generators[1]   # one model plays both roles
+    pairs = read_pairs(tmp_path / "model" / "preferences" / "iteration_0.jsonl")
+    with_comparator = [p for p in pairs if "comparator" in p.source]
+    assert with_comparator and all(None in (p.chosen_ids + p.rejected_ids) for p in with_comparator)
+    assert all(e["dpo/pairs"] == e["dpo/new_pairs"] for e in train_events(tmp_path / "model"))
+
+
+def test_lora_reference_and_copy_comparator_use_the_adapter_off_model(tmp_path):
+    algorithm, _ = run_madpo(tmp_path, "lora", [
+        "madpo_iter.max_steps=2", "madpo_iter.num_iterations=1", "madpo_iter.comparator_policy=copy",
+        "madpo_iter.reference_model=true", "agent_model.lora={r: 4, alpha: 8, dropout: 0.0}"], "madpo_iter")
+    assert type(algorithm.comparator.generators[0]).__name__ == "_AdapterOffGenerator"
+    assert type(algorithm.references[0]).__name__ == "_AdapterOffView"
+    logged = train_events(tmp_path / "lora")
+    assert len(logged) == 2 and all(math.isfinite(e.get("dpo/loss", 0.0)) for e in logged)
+
+
 def test_comparator_config_errors(tmp_path):
     task = scripted_task()
     for overrides, message in [(["madpo_iter.comparator_policy=model"], "comparator_model"),
