@@ -87,8 +87,9 @@ class MADPO:
         self.history[iteration][item_id].extend(pairs)
 
         metrics = tree_metrics(roots, 1)
-        metrics.update({"dpo/new_pairs": float(len(pairs)), "dpo/iteration": float(iteration),
-                        "dpo/reward_gap": sum(p.reward_gap for p in pairs) / len(pairs) if pairs else 0.0})
+        metrics.update({"dpo/new_pairs": float(len(pairs)), "dpo/iteration": float(iteration)})
+        if pairs:
+            metrics["dpo/reward_gap"] = sum(p.reward_gap for p in pairs) / len(pairs)
         comparator_rewards = [c.reward for c in candidates[0] if c.source == "comparator"]
         if comparator_rewards:
             metrics["dpo/comparator_reward_mean"] = sum(comparator_rewards) / len(comparator_rewards)
