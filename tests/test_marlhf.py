@@ -155,11 +155,13 @@ def test_train_marlhf_cli_reuses_the_pairs_in_the_run_folder(tmp_path):
     assert "Summary of" in result.stdout
 
 
-def test_train_marlhf_iter_cli_one_iteration(tmp_path):
+def test_train_marlhf_iter_cli_one_iteration_centralized_with_a_copy_comparator(tmp_path):
     result = run(["train_marlhf_iter.py", "--config", "configs/marlhf_iter_che_config.yaml", "--override", *SMALL,
-                  *cli_overrides("marlhf_iter", tmp_path, "i"), "marlhf_iter.num_iterations=1"], tmp_path)
+                  *cli_overrides("marlhf_iter", tmp_path, "i"), "marlhf_iter.num_iterations=1",
+                  "marlhf_iter.collaboration_mode=centralized", "marlhf_iter.comparator_policy=copy"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     logged = train_events(tmp_path / "i")
     assert [e["step"] for e in logged] == [1, 2] and all(e["reward_model/iteration"] == 0 for e in logged)
+    assert "turn_1/parse_fallback" in logged[0] and "agent_1/loss" not in logged[0]  # one joint actor
     assert (tmp_path / "i" / "preferences" / "iteration_0.jsonl").is_file()
     assert any("eval/turn_1/pass@1" in e for e in events(tmp_path / "i"))
