@@ -9,6 +9,7 @@ import torch
 from cooprl.config import load_config
 from cooprl.generation import Completion
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.rollout import rollout
 from cooprl.trainers.actor_critic import (ActorCritic, Critic, actor_advantages, build_iac, build_maac,
                                           critic_input_text, td_target, value_errors)
 from cooprl.trainers.loop import seed_everything, train_loop
@@ -48,7 +49,8 @@ def test_maac_critic_input_strings():
         "### Agent 0 prompt\nwrite aux\n\n### Agent 1 prompt\nwrite main\n\n"
         "### Agent 0 response\ndef aux(): pass\n\n### Agent 1 response\nreturn 1")
     # centralized mode: one policy, one prompt; V's text is a prefix of Q's
-    assert critic_input_text(["both"], ["<main>x</main>"]) == "### Agent 0 prompt\nboth\n\n### Agent 0 response\n<main>x</main>"
+    assert critic_input_text(["both"], ["<main>x</main>"]) == (
+        "### Agent 0 prompt\nboth\n\n### Agent 0 response\n<main>x</main>")
 
 
 # ------------------------------------------------------------------------------------------ scripted episodes
@@ -83,11 +85,15 @@ def scripted_actor_critic(trainer, *overrides):
     return ActorCritic(config, section, scripted_task(), team, critics, centralized=trainer == "maac")
 
 
+def roll_out_one_item(algorithm):
+    """Return the rollout tree of the algorithm's episodes on one scripted item."""
+    return rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+
+
 @pytest.mark.parametrize("trainer", ["iac", "maac"])
 def test_td_targets_and_advantages_of_scripted_episodes(trainer):
-    from cooprl.rollout import rollout
     algorithm = scripted_actor_critic(trainer, f"{trainer}.early_termination_threshold=null")
-    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    root = roll_out_one_item(algorithm)
     steps = algorithm.episode_steps(root)
     assert len(steps) == 2 and all(len(s.critics) == len(algorithm.critics) for s in steps)
     for critic in range(len(algorithm.critics)):
@@ -100,8 +106,7 @@ def test_td_targets_and_advantages_of_scripted_episodes(trainer):
 
 def test_early_termination_ends_the_episode_without_bootstrap():
     algorithm = scripted_actor_critic("iac", "iac.early_termination_threshold=-0.7")  # -0.625 > -0.7: stop
-    from cooprl.rollout import rollout
-    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    root = roll_out_one_item(algorithm)
     steps = algorithm.episode_steps(root)
     assert root.terminated_early and len(steps) == 1
     assert steps[0].critics[0].target == pytest.approx(-0.625)
@@ -109,8 +114,7 @@ def test_early_termination_ends_the_episode_without_bootstrap():
 
 def test_maac_critic_reads_the_joint_text_with_its_own_tokenizer():
     algorithm = scripted_actor_critic("maac", "maac.critic_type=q", "maac.num_turns=1")
-    from cooprl.rollout import rollout
-    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    root = roll_out_one_item(algorithm)
     ids = algorithm.episode_steps(root)[0].critics[0].ids
     text = critic_input_text(root.prompts, ["aaaabbbb", "aabbbbbb"])
     assert ids.tolist() == load_tokenizer(TINY_RANDOM)(text)["input_ids"]
@@ -119,8 +123,7 @@ def test_maac_critic_reads_the_joint_text_with_its_own_tokenizer():
 def test_iac_critic_on_another_backbone_retokenizes_the_text():
     algorithm = scripted_actor_critic("iac", "iac.critic_type=q", "iac.num_turns=1")
     algorithm.critics[1].reuses_agent_ids = False  # as when critic_model.name differs from the agent's model
-    from cooprl.rollout import rollout
-    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    root = roll_out_one_item(algorithm)
     step = algorithm.episode_steps(root)[0]
     assert step.critics[0].ids.tolist() == [1, 2, 3]  # the agent's own prompt and completion ids
     expected = load_tokenizer(TINY_RANDOM)(root.prompts[1] + "aabbbbbb")["input_ids"]
@@ -142,13 +145,14 @@ def test_value_shapes_read_prompt_or_prompt_and_response(tmp_path, critic_type):
     config = tiny_config("iac", tmp_path, "shapes", f"iac.critic_type={critic_type}", "iac.num_generations=2")
     seed_everything(0)
     algorithm = build_iac(config, "iac", scripted_task())
-    from cooprl.rollout import rollout
-    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    root = roll_out_one_item(algorithm)
     steps = algorithm.episode_steps(root)
     assert len(steps) == 4  # two episodes of two turns
     for step in steps:
-        for a, (action, seen) in enumerate(zip(step.actions, step.critics)):
-            expected = action.prompt_ids if critic_type == "v" else torch.cat([action.prompt_ids, action.completion_ids])
+        for action, seen in zip(step.actions, step.critics):
+            expected = action.prompt_ids
+            if critic_type == "q":
+                expected = torch.cat([action.prompt_ids, action.completion_ids])
             assert torch.equal(seen.ids, expected)
             assert isinstance(seen.value, float)
     values = algorithm.critics[0].model.values([s.critics[0].ids for s in steps], None, 0)

@@ -143,7 +143,8 @@ class ActorCritic:
         return self._tokenize(critic, node.prompts[c] + (action.text if q else ""))
 
     def _tokenize(self, critic: Critic, text: str) -> torch.Tensor:
-        ids = critic.tokenizer(text)["input_ids"][-self.config.agent_model.max_length:]  # keep the end: value read there
+        # keep the end of a long text: the value is read at its last token
+        ids = critic.tokenizer(text)["input_ids"][-self.config.agent_model.max_length:]
         return torch.tensor(ids, dtype=torch.long)
 
     @torch.no_grad()
@@ -151,19 +152,17 @@ class ActorCritic:
         """Return one Step per joint action of the tree, with every critic's value and TD target."""
         turns = [(node, j) for node in iter_nodes(root) for j in range(len(node.joint))]
         row = {(id(node), j): k for k, (node, j) in enumerate(turns)}
-        seen = []  # per critic: (input ids, values) of every turn
+        # an episode's next turn is the child node's only joint action (one sample per agent after the first turn)
+        following = [None if node.children[j] is None else row[(id(node.children[j]), 0)] for node, j in turns]
+        steps = [Step([TrainSample(node.samples[a][g].prompt_ids, node.samples[a][g].completion_ids, 0.0)
+                       for a, g in enumerate(node.joint[j])], []) for node, j in turns]
         for c, critic in enumerate(self.critics):
             ids = [self.critic_ids(c, node, j) for node, j in turns]
-            seen.append((ids, _values(critic, ids).tolist()))
-        steps = []
-        for k, (node, j) in enumerate(turns):
-            child = node.children[j]  # an episode's next turn: the child's only joint action (one sample per turn)
-            samples = [CriticSample(ids[k], values[k], td_target(node.rewards[j],
-                                                                 None if child is None else values[row[(id(child), 0)]],
-                                                                 self.section.discount))
-                       for ids, values in seen]
-            actions = [node.samples[a][g] for a, g in enumerate(node.joint[j])]
-            steps.append(Step([TrainSample(x.prompt_ids, x.completion_ids, 0.0) for x in actions], samples))
+            values = _values(critic, ids).tolist()
+            for k, ((node, j), step) in enumerate(zip(turns, steps)):
+                next_value = None if following[k] is None else values[following[k]]
+                step.critics.append(CriticSample(ids[k], values[k],
+                                                 td_target(node.rewards[j], next_value, self.section.discount)))
         return steps
 
     # ------------------------------------------------------------------------------------------ training
@@ -206,7 +205,8 @@ class ActorCritic:
             result = policy_gradient_step(critic.model, critic.optimizer, [], critic.tokenizer.pad_token_id,
                                           max_grad_norm=s.max_grad_norm,
                                           extra_backward=lambda: self.value_loss_backward(critic, seen))
-            metrics.update(_prefixed(f"critic_{c}", {k: result[k] for k in ("extra_loss", "grad_norm", "skipped_nonfinite")}))
+            kept = ("extra_loss", "grad_norm", "skipped_nonfinite")
+            metrics.update(_prefixed(f"critic_{c}", {k: result[k] for k in kept}))
             metrics[f"critic_{c}/target_mean"] = sum(x.target for x in seen) / len(seen)
         self.buffer, self.buffered_episodes = [], 0
         return metrics
@@ -281,7 +281,7 @@ def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: b
 
 
 def head_on_actor(section: Any, agent: Agent) -> Critic:
-    """Return a value head on `agent`'s model, added to the agent's optimizer as a param group at critic_learning_rate."""
+    """Return a value head on `agent`'s model; the head joins the agent's optimizer at critic_learning_rate."""
     model = ValueModel(agent.model, owns_lm=False)
     agent.optimizer.add_param_group({"params": model.head_parameters(), "lr": section.critic_learning_rate})
     return Critic(model, agent.tokenizer, None, reuses_agent_ids=True)
@@ -290,7 +290,8 @@ def head_on_actor(section: Any, agent: Agent) -> Critic:
 def _build(config: Config, trainer: str, task: Task, centralized: bool) -> ActorCritic:
     section = config.trainer(trainer)
     if centralized and not section.use_separate_critic:
-        raise ConfigError(f"{trainer}.use_separate_critic=false: the centralized critic is a model of its own; set it true")
+        raise ConfigError(f"{trainer}.use_separate_critic=false: the centralized critic is a model of its own; "
+                          "set it true")
     team = build_team(config, section, task.num_agents, task.stop_strings)  # the task says how many policies play
     if not section.use_separate_critic:
         return ActorCritic(config, section, task, team, [head_on_actor(section, agent) for agent in team], centralized)
