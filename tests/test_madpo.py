@@ -9,7 +9,7 @@ import torch
 
 from cooprl.config import ConfigError, load_config
 from cooprl.models import TINY_RANDOM
-from cooprl.preferences import PairStore, read_pairs
+from cooprl.preferences import PairStore, PreferencePair, read_pairs
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
 from tests.scripted import scripted_task
@@ -41,6 +41,20 @@ def test_madpo_loss_weights_and_single_policy():
     loss = madpo_losses(d, 1.0, torch.tensor([1.0, 0.25]))
     sp = lambda x: math.log(1 + math.exp(-x))      # -log σ(x)
     assert loss.item() == pytest.approx((sp(2.0) + 0.25 * sp(-1.0)) / 1.25)
+
+
+def test_margins_score_texts_like_their_ids_and_accept_empty_answers(tmp_path):
+    algorithm = build_madpo(madpo_config(tmp_path, "x", "madpo", ["madpo.reference_model=true"]), "madpo", scripted_task())
+    tokenizer = algorithm.team[0].tokenizer
+    ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    texts = PreferencePair("i", ["p0", "p1"], ["abc", "def g"], ["", "xyz"], 1.0, 0.0)
+    with_ids = PreferencePair("i", ["p0", "p1"], ["abc", "def g"], ["", "xyz"], 1.0, 0.0,
+                              chosen_ids=[ids("abc"), ids("def g")], rejected_ids=[[tokenizer.eos_token_id], ids("xyz")])
+    for agent in (0, 1):
+        with torch.no_grad():
+            a, b = algorithm.margins(agent, [texts]), algorithm.margins(agent, [with_ids, texts])
+        assert torch.allclose(a, b[:1], atol=1e-5) and torch.allclose(b[0], b[1], atol=1e-5)
+        assert a.abs().item() < 1e-5       # the policy is still its reference: Δ - Δ_ref = 0
 
 
 def madpo_config(tmp_path: Path, name: str, trainer: str, overrides: list[str]):

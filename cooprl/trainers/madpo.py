@@ -170,6 +170,8 @@ def _completion_ids(tokenizer: Any, text: str, ids: list[int] | None) -> torch.T
     # the sampled ids when the policy wrote the text; another writer's text is tokenized (no EOS appended)
     if ids is None:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not ids:  # an empty answer (e.g. a part a joint answer lacked) is the policy stopping at once
+        ids = [tokenizer.eos_token_id]
     return torch.tensor(ids, dtype=torch.long)
 
 
