@@ -195,3 +195,20 @@ def test_api_comparator_without_environment_fails_at_start(tmp_path):
                   *cli_overrides("madpo_iter", tmp_path, "a"), "madpo_iter.comparator_policy=api",
                   "madpo_iter.comparator_model=deepseek-coder"], tmp_path)
     assert result.returncode == 2 and "comparator_policy=api" in result.stderr and "COOPRL_EXPERT_BASE_URL" in result.stderr
+
+
+def test_code_joint_format_splits_a_joint_answer_into_agent_texts():
+    from envs.code_generation.comparator import code_joint_format
+    from envs.code_generation.data import Problem
+    from envs.code_generation.prompts import completion_to_code
+
+    class Section:
+        centralized_prompt, centralized_answer = "native", "bounded"
+
+    problem = Problem("t/0", "def f(x):\n    \"\"\"Double x.\"\"\"\n", "def check(candidate):\n    assert candidate(1) == 2\n", "f")
+    fmt = code_joint_format(Section)
+    assert fmt.prompt(problem).endswith("<auxiliary>") and fmt.stop_strings == ("</main>",)
+    aux, main = fmt.split(problem, "\ndef aux(x):\n    return 2 * x\n</auxiliary>\n<main>\ndef f(x):\n    return aux(x)\n</main>")
+    assert aux == "x):\n    return 2 * x"
+    assert completion_to_code("aux", problem, aux) == "def aux(x):\n    return 2 * x"
+    assert "return aux(x)" in completion_to_code("main", problem, main)

@@ -13,7 +13,7 @@ from typing import Any
 from cooprl.comparators import JointFormat
 from cooprl.config import Config
 from cooprl.task import Task
-from envs.code_generation.prompts import centralized_prompt, centralized_stop_strings, parse_joint_answer
+from envs.code_generation.prompts import AUX_HEADER, centralized_prompt, centralized_stop_strings, parse_joint_answer
 from envs.code_generation.transitions import make_expert_client
 
 
@@ -22,8 +22,10 @@ def code_joint_format(section: Any) -> JointFormat:
     style, answer = section.centralized_prompt, section.centralized_answer
 
     def split(problem: Any, text: str) -> list[str]:
+        # The aux agent's prompt ends with `def aux(`: its text continues that header, as its own samples do.
+        # The main function stays whole (its prompt's header may differ); the reward accepts a restarted header.
         parsed = parse_joint_answer(text, problem, answer)
-        return [parsed.aux, parsed.main]
+        return [parsed.aux.removeprefix(AUX_HEADER), parsed.main]
 
     return JointFormat(prompt=lambda problem: centralized_prompt(problem, style, answer), split=split,
                        stop_strings=tuple(centralized_stop_strings(answer)))
