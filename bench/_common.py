@@ -81,20 +81,29 @@ def joint_reward(texts: list[str]) -> float:
 
 
 class Timers:
-    """Accumulated seconds and call counts per named phase."""
+    """Accumulated wall seconds, process CPU seconds and call counts per named phase.
+
+    CPU seconds (user + system of this process) are the steadier figure on a shared machine: with 1 torch
+    thread they are the phase's own compute, while wall seconds also count the time other jobs held the core.
+    """
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
 
     @contextmanager
     def time(self, name: str):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-            self.calls[name] = self.calls.get(name, 0) + 1
+            self.add(name, time.perf_counter() - start, time.process_time() - start_cpu)
+
+    def add(self, name: str, seconds: float, cpu_seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + cpu_seconds
+        self.calls[name] = self.calls.get(name, 0) + 1
 
     def wrap(self, owner: Any, attr: str, name: str) -> None:
         """Replace owner.attr (a function or method) by a timed version, from the outside."""
@@ -110,6 +119,9 @@ class Timers:
 
     def get(self, name: str) -> float:
         return self.seconds.get(name, 0.0)
+
+    def get_cpu(self, name: str) -> float:
+        return self.cpu_seconds.get(name, 0.0)
 
 
 def peak_rss_gb() -> float:

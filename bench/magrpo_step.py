@@ -55,13 +55,12 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
     current = {"problem": 0}
 
     def sample(self, prompts, num_samples, params):
-        t = time.perf_counter()
+        t, t_cpu = time.perf_counter(), time.process_time()
         try:
             return original_sample(self, prompts, num_samples, params)
         finally:
             seconds = time.perf_counter() - t
-            timers.seconds["generation"] = timers.get("generation") + seconds
-            timers.calls["generation"] = timers.calls.get("generation", 0) + 1
+            timers.add("generation", seconds, time.process_time() - t_cpu)
             calls.append((self, list(prompts), num_samples, params, current["problem"], seconds))
 
     HFGenerator.sample = sample
@@ -106,7 +105,8 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
     result = {"side": f"cooprl_{trainer}", "num_agents": num_agents, "num_turns": num_turns,
               "problems": n_problems, "setup_s": setup_s, "total_s": total, "per_problem_s": per_problem,
               "generation_s": timers.get("generation"), "generation_calls": timers.calls.get("generation", 0),
-              "update_s": timers.get("update"), "torch_threads": torch.get_num_threads()}
+              "update_s": timers.get("update"), "generation_cpu_s": timers.get_cpu("generation"),
+              "update_cpu_s": timers.get_cpu("update"), "torch_threads": torch.get_num_threads()}
     if bare:
         # Replay only the last problem's calls (warm, and it keeps the run short); compare on those calls.
         last = [c for c in calls if c[4] == len(items) - 1]
@@ -203,7 +203,8 @@ def run_comlrl(n_problems: int) -> dict:
     return {"side": "comlrl_magrpo", "num_agents": num_agents, "num_turns": num_turns, "problems": n_problems,
             "setup_s": setup_s, "total_s": total, "per_problem_s": per_problem,
             "generation_s": timers.get("generation"), "generation_calls": timers.calls.get("generation", 0),
-            "update_s": timers.get("update"), "torch_threads": torch.get_num_threads()}
+            "update_s": timers.get("update"), "generation_cpu_s": timers.get_cpu("generation"),
+            "update_cpu_s": timers.get_cpu("update"), "torch_threads": torch.get_num_threads()}
 
 
 # ============================================================================================ TRL
@@ -254,13 +255,13 @@ def run_trl(n_problems: int, results_dir: Path) -> dict:
 
 
 # ============================================================================================ driver
-def child(side: str, n_problems: int, out: Path, threads: int) -> None:
+def child(side: str, n_problems: int, out: Path, threads: int, bare: bool = True) -> None:
     import torch
     torch.set_num_threads(threads)
     if side == "cooprl_magrpo":
-        result = run_cooprl(2, 2, n_problems)
+        result = run_cooprl(2, 2, n_problems, bare)
     elif side == "cooprl_grpo":
-        result = run_cooprl(1, 1, n_problems)
+        result = run_cooprl(1, 1, n_problems, bare)
     elif side == "comlrl_magrpo":
         result = run_comlrl(n_problems)
     elif side == "trl_grpo":
@@ -292,6 +293,10 @@ def report(results: Path) -> None:
         per = ", ".join(f"{s:.1f}" for s in r["per_problem_s"])
         print(f"{side:15s} {r['num_agents']:6d} {r['num_turns']:5d} {r['problems']:5d} {rate(r):10.1f} "
               f"{r['generation_s']:8.1f} {r['update_s']:9.1f} {r['setup_s']:8.1f} {r['peak_rss_gb']:8.2f}  [{per}]")
+    for side, r in data.items():
+        if r and "update_cpu_s" in r:
+            print(f"{side} CPU seconds (this process, steadier than wall time on a shared machine): "
+                  f"generation {r['generation_cpu_s']:.1f}, update {r['update_cpu_s']:.1f}")
     for side in ("cooprl_magrpo", "cooprl_grpo"):
         r = data[side]
         if r and r.get("bare_generate_s"):
@@ -324,11 +329,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads per side (default 1: on a shared 2-core machine more threads than free "
                              "cores slows generation down by an order of magnitude)")
+    parser.add_argument("--no-bare", action="store_true",
+                        help="skip replaying cooprl's sampling calls as bare `generate` (quicker A/B runs)")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     n = args.problems or (1 if args.quick else C.NUM_PROBLEMS)
     if args.child:
-        child(args.child, n, args.results / f"{args.child}.json", args.threads)
+        child(args.child, n, args.results / f"{args.child}.json", args.threads, bare=not args.no_bare)
         return
     if not args.report:
         sides = [s for name in (args.only or list(GROUPS)) for s in GROUPS.get(name, (name,))]
@@ -339,7 +346,8 @@ def main() -> None:
             env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled",
                    "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
             proc = subprocess.run([sys.executable, __file__, "--child", side, "--problems", str(n),
-                                   "--results", str(args.results), "--threads", str(args.threads)], env=env)
+                                   "--results", str(args.results), "--threads", str(args.threads),
+                                   *(["--no-bare"] if args.no_bare else [])], env=env)
             print(f"== {side}: exit {proc.returncode} after {time.perf_counter() - t:.0f} s", flush=True)
     report(args.results)
 

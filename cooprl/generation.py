@@ -3,6 +3,10 @@
 The default backend is transformers' `generate`. A completion keeps its token ids (for the update, so the
 log-probs are of exactly the tokens sampled, never of a re-tokenized text) and ends at the first EOS
 (kept, so the model learns to stop) or at a stop string; padding after it is dropped.
+
+With several samples per prompt, each prompt is prefilled once and its KV cache repeated for its samples:
+`generate(num_return_sequences=G)` would copy the prompt G times before the prefill, and on CPU the
+prefill of long (turn-2) prompts costs more than decoding 64 tokens.
 """
 
 from __future__ import annotations
@@ -109,15 +113,39 @@ class HFGenerator:
         if params.stop_strings:
             from transformers import StoppingCriteriaList
             kwargs["stopping_criteria"] = StoppingCriteriaList([_StopOnStrings(self.tokenizer, params.stop_strings, width)])
+        input_ids, attention = input_ids.to(device), attention.to(device)
         was_training = self.model.training
         self.model.eval()
-        output = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
-        self.model.train(was_training)
+        try:
+            if num_samples > 1 and width > 1:
+                kwargs[_cache_argument(self.model)] = self._prefill_once(input_ids, attention, num_samples)
+                input_ids = input_ids.repeat_interleave(num_samples, dim=0)
+                attention = attention.repeat_interleave(num_samples, dim=0)
+                kwargs["num_return_sequences"] = 1
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        finally:
+            self.model.train(was_training)
         generated = output[:, width:].cpu()
         texts_and_ids = [self._trim(row, params) for row in generated]
         return [[Completion(text, prompt_ids[p], ids, truncated)
                  for text, ids, truncated in texts_and_ids[p * num_samples:(p + 1) * num_samples]]
                 for p in range(len(prompt_ids))]
+
+    def _prefill_once(self, input_ids: torch.Tensor, attention: torch.Tensor, num_samples: int) -> Any:
+        """Return the KV cache of every prompt but its last column, each prompt's rows repeated `num_samples` times.
+
+        `generate`, given the whole prompts and this cache, runs only the last column (whose logits give the
+        first sampled token) and goes on decoding. Position ids are the ones `generate` derives from the mask.
+        """
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        prefix, prefix_mask = input_ids[:, :-1], attention[:, :-1]
+        position_ids = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
+        self.model(input_ids=prefix, attention_mask=prefix_mask, position_ids=position_ids, use_cache=True,
+                   logits_to_keep=1, **{_cache_argument(self.model): cache})
+        cache.batch_repeat_interleave(num_samples)
+        return cache
 
     def _trim(self, row: torch.Tensor, params: SamplingParams) -> tuple[str, torch.Tensor, bool]:
         """Return (text, ids, truncated) of one generated row, cut at its EOS, stop string or padding."""
@@ -133,3 +161,11 @@ class HFGenerator:
             # the EOS-looking token is generate's padding, which the model never sampled.)
             ids = row[:end + 1]
         return text, ids, end == len(tokens) and not stopped
+
+
+def _cache_argument(model: Any) -> str:
+    """Return the name under which this transformers version takes a KV cache (`cache`, formerly `past_key_values`)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"

@@ -1,7 +1,9 @@
 """The policy-gradient update shared by the trainers: loss = -sum_t log pi(token_t) * advantage.
 
-Samples are scored in padded batches (one forward per group, `completion_logprobs`), the loss is averaged
-over all samples of the buffer, gradients are accumulated across batches, and one optimizer step follows.
+Samples are scored in batches of at most `batch_size` (one forward each, `completion_logprobs`), the loss
+is averaged over all samples of the buffer, gradients are accumulated across batches, and one optimizer step
+follows. Samples that share a prompt (a sibling group) go into the same batch, where `completion_logprobs`
+runs their prompt once for all of them.
 Samples with a zero advantage are skipped when there is no KL term: their gradient is exactly zero.
 A non-finite loss skips the whole update (counted in the metrics), never a silent substitute value.
 """
@@ -15,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.logprobs import completion_logprobs
+from cooprl.logprobs import completion_logprobs, group_by_prompt
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,27 @@ class TrainSample:
     prompt_ids: torch.Tensor
     completion_ids: torch.Tensor
     advantage: float
+
+
+def sibling_batches(samples: Sequence[TrainSample], size: int) -> list[list[TrainSample]]:
+    """Split `samples` into batches of at most `size`, keeping samples with the same prompt together.
+
+    Groups come in order of first appearance and are cut only when larger than `size`; a batch takes whole
+    groups while they fit. Zero-advantage samples dropped from a group would otherwise shift plain
+    fixed-size chunks across group boundaries, and each prompt would be run once per chunk it straddles.
+    """
+    batches: list[list[TrainSample]] = []
+    current: list[TrainSample] = []
+    for group in group_by_prompt([s.prompt_ids for s in samples]):
+        for start in range(0, len(group), size):
+            chunk = [samples[i] for i in group[start:start + size]]
+            if current and len(current) + len(chunk) > size:
+                batches.append(current)
+                current = []
+            current = current + chunk
+    if current:
+        batches.append(current)
+    return batches
 
 
 def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
@@ -47,8 +70,7 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     size = batch_size or max(len(active), 1)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    for start in range(0, len(active), size):
-        batch = active[start:start + size]
+    for batch in sibling_batches(active, size):
         prompts = [s.prompt_ids for s in batch]
         completions = [s.completion_ids for s in batch]
         token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
