@@ -2,6 +2,8 @@
 
 Homogeneous agents load `agent_model.name` once per agent (each agent trains its own copy); heterogeneous
 agents give one name per agent in `agents:`. With `agent_model.lora`, each agent gets its own adapter.
+With `agent_model.generation_backend: vllm`, each agent samples with its own vLLM engine, which receives
+the agent's new weights after every optimizer step (see cooprl.vllm_generation).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 
 from cooprl.config import Config, ConfigError
 from cooprl.generation import Completion, HFGenerator, SamplingParams
-from cooprl.models import load_causal_lm, load_tokenizer
+from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,7 @@ class Agent:
     name: str
     model: Any
     tokenizer: Any
-    generator: HFGenerator
+    generator: Any             # HFGenerator, or VLLMGenerator (same interface) with generation_backend: vllm
     optimizer: torch.optim.Optimizer
     params: SamplingParams
 
@@ -53,15 +55,25 @@ def build_team(config: Config, section: Any, num_agents: int,
         temperature=section.temperature if section.temperature is not None else model_cfg.temperature,
         top_p=section.top_p if section.top_p is not None else model_cfg.top_p,
         top_k=model_cfg.top_k)
+    if model_cfg.generation_backend == "vllm":
+        from cooprl.vllm_generation import check_vllm_backend
+        check_vllm_backend(model_cfg.device)  # before any model is loaded: fail fast with the fix
     team = []
     for i, name in enumerate(agent_model_names(config, num_agents)):
         model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
         model.config.use_cache = True
-        generator = HFGenerator(model, tokenizer, max_prompt_tokens=max(model_cfg.max_length - section.max_new_tokens, 8),
-                                chat_template=model_cfg.chat_template)
+        max_prompt_tokens = max(model_cfg.max_length - section.max_new_tokens, 8)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=section.learning_rate, weight_decay=section.weight_decay)
+        if model_cfg.generation_backend == "vllm":
+            from cooprl.vllm_generation import build_vllm_generator, watch_optimizer
+            generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
+                                             section.max_new_tokens, config.seed)
+            watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
+        else:
+            generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
+                                    chat_template=model_cfg.chat_template)
         agent_params = params
         if i < len(stop_strings) and stop_strings[i]:
             agent_params = SamplingParams(**{**params.__dict__, "stop_strings": tuple(stop_strings[i])})

@@ -1,0 +1,331 @@
+"""Optional vLLM sampling backend (`agent_model.generation_backend: vllm`): a drop-in for `HFGenerator`.
+
+`VLLMGenerator.sample(prompts, n, params)` returns the same `Completion`s as `HFGenerator.sample` would for
+the same sampled tokens; only who samples them changes. How each part is kept the same:
+
+- Prompts are tokenized by `HFGenerator.encode_prompts` itself (chat template, left cut to
+  `max_prompt_tokens`) and handed to vLLM as token ids, so vLLM never tokenizes anything.
+- End of a completion: the tokenizer's EOS only (as HF's `generate(eos_token_id=tokenizer.eos_token_id)`),
+  kept in `completion_ids`. vLLM would also stop at other EOS ids from the model's generation config, so
+  its own EOS handling is switched off (`ignore_eos`) and our EOS ids are passed as `stop_token_ids`.
+- Stop strings: vLLM stops at the first stop string anywhere, while ours (`first_stop`) skip one at the
+  very start of the text. vLLM's stop strings are used to save decoding, a sample that vLLM stopped too
+  early is continued in another round from where it stopped, and the final cut is always ours
+  (`finish`), computed on the token ids exactly as HF's stopping criterion and `_trim` do.
+- Weights: the engine lives in this process. `watch_optimizer` marks the generator stale after every
+  optimizer step; the next `sample` first pushes the HF model's weights into the engine (LoRA adapters
+  merged into them, see `merged_weights`) and resets its prefix cache.
+
+vLLM is imported only when this backend is chosen; the tests run against a fake `vllm` module (no GPU in
+this repository's CI), so the calls into vLLM are written against its documented API (0.8-0.11 and later
+releases keep them) but have not been run against a real engine here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from cooprl.config import ConfigError
+from cooprl.generation import Completion, HFGenerator, SamplingParams, first_stop
+
+log = logging.getLogger(__name__)
+
+_INSTALL_HINT = "install it with: pip install -e .[vllm]"
+
+
+def check_vllm_backend(device: str = "auto") -> Any:
+    """Return the imported `vllm` module; ConfigError when vLLM is missing or no CUDA device can run it."""
+    try:
+        vllm = importlib.import_module("vllm")
+    except ImportError as err:
+        raise ConfigError(f"agent_model.generation_backend=vllm: vLLM is not installed ({err}); {_INSTALL_HINT}, "
+                          "or set agent_model.generation_backend=hf") from None
+    if device == "cpu" or not device.startswith(("auto", "cuda")) or not torch.cuda.is_available():
+        raise ConfigError(f"agent_model.generation_backend=vllm needs a CUDA GPU (agent_model.device={device!r}, "
+                          f"torch.cuda.is_available()={torch.cuda.is_available()}); "
+                          "set agent_model.generation_backend=hf on this machine")
+    return vllm
+
+
+# ----------------------------------------------------------------------------------------------- weights
+def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (name, tensor) of the weights `model` uses right now, named as in its plain HF checkpoint.
+
+    A plain model yields its state dict. A peft LoRA model yields its base model's weights with each adapted
+    layer's weight replaced by base + delta (computed out of place: the trained model is not touched), the
+    adapter tensors themselves left out; a layer whose adapters are disabled (`disable_adapter()`) yields
+    its base weight. vLLM's `load_weights` expects exactly these names (it fuses q/k/v itself).
+    """
+    if not hasattr(model, "get_base_model"):
+        yield from model.state_dict().items()
+        return
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    layers = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    for name, tensor in base.state_dict().items():
+        if ".lora_" in name:
+            continue
+        name = name.replace(".base_layer.", ".")
+        owner, _, leaf = name.rpartition(".")
+        layer = layers.get(owner)
+        if layer is not None and leaf == "weight" and not layer.disable_adapters and not layer.merged:
+            with torch.no_grad():
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A or adapter in getattr(layer, "lora_embedding_A", {}):
+                        tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
+        yield name, tensor
+
+
+def adapters_enabled(model: Any) -> bool:
+    """Return False while a peft model's adapters are disabled (inside `disable_adapter()`), else True."""
+    if not hasattr(model, "get_base_model"):
+        return True
+    from peft.tuners.lora import LoraLayer
+    return not any(m.disable_adapters for m in model.get_base_model().modules() if isinstance(m, LoraLayer))
+
+
+def watch_optimizer(optimizer: torch.optim.Optimizer, generator: "VLLMGenerator") -> None:
+    """Mark `generator` stale after every `optimizer.step()`, so its next `sample` syncs the new weights.
+
+    One hook on the optimizer covers every trainer (policy-gradient steps, DPO steps, a value head sharing
+    the actor's optimizer) without each trainer calling a sync itself.
+    """
+    optimizer.register_step_post_hook(lambda *args, **kwargs: generator.mark_stale())
+
+
+# ----------------------------------------------------------------------------------------------- generator
+class VLLMGenerator:
+    """Samples completions with an in-process vLLM engine; same interface and Completions as HFGenerator.
+
+    `model` is the trained HF model (the source of the weights), `model_path` what vLLM loads at start (a
+    hub id or folder with the same architecture). `max_model_len` bounds prompt + completion in the engine.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_prompt_tokens: int, max_model_len: int,
+                 chat_template: bool = False, gpu_memory_utilization: float = 0.3, seed: int = 0,
+                 vllm_module: Any = None):
+        vllm = vllm_module if vllm_module is not None else check_vllm_backend()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_model_len = max_model_len
+        self.chat_template = chat_template
+        self._vllm = vllm
+        # The exact prompt encoding of the HF backend (its `encode_prompts`), reused rather than copied.
+        self._encoder = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens, chat_template=chat_template)
+        eos = tokenizer.eos_token_id
+        self.eos_ids = sorted(set(eos if isinstance(eos, list) else [eos]))
+        # The weights can only be pushed into an engine that runs in this process (V1 otherwise runs it in
+        # a child process); set before the engine reads its environment.
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") not in (None, "0"):
+            log.warning("VLLM_ENABLE_V1_MULTIPROCESSING=0 is forced: the vLLM engine must run in this process")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        self.llm = vllm.LLM(model=model_path, tokenizer=model_path, dtype=_dtype_name(model), seed=seed,
+                            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                            tensor_parallel_size=1, enable_prefix_caching=True)
+        # Stale from the start: the engine holds the checkpoint on disk, the HF model may already differ
+        # (LoRA, a resumed checkpoint); the first `sample` syncs.
+        self._version = 1
+        self._synced: tuple[int, bool] | None = None
+
+    # ------------------------------------------------------------------------------------------ weights
+    def mark_stale(self) -> None:
+        """Note that the HF model's weights changed (called after each optimizer step)."""
+        self._version += 1
+
+    def sync_weights(self, model: Any = None) -> None:
+        """Push the current weights of `model` (default: the trained model) into the engine; reset its prefix cache.
+
+        Cached prompt prefixes hold keys and values of the old weights, hence the reset.
+        """
+        model = self.model if model is None else model
+        weights = merged_weights(model)
+
+        def load(engine_model: Any) -> None:  # returns nothing: apply_model would hand a result back
+            engine_model.load_weights(weights)
+
+        engine_model = _engine_model(self.llm)
+        if engine_model is not None:
+            load(engine_model)
+        else:  # no model object at the known in-process path: the public `LLM.apply_model` runs it on the model
+            self.llm.apply_model(load)
+        self.llm.reset_prefix_cache()
+        # Another model's weights leave the engine out of step with ours: the next `sample` pushes ours again.
+        self._synced = (self._version, adapters_enabled(model)) if model is self.model else None
+
+    def _sync_if_stale(self) -> None:
+        # The key holds the adapters' on/off state too: a comparator samples the start model of a LoRA
+        # policy inside `model.disable_adapter()`, and the engine must then hold the weights without adapters.
+        key = (self._version, adapters_enabled(self.model))
+        if key != self._synced:
+            self.sync_weights()
+
+    # ------------------------------------------------------------------------------------------ sampling
+    def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:
+        """Return the unpadded token ids of each prompt, exactly as HFGenerator.encode_prompts does."""
+        return self._encoder.encode_prompts(prompts)
+
+    def sample(self, prompts: Sequence[str], num_samples: int, params: SamplingParams) -> list[list[Completion]]:
+        """Return `num_samples` completions for each prompt, as HFGenerator.sample does (same Completion meaning)."""
+        if not prompts:
+            return []
+        self._sync_if_stale()
+        prompt_ids = self.encode_prompts(prompts)
+        longest = max(len(ids) for ids in prompt_ids) + params.max_new_tokens
+        if longest > self.max_model_len:
+            raise ConfigError(f"a prompt of {longest - params.max_new_tokens} tokens + {params.max_new_tokens} new "
+                              f"tokens exceeds the vLLM engine's length {self.max_model_len}; raise agent_model.max_length")
+        greedy = params.temperature == 0
+        # Greedy samples of one prompt are all the same sequence: generate it once and repeat it (as HF's
+        # greedy `num_return_sequences` does), which also avoids vLLM versions that refuse n > 1 when greedy.
+        rows = self.generate_ids([ids.tolist() for ids in prompt_ids], 1 if greedy else num_samples, params)
+        completions = []
+        for p, samples in enumerate(rows):
+            per_prompt = []
+            for ids in samples * num_samples if greedy else samples:
+                text, kept, truncated = self.finish(ids, params)
+                per_prompt.append(Completion(text, prompt_ids[p], kept, truncated))
+            completions.append(per_prompt)
+        return completions
+
+    def generate_ids(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[list[int]]]:
+        """Return the token ids vLLM samples for each prompt (n each), each long enough for `finish` to cut.
+
+        A sample that vLLM stopped at a stop string that `first_stop` ignores (blank text before it) is
+        continued from where it stopped, with the rest of the budget, until a real stop, EOS or the budget.
+        Sampling the continuation from prompt + tokens so far draws from the same distribution.
+        """
+        outputs = self._generate([(ids, n, params.max_new_tokens) for ids in prompts], params)
+        samples = [[ids for ids, _ in per_prompt] for per_prompt in outputs]
+        pending = [(p, g) for p, per_prompt in enumerate(outputs) for g, (ids, at_string) in enumerate(per_prompt)
+                   if at_string and self._stopped_too_early(ids, params)]
+        while pending:  # every round adds at least one token to each pending sample, so this ends
+            requests = [(prompts[p] + samples[p][g], 1, params.max_new_tokens - len(samples[p][g])) for p, g in pending]
+            outputs = self._generate(requests, params)
+            still = []
+            for (p, g), [(ids, at_string)] in zip(pending, outputs):
+                samples[p][g] = samples[p][g] + ids
+                if at_string and self._stopped_too_early(samples[p][g], params):
+                    still.append((p, g))
+            pending = still
+        return samples
+
+    def _stopped_too_early(self, ids: list[int], params: SamplingParams) -> bool:
+        """Return True when vLLM stopped `ids` at a stop string that does not end the completion for us."""
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return first_stop(text, params.stop_strings) is None and len(ids) < params.max_new_tokens
+
+    def _generate(self, requests: list[tuple[list[int], int, int]], params: SamplingParams
+                  ) -> list[list[tuple[list[int], bool]]]:
+        """Run one vLLM `generate` over (prompt ids, n, max_tokens) requests.
+
+        Returns, per request, n pairs (sampled token ids, stopped at a stop string).
+        """
+        greedy = params.temperature == 0
+        # One seed per request, drawn from torch's RNG: runs seeded alike sample alike, whatever the batching.
+        seeds = [None] * len(requests) if greedy else torch.randint(0, 2**31 - 1, (len(requests),)).tolist()
+        prompts = [{"prompt_token_ids": ids} for ids, _, _ in requests]
+        sampling = [self.vllm_sampling_params(params, n, max_tokens, seed)
+                    for (_, n, max_tokens), seed in zip(requests, seeds)]
+        results = self.llm.generate(prompts, sampling, use_tqdm=False)
+        out = []
+        for result in results:
+            per_prompt = []
+            for sample in sorted(result.outputs, key=lambda o: o.index):
+                ids = list(sample.token_ids)
+                at_string = sample.finish_reason == "stop" and isinstance(sample.stop_reason, str)
+                if (sample.finish_reason == "stop" and isinstance(sample.stop_reason, int)
+                        and (not ids or ids[-1] != sample.stop_reason)):
+                    ids.append(sample.stop_reason)  # a stop token the model sampled, should a version leave it out
+                per_prompt.append((ids, at_string))
+            out.append(per_prompt)
+        return out
+
+    def vllm_sampling_params(self, params: SamplingParams, n: int, max_tokens: int, seed: int | None) -> Any:
+        """Return vLLM's SamplingParams for our `params`: n samples of at most `max_tokens` tokens."""
+        greedy = params.temperature == 0
+        return self._vllm.SamplingParams(
+            n=n, max_tokens=max_tokens, seed=seed,
+            temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p,
+            top_k=-1 if greedy or not params.top_k else params.top_k,   # -1: no top-k (HF's top_k=0)
+            stop=list(params.stop_strings) or None, include_stop_str_in_output=True,
+            ignore_eos=True, stop_token_ids=list(self.eos_ids),         # only the tokenizer's EOS ends a sample
+            skip_special_tokens=True)
+
+    def finish(self, ids: Sequence[int], params: SamplingParams) -> tuple[str, torch.Tensor, bool]:
+        """Return (text, completion ids, truncated) of sampled tokens `ids`, as HFGenerator would for them.
+
+        HF's generate ends a row at the first EOS (kept: the model chose to end) or after the token at which
+        `first_stop` first finds a stop string in the decoded text (no EOS follows); `_trim` also ends a row at
+        a sampled pad token (dropped). `truncated`: none of these happened within the budget.
+        """
+        tokens = list(ids)
+        pad = self.tokenizer.pad_token_id
+        end = next((i for i, t in enumerate(tokens) if t in self.eos_ids or t == pad), len(tokens))
+        stop_at = self._stop_token(tokens[:end], params.stop_strings)
+        if stop_at is not None:
+            kept = tokens[:stop_at + 1]
+            text = self.tokenizer.decode(kept, skip_special_tokens=True)
+            return text, torch.tensor(kept, dtype=torch.long), False
+        text = self.tokenizer.decode(tokens[:end], skip_special_tokens=True)
+        kept = tokens[:end + 1] if end < len(tokens) and tokens[end] in self.eos_ids else tokens[:end]
+        return text, torch.tensor(kept, dtype=torch.long), end == len(tokens)
+
+    def _stop_token(self, tokens: list[int], stop_strings: Sequence[str]) -> int | None:
+        """Return the index of the token after which the decoded text first holds a stop string, else None.
+
+        Once a prefix's text holds a stop string (after non-blank text), every longer prefix's does too, so
+        the first such token is found by bisection instead of decoding every prefix.
+        """
+        def holds_stop(count: int) -> bool:
+            text = self.tokenizer.decode(tokens[:count], skip_special_tokens=True)
+            return first_stop(text, stop_strings) is not None
+
+        if not stop_strings or not tokens or not holds_stop(len(tokens)):
+            return None
+        low, high = 1, len(tokens)   # holds_stop(high) is True; find the smallest such count
+        while low < high:
+            mid = (low + high) // 2
+            if holds_stop(mid):
+                high = mid
+            else:
+                low = mid + 1
+        return low - 1
+
+
+def _engine_model(llm: Any) -> Any:
+    """Return the engine's torch model when it lives in this process at the path TRL's colocate mode uses, else None.
+
+    `llm.llm_engine.model_executor.driver_worker.worker.model_runner.model`: V1 with
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 (and V0); older V0 releases have no `.worker` step.
+    """
+    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
+    driver = getattr(executor, "driver_worker", None)
+    for worker in (getattr(driver, "worker", None), driver):
+        model = getattr(getattr(worker, "model_runner", None), "model", None)
+        if model is not None and hasattr(model, "load_weights"):
+            return model
+    return None
+
+
+def _dtype_name(model: Any) -> str:
+    """Return the vLLM dtype name of the HF model's weights (the engine must compute in the same dtype)."""
+    dtype = next(model.parameters()).dtype
+    return {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}.get(dtype, "auto")
+
+
+def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
+                         max_new_tokens: int, seed: int) -> VLLMGenerator:
+    """Return a VLLMGenerator for one agent from the agent_model section (ConfigError when vLLM cannot run)."""
+    vllm = check_vllm_backend(model_cfg.device)
+    return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
+                         max_model_len=max(model_cfg.max_length, max_prompt_tokens + max_new_tokens),
+                         chat_template=model_cfg.chat_template,
+                         gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed, vllm_module=vllm)

@@ -1,0 +1,415 @@
+"""The vLLM backend against a fake `vllm` module (vLLM itself needs a GPU and is not installed here).
+
+The fake engine plays scripted token streams (what "the model" would sample at each step) and stops the way
+vLLM documents: at a stop token id (kept in token_ids), after the token that completes a stop string
+anywhere in the generated text (kept, finish_reason 'stop', stop_reason the string), or at max_tokens. The
+HF reference for the same stream is HF's own stopping rule (`_StopOnStrings` and EOS, as `generate` applies
+them) followed by `HFGenerator._trim`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from cooprl.config import ConfigError, load_config
+from cooprl.generation import HFGenerator, SamplingParams, _StopOnStrings
+from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.vllm_generation import VLLMGenerator, adapters_enabled, check_vllm_backend, merged_weights, watch_optimizer
+
+STOPS = ("\ndef ", "\nclass ", "\nif __name__")
+
+
+# ----------------------------------------------------------------------------------------------- the fake vllm
+@dataclass
+class FakeOutput:
+    index: int
+    token_ids: list
+    finish_reason: str
+    stop_reason: object
+
+
+@dataclass
+class FakeRequestOutput:
+    outputs: list
+
+
+@dataclass
+class FakeEngineModel:
+    """Stands for the engine's torch model: records what `load_weights` received."""
+    events: list
+    loads: list = field(default_factory=list)
+
+    def load_weights(self, weights):
+        self.loads.append({name: tensor.detach().clone() for name, tensor in weights})
+        self.events.append("load")
+        return set(self.loads[-1])
+
+
+class FakeSamplingParams:
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+class FakeLLM:
+    """Records every call; `script[prompt ids]` lists the token streams of that prompt's samples."""
+
+    instances: list = []
+
+    def __init__(self, in_process: bool = True, **kwargs):
+        self.kwargs = kwargs
+        self.env_multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        self.events, self.calls, self.script = [], [], {}
+        self.tokenizer = load_tokenizer(TINY_RANDOM)
+        self.engine_model = FakeEngineModel(self.events)
+        if in_process:  # the attribute path of an in-process (V1, multiprocessing off) engine
+            runner = types.SimpleNamespace(model=self.engine_model)
+            worker = types.SimpleNamespace(worker=types.SimpleNamespace(model_runner=runner))
+            self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker))
+        FakeLLM.instances.append(self)
+
+    def apply_model(self, func):
+        self.events.append("apply_model")
+        return [func(self.engine_model)]
+
+    def reset_prefix_cache(self):
+        self.events.append("reset")
+        return True
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        assert isinstance(sampling_params, list) and len(sampling_params) == len(prompts)
+        self.events.append("generate")
+        self.calls.append((prompts, sampling_params))
+        return [FakeRequestOutput([self._play(stream, params, g)
+                                   for g, stream in enumerate(self._streams(p["prompt_token_ids"], params.n))])
+                for p, params in zip(prompts, sampling_params)]
+
+    def _streams(self, prompt, n):
+        """Return n streams for `prompt`: scripted ones (continuations included), else letters seeded by the prompt."""
+        for start, streams in self.script.items():
+            start = list(start)
+            if prompt[:len(start)] == start:
+                done = prompt[len(start):]
+                found = [s[len(done):] for s in streams if s[:len(done)] == done]
+                if found:
+                    return (found * n)[:n] if done else streams[:n]
+        letters = self.tokenizer("a b c d e f g", add_special_tokens=False)["input_ids"]
+        rng = torch.Generator().manual_seed(sum(prompt))
+        return [[letters[i] for i in torch.randint(len(letters), (64,), generator=rng).tolist()] for _ in range(n)]
+
+    def _play(self, stream, params, index):
+        out = []
+        for token in stream[:params.max_tokens]:
+            out.append(token)
+            if token in (params.stop_token_ids or ()):
+                return FakeOutput(index, out, "stop", token)
+            text = self.tokenizer.decode(out, skip_special_tokens=True)
+            hit = [s for s in (params.stop or ()) if s in text]
+            if hit:
+                return FakeOutput(index, out, "stop", hit[0])
+        assert len(out) == params.max_tokens, "scripted stream too short"
+        return FakeOutput(index, out, "length", None)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = types.ModuleType("vllm")
+    module.LLM, module.SamplingParams = FakeLLM, FakeSamplingParams
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    FakeLLM.instances = []
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_causal_lm(TINY_RANDOM, device="cpu"), load_tokenizer(TINY_RANDOM)
+
+
+def make_generator(tiny, fake_vllm, **kwargs) -> VLLMGenerator:
+    model, tokenizer = tiny
+    options = dict(model_path="/models/tiny", max_prompt_tokens=32, max_model_len=64, seed=7,
+                   gpu_memory_utilization=0.25)
+    options.update(kwargs)
+    return VLLMGenerator(model, tokenizer, vllm_module=fake_vllm, **options)
+
+
+def enc(tokenizer, *pieces) -> list[int]:
+    """Return the token ids of `pieces`, each tokenized alone (so token boundaries are known)."""
+    return [t for piece in pieces for t in tokenizer(piece, add_special_tokens=False)["input_ids"]]
+
+
+def hf_reference(tokenizer, prompt: list[int], stream: list[int], params: SamplingParams):
+    """Return HFGenerator's (text, ids, truncated) when its model samples `stream`: HF's stopping, then `_trim`."""
+    criterion = _StopOnStrings(tokenizer, params.stop_strings, len(prompt))
+    eos = tokenizer.eos_token_id
+    row = []
+    for token in stream[:params.max_new_tokens]:
+        row.append(token)
+        if token == eos:
+            break
+        if params.stop_strings and criterion(torch.tensor([prompt + row]), None)[0]:
+            break
+    row += [tokenizer.pad_token_id] * (params.max_new_tokens - len(row))  # a finished row is padded
+    hf = HFGenerator(None, tokenizer, max_prompt_tokens=32)
+    return hf._trim(torch.tensor(row), params)
+
+
+# ----------------------------------------------------------------------------------------------- tests
+def test_engine_is_created_in_process_with_the_configured_memory_share(tiny, fake_vllm):
+    make_generator(tiny, fake_vllm)
+    llm = FakeLLM.instances[-1]
+    assert llm.env_multiprocessing == "0"  # weights can only be pushed into an in-process engine
+    assert llm.kwargs["model"] == "/models/tiny" and llm.kwargs["dtype"] == "float32"
+    assert llm.kwargs["gpu_memory_utilization"] == 0.25 and llm.kwargs["max_model_len"] == 64
+    assert llm.kwargs["seed"] == 7
+
+
+def test_sampling_params_are_mapped(tiny, fake_vllm):
+    gen = make_generator(tiny, fake_vllm)
+    llm = FakeLLM.instances[-1]
+    eos = tiny[1].eos_token_id
+    torch.manual_seed(0)
+    out = gen.sample(["def f(x):", "def g(y):"], 3,
+                     SamplingParams(max_new_tokens=8, temperature=0.7, top_p=0.9, stop_strings=STOPS))
+    assert [len(group) for group in out] == [3, 3]
+    prompts, params = llm.calls[0]
+    assert len(prompts) == 2
+    first = params[0]
+    assert (first.n, first.temperature, first.top_p, first.top_k, first.max_tokens) == (3, 0.7, 0.9, -1, 8)
+    assert first.stop == list(STOPS) and first.include_stop_str_in_output is True
+    assert first.ignore_eos is True and first.stop_token_ids == [eos]  # only the tokenizer's EOS ends a sample
+    assert isinstance(first.seed, int) and params[1].seed != first.seed
+
+    torch.manual_seed(0)  # seeds come from torch's RNG: the same seed, the same requests
+    gen.sample(["def f(x):", "def g(y):"], 3, SamplingParams(max_new_tokens=8, temperature=0.7, top_p=0.9, stop_strings=STOPS))
+    assert [p.seed for p in llm.calls[-1][1]] == [p.seed for p in params]
+
+    gen.sample(["x"], 2, SamplingParams(max_new_tokens=4, temperature=1.0, top_k=5))
+    assert llm.calls[-1][1][0].top_k == 5 and llm.calls[-1][1][0].stop is None
+
+    greedy = gen.sample(["x"], 3, SamplingParams(max_new_tokens=4, temperature=0.0, top_p=0.5, top_k=5))
+    p = llm.calls[-1][1][0]
+    assert (p.n, p.temperature, p.top_p, p.top_k, p.seed) == (1, 0.0, 1.0, -1, None)  # one greedy sequence ...
+    assert len(greedy[0]) == 3 and len({tuple(c.completion_ids.tolist()) for c in greedy[0]}) == 1  # ... repeated
+
+
+@pytest.mark.parametrize("chat_template", [False, True])
+def test_prompts_are_token_ids_from_encode_prompts(tiny, fake_vllm, chat_template):
+    model, tokenizer = tiny
+    gen = make_generator(tiny, fake_vllm, max_prompt_tokens=12, chat_template=chat_template)
+    prompts = ["def f(x):", "a long prompt " * 20]  # the second is cut from the left to 12 tokens
+    completions = gen.sample(prompts, 2, SamplingParams(max_new_tokens=4, temperature=1.0))
+    expected = HFGenerator(model, tokenizer, max_prompt_tokens=12, chat_template=chat_template).encode_prompts(prompts)
+    sent = [p["prompt_token_ids"] for p in FakeLLM.instances[-1].calls[0][0]]
+    assert sent == [ids.tolist() for ids in expected]
+    assert len(sent[1]) == 12
+    assert all(torch.equal(c.prompt_ids, expected[i]) for i, group in enumerate(completions) for c in group)
+
+
+def cases(tokenizer):
+    """Return (name, stream) pairs covering every way a completion ends."""
+    eos = tokenizer.eos_token_id
+    filler = enc(tokenizer, " x = 1\n") * 12
+    return [
+        ("eos", enc(tokenizer, "    return a + b") + [eos] + filler),
+        ("budget", filler),
+        ("stop string", enc(tokenizer, "    return 1", "\ndef", " g():") + filler),
+        ("stop at the start, then a real stop",
+         enc(tokenizer, "\n\ndef", " f(x):", "\n    return x", "\nif __name__") + filler),
+        ("stop at the start, then eos", enc(tokenizer, "\ndef", " f(x):", " pass") + [eos] + filler),
+        ("stop at the start, then the budget", enc(tokenizer, "\ndef", " f(x):") + filler),
+        ("eos first", [eos] + filler),
+    ]
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_completions_equal_hf_trim_of_the_same_tokens(tiny, fake_vllm, index):
+    model, tokenizer = tiny
+    name, stream = cases(tokenizer)[index]
+    gen = make_generator(tiny, fake_vllm)
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_strings=STOPS)
+    prompt = gen.encode_prompts(["def f(x):"])[0].tolist()
+    FakeLLM.instances[-1].script[tuple(prompt)] = [stream, stream]
+    completions = gen.sample(["def f(x):"], 2, params)[0]
+    text, ids, truncated = hf_reference(tokenizer, prompt, stream, params)
+    for completion in completions:
+        assert completion.text == text, name
+        assert completion.completion_ids.tolist() == ids.tolist(), name
+        assert completion.truncated == truncated, name
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_finish_cuts_uncut_streams_like_hf(tiny, fake_vllm, index):
+    # `finish` alone, on the whole budget of sampled tokens (as if vLLM had not stopped anywhere itself)
+    model, tokenizer = tiny
+    name, stream = cases(tokenizer)[index]
+    gen = make_generator(tiny, fake_vllm)
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_strings=STOPS)
+    text, ids, truncated = gen.finish(stream[:16], params)
+    expected = hf_reference(tokenizer, [1, 2, 3], stream, params)
+    assert (text, ids.tolist(), truncated) == (expected[0], expected[1].tolist(), expected[2]), name
+
+
+def test_an_early_stop_is_continued_from_where_it_stopped(tiny, fake_vllm):
+    model, tokenizer = tiny
+    gen = make_generator(tiny, fake_vllm)
+    llm = FakeLLM.instances[-1]
+    head = enc(tokenizer, "\ndef", " f(x):")       # vLLM stops here; first_stop does not (blank before it)
+    rest = enc(tokenizer, "\n    return x", "\nclass", " A:") + enc(tokenizer, " x = 1\n") * 12
+    prompt = gen.encode_prompts(["p"])[0].tolist()
+    llm.script[tuple(prompt)] = [head + rest]
+    [[completion]] = gen.sample(["p"], 1, SamplingParams(max_new_tokens=16, temperature=1.0, stop_strings=STOPS))
+    assert len(llm.calls) == 2
+    [again], [params] = llm.calls[1]
+    # vLLM stopped after the token completing "\ndef " (" f"); the rest of the stream is sampled again
+    stopped_at = enc(tokenizer, "\ndef") + enc(tokenizer, " f(x):")[:1]
+    assert tokenizer.decode(stopped_at) == "\ndef f"
+    assert again["prompt_token_ids"] == prompt + stopped_at and params.n == 1 and params.max_tokens == 16 - len(stopped_at)
+    # ... and ends after the token that completes the first stop that follows code ("\nclass " by " A")
+    assert completion.text == "\ndef f(x):\n    return x\nclass A" and not completion.truncated
+    assert completion.completion_ids.tolist() == head + enc(tokenizer, "\n    return x", "\nclass") + enc(tokenizer, " A:")[:1]
+
+
+def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_vllm, monkeypatch, tmp_path):
+    from cooprl.trainers.loop import seed_everything
+    from cooprl.trainers.magrpo import build_magrpo
+    from tests.scripted import scripted_task
+
+    import cooprl.vllm_generation as backend
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)  # a "GPU" for the fake
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
+        "agent_model.vllm_gpu_memory_utilization=0.2", "magrpo.max_new_tokens=4", "magrpo.num_generations=2",
+        "magrpo.num_turns=1", "magrpo.learning_rate=1e-2", "agent_model.temperature=1.0", "wandb.mode=disabled",
+        f"output.base_dir={tmp_path}"])
+    seed_everything(config.seed)
+    algo = build_magrpo(config, "magrpo", scripted_task(num_agents=2))
+    assert all(isinstance(agent.generator, VLLMGenerator) for agent in algo.team)
+    engines = FakeLLM.instances[-2:]
+    assert [e.kwargs["gpu_memory_utilization"] for e in engines] == [0.2, 0.2]
+    assert all(e.events == [] for e in engines)  # nothing pushed yet
+
+    algo.train_step(algo.task.train_items[0], 0)  # samples (sync first), then one optimizer step per agent
+    for agent, engine in zip(algo.team, engines):
+        assert engine.events[:3] == ["load", "reset", "generate"]
+        assert engine.events.count("load") == 1
+    before = [{k: v.clone() for k, v in agent.model.state_dict().items()} for agent in algo.team]
+
+    algo.team[0].sample(["again"], 1)  # after the update: the new weights go in before sampling
+    engine, model = engines[0], algo.team[0].model
+    assert engine.events[-3:] == ["load", "reset", "generate"] and engine.events.count("load") == 2
+    pushed = engine.engine_model.loads[-1]
+    assert set(pushed) == set(model.state_dict())
+    assert all(torch.equal(pushed[k], v) for k, v in model.state_dict().items())
+    assert any(not torch.equal(pushed[k], engine.engine_model.loads[0][k]) for k in pushed)  # they did change
+    assert all(torch.equal(before[0][k], v) for k, v in model.state_dict().items())
+
+    algo.team[0].sample(["once more"], 1)  # no step since: no push
+    assert engine.events.count("load") == 2
+
+
+def test_sync_without_the_in_process_path_uses_apply_model(tiny, fake_vllm, monkeypatch):
+    monkeypatch.setattr(fake_vllm, "LLM", lambda **kw: FakeLLM(in_process=False, **kw))
+    gen = make_generator(tiny, fake_vllm)
+    gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
+    llm = FakeLLM.instances[-1]
+    assert llm.events == ["apply_model", "load", "reset", "generate"]
+    assert set(llm.engine_model.loads[0]) == set(tiny[0].state_dict())
+
+
+def test_lora_weights_are_merged_and_follow_disable_adapter(fake_vllm):
+    from cooprl.config import LoraSection
+    model = load_causal_lm(TINY_RANDOM, device="cpu", lora=LoraSection(r=4, alpha=8, dropout=0.0))
+    torch.manual_seed(0)
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_()  # fresh adapters are zero: make them change the weights
+    plain = load_causal_lm(TINY_RANDOM, device="cpu")
+    expected = copy.deepcopy(model).merge_and_unload().state_dict()
+    merged = dict(merged_weights(model))
+    assert set(merged) == set(plain.state_dict())  # the names of a plain checkpoint, no adapter tensors
+    assert all(torch.allclose(merged[k], expected[k], atol=1e-6) for k in merged)
+    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"],
+                           plain.state_dict()["model.layers.0.self_attn.q_proj.weight"])
+    with model.disable_adapter():
+        assert not adapters_enabled(model)
+        base = dict(merged_weights(model))
+        assert all(torch.equal(base[k], v) for k, v in plain.state_dict().items())
+    assert adapters_enabled(model)
+
+    # a comparator samples the start model inside disable_adapter(): the engine gets the base weights, then back
+    gen = VLLMGenerator(model, load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16, max_model_len=32,
+                        vllm_module=fake_vllm)
+    engine = FakeLLM.instances[-1].engine_model
+    params = SamplingParams(max_new_tokens=2, temperature=1.0)
+    gen.sample(["x"], 1, params)
+    with model.disable_adapter():
+        gen.sample(["x"], 1, params)
+    gen.sample(["x"], 1, params)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert len(engine.loads) == 3
+    assert torch.allclose(engine.loads[0][q], expected[q], atol=1e-6)
+    assert torch.equal(engine.loads[1][q], plain.state_dict()[q])
+    assert torch.allclose(engine.loads[2][q], expected[q], atol=1e-6)
+
+
+def test_watch_optimizer_marks_stale_on_every_step():
+    param = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    marks = []
+    watch_optimizer(optimizer, types.SimpleNamespace(mark_stale=lambda: marks.append(1)))
+    for _ in range(2):
+        param.grad = torch.ones(2)
+        optimizer.step()
+    assert len(marks) == 2
+
+
+def test_too_long_for_the_engine_is_a_clear_error(tiny, fake_vllm):
+    gen = make_generator(tiny, fake_vllm, max_prompt_tokens=32, max_model_len=40)
+    with pytest.raises(ConfigError, match="agent_model.max_length"):
+        gen.sample(["word " * 40], 1, SamplingParams(max_new_tokens=16, temperature=1.0))
+
+
+# ----------------------------------------------------------------------------------------------- errors
+def test_missing_vllm_is_a_config_error_with_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(ConfigError, match=r"pip install -e \.\[vllm\]"):
+        check_vllm_backend("auto")
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm"])
+    from cooprl.agents import build_team
+    with pytest.raises(ConfigError, match="not installed"):
+        build_team(config, config.magrpo, 2)
+
+
+def test_no_cuda_is_a_config_error(fake_vllm, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        check_vllm_backend("auto")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        check_vllm_backend("cpu")
+    assert check_vllm_backend("cuda:0") is fake_vllm
+
+
+def test_config_keys():
+    config = load_config(None, [])
+    assert config.agent_model.generation_backend == "hf" and config.agent_model.vllm_gpu_memory_utilization == 0.3
+    with pytest.raises(ConfigError, match="choose one of: hf, vllm"):
+        load_config(None, ["agent_model.generation_backend=tgi"])
+    with pytest.raises(ConfigError, match="out of range"):
+        load_config(None, ["agent_model.vllm_gpu_memory_utilization=1.5"])
+
+
+def test_the_default_backend_is_still_transformers():
+    from cooprl.agents import build_team
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu"])
+    [agent] = build_team(config, config.grpo, 1)
+    assert type(agent.generator) is HFGenerator
+    assert agent.generator.max_prompt_tokens == config.agent_model.max_length - config.grpo.max_new_tokens
