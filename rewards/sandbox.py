@@ -212,7 +212,10 @@ class Sandbox:
             list(pool.map(self._start, self._slots))
         for slot in self._slots:
             self._idle.put(slot)
-        self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
+        # twice as many threads as workers: while one thread waits for its worker, another prepares the next
+        # job (cleaning, AST checks in `code_rewards`), so a worker never idles for the trainer's part; the
+        # slots (`_idle`) still bound the programs running at once to `workers`
+        self._executor = ThreadPoolExecutor(2 * self.workers, thread_name_prefix="sandbox")
         have = "; ".join(self.isolation.get("have", [])) or "none"
         missing = "; ".join(self.isolation.get("missing", [])) or "nothing"
         line = (f"sandbox: {self.workers} workers, isolation: {have}; rlimits AS {memory_mb} MiB, CPU, "

@@ -276,3 +276,53 @@ def test_private_tmp_and_tempdir(sb):
     tests = "def check(candidate):\n    assert candidate(0) == [True, True]\n"
     expect = 1 if os.geteuid() == 0 else 0
     assert passed(run(sb, program, tests)) >= expect
+
+
+# -- pipelined calls: tests whose calls can be read off their source are sent to the child ahead, in one batch;
+# the verdicts must be exactly those of one request per call, whatever the program keeps between calls
+
+COUNTER = "n = 0\ndef f(x):\n    global n\n    n += 1\n    return n\n"
+
+
+def test_pipelined_calls_keep_order_and_state(sb):
+    tests = "def check(candidate):\n" + "".join(f"    assert candidate({i}) == {i + 1}\n" for i in range(6))
+    assert [o.passed for o in run(sb, COUNTER, tests).outcomes] == [True] * 6
+
+
+def test_pipelined_call_not_made_falls_back_to_one_request_per_call(sb):
+    # the second test raises before its call (NameError): with the calls sent ahead the counter would run
+    # ahead; the job then starts over without pipelining and the third test sees 2
+    tests = ("def check(candidate):\n    assert candidate(0) == 1\n    assert nope == candidate(0)\n"
+             "    assert candidate(0) == 2\n    assert candidate(0) == 3\n")
+    report = run(sb, COUNTER, tests)
+    assert [o.passed for o in report.outcomes] == [True, False, True, True]
+    assert "NameError" in report.outcomes[1].error
+
+
+def test_pipelined_extra_call_from_a_helper(sb):
+    # a helper of the test file calls the candidate: no prediction can hold, every call is a request
+    tests = ("def twice(x):\n    return candidate(x) + candidate(x)\n"
+             "def check(candidate):\n    assert candidate(0) == 1\n    assert twice(0) == 5\n"
+             "    assert candidate(0) == 4\n")
+    suite = TestSuite.from_check(tests, "f")
+    report = sb.run_detailed(COUNTER, suite, TIMEOUT, 1)
+    assert [o.passed for o in report.outcomes] == [True, True, True]
+    # the helper's calls reach the candidate through the test's own name for it: the same, by the entry point
+    tests = ("def check(candidate):\n    assert candidate(0) == 1\n    assert [f(0), f(0)] == [2, 3]\n"
+             "    assert candidate(0) == 4\n")
+    assert [o.passed for o in run(sb, COUNTER, tests).outcomes] == [True, True, True]
+
+
+def test_pipelined_results_that_are_not_plain_data_and_errors(sb):
+    program = ("def f(x):\n    if x == 1:\n        raise ValueError('one')\n    if x == 2:\n        return object()\n"
+               "    return x\n")
+    tests = "def check(candidate):\n" + "".join(f"    assert candidate({i}) == {i}\n" for i in range(4))
+    report = run(sb, program, tests)
+    assert [o.passed for o in report.outcomes] == [True, False, False, True]
+    assert "ValueError" in report.outcomes[1].error and "plain data" in report.outcomes[2].error
+
+
+def test_program_that_does_not_compile(sb):
+    report = run(sb, "def f(x)\n    return x\n", TWO)
+    assert passed(report) == 0 and "SyntaxError" in (report.load_error or "")
+    assert all("SyntaxError" in o.error for o in report.outcomes)
