@@ -59,9 +59,9 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
         try:
             return original_sample(self, prompts, num_samples, params)
         finally:
-            seconds = time.perf_counter() - t
-            timers.add("generation", seconds, time.process_time() - t_cpu)
-            calls.append((self, list(prompts), num_samples, params, current["problem"], seconds))
+            seconds, cpu_seconds = time.perf_counter() - t, time.process_time() - t_cpu
+            timers.add("generation", seconds, cpu_seconds)
+            calls.append((self, list(prompts), num_samples, params, current["problem"], seconds, cpu_seconds))
 
     HFGenerator.sample = sample
     # magrpo.py imported the function by name: wrap the name it calls
@@ -111,6 +111,7 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
         # Replay only the last problem's calls (warm, and it keeps the run short); compare on those calls.
         last = [c for c in calls if c[4] == len(items) - 1]
         result["bare_compared_generation_s"] = sum(c[5] for c in last)
+        result["bare_compared_generation_cpu_s"] = sum(c[6] for c in last)
         result["bare_compared_calls"] = len(last)
         result.update(bare_generate(last))
     return result
@@ -124,11 +125,11 @@ def bare_generate(calls) -> dict:
     """Replay the recorded sampling calls as bare batched `generate` calls; return their time."""
     import torch
 
-    seconds = 0.0
+    seconds = cpu_seconds = 0.0
     tokens = 0
-    for generator, prompts, n, params, _problem, _seconds in calls:
+    for generator, prompts, n, params, *_ in calls:
         tok, model = generator.tokenizer, generator.model
-        t = time.perf_counter()
+        t, t_cpu = time.perf_counter(), time.process_time()
         tok.padding_side = "left"
         enc = tok(prompts, return_tensors="pt", padding=True)
         with torch.no_grad():
@@ -137,8 +138,9 @@ def bare_generate(calls) -> dict:
                                  top_k=params.top_k or 0, pad_token_id=tok.pad_token_id)
         tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         seconds += time.perf_counter() - t
+        cpu_seconds += time.process_time() - t_cpu
         tokens += out.shape[0] * (out.shape[1] - enc["input_ids"].shape[1])
-    return {"bare_generate_s": seconds, "bare_generate_tokens": tokens}
+    return {"bare_generate_s": seconds, "bare_generate_cpu_s": cpu_seconds, "bare_generate_tokens": tokens}
 
 
 # ============================================================================================ comlrl
@@ -304,6 +306,10 @@ def report(results: Path) -> None:
             print(f"{side} generation / bare batched generate (last problem's {r.get('bare_compared_calls', '?')} "
                   f"calls replayed): {ours_s:.1f} / {r['bare_generate_s']:.1f} s = "
                   f"{ours_s / r['bare_generate_s']:.2f}x")
+            if r.get("bare_generate_cpu_s"):
+                ours_cpu = r["bare_compared_generation_cpu_s"]
+                print(f"{side} the same in CPU seconds: {ours_cpu:.1f} / {r['bare_generate_cpu_s']:.1f} s = "
+                      f"{ours_cpu / r['bare_generate_cpu_s']:.2f}x")
     ours, peer = data["cooprl_magrpo"], data["comlrl_magrpo"]
     mine, trl = data["cooprl_grpo"], data["trl_grpo"]
     if ours and peer and ours["problems"] != peer["problems"]:
