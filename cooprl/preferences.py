@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from cooprl.config import IterativeFields
 from cooprl.rollout import Node, RolloutSettings, Sampler, rollout
 
 log = logging.getLogger(__name__)
@@ -226,6 +227,22 @@ class PairStore:
 
 
 # ---------------------------------------------------------------------------------------------- replay
+@dataclass(frozen=True)
+class IterationPlan:
+    """How a preference trainer iterates: passes over the step plan, and which earlier pairs it replays."""
+
+    rounds: int = 1                 # the loop repeats its step plan this often (one iteration per pass)
+    replay_mode: str = "current"    # current | all_history | lambda_decay
+    replay_lambda: float = 1.0
+
+    @classmethod
+    def of(cls, section: Any) -> "IterationPlan":
+        """Return the plan of a trainer section: its iterative keys, or one pass without replay."""
+        if not isinstance(section, IterativeFields):
+            return cls()
+        return cls(section.num_iterations, section.preference_replay_mode, section.replay_lambda)
+
+
 def replay_weights(pairs_by_iteration: Mapping[int, Sequence[PreferencePair]], mode: str, lam: float,
                    current_iteration: int) -> list[tuple[PreferencePair, float]]:
     """Return (pair, weight) for the pairs to train on at `current_iteration`.

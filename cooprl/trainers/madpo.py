@@ -29,7 +29,7 @@ from cooprl.comparators import Comparator, build_comparator
 from cooprl.config import Config
 from cooprl.evaluation import evaluate_team, tree_metrics
 from cooprl.logprobs import completion_logprobs
-from cooprl.preferences import PairStore, PreferencePair, collect_candidates, pairs_from_candidates, replay_weights
+from cooprl.preferences import IterationPlan, PairStore, PreferencePair, collect_candidates, pairs_from_candidates, replay_weights
 from cooprl.task import Task
 from cooprl.trainers.magrpo import frozen_reference, reward_processor
 
@@ -55,9 +55,9 @@ class MADPO:
         self.models = [agent.model for agent in team]
         self.process_reward = reward_processor(config, task)
         self.references = [frozen_reference(agent.model) for agent in team] if section.reference_model else None
-        self.rounds = getattr(section, "num_iterations", 1)         # the loop repeats its step plan this often
-        self.replay_mode = getattr(section, "preference_replay_mode", "current")
-        self.replay_lambda = getattr(section, "replay_lambda", 1.0)
+        plan = IterationPlan.of(section)
+        self.rounds = plan.rounds          # the loop repeats its step plan this often
+        self.replay_mode, self.replay_lambda = plan.replay_mode, plan.replay_lambda
         self.rng = random.Random(config.seed)                        # pair_selection=random (state is checkpointed)
         self.store: PairStore | None = None
         self.steps_per_round = 1

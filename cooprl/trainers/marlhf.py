@@ -28,7 +28,7 @@ import torch
 
 from cooprl.config import Config, ConfigError, TrainerSection
 from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.preferences import PairStore, collect_pairs, read_pairs, replay_weights, write_pairs
+from cooprl.preferences import IterationPlan, PairStore, collect_pairs, read_pairs, replay_weights, write_pairs
 from cooprl.reward_model import RewardModel, train_reward_model
 from cooprl.task import Score, Task
 from cooprl.trainers.loop import data_order
@@ -92,9 +92,9 @@ class MARLHF:
         self.config, self.section, self.task, self.rl = config, section, task, rl
         self.reward_model, self.learned, self.comparator = reward_model, learned, comparator
         self.models = [*rl.models, reward_model.model]
-        self.rounds = getattr(section, "num_iterations", 1)       # the loop repeats its step plan this often
-        self.replay_mode = getattr(section, "preference_replay_mode", "current")
-        self.replay_lambda = getattr(section, "replay_lambda", 1.0)
+        plan = IterationPlan.of(section)
+        self.rounds = plan.rounds          # the loop repeats its step plan this often
+        self.replay_mode, self.replay_lambda = plan.replay_mode, plan.replay_lambda
         self.trained_iteration = -1                                # last iteration whose reward model is trained
         self.reward_metrics: dict[str, float] = {}
         self.store: PairStore | None = None
