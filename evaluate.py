@@ -1,8 +1,10 @@
-"""Evaluate a saved run: python evaluate.py --config FILE --checkpoint DIR [--trainer magrpo] [--override ...]
+"""Evaluate a saved run: python evaluate.py --config FILE --checkpoint DIR [--trainer NAME] [--override ...]
 
 Loads the agents' weights (or LoRA adapters) from a checkpoint folder (or the newest checkpoint under a
 checkpoints folder), rolls out the eval split with the trainer's evaluation settings and prints the
 per-turn metrics (reward levels, pass rate, pass@k, aux usage); `--output FILE` also writes them as JSON.
+Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
+only its trainer's sections), else magrpo.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from cooprl import checkpoint as ckpt
 from cooprl.cli import USER_ERRORS
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, load_config, trainer_of_file
 from cooprl.trainers.loop import evaluation_seed
 from envs.code_generation import train as code_train  # registers the environment's user errors
 
@@ -41,12 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--checkpoint", required=True, help="checkpoint-N folder, or a checkpoints folder (newest)")
-    parser.add_argument("--trainer", default="magrpo")
+    parser.add_argument("--trainer", help="trainer section to use (default: the config's only trainer, else magrpo)")
     parser.add_argument("--override", nargs="*", default=[])
     parser.add_argument("--output", help="also write the metrics to this JSON file")
     args = parser.parse_args(argv)
     try:
-        metrics = evaluate_checkpoint(args.config, args.checkpoint, args.trainer, args.override)
+        # a run's config.yaml holds only its trainer's section: evaluating it as magrpo would use magrpo's defaults
+        trainer = args.trainer or trainer_of_file(args.config) or "magrpo"
+        metrics = evaluate_checkpoint(args.config, args.checkpoint, trainer, args.override)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -277,11 +277,18 @@ class Config:
         """Return the section of trainer `name` (e.g. 'magrpo')."""
         return getattr(self, name)
 
+    def sections_read_by(self, trainer: str) -> list[str]:
+        """Return the trainer sections `trainer` reads: its own, plus its `rl_algorithm`'s (MARLHF with IAC or
+        MAAC takes those trainers' own keys, such as critic_type, from their sections)."""
+        rl = getattr(self.trainer(trainer), "rl_algorithm", None)
+        return [trainer] + ([rl] if rl in TRAINER_SECTIONS and rl != "magrpo" else [])
+
     def to_dict(self, trainer: str | None = None) -> dict[str, Any]:
-        """Return the config as plain data; with `trainer`, other trainers' sections are left out."""
+        """Return the config as plain data; with `trainer`, the sections of trainers it does not read are left out."""
         data = dataclasses.asdict(self)
         if trainer is not None:
-            data = {k: v for k, v in data.items() if k not in TRAINER_SECTIONS or k == trainer}
+            kept = self.sections_read_by(trainer)
+            data = {k: v for k, v in data.items() if k not in TRAINER_SECTIONS or k in kept}
         return data
 
     def to_yaml(self, trainer: str | None = None) -> str:
@@ -449,6 +456,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     config = build_section(Config, data)
     check_consistency(config)
     return config
+
+
+def trainer_of_file(path: str | Path) -> str | None:
+    """Return the trainer a config file is for, when its trainer sections say it; else None.
+
+    A run folder's config.yaml holds only the sections its trainer reads: one section, or a MARLHF section plus
+    the section of its `rl_algorithm`. ConfigError when the file holds several unrelated trainer sections.
+    """
+    data = read_yaml(path)
+    present = [name for name in TRAINER_SECTIONS if name in data]
+    # sections read as another's rl_algorithm (MAGRPO under MARLHF reads the MARLHF section, not its own)
+    helpers = {data[name].get("rl_algorithm") for name in present if isinstance(data[name], dict)} - {"magrpo"}
+    candidates = [name for name in present if name not in helpers]
+    if len(candidates) > 1:
+        raise ConfigError(f"config file {str(path)!r} has the sections of several trainers ({', '.join(candidates)}): "
+                          "name the one to use with --trainer")
+    return candidates[0] if candidates else None
 
 
 def check_consistency(config: Config) -> None:

@@ -92,6 +92,29 @@ def test_print_config_prints_merged_yaml():
     assert load_config(None, []).to_dict("grpo").keys() == printed.keys()
 
 
+
+def test_run_config_keeps_the_rl_algorithm_section(tmp_path):
+    # MARLHF with IAC reads iac's own keys: the run's config.yaml must hold them, or a resume/evaluation from it
+    # silently uses IAC's defaults
+    config = load_config(None, ["marlhf.rl_algorithm=iac", "iac.critic_type=q"])
+    written = yaml.safe_load(config.to_yaml("marlhf"))
+    assert written["iac"]["critic_type"] == "q" and "maac" not in written
+    assert "iac" not in load_config(None, []).to_dict("marlhf")  # rl_algorithm magrpo reads marlhf itself
+
+
+def test_trainer_of_file_names_the_run_config_trainer(tmp_path):
+    from cooprl.config import trainer_of_file
+    path = tmp_path / "config.yaml"
+    cases = [("iac", []), ("marlhf", ["marlhf.rl_algorithm=iac"]), ("madpo_iter", [])]
+    for trainer, overrides in cases:
+        path.write_text(load_config(None, overrides).to_yaml(trainer))
+        assert trainer_of_file(path) == trainer
+    path.write_text("seed: 1\n")
+    assert trainer_of_file(path) is None  # no trainer section: the caller's default
+    path.write_text("madpo: {}\nmadpo_iter: {}\n")
+    with pytest.raises(ConfigError, match="several trainers .*--trainer"):
+        trainer_of_file(path)
+
 # ------------------------------------------------------------------------------------------------ data
 def test_humaneval_loads_offline_with_slices():
     problems = load_problems({"type": "humaneval"}, "test")
