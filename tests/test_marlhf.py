@@ -57,6 +57,17 @@ def test_evaluation_uses_the_task_reward():
     assert algorithm.train_step("item 0:", 1)["r"] == 10.0
 
 
+def test_summary_judges_a_learned_reward_run_by_the_task_reward(tmp_path, capsys):
+    # the learned reward went up while the task reward went down: the verdict must follow the task reward
+    import json
+    from cooprl.trainers.loop import summarize
+    rows = [{"step": k, "turn_1/reward_mean": float(k), "turn_1/task_reward_mean": 2.0 - k} for k in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = summarize(tmp_path, 2, {}, interrupted=False)
+    assert summary["learned"] is False
+    assert "mean training task reward: 1.000 (first 1 steps) -> 0.000 (last 1 steps): did not improve" in capsys.readouterr().out
+
+
 def marlhf_config(tmp_path: Path, name: str, trainer: str, overrides: list[str]):
     return load_config(None, [
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.temperature=1.0",

@@ -29,6 +29,9 @@ from cooprl.tracking import RunTracker, read_metrics
 
 log = logging.getLogger(__name__)
 
+# logged by trainers whose training reward is not the task's (MARLHF's learned reward): the summary's verdict
+TASK_REWARD = "turn_1/task_reward_mean"
+
 
 class Algorithm(Protocol):
     models: list[Any]                     # saved as agent_<i>/ in checkpoints
@@ -159,7 +162,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:
                 tracker.log(metrics, step, env_step)
-            bar.set_postfix(reward=f"{metrics.get('turn_1/reward_mean', float('nan')):.3f}")
+            bar.set_postfix(_bar_rewards(metrics))
             bar.update(1)
             if section.eval_interval and step % section.eval_interval == 0 and step < total_steps:
                 evaluate(step)
@@ -208,16 +211,26 @@ def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupte
         width = max(len(r[0]) for r in rows)
         lines = [f"{'turn 1 metric'.ljust(width)}  first quarter  last quarter"]
         lines += [f"{name.ljust(width)}  {a:13.3f}  {b:12.3f}" for name, a, b in rows]
-        reward = summary["turn_1/reward_mean"]
+        # MARLHF trains on a learned reward (reward_mean): whether the policies improved is the task's reward
+        judged = TASK_REWARD if TASK_REWARD in summary else "turn_1/reward_mean"
+        reward = summary[judged]
         verdict = "learned" if reward["last_quarter"] > reward["first_quarter"] else "did not improve"
         summary["learned"] = reward["last_quarter"] > reward["first_quarter"]
-        lines.append(f"mean training reward: {reward['first_quarter']:.3f} (first {quarter} steps) -> "
-                     f"{reward['last_quarter']:.3f} (last {quarter} steps): {verdict}")
+        lines.append(f"mean training {'task ' if judged == TASK_REWARD else ''}reward: {reward['first_quarter']:.3f} "
+                     f"(first {quarter} steps) -> {reward['last_quarter']:.3f} (last {quarter} steps): {verdict}")
         for key in sorted(k for k in final_eval if "pass@" in k or k.endswith("reward_mean")):
             lines.append(f"{key}: {final_eval[key]:.3f}")
         print("\n".join(["", f"Summary of {run_dir} ({step} steps{', interrupted' if interrupted else ''})"] + lines))
     summary["final_eval"] = final_eval
     return summary
+
+
+def _bar_rewards(metrics: dict[str, float]) -> dict[str, str]:
+    """Return the progress bar's reward fields: the training reward, and the task reward when they differ (MARLHF)."""
+    fields = {"reward": f"{metrics.get('turn_1/reward_mean', float('nan')):.3f}"}
+    if TASK_REWARD in metrics:
+        fields["task_reward"] = f"{metrics[TASK_REWARD]:.3f}"
+    return fields
 
 
 def _mean(values: Any) -> float:
