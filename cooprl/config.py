@@ -383,6 +383,11 @@ def unknown_key_error(key: str, known: list[str], prefix: str) -> ConfigError:
     hint = " or ".join(f"{prefix + '.' if prefix else ''}{n}" for n in near)
     if hint:
         return ConfigError(f"{full}: unknown key; did you mean {hint}?")
+    # a key of another trainer (e.g. madpo.comparator_policy, which only the iterative trainers have)
+    owners = [name for name, cls in TRAINER_SECTIONS.items()
+              if prefix in TRAINER_SECTIONS and key in {f.name for f in dataclasses.fields(cls)}]
+    if owners:
+        return ConfigError(f"{full}: unknown key; {prefix} has no {key}, these trainers do: {', '.join(owners)}")
     return ConfigError(f"{full}: unknown key; valid keys here: {', '.join(known)}")
 
 

@@ -42,6 +42,8 @@ def test_config_file_plus_overrides_types():
 
 @pytest.mark.parametrize("override,message", [
     ("magrpo.num_turnz=3", "magrpo.num_turnz: unknown key; did you mean magrpo.num_turns?"),
+    ("madpo.comparator_policy=copy",
+     "madpo.comparator_policy: unknown key; madpo has no comparator_policy, these trainers do: madpo_iter, marlhf_iter"),
     ("agent_model.temprature=0.5", "agent_model.temprature: unknown key; did you mean agent_model.temperature?"),
     ("magrpo.num_turns=two", "magrpo.num_turns: expected int, got 'two'"),
     ("magrpo.num_turns=1.5", "magrpo.num_turns: expected int, got 1.5"),
