@@ -5,8 +5,9 @@ each agent's output under its own label (`reward_input`). The text is cut to `ma
 dropping the start of the prompt, never the answers (they are what is being judged), and ends with EOS so
 the head always reads the same kind of last token.
 
-Training is Bradley-Terry: loss = -log sigmoid(r(chosen) - r(rejected)), each batch of pairs scored in one
-padded forward (chosen and rejected rows together). A seeded share of the pairs is held out and the
+Training is Bradley-Terry: loss = -log sigmoid(r(chosen) - r(rejected)), one AdamW step per batch of
+PAIRS_PER_BATCH pairs, its gradient accumulated over forwards of PAIRS_PER_FORWARD pairs (chosen and rejected
+rows padded together) to bound the activations' memory. A seeded share of the pairs is held out and the
 accuracy on it (how often r(chosen) > r(rejected)) is reported.
 """
 
@@ -23,7 +24,11 @@ from cooprl.value_model import ValueModel
 
 log = logging.getLogger(__name__)
 
-PAIRS_PER_BATCH = 8   # pairs per forward (2x as many sequences) in training and scoring
+PAIRS_PER_BATCH = 8   # pairs per optimizer step in training, and per forward (2x as many sequences) in scoring
+# Pairs per forward + backward in training; the step's gradient is accumulated over its batch's chunks. The
+# backward keeps every layer's activations (with eager/math attention an L x L score matrix per head): 8 pairs of
+# 512 tokens on SmolLM2-135M took the RSS past 16 GB, 2 pairs keep it near 4 GB.
+PAIRS_PER_FORWARD = 2
 
 
 def reward_input(prompts: Sequence[str], outputs: Sequence[str]) -> tuple[str, str]:
@@ -127,21 +132,29 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
         order = [train_idx[i] for i in torch.randperm(len(train_idx), generator=generator).tolist()]
         loss_sum, correct = 0.0, 0
         for start in range(0, len(order), PAIRS_PER_BATCH):
-            batch = [pairs[i] for i in order[start:start + PAIRS_PER_BATCH]]
-            chosen, rejected = _pair_examples(batch)
-            values = reward_model._values(chosen + rejected)  # one forward for both sides
-            r_w, r_l = values[:len(batch)], values[len(batch):]
-            w = torch.tensor([weights[i] for i in order[start:start + PAIRS_PER_BATCH]], device=values.device)
-            loss = bradley_terry_loss(r_w, r_l, w)
-            if not torch.isfinite(loss):
-                log.warning("reward model: non-finite loss, batch skipped")
-                continue
+            indices = order[start:start + PAIRS_PER_BATCH]
+            total_weight = max(sum(weights[i] for i in indices), 1e-12)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            batch_loss, batch_correct = 0.0, 0
+            for part in range(0, len(indices), PAIRS_PER_FORWARD):
+                chunk = indices[part:part + PAIRS_PER_FORWARD]
+                chosen, rejected = _pair_examples([pairs[i] for i in chunk])
+                values = reward_model._values(chosen + rejected)  # one forward for both sides
+                r_w, r_l = values[:len(chunk)], values[len(chunk):]
+                w = torch.tensor([weights[i] for i in chunk], device=values.device)
+                # this chunk's share of the batch's weighted mean loss: the summed gradients are the batch's
+                loss = (F.softplus(r_l - r_w) * w).sum() / total_weight
+                loss.backward()
+                batch_loss += loss.item()
+                batch_correct += int((r_w > r_l).sum().item())
+            if not math.isfinite(batch_loss):
+                log.warning("reward model: non-finite loss, batch skipped")
+                optimizer.zero_grad(set_to_none=True)
+                continue
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
             optimizer.step()
-            loss_sum += loss.item() * len(batch)
-            correct += int((r_w > r_l).sum().item())
+            loss_sum += batch_loss * len(indices)
+            correct += batch_correct
         if order:
             metrics["reward_model/train_loss"] = loss_sum / len(order)
             metrics["reward_model/train_accuracy"] = correct / len(order)
