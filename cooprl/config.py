@@ -167,7 +167,7 @@ class MAGRPOSection(TrainerSection):
     advantage_normalization: bool = option(False, "divide advantages by the group's std")
     reference_kl_coef: float = option(0.0, "k3 KL penalty to the initial model (0 = no reference model)", min=0.0)
     rollout_buffer_size: int = option(1, "dataset items rolled out before each optimizer update", min=1)
-    train_batch_size: Optional[int] = option(None, "sequences per forward in the update (null = one sibling group, G)", min=1)
+    train_batch_size: Optional[int] = option(None, "sequences per forward in the update, a cap (null = all of an agent's samples of one item)", min=1)
 
 
 @dataclass

@@ -2,22 +2,25 @@
 
 Two layouts, chosen by `completion_logprobs`, give the same numbers up to float noise:
 
-- padded (every prompt distinct): prompts left-padded to a common width P, completions right-padded to a
-  common width C, so every completion starts at column P. Position ids come from the attention mask, which
-  makes a padded row give the same numbers as that row alone.
-- packed (some prompts shared, e.g. the G sibling samples of a GRPO group): one row per distinct prompt,
-  holding the prompt once followed by all its completions back to back. A 4-D attention mask lets each
-  completion see the prompt and, causally, itself, never the other completions; its position ids restart
-  at len(prompt), so each completion is computed exactly as if it followed the prompt alone. The prompt is
-  run once instead of once per sample, in the forward and in the backward: with G = 4 and turn-2 prompts
-  that hold the previous answer, that is 2-3x fewer tokens. Prompts are still left-padded to a common
-  width P, so that every row's completions start at column P and one `logits_to_keep` covers them all.
+- padded (little shared): prompts left-padded to a common width P, completions right-padded to a common
+  width C, so every completion starts at column P. Position ids come from the attention mask, which makes a
+  padded row give the same numbers as that row alone.
+- token trie (sequences share prefixes): the batch's prompt + completion sequences are laid out as a tree of
+  segments in one row, the tree of their longest common prefixes on token ids. Each segment is stored once;
+  its tokens attend to the segments on the path above it and, causally, to its own earlier tokens, never to
+  a sibling branch; its position ids continue from the depth where it starts. So every token is computed
+  exactly as in its own sequence alone. The G sibling samples of a GRPO group share their prompt, and in a
+  multi-turn MAGRPO tree the turn-2 prompts start with the turn-1 prompt: the shared tokens are run once per
+  tree instead of once per sample (forward and backward). A completion token's log-prob comes from the
+  logits of the previous token on its path, which may be the last token of a parent segment.
 
-The mask is written by hand rather than through transformers' packed-sequence support: that support
-(`position_ids` restarting at 0) separates whole sequences, it cannot let several segments share one
-prefix. A custom 4-D mask is passed through unchanged by transformers' mask creation, and the eager and
-SDPA attentions both add it to the scores; other attention implementations (flash attention ignores
-4-D masks) get the padded layout.
+The trie layout is written by hand rather than through transformers' packed-sequence support: that support
+(`position_ids` restarting at 0, flash-attention varlen) separates whole sequences, it cannot let several
+segments share one prefix. A custom 4-D mask is passed through unchanged by transformers' mask creation, and
+the eager and SDPA attentions both add it to the scores; other attention implementations (flash attention
+ignores 4-D masks) get the padded layout. The mask is a dense L x L float (L the trie's tokens: ~36 MB at
+L = 3000); a batch whose trie would exceed `MAX_TRIE_TOKENS` is split into consecutive parts. A batch whose
+trie saves less than 10% of its tokens gets the padded layout (no mask to build, no dense L x L attention).
 
 Only the logits of the positions that predict completion tokens are materialized, and padding after a
 completion's end is masked out of every sum.
@@ -31,6 +34,13 @@ import torch
 
 # Attention implementations that add a custom 4-D mask to the attention scores.
 _MASK_4D_ATTENTIONS = ("eager", "sdpa")
+# Use the trie when it holds at most this fraction of the batch's tokens (else the padded layout is cheaper:
+# the trie's single row pays dense L x L attention and a hand-built mask).
+TRIE_MAX_TOKEN_FRACTION = 0.9
+# Longest trie row of one forward: a larger batch is scored in consecutive parts. The row's attention is dense
+# L x L (mask and scores), so past a few thousand tokens it costs more per token than the layers' matmuls
+# (~4 L d per layer against ~2 x params / layers for a 135M model: L ~ 4000).
+MAX_TRIE_TOKENS = 4096
 
 
 def pad_group(prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor], pad_id: int
@@ -62,13 +72,29 @@ def completion_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions
                         pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (log-probs [B, C], mask [B, C]) of each completion's tokens given its prompt, in one forward.
 
-    Samples that share a prompt are packed behind a single copy of it (see the module doc); the result is
-    the same either way, row i for sample i, C the longest completion.
+    Sequences that share prefixes are packed as a token trie (see the module doc); the result is the same
+    either way, row i for sample i, C the longest completion.
     """
-    groups = group_by_prompt(prompts)
-    if len(groups) < len(prompts) and _attention_implementation(model) in _MASK_4D_ATTENTIONS:
-        return _packed_logprobs(model, prompts, completions, groups, pad_id)
+    if _attention_implementation(model) in _MASK_4D_ATTENTIONS and all(len(p) > 0 for p in prompts):
+        trie = TokenTrie([torch.cat([p, c]).tolist() for p, c in zip(prompts, completions)])
+        total = sum(len(p) + len(c) for p, c in zip(prompts, completions))
+        if trie.num_tokens <= TRIE_MAX_TOKEN_FRACTION * total:
+            if trie.num_tokens > MAX_TRIE_TOKENS and len(prompts) > 1:
+                return _in_parts(model, prompts, completions, pad_id)
+            return _trie_logprobs(model, trie, prompts, completions, pad_id)
     return _padded_logprobs(model, prompts, completions, pad_id)
+
+
+def _in_parts(model: Any, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor],
+              pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Score the first and second half of the batch separately; concatenate, padded to the longest completion."""
+    half = len(prompts) // 2
+    parts = [completion_logprobs(model, prompts[:half], completions[:half], pad_id),
+             completion_logprobs(model, prompts[half:], completions[half:], pad_id)]
+    width = max(logps.shape[1] for logps, _ in parts)
+    logps = torch.cat([torch.nn.functional.pad(lp, (0, width - lp.shape[1])) for lp, _ in parts])
+    mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for _, m in parts])
+    return logps, mask
 
 
 def _padded_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor],
@@ -87,72 +113,110 @@ def _padded_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions: S
     return token_logps, mask
 
 
-def pack_groups(prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor], groups: list[list[int]],
-                pad_id: int) -> dict[str, Any]:
-    """Lay out one row per prompt group: left-padded prompt, then the group's completions back to back.
+class _Segment:
+    """A run of tokens of the trie; children keyed by their first token."""
 
-    Returns input_ids and position_ids [R, L], `allowed` [R, L, L] (query may attend key), the prompt width
-    P, and per sample (in the order of `prompts`) its row and the column offset of its completion after P.
+    __slots__ = ("tokens", "children", "start", "depth")
+
+    def __init__(self, tokens: list[int]):
+        self.tokens, self.children = tokens, {}
+        self.start = self.depth = 0
+
+
+class TokenTrie:
+    """The sequences' tree of longest common prefixes (on token ids), laid out in one row.
+
+    Segments are placed depth first (a parent before its children), so `input_ids`, `position_ids` (the depth
+    of each token in its path) and `allowed` (query may attend key: the key is on the query's path, at or
+    before it) describe one row of `num_tokens` columns; `columns[i][k]` is the column of token k of
+    sequence i. A sequence that is a prefix of another ends at a segment boundary of it.
     """
-    width_p = max(len(prompts[g[0]]) for g in groups)
-    width = width_p + max(sum(len(completions[i]) for i in g) for g in groups)
-    rows = len(groups)
-    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
-    position_ids = torch.zeros((rows, width), dtype=torch.long)
-    # segment of each column: -1 padding, 0 the prompt, k + 1 the row's k-th completion
-    segment = torch.full((rows, width), -1, dtype=torch.long)
-    row_of = [0] * len(prompts)
-    offset_of = [0] * len(prompts)
-    for row, group in enumerate(groups):
-        prompt = prompts[group[0]]
-        input_ids[row, width_p - len(prompt):width_p] = prompt
-        position_ids[row, width_p - len(prompt):width_p] = torch.arange(len(prompt))
-        segment[row, width_p - len(prompt):width_p] = 0
-        column = width_p
-        for k, i in enumerate(group):
-            c = completions[i]
-            input_ids[row, column:column + len(c)] = c
-            position_ids[row, column:column + len(c)] = torch.arange(len(prompt), len(prompt) + len(c))
-            segment[row, column:column + len(c)] = k + 1
-            row_of[i], offset_of[i] = row, column - width_p
-            column += len(c)
-    query, key = segment[:, :, None], segment[:, None, :]
-    causal = torch.ones((width, width), dtype=torch.bool).tril()
-    allowed = causal & (key >= 0) & ((key == 0) | (key == query))
-    allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself: no all-masked softmax row
-    return {"input_ids": input_ids, "position_ids": position_ids, "allowed": allowed, "width_p": width_p,
-            "row_of": row_of, "offset_of": offset_of}
+
+    def __init__(self, sequences: Sequence[list[int]]):
+        self.root = _Segment([])
+        for seq in sequences:
+            self._insert(seq)
+        self.segments: list[tuple[_Segment, list[_Segment]]] = []  # (segment, its ancestors)
+        column, stack = 0, [(child, 0, []) for child in reversed(list(self.root.children.values()))]
+        while stack:
+            seg, depth, ancestors = stack.pop()
+            seg.start, seg.depth = column, depth
+            column += len(seg.tokens)
+            self.segments.append((seg, ancestors))
+            below = ancestors + [seg]
+            stack.extend((child, depth + len(seg.tokens), below) for child in reversed(list(seg.children.values())))
+        self.num_tokens = column
+        self.columns = [self._columns(seq) for seq in sequences]
+
+    def _insert(self, seq: list[int]) -> None:
+        node, pos = self.root, 0
+        while pos < len(seq):
+            child = node.children.get(seq[pos])
+            if child is None:
+                node.children[seq[pos]] = _Segment(seq[pos:])
+                return
+            tokens, limit, k = child.tokens, min(len(child.tokens), len(seq) - pos), 1
+            while k < limit and tokens[k] == seq[pos + k]:
+                k += 1
+            if k < len(tokens):  # split: the shared head becomes the parent of the rest
+                head = _Segment(tokens[:k])
+                child.tokens = tokens[k:]
+                head.children[child.tokens[0]] = child
+                node.children[seq[pos]] = child = head
+            node, pos = child, pos + k
+
+    def _columns(self, seq: list[int]) -> list[int]:
+        columns: list[int] = []
+        node, pos = self.root, 0
+        while pos < len(seq):
+            node = node.children[seq[pos]]
+            columns.extend(range(node.start, node.start + len(node.tokens)))
+            pos += len(node.tokens)
+        return columns
+
+    def layout(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return input_ids [L], position_ids [L] and `allowed` [L, L] (bool) of the row."""
+        width = self.num_tokens
+        input_ids = torch.empty(width, dtype=torch.long)
+        position_ids = torch.empty(width, dtype=torch.long)
+        allowed = torch.zeros((width, width), dtype=torch.bool)
+        for seg, ancestors in self.segments:
+            a, b = seg.start, seg.start + len(seg.tokens)
+            input_ids[a:b] = torch.tensor(seg.tokens, dtype=torch.long)
+            position_ids[a:b] = torch.arange(seg.depth, seg.depth + b - a)
+            for anc in ancestors:
+                allowed[a:b, anc.start:anc.start + len(anc.tokens)] = True
+            allowed[a:b, a:b] = torch.ones((b - a, b - a), dtype=torch.bool).tril()
+        return input_ids, position_ids, allowed
 
 
-def _packed_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor],
-                     groups: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    packed = pack_groups(prompts, completions, groups, pad_id)
+def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
+                   completions: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     device, dtype = _device(model), _dtype(model)
-    input_ids = packed["input_ids"].to(device)
-    width_p, width = packed["width_p"], input_ids.shape[1]
-    # additive mask in the model's dtype, as transformers builds it: 0 where allowed, the dtype's minimum elsewhere
-    mask_4d = torch.zeros(packed["allowed"].shape, dtype=dtype).masked_fill_(~packed["allowed"], torch.finfo(dtype).min)
-    # Keep the logits from the last prompt column on: column P - 1 predicts every completion's first token.
-    logits = model(input_ids=input_ids, attention_mask=mask_4d[:, None].to(device),
-                   position_ids=packed["position_ids"].to(device), logits_to_keep=width - width_p + 1).logits.float()
-
-    # Where each sample's token t is predicted, as an index into the kept logits: token 0 at 0 (column P - 1),
-    # token t > 0 right after the sample's token t - 1, i.e. at offset + t.
+    input_ids, position_ids, allowed = trie.layout()
+    # Completion token k of sample i is predicted by the logits at the column of the token before it on its path.
     batch, width_c = len(prompts), max(max(len(c) for c in completions), 1)
     mask = torch.zeros((batch, width_c), dtype=torch.float32)
-    rows = torch.zeros((batch, width_c), dtype=torch.long)
-    positions = torch.zeros((batch, width_c), dtype=torch.long)
+    predictors = torch.zeros((batch, width_c), dtype=torch.long)
     targets = torch.full((batch, width_c), pad_id, dtype=torch.long)
-    for i, c in enumerate(completions):
-        n = len(c)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        n, cols = len(c), trie.columns[i]
         mask[i, :n] = 1.0
-        rows[i] = packed["row_of"][i]
-        positions[i, 1:n] = packed["offset_of"][i] + torch.arange(1, n)
+        predictors[i, :n] = torch.tensor(cols[len(p) - 1:len(p) - 1 + n], dtype=torch.long)
         targets[i, :n] = c
-    mask, rows, positions, targets = mask.to(device), rows.to(device), positions.to(device), targets.to(device)
+    # only the predicting columns go through the LM head; `index` maps each prediction into them
+    keep = torch.unique(predictors[mask > 0], sorted=True)
+    if keep.numel() == 0:
+        keep = torch.zeros(1, dtype=torch.long)
+    index = torch.searchsorted(keep, predictors).clamp(max=keep.numel() - 1)
+    # additive mask in the model's dtype, as transformers builds it: 0 where allowed, the dtype's minimum elsewhere
+    mask_4d = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    logits = model(input_ids=input_ids[None].to(device), attention_mask=mask_4d[None, None].to(device),
+                   position_ids=position_ids[None].to(device), logits_to_keep=keep.to(device)).logits[0].float()
+    mask, index, targets = mask.to(device), index.to(device), targets.to(device)
     # log-softmax of the chosen token only: one logsumexp per kept column, shared by the samples that use it
-    chosen = logits[rows, positions, targets]
-    token_logps = (chosen - torch.logsumexp(logits, dim=-1)[rows, positions]) * mask
+    chosen = logits[index, targets]
+    token_logps = (chosen - torch.logsumexp(logits, dim=-1)[index]) * mask
     return token_logps, mask
 
 

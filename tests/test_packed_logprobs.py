@@ -1,11 +1,12 @@
-"""Shared-prompt packing of the update's forward: the same log-probs and gradients as the padded layout."""
+"""Token-trie packing of the update's forward: the same log-probs and gradients as the padded layout."""
 
 import copy
 
 import pytest
 import torch
 
-from cooprl.logprobs import _padded_logprobs, completion_logprobs, group_by_prompt, pack_groups
+from cooprl import logprobs
+from cooprl.logprobs import TokenTrie, _padded_logprobs, completion_logprobs, group_by_prompt
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.policy_update import TrainSample, policy_gradient_step
 
@@ -24,25 +25,54 @@ def mixed_group():
     return prompts, completions
 
 
-def test_packing_layout():
-    prompts, completions = mixed_group()
-    assert group_by_prompt(prompts) == [[0, 2, 3], [1, 5], [4]]
-    packed = pack_groups(prompts, completions, group_by_prompt(prompts), pad_id=0)
-    width_p = 23
-    assert packed["width_p"] == width_p and packed["input_ids"].shape == (3, width_p + 6 + 11 + 3)
-    assert packed["row_of"] == [0, 1, 0, 0, 2, 1] and packed["offset_of"] == [0, 0, 6, 17, 0, 1]
-    # the second completion of row 0 sits after the first one, its positions restart after the prompt
-    assert packed["position_ids"][0, width_p + 6:width_p + 17].tolist() == list(range(23, 34))
-    allowed = packed["allowed"][0]
-    first, second = width_p, width_p + 6
-    assert allowed[second, :width_p].all()                  # sees the whole prompt
-    assert not allowed[second, first:second].any()          # never a sibling completion
-    assert allowed[second + 3, second:second + 4].all() and not allowed[second + 3, second + 4:].any()  # causal
+def two_turn_tree():
+    """A 2-turn-like tree: G = 3 turn-1 samples of one prompt, then per turn-1 sample a turn-2 prompt that
+    starts with most of the turn-1 prompt and then differs (previous answer + feedback), with G samples each;
+    plus a sequence that is a prefix of another one and a sample sharing nothing."""
+    gen = torch.Generator().manual_seed(1)
+    rand = lambda n: torch.randint(5, 1000, (n,), generator=gen)  # noqa: E731
+    prompt1 = rand(40)
+    prompts, completions = [prompt1] * 3, [rand(n) for n in (7, 12, 4)]
+    for k, answer in enumerate(completions[:3]):
+        prompt2 = torch.cat([prompt1[:-2], rand(2), answer, rand(5 + k)])  # template end differs: not a prefix
+        prompts += [prompt2] * 3
+        completions += [rand(n) for n in (5, 9, 2)]
+    prompts.append(torch.cat([prompt1, completions[1][:5]]))  # prompt + part of a sibling's completion
+    completions.append(completions[1][5:9])                   # ... whose whole sequence is a prefix of that one
+    prompts.append(rand(11))
+    completions.append(rand(6))
+    return prompts, completions
 
 
-def test_packed_logprobs_equal_padded(tiny):
+def test_trie_layout():
+    sequences = [[1, 2, 3, 4], [1, 2, 5], [1, 2], [7, 8], [1, 2, 3, 4, 9]]
+    trie = TokenTrie(sequences)
+    input_ids, position_ids, allowed = trie.layout()
+    # segments depth first: [1 2] [3 4] [9] [5] | [7 8]; every token stored once
+    assert trie.num_tokens == 8
+    assert input_ids.tolist() == [1, 2, 3, 4, 9, 5, 7, 8]
+    assert position_ids.tolist() == [0, 1, 2, 3, 4, 2, 0, 1]   # depth in the token's own path
+    assert trie.columns == [[0, 1, 2, 3], [0, 1, 5], [0, 1], [6, 7], [0, 1, 2, 3, 4]]
+    for seq, cols in zip(sequences, trie.columns):
+        assert input_ids[cols].tolist() == seq
+        # each token attends to exactly the tokens of its path up to itself
+        for k, col in enumerate(cols):
+            assert allowed[col].nonzero().flatten().tolist() == sorted(cols[:k + 1])
+
+
+def test_trie_shares_the_turn1_prompt_across_the_tree():
+    prompts, completions = two_turn_tree()
+    trie = TokenTrie([torch.cat([p, c]).tolist() for p, c in zip(prompts, completions)])
+    total = sum(len(p) + len(c) for p, c in zip(prompts, completions))
+    # the 38 shared tokens of the turn-1 prompt are stored once for the 13 sequences that start with them
+    assert trie.num_tokens < total - 12 * 38
+    assert len(group_by_prompt(prompts)) == 6
+
+
+@pytest.mark.parametrize("case", [mixed_group, two_turn_tree])
+def test_trie_logprobs_equal_padded(tiny, case):
     model, tokenizer = tiny
-    prompts, completions = mixed_group()
+    prompts, completions = case()
     packed, mask = completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
     padded, padded_mask = _padded_logprobs(model, prompts, completions, tokenizer.pad_token_id)
     assert torch.equal(mask, padded_mask)
@@ -55,9 +85,30 @@ def test_packed_logprobs_equal_padded(tiny):
         assert torch.allclose(packed[row, :len(c)], single[0], atol=1e-5)
 
 
-def test_packed_update_gives_the_padded_gradient(tiny):
+def test_layout_choice_and_parts(tiny, monkeypatch):
+    """No sharing -> padded layout; a trie over MAX_TRIE_TOKENS is scored in parts, same numbers."""
     model, tokenizer = tiny
-    prompts, completions = mixed_group()
+    calls = []
+    for name in ("_padded_logprobs", "_trie_logprobs"):
+        monkeypatch.setattr(logprobs, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(logprobs, name), name))
+    gen = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(5, 1000, (n,), generator=gen) for n in (8, 12, 5)]
+    completions = [torch.randint(5, 1000, (n,), generator=gen) for n in (3, 1, 4)]
+    completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
+    assert calls == ["_padded_logprobs"]
+    prompts, completions = two_turn_tree()
+    whole, _ = completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
+    monkeypatch.setattr(logprobs, "MAX_TRIE_TOKENS", 150)
+    calls.clear()
+    parts, mask = completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
+    assert len(calls) > 1 and mask.shape == whole.shape
+    assert torch.allclose(parts, whole, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [mixed_group, two_turn_tree])
+def test_trie_update_gives_the_padded_gradient(tiny, case):
+    model, tokenizer = tiny
+    prompts, completions = case()
     grads = []
     for fn in (completion_logprobs, _padded_logprobs):
         model.zero_grad()
@@ -70,11 +121,13 @@ def test_packed_update_gives_the_padded_gradient(tiny):
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-5), name
 
 
-def test_policy_step_groups_siblings_whatever_their_order(tiny):
-    """Interleaved sibling groups give the same step as a layout of one sample per forward (float noise)."""
+@pytest.mark.parametrize("case", [mixed_group, two_turn_tree])
+def test_policy_step_groups_siblings_whatever_their_order(tiny, case):
+    """Interleaved sibling groups and whole trees give the same step as one sample per forward (float noise)."""
     model, tokenizer = tiny
-    prompts, completions = mixed_group()
-    samples = [TrainSample(p, c, adv) for p, c, adv in zip(prompts, completions, (0.5, -1.0, 0.25, -0.5, 1.0, 0.75))]
+    prompts, completions = case()
+    advantages = torch.linspace(-1, 1, len(prompts)).tolist()
+    samples = [TrainSample(p, c, adv) for p, c, adv in zip(prompts, completions, advantages)]
     results = []
     for batch_size in (None, 1):
         copy_ = copy.deepcopy(model)

@@ -86,9 +86,12 @@ class MAGRPO:
         """Take one optimizer step per agent on the buffered samples; return per-agent loss metrics."""
         metrics = {}
         for a, agent in enumerate(self.team):
+            # Default batch: all of an agent's samples of one item (its whole tree, items in buffer order), so the
+            # token trie of completion_logprobs runs the prefixes shared across the tree (turn-1 prompt) once.
+            per_item = -(-len(self.buffer[a]) // max(self.buffered_items, 1))
             result = policy_gradient_step(
                 agent.model, agent.optimizer, self.buffer[a], agent.tokenizer.pad_token_id,
-                batch_size=self.section.train_batch_size or self.section.num_generations, max_grad_norm=self.section.max_grad_norm,
+                batch_size=self.section.train_batch_size or per_item, max_grad_norm=self.section.max_grad_norm,
                 kl_coef=self.section.reference_kl_coef,
                 reference=self.references[a] if self.references else None)
             metrics.update({f"agent_{a}/{k}": v for k, v in result.items()})
