@@ -85,6 +85,14 @@ def test_resume_matches_uninterrupted_run(tmp_path):
     assert not torch.equal(fresh.model.embed_tokens.weight, straight.models[0].model.embed_tokens.weight)
 
 
+def test_a_new_run_in_a_used_folder_starts_its_metrics_afresh(tmp_path):
+    # the CPU demo has a fixed run_name: running it twice must not mix two runs' steps in metrics.jsonl
+    run_magrpo(tmp_path, "again", ["magrpo.max_steps=2", "magrpo.num_turns=1"])
+    _, summary = run_magrpo(tmp_path, "again", ["magrpo.max_steps=2", "magrpo.num_turns=1"])
+    assert [e["step"] for e in train_events(tmp_path / "again")] == [1, 2]
+    assert summary["steps"] == 2
+
+
 def test_checkpoint_total_limit_keeps_newest(tmp_path):
     run_magrpo(tmp_path, "limit", ["magrpo.max_steps=3", "checkpoint.checkpoint_interval=1",
                                    "checkpoint.checkpoint_total_limit=2", "magrpo.num_turns=1"])

@@ -131,6 +131,12 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
         _truncate_metrics(run_dir, start_step)
         log.info("resumed from %s at step %d", resume_from, start_step)
+    elif read_metrics(run_dir):
+        # a new run in a used folder (e.g. the demo's fixed run_name, run twice): appending would mix the two
+        # runs' steps in metrics.jsonl, the summary and rewards.png
+        log.warning("%s holds an earlier run's metrics: metrics.jsonl starts afresh (to continue that run, "
+                    "--override checkpoint.resume_from_checkpoint=latest)", run_dir)
+        _truncate_metrics(run_dir, 0)
 
     if hasattr(algorithm, "start_run"):
         algorithm.start_run(run_dir, start_step, steps_per_round)
@@ -143,6 +149,8 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
 
     def evaluate(step: int) -> dict[str, float]:
         items = task.eval_items[:section.eval_num_samples]
+        # evaluation has no bar of its own: say what the run is doing after the bar reached its end
+        log.info("evaluating at step %d on %d problems x %d samples", step, len(items), section.eval_num_generations)
         # Evaluation draws from its own seeded generator: it neither disturbs nor depends on training's RNG,
         # so resumed runs match uninterrupted ones and evaluations at different steps are comparable.
         with torch.random.fork_rng(devices=[]):
