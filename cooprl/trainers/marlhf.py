@@ -152,6 +152,9 @@ class MARLHF:
         indices = list(dict.fromkeys(order[:self.steps_per_round]))   # each item once, in plan order
         items = [self.task.train_items[i] for i in indices]
         rng = random.Random(self._seed(iteration))
+        # before the first RL step of the iteration: the bar does not move meanwhile, so say what takes the time
+        log.info("iteration %d: sampling %d candidates on each of %d problems for preference pairs", iteration,
+                 self.section.preference_num_candidates, len(items))
 
         def sample(agent: int, prompts: Sequence[str], n: int):
             return self.rl.team[agent].sample(prompts, n)
