@@ -31,8 +31,9 @@ class ValueModel(torch.nn.Module):
         self.owns_lm = owns_lm
         hidden = lm.config.get_text_config().hidden_size
         self.head = torch.nn.Linear(hidden, 1)
-        # A small head: the first values are near zero, so early TD errors are of the rewards' size.
-        torch.nn.init.normal_(self.head.weight, std=1.0 / (hidden + 1) ** 0.5)
+        # A small head: the first values are near zero, so early TD errors are of the rewards' size. (With
+        # std 1/sqrt(hidden) the values are about the final hidden state's RMS: +-2 on SmolLM2, half the reward range.)
+        torch.nn.init.normal_(self.head.weight, std=0.01 / (hidden + 1) ** 0.5)
         torch.nn.init.zeros_(self.head.bias)
         self.head.to(device=lm.device, dtype=torch.float32)
 

@@ -30,6 +30,19 @@ def test_values_read_the_last_prompt_or_completion_token_and_ignore_padding():
         assert not torch.allclose(q[0], v[0])
 
 
+def test_first_values_are_near_zero_on_the_real_model_scale():
+    # a fresh head must not start at a sizeable value (critics' first TD errors, the reward model's first scores);
+    # the final hidden state's RMS is about 2 on SmolLM2, so the head is scaled down from 1/sqrt(hidden)
+    torch.manual_seed(0)
+    lm = load_causal_lm(TINY_RANDOM, device="cpu")
+    critic = ValueModel(lm)
+    prompts, completions = _inputs()
+    with torch.no_grad():
+        critic.lm.model.norm.weight.mul_(2.0)   # hidden states of SmolLM2's size
+        values = critic.values(prompts, completions, 0)
+    assert values.abs().max() < 0.1, values
+
+
 def test_value_model_checkpoint_round_trip(tmp_path):
     torch.manual_seed(0)
     critic = ValueModel(load_causal_lm(TINY_RANDOM, device="cpu"))
