@@ -181,20 +181,20 @@ def _describe(e):
         return type(e).__name__
 
 
-def _child(cfg, req, cmd_r, res_w, out_w):
+def _child(cfg, cmd_r, res_w, out_w):
     """Set up the child and serve call requests. Never returns.
 
     This runs right after the zygote's fork, before any job is known (the *warm* child). What is the same for
-    every child was done once in the zygote and is inherited (no_new_privs, the scrubbed environment,
-    /dev/null on fd 0, the pre-imported modules): after a fork every page the child writes is copied first,
-    and these copy-on-write faults, not the syscalls, are the dear part of a child, so the set-up here is plain
-    syscalls that allocate next to nothing.
+    every child was done once in the zygote and is inherited (no_new_privs, rlimits other than CPU, no
+    supplementary groups, SIGPIPE's default action, the scrubbed environment with the slot's HOME and TMPDIR,
+    /dev/null on fd 0, the pre-imported modules): after a fork every page the child writes is first copied,
+    and these copy-on-write faults, not the syscalls, are the dear part of a child, so the set-up here is the
+    few syscalls that must happen in the child itself.
     """
     _exit = os._exit
     try:
         os.setsid()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # the zygote ignores it (auto-reaping); programs may wait
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         # keep 0-2, the command pipe and the result pipe; close_range closes every other descriptor
@@ -202,21 +202,11 @@ def _child(cfg, req, cmd_r, res_w, out_w):
         os.closerange(3, lo)
         os.closerange(lo + 1, hi)
         os.closerange(hi + 1, 1 << 30)
-        os.chdir(req["tmpdir"])
-        lim = cfg["limits"]
-        mem = int(lim["memory_mb"]) << 20
-        for res, value in ((resource.RLIMIT_AS, (mem, mem)),
-                           (resource.RLIMIT_FSIZE, (int(lim["fsize_mb"]) << 20,) * 2),
-                           (resource.RLIMIT_NOFILE, (int(lim["nofile"]),) * 2),
-                           (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_MEMLOCK, (0, 0))):
-            resource.setrlimit(res, value)
+        os.chdir(cfg["tmpdir"])   # made afresh by the worker for each child (`_Worker.fork_child`)
         if cfg["uid"] is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]),) * 2)
-            os.setgroups([])
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)   # after setuid: a credential change clears it
-        os.environ["HOME"] = os.environ["TMPDIR"] = req["tmpdir"]
     except BaseException:
         _exit(70)
 
@@ -254,7 +244,7 @@ def _child(cfg, req, cmd_r, res_w, out_w):
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))   # lowering needs no privilege
     except BaseException:
         _exit(70)
-    req = dict(req, **job)
+    req = job
     ns = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(loads(req["code"]), ns)   # compiled by the worker (`_Job.spawn`)
@@ -310,29 +300,40 @@ def _zygote(sock, cfg):
     if os.getppid() == 1:
         os._exit(0)
     # Set once here and inherited by every child through fork (see `_child`): no new privileges (setuid
-    # binaries and file capabilities stay powerless; the zygote itself never execs), /dev/null as stdin, and
-    # the scrubbed environment (the worker was started with PATH and LANG only; HOME and TMPDIR are per child).
+    # binaries and file capabilities stay powerless; the zygote itself never execs), /dev/null as stdin,
+    # SIGPIPE's default action (Python ignores it), the scrubbed environment (the worker was started with PATH
+    # and LANG only; HOME and TMPDIR are the slot's temp dir, made afresh for each child), and, after the
+    # imports, the rlimits except CPU (set per job) and no supplementary groups. The zygote, still root, is not
+    # bound by RLIMIT_NPROC; its own few files and pages stay far below the other limits.
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
     os.close(null)
     os.environ.clear()
-    os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-                       "PYTHONHASHSEED": "0"})
+    os.environ.update({"PATH": "/usr/bin:/bin", "HOME": cfg["tmpdir"], "TMPDIR": cfg["tmpdir"],
+                       "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"})
     for name in PREIMPORT:
         try:
             __import__(name)
         except Exception:
             pass
+    lim = cfg["limits"]
+    mem = int(lim["memory_mb"]) << 20
+    for res, value in ((resource.RLIMIT_AS, (mem, mem)),
+                       (resource.RLIMIT_FSIZE, (int(lim["fsize_mb"]) << 20,) * 2),
+                       (resource.RLIMIT_NOFILE, (int(lim["nofile"]),) * 2),
+                       (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_MEMLOCK, (0, 0))):
+        resource.setrlimit(res, value)
+    if cfg["uid"] is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]),) * 2)
+        os.setgroups([])
     import gc
     gc.collect()
     gc.freeze()   # the children's collections skip the zygote's objects (fewer copy-on-write page faults)
     while True:
-        head = sock.recv(4, socket.MSG_WAITALL)
-        if len(head) < 4:
+        if not sock.recv(1):   # one byte per child asked for; nothing when the worker is gone
             os._exit(0)
-        n = struct.unpack("<I", head)[0]
-        req = marshal.loads(sock.recv(n, socket.MSG_WAITALL))
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -342,7 +343,7 @@ def _zygote(sock, cfg):
                 sock.close()
                 for x in (cmd_w, res_r, out_r):
                     os.close(x)
-                _child(cfg, req, cmd_r, res_w, out_w)
+                _child(cfg, cmd_r, res_w, out_w)
             finally:
                 os._exit(71)
         # a pidfd lets the worker wait for the child's end instead of polling (the zygote reaps it, not the worker)
@@ -745,12 +746,11 @@ class _ProgramError(Exception):
 class _Worker:
     def __init__(self, cfg):
         self.cfg = cfg
-        self.seq = 0
         self.cache = {}
         self.zsock = None
         self.zygote_pid = None
         self.warm = None             # the pre-forked _Child waiting for the next program
-        self.trash = []              # temp dirs to remove once their processes are gone
+        self.dirty = False           # the slot's temp dir holds a killed child's files, to remove in `tidy`
         self.dying = []              # pidfds of killed children not yet seen to end
 
     def take_warm(self):
@@ -758,14 +758,21 @@ class _Worker:
         return child or self.fork_child()
 
     def fork_child(self):
-        """Ask the zygote for a fresh, fully set-up child waiting for its program."""
-        self.seq += 1
-        tmpdir = f"/tmp/sbx-{self.cfg['slot']}-{self.seq}"
-        os.mkdir(tmpdir, 0o700)
+        """Ask the zygote for a fresh, fully set-up child waiting for its program, in a fresh empty temp dir.
+
+        The temp dir has one path per slot (the zygote sets HOME and TMPDIR to it once, for every child), made
+        anew for each child: one child runs on a slot at a time, and the last one's processes are gone
+        (`tidy`) before the next one's directory is made."""
+        tmpdir = self.cfg["tmpdir"]
+        try:
+            os.mkdir(tmpdir, 0o700)
+        except FileExistsError:      # left by a killed child that `tidy` has not cleaned yet
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            os.mkdir(tmpdir, 0o700)
+        self.dirty = False
         if self.cfg["uid"] is not None:
             os.chown(tmpdir, self.cfg["uid"], self.cfg["gid"])
-        data = marshal.dumps({"tmpdir": tmpdir})
-        self.zsock.sendall(struct.pack("<I", len(data)) + data)
+        self.zsock.sendall(b"F")
         msg, fds, _, _ = socket.recv_fds(self.zsock, 16, 4)
         pid = struct.unpack("<i", msg)[0]
         for fd in fds[:3]:
@@ -778,18 +785,18 @@ class _Worker:
             os.close(fd)
         if child.pidfd is not None:
             self.dying.append(child.pidfd)
-        self.trash.append(child.tmpdir)
+        self.dirty = True
 
     def tidy(self):
-        """Between jobs: wait until the last program's processes are gone, remove its temp dirs, and pre-fork
+        """Between jobs: wait until the last program's processes are gone, remove its temp dir, and pre-fork
         the next child so that the next job does not wait for fork and set-up."""
         self.sweep(wait=True)
-        for d in self.trash:
+        if self.dirty:
             try:
-                os.rmdir(d)          # the usual case: the program wrote nothing
+                os.rmdir(self.cfg["tmpdir"])   # the usual case: the program wrote nothing
             except OSError:
-                shutil.rmtree(d, ignore_errors=True)
-        self.trash.clear()
+                shutil.rmtree(self.cfg["tmpdir"], ignore_errors=True)
+            self.dirty = False
         if self.warm is None:
             self.warm = self.fork_child()
 
@@ -993,6 +1000,7 @@ def main():
     os.dup2(null, 0)
     os.dup2(null, 1)
     iso = _isolate(cfg)
+    cfg["tmpdir"] = f"/tmp/sbx-{cfg['slot']}"   # every child's cwd, HOME and TMPDIR (made afresh per child)
     worker = _Worker(cfg)
     a, b = socket.socketpair()
     pid = os.fork()
@@ -1007,21 +1015,27 @@ def main():
     b.close()
     worker.zsock = a
     worker.zygote_pid = pid
+    # the trainer's protocol: framed marshal messages both ways (4-byte length, then the data)
     reader = os.fdopen(proto_in, "rb")
     writer = os.fdopen(proto_out, "wb")
 
     def reply(obj):
-        writer.write(json.dumps(obj).encode() + b"\n")
+        data = marshal.dumps(obj)
+        writer.write(struct.pack("<I", len(data)) + data)
         writer.flush()
+
+    def next_job():
+        head = reader.read(4)
+        if len(head) < 4:
+            return None
+        body = reader.read(struct.unpack("<I", head)[0])
+        return marshal.loads(body)
 
     reply({"ready": True, "isolation": iso, "pid": os.getpid()})
     worker.tidy()
     while True:
-        line = reader.readline()
-        if not line:
-            break
-        job = json.loads(line)
-        if job.get("cmd") == "exit":
+        job = next_job()
+        if job is None or job.get("cmd") == "exit":
             break
         run = _Job(worker, job)
         try:

@@ -29,10 +29,12 @@ import atexit
 import fcntl
 import json
 import logging
+import marshal
 import math
 import os
 import queue
 import select
+import struct
 import subprocess
 import sys
 import threading
@@ -259,8 +261,12 @@ class Sandbox:
         slot.proc = None
 
     def _read_reply(self, slot: _Slot, deadline: float) -> dict | None:
+        """One framed reply of the worker (4-byte length, then marshal data), or None at EOF or the deadline.
+
+        marshal, not JSON: both ends are our own code (the programs never reach the worker's pipes), and it
+        encodes and decodes several times faster, on a path every program takes."""
         fd = slot.proc.stdout.fileno()
-        while b"\n" not in slot.buf:
+        while len(slot.buf) < 4 or len(slot.buf) < 4 + struct.unpack_from("<I", slot.buf)[0]:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 return None
@@ -268,8 +274,13 @@ class Sandbox:
             if not chunk:
                 return None
             slot.buf += chunk
-        line, slot.buf = slot.buf.split(b"\n", 1)
-        return json.loads(line)
+        end = 4 + struct.unpack_from("<I", slot.buf)[0]
+        body, slot.buf = slot.buf[4:end], slot.buf[end:]
+        try:
+            reply = marshal.loads(body)
+        except (EOFError, ValueError, TypeError):
+            return None
+        return reply if isinstance(reply, dict) else None
 
     # -- running
     def run(self, program: str, tests: TestSuite | str, timeout_s: float = 10.0, max_timeouts: int = 3,
@@ -304,7 +315,8 @@ class Sandbox:
             if slot.proc is None or slot.proc.poll() is not None:
                 self._kill(slot)
                 self._start(slot)
-            slot.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            data = marshal.dumps(job)
+            slot.proc.stdin.write(struct.pack("<I", len(data)) + data)
             slot.proc.stdin.flush()
             reply = self._read_reply(slot, time.monotonic() + budget)
             why = "no reply in time" if reply is None else reply.get("error", "")
@@ -351,7 +363,8 @@ class Sandbox:
             proc = slot.proc
             if proc is not None and proc.poll() is None:
                 try:
-                    proc.stdin.write(b'{"cmd": "exit"}\n')
+                    data = marshal.dumps({"cmd": "exit"})
+                    proc.stdin.write(struct.pack("<I", len(data)) + data)
                     proc.stdin.flush()
                     proc.wait(timeout=2)
                 except (OSError, subprocess.TimeoutExpired):

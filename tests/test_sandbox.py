@@ -278,6 +278,18 @@ def test_private_tmp_and_tempdir(sb):
     assert passed(run(sb, program, tests)) >= expect
 
 
+def test_each_program_gets_a_fresh_empty_home(sb):
+    # the temp dir has one path per worker slot (HOME and TMPDIR point at it), made anew for every program:
+    # what one program leaves there (files, a subdirectory) is gone for the next one on the same slot
+    program = ("import os, tempfile\ndef f(x):\n    seen = sorted(os.listdir('.'))\n"
+               "    os.makedirs('sub/deeper', exist_ok=True)\n    open('sub/deeper/left.txt', 'w').write('x')\n"
+               "    open(os.path.join(os.environ['HOME'], 'home.txt'), 'w').write('y')\n"
+               "    return [seen, os.environ['HOME'] == os.environ['TMPDIR'] == os.getcwd() == tempfile.gettempdir()]\n")
+    tests = "def check(candidate):\n    assert candidate(0) == [[], True]\n"
+    results = [passed(run(sb, program, tests)) for _ in range(3 * sb.workers)]
+    assert results == [1] * len(results)
+
+
 # -- pipelined calls: tests whose calls can be read off their source are sent to the child ahead, in one batch;
 # the verdicts must be exactly those of one request per call, whatever the program keeps between calls
 
