@@ -236,6 +236,7 @@ class MARLHFSection(PreferenceFields, MAGRPOSection):
     reward_model_epochs: int = option(1, "epochs over the preference pairs", min=1)
     reward_max_length: int = option(1024, "longest joint prompt + both outputs scored by the reward model", min=16)
     reward_eval_fraction: float = option(0.2, "held-out share of pairs for reward-model accuracy", min=0.0, max=0.9)
+    normalize_reward: bool = option(True, "learned reward = (score - mean) / std of its scores on the pairs' answers")
 
 
 @dataclass

@@ -8,13 +8,15 @@ the head always reads the same kind of last token.
 Training is Bradley-Terry: loss = -log sigmoid(r(chosen) - r(rejected)), one AdamW step per batch of
 PAIRS_PER_BATCH pairs, its gradient accumulated over forwards of PAIRS_PER_FORWARD pairs (chosen and rejected
 rows padded together) to bound the activations' memory. A seeded share of the pairs is held out and the
-accuracy on it (how often r(chosen) > r(rejected)) is reported.
+accuracy on it (how often r(chosen) > r(rejected)) is reported. `score_stats` gives the mean and spread of the
+scores on the pairs' answers, which MARLHF uses to standardize the learned reward.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import statistics
 from typing import Any, Sequence
 
 import torch
@@ -101,6 +103,13 @@ class RewardModel:
 
 def _pair_examples(pairs: Sequence[Any]) -> tuple[list[tuple], list[tuple]]:
     return [(p.prompts, p.chosen) for p in pairs], [(p.prompts, p.rejected) for p in pairs]
+
+
+def score_stats(reward_model: RewardModel, pairs: Sequence[Any]) -> tuple[float, float]:
+    """Return (mean, population standard deviation) of the scores of the pairs' joint answers, chosen and rejected."""
+    chosen, rejected = _pair_examples(pairs)
+    scores = reward_model.score(chosen + rejected)
+    return statistics.fmean(scores), statistics.pstdev(scores)
 
 
 def pair_accuracy(reward_model: RewardModel, pairs: Sequence[Any]) -> tuple[float, float]:

@@ -1,6 +1,7 @@
 """MARLHF / MARLHF_ITER: the learned-reward task, training runs on the scripted task, exact resume, CLI smoke runs."""
 
 import shutil
+import statistics
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.marlhf import MARLHF, build_marlhf, learned_reward_task
 from tests.scripted import letter_reward, scripted_task
 from tests.test_cli_smoke import SMALL, events, run
+from tests.test_reward_model import tiny_reward_model
 
 
 class CountingRewardModel:
@@ -68,6 +70,41 @@ def test_summary_judges_a_learned_reward_run_by_the_task_reward(tmp_path, capsys
     assert "mean training task reward: 1.000 (first 1 steps) -> 0.000 (last 1 steps): did not improve" in capsys.readouterr().out
 
 
+def scripted_pairs(task, tag: str = "") -> list[PreferencePair]:
+    """Return one pair per training item of the scripted task (answers of different lengths, so scores differ)."""
+    return [PreferencePair(f"{tag}{item}", task.first_prompts(item), ["a" * (k + 2), "ab" * (k + 1)],
+                           ["b" * (k + 1), "ba"], 1.0, 0.0) for k, item in enumerate(task.train_items)]
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_learned_reward_is_standardized_over_the_answers_of_the_pairs(tmp_path, normalize):
+    task, rm = scripted_task(), tiny_reward_model()
+    config = load_config(None, ["marlhf.reward_model_learning_rate=1e-3", f"marlhf.normalize_reward={normalize}"])
+    learned_task, learned = learned_reward_task(task, rm)
+    rl = SimpleNamespace(models=[], state_dict=dict, load_state_dict=lambda state: None)
+    algorithm = MARLHF(config, config.marlhf, task, rl, rm, learned)
+    algorithm.start_run(tmp_path, 0, len(task.train_items))
+    pairs = scripted_pairs(task)
+    write_pairs(algorithm.store.path(0), pairs)
+    metrics = algorithm.learn_reward(0, 1)
+    assert metrics["reward_model/train_pairs"] > 0
+    items, joints = [p.item_id for p in pairs] * 2, [p.chosen for p in pairs] + [p.rejected for p in pairs]
+    rewards = [s.total for s in learned_task.score(items, joints)]
+    raw = rm.score([(task.first_prompts(item), joint) for item, joint in zip(items, joints)])
+    if not normalize:
+        assert rewards == raw and "reward_model/score_std" not in metrics
+        return
+    assert statistics.fmean(rewards) == pytest.approx(0.0, abs=1e-5)
+    assert statistics.pstdev(rewards) == pytest.approx(1.0, abs=1e-5)
+    assert statistics.pstdev(raw) < 0.5  # the raw scores' scale is not already 1: the test is not vacuous
+    assert metrics["reward_model/score_mean"] == pytest.approx(statistics.fmean(raw), abs=1e-7)
+    assert metrics["reward_model/score_std"] == pytest.approx(statistics.pstdev(raw), abs=1e-7)
+    # a checkpoint keeps mean and std: a resumed run (whose reward model is not retrained) gives the same rewards
+    resumed_task, resumed = learned_reward_task(task, rm)
+    MARLHF(config, config.marlhf, task, rl, rm, resumed).load_state_dict(algorithm.state_dict())
+    assert [s.total for s in resumed_task.score(items, joints)] == rewards
+
+
 def marlhf_config(tmp_path: Path, name: str, trainer: str, overrides: list[str]):
     return load_config(None, [
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.temperature=1.0",
@@ -109,7 +146,7 @@ def _assert_same_runs(a_dir: Path, b_dir: Path, a, b):
     a_events, b_events = train_events(a_dir), train_events(b_dir)
     assert [e["step"] for e in b_events] == [e["step"] for e in a_events]
     for key in ("turn_1/reward_mean", "turn_1/task_reward_mean", "agent_0/loss", "agent_1/loss",
-                "reward_model/train_loss", "reward_model/iteration", "env_step"):
+                "reward_model/train_loss", "reward_model/iteration", "reward_model/score_std", "env_step"):
         assert [e.get(key) for e in a_events] == [e.get(key) for e in b_events], key
     for m1, m2 in zip(a.models, b.models):
         for p1, p2 in zip(m1.parameters(), m2.parameters()):
@@ -134,6 +171,30 @@ def test_marlhf_iter_resumes_exactly_at_and_within_an_iteration(tmp_path):
         _assert_same_runs(tmp_path / "straight", tmp_path / name, straight, resumed)
 
 
+def test_a_fresh_run_moves_earlier_pairs_aside_and_a_resumed_run_reads_its_own(tmp_path):
+    common = ["marlhf_iter.max_steps=1", "marlhf_iter.num_iterations=2", "marlhf_iter.pair_selection=all",
+              "checkpoint.checkpoint_interval=1"]
+    run_dir = tmp_path / "f"
+    stale = scripted_pairs(scripted_task(), "stale ")   # an earlier run's, with the same run_name
+    write_pairs(run_dir / "preferences" / "iteration_0.jsonl", stale)
+    run_marlhf(tmp_path, "f", common, "marlhf_iter")
+    (moved,) = run_dir.glob("preferences.old-*")
+    assert read_pairs(moved / "iteration_0.jsonl") == stale
+    own = read_pairs(run_dir / "preferences" / "iteration_0.jsonl")
+    assert own and not any(p.item_id.startswith("stale") for p in own)
+    assert train_events(run_dir)[0]["preferences/new_pairs"] == len(own)
+    # resumed at the iteration boundary, the run reads iteration 1's pairs file back (here: planted pairs)
+    shutil.rmtree(run_dir / "checkpoints" / "checkpoint-2")
+    planted = scripted_pairs(scripted_task(), "planted ")[:5]
+    write_pairs(run_dir / "preferences" / "iteration_1.jsonl", planted)
+    run_marlhf(tmp_path, "f", common + ["checkpoint.resume_from_checkpoint=latest"], "marlhf_iter")
+    last = train_events(run_dir)[-1]
+    assert last["step"] == 2 and last["preferences/new_pairs"] == 5
+    assert last["reward_model/train_pairs"] + last["reward_model/eval_pairs"] == 5
+    assert read_pairs(run_dir / "preferences" / "iteration_1.jsonl") == planted
+    assert len(list(run_dir.glob("preferences.old-*"))) == 1   # a resume moves nothing
+
+
 def test_marlhf_with_iac_as_the_rl_algorithm(tmp_path):
     algorithm = run_marlhf(tmp_path, "iac", ["marlhf.max_steps=1", "marlhf.rl_algorithm=iac", "iac.rollout_buffer_size=1"])
     logged = train_events(tmp_path / "iac")
@@ -148,21 +209,22 @@ def cli_overrides(trainer, tmp_path, name):
             f"output.base_dir={tmp_path}", f"output.run_name={name}", "checkpoint.checkpoint_interval=1"]
 
 
-def test_train_marlhf_cli_reuses_the_pairs_in_the_run_folder(tmp_path):
-    # The tiny model's code scores all tie (no pairs), so the run folder is seeded with pairs: a resumed run's case.
-    pairs = [PreferencePair(f"p{i}", ["Write aux.", "Write main."], [f"def aux():\n    return {i}", "good"],
+def test_train_marlhf_cli_in_a_used_folder_moves_the_earlier_pairs_aside(tmp_path):
+    # a new run with an earlier run's run_name: it must collect its own pairs, not train on the earlier ones
+    stale = [PreferencePair(f"p{i}", ["Write aux.", "Write main."], [f"def aux():\n    return {i}", "good"],
                             [f"def aux():\n    return {i}", "bad"], 1.0, 0.0) for i in range(6)]
-    write_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl", pairs)
+    write_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl", stale)
     result = run(["train_marlhf.py", "--config", "configs/marlhf_che_config.yaml", "--override", *SMALL,
                   *cli_overrides("marlhf", tmp_path, "h"), "marlhf.reward_max_length=128"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     logged = train_events(tmp_path / "h")
-    assert [e["step"] for e in logged] == [1, 2]
-    assert all(e["reward_model/train_pairs"] + e["reward_model/eval_pairs"] == 6 for e in logged)
-    assert "reward_model/eval_accuracy" in logged[0] and "turn_1/task_reward_mean" in logged[0]
+    assert [e["step"] for e in logged] == [1, 2] and "turn_1/task_reward_mean" in logged[0]
     evaluation = [e for e in events(tmp_path / "h") if "eval/turn_1/pass@1" in e]
     assert evaluation and all("eval/turn_1/task_reward_mean" not in e for e in evaluation)  # task reward only
-    assert read_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl") == pairs
+    (moved,) = (tmp_path / "h").glob("preferences.old-*")
+    assert read_pairs(moved / "iteration_0.jsonl") == stale and "earlier run's preference pairs" in result.stderr
+    own = read_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl")
+    assert logged[0]["preferences/new_pairs"] == len(own) and not any(p in stale for p in own)
     assert "Summary of" in result.stdout
 
 

@@ -2,7 +2,8 @@
 
 A trainer supplies an `Algorithm` (what one training step and one evaluation do, and which models and
 extra state a checkpoint holds); this module does the rest the same way for all of them:
-- run folder `<output.base_dir>/<run name>/` with `config.yaml`, `metrics.jsonl`, `checkpoints/`, `rewards.png`;
+- run folder `<output.base_dir>/<run name>/` with `config.yaml`, `metrics.jsonl`, `checkpoints/`, `rewards.png`
+  (and the preference trainers' `preferences/`, which a new run in a used folder moves aside: resumes read it);
 - a deterministic data order (a permutation per epoch from the seed), so a resumed run sees the same items;
 - a tqdm bar with steps/s and the running reward, evaluation every `eval_interval` steps and at the end;
 - checkpoints every `checkpoint_interval` steps, at the end, and at the next safe point after Ctrl-C;
@@ -131,12 +132,15 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
         _truncate_metrics(run_dir, start_step)
         log.info("resumed from %s at step %d", resume_from, start_step)
-    elif read_metrics(run_dir):
-        # a new run in a used folder (e.g. the demo's fixed run_name, run twice): appending would mix the two
-        # runs' steps in metrics.jsonl, the summary and rewards.png
-        log.warning("%s holds an earlier run's metrics: metrics.jsonl starts afresh (to continue that run, "
-                    "--override checkpoint.resume_from_checkpoint=latest)", run_dir)
-        _truncate_metrics(run_dir, 0)
+    else:
+        if read_metrics(run_dir):
+            # a new run in a used folder (e.g. the demo's fixed run_name, run twice): appending would mix the two
+            # runs' steps in metrics.jsonl, the summary and rewards.png
+            log.warning("%s holds an earlier run's metrics: metrics.jsonl starts afresh (to continue that run, "
+                        "--override checkpoint.resume_from_checkpoint=latest)", run_dir)
+            _truncate_metrics(run_dir, 0)
+        # preference trainers read their pairs files back (right on resume): a new run must collect its own
+        _move_pairs_aside(run_dir)
 
     if hasattr(algorithm, "start_run"):
         algorithm.start_run(run_dir, start_step, steps_per_round)
@@ -192,6 +196,22 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     except Exception as err:  # a missing plotting backend must not fail a finished run
         log.warning("could not draw rewards.png: %s", err)
     return summary
+
+
+def _move_pairs_aside(run_dir: Path) -> Path | None:
+    """Rename a non-empty `preferences/` of `run_dir` to `preferences.old-<timestamp>/` (renamed, not deleted: the
+    user may want it); return the new path, or None when there was nothing to move."""
+    path = run_dir / "preferences"
+    if not path.is_dir() or not any(path.iterdir()):
+        return None
+    stamp = f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    target, n = path.with_name(f"{path.name}.old-{stamp}"), 1
+    while target.exists():  # two fresh runs within a second
+        target, n = path.with_name(f"{path.name}.old-{stamp}-{n}"), n + 1
+    path.rename(target)
+    log.warning("%s holds an earlier run's preference pairs: moved to %s, this run collects its own (to continue "
+                "that run, --override checkpoint.resume_from_checkpoint=latest)", path, target.name)
+    return target
 
 
 def _truncate_metrics(run_dir: Path, step: int) -> None:

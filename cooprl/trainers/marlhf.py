@@ -6,13 +6,15 @@ MADPO_ITER; MARLHF is one iteration without a comparator. Before the first step 
    policies' candidates, plus the comparator's in MARLHF_ITER) and written to
    `<run dir>/preferences/iteration_<k>.jsonl`; when that file already exists (a resumed run) it is read back;
 2. the reward model is trained on them with the Bradley-Terry loss (MARLHF_ITER refines the same model on the
-   pairs `preference_replay_mode` replays, with their weights); its held-out pair accuracy is logged.
+   pairs `preference_replay_mode` replays, with their weights); its held-out pair accuracy is logged;
+3. with `normalize_reward` (default), the mean and standard deviation of its scores on the answers of the pairs
+   it was trained on are measured, and the learned reward becomes (score - mean) / std.
 Every step then runs `rl_algorithm` (MAGRPO by default, IAC or MAAC) on the task whose reward is the frozen
 reward model's value (`LearnedReward`). Evaluation switches the learned reward off: it uses the task reward.
 
-The reward model is saved in every checkpoint after the RL algorithm's models, so a resumed run continues with
-exactly the model it had. Steps 1-2 draw from their own seeded generators, so reading saved pairs instead of
-sampling them leaves the RL phase's random numbers unchanged.
+The reward model is saved in every checkpoint after the RL algorithm's models, and its mean and std in the
+trainer state, so a resumed run continues with exactly the rewards it had. Steps 1-3 draw from their own seeded
+generators, so reading saved pairs instead of sampling them leaves the RL phase's random numbers unchanged.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch
 from cooprl.config import Config, ConfigError, TrainerSection
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.preferences import IterationPlan, PairStore, collect_pairs, read_pairs, replay_weights, write_pairs
-from cooprl.reward_model import RewardModel, train_reward_model
+from cooprl.reward_model import RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
 from cooprl.trainers.loop import data_order
 from cooprl.value_model import ValueModel
@@ -37,6 +39,7 @@ from cooprl.value_model import ValueModel
 log = logging.getLogger(__name__)
 
 ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (bounds generation memory)
+MIN_SCORE_STD = 1e-6        # floor of the std the learned reward is divided by (all pairs' answers scored alike)
 
 # rl_algorithm -> "module:builder(config, trainer, task)"
 RL_BUILDERS = {"magrpo": "cooprl.trainers.magrpo:build_magrpo",
@@ -45,15 +48,17 @@ RL_BUILDERS = {"magrpo": "cooprl.trainers.magrpo:build_magrpo",
 
 
 class LearnedReward:
-    """The score function of the learned-reward task: the reward model's value as `total`.
+    """The score function of the learned-reward task: the reward model's value, standardized, as `total`.
 
     The task's own score is still computed: its metrics and success flag are kept, its total is logged as
     `task_reward_mean` (so the logs show whether the learned reward helps), and its details feed the next
     turn's prompts. The reward model sees the item's first prompts (what its pairs were collected with).
+    `total` = (value - mean) / max(std, MIN_SCORE_STD); mean 0 and std 1 (the defaults) leave the value as is.
     """
 
     def __init__(self, task: Task, reward_model: RewardModel):
         self.task, self.reward_model, self.enabled = task, reward_model, True
+        self.mean, self.std = 0.0, 1.0
 
     def __call__(self, items: Sequence[Any], joints: Sequence[Sequence[str]]) -> list[Score]:
         scores = self.task.score(items, joints)
@@ -61,6 +66,7 @@ class LearnedReward:
             return scores
         values = self.reward_model.score([(self.task.first_prompts(item), list(joint))
                                           for item, joint in zip(items, joints)])
+        values = [(v - self.mean) / max(self.std, MIN_SCORE_STD) for v in values]
         return [dataclasses.replace(s, total=v, metrics={**s.metrics, "task_reward_mean": s.total})
                 for s, v in zip(scores, values)]
 
@@ -142,6 +148,11 @@ class MARLHF:
             self.reward_model, [p for p, _ in weighted], weights=[w for _, w in weighted],
             learning_rate=s.reward_model_learning_rate, epochs=s.reward_model_epochs,
             eval_fraction=s.reward_eval_fraction, seed=self._seed(iteration), max_grad_norm=s.max_grad_norm))
+        if s.normalize_reward:
+            # A fresh head scores about +-0.01: next to the reward processor's shift (-4 by default) such a reward
+            # is nearly invisible, and IAC's critic would learn targets on the shift's scale, not the reward's.
+            self.learned.mean, self.learned.std = score_stats(self.reward_model, [p for p, _ in weighted])
+            metrics.update({"reward_model/score_mean": self.learned.mean, "reward_model/score_std": self.learned.std})
         log.info("iteration %d reward model: %s", iteration,
                  ", ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in metrics.items()))
         return metrics
@@ -174,14 +185,16 @@ class MARLHF:
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Return the RL algorithm's state and which iteration's reward model the checkpoint holds."""
+        """Return the RL algorithm's state, which iteration's reward model the checkpoint holds and its mean/std."""
         return {"rl": self.rl.state_dict(), "trained_iteration": self.trained_iteration,
-                "reward_metrics": self.reward_metrics}
+                "reward_metrics": self.reward_metrics, "reward_normalization": (self.learned.mean, self.learned.std)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` saved."""
         self.rl.load_state_dict(state["rl"])
         self.trained_iteration, self.reward_metrics = state["trained_iteration"], state["reward_metrics"]
+        # checkpoints written before the learned reward was normalized: raw scores
+        self.learned.mean, self.learned.std = state.get("reward_normalization", (0.0, 1.0))
 
 
 # ---------------------------------------------------------------------------------------------- building
