@@ -16,11 +16,11 @@ Two layouts, chosen by `completion_logprobs`, give the same numbers up to float 
 
 The trie layout is written by hand rather than through transformers' packed-sequence support: that support
 (`position_ids` restarting at 0, flash-attention varlen) separates whole sequences, it cannot let several
-segments share one prefix. A custom 4-D mask is passed through unchanged by transformers' mask creation, and
-the eager and SDPA attentions both add it to the scores; other attention implementations (flash attention
-ignores 4-D masks) get the padded layout. The mask is a dense L x L float (L the trie's tokens: ~36 MB at
-L = 3000); a batch whose trie would exceed `MAX_TRIE_TOKENS` is split into consecutive parts. A batch whose
-trie saves less than 10% of its tokens gets the padded layout (no mask to build, no dense L x L attention).
+segments share one prefix. The row's attention is `cooprl.trie_attention`: each segment attends to the
+segments of its own path only, so no L x L mask or score matrix is ever built (L the trie's tokens). Models on
+eager or SDPA attention get the trie; others (flash attention kernels) get the padded layout. A batch whose
+trie would exceed `MAX_TRIE_TOKENS` is split into consecutive parts; a batch whose trie saves less than 10% of
+its tokens gets the padded layout (one attention call per layer instead of one per segment).
 
 Only the logits of the positions that predict completion tokens are materialized, and padding after a
 completion's end is masked out of every sum.
@@ -32,14 +32,16 @@ from typing import Any, Sequence
 
 import torch
 
-# Attention implementations that add a custom 4-D mask to the attention scores.
-_MASK_4D_ATTENTIONS = ("eager", "sdpa")
+from cooprl.trie_attention import PLACEHOLDER_MASK, trie_attention
+
+# Attention implementations whose models take the trie layout (the sparse trie attention replaces them for the
+# forward); flash attention kernels keep the padded layout.
+_TRIE_ATTENTIONS = ("eager", "sdpa")
 # Use the trie when it holds at most this fraction of the batch's tokens (else the padded layout is cheaper:
-# the trie's single row pays dense L x L attention and a hand-built mask).
+# one attention call per layer instead of one per segment).
 TRIE_MAX_TOKEN_FRACTION = 0.9
-# Longest trie row of one forward: a larger batch is scored in consecutive parts. The row's attention is dense
-# L x L (mask and scores), so past a few thousand tokens it costs more per token than the layers' matmuls
-# (~4 L d per layer against ~2 x params / layers for a 135M model: L ~ 4000).
+# Longest trie row of one forward: a larger batch is scored in consecutive parts, which bounds the activations
+# one forward keeps for the backward.
 MAX_TRIE_TOKENS = 4096
 
 
@@ -75,7 +77,7 @@ def completion_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions
     Sequences that share prefixes are packed as a token trie (see the module doc); the result is the same
     either way, row i for sample i, C the longest completion.
     """
-    if _attention_implementation(model) in _MASK_4D_ATTENTIONS and all(len(p) > 0 for p in prompts):
+    if _attention_implementation(model) in _TRIE_ATTENTIONS and all(len(p) > 0 for p in prompts):
         trie = TokenTrie([torch.cat([p, c]).tolist() for p, c in zip(prompts, completions)])
         total = sum(len(p) + len(c) for p, c in zip(prompts, completions))
         if trie.num_tokens <= TRIE_MAX_TOKEN_FRACTION * total:
@@ -174,26 +176,32 @@ class TokenTrie:
             pos += len(node.tokens)
         return columns
 
-    def layout(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return input_ids [L], position_ids [L] and `allowed` [L, L] (bool) of the row."""
-        width = self.num_tokens
-        input_ids = torch.empty(width, dtype=torch.long)
-        position_ids = torch.empty(width, dtype=torch.long)
-        allowed = torch.zeros((width, width), dtype=torch.bool)
-        for seg, ancestors in self.segments:
+    def layout(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return input_ids [L] and position_ids [L] of the row."""
+        input_ids = torch.empty(self.num_tokens, dtype=torch.long)
+        position_ids = torch.empty(self.num_tokens, dtype=torch.long)
+        for seg, _ in self.segments:
             a, b = seg.start, seg.start + len(seg.tokens)
             input_ids[a:b] = torch.tensor(seg.tokens, dtype=torch.long)
             position_ids[a:b] = torch.arange(seg.depth, seg.depth + b - a)
+        return input_ids, position_ids
+
+    def allowed(self) -> torch.Tensor:
+        """Return the row's [L, L] bool mask: query column i may attend to key column j (j on i's path, at or
+        before i). The definition `cooprl.trie_attention` computes sparsely; built densely only for checks."""
+        allowed = torch.zeros((self.num_tokens, self.num_tokens), dtype=torch.bool)
+        for seg, ancestors in self.segments:
+            a, b = seg.start, seg.start + len(seg.tokens)
             for anc in ancestors:
                 allowed[a:b, anc.start:anc.start + len(anc.tokens)] = True
             allowed[a:b, a:b] = torch.ones((b - a, b - a), dtype=torch.bool).tril()
-        return input_ids, position_ids, allowed
+        return allowed
 
 
 def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
                    completions: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    device, dtype = _device(model), _dtype(model)
-    input_ids, position_ids, allowed = trie.layout()
+    device = _device(model)
+    input_ids, position_ids = trie.layout()
     # Completion token k of sample i is predicted by the logits at the column of the token before it on its path.
     batch, width_c = len(prompts), max(max(len(c) for c in completions), 1)
     mask = torch.zeros((batch, width_c), dtype=torch.float32)
@@ -209,10 +217,10 @@ def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
     if keep.numel() == 0:
         keep = torch.zeros(1, dtype=torch.long)
     index = torch.searchsorted(keep, predictors).clamp(max=keep.numel() - 1)
-    # additive mask in the model's dtype, as transformers builds it: 0 where allowed, the dtype's minimum elsewhere
-    mask_4d = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-    logits = model(input_ids=input_ids[None].to(device), attention_mask=mask_4d[None, None].to(device),
-                   position_ids=position_ids[None].to(device), logits_to_keep=keep.to(device)).logits[0].float()
+    # each segment attends to its own path only (`cooprl.trie_attention`): no dense L x L mask or scores
+    with trie_attention(model, trie):
+        logits = model(input_ids=input_ids[None].to(device), attention_mask=PLACEHOLDER_MASK.to(device),
+                       position_ids=position_ids[None].to(device), logits_to_keep=keep.to(device)).logits[0].float()
     mask, index, targets = mask.to(device), index.to(device), targets.to(device)
     # log-softmax of the chosen token only: one logsumexp per kept column, shared by the samples that use it
     chosen = logits[index, targets]
@@ -222,11 +230,6 @@ def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
 
 def _device(model: Any) -> torch.device:
     return next(model.parameters()).device
-
-
-def _dtype(model: Any) -> torch.dtype:
-    dtype = getattr(model, "dtype", None)
-    return dtype if isinstance(dtype, torch.dtype) else next(model.parameters()).dtype
 
 
 def _attention_implementation(model: Any) -> str | None:

@@ -47,7 +47,8 @@ def two_turn_tree():
 def test_trie_layout():
     sequences = [[1, 2, 3, 4], [1, 2, 5], [1, 2], [7, 8], [1, 2, 3, 4, 9]]
     trie = TokenTrie(sequences)
-    input_ids, position_ids, allowed = trie.layout()
+    input_ids, position_ids = trie.layout()
+    allowed = trie.allowed()
     # segments depth first: [1 2] [3 4] [9] [5] | [7 8]; every token stored once
     assert trie.num_tokens == 8
     assert input_ids.tolist() == [1, 2, 3, 4, 9, 5, 7, 8]

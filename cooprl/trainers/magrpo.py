@@ -138,6 +138,9 @@ class _AdapterOffView:
     def parameters(self):
         return self.model.parameters()
 
+    def modules(self):
+        return self.model.modules()
+
     def __call__(self, **kwargs: Any) -> Any:
         with self.model.disable_adapter():
             return self.model(**kwargs)
