@@ -244,11 +244,10 @@ def _child(cfg, cmd_r, res_w, out_w):
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))   # lowering needs no privilege
     except BaseException:
         _exit(70)
-    req = job
     ns = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        exec(loads(req["code"]), ns)   # compiled by the worker (`_Job.spawn`)
-        candidate = ns[req["entry_point"]]
+        exec(loads(job["code"]), ns)   # compiled by the worker (`_Job.spawn`)
+        candidate = ns[job["entry_point"]]
     except BaseException as e:
         try:
             send(["load_error", describe(e)])
@@ -267,7 +266,7 @@ def _child(cfg, cmd_r, res_w, out_w):
             except BaseException:
                 _exit(0)
 
-    for payload in req["calls"]:   # pipelined calls (see `_Job.batch`): run back to back, one result each
+    for payload in job["calls"]:   # pipelined calls (see `_Job.batch`): run back to back, one result each
         call(payload)
     test_ns = None
     while True:
@@ -281,7 +280,7 @@ def _child(cfg, cmd_r, res_w, out_w):
             elif kind == "exec":   # untrusted tests: run here, the verdict is only "did it raise"
                 if test_ns is None:
                     test_ns = dict(ns)
-                    test_ns[req["param"]] = candidate
+                    test_ns[job["param"]] = candidate
                 exec(compile(payload, "<test>", "exec"), test_ns)
                 send(["ok", True])
         except BaseException as e:
@@ -465,13 +464,13 @@ class _Gone(BaseException):
 
 class _Child:
     """A child as the worker sees it: its pid, the worker's ends of its pipes, a pidfd (None where the kernel
-    has none) to wait for its end, its temp dir, and what was read past its last message."""
+    has none) to wait for its end, and what was read past its last message."""
 
-    __slots__ = ("pid", "cmd_w", "res_r", "out_r", "pidfd", "tmpdir", "pending")
+    __slots__ = ("pid", "cmd_w", "res_r", "out_r", "pidfd", "pending")
 
-    def __init__(self, pid, cmd_w, res_r, out_r, pidfd, tmpdir):
+    def __init__(self, pid, cmd_w, res_r, out_r, pidfd):
         self.pid, self.cmd_w, self.res_r, self.out_r = pid, cmd_w, res_r, out_r
-        self.pidfd, self.tmpdir = pidfd, tmpdir
+        self.pidfd = pidfd
         self.pending = bytearray()
 
 
@@ -750,7 +749,6 @@ class _Worker:
         self.zsock = None
         self.zygote_pid = None
         self.warm = None             # the pre-forked _Child waiting for the next program
-        self.dirty = False           # the slot's temp dir holds a killed child's files, to remove in `tidy`
         self.dying = []              # pidfds of killed children not yet seen to end
 
     def take_warm(self):
@@ -763,42 +761,40 @@ class _Worker:
         The temp dir has one path per slot (the zygote sets HOME and TMPDIR to it once, for every child), made
         anew for each child: one child runs on a slot at a time, and the last one's processes are gone
         (`tidy`) before the next one's directory is made."""
-        tmpdir = self.cfg["tmpdir"]
-        try:
-            os.mkdir(tmpdir, 0o700)
-        except FileExistsError:      # left by a killed child that `tidy` has not cleaned yet
-            shutil.rmtree(tmpdir, ignore_errors=True)
-            os.mkdir(tmpdir, 0o700)
-        self.dirty = False
+        self.clear_tmpdir()          # the last child's, gone with its processes (`tidy`)
+        os.mkdir(self.cfg["tmpdir"], 0o700)
         if self.cfg["uid"] is not None:
-            os.chown(tmpdir, self.cfg["uid"], self.cfg["gid"])
+            os.chown(self.cfg["tmpdir"], self.cfg["uid"], self.cfg["gid"])
         self.zsock.sendall(b"F")
         msg, fds, _, _ = socket.recv_fds(self.zsock, 16, 4)
         pid = struct.unpack("<i", msg)[0]
         for fd in fds[:3]:
             os.set_blocking(fd, False)
-        return _Child(pid, fds[0], fds[1], fds[2], fds[3] if len(fds) > 3 else None, tmpdir)
+        return _Child(pid, fds[0], fds[1], fds[2], fds[3] if len(fds) > 3 else None)
 
     def retire(self, child):
-        """Close the worker's ends of a killed child's pipes; its temp dir and pidfd wait for `tidy`."""
+        """Close the worker's ends of a killed child's pipes; its pidfd waits for `tidy`, its temp dir for the
+        next `fork_child`."""
         for fd in (child.cmd_w, child.res_r, child.out_r):
             os.close(fd)
         if child.pidfd is not None:
             self.dying.append(child.pidfd)
-        self.dirty = True
 
     def tidy(self):
-        """Between jobs: wait until the last program's processes are gone, remove its temp dir, and pre-fork
-        the next child so that the next job does not wait for fork and set-up."""
+        """Between jobs: wait until the last program's processes are gone, then pre-fork the next child (in a
+        fresh temp dir) so that the next job does not wait for fork and set-up."""
         self.sweep(wait=True)
-        if self.dirty:
-            try:
-                os.rmdir(self.cfg["tmpdir"])   # the usual case: the program wrote nothing
-            except OSError:
-                shutil.rmtree(self.cfg["tmpdir"], ignore_errors=True)
-            self.dirty = False
         if self.warm is None:
             self.warm = self.fork_child()
+
+    def clear_tmpdir(self):
+        """Remove the slot's temp dir, which the last child used (nothing when it is gone already)."""
+        try:
+            os.rmdir(self.cfg["tmpdir"])   # the usual case: the program wrote nothing
+        except FileNotFoundError:
+            pass
+        except OSError:
+            shutil.rmtree(self.cfg["tmpdir"], ignore_errors=True)
 
     def plan(self, job):
         """The predicted call of each unit of a trusted suite (`_plan_unit`), cached per suite. None when the

@@ -176,6 +176,13 @@ def _claim_uid_block() -> tuple[int, Any]:
     raise RuntimeError("no free uid block for the sandbox")
 
 
+def _write_message(proc: subprocess.Popen, obj: dict) -> None:
+    """Send one framed message to a worker (4-byte length, then marshal data; see `Sandbox._read_reply`)."""
+    data = marshal.dumps(obj)
+    proc.stdin.write(struct.pack("<I", len(data)) + data)
+    proc.stdin.flush()
+
+
 class _Slot:
     def __init__(self, index: int):
         self.index = index
@@ -315,9 +322,7 @@ class Sandbox:
             if slot.proc is None or slot.proc.poll() is not None:
                 self._kill(slot)
                 self._start(slot)
-            data = marshal.dumps(job)
-            slot.proc.stdin.write(struct.pack("<I", len(data)) + data)
-            slot.proc.stdin.flush()
+            _write_message(slot.proc, job)
             reply = self._read_reply(slot, time.monotonic() + budget)
             why = "no reply in time" if reply is None else reply.get("error", "")
         except (OSError, ValueError, RuntimeError) as e:
@@ -363,9 +368,7 @@ class Sandbox:
             proc = slot.proc
             if proc is not None and proc.poll() is None:
                 try:
-                    data = marshal.dumps({"cmd": "exit"})
-                    proc.stdin.write(struct.pack("<I", len(data)) + data)
-                    proc.stdin.flush()
+                    _write_message(proc, {"cmd": "exit"})
                     proc.wait(timeout=2)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
