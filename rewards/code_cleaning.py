@@ -7,7 +7,8 @@
 - `defines_with_return`: level 1 (a `def` with a `return <value>`, judged on the text when the code does not
   parse).
 - `prompt_imports`, `prompt_helpers`: what the prompt contributes to the program.
-- `calls_aux`, `is_thin_wrapper`, `ignores_aux_return`: the cooperation checks, on the AST.
+- `calls_aux`, `is_thin_wrapper`, `ignores_aux_return`: the cooperation checks, on the AST (`cooperation`: all
+  three from one parse).
 """
 
 from __future__ import annotations
@@ -17,16 +18,22 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+# What parsing or compiling model output may raise: a syntax error, or (for garbage such as 100,000 nested
+# unary minuses) MemoryError / RecursionError from the parser itself. All of them mean "does not parse".
+PARSE_ERRORS = (SyntaxError, ValueError, MemoryError, RecursionError)
+
 _FENCE = re.compile(r"^\s*```[\w+-]*\s*$")
 _IMPORT_LINE = re.compile(r"^(import\s+[\w., ]+|from\s+[\w.]+\s+import\s+.+)$")
 
 
 @dataclass(frozen=True)
 class Cleaned:
-    """A cleaned completion: the function's source ('' when absent) and the completion's import lines."""
+    """A cleaned completion: the function's source ('' when absent), the completion's import lines, and
+    level 1's verdict on the function (`defines_with_return`, taken from the parse that found it)."""
 
     function: str
     imports: tuple[str, ...] = ()
+    returns_value: bool = False
 
     @property
     def code(self) -> str:
@@ -118,11 +125,15 @@ def _imports_of(text: str) -> tuple[str, ...]:
 
 
 def clean_completion(text: str, name: str) -> Cleaned:
-    """Extract the function `name` and the top-level imports from a completion (fences and prose removed)."""
+    """Extract the function `name` and the top-level imports from a completion (fences and prose removed).
+
+    Returns a `Cleaned`; its `returns_value` is level 1's verdict, judged on the node this parse found (one
+    parse per completion: parsing is most of the reward's cost in the trainer), or on the text when the
+    completion does not parse."""
     code = strip_fences(text)
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except PARSE_ERRORS:
         tree = None
     if tree is not None:
         node = _find_def(tree, name)
@@ -131,8 +142,10 @@ def clean_completion(text: str, name: str) -> Cleaned:
         first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
         lines = code.split("\n")[first - 1:node.end_lineno]
         imports = tuple(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
-        return Cleaned(textwrap.dedent("\n".join(lines)).rstrip(), tuple(dict.fromkeys(imports)))
-    return Cleaned(_text_block(code, name), _imports_of(code))
+        return Cleaned(textwrap.dedent("\n".join(lines)).rstrip(), tuple(dict.fromkeys(imports)),
+                       _has_value_return(node))
+    function = _text_block(code, name)
+    return Cleaned(function, _imports_of(code), defines_with_return(function, name))
 
 
 def defines_with_return(function_src: str, name: str) -> bool:
@@ -141,7 +154,7 @@ def defines_with_return(function_src: str, name: str) -> bool:
         return False
     try:
         tree = ast.parse(function_src)
-    except SyntaxError:
+    except PARSE_ERRORS:
         if not re.search(rf"^\s*(async\s+)?def\s+{re.escape(name)}\s*\(", function_src, re.M):
             return False
         return bool(re.search(r"^\s+return\s*[^\s;#]", function_src, re.M))
@@ -159,7 +172,7 @@ def prompt_helpers(prompt: str, entry_point: str, skip: tuple[str, ...] = ("aux"
     `encode_cyclic` in HumanEval/38): the solution and the tests may call them."""
     try:
         tree = ast.parse(prompt or "")
-    except SyntaxError:
+    except PARSE_ERRORS:
         return []
     out = []
     for node in tree.body:
@@ -178,14 +191,32 @@ def _is_aux_call(node: ast.AST, aux: str = "aux") -> bool:
 def _main_node(main_src: str, name: str):
     try:
         tree = ast.parse(main_src)
-    except SyntaxError:
+    except PARSE_ERRORS:
         return None
     return _find_def(tree, name)
 
 
-def calls_aux(main_src: str, name: str, aux: str = "aux") -> bool:
-    """True when the main function calls `aux(...)` anywhere in its body."""
+@dataclass(frozen=True)
+class Cooperation:
+    """The cooperation checks of one main function (see `cooperation`)."""
+
+    uses_aux: bool
+    thin_wrapper: bool
+    ignores_return: bool
+
+
+def cooperation(main_src: str, name: str, aux: str = "aux") -> Cooperation:
+    """`calls_aux`, `is_thin_wrapper` and `ignores_aux_return` of `main_src` from one parse."""
     node = _main_node(main_src, name)
+    return Cooperation(_calls_aux(node, main_src, aux), _thin_wrapper(node, aux), _ignores_return(node, aux))
+
+
+def calls_aux(main_src: str, name: str, aux: str = "aux") -> bool:
+    """True when the main function calls `aux(...)` anywhere in its body (on the text when it does not parse)."""
+    return _calls_aux(_main_node(main_src, name), main_src, aux)
+
+
+def _calls_aux(node, main_src: str, aux: str) -> bool:
     if node is None:
         return bool(re.search(rf"\b{re.escape(aux)}\s*\(", main_src.split("\n", 1)[-1]))
     return any(_is_aux_call(n, aux) for n in ast.walk(node))
@@ -203,7 +234,10 @@ def _body_without_docstring(node) -> list[ast.stmt]:
 def is_thin_wrapper(main_src: str, name: str, aux: str = "aux") -> bool:
     """True when the main body (without docstring and comments) is empty, or only `return <expr using aux>`,
     or `v = aux(...)` followed by `return v`."""
-    node = _main_node(main_src, name)
+    return _thin_wrapper(_main_node(main_src, name), aux)
+
+
+def _thin_wrapper(node, aux: str) -> bool:
     if node is None:
         return False
     body = _body_without_docstring(node)
@@ -223,7 +257,10 @@ def is_thin_wrapper(main_src: str, name: str, aux: str = "aux") -> bool:
 def ignores_aux_return(main_src: str, name: str, aux: str = "aux") -> bool:
     """True when main calls `aux(...)` as a bare statement, or assigns its result to a name never read
     afterwards (a read anywhere later in the function, or anywhere in an enclosing loop, counts)."""
-    node = _main_node(main_src, name)
+    return _ignores_return(_main_node(main_src, name), aux)
+
+
+def _ignores_return(node, aux: str) -> bool:
     if node is None:
         return False
     parents = {}

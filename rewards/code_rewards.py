@@ -25,11 +25,11 @@ from __future__ import annotations
 import ast
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from types import CodeType
 from typing import Any, Mapping, Sequence
 
 from envs.code_generation.data import Problem, problem_fields
-from rewards.code_cleaning import (calls_aux, clean_completion, defines_with_return, ignores_aux_return,
-                                   is_thin_wrapper, prompt_helpers, prompt_imports)
+from rewards.code_cleaning import PARSE_ERRORS, clean_completion, cooperation, prompt_helpers, prompt_imports
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
 AUX_NAME = "aux"
@@ -65,7 +65,7 @@ class _Prepared:
     """A pair after cleaning and levels 1–2: either final (`done`) or waiting for its test run."""
 
     parts: dict
-    program: str = ""
+    program: str | CodeType = ""   # compiled, or the source when only the prompt's part fails to compile
     suite: TestSuite | None = None
     main_src: str = ""
     entry_point: str = ""
@@ -85,7 +85,7 @@ def _suite(test: str, entry_point: str, prompt: str) -> TestSuite:
     try:
         ast.parse(prompt)
         context.append(prompt)
-    except SyntaxError:
+    except PARSE_ERRORS:
         context.append("\n".join(prompt_imports(prompt)))
     return TestSuite.from_check(test, entry_point, context=context)
 
@@ -98,8 +98,8 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     prompt, test, entry_point = problem_fields(problem)
     main_clean = clean_completion(main or "", entry_point)
     aux_clean = clean_completion(aux or "", AUX_NAME) if not single_agent else None
-    aux_defined = bool(aux_clean) and defines_with_return(aux_clean.function, AUX_NAME)
-    main_defined = defines_with_return(main_clean.function, entry_point)
+    aux_defined = aux_clean is not None and aux_clean.returns_value
+    main_defined = main_clean.returns_value
     total = (W_AUX_DEF if aux_defined else 0.0) + (W_MAIN_DEF if main_defined else 0.0)
     parts = {"aux_defined": aux_defined, "main_defined": main_defined}
     if not main_defined:
@@ -115,15 +115,24 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     if aux_clean is not None and aux_clean.function:
         code_parts.append(aux_clean.function)
     code_parts.append(main_clean.function)
-    code = "\n\n".join(code_parts) + "\n"
-    try:
-        ast.parse(code)
-    except SyntaxError as err:
-        why = f"syntax error: {err.msg} (line {err.lineno}, column {err.offset})"
-        return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
-    parts["syntax_ok"] = True
     # prompt helpers first, so that the completions' own definitions win
-    program = "\n\n".join(([head] if head else []) + list(helpers) + code_parts[1 if head else 0:]) + "\n"
+    source = "\n\n".join(([head] if head else []) + list(helpers) + code_parts[1 if head else 0:]) + "\n"
+    # Level 2 is judged on `code` (the completions' parts), but compiling the whole program is the same check
+    # when it succeeds (the helpers are whole statements of a prompt that parses), and the sandbox then runs
+    # this code object as is: one compile instead of a parse here and a compile in the worker.
+    try:
+        program: str | CodeType = compile(source, "<program>", "exec", dont_inherit=True)
+    except PARSE_ERRORS:
+        program = source
+    if isinstance(program, str):
+        try:
+            ast.parse("\n\n".join(code_parts) + "\n")
+        except PARSE_ERRORS as err:
+            why = (f"syntax error: {err.msg} (line {err.lineno}, column {err.offset})" if isinstance(err, SyntaxError)
+                   else f"syntax error: the parser gave up ({type(err).__name__})")
+            return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
+        # the completions parse and the prompt's part does not: the run reports the load error
+    parts["syntax_ok"] = True
     suite = _suite(test, entry_point, prompt)
     return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
                      entry_point=entry_point, single_agent=single_agent)
@@ -143,14 +152,14 @@ def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "") 
     if timeouts:
         reason = reason or f"{timeouts} timeout(s)"
     if not prep.single_agent and passed > 0 and parts["aux_defined"]:
-        uses = calls_aux(prep.main_src, prep.entry_point, AUX_NAME)
-        parts["uses_aux"] = uses
-        if uses:
+        coop = cooperation(prep.main_src, prep.entry_point, AUX_NAME)
+        parts["uses_aux"] = coop.uses_aux
+        if coop.uses_aux:
             total += W_USES_AUX
-            parts["not_wrapper"] = not is_thin_wrapper(prep.main_src, prep.entry_point, AUX_NAME)
+            parts["not_wrapper"] = not coop.thin_wrapper
             if parts["not_wrapper"]:
                 total += W_NOT_WRAPPER
-            parts["ignored_aux_return"] = ignores_aux_return(prep.main_src, prep.entry_point, AUX_NAME)
+            parts["ignored_aux_return"] = coop.ignores_return
             if parts["ignored_aux_return"]:
                 total += W_IGNORED
     return RewardBreakdown(total=_round(total), tests_passed=passed, tests_total=n, timeouts=timeouts,

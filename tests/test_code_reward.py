@@ -82,6 +82,14 @@ CASES = [
     ("always_equal_hack", AUX,
      "def add_all(xs):\n    class A:\n        def __eq__(self, o):\n            return True\n    t = aux(xs)\n"
      "    return A() if t >= 0 else t\n", 1.5, dict(tests_passed=0)),
+    # parses, but the compiler refuses it ('break' outside a loop): level 2 passes, the load fails, no test passes
+    ("compile_only_error", AUX, "def add_all(xs):\n    t = aux(xs)\n    break\n    return t\n", 1.5,
+     dict(syntax_ok=True, tests_passed=0)),
+    # garbage on which the parser itself gives up (MemoryError / RecursionError, not SyntaxError)
+    ("parser_gives_up_main", AUX, "def add_all(xs):\n    return " + "-" * 100_000 + "1\n", 1.0,
+     dict(main_defined=True, syntax_ok=False)),
+    ("parser_gives_up_aux", "def aux(xs):\n    return " + "1+" * 100_000 + "1\n", MAIN_GOOD, 1.0,
+     dict(aux_defined=True, syntax_ok=False)),
     ("exit_hack", AUX, "import sys\ndef add_all(xs):\n    t = aux(xs)\n    sys.exit(0)\n    return t\n", 1.5,
      dict(tests_passed=0)),
 ]
@@ -104,6 +112,22 @@ def test_failures_and_reasons(sb):
     assert score(sb, AUX, "def add_all(xs):\n    return sum(xs\n").reason.startswith("syntax error")
     assert score(sb, AUX, "").reason == "main function missing"
     assert score(sb, AUX, MAIN_GOOD).reason == ""
+
+
+def test_parser_giving_up_is_a_syntax_error(sb):
+    r = score(sb, AUX, "def add_all(xs):\n    return " + "-" * 100_000 + "1\n")
+    assert r.reason == "syntax error: the parser gave up (MemoryError)"
+    r = score(sb, AUX, "def add_all(xs):\n    return " + "not " * 100_000 + "1\n")
+    assert r.reason.startswith("syntax error: the parser gave up") and r.total == 1.0
+
+
+def test_sandbox_runs_source_and_code_objects_alike(sb):
+    source = "def add_all(xs):\n    return sum(xs) if len(xs) != 1 else 0\n"
+    by_source = sb.run(source, TEST, entry_point="add_all")
+    by_code = sb.run(compile(source, "<program>", "exec"), TEST, entry_point="add_all")
+    assert by_source == by_code and [o.passed for o in by_code] == [True, True, False, True]
+    report = sb.run_detailed("def add_all(xs):\n    break\n", TEST, entry_point="add_all")
+    assert "SyntaxError" in report.load_error and not any(o.passed for o in report.outcomes)
 
 
 def test_timeouts(sb):
