@@ -999,6 +999,11 @@ def main():
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
+    if cfg.get("cpu") is not None:   # the slot's CPU (see `rewards.sandbox._slot_cpus`); inherited by all below
+        try:
+            os.sched_setaffinity(0, {cfg["cpu"]})
+        except OSError:
+            pass
     iso = _isolate(cfg)
     cfg["tmpdir"] = f"/tmp/sbx-{cfg['slot']}"   # every child's cwd, HOME and TMPDIR (made afresh per child)
     worker = _Worker(cfg)

