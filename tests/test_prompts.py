@@ -157,6 +157,9 @@ def test_parse_garbage_gives_empty_parts_with_reasons():
         assert parse_joint_answer(text, P) == JointAnswer("", "", "no <auxiliary> section; no <main> section")
     only_aux = parse_joint_answer(f"<auxiliary>\n{AUX}\n</auxiliary>\n<main>\n</main>", P)
     assert only_aux == JointAnswer(AUX, "", "no <main> section")
+    # code the parser gives up on (MemoryError, not SyntaxError) falls back to the text, never raises
+    deep = "def aux(x):\n    return " + "-" * 100_000 + "x"
+    assert extract_function(deep, "aux") == deep
 
 
 def test_parse_bounded_answer_starts_after_the_tag():

@@ -101,6 +101,14 @@ def test_level_feedback_syntax_error_golden():
             in level_feedback(P, "aux", SYNTAX, "def aux(x):\n    return x\n"))
 
 
+def test_garbage_the_parser_gives_up_on_is_reported_not_raised():
+    garbage = PROMPT + "    return " + "-" * 100_000 + "x\n"
+    broken = RewardBreakdown(total=1.0, aux_defined=True, main_defined=True,
+                             reason="syntax error: the parser gave up (MemoryError)")
+    assert ("- Syntax error in your code: the parser gave up (MemoryError).\n"
+            in level_feedback(P, "main", broken, garbage))
+
+
 def test_level_feedback_usage_notes_and_roles():
     ignored = RewardBreakdown(aux_defined=True, main_defined=True, syntax_ok=True, tests_passed=1, tests_total=1,
                               uses_aux=True, not_wrapper=True, ignored_aux_return=True)

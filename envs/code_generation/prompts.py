@@ -19,6 +19,7 @@ from typing import Any
 
 from cooprl.generation import first_stop
 from envs.code_generation.data import problem_field
+from rewards.code_cleaning import PARSE_ERRORS
 
 ROLES = ("aux", "main", "single")
 AUX_HEADER = "def aux("
@@ -287,7 +288,7 @@ def extract_function(code: str, name: str) -> str:
     """Return the source of the top-level function `name` in `code` (via ast, else by text), or ""."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except PARSE_ERRORS:
         tree = None
     lines = code.splitlines()
     if tree is not None:

@@ -27,6 +27,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from envs.code_generation.prompts import code_prefix, completion_to_code, problem_code, problem_field
+from rewards.code_cleaning import PARSE_ERRORS
 
 MODES = ("level_feedback", "plain", "expert_edits")
 DEFAULT_EXPERT_MODEL = "deepseek-coder"
@@ -59,7 +60,7 @@ def _test_units(test_src: str) -> list[tuple[int, int]] | None:
     """
     try:
         module = ast.parse(test_src)
-    except SyntaxError:
+    except PARSE_ERRORS:
         return None
     check = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None:
@@ -118,6 +119,8 @@ def _syntax_error(code: str) -> tuple[int, int, str] | None:
         compile(code, "<code>", "exec")
     except SyntaxError as err:
         return err.lineno or 0, err.offset or 0, err.msg
+    except PARSE_ERRORS as err:   # garbage the parser gives up on (e.g. 100,000 nested unary minuses)
+        return 0, 0, f"the parser gave up ({type(err).__name__})"
     return None
 
 
@@ -166,7 +169,8 @@ def diagnostics(problem: Any, role: str, breakdown: Any, own_code: str = "") -> 
     if not b.syntax_ok:
         own = _syntax_error(own_code) if own_code else None
         if own:
-            lines.append(f"Syntax error in your code at line {own[0]}, column {own[1]}: {own[2]}.")
+            where = f" at line {own[0]}, column {own[1]}" if own[0] else ""
+            lines.append(f"Syntax error in your code{where}: {own[2]}.")
         else:
             where = re.search(r"syntax error: (.*) \(line (\d+), column (\d+)\)", b.reason or "")
             detail = (f" at line {where.group(2)}, column {where.group(3)}: {where.group(1)}" if where else "")
