@@ -151,10 +151,11 @@ class TrainerSection:
         -0.2, "do not expand a node whose mean processed reward exceeds this (null = never)")
     collaboration_mode: str = option("decentralized", "one model per agent, or one model for both roles",
                                      choices=("decentralized", "centralized"))
-    centralized_prompt: str = option("concat", "centralized prompt: both agents' prompts, or the problem once",
-                                     choices=("concat", "native"))
-    centralized_answer: str = option("open", "bounded: prompt ends with <auxiliary>, stop at </main>",
-                                     choices=("open", "bounded"))
+    centralized_prompt: str = option("concat", "centralized prompt: both agents' prompts (concat), the problem "
+                                     "once (native), or the problem once with a worked example of the answer "
+                                     "(example: best for small models)", choices=("concat", "native", "example"))
+    centralized_answer: str = option("open", "bounded: prompt ends with <auxiliary> (example style: "
+                                     "<auxiliary> def aux( ), stop at </main>", choices=("open", "bounded"))
 
 
 @dataclass

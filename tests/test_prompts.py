@@ -3,7 +3,7 @@
 import pytest
 
 from envs.code_generation.data import Problem
-from envs.code_generation.prompts import (JointAnswer, agent_prompts, aux_prompt, centralized_prompt,
+from envs.code_generation.prompts import (JointAnswer, agent_prompts, aux_prompt, centralized_answer_prefix, centralized_prompt,
                                           centralized_stop_strings, code_prefix, completion_to_code,
                                           extract_function, main_prompt, parse_joint_answer, single_prompt,
                                           stop_strings)
@@ -109,9 +109,27 @@ def test_centralized_concat_has_problem_twice_native_once():
         assert not text.endswith("<auxiliary>")
 
 
+def test_centralized_example_style_shows_a_worked_answer_to_another_problem():
+    text = centralized_prompt(P, "example")
+    assert text.count('"""Return x + 1."""') == 1 and "def aux(...)" not in text and "    ..." not in text
+    assert "<auxiliary>\ndef aux(ch):\n    return ch.lower() in 'aeiou'\n</auxiliary>" in text
+    assert text.endswith("Now the answer for `add_one`:\n")
+    bounded = centralized_prompt(P, "example", "bounded")
+    assert bounded == text + "<auxiliary>\ndef aux(" == text + centralized_answer_prefix("example", "bounded")
+    # the answer continues the aux header: both are put back; a restarted answer is read as it is
+    cont = f"x):\n    return x + 1\n</auxiliary>\n<main>\n{MAIN}\n</main>"
+    assert parse_joint_answer(cont, P, "bounded", "example") == JointAnswer(AUX, MAIN, "")
+    assert parse_joint_answer(f"\n{AUX}\n</auxiliary>\n<main>\n{MAIN}\n</main>", P, "bounded",
+                              "example") == JointAnswer(AUX, MAIN, "")
+    assert parse_joint_answer("<auxiliary>\n" + cont.replace("x):", AUX.split("(")[0] + "(x):", 1), P, "bounded",
+                              "example") == JointAnswer(AUX, MAIN, "")
+
+
 def test_centralized_bounded_ends_with_opening_tag():
     for style in ("concat", "native"):
         assert centralized_prompt(P, style, "bounded").endswith("\n<auxiliary>")
+        assert centralized_answer_prefix(style, "bounded") == "<auxiliary>"
+    assert centralized_answer_prefix("example", "open") == ""
     assert centralized_stop_strings("bounded") == ["</main>"]
     assert centralized_stop_strings("open") == []
     with pytest.raises(ValueError, match="native"):

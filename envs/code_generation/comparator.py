@@ -24,7 +24,7 @@ def code_joint_format(section: Any) -> JointFormat:
     def split(problem: Any, text: str) -> list[str]:
         # The aux agent's prompt ends with `def aux(`: its text continues that header, as its own samples do.
         # The main function stays whole (its prompt's header may differ); the reward accepts a restarted header.
-        parsed = parse_joint_answer(text, problem, answer)
+        parsed = parse_joint_answer(text, problem, answer, style)
         return [parsed.aux.removeprefix(AUX_HEADER), parsed.main]
 
     return JointFormat(prompt=lambda problem: centralized_prompt(problem, style, answer), split=split,

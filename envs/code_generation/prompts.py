@@ -181,7 +181,7 @@ def completion_to_code(role: str, problem: Any, completion: str) -> str:
 
 # ---------------------------------------------------------------- centralized (one model writes both)
 
-CENTRALIZED_STYLES = ("concat", "native")
+CENTRALIZED_STYLES = ("concat", "native", "example")
 CENTRALIZED_ANSWERS = ("open", "bounded")
 AUX_OPEN, AUX_CLOSE, MAIN_OPEN, MAIN_CLOSE = "<auxiliary>", "</auxiliary>", "<main>", "</main>"
 
@@ -195,12 +195,23 @@ def _answer_format(problem: Any) -> str:
     )
 
 
+# The worked example of the `example` style: a different problem, so that copying it earns nothing.
+_EXAMPLE_ANSWER = (
+    "The answer format, shown for a different problem (`count_vowels`):\n"
+    f"{AUX_OPEN}\ndef aux(ch):\n    return ch.lower() in 'aeiou'\n{AUX_CLOSE}\n"
+    f"{MAIN_OPEN}\ndef count_vowels(s):\n    return sum(1 for ch in s if aux(ch))\n{MAIN_CLOSE}"
+)
+
+
 def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open") -> str:
     """Return the prompt for one model writing both functions, as `<auxiliary>` then `<main>` sections.
 
     `concat` joins the aux and main agents' tasks (the problem appears twice); `native` states the problem
-    once and asks one programmer for both. `bounded` ends the prompt with the opening `<auxiliary>` tag
-    (generation then stops at the first `</main>`, see `centralized_stop_strings`).
+    once and asks one programmer for both; both show the format as a template (`def aux(...):` / `...`).
+    `example` states the problem once and shows the format as a worked answer to another problem: a small
+    model copies a template's `...` literally (SmolLM2-135M, bounded: 3 of 36 answers scored above 0 with
+    `native`, 33 of 36 with `example`). `bounded` ends the prompt with the start of the answer,
+    `centralized_answer_prefix` (generation then stops at the first `</main>`, see `centralized_stop_strings`).
     """
     if style not in CENTRALIZED_STYLES:
         raise ValueError(f"centralized_prompt={style!r}; expected one of {', '.join(CENTRALIZED_STYLES)}")
@@ -212,7 +223,7 @@ def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open"
             f"Auxiliary function task:\n{_aux_task(problem)}\n\n"
             f"Main function task:\n{_main_task(problem).rstrip()}"
         )
-    else:
+    elif style == "native":
         body = (
             "Problem:\n"
             f"{problem_field(problem, 'prompt').strip(chr(10))}\n\n"
@@ -221,8 +232,27 @@ def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open"
             f"Then write the main function `{entry}`, which calls `aux` and uses the value it returns. "
             "No explanation, no tests."
         )
+    else:
+        prompt = (
+            "Problem:\n"
+            f"{problem_field(problem, 'prompt').strip(chr(10))}\n\n"
+            "Write two Python functions for this problem: a helper `aux` that solves a useful sub-task, then "
+            f"the main function `{entry}`, which calls `aux` and uses the value it returns. "
+            "No explanation, no tests.\n\n"
+            f"{_EXAMPLE_ANSWER}\n\n"
+            f"Now the answer for `{entry}`:\n"
+        )
+        return prompt + centralized_answer_prefix(style, answer)
     prompt = f"{body}\n\n{_answer_format(problem)}\n"
-    return f"{prompt}\n{AUX_OPEN}" if answer == "bounded" else prompt
+    return f"{prompt}\n{centralized_answer_prefix(style, answer)}" if answer == "bounded" else prompt
+
+
+def centralized_answer_prefix(style: str = "concat", answer: str = "open") -> str:
+    """Return how a bounded prompt ends, the start of the answer that `parse_joint_answer` puts back:
+    `<auxiliary>`, and for the `example` style also the aux header (`<auxiliary>\\ndef aux(`); "" when open."""
+    if answer != "bounded":
+        return ""
+    return f"{AUX_OPEN}\n{AUX_HEADER}" if style == "example" else AUX_OPEN
 
 
 def centralized_stop_strings(answer: str = "open") -> list[str]:
@@ -310,19 +340,21 @@ def extract_function(code: str, name: str) -> str:
     return ""
 
 
-def parse_joint_answer(text: str, problem: Any, answer: str = "open") -> JointAnswer:
+def parse_joint_answer(text: str, problem: Any, answer: str = "open", style: str = "concat") -> JointAnswer:
     """Return the aux and main code of a joint answer; never raises.
 
     Each part falls back, in order, through: its tag section (a missing closing tag ends at the next tag
     or the end); `Auxiliary:` / `Main:` labels; fenced code blocks (the first two, or one block holding
     both functions); finally the function by name (`def aux` / `def <entry_point>`) anywhere in the text.
-    With `answer="bounded"` the text starts after the `<auxiliary>` tag of the prompt, which is put back.
+    With `answer="bounded"` the text continues the prompt's `centralized_answer_prefix(style, answer)`, which is
+    put back (a model that restarts the answer with `<auxiliary>`, or restarts `def aux`, is read as it is).
     A part found nowhere is "" and `reason` names it ("no <main> section"); `reason` also notes parts
     that came from a fallback ("aux from labels").
     """
     text = text or ""
     if answer == "bounded" and not text.lstrip().lower().startswith(AUX_OPEN):
-        text = AUX_OPEN + text
+        restarted = text.lstrip().startswith("def aux")
+        text = (AUX_OPEN + "\n" if restarted else centralized_answer_prefix(style, answer)) + text
     entry = problem_field(problem, "entry_point")
     names = {"aux": "aux", "main": entry}
     found: dict[str, str] = {}

@@ -76,14 +76,15 @@ def score_code_pairs(items: Sequence[Problem], codes: Sequence[tuple[str, str]],
                   details=(aux, main, b)) for (aux, main), b in zip(codes, breakdowns)]
 
 
-def score_joint_answers(items: Sequence[Problem], answers: Sequence[str], answer_style: str = "open") -> list[Score]:
+def score_joint_answers(items: Sequence[Problem], answers: Sequence[str], answer_style: str = "open",
+                        prompt_style: str = "concat") -> list[Score]:
     """Return the Score of each joint answer (one text holding aux and main) for its problem.
 
-    The answer is split by `parse_joint_answer` (`answer_style` "bounded" when its prompt ended with the
-    `<auxiliary>` tag) and scored with the two-agent reward (max 4.0) in one sandbox batch. A part the parser
+    The answer is split by `parse_joint_answer` (`answer_style` "bounded" when its prompt ended with the start
+    of the answer, `centralized_answer_prefix(prompt_style, answer_style)`) and scored with the two-agent reward (max 4.0) in one sandbox batch. A part the parser
     cannot find is scored as empty; `parse_metrics` says how the split went.
     """
-    parsed = [parse_joint_answer(text, problem, answer_style) for problem, text in zip(items, answers)]
+    parsed = [parse_joint_answer(text, problem, answer_style, prompt_style) for problem, text in zip(items, answers)]
     scores = score_code_pairs(items, [(p.aux, p.main) for p in parsed], single_agent=False)
     for score, joint in zip(scores, parsed):
         score.metrics.update(parse_metrics(joint))
@@ -158,7 +159,7 @@ def _centralized_task(config: Config, section: Any) -> Task:
     style, answer_style = section.centralized_prompt, section.centralized_answer
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
-        return score_joint_answers(items, [joint[0] for joint in joints], answer_style)  # the one policy's answer
+        return score_joint_answers(items, [joint[0] for joint in joints], answer_style, style)  # the one policy's
 
     def no_next_turn(*args: Any) -> list[str]:
         raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
