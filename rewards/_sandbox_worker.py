@@ -58,7 +58,7 @@ OUTPUT_CAP = 16 << 10       # bytes of the program's stdout+stderr kept
 # its size is paid on every fork and exit (~0.06 ms per MiB here); modules programs rarely use (dataclasses pulls in
 # inspect: 0.9 MiB; datetime, statistics, fractions, decimal) are left to the few programs that import them.
 # Not `random`: it registers an at-fork hook that reseeds its generator in every child (an urandom read and 2.5 KB
-# of state written: ~40 page faults, 0.1 ms per program); a program that imports it seeds it once, as usual.
+# of state written: ~40 page faults and 0.1 ms per bare fork here); a program that imports it seeds it once.
 PREIMPORT = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
              "hashlib", "copy", "operator", "json", "array", "enum")
 

@@ -81,8 +81,9 @@ def score_joint_answers(items: Sequence[Problem], answers: Sequence[str], answer
     """Return the Score of each joint answer (one text holding aux and main) for its problem.
 
     The answer is split by `parse_joint_answer` (`answer_style` "bounded" when its prompt ended with the start
-    of the answer, `centralized_answer_prefix(prompt_style, answer_style)`) and scored with the two-agent reward (max 4.0) in one sandbox batch. A part the parser
-    cannot find is scored as empty; `parse_metrics` says how the split went.
+    of the answer, `centralized_answer_prefix(prompt_style, answer_style)`) and scored with the two-agent reward
+    (max 4.0) in one sandbox batch. A part the parser cannot find is scored as empty; `parse_metrics` says how
+    the split went.
     """
     parsed = [parse_joint_answer(text, problem, answer_style, prompt_style) for problem, text in zip(items, answers)]
     scores = score_code_pairs(items, [(p.aux, p.main) for p in parsed], single_agent=False)
