@@ -93,7 +93,8 @@ def main() -> None:
 
     t0 = time.perf_counter()
     sandbox = Sandbox()
-    print(f"sandbox: {sandbox.workers} workers started in {time.perf_counter() - t0:.3f} s; isolation: "
+    pinned = ",".join(str(c) for c in sandbox._cpus if c is not None) or "not pinned"
+    print(f"sandbox: {sandbox.workers} workers (CPUs {pinned}) started in {time.perf_counter() - t0:.3f} s; isolation: "
           f"{'; '.join(sandbox.isolation.get('have', []))}; missing: "
           f"{'; '.join(sandbox.isolation.get('missing', [])) or 'nothing'}")
     run_ours(sandbox, problems[:8])   # warm-up (compiles, page cache)
