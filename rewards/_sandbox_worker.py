@@ -248,7 +248,7 @@ def _child(cfg, cmd_r, res_w, out_w):
         _exit(70)
     ns = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        exec(loads(job["code"]), ns)   # compiled by the worker (`_Job.spawn`)
+        exec(loads(job["code"]), ns)   # compiled by the trainer, or by the worker (`_Job.spawn`)
         candidate = ns[job["entry_point"]]
     except BaseException as e:
         try:

@@ -45,6 +45,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, Iterable, Sequence
 
+from rewards.code_cleaning import PARSE_ERRORS
+
 logger = logging.getLogger("cooprl.sandbox")
 
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
@@ -114,7 +116,7 @@ class TestSuite:
         """
         try:
             module = ast.parse(test_source)
-        except (SyntaxError, ValueError, MemoryError, RecursionError):  # garbage tests: none
+        except PARSE_ERRORS:   # garbage tests (model-written, say): a suite with no tests
             return cls(entry_point, (), tuple(context), "candidate", trusted)
         check = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
         if check is not None:
@@ -206,7 +208,7 @@ def _program_fields(program: str | CodeType) -> dict:
     if isinstance(program, str):
         try:
             program = compile(program, "<program>", "exec", dont_inherit=True)
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
+        except PARSE_ERRORS:
             return {"program": program}
     return {"code": marshal.dumps(program)}
 
