@@ -3,6 +3,7 @@
 Loads the agents' weights (or LoRA adapters) from a checkpoint folder (or the newest checkpoint under a
 checkpoints folder), rolls out the eval split with the trainer's evaluation settings and prints the
 per-turn metrics (reward levels, pass rate, pass@k, aux usage); `--output FILE` also writes them as JSON.
+Bad input (config, dataset, model, a damaged checkpoint) prints one `error: ...` line and exits 2.
 Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
 only its trainer's sections), else magrpo.
 """
@@ -17,10 +18,11 @@ from pathlib import Path
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.cli import USER_ERRORS
+from cooprl.cli import print_user_error
 from cooprl.config import ConfigError, load_config, trainer_of_file
+from cooprl.errors import UserError
 from cooprl.trainers.loop import evaluation_seed
-from envs.code_generation import train as code_train  # registers the environment's user errors
+from envs.code_generation import train as code_train
 
 
 def evaluate_checkpoint(config_path: str, checkpoint: str, trainer: str, overrides: list[str]) -> dict[str, float]:
@@ -51,13 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         # a run's config.yaml holds only its trainer's section: evaluating it as magrpo would use magrpo's defaults
         trainer = args.trainer or trainer_of_file(args.config) or "magrpo"
         metrics = evaluate_checkpoint(args.config, args.checkpoint, trainer, args.override)
-    except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except UserError as err:  # a bad config, dataset, model name or checkpoint: one line, exit 2
+        return print_user_error(err)
     for key in sorted(metrics):
         print(f"{key}: {metrics[key]:.4f}")
     if args.output:
-        Path(args.output).write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+        try:
+            Path(args.output).write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+        except OSError as err:
+            print(f"error: --output {args.output!r} cannot be written: {err.strerror or err}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -4,20 +4,154 @@ A checkpoint is a folder `checkpoint-<step>/` holding `agent_<i>/` (HF `save_pre
 adapters only when peft wraps the model; a value model adds its head), `trainer_state.pt` (optimizer states, RNG states, counters,
 anything else the trainer passes) and `done` (written last). It is written under a temporary name and
 renamed, so a crash mid-save leaves the previous checkpoints intact and never a half-written one.
+
+Loading never runs code from a checkpoint: `trainer_state.pt` is read with `torch.load(weights_only=True)`, which
+builds tensors and plain containers only. What a trainer's state holds beyond that is converted to plain data on
+save (`to_plain`) and back on load (`from_plain`): numpy arrays and scalars become tagged bytes, dataclasses
+become tagged field dicts, and only the dataclasses named in STATE_DATACLASSES are rebuilt. A checkpoint whose
+files are missing, truncated or garbage raises `CheckpointError` ("checkpoint X is damaged: ..."); resuming
+from `latest` (or from a checkpoints folder) skips damaged checkpoints with a warning and takes the newest
+undamaged one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import json
+import logging
+import pickle
 import random
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from cooprl.errors import UserError
 
+log = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.pt"
+# the dataclasses a trainer's state may hold (its rollout buffer): only these are rebuilt from a checkpoint
+STATE_DATACLASSES = frozenset({
+    "cooprl.policy_update:TrainSample",
+    "cooprl.trainers.actor_critic:Step",
+    "cooprl.trainers.actor_critic:CriticSample",
+})
+_TAG = "__cooprl_plain__"          # marks a dict that stands for a non-plain value
+_NUMPY_KINDS = "biufc"             # bool, ints, floats, complex: numpy dtypes a state may hold
+_MAX_SAFETENSORS_HEADER = 100 << 20
+
+
+class CheckpointError(UserError, RuntimeError):
+    """A checkpoint that is damaged (missing, truncated or garbage files) or does not fit the run."""
+
+
+def damaged(checkpoint: Path, what: str) -> CheckpointError:
+    """Return the error for a damaged checkpoint: "checkpoint X is damaged: what"."""
+    return CheckpointError(f"checkpoint {checkpoint} is damaged: {what}")
+
+
+# ------------------------------------------------------------------------------------------------ plain data
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def to_plain(value: Any, where: str = "state") -> Any:
+    """Return `value` as data `torch.load(weights_only=True)` reads back: tensors, numbers, strings, bytes, None
+    and lists/tuples/dicts/sets of them; numpy values and the dataclasses of STATE_DATACLASSES as tagged dicts.
+    TypeError (naming `where`) for anything else, so an unsupported state fails at save, not at resume."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes, torch.Tensor, torch.dtype,
+                                           torch.device, torch.Size)):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in _NUMPY_KINDS:
+            raise TypeError(f"{where}: numpy array of dtype {value.dtype} cannot be saved as plain data")
+        return {_TAG: "ndarray", "dtype": value.dtype.str, "shape": list(value.shape),
+                "data": np.ascontiguousarray(value).tobytes()}
+    if isinstance(value, np.generic):
+        if value.dtype.kind not in _NUMPY_KINDS:
+            raise TypeError(f"{where}: numpy scalar of dtype {value.dtype} cannot be saved as plain data")
+        return {_TAG: "numpy", "dtype": value.dtype.str, "data": value.tobytes()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = _class_name(type(value))
+        if name not in STATE_DATACLASSES:
+            raise TypeError(f"{where}: dataclass {name} is not in cooprl.checkpoint.STATE_DATACLASSES")
+        return {_TAG: "dataclass", "class": name,
+                "fields": {f.name: to_plain(getattr(value, f.name), f"{where}.{f.name}") for f in dataclasses.fields(value)}}
+    if isinstance(value, dict):
+        for key in value:
+            if not (key is None or isinstance(key, (bool, int, float, str))):
+                raise TypeError(f"{where}: dict key {key!r} is not a number or a string")
+        items = {key: to_plain(v, f"{where}[{key!r}]") for key, v in value.items()}
+        return {_TAG: "dict", "items": list(items.items())} if _TAG in items else items
+    if isinstance(value, list):
+        return [to_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, tuple) and type(value) is tuple:
+        return tuple(to_plain(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, (set, frozenset)):
+        return {_TAG: "frozenset" if isinstance(value, frozenset) else "set",
+                "items": [to_plain(v, f"{where}{{}}") for v in value]}
+    raise TypeError(f"{where}: {type(value).__name__} cannot be saved as plain data")
+
+
+def _dataclass_type(name: Any) -> type:
+    if name not in STATE_DATACLASSES:  # never import or build anything a file names, only the listed classes
+        raise ValueError(f"unknown class {str(name)[:80]!r}")
+    module, qualname = name.split(":")
+    cls: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    return cls
+
+
+def from_plain(value: Any) -> Any:
+    """Return the value `to_plain` converted; ValueError for a tag or class it does not know."""
+    if isinstance(value, list):
+        return [from_plain(v) for v in value]
+    if isinstance(value, tuple) and type(value) is tuple:
+        return tuple(from_plain(v) for v in value)
+    if isinstance(value, set):
+        return {from_plain(v) for v in value}
+    if not isinstance(value, dict):
+        return value
+    if _TAG not in value:
+        return {key: from_plain(v) for key, v in value.items()}
+    kind = value[_TAG]
+    if kind == "dict":
+        return {key: from_plain(v) for key, v in value["items"]}
+    if kind in ("set", "frozenset"):
+        items = (from_plain(v) for v in value["items"])
+        return set(items) if kind == "set" else frozenset(items)
+    if kind in ("ndarray", "numpy"):
+        dtype = np.dtype(str(value["dtype"]))
+        if dtype.kind not in _NUMPY_KINDS:
+            raise ValueError(f"numpy dtype {dtype} is not allowed")
+        data = value["data"]
+        if not isinstance(data, bytes):
+            raise ValueError("numpy data is not bytes")
+        if kind == "numpy":
+            return np.frombuffer(data, dtype=dtype, count=1)[0]
+        shape = tuple(int(n) for n in value["shape"])
+        return np.frombuffer(data, dtype=dtype).reshape(shape).copy()  # a writable array, like the saved one
+    if kind == "dataclass":
+        cls = _dataclass_type(value["class"])
+        fields = value["fields"]
+        expected = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(fields, dict) or set(fields) != expected:
+            raise ValueError(f"fields of {value['class']} do not match: {sorted(map(str, fields))[:8]}")
+        obj = object.__new__(cls)  # like unpickling: no __init__ or __post_init__ runs
+        for name, v in fields.items():
+            object.__setattr__(obj, name, from_plain(v))
+        return obj
+    raise ValueError(f"unknown tag {str(kind)[:40]!r}")
+
+
+# ------------------------------------------------------------------------------------------------ RNG states
 def rng_state() -> dict[str, Any]:
     """Return the state of every random generator the training uses."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
@@ -44,7 +178,7 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
     try:
         for i, model in enumerate(models):
             model.save_pretrained(tmp / f"agent_{i}")
-        torch.save({**state, "rng": rng_state(), "step": step}, tmp / "trainer_state.pt")
+        torch.save(to_plain({**state, "rng": rng_state(), "step": step}), tmp / STATE_FILE)
         (tmp / "done").write_text(str(step))
         if final.exists():  # re-saving the same step (e.g. the final save right after an interval save)
             shutil.rmtree(final)
@@ -58,41 +192,148 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Return the complete checkpoints under `directory`, oldest first."""
+    """Return the checkpoints under `directory` that have their `done` marker, oldest first (not checked
+    further: see `check_checkpoint`)."""
     if not directory.is_dir():
         return []
-    found = [p for p in directory.glob("checkpoint-*") if (p / "done").is_file()]
+    found = [p for p in directory.glob("checkpoint-*")
+             if p.name.rsplit("-", 1)[1].isdigit() and (p / "done").is_file()]
     return sorted(found, key=lambda p: int(p.name.rsplit("-", 1)[1]))
 
 
 def find_checkpoint(spec: str, default_dir: Path) -> Path:
-    """Return the checkpoint folder named by `spec` ('latest' = newest under `default_dir`)."""
+    """Return the checkpoint folder named by `spec`.
+
+    'latest' is the newest undamaged checkpoint under `default_dir`, and a folder of checkpoints its newest
+    undamaged one: damaged ones are skipped with a warning. A checkpoint folder named exactly is returned as is
+    (loading it raises CheckpointError when it is damaged). FileNotFoundError when there is no checkpoint at all.
+    """
     if spec == "latest":
         found = list_checkpoints(default_dir)
         if not found:
             raise FileNotFoundError(f"resume_from_checkpoint=latest: no complete checkpoint under {default_dir}")
-        return found[-1]
+        return _newest_undamaged(found)
     path = Path(spec)
     if (path / "done").is_file():
         return path
     found = list_checkpoints(path)  # a checkpoint_dir was given: take its newest
     if found:
-        return found[-1]
+        return _newest_undamaged(found)
     raise FileNotFoundError(f"resume_from_checkpoint={spec!r}: not a complete checkpoint folder")
 
 
+def _newest_undamaged(found: list[Path]) -> Path:
+    problems = []
+    for path in reversed(found):
+        try:
+            check_checkpoint(path)
+        except CheckpointError as err:
+            log.warning("%s; falling back to an older checkpoint", err)
+            problems.append(str(err))
+            continue
+        if problems:
+            log.warning("resuming from %s, the newest undamaged checkpoint", path)
+        return path
+    raise CheckpointError(f"every checkpoint under {found[0].parent} is damaged: {'; '.join(problems)}")
+
+
+def check_checkpoint(checkpoint: Path) -> None:
+    """Raise CheckpointError when `checkpoint`'s files do not load: its trainer state is read (tensor data
+    memory-mapped, not read) and every agent's safetensors header and length are checked."""
+    _read_state(checkpoint, mmap=True)
+    agents = sorted(p for p in checkpoint.glob("agent_*") if p.name[6:].isdigit())
+    if not agents:
+        raise damaged(checkpoint, "no agent_<i>/ folder")
+    for i in range(len(agents)):
+        _check_agent_folder(checkpoint, i)
+
+
+def _read_state(checkpoint: Path, mmap: bool = False) -> dict[str, Any]:
+    path = checkpoint / STATE_FILE
+    if not path.is_file():
+        raise damaged(checkpoint, f"{STATE_FILE} is missing")
+    try:
+        raw = torch.load(path, weights_only=True, map_location=None, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        # weights_only refuses any global it does not know: a crafted file, or one written by an older cooprl
+        reason = str(err).split("\n")
+        detail = next((line.strip() for line in reason if "Unsupported" in line or "global" in line.lower()), reason[0])
+        raise damaged(checkpoint, f"{STATE_FILE} holds more than plain data, refused ({detail[:200]})") from None
+    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, KeyError, IndexError, TypeError) as err:
+        raise damaged(checkpoint, f"{STATE_FILE} cannot be read ({type(err).__name__}: "
+                                  f"{str(err).splitlines()[0][:200] if str(err) else 'truncated'})") from None
+    try:
+        state = from_plain(raw)
+    except (ValueError, TypeError, KeyError, AttributeError, ImportError, RuntimeError) as err:  # RecursionError too
+        raise damaged(checkpoint, f"{STATE_FILE}: {type(err).__name__}: {str(err)[:200]}") from None
+    if not isinstance(state, dict):
+        raise damaged(checkpoint, f"{STATE_FILE} holds a {type(state).__name__}, expected the trainer state")
+    for key, kind in (("step", int), ("rng", dict)):
+        if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
+            raise damaged(checkpoint, f"{STATE_FILE} has no valid {key!r}")
+    return state
+
+
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    """Return the trainer state saved in `checkpoint` (RNG states are restored by the caller)."""
-    return torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    """Return the trainer state saved in `checkpoint` (RNG states are restored by the caller); plain data only,
+    never code. CheckpointError when the file is missing, truncated, garbage or holds anything but plain data."""
+    return _read_state(checkpoint)
+
+
+def _check_safetensors(checkpoint: Path, path: Path) -> None:
+    """Raise CheckpointError unless `path` has a safetensors header whose tensors end exactly at the file's end."""
+    name = path.relative_to(checkpoint)
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if length < 2 or length > min(size - 8, _MAX_SAFETENSORS_HEADER):
+                raise damaged(checkpoint, f"{name} is truncated or not a safetensors file")
+            header = json.loads(f.read(length))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except CheckpointError:
+        raise
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        raise damaged(checkpoint, f"{name} is not a safetensors file ({type(err).__name__})") from None
+    if 8 + length + max(ends, default=0) != size:
+        raise damaged(checkpoint, f"{name} is truncated ({size} bytes, its header describes "
+                                  f"{8 + length + max(ends, default=0)})")
+
+
+def _check_agent_folder(checkpoint: Path, agent: int) -> Path:
+    folder = checkpoint / f"agent_{agent}"
+    if not folder.is_dir():
+        raise damaged(checkpoint, f"agent_{agent}/ is missing")
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise damaged(checkpoint, f"agent_{agent}/ holds no .safetensors weights")
+    for path in files:
+        _check_safetensors(checkpoint, path)
+    return folder
 
 
 def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
-    """Load model `agent`'s saved weights (full model, LoRA adapters, or a value model) into `model` in place."""
-    folder = checkpoint / f"agent_{agent}"
-    if hasattr(model, "load_weights"):  # a ValueModel (critic or reward model) knows its own layout
-        model.load_weights(folder)
-        return
-    load_agent_weights_from_folder(model, folder)
+    """Load model `agent`'s saved weights (full model, LoRA adapters, or a value model) into `model` in place.
+
+    CheckpointError when the files are missing, truncated or garbage, or do not fit the model."""
+    from safetensors import SafetensorError
+    folder = _check_agent_folder(checkpoint, agent)
+    try:
+        if hasattr(model, "load_weights"):  # a ValueModel (critic or reward model) knows its own layout
+            model.load_weights(folder)
+        else:
+            load_agent_weights_from_folder(model, folder)
+    except CheckpointError:
+        raise
+    except FileNotFoundError as err:
+        raise damaged(checkpoint, f"agent_{agent}/{Path(err.filename or '?').name} is missing") from None
+    except (SafetensorError, OSError) as err:
+        raise damaged(checkpoint, f"agent_{agent}/: {type(err).__name__}: {str(err)[:200]}") from None
+    except (RuntimeError, ValueError, KeyError) as err:  # shapes or names that differ from the model's
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CheckpointError(f"checkpoint {checkpoint}: agent_{agent}/ does not match the model "
+                              f"({first[:200]})") from None
 
 
 def load_agent_weights_from_folder(model: Any, folder: Path) -> None:

@@ -1,7 +1,8 @@
 """Command line shared by every `train_*.py` script: --config, --override, --print-config.
 
-User errors (a bad config, a missing file, an unreachable dataset) print one `error:` line and exit 2,
-without a traceback. Everything else is a bug and keeps its traceback.
+User errors (a bad config, a missing file, an unreachable dataset, a model or checkpoint that cannot be loaded)
+are `cooprl.errors.UserError`s: they print one `error:` line and exit 2, without a traceback. Everything else is
+a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from cooprl.config import Config, ConfigError, load_config
+from cooprl.config import Config, load_config
+from cooprl.errors import UserError
 
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError,)
 
-
-def register_user_error(kind: type[Exception]) -> None:
-    """Treat exceptions of `kind` as user errors (message only, exit 2); environments add their own."""
-    global USER_ERRORS
-    if kind not in USER_ERRORS:
-        USER_ERRORS = USER_ERRORS + (kind,)
+def print_user_error(err: UserError) -> int:
+    """Print `err` as one `error: ...` line on stderr; return the exit status of a user error (2)."""
+    message = " ".join(str(err).split()) or type(err).__name__  # one line, whatever the message holds
+    # names and values from hostile files: no terminal control sequences, no lone surrogates
+    message = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -49,7 +51,6 @@ def run_cli(trainer: str, default_config: str, train: Callable[[Config, str], ob
             sys.stdout.write(config.to_yaml(trainer))
             return 0
         train(config, trainer)
-    except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except UserError as err:
+        return print_user_error(err)
     return 0

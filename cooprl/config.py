@@ -3,13 +3,19 @@
 A config file is YAML whose top-level keys are the sections below. `load_config(path, overrides)` merges
 the file with the overrides (each value parsed as YAML), checks every key and value against the typed
 fields, and returns a `Config`. Errors are `ConfigError`s whose message names the key, what was expected
-and what was given, with a did-you-mean suggestion for unknown keys.
+and what was given (shortened: a value is never printed in full), with a did-you-mean suggestion for unknown keys.
+
+Hostile input is refused with a ConfigError too: a file that is not UTF-8 text (binary, UTF-16), YAML whose
+aliases expand past MAX_YAML_NODES nodes (a "billion laughs" file) or nest deeper than MAX_YAML_DEPTH, a recursive
+alias, and a non-finite float (nan, inf) in any float field.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import reprlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,9 +24,26 @@ from typing import Any, Optional, Union
 
 import yaml
 
+from cooprl.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A user error in a config file or an override; the message is meant to be shown as is."""
+
+
+MAX_CONFIG_BYTES = 1 << 20    # a config file is a few KB; a bigger one is not a config
+MAX_YAML_NODES = 100_000      # nodes of a document with every alias expanded (the shipped configs: < 1,000)
+MAX_YAML_DEPTH = 64           # nesting of a document (the shipped configs: 3)
+
+_short = reprlib.Repr()
+_short.maxstring, _short.maxother, _short.maxlong = 60, 60, 40
+_short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 4
+_short.maxlevel = 2
+
+
+def show(value: Any) -> str:
+    """Return a short repr of `value` for an error message (long strings and big or deep containers are cut)."""
+    return _short.repr(value)
 
 
 def option(default: Any, doc: str, *, choices: tuple | None = None, min: float | None = None,
@@ -259,7 +282,7 @@ class Config:
     critic_model: CriticModelSection = option(CriticModelSection(), "critic backbone for actor-critic trainers")
     critics: Optional[list[str]] = option(None, "one critic model name per agent; null = critic_model.name")
     dataset: DatasetSection = option(DatasetSection(), "problems")
-    seed: int = option(42, "seed of every random number generator")
+    seed: int = option(42, "seed of every random number generator, 0 to 2^32 - 1", min=0, max=2**32 - 1)
     output: OutputSection = option(OutputSection(), "run folder and final model")
     external: ExternalSection = option(ExternalSection(), "transitions between turns")
     reward_processor: RewardProcessorSection = option(RewardProcessorSection(), "training reward transform")
@@ -331,18 +354,18 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError:
                 continue
-        raise ConfigError(f"{key}: expected {_describe(tp)}, got {value!r}")
+        raise ConfigError(f"{key}: expected {_describe(tp)}, got {show(value)}")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping of {tp.__name__} keys, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping of {tp.__name__} keys, got {show(value)}")
         return build_section(tp, value, key)
     if origin is list:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected {_describe(tp)}, got {value!r}")
+            raise ConfigError(f"{key}: expected {_describe(tp)}, got {show(value)}")
         return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping, got {show(value)}")
         return dict(value)
     if tp is Any:
         return value
@@ -353,34 +376,45 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # PyYAML reads 1e-5 (no dot) as a string
+            number = value
+        elif isinstance(value, str):  # PyYAML reads 1e-5 (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            try:
+                number = float(number)
+            except OverflowError:  # an int too large for a float
+                number = math.inf
+            if not math.isfinite(number):  # .nan, .inf, 'nan', 1e999: every float field needs a real number
+                raise ConfigError(f"{key}: expected a finite number, got {show(value)}")
+            return number
     elif tp is str:
         if isinstance(value, str):
             return value
-    raise ConfigError(f"{key}: expected {_describe(tp)}, got {value!r}")
+    raise ConfigError(f"{key}: expected {_describe(tp)}, got {show(value)}")
 
 
 def _check_bounds(value: Any, meta: Any, key: str) -> None:
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         allowed = ", ".join("null" if c is None else str(c) for c in choices)
-        raise ConfigError(f"{key}: {value!r} is not allowed; choose one of: {allowed}")
+        raise ConfigError(f"{key}: {show(value)} is not allowed; choose one of: {allowed}")
     lo, hi = meta.get("min"), meta.get("max")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             bounds = f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
-            raise ConfigError(f"{key}: {value!r} is out of range; expected a value in {bounds}")
+            raise ConfigError(f"{key}: {show(value)} is out of range; expected a value in {bounds}")
 
 
 def unknown_key_error(key: str, known: list[str], prefix: str) -> ConfigError:
     """Return a ConfigError for an unknown key with the nearest valid keys as suggestions."""
     full = f"{prefix}.{key}" if prefix else key
+    if len(full) > 100:
+        full = show(full)
     near = difflib.get_close_matches(key, known, n=2, cutoff=0.75)
     hint = " or ".join(f"{prefix + '.' if prefix else ''}{n}" for n in near)
     if hint:
@@ -417,9 +451,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(path):
         raise ConfigError(f"--override {text!r}: empty part in key {key!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml_text(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
-        raise ConfigError(f"--override {text!r}: value is not valid YAML ({err})") from None
+        raise ConfigError(f"--override {text!r}: value is not valid YAML ({_yaml_problem(err)})") from None
+    except ConfigError as err:
+        raise ConfigError(f"--override {text!r}: {err}") from None
     return path, value
 
 
@@ -440,19 +476,108 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return merged
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Return the mapping in a YAML file; ConfigError when it is missing or not a mapping."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} not found")
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that checks each composed document before building it: at most MAX_YAML_NODES nodes with every
+    alias expanded, at most MAX_YAML_DEPTH levels, no recursive alias. (PyYAML itself shares aliased nodes, but
+    everything after it, validation included, walks the expanded tree: a 500-byte file of nested aliases is
+    10^9 elements.)"""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        _check_node_graph(node)
+        return node
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_node_graph(root: Any) -> None:
+    """Raise ConfigError when the node graph under `root`, aliases expanded, is too big, too deep or cyclic."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded node count, depth)
+    open_nodes: set[int] = set()            # the nodes being walked: the current node's ancestors
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            open_nodes.discard(key)
+            children = [sizes[id(child)] for child in _children(node)]
+            size = 1 + sum(c[0] for c in children)
+            depth = 1 + max((c[1] for c in children), default=0)
+            if size > MAX_YAML_NODES:
+                raise ConfigError(f"its aliases expand to more than {MAX_YAML_NODES:,} values (line {node.start_mark.line + 1}): "
+                                  "refused (a config needs a few hundred)")
+            if depth > MAX_YAML_DEPTH:
+                raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep: refused")
+            sizes[key] = (size, depth)
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise ConfigError(f"recursive alias (line {node.start_mark.line + 1}): refused")
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+
+
+def load_yaml_text(text: str) -> Any:
+    """Return the data of one YAML document, refusing documents that expand too big or nest too deep
+    (ConfigError without the file name) and python-specific tags (yaml.YAMLError)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(text, Loader=_BoundedLoader)
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep: refused") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """Return a one-line description of a YAML error, without the snippet of the file PyYAML appends."""
+    problem = getattr(err, "problem", None)
+    mark = getattr(err, "problem_mark", None)
+    if problem is None:
+        return " ".join(str(err).split())[:200]
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    context = getattr(err, "context", None)
+    return f"{context + ': ' if context else ''}{problem}{where}"
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Return the mapping in a YAML file; ConfigError when it is missing, not UTF-8 YAML, or not a mapping."""
+    path = Path(path)
+    name = repr(str(path))
+    if path.is_dir():
+        raise ConfigError(f"config file {name} is a directory, not a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"config file {name} not found")
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as err:
+        raise ConfigError(f"config file {name} cannot be read: {err.strerror or err}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {name} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config file")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
+        kind = "UTF-16 or UTF-32 text" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else "binary data (NUL bytes)"
+        raise ConfigError(f"config file {name} is not UTF-8 text (it holds {kind}); save it as UTF-8 YAML")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {name} is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}): "
+                          "not a YAML config") from None
+    try:
+        data = load_yaml_text(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+        raise ConfigError(f"config file {name} is not valid YAML: {_yaml_problem(err)}") from None
+    except ConfigError as err:
+        raise ConfigError(f"config file {name}: {err}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r}: expected a mapping of sections at the top level")
+        raise ConfigError(f"config file {name}: expected a mapping of sections at the top level")
     return data
 
 

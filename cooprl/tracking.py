@@ -12,10 +12,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from cooprl.errors import UserError
+
 log = logging.getLogger(__name__)
 
 
-class WandbUnavailable(RuntimeError):
+class WandbUnavailable(UserError, RuntimeError):
     """W&B was asked for (online) but cannot start; the message says how to fix or avoid it."""
 
 

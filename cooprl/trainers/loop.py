@@ -89,6 +89,26 @@ def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
         raise ConfigError(f"checkpoint.resume_from_checkpoint: {err}") from None
 
 
+def _resume(checkpoint: Path, algorithm: Algorithm) -> dict[str, Any]:
+    """Load `checkpoint` into the algorithm's models and state and restore the RNG states; return the trainer
+    state. CheckpointError when a file is damaged or the checkpoint does not fit this run (other agents, other
+    optimizers): nothing is written before everything is loaded."""
+    state = ckpt.load_trainer_state(checkpoint)
+    for i, model in enumerate(algorithm.models):
+        ckpt.load_agent_weights(model, checkpoint, i)
+    try:
+        algorithm.load_state_dict(state["algorithm"])
+        ckpt.set_rng_state(state["rng"])
+        position = (state["step"], state["env_step"], state.get("wandb_id"))
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in position[:2]):
+            raise ValueError(f"step and env_step must be counts, got {position[:2]}")
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError, AttributeError) as err:
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ckpt.CheckpointError(f"checkpoint {checkpoint} is damaged or does not fit this run: {ckpt.STATE_FILE} "
+                                   f"({type(err).__name__}: {first})") from None
+    return state
+
+
 class _InterruptFlag:
     """Turns the first Ctrl-C into a request to stop at the next safe point; a second one stops at once."""
 
@@ -113,8 +133,6 @@ class _InterruptFlag:
 def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, run_dir: Path) -> dict[str, Any]:
     """Run (or resume) training to the end; return a summary dict (also printed)."""
     section = config.trainer(trainer)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(config.to_yaml(trainer), encoding="utf-8")
     checkpoint_dir = Path(config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
     order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
     steps_per_round = min(len(order), section.max_steps or len(order))
@@ -123,12 +141,10 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
 
     start_step, env_step, wandb_id = 0, 0, None
     resume_from = _resolve_resume(config, checkpoint_dir)
-    if resume_from is not None:
-        state = ckpt.load_trainer_state(resume_from)
-        for i, model in enumerate(algorithm.models):
-            ckpt.load_agent_weights(model, resume_from, i)
-        algorithm.load_state_dict(state["algorithm"])
-        ckpt.set_rng_state(state["rng"])
+    state = _resume(resume_from, algorithm) if resume_from is not None else None  # before writing anything
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config.to_yaml(trainer), encoding="utf-8")
+    if state is not None:
         start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
         _truncate_metrics(run_dir, start_step)
         log.info("resumed from %s at step %d", resume_from, start_step)

@@ -7,6 +7,11 @@
 - `path: FILE.json|FILE.jsonl`: a local file of records.
 - anything else: `datasets.load_dataset(name)` from the hub (needs a connection).
 Every source accepts split slices in the `datasets` syntax: `test`, `test[33:163]`, `train[:16]`.
+
+A file that cannot be read as records (not UTF-8 text, a `.gz` that is not gzip or is truncated, a directory,
+invalid JSON, JSON nested deeper than Python can parse) and a malformed record (a missing or empty field, a test
+without `def check(`) are `DatasetError`s naming the file and the line (JSONL) or the record (`FILE[i]`, 0-based
+index): a malformed record stops loading, it is never skipped silently.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ import gzip
 import importlib.util
 import json
 import re
+import reprlib
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+
+from cooprl.errors import UserError
 
 REQUIRED_FIELDS = ("task_id", "prompt", "test", "entry_point")
 COOP_FILE = Path(__file__).parent / "data" / "coop.jsonl"
@@ -26,7 +35,7 @@ COOP_NAMES = {"coop", "cooprl/coop"}
 COOPHUMANEVAL_HUB = "OpenMLRL/CoopHumanEval"
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset that cannot be loaded or a record that is malformed; the message names the problem."""
 
 
@@ -51,10 +60,16 @@ def problem_from_record(record: Mapping[str, Any], where: str) -> Problem:
     if not isinstance(record, Mapping):
         raise DatasetError(f"{where}: record is a {type(record).__name__}, expected an object with fields {REQUIRED_FIELDS}")
     name = record.get("task_id", "?")
+    name = name if isinstance(name, str) and len(name) <= 80 else reprlib.repr(name)
     for key in REQUIRED_FIELDS:
         value = record.get(key)
         if not isinstance(value, str) or not value.strip():
             raise DatasetError(f"{where}: record {name!r}: field {key!r} is missing or not a non-empty string")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:  # JSON's "\ud800": no tokenizer or terminal takes a lone surrogate
+            raise DatasetError(f"{where}: record {name!r}: field {key!r} holds a lone surrogate "
+                               f"({ascii(value[err.start])}) at character {err.start}") from None
     if "def check(" not in record["test"]:
         raise DatasetError(f"{where}: record {name!r}: field 'test' has no 'def check(' function")
     extra = {k: v for k, v in record.items() if k not in REQUIRED_FIELDS}
@@ -87,30 +102,55 @@ def humaneval_file() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
 
 
+_NESTED = "JSON nested too deeply to parse"
+
+
 def _read_jsonl(path: Path) -> list[Any]:
     opener = gzip.open if path.suffix == ".gz" else open
     records = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise DatasetError(f"{path}:{line_no}: not valid JSON ({err.msg})") from None
+    line_no = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise DatasetError(f"{path}:{line_no}: not valid JSON ({err.msg})") from None
+                except RecursionError:
+                    raise DatasetError(f"{path}:{line_no}: {_NESTED}") from None
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{path}:{line_no + 1}: not UTF-8 text (byte 0x{err.object[err.start]:02x}): "
+                           "expected JSON lines") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise DatasetError(f"{path}: not a readable gzip file ({err or type(err).__name__})") from None
+    except OSError as err:
+        raise DatasetError(f"{path}: cannot be read ({err.strerror or err})") from None
     return records
 
 
 def _read_local(path: Path) -> list[Any]:
     if not path.exists():
         raise DatasetError(f"dataset.path {str(path)!r}: file not found")
+    if path.is_dir():
+        raise DatasetError(f"dataset.path {str(path)!r}: is a directory, expected a .json or .jsonl file")
+    if not path.is_file():  # a FIFO or a device (/dev/zero) would block or never end
+        raise DatasetError(f"dataset.path {str(path)!r}: not a regular file")
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         return _read_jsonl(path)
     if path.suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_bytes().decode("utf-8-sig"))
+        except UnicodeDecodeError as err:
+            raise DatasetError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}): "
+                               "expected JSON") from None
         except json.JSONDecodeError as err:
             raise DatasetError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        except RecursionError:
+            raise DatasetError(f"{path}: {_NESTED}") from None
+        except OSError as err:
+            raise DatasetError(f"{path}: cannot be read ({err.strerror or err})") from None
         if isinstance(data, Mapping):  # {"test": [...]} or {"train": [...]} style files
             data = next((v for v in data.values() if isinstance(v, list)), None)
         if not isinstance(data, list):

@@ -1,4 +1,8 @@
-"""What every `train_*.py` script runs: build the code task, the trainer's algorithm, and the shared loop."""
+"""What every `train_*.py` script runs: build the code task, the trainer's algorithm, and the shared loop.
+
+Its errors for bad input (DatasetError, ModelError, ConfigError, CheckpointError, ...) all derive from
+`cooprl.errors.UserError`, which the command line prints as one `error:` line (exit 2).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cooprl.cli import register_user_error, run_cli
+from cooprl.cli import run_cli
 from cooprl.config import Config, ConfigError
-from cooprl.models import ModelError
-from cooprl.tracking import WandbUnavailable
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
-from envs.code_generation.data import DatasetError
 
 log = logging.getLogger(__name__)
-
-for _error in (DatasetError, ModelError, WandbUnavailable):
-    register_user_error(_error)
 
 # trainer name -> function(config, trainer, task) -> Algorithm
 ALGORITHMS: dict[str, str] = {
