@@ -16,6 +16,8 @@ from typing import Any, Sequence
 
 import torch
 
+from cooprl.text import safe_text
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -85,7 +87,11 @@ class HFGenerator:
         self.chat_template = chat_template
 
     def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:
-        """Return the unpadded token ids of each prompt, cut from the left to `max_prompt_tokens`."""
+        """Return the unpadded token ids of each prompt, cut from the left to `max_prompt_tokens`.
+
+        Prompts carry model- and program-derived text (level feedback quotes error messages): `safe_text` first,
+        since a fast tokenizer refuses a lone surrogate (`TypeError: TextEncodeInput`)."""
+        prompts = [safe_text(p) for p in prompts]
         if self.chat_template:
             prompts = [apply_chat_template(self.tokenizer, p) for p in prompts]
         encoded = self.tokenizer(list(prompts), add_special_tokens=not self.chat_template)["input_ids"]

@@ -11,11 +11,16 @@ Per (aux completion, main completion) pair:
 4. Level 3: the tests of `check(candidate)` run in the sandbox, `candidate` bound to the entry point, each with
    `timeout_s`; after `max_timeouts` timeouts the rest count as failed. += passed/total. The program run is the
    level-2 code plus the helper functions the prompt defines fully (e.g. `poly` of HumanEval/32): they belong
-   to the problem, and the canonical solutions call them. See `TestSuite.from_check` for how check bodies
-   with loops and helper statements are split into tests (each top-level assert is one test; a loop holding
-   asserts is one test).
+   to the problem, and the canonical solutions call them. A test is a top-level assert of `check`, or a loop
+   or other statement holding asserts, that exercises the candidate (calls it, or uses a value computed by
+   calling it) with a condition that is not constant; `assert True, "..."` (36 HumanEval checks), `assert 1 == 1`
+   and the like are setup: they run, with no verdict (`TestSuite.from_check`, `code_cleaning.check_units`).
+   A check with no test at all gives no level-3 credit and no cooperation bonus (reason "no tests: ..."):
+   the pass fraction is never 1.0 for nothing.
 5. Cooperation (two agents only, when a test passed and aux is defined): +0.5 when main calls `aux`; then +1.0
-   when main is not a thin wrapper, and −0.5 when it ignores aux's return value (both on the AST).
+   when main is not a thin wrapper, and −0.5 when it ignores aux's return value. All three are judged on the
+   code of main that can run (dead branches, code after a return, nested functions never called are dropped)
+   and on data flow; `rewards.code_cleaning` states the rules.
 Single agent (GRPO/AC baselines): no aux term, no bonus: 0.6 + 0.5 + pass fraction = 2.1 at most.
 Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 """
@@ -148,7 +153,7 @@ def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "") 
         total += W_TESTS * passed / n
     failures = tuple(f"{o.test} -> {o.error or 'failed'}" for o in outcomes if not o.passed)
     if n == 0 and not reason:
-        reason = "no tests"
+        reason = "no tests: no assert of the check exercises the candidate"
     if timeouts:
         reason = reason or f"{timeouts} timeout(s)"
     if not prep.single_agent and passed > 0 and parts["aux_defined"]:

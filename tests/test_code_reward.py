@@ -78,7 +78,8 @@ CASES = [
     ("dropped_helper_is_missing", AUX,
      "def helper(xs):\n    return sum(xs)\n\ndef add_all(xs):\n    return helper(xs)\n", 1.5, dict(tests_passed=0)),
     ("main_redefines_aux", AUX,
-     "def aux(xs):\n    return 0\n\ndef add_all(xs):\n    v = aux(xs)\n    return v * 1\n", 4.0, dict(tests_passed=4)),
+     "def aux(xs):\n    return 0\n\ndef add_all(xs):\n    v = aux(xs)\n    return v if xs else 0\n", 4.0,
+     dict(tests_passed=4)),
     ("always_equal_hack", AUX,
      "def add_all(xs):\n    class A:\n        def __eq__(self, o):\n            return True\n    t = aux(xs)\n"
      "    return A() if t >= 0 else t\n", 1.5, dict(tests_passed=0)),
@@ -131,7 +132,8 @@ def test_sandbox_runs_source_and_code_objects_alike(sb):
 
 
 def test_timeouts(sb):
-    main = "def add_all(xs):\n    t = aux(xs)\n    while not xs:\n        pass\n    return t\n"
+    # (`return t` alone would make main a thin wrapper: what it returns is aux's result, passed through)
+    main = "def add_all(xs):\n    t = aux(xs)\n    while not xs:\n        pass\n    return t if xs else 0\n"
     r = score(sb, AUX, main, timeout_s=0.5)
     assert (r.tests_passed, r.tests_total, r.timeouts) == (3, 4, 1)
     assert r.total == 3.75
@@ -170,8 +172,9 @@ def test_cleaning_helpers():
     assert defines_with_return("def f(x):\n    return x +\n", "f")            # text fallback
     assert not defines_with_return("def f(x):\n    def g():\n        return 1\n    g()\n", "f")
     assert is_thin_wrapper("def f(x):\n    '''d'''\n    pass\n", "f")
-    assert not ignores_aux_return("def f(x):\n    for i in x:\n        print(r)\n        r = aux(i)\n    return 0\n",
-                                  "f")
+    # a read earlier in an enclosing loop counts (the next iteration sees the value)
+    assert not ignores_aux_return("def f(x):\n    out = 0\n    for i in x:\n        if i:\n            out = out + r\n"
+                                  "        r = aux(i)\n    return out\n", "f")
 
 
 def test_humaneval_canonical_single_agent(sb):

@@ -29,6 +29,7 @@ from cooprl.comparators import Comparator, build_comparator
 from cooprl.config import Config
 from cooprl.evaluation import evaluate_team, tree_metrics
 from cooprl.logprobs import completion_logprobs
+from cooprl.text import safe_print
 from cooprl.preferences import IterationPlan, PairStore, PreferencePair, collect_candidates, pairs_from_candidates, replay_weights
 from cooprl.task import Task
 from cooprl.trainers.magrpo import frozen_reference, reward_processor
@@ -97,7 +98,7 @@ class MADPO:
         metrics["env_steps"] = len(candidates[0])
         if self.config.output.verbose:
             for p in pairs:
-                print(f"--- {item_id} step {step}: chosen {p.chosen_reward:.3f} > rejected {p.rejected_reward:.3f}"
+                safe_print(f"--- {item_id} step {step}: chosen {p.chosen_reward:.3f} > rejected {p.rejected_reward:.3f}"
                       f" ({p.source})\n[chosen]\n" + "\n".join(p.chosen) + "\n[rejected]\n" + "\n".join(p.rejected))
         return metrics
 

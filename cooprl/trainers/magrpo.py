@@ -23,6 +23,7 @@ from cooprl.evaluation import evaluate_team, evaluation_settings, tree_metrics
 from cooprl.policy_update import TrainSample, policy_gradient_step
 from cooprl.rollout import RolloutSettings, advantages, iter_nodes, rollout, sample_returns
 from cooprl.task import Task
+from cooprl.text import safe_print
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +150,9 @@ class _AdapterOffView:
 def _print_tree(root: Any, task: Task) -> None:
     for node in iter_nodes(root):
         for j, score in enumerate(node.scores):
-            print(f"--- {task.item_id(node.item)} turn {node.turn + 1} joint {j}: reward {score.total:.3f}")
+            safe_print(f"--- {task.item_id(node.item)} turn {node.turn + 1} joint {j}: reward {score.total:.3f}")
             for a, text in enumerate(node.joint_texts(j)):
-                print(f"[agent {a}]\n{text}")
+                safe_print(f"[agent {a}]\n{text}")
 
 
 def build_magrpo(config: Config, trainer: str, task: Task) -> MAGRPO:

@@ -27,7 +27,8 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from envs.code_generation.prompts import code_prefix, completion_to_code, problem_code, problem_field
-from rewards.code_cleaning import PARSE_ERRORS
+from cooprl.text import safe_text
+from rewards.code_cleaning import PARSE_ERRORS, check_units
 
 MODES = ("level_feedback", "plain", "expert_edits")
 DEFAULT_EXPERT_MODEL = "deepseek-coder"
@@ -52,21 +53,24 @@ def _select(sandbox_slice: Any, count: int) -> range:
     return range(min(n, count)) if n > 0 else range(max(count + n, 0), count)
 
 
-def _test_units(test_src: str) -> list[tuple[int, int]] | None:
+def _test_units(test_src: str, prompt: str = "", entry_point: str = "") -> list[tuple[int, int]] | None:
     """Return the (first, last) 1-based line spans of the tests in `check`, or None when it does not parse.
 
-    As in the reward's sandbox, a top-level assert (multi-line too) is one test, and a loop or other
-    compound statement holding asserts is one test; everything else is setup and is always kept.
+    The tests are exactly those of the reward's sandbox (`TestSuite.from_check`, `code_cleaning.check_units`):
+    an assert, or a loop or other statement holding asserts, that exercises the candidate; `assert True` and
+    other asserts that test nothing are setup, and setup is always kept.
     """
     try:
         module = ast.parse(test_src)
     except PARSE_ERRORS:
         return None
-    check = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
-    if check is None:
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in module.body):
         return None
-    return [(s.lineno, s.end_lineno) for s in check.body
-            if any(isinstance(n, ast.Assert) for n in ast.walk(s))]
+    try:
+        _, units, _ = check_units(module, entry_point, [prompt] if prompt else [])
+    except RecursionError:
+        return None
+    return [(s.lineno, s.end_lineno) for kind, s in units if kind == "test"]
 
 
 def _line_units(test_src: str) -> list[tuple[int, int]]:
@@ -80,13 +84,13 @@ def _line_units(test_src: str) -> list[tuple[int, int]]:
     return units
 
 
-def slice_tests(test_src: str, sandbox_slice: Any = 1) -> str:
+def slice_tests(test_src: str, sandbox_slice: Any = 1, prompt: str = "", entry_point: str = "") -> str:
     """Return `test_src` with only the selected asserts of `check` kept (all other lines unchanged).
 
     `sandbox_slice`: 1 (default) the first; n > 0 the first n; n < 0 the last |n|; 0, None or 'all'
-    (any case) every one.
+    (any case) every one. `prompt`, `entry_point`: the problem's (what the tests may call the candidate by).
     """
-    units = _test_units(test_src)
+    units = _test_units(test_src, prompt, entry_point)
     if units is None:
         units = _line_units(test_src)
     keep = set(_select(sandbox_slice, len(units)))
@@ -95,9 +99,19 @@ def slice_tests(test_src: str, sandbox_slice: Any = 1) -> str:
     return "".join(line for number, line in enumerate(lines, 1) if number not in dropped)
 
 
+def _prompt_of(problem: Any) -> tuple[str, str]:
+    out = []
+    for key in ("prompt", "entry_point"):
+        try:
+            out.append(str(problem_field(problem, key) or ""))
+        except (KeyError, AttributeError, TypeError):
+            out.append("")
+    return out[0], out[1]
+
+
 def feedback_problem(problem: Any, sandbox_slice: Any = 1) -> Any:
     """Return `problem` (a Problem, or a dict copy) with its test reduced to the asserts feedback runs and shows."""
-    test = slice_tests(problem_field(problem, "test"), sandbox_slice)
+    test = slice_tests(problem_field(problem, "test"), sandbox_slice, *_prompt_of(problem))
     if isinstance(problem, dict):
         return {**problem, "test": test}
     return dataclasses.replace(problem, test=test)
@@ -106,7 +120,8 @@ def feedback_problem(problem: Any, sandbox_slice: Any = 1) -> Any:
 def visible_asserts(problem: Any, sandbox_slice: Any = 1) -> list[str]:
     """Return the source of each test the feedback shows (one string per selected assert or loop)."""
     test = problem_field(problem, "test")
-    units = _test_units(test) or _line_units(test)
+    units = _test_units(test, *_prompt_of(problem))
+    units = _line_units(test) if units is None else units
     lines = test.splitlines()
     return ["\n".join(lines[first - 1:last]).strip() for i, (first, last) in enumerate(units)
             if i in set(_select(sandbox_slice, len(units)))]
@@ -201,7 +216,7 @@ def level_feedback(problem: Any, role: str, breakdown: Any, own_code: str = "") 
                      for line in diagnostics(problem, role, breakdown, own_code))
     closing = ("No problems were found. Write your final code again, improving it if you can."
                if _all_good(role, breakdown) else "Revise your code to fix these problems.")
-    return f"Feedback on your code:\n{body}\n{closing} Write only the code, no explanation."
+    return safe_text(f"Feedback on your code:\n{body}\n{closing} Write only the code, no explanation.")
 
 
 def plain_feedback(problem: Any, role: str) -> str:
@@ -230,7 +245,7 @@ def expert_messages(problem: Any, role: str, aux_code: str, main_code: str, brea
               "one line each, naming the exact change. Do not write the whole solution.")
     if role != "single":
         system += f" The main function `{entry}` should call the helper `aux` and use its return value."
-    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": safe_text("\n\n".join(parts))}]
 
 
 def expert_feedback(problem: Any, role: str, aux_code: str, main_code: str, breakdown: Any,
@@ -241,7 +256,7 @@ def expert_feedback(problem: Any, role: str, aux_code: str, main_code: str, brea
     """
     own = aux_code if role == "aux" else main_code
     try:
-        edits = str(client(expert_messages(problem, role, aux_code, main_code, breakdown, tests))).strip()
+        edits = safe_text(client(expert_messages(problem, role, aux_code, main_code, breakdown, tests))).strip()
     except Exception as err:  # noqa: BLE001 - any client error: network, quota, bad response
         warnings.warn(f"expert_edits: the expert call failed ({err!r}); using level feedback", stacklevel=2)
         return level_feedback(problem, role, breakdown, own)
@@ -322,7 +337,8 @@ def next_prompt(mode: str, problem: Any, role: str, history: Sequence[tuple[str,
         feedback = expert_feedback(problem, role, aux_code, main_code, breakdown, expert_client,
                                    tests=visible_asserts(problem, sandbox_slice))
     prefix = code_prefix(role, problem)
+    # every part may hold model- or program-derived text (a lone surrogate from an error message, say)
     if passthrough:
-        return f"{feedback}\n\n{prefix}"
+        return safe_text(f"{feedback}\n\n{prefix}")
     context = last_prompt[:-len(prefix)] if last_prompt.endswith(prefix) else last_prompt.rstrip() + "\n\n"
-    return f"{context}{own_code.rstrip()}\n\n{feedback}\n\n{prefix}"
+    return safe_text(f"{context}{own_code.rstrip()}\n\n{feedback}\n\n{prefix}")
