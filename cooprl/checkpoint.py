@@ -22,6 +22,7 @@ import json
 import logging
 import pickle
 import random
+import re
 import shutil
 import tempfile
 import zipfile
@@ -256,9 +257,10 @@ def _read_state(checkpoint: Path, mmap: bool = False) -> dict[str, Any]:
         raw = torch.load(path, weights_only=True, map_location=None, mmap=mmap)
     except pickle.UnpicklingError as err:
         # weights_only refuses any global it does not know: a crafted file, or one written by an older cooprl
-        reason = str(err).split("\n")
-        detail = next((line.strip() for line in reason if "Unsupported" in line or "global" in line.lower()), reason[0])
-        raise damaged(checkpoint, f"{STATE_FILE} holds more than plain data, refused ({detail[:200]})") from None
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        what = f"it names {found.group(1)}" if found else " ".join(str(err).split())[:120]
+        raise damaged(checkpoint, f"{STATE_FILE} holds more than plain data and is refused ({what}; a crafted file, "
+                                  "or one written before cooprl saved plain data)") from None
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, KeyError, IndexError, TypeError) as err:
         raise damaged(checkpoint, f"{STATE_FILE} cannot be read ({type(err).__name__}: "
                                   f"{str(err).splitlines()[0][:200] if str(err) else 'truncated'})") from None

@@ -366,7 +366,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {show(value)}")
-        return dict(value)
+        if len(args) != 2:
+            return dict(value)
+        return {_coerce(k, args[0], f"{key} key"): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
     if tp is Any:
         return value
     if tp is bool:
