@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from cooprl.config import IterativeFields
+from cooprl.errors import UserError
 from cooprl.rollout import Node, RolloutSettings, Sampler, rollout
 
 log = logging.getLogger(__name__)
@@ -173,21 +174,29 @@ def write_pairs(path: str | Path, pairs: Iterable[PreferencePair]) -> None:
     os.replace(tmp, path)
 
 
+class PreferenceFileError(UserError, ValueError):
+    """A run's preference-pair file is damaged (not UTF-8, not JSON lines, a line that is not a pair)."""
+
+
 def read_pairs(path: str | Path) -> list[PreferencePair]:
-    """Return the pairs of a JSONL file ([] when it is missing); a cut-off last line (a crash mid-write) is dropped."""
+    """Return the pairs of a JSONL file ([] when it is missing); a cut-off last line (a crash mid-write) is dropped.
+    Raises PreferenceFileError, naming the file and line, for any other damage."""
     path = Path(path)
     if not path.is_file():
         return []
     pairs = []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (UnicodeDecodeError, OSError) as e:
+        raise PreferenceFileError(f"preference pairs {path} are damaged: {type(e).__name__}") from None
     for n, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             pairs.append(PreferencePair(**json.loads(line)))
-        except (json.JSONDecodeError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             if n < len(lines) - 1:
-                raise ValueError(f"{path}:{n + 1}: not a preference pair") from None
+                raise PreferenceFileError(f"preference pairs {path}:{n + 1} are damaged: not a preference pair") from None
             log.warning("%s: dropping a cut-off last line", path)
     return pairs
 

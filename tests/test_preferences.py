@@ -57,6 +57,16 @@ def test_jsonl_round_trip_and_a_cut_off_last_line(tmp_path):
     assert read_pairs(tmp_path / "missing.jsonl") == []
 
 
+@pytest.mark.parametrize("damage", [b"\xff\xfe\x00binary\n{}\n", b'not json\n{"item_id": "x"}\n', b"[1, 2]\n\n{}\n",
+                                    b"[" * 100_000 + b"\n{}\n"])
+def test_damaged_pair_file_is_a_user_error_naming_it(tmp_path, damage):
+    from cooprl.errors import UserError
+    path = tmp_path / "iteration_0.jsonl"
+    path.write_bytes(damage)
+    with pytest.raises(UserError, match="iteration_0.jsonl.*damaged"):
+        read_pairs(path)
+
+
 def test_store_appends_by_iteration_and_drops_later_steps_on_resume(tmp_path):
     store = PairStore(tmp_path / "preferences")
     store.append(0, [pair("a", 0, step=1), pair("b", 0, step=2)])
