@@ -1,0 +1,186 @@
+"""Run a test-time strategy on the eval split and score it on the hidden tests.
+
+  python evaluate_strategy.py --strategy direct|codet|collabcoder|cosplay --config CONFIG [--checkpoint RUN]
+                              [--override KEY=VALUE ...]
+
+The config is a trainer config (agent_model, dataset, output, seed are read; `--override` works as in
+train_*.py). Overrides of `budget.*` and of the strategy's own section (`codet.num_codes=8`,
+`cosplay.num_tests=4`, ...) set the Budget and the strategy's config (strategies/*.py document every key).
+With `--checkpoint` (a run folder, its checkpoints folder or one checkpoint) the trained agents are the LLM:
+one agent, or a two-agent team (aux + main) as the coder.
+
+Writes `<output.base_dir>/<output.run_name>/strategy_results.jsonl` (run_name defaults to
+`strategy-<strategy>-<dataset>`), one line per problem; a second run with the same folder skips the problems
+already there for the same strategy and LLM (resume). Prints a summary table whose last line is `pass@1: X`, and draws strategy_results.png.
+Bad input prints one `error: ...` line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from cooprl.cli import print_user_error
+from cooprl.config import ConfigError, apply_overrides, build_section, load_config
+from cooprl.errors import UserError
+from strategies import STRATEGIES
+from strategies.base import Budget
+
+RESULTS = "strategy_results.jsonl"
+
+
+def split_overrides(strategy: str, overrides: list[str]) -> tuple[list[str], Budget, Any]:
+    """Return (the overrides for cooprl's config, the Budget, the strategy's config); the `budget.` and
+    `<strategy>.` keys are checked like every config key (types, unknown keys)."""
+    own = [o for o in overrides if o.split("=", 1)[0].split(".")[0] in ("budget", strategy)]
+    others = [o for o in overrides if o.split("=", 1)[0].split(".")[0] in STRATEGIES and o not in own]
+    if others:
+        raise ConfigError(f"--override {others[0]!r}: that section belongs to another strategy than {strategy!r}")
+    data = apply_overrides({}, own)
+    for name in data:
+        if not isinstance(data[name], dict):
+            raise ConfigError(f"--override {name}: is a section; set one of its keys, e.g. {name}.KEY=VALUE")
+    budget = build_section(Budget, data.get("budget", {}), "budget")
+    strategy_config = build_section(STRATEGIES[strategy][1], data.get(strategy, {}), strategy)
+    rest = [o for o in overrides if o not in own]
+    return rest, budget, strategy_config
+
+
+def read_done(path: Path) -> list[dict]:
+    """Return the rows already written (a truncated last line, from an interrupted run, is dropped)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def summary(strategy: str, rows: list[dict]) -> list[tuple[str, str]]:
+    """Return the summary table as (name, value) rows, pass@1 last."""
+    module = STRATEGIES[strategy][0]
+    n = max(1, len(rows))
+    table = [("problems", str(len(rows))),
+             ("calls / problem", f"{sum(r['cost']['calls'] for r in rows) / n:.1f}"),
+             ("tokens in / problem", f"{sum(r['cost']['tokens_in'] for r in rows) / n:.0f}"),
+             ("tokens out / problem", f"{sum(r['cost']['tokens_out'] for r in rows) / n:.0f}"),
+             ("seconds / problem", f"{sum(r['seconds'] for r in rows) / n:.1f}")]
+    metrics = [r["metrics"] for r in rows]
+    numeric = sorted({k for m in metrics for k, v in m.items() if isinstance(v, (int, float))})
+    for key in numeric:
+        values = [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float))]
+        table.append((f"{key} (mean)", f"{sum(values) / max(1, len(values)):.3f}"))
+    if hasattr(module, "summarize"):
+        table += [(k, f"{v:.1f}") for k, v in module.summarize(metrics).items()]
+    table.append(("pass@1", f"{sum(r['passed'] for r in rows) / n:.4f}"))
+    return table
+
+
+def plot(run_dir: Path, strategy: str, rows: list[dict]) -> Path | None:
+    """Draw each problem's tokens (in + out) and whether it passed; return the PNG (None without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: matplotlib is not installed; no plot")
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    tokens = [r["cost"]["tokens_in"] + r["cost"]["tokens_out"] for r in rows]
+    colors = ["tab:green" if r["passed"] else "tab:red" for r in rows]
+    ax.bar(range(len(rows)), tokens, color=colors)
+    ax.set_xlabel("problem (green: passed the hidden tests)")
+    ax.set_ylabel("tokens in + out")
+    ax.set_title(f"{strategy}: pass@1 {sum(r['passed'] for r in rows) / max(1, len(rows)):.3f}")
+    path = run_dir / f"strategy_results_{strategy}.png"
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides: list[str]) -> tuple[Path, list]:
+    """Run `strategy` on every eval problem not yet in the results file; return (run folder, all rows)."""
+    from tqdm import tqdm
+
+    from envs.code_generation.data import load_problems
+    from rewards.sandbox import default_sandbox
+    from strategies.execution import score
+    from strategies.llm import build_llm
+
+    rest, budget, strategy_config = split_overrides(strategy, overrides)
+    config = load_config(config_path, rest)
+    problems = load_problems(config.dataset, config.dataset.eval_split)
+    dataset = (config.dataset.path and Path(config.dataset.path).stem) or config.dataset.name.split("/")[-1]
+    run_dir = Path(config.output.base_dir) / (config.output.run_name or f"strategy-{strategy}-{dataset}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / RESULTS
+    llm_name = f"{config.agent_model.name}@{checkpoint}" if checkpoint else config.agent_model.name
+    # one file per run folder: rows of another strategy or model there are not this evaluation's
+    rows = [r for r in read_done(path) if r.get("strategy") == strategy and r.get("llm") == llm_name]
+    done = {r["task_id"] for r in rows}
+    todo = [p for p in problems if p.task_id not in done]
+    (run_dir / f"strategy_config_{strategy}.json").write_text(json.dumps(
+        {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),
+         "model": config.agent_model.name, "checkpoint": checkpoint, "eval_split": config.dataset.eval_split},
+        indent=2), encoding="utf-8")
+    if done:
+        print(f"resuming: {len(done)} problem(s) already in {path}, {len(todo)} to go")
+    if todo:
+        import torch
+        torch.manual_seed(config.seed)
+        module = STRATEGIES[strategy][0]
+        llm = build_llm(config, checkpoint, problems, budget.max_new_tokens)
+        sandbox = default_sandbox()
+        with path.open("a", encoding="utf-8") as out:
+            for problem in tqdm(todo, desc=strategy, unit="problem"):
+                start = time.time()
+                solution = module.solve(problem, llm, sandbox, budget, strategy_config)
+                metrics = dict(solution.metrics)
+                if hasattr(module, "gt_metrics"):   # the paper's metrics that need the ground truth
+                    metrics.update(module.gt_metrics(problem, solution, sandbox))
+                verdict = score(problem, solution.code, sandbox)
+                row = {"task_id": problem.task_id, "strategy": strategy, "llm": llm_name, **verdict, "code": solution.code,
+                       "cost": asdict(solution.cost), "seconds": round(time.time() - start, 2), "metrics": metrics,
+                       "num_candidates": len(solution.candidates), "num_tests": len(solution.tests),
+                       "tests": solution.tests[:50]}
+                out.write(json.dumps(row) + "\n")
+                out.flush()   # a line per problem: an interrupted run resumes after it
+                rows.append(row)
+    return run_dir, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, evaluate, print the summary; return the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", required=True, choices=sorted(STRATEGIES))
+    parser.add_argument("--config", required=True, help="a trainer YAML config (agent_model, dataset, output)")
+    parser.add_argument("--checkpoint", help="a run folder, checkpoints folder or checkpoint-N folder")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        run_dir, rows = evaluate(args.strategy, args.config, args.checkpoint, args.override)
+    except UserError as err:
+        return print_user_error(err)
+    png = plot(run_dir, args.strategy, rows)
+    print(f"results: {run_dir / RESULTS}" + (f"; plot: {png}" if png else ""))
+    table = summary(args.strategy, rows)
+    width = max(len(k) for k, _ in table)
+    for key, value in table:
+        print(f"{key:<{width}}  {value}" if key != "pass@1" else f"pass@1: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""LLM backends for the strategies, all with `generate(prompt, n, params) -> list[Generation]`:
+
+- `GeneratorLLM`: a local model through cooprl's samplers (transformers `HFGenerator`, or `VLLMGenerator` with
+  `agent_model.generation_backend: vllm`): any HF model, the embedded ones, a trained checkpoint's agent.
+- `TeamLLM`: a trained two-agent team (aux + main) as the coder: code prompts go through both agents (aux writes
+  the helper, main the entry point, as in training); every other prompt goes to main.
+- `OpenAILLM`: an OpenAI-compatible HTTP endpoint (`/chat/completions`), with urllib only.
+- `ScriptedLLM`: canned answers chosen by substrings of the prompt, for tests.
+`build_llm(config, checkpoint)` builds the local ones from a cooprl config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from cooprl.generation import SamplingParams
+from strategies.base import Generation
+
+
+class GeneratorLLM:
+    """A local model: wraps an HFGenerator or VLLMGenerator (cooprl.generation / cooprl.vllm_generation)."""
+
+    def __init__(self, generator: Any, name: str = "local"):
+        self.generator, self.name = generator, name
+
+    def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
+        """Return n sampled answers, their token counts read off the sampler's ids."""
+        completions = self.generator.sample([prompt], n, params)[0]
+        return [Generation(c.text, int(len(c.prompt_ids)), int(len(c.completion_ids))) for c in completions]
+
+
+class TeamLLM:
+    """A two-agent team as one coder. `generate` on a code prompt (one that ends with the problem's code, see
+    strategies.text.code_prompt) samples aux and main with their training prompts, the guidance in front, and
+    returns the joined program; any other prompt is answered by main alone."""
+
+    def __init__(self, aux: GeneratorLLM, main: GeneratorLLM, problems: Sequence[Any] = ()):
+        self.aux, self.main, self.name = aux, main, f"team({aux.name}+{main.name})"
+        self.problems = list(problems)   # to recognise code prompts
+
+    def _problem_of_code_prompt(self, prompt: str) -> Any:
+        from envs.code_generation.prompts import single_prompt
+        for p in self.problems:
+            if prompt.endswith(single_prompt(p)):
+                return p
+        return None
+
+    def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
+        from envs.code_generation.prompts import aux_prompt, completion_to_code, main_prompt, single_prompt
+        problem = self._problem_of_code_prompt(prompt)
+        if problem is None:
+            return self.main.generate(prompt, n, params)
+        guidance = prompt[:len(prompt) - len(single_prompt(problem))]
+        auxes = self.aux.generate(guidance + aux_prompt(problem), n, params)
+        mains = self.main.generate(guidance + main_prompt(problem), n, params)
+        out = []
+        for a, m in zip(auxes, mains):
+            # the joined program, written out in full, so that strategies.text.extract_code keeps it as is
+            code = completion_to_code("aux", problem, a.text) + "\n\n" + completion_to_code("main", problem, m.text)
+            out.append(Generation(code, a.tokens_in + m.tokens_in, a.tokens_out + m.tokens_out))
+        return out
+
+
+class OpenAILLM:
+    """An OpenAI-compatible chat endpoint (vLLM's server, llama.cpp, a hosted API). The key is read from the
+    environment variable named by `api_key_env`. Stop strings are applied here too (servers cap them at 4)."""
+
+    def __init__(self, model: str, base_url: str = "http://localhost:8000/v1", api_key_env: str = "OPENAI_API_KEY",
+                 timeout_s: float = 120.0):
+        self.name, self.base_url, self.timeout_s = model, base_url.rstrip("/"), timeout_s
+        self.api_key = os.environ.get(api_key_env, "")
+
+    def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
+        from cooprl.generation import first_stop
+        body = {"model": self.name, "messages": [{"role": "user", "content": prompt}], "n": n,
+                "max_tokens": params.max_new_tokens, "temperature": params.temperature, "top_p": params.top_p}
+        request = urllib.request.Request(f"{self.base_url}/chat/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": f"Bearer {self.api_key}"})
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            reply = json.loads(response.read().decode("utf-8"))
+        usage = reply.get("usage") or {}
+        choices = reply.get("choices") or []
+        tokens_in = int(usage.get("prompt_tokens", 0))
+        tokens_out = int(usage.get("completion_tokens", 0)) // max(1, len(choices))
+        out = []
+        for choice in choices:
+            text = (choice.get("message") or {}).get("content") or ""
+            cut = first_stop(text, params.stop_strings)
+            out.append(Generation(text if cut is None else text[:cut], tokens_in, tokens_out))
+        return out
+
+
+class ScriptedLLM:
+    """Deterministic canned answers for tests. `rules` is a list of (substring, answers): the first rule whose
+    substring occurs in the prompt answers, cycling through its answers (a str, or a callable of the prompt).
+    A prompt no rule matches gets `default`. Tokens are counted as whitespace-separated words. `prompts` logs
+    every prompt asked."""
+
+    def __init__(self, rules: Sequence[tuple[str, Sequence[str | Callable[[str], str]]]], default: str = "",
+                 name: str = "scripted"):
+        self.rules, self.default, self.name = [(k, list(v)) for k, v in rules], default, name
+        self.turn: dict[int, int] = {}
+        self.prompts: list[str] = []
+
+    def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
+        out = []
+        for _ in range(n):
+            self.prompts.append(prompt)
+            text = self.default
+            for i, (key, answers) in enumerate(self.rules):
+                if key in prompt and answers:
+                    k = self.turn.get(i, 0)
+                    self.turn[i] = k + 1
+                    answer = answers[k % len(answers)]
+                    text = answer(prompt) if callable(answer) else answer
+                    break
+            out.append(Generation(text, len(prompt.split()), len(text.split())))
+        return out
+
+
+def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any] = (),
+              max_new_tokens: int = 256) -> Any:
+    """Return the LLM a cooprl config describes: `agent_model` (or `agents:`) through the configured generation
+    backend; with `checkpoint` (a checkpoint folder, a checkpoints folder or a run folder), the trained weights
+    of agent 0 (one agent) or agents 0 and 1 when it holds two (a team: aux + main, see TeamLLM). `problems` are
+    the problems the team will see (to recognise their code prompts)."""
+    from cooprl import checkpoint as ckpt
+    from cooprl.agents import agent_model_names
+    from cooprl.config import ConfigError
+    from cooprl.generation import HFGenerator
+    from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path
+
+    model_cfg = config.agent_model
+    folder = None
+    if checkpoint:
+        path = Path(checkpoint)
+        spec = str(path / "checkpoints") if (path / "checkpoints").is_dir() else checkpoint
+        try:
+            folder = ckpt.find_checkpoint(spec, Path(spec))
+        except FileNotFoundError as err:
+            raise ConfigError(f"--checkpoint: {err}") from None
+    num_agents = 2 if folder is not None and (folder / "agent_1").is_dir() else 1
+    names = agent_model_names(config, num_agents) if config.agents is None or folder is not None else config.agents[:1]
+    if model_cfg.generation_backend == "vllm":
+        from cooprl.vllm_generation import check_vllm_backend
+        check_vllm_backend(model_cfg.device)   # fails fast, with the fix, where vLLM cannot run
+    llms = []
+    for i, name in enumerate(names):
+        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora)
+        if folder is not None:
+            ckpt.load_agent_weights(model, folder, i)
+        tokenizer = load_tokenizer(name, model_cfg.special_tokens)
+        model.config.use_cache = True
+        max_prompt_tokens = max(model_cfg.max_length - max_new_tokens, 8)
+        if model_cfg.generation_backend == "vllm":
+            from cooprl.vllm_generation import build_vllm_generator
+            generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
+                                             max_new_tokens, config.seed)
+        else:
+            generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
+                                    chat_template=model_cfg.chat_template)
+        llms.append(GeneratorLLM(generator, f"{name}#{i}" if folder is not None else name))
+    return llms[0] if len(llms) == 1 else TeamLLM(llms[0], llms[1], problems)
