@@ -1,0 +1,183 @@
+"""Rewards beyond one machine: sandbox pools on the CPU nodes of a Ray cluster.
+
+Code execution is CPU work that can stall a GPU trainer for minutes. `RaySandbox` keeps the reward's interface of
+`rewards.sandbox.Sandbox` (`run_detailed`, `run`, `map_detailed`, `close`) but sends each program to one of
+`actors` Ray actors, each of which owns an ordinary local `Sandbox` pool on its node. So the isolation and the
+verdicts are exactly the local ones (the same worker judges the same job); what Ray adds is placement (actors
+spread over the cluster's nodes), back-pressure (at most `in_flight` programs queued on an actor at once, the
+caller's threads wait for a free place) and fault tolerance (an actor whose node died is replaced and its
+program retried, `retries` times, so a lost node costs retries, not a crashed run).
+
+Ray is an optional dependency (`pip install cooprl[ray]`); it is imported when a `RaySandbox` is made.
+
+    ray.init(address="auto")                  # or let RaySandbox start/join one (RAY_ADDRESS is honoured)
+    pool = RaySandbox(actors=8, workers_per_actor=4)
+    use_sandbox(pool)                         # every reward of this process now runs on the cluster
+"""
+
+from __future__ import annotations
+
+import logging
+import marshal
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import CodeType
+from typing import Any, Sequence
+
+from rewards import sandbox as local
+from rewards.sandbox import RunReport, TestOutcome, TestSuite
+
+logger = logging.getLogger("cooprl.sandbox")
+
+
+class _SandboxActor:
+    """The body of one Ray actor: a local Sandbox pool and the one call the trainer makes of it."""
+
+    def __init__(self, workers: int, options: dict):
+        self.pool = local.Sandbox(workers=workers, **options)
+
+    def isolation(self) -> dict:
+        return self.pool.isolation
+
+    def run_detailed(self, program: Any, suite: TestSuite, timeout_s: float, max_timeouts: int) -> RunReport:
+        if isinstance(program, bytes):   # a code object travels marshalled (see RaySandbox.run_detailed)
+            program = marshal.loads(program)
+        return self.pool.run_detailed(program, suite, timeout_s, max_timeouts)
+
+
+class RaySandbox:
+    """Sandbox pools on a Ray cluster with the local pool's interface. `actors` pools of `workers_per_actor`
+    workers each (Ray reserves that many CPUs per actor and spreads the actors over the nodes); `in_flight`
+    programs at most per actor at once; `retries` reruns of a program whose actor died; `options` go to each
+    actor's `Sandbox` (memory_mb, nproc, ...). `address`: the cluster to join when Ray is not initialized yet
+    (None: RAY_ADDRESS, else a local Ray started here)."""
+
+    def __init__(self, actors: int = 2, workers_per_actor: int = 1, *, in_flight: int | None = None,
+                 retries: int = 2, address: str | None = None, **options: Any):
+        import ray   # optional: only the ray executor needs it
+
+        self._ray = ray
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        self.workers_per_actor = int(workers_per_actor)
+        self.workers = int(actors) * self.workers_per_actor
+        self.in_flight = int(in_flight or 2 * self.workers_per_actor)
+        self.retries = int(retries)
+        self._options = options
+        self._remote = ray.remote(num_cpus=self.workers_per_actor, max_restarts=0,
+                                  scheduling_strategy="SPREAD")(_SandboxActor)
+        self._actors = [self._new_actor() for _ in range(int(actors))]
+        self._busy = [0] * len(self._actors)   # programs sent to each actor and not answered yet
+        self._free = threading.Condition()
+        self._closed = False
+        self._pid = os.getpid()   # `rewards.sandbox.default_sandbox` checks both
+        self.isolation = ray.get(self._actors[0].isolation.remote())
+        self._executor = ThreadPoolExecutor(len(self._actors) * self.in_flight, thread_name_prefix="ray-sandbox")
+        logger.info("ray sandbox: %d actors x %d workers on %d nodes", len(self._actors), self.workers_per_actor,
+                    len({n["NodeID"] for n in ray.nodes() if n.get("Alive")}))
+
+    def _new_actor(self):
+        return self._remote.remote(self.workers_per_actor, self._options)
+
+    # -- placing a program: the least busy actor with a free place; wait when every actor is full
+    def _acquire(self) -> int:
+        with self._free:
+            while True:
+                if self._closed:
+                    raise RuntimeError("the sandbox is closed")
+                index = min(range(len(self._busy)), key=self._busy.__getitem__)
+                if self._busy[index] < self.in_flight:
+                    self._busy[index] += 1
+                    return index
+                self._free.wait()
+
+    def _release(self, index: int) -> None:
+        with self._free:
+            self._busy[index] -= 1
+            self._free.notify()
+
+    def _replace(self, index: int, dead, kill: bool = False) -> None:
+        with self._free:
+            if self._actors[index] is dead:   # another thread may have replaced it already
+                logger.warning("ray sandbox: actor %d is gone or hangs; starting a new one", index)
+                self._actors[index] = self._new_actor()
+        if kill:
+            self._ray.kill(dead)
+
+    def run_detailed(self, program: str | CodeType, tests: TestSuite | str, timeout_s: float = 10.0,
+                     max_timeouts: int = 3, *, entry_point: str | None = None) -> RunReport:
+        """Run `program` against `tests` on one of the cluster's pools; the same report as `Sandbox.run_detailed`
+        (a program whose actors kept dying fails its tests with "sandbox error")."""
+        suite = tests if isinstance(tests, TestSuite) else TestSuite.from_check(tests, entry_point or "")
+        if entry_point and entry_point != suite.entry_point:
+            suite = TestSuite(entry_point, suite.units, suite.context, suite.param, suite.trusted)
+        payload = marshal.dumps(program) if isinstance(program, CodeType) else program
+        budget = timeout_s * max(1, len(suite.units)) + 60   # the actor's own pool bounds the run itself
+        why = ""
+        for attempt in range(self.retries + 1):
+            index = self._acquire()
+            actor = self._actors[index]
+            try:
+                ref = actor.run_detailed.remote(payload, suite, timeout_s, max_timeouts)
+                return self._ray.get(ref, timeout=budget)
+            except self._ray.exceptions.GetTimeoutError:   # the actor's own pool ends every run sooner: it hangs
+                why = "no reply in time"
+                self._replace(index, actor, kill=True)
+                break
+            except (self._ray.exceptions.RayActorError, self._ray.exceptions.WorkerCrashedError,
+                    self._ray.exceptions.NodeDiedError) as e:
+                why = f"actor lost ({type(e).__name__})"
+                self._replace(index, actor)
+            finally:
+                self._release(index)
+        msg = f"sandbox error: {why}"
+        return RunReport([TestOutcome(t, False, msg) for t in suite.tests], error=msg)
+
+    def run(self, program: str | CodeType, tests: TestSuite | str, timeout_s: float = 10.0, max_timeouts: int = 3,
+            *, entry_point: str | None = None) -> list[TestOutcome]:
+        """Like `run_detailed`, the outcomes only."""
+        return self.run_detailed(program, tests, timeout_s, max_timeouts, entry_point=entry_point).outcomes
+
+    def map_detailed(self, fn, items: Sequence[Any]) -> list[Any]:
+        """Apply `fn` to items on this pool's threads (fn may call `run_detailed`); results in order."""
+        return list(self._executor.map(fn, items))
+
+    def close(self) -> None:
+        """Stop the actors (each closes its pool, which leaves no process behind)."""
+        with self._free:
+            if self._closed:
+                return
+            self._closed = True
+            self._free.notify_all()
+        self._executor.shutdown(wait=False)
+        for actor in self._actors:
+            try:
+                self._ray.kill(actor)
+            except Exception:   # noqa: BLE001 - Ray already shut down
+                pass
+
+    def __enter__(self) -> "RaySandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_sandbox(executor: str = "local", **options: Any):
+    """Return the reward's executor: `local` (a `Sandbox` on this machine) or `ray` (a `RaySandbox`). The options go
+    to the one chosen (for ray: actors, workers_per_actor, in_flight, retries, address, and the Sandbox limits)."""
+    if executor == "local":
+        return local.Sandbox(**options)
+    if executor == "ray":
+        return RaySandbox(**options)
+    raise ValueError(f"reward executor {executor!r}: expected local or ray")
+
+
+def use_sandbox(pool) -> None:
+    """Make `pool` the process-wide executor of the reward (what `rewards.sandbox.default_sandbox()` returns)."""
+    with local._default_lock:
+        previous, local._default = local._default, pool
+    if previous is not None and previous is not pool and previous._pid == os.getpid():
+        previous.close()
+
