@@ -343,10 +343,9 @@ def _deny_keyrings():
     """Install a seccomp filter (inherited by every child) under which the keyring syscalls fail with EPERM, so
     that no program can leave a key for the next one (the per-uid keyrings outlive a program), and syscalls of
     another ABI (32-bit, x32) end the process. Needs no_new_privs."""
-    import platform
-    arch = KEYRING_SYSCALLS.get(platform.machine())
+    arch = KEYRING_SYSCALLS.get(os.uname().machine)
     if arch is None:
-        raise OSError(0, f"no syscall table for {platform.machine()}")
+        raise OSError(0, f"no syscall table for {os.uname().machine}")
     audit, numbers = arch
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
@@ -1143,9 +1142,8 @@ def _pivot_into(new):
     """Make `new` the root of this mount namespace and drop the old root (pivot_root; where the syscall is not
     known or refused, e.g. a root on initramfs, move the mount and chroot: the old root then stays mounted
     below, out of reach of a process without CAP_SYS_CHROOT, which our programs never have)."""
-    import platform
     os.chdir(new)
-    number = SYS_PIVOT_ROOT.get(platform.machine())
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)   # (no import here: the old root is hidden from now on)
     if number is not None and _libc.syscall(number, b".", b".") == 0:
         if _libc.umount2(b".", MNT_DETACH) != 0:
             err = ctypes.get_errno()

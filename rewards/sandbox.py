@@ -194,7 +194,12 @@ def interpreter_view() -> InterpreterView:
     for path in (sys.executable, "/etc/ld.so.cache", *loaders):
         if os.path.exists(path):
             expose.append(os.path.abspath(path))
-    expose = sorted(set(expose))
+    # A scratch dir is a fresh tmpfs for each program, which would cover anything bound below it: the interpreter's
+    # own files cannot live there (a venv's `bin/python` link there is left out: the real binary is exposed).
+    if any(inside(s, SCRATCH_DIRS) for s in stdlib):
+        raise RuntimeError(f"the interpreter's standard library is below {', '.join(SCRATCH_DIRS)}, which every "
+                           f"sandboxed program gets empty: install Python elsewhere ({', '.join(stdlib)})")
+    expose = sorted(p for p in set(expose) if not inside(p, SCRATCH_DIRS))
     expose = [p for p in expose if not inside(p, [q for q in expose if q != p and os.path.isdir(q)])]
     cover = [os.path.join(d, name) for d in stdlib for name in ("site-packages", "dist-packages")
              if os.path.isdir(os.path.join(d, name))]

