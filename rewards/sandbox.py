@@ -268,6 +268,10 @@ def _program_fields(program: str | CodeType) -> dict:
     return {"code": marshal.dumps(program)}
 
 
+class IsolationError(RuntimeError):
+    """A Sandbox made with `require_full_isolation` could not isolate its programs fully (the message says how)."""
+
+
 class _Slot:
     def __init__(self, index: int):
         self.index = index
@@ -281,12 +285,15 @@ class Sandbox:
     `run(program, tests, timeout_s, max_timeouts)` runs one program against a `TestSuite` (or a test file
     with `entry_point=`) and returns one `TestOutcome` per test; `run_many(jobs)` runs many in parallel.
     `workers` defaults to the CPUs this process may use; with `pin_cpus` each worker slot (its worker, zygote and
-    programs) is pinned to one of them (`_slot_cpus` says why).
+    programs) is pinned to one of them (`_slot_cpus` says why). Where some isolation is missing (not root and no
+    user namespaces, say) the pool logs a warning naming it, or with `require_full_isolation` refuses to start
+    (`IsolationError`).
     """
 
     def __init__(self, workers: int | None = None, *, memory_mb: int = 1024, nproc: int = 64,
                  fsize_mb: int = 16, nofile: int = 64, tmpfs_mb: int = 64, tmpfs_inodes: int = 4096,
-                 expose_paths: Iterable[str] = (), pin_cpus: bool = True, debug: bool = False):
+                 expose_paths: Iterable[str] = (), pin_cpus: bool = True, require_full_isolation: bool = False,
+                 debug: bool = False):
         allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self.workers = max(1, int(workers or len(allowed) or os.cpu_count() or 1))
         self.limits = {"memory_mb": int(memory_mb), "nproc": int(nproc), "fsize_mb": int(fsize_mb),
@@ -322,6 +329,10 @@ class Sandbox:
         line = (f"sandbox: {self.workers} workers{pinned}, isolation: {have}; rlimits AS {memory_mb} MiB, CPU, "
                 f"NPROC {nproc}, FSIZE {fsize_mb} MiB, NOFILE {nofile}, no core; missing: {missing}")
         (logger.warning if self.isolation.get("missing") else logger.info)(line)
+        if require_full_isolation and self.isolation.get("missing"):
+            self.close()
+            raise IsolationError(f"the sandbox lacks {missing} (full isolation needs root, or unprivileged user "
+                                 f"namespaces; see the README's sandbox table)")
 
     # -- workers
     def _start(self, slot: _Slot) -> None:

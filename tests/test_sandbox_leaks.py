@@ -380,3 +380,15 @@ def test_isolation_report_names_every_layer(box):
     stdlib = os.path.realpath(os.path.dirname(os.__file__))
     assert any(stdlib == p or stdlib.startswith(p + "/") for p in view.expose), view
     assert not any("site-packages" in p and p not in view.cover for p in view.expose), view
+
+
+def test_require_full_isolation():
+    # root: every layer is in force and the pool starts; unprivileged (user namespace, one uid for all slots):
+    # something is missing, and a pool that requires full isolation refuses to start and says what lacks
+    from rewards.sandbox import IsolationError
+    if os.geteuid() == 0:
+        with Sandbox(workers=1, require_full_isolation=True) as strict:
+            assert strict.isolation["missing"] == []
+    else:
+        with pytest.raises(IsolationError, match="separate uid"):
+            Sandbox(workers=1, require_full_isolation=True)
