@@ -1,4 +1,4 @@
-"""Command line shared by every `train_*.py` script: --config, --override, --print-config.
+"""Command line shared by every `train_*.py` script: --config, --override, --print-config, --resume.
 
 User errors (a bad config, a missing file, an unreachable dataset, a model or checkpoint that cannot be loaded)
 are `cooprl.errors.UserError`s: they print one `error:` line and exit 2, without a traceback. Everything else is
@@ -8,12 +8,13 @@ a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from cooprl.config import Config, load_config
+from cooprl.config import Config, ConfigError, load_config
 from cooprl.errors import UserError
 
 
@@ -35,7 +36,58 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random (values parsed as YAML)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config as YAML and exit")
+    parser.add_argument("--resume", metavar="RUN_DIR|latest",
+                        help="continue a run from its newest complete checkpoint: RUN_DIR (its config.yaml is the "
+                             "config, --override on top), or latest: the newest run of this trainer and dataset "
+                             "under output.base_dir of --config")
     return parser.parse_args(argv)
+
+
+def _quoted(value: object) -> str:
+    return json.dumps(str(value))   # a YAML string, whatever the path holds
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    from cooprl import checkpoint as ckpt
+    try:
+        saved = load_config(run_dir / "config.yaml", [])
+        ckpt.find_checkpoint("latest", Path(saved.checkpoint.checkpoint_dir or run_dir / "checkpoints"))
+        return True
+    except (UserError, FileNotFoundError, OSError):
+        return False
+
+
+def find_latest_run(trainer: str, config: Config) -> Path:
+    """Return the newest run folder under `config.output.base_dir` of `trainer` on `config`'s dataset (its
+    `output.run_name` when that is set) that holds a complete checkpoint; ConfigError when there is none."""
+    from cooprl.trainers.loop import run_prefix
+    base = Path(config.output.base_dir)
+    if config.output.run_name:
+        candidates = [base / config.output.run_name]
+    else:
+        prefix = run_prefix(config, trainer)
+        candidates = [p for p in base.glob(f"{prefix}*") if p.is_dir()] if base.is_dir() else []
+    runs = [p for p in candidates if (p / "config.yaml").is_file() and _has_checkpoint(p)]
+    if not runs:
+        raise ConfigError(f"--resume latest: no run of {trainer} with a complete checkpoint under {base} "
+                          f"(looked for {', '.join(p.name for p in candidates) or 'none'})")
+    return max(runs, key=lambda p: (p / "config.yaml").stat().st_mtime)
+
+
+def resume_config(trainer: str, args: argparse.Namespace) -> Config:
+    """The config that continues the run `args.resume` names: that run's config.yaml, then the --override values,
+    then its own folder and its newest complete checkpoint."""
+    if args.resume == "latest":
+        run_dir = find_latest_run(trainer, load_config(Path(args.config), args.override))
+    else:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml in it)")
+    run_dir = run_dir.resolve()
+    where = [f"output.base_dir={_quoted(run_dir.parent)}", f"output.run_name={_quoted(run_dir.name)}",
+             "checkpoint.resume_from_checkpoint=latest"]
+    logging.getLogger(__name__).info("resuming %s", run_dir)
+    return load_config(run_dir / "config.yaml", list(args.override) + where)
 
 
 def run_cli(trainer: str, default_config: str, train: Callable[[Config, str], object],
@@ -45,8 +97,7 @@ def run_cli(trainer: str, default_config: str, train: Callable[[Config, str], ob
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     try:
-        config_path = Path(args.config)
-        config = load_config(config_path, args.override)
+        config = resume_config(trainer, args) if args.resume else load_config(Path(args.config), args.override)
         if args.print_config:
             sys.stdout.write(config.to_yaml(trainer))
             return 0

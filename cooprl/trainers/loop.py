@@ -67,12 +67,17 @@ def data_order(num_items: int, epochs: int, seed: int) -> list[int]:
     return order
 
 
+def run_prefix(config: Config, trainer: str) -> str:
+    """Return the start of an unnamed run's folder name: `<trainer>-<dataset>-` (the time follows)."""
+    dataset = (config.dataset.path and Path(config.dataset.path).stem) or config.dataset.name.split("/")[-1]
+    return f"{trainer}-{dataset}-"
+
+
 def run_folder(config: Config, trainer: str) -> Path:
     """Return the run folder (created), named by output.run_name or trainer, dataset and time."""
     name = config.output.run_name
     if not name:
-        dataset = (config.dataset.path and Path(config.dataset.path).stem) or config.dataset.name.split("/")[-1]
-        name = f"{trainer}-{dataset}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+        name = f"{run_prefix(config, trainer)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
     folder = Path(config.output.base_dir) / name
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -153,7 +158,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
             # a new run in a used folder (e.g. the demo's fixed run_name, run twice): appending would mix the two
             # runs' steps in metrics.jsonl, the summary and rewards.png
             log.warning("%s holds an earlier run's metrics: metrics.jsonl starts afresh (to continue that run, "
-                        "--override checkpoint.resume_from_checkpoint=latest)", run_dir)
+                        "--resume %s)", run_dir, run_dir)
             _truncate_metrics(run_dir, 0)
         # preference trainers read their pairs files back (right on resume): a new run must collect its own
         _move_pairs_aside(run_dir)
@@ -206,6 +211,9 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         save(step)
     tracker.close()
     summary = summarize(run_dir, step, final_eval, interrupted)
+    if interrupted:
+        log.warning("interrupted at step %d of %d; to continue: python train_%s.py --resume %s", step, total_steps,
+                    trainer, run_dir)
     try:
         from cooprl.plot import plot_run
         plot_run(run_dir)
@@ -226,7 +234,7 @@ def _move_pairs_aside(run_dir: Path) -> Path | None:
         target, n = path.with_name(f"{path.name}.old-{stamp}-{n}"), n + 1
     path.rename(target)
     log.warning("%s holds an earlier run's preference pairs: moved to %s, this run collects its own (to continue "
-                "that run, --override checkpoint.resume_from_checkpoint=latest)", path, target.name)
+                "that run, --resume %s)", path, target.name, path.parent)
     return target
 
 
