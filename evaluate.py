@@ -1,8 +1,13 @@
-"""Evaluate a saved run: python evaluate.py --config FILE --checkpoint DIR [--trainer NAME] [--override ...]
+"""Evaluate agents on the eval split: a run, a checkpoint, or the starting models as a baseline.
 
-Loads the agents' weights (or LoRA adapters) from a checkpoint folder (or the newest checkpoint under a
-checkpoints folder), rolls out the eval split with the trainer's evaluation settings and prints the
-per-turn metrics (reward levels, pass rate, pass@k, aux usage); `--output FILE` also writes them as JSON.
+    python evaluate.py --run runs/RUN                       # the run's config and its newest checkpoint
+    python evaluate.py --config FILE --checkpoint DIR       # a checkpoint-N folder, or a checkpoints folder (newest)
+    python evaluate.py --config FILE                        # no checkpoint: the untrained models (the baseline)
+    ... [--samples N|all] [--generations K] [--pass-k 1 5] [--trainer NAME] [--override ...] [--output FILE.json]
+
+Rolls out the eval split with the trainer's evaluation settings and prints the per-turn metrics (reward levels,
+pass rate, pass@k, aux usage); `--output` also writes them as JSON. `--samples all` takes the whole eval split
+(default: the trainer's eval_num_samples); `--generations K` samples K answers per problem, for pass@k up to K.
 Bad input (config, dataset, model, a damaged checkpoint) prints one `error: ...` line and exits 2.
 Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
 only its trainer's sections), else magrpo.
@@ -25,34 +30,64 @@ from cooprl.trainers.loop import evaluation_seed
 from envs.code_generation import train as code_train
 
 
-def evaluate_checkpoint(config_path: str, checkpoint: str, trainer: str, overrides: list[str]) -> dict[str, float]:
-    """Return the evaluation metrics of the agents saved in `checkpoint`."""
+def evaluate_checkpoint(config_path: str, checkpoint: str | None, trainer: str, overrides: list[str],
+                        samples: str | None = None) -> dict[str, float]:
+    """Return the evaluation metrics of the agents saved in `checkpoint` (None: the starting models) on the first
+    `samples` eval problems ("all": every one; None: the trainer's eval_num_samples)."""
     config = load_config(config_path, overrides)
-    try:
-        folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
-    except FileNotFoundError as err:
-        raise ConfigError(f"--checkpoint: {err}") from None
+    folder = None
+    if checkpoint is not None:
+        try:
+            folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
+        except FileNotFoundError as err:
+            raise ConfigError(f"--checkpoint: {err}") from None
     task, algorithm = code_train.build_task_and_algorithm(config, trainer)
-    for i, model in enumerate(algorithm.models):
-        ckpt.load_agent_weights(model, folder, i)
+    if folder is not None:
+        for i, model in enumerate(algorithm.models):
+            ckpt.load_agent_weights(model, folder, i)
     torch.manual_seed(evaluation_seed(config.seed))  # the same evaluation stream as during training
-    items = task.eval_items[:config.trainer(trainer).eval_num_samples]
+    if samples is None:
+        items = task.eval_items[:config.trainer(trainer).eval_num_samples]
+    elif samples == "all":
+        items = task.eval_items
+    elif samples.isdigit() and int(samples) > 0:
+        items = task.eval_items[:int(samples)]
+    else:
+        raise ConfigError(f"--samples {samples!r}: expected a positive number or all")
+    print(f"evaluating {'the starting models' if folder is None else folder} on {len(items)} problems",
+          file=sys.stderr)
     return algorithm.evaluate(items)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, evaluate, print; return the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--checkpoint", required=True, help="checkpoint-N folder, or a checkpoints folder (newest)")
+    parser.add_argument("--run", help="a run folder: its config.yaml and (unless --checkpoint) its newest checkpoint")
+    parser.add_argument("--config", help="YAML config (required without --run)")
+    parser.add_argument("--checkpoint", help="checkpoint-N folder, or a checkpoints folder (newest); "
+                                             "none: the starting models, as a baseline")
     parser.add_argument("--trainer", help="trainer section to use (default: the config's only trainer, else magrpo)")
+    parser.add_argument("--samples", help="eval problems: a number or all (default: the trainer's eval_num_samples)")
+    parser.add_argument("--generations", type=int, help="answers per problem (the trainer's eval_num_generations)")
+    parser.add_argument("--pass-k", type=int, nargs="+", help="k values of pass@k (each <= --generations)")
     parser.add_argument("--override", nargs="*", default=[])
     parser.add_argument("--output", help="also write the metrics to this JSON file")
     args = parser.parse_args(argv)
     try:
+        config_path, checkpoint = args.config, args.checkpoint
+        if args.run:
+            config_path = config_path or str(Path(args.run) / "config.yaml")
+            checkpoint = checkpoint or str(Path(args.run) / "checkpoints")
+        if not config_path:
+            raise ConfigError("--config or --run is required")
         # a run's config.yaml holds only its trainer's section: evaluating it as magrpo would use magrpo's defaults
-        trainer = args.trainer or trainer_of_file(args.config) or "magrpo"
-        metrics = evaluate_checkpoint(args.config, args.checkpoint, trainer, args.override)
+        trainer = args.trainer or trainer_of_file(config_path) or "magrpo"
+        overrides = list(args.override)
+        if args.generations is not None:
+            overrides.append(f"{trainer}.eval_num_generations={args.generations}")
+        if args.pass_k:
+            overrides.append(f"{trainer}.eval_pass_k={json.dumps(args.pass_k)}")
+        metrics = evaluate_checkpoint(config_path, checkpoint, trainer, overrides, args.samples)
     except UserError as err:  # a bad config, dataset, model name or checkpoint: one line, exit 2
         return print_user_error(err)
     for key in sorted(metrics):
