@@ -53,11 +53,16 @@ def split_overrides(strategy: str, overrides: list[str]) -> tuple[list[str], Bud
 
 
 def read_done(path: Path) -> list[dict]:
-    """Return the rows already written (a truncated last line, from an interrupted run, is dropped)."""
+    """Return the rows already written. A truncated last line (an interrupted run) is cut off the file, so that
+    the next row starts on a line of its own."""
     if not path.is_file():
         return []
+    text = path.read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):
+        text = text[:text.rfind("\n") + 1]
+        path.write_text(text, encoding="utf-8")
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

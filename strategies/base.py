@@ -44,7 +44,7 @@ class Budget:
 
     max_calls: int = 200            # sampled answers per problem
     max_tokens: int | None = None   # tokens in + out per problem (None = no limit)
-    max_new_tokens: int = 256       # longest answer of one call
+    max_new_tokens: int = 256       # longest answer of one call (caps every strategy's own lengths)
     temperature: float = 0.8        # CoSPlay's setting (CollabCoder does not say)
     top_p: float = 0.95
     top_k: int | None = 40
@@ -101,7 +101,7 @@ class Session:
         if n <= 0:
             return []
         b = self.budget
-        params = SamplingParams(max_new_tokens=max_new_tokens or b.max_new_tokens,
+        params = SamplingParams(max_new_tokens=min(max_new_tokens or b.max_new_tokens, b.max_new_tokens),
                                 temperature=b.temperature if temperature is None else temperature,
                                 top_p=b.top_p, top_k=b.top_k, stop_strings=tuple(stop))
         generations = self.llm.generate(prompt, n, params)
