@@ -49,9 +49,11 @@ def char_model(tmp_path_factory) -> Path:
 
 
 def _if_known(trainer: str, **keys) -> list[str]:
-    """Return overrides `trainer.key=value` for the keys this version's section has (others are left out)."""
-    fields = {f.name for f in dataclasses.fields(TRAINER_SECTIONS[trainer])}
-    return [f"{trainer}.{k}={v}" for k, v in keys.items() if k in fields]
+    """Return overrides `trainer.key=value` for the keys (and values, where a key has choices) this version's section
+    has; others are left out."""
+    fields = {f.name: f for f in dataclasses.fields(TRAINER_SECTIONS[trainer])}
+    known = lambda k, v: k in fields and v in (fields[k].metadata.get("choices") or (v,))
+    return [f"{trainer}.{k}={v}" for k, v in keys.items() if known(k, v)]
 
 
 def _builder(trainer: str):
