@@ -109,6 +109,11 @@ def marlhf_keys(t: str, candidates: int = 24, pairs: int = 48) -> list[str]:
             *_if_known(t, reward_train_batch_size=8, reward_freeze_backbone="false", preference_scoring_reward="task")]
 
 
+def two_turns(t: str) -> list[str]:
+    """Two turns, the second always played (no early termination), its return discounted into the first's."""
+    return [f"{t}.num_turns=2", f"{t}.discount=0.9", f"{t}.early_termination_threshold=null"]
+
+
 def madpo_keys(t: str, collection: str, candidates: int = 8, pairs: int = 4) -> list[str]:
     """`candidates` per problem, its `pairs` largest gaps; one DPO step per training step (all of its pairs)."""
     return [*preference_keys(t, candidates, pairs), *_if_known(t, pair_collection=collection, train_batch_size="null",
@@ -124,6 +129,14 @@ RUNS = {
     "maac": ("maac", actor_critic_keys, 16, 0.1, 0.15),
     "ac": ("ac", actor_critic_keys, 16, 0.1, 0.15),
     # online: every step pairs new candidates of the current policy (its training reward is theirs)
+    # the value head on the actor (no separate critic); two turns, where the critic matters: the turn-1 target
+    # bootstraps from its value of turn 2 (with one turn, every episode of an item starts from the same prompt and the
+    # normalized advantages are the centered rewards whatever the critic says)
+    "iac_value_head": ("iac", lambda t: [*actor_critic_keys(t), f"{t}.use_separate_critic=false",
+                                         f"{t}.value_clip_range=0.2"], 16, 0.1, 0.15),
+    "iac_two_turns": ("iac", lambda t: [*actor_critic_keys(t), *two_turns(t)], 16, 0.1, 0.15),
+    # two turns: the turn-2 prompt holds the turn-1 answer (the task's transition), returns reward + discount x child
+    "magrpo_two_turns": ("magrpo", lambda t: [*grpo_keys(t), *two_turns(t)], 8, 0.1, 0.15),
     "madpo_online": ("madpo", lambda t: madpo_keys(t, "online"), 16, 0.1, 0.15),
     # offline (upstream's): the pairs come once from the start policy, so the training curve stays flat by design
     "madpo_offline": ("madpo", lambda t: madpo_keys(t, "offline", 16, 8), 16, None, 0.15),
