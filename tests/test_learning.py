@@ -128,7 +128,6 @@ RUNS = {
     "iac": ("iac", actor_critic_keys, 16, 0.1, 0.15),
     "maac": ("maac", actor_critic_keys, 16, 0.1, 0.15),
     "ac": ("ac", actor_critic_keys, 16, 0.1, 0.15),
-    # online: every step pairs new candidates of the current policy (its training reward is theirs)
     # the value head on the actor (no separate critic); two turns, where the critic matters: the turn-1 target
     # bootstraps from its value of turn 2 (with one turn, every episode of an item starts from the same prompt and the
     # normalized advantages are the centered rewards whatever the critic says)
@@ -137,6 +136,7 @@ RUNS = {
     "iac_two_turns": ("iac", lambda t: [*actor_critic_keys(t), *two_turns(t)], 16, 0.1, 0.15),
     # two turns: the turn-2 prompt holds the turn-1 answer (the task's transition), returns reward + discount x child
     "magrpo_two_turns": ("magrpo", lambda t: [*grpo_keys(t), *two_turns(t)], 8, 0.1, 0.15),
+    # online: every step pairs new candidates of the current policy (its training reward is theirs)
     "madpo_online": ("madpo", lambda t: madpo_keys(t, "online"), 16, 0.1, 0.15),
     # offline (upstream's): the pairs come once from the start policy, so the training curve stays flat by design
     "madpo_offline": ("madpo", lambda t: madpo_keys(t, "offline", 16, 8), 16, None, 0.15),
