@@ -170,10 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", required=True, choices=sorted(STRATEGIES))
     parser.add_argument("--config", required=True, help="a trainer YAML config (agent_model, dataset, output)")
     parser.add_argument("--checkpoint", help="a run folder, checkpoints folder or checkpoint-N folder")
+    parser.add_argument("--torch-threads", type=int, help="torch CPU threads (1 is much faster on a busy machine)")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.torch_threads:
+        import torch
+        torch.set_num_threads(args.torch_threads)
     try:
         run_dir, rows = evaluate(args.strategy, args.config, args.checkpoint, args.override)
     except UserError as err:

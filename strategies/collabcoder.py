@@ -132,12 +132,12 @@ def solve(problem: Any, llm: LLM, sandbox: Any, budget: Budget, config: CollabCo
     candidates, trace, trajectory = [code], [{"step": "init", "plan": plan, "code": code}], []
     plan_updates = code_updates = iterations = 0
     solved_visible = False
-    for _ in range(config.max_iterations):
+    for it in range(config.max_iterations + 1):   # the last pass only checks the last revision
         outcomes = run_tests(sandbox, problem, code, tests, config.timeout_s)
         if all(o.passed for o in outcomes):
             solved_visible = True
             break
-        if session.exhausted():
+        if it == config.max_iterations or session.exhausted():
             break
         iterations += 1
         feedback = feedback_of(tests, outcomes)

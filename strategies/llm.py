@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -29,6 +30,9 @@ class GeneratorLLM:
 
     def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
         """Return n sampled answers, their token counts read off the sampler's ids."""
+        if getattr(self.generator, "chat_template", False):
+            # a chat answer is markdown: imports may come before the `def`, the closing fence ends the code
+            params = replace(params, stop_strings=tuple(s for s in params.stop_strings if s not in ("\ndef ", "\nclass ")))
         completions = self.generator.sample([prompt], n, params)[0]
         return [Generation(c.text, int(len(c.prompt_ids)), int(len(c.completion_ids))) for c in completions]
 
