@@ -11,7 +11,7 @@ from typing import Any
 
 from envs.code_generation.data import problem_field
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
-from rewards.code_cleaning import PARSE_ERRORS
+from rewards.code_cleaning import PARSE_ERRORS, prompt_imports, strip_fences
 
 CODE_STOP = tuple(stop_strings("single"))   # column-0 code after the function: the answer is over
 LINE_STOP = ("\n",)
@@ -30,7 +30,13 @@ def code_prompt(problem: Any, guidance: str = "") -> str:
 
 def extract_code(problem: Any, text: str) -> str:
     """Return the program for an answer to `code_prompt`: the problem's code + the body, or the function the
-    answer wrote out in full (fences and text after the function are dropped)."""
+    answer wrote out in full (fences and text after the function are dropped). An answer that defines other
+    functions before the entry point (a team's `aux`, a chat answer's helpers) is kept whole, after the
+    problem's imports: cutting it at the first `def` would lose the helpers."""
+    code = strip_fences(text)
+    header = re.search(rf"^def {re.escape(entry(problem))}\(", code, flags=re.MULTILINE)
+    if header and re.search(r"^def ", code[:header.start()], flags=re.MULTILINE):
+        return "\n".join(prompt_imports(problem_field(problem, "prompt")) + [code])
     return completion_to_code("single", problem, text)
 
 

@@ -14,7 +14,9 @@ from rewards.sandbox import Sandbox
 from strategies import codet, collabcoder, cosplay, direct
 from strategies.base import Budget, Session
 from strategies.execution import ERROR, pass_matrix, score, signatures
-from strategies.llm import ScriptedLLM
+from cooprl.generation import SamplingParams
+from strategies.llm import ScriptedLLM, TeamLLM
+from strategies.text import code_prompt, extract_code
 
 ADD = Problem("T/add", 'def add(a, b):\n    """Return a + b.\n    >>> add(1, 2)\n    3\n    """\n',
               "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n"
@@ -49,6 +51,28 @@ def test_execution_matrix_signatures_and_score(sandbox):
     assert signatures(sandbox, ADD, codes, ["add(2, 3)", "add(1, 1)"]) == [("5", "2"), ("-1", "0"), (ERROR, ERROR)]
     assert score(ADD, codes[0], sandbox) == {"passed": True, "tests_passed": 4, "tests_total": 4}
     assert score(ADD, codes[1], sandbox)["passed"] is False
+
+
+def test_team_llm_writes_aux_and_main(sandbox):
+    """A two-agent team as the coder: code prompts go to aux and main (guidance in front), the rest to main."""
+    aux = ScriptedLLM([("helper function named `aux`", ["a, b):\n    return a + b\n"])])
+    main = ScriptedLLM([("Do not redefine `aux`", ["    return aux(a, b)\n"])], default="plain answer")
+    team = TeamLLM(aux, main, [ADD])
+    [g] = team.generate(code_prompt(ADD, "Plan: add them."), 1, SamplingParams())
+    code = extract_code(ADD, g.text)
+    assert "def aux(a, b):" in code and "return aux(a, b)" in code and score(ADD, code, sandbox)["passed"]
+    assert aux.prompts[0].startswith("Plan: add them.") and main.prompts[0].startswith("Plan: add them.")
+    assert g.tokens_in == len(aux.prompts[0].split()) + len(main.prompts[0].split())
+    assert [g.text for g in team.generate("Write a plan.", 2, SamplingParams())] == ["plain answer"] * 2
+
+
+def test_extract_code_shapes():
+    body = extract_code(ADD, RIGHT + "\nprint(add(1, 2))\n")
+    assert body.startswith("def add(a, b):") and body.rstrip().endswith("return a + b") and "print" not in body
+    chat = extract_code(ADD, "```python\nimport math\n\ndef add(a, b):\n    return a + b\n```\nIt adds.")
+    assert chat.startswith("import math") and "It adds" not in chat
+    helpers = extract_code(ADD, "def helper(x):\n    return x\n\ndef add(a, b):\n    return helper(a) + b\n")
+    assert "def helper" in helpers and "def add" in helpers
 
 
 def test_direct_one_sample(sandbox):
