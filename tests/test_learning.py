@@ -147,6 +147,10 @@ RUNS = {
     "madpo_iter_copy": ("madpo_iter", lambda t: [*madpo_keys(t, "offline", 16, 8), *iterative_keys(t, "copy"),
                                                  *_if_known(t, pair_selection="comparator_reward")], 8, 0.08, 0.15),
     "marlhf": ("marlhf", marlhf_keys, 16, 0.08, 0.05),
+    # the RL phase as IAC on the learned reward (its own keys from the iac section: 8 episodes per update; with 4 the
+    # learned reward's noise left 1 of 6 seeds flat)
+    "marlhf_iac": ("marlhf", lambda t: [*marlhf_keys(t), f"{t}.rl_algorithm=iac", *actor_critic_keys("iac"),
+                                        "iac.num_generations=8", "iac.rollout_buffer_size=8"], 16, 0.08, 0.05),
     # the second iteration refines the same reward model on new pairs: fewer per iteration suffice
     "marlhf_iter": ("marlhf_iter", lambda t: [*marlhf_keys(t, 16, 32), *iterative_keys(t)], 8, 0.08, 0.05),
 }
