@@ -242,17 +242,18 @@ def _pair(task, item: str, chosen: list[str], rejected: list[str]) -> Preference
     return PreferencePair(item, task.first_prompts(item), chosen, rejected, 1.0, 0.0)
 
 
-@pytest.mark.parametrize("reference_model", [False, True])
-def test_one_dpo_update_raises_the_chosen_log_ratio_against_the_rejected(char_model, tmp_path, reference_model):
+@pytest.mark.parametrize("trainer,reference_model", [("madpo", False), ("madpo", True), ("madpo_iter", False)])
+def test_one_dpo_update_raises_the_chosen_log_ratio_against_the_rejected(char_model, tmp_path, trainer, reference_model):
     from cooprl.trainers.madpo import build_madpo
     task = lowercase_task(2)
+    t = trainer
     config = load_config(None, [f"agent_model.name={char_model}", "agent_model.device=cpu", "wandb.mode=disabled",
-                                f"output.base_dir={tmp_path}", "madpo.learning_rate=1e-3", "madpo.weight_decay=0.0",
-                                "madpo.max_grad_norm=1.0", f"madpo.reference_model={str(reference_model).lower()}",
-                                "madpo.dpo_beta=0.1", *_if_known("madpo", reference_kl_coef=0.0, train_batch_size="null",
-                                                                 rollout_buffer_size="null")])
+                                f"output.base_dir={tmp_path}", f"{t}.learning_rate=1e-3", f"{t}.weight_decay=0.0",
+                                f"{t}.max_grad_norm=1.0", f"{t}.reference_model={str(reference_model).lower()}",
+                                f"{t}.dpo_beta=0.1", *_if_known(t, reference_kl_coef=0.0, train_batch_size="null",
+                                                              rollout_buffer_size="null")])
     seed_everything(0)
-    algorithm = build_madpo(config, "madpo", task)
+    algorithm = build_madpo(config, t, task)
     pairs = [_pair(task, "Q0", ["abcdef", "ghijkl"], ["#!X%Q9", "ZZ?.10"]),
              _pair(task, "Q1", ["xyzzyq", "mnopqr"], ["A B C ", "$$$$$$"])]
     tok = algorithm.team[0].tokenizer
