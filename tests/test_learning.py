@@ -298,7 +298,7 @@ def test_one_reward_model_epoch_raises_the_chosen_score_against_the_rejected(cha
 @pytest.mark.parametrize("trainer", ["magrpo", "grpo", "iac", "maac", "ac"])
 def test_one_trainer_step_raises_the_best_sample_and_lowers_the_worst(char_model, tmp_path, trainer):
     # end to end through the trainer's own advantages (group baseline, or TD target - critic value) and update:
-    # of one item's 4 samples, the one of the best joint answer gets more likely, the worst one less likely
+    # of one item's 4 samples, the one of the best joint answer gets more likely, and more so than the worst one
     extra = (grpo_keys(trainer) if trainer in ("magrpo", "grpo") else actor_critic_keys(trainer))
     config = load_config(None, [f"agent_model.name={char_model}", "agent_model.device=cpu", "wandb.mode=disabled",
                                 f"output.base_dir={tmp_path}", *common(trainer, 4, lr=1e-3), *extra])
@@ -322,10 +322,17 @@ def test_one_trainer_step_raises_the_best_sample_and_lowers_the_worst(char_model
                                            [[groups[a][g].text for a in sorted(groups)] for g in range(4)])]
     best, worst = rewards.index(max(rewards)), rewards.index(min(rewards))
     assert rewards[best] > rewards[worst], rewards
+    mean = sum(rewards) / len(rewards)
     for a, agent in enumerate(algorithm.team):
-        tokenizer = agent.tokenizer
-        for g, direction in ((best, 1), (worst, -1)):
-            completion = groups[a][g]
-            old = _sequence_logp(start[a], tokenizer, completion.prompt_ids, [completion.completion_ids])[0]
-            new = _sequence_logp(agent.model, tokenizer, completion.prompt_ids, [completion.completion_ids])[0]
-            assert (new - old) * direction > 0, (trainer, a, g, rewards, old, new)
+        change = []
+        for completion in groups[a]:
+            old = _sequence_logp(start[a], agent.tokenizer, completion.prompt_ids, [completion.completion_ids])[0]
+            new = _sequence_logp(agent.model, agent.tokenizer, completion.prompt_ids, [completion.completion_ids])[0]
+            change.append((new - old).item())
+        report = (trainer, a, rewards, change)
+        # one item, one turn, one prompt per agent: every trainer's advantage is the centered (normalized) reward,
+        # so the step must raise the objective sum_g A_g log pi(g), raise the best sample and favour it over the worst
+        # (with 4 samples sharing parameters, a sample with A < 0 may still rise a little: the direct test above
+        # checks the pure negative direction)
+        assert sum((r - mean) * c for r, c in zip(rewards, change)) > 0, report
+        assert change[best] > 0 and change[best] > change[worst], report
