@@ -296,7 +296,7 @@ def test_one_reward_model_epoch_raises_the_chosen_score_against_the_rejected(cha
 
 
 @pytest.mark.parametrize("trainer", ["magrpo", "grpo", "iac", "maac", "ac"])
-def test_one_trainer_step_raises_the_best_sample_and_lowers_the_worst(char_model, tmp_path, trainer):
+def test_one_trainer_step_raises_the_best_sample_over_the_worst(char_model, tmp_path, trainer):
     # end to end through the trainer's own advantages (group baseline, or TD target - critic value) and update:
     # of one item's 4 samples, the one of the best joint answer gets more likely, and more so than the worst one
     extra = (grpo_keys(trainer) if trainer in ("magrpo", "grpo") else actor_critic_keys(trainer))
