@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.config import Config, ConfigError
+from cooprl.config import Config, ConfigError, trainer_device
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path
 
@@ -54,13 +54,14 @@ def build_team(config: Config, section: Any, num_agents: int,
         max_new_tokens=section.max_new_tokens,
         temperature=section.temperature if section.temperature is not None else model_cfg.temperature,
         top_p=section.top_p if section.top_p is not None else model_cfg.top_p,
-        top_k=model_cfg.top_k)
+        top_k=section.top_k if getattr(section, "top_k", None) is not None else model_cfg.top_k)
+    device = trainer_device(section, "agent_devices", model_cfg.device)   # upstream's agent_devices: one device
     if model_cfg.generation_backend == "vllm":
         from cooprl.vllm_generation import check_vllm_backend
-        check_vllm_backend(model_cfg.device)  # before any model is loaded: fail fast with the fix
+        check_vllm_backend(device)  # before any model is loaded: fail fast with the fix
     team = []
     for i, name in enumerate(agent_model_names(config, num_agents)):
-        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora)
+        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device, lora=model_cfg.lora)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
         model.config.use_cache = True
         max_prompt_tokens = max(model_cfg.max_length - section.max_new_tokens, 8)

@@ -1,8 +1,11 @@
 """Comparators for the iterative preference trainers: who writes the candidates the policies are compared against.
 
 `comparator_policy`:
-- `current`: no comparator; the policies' own samples are compared with each other (build returns None);
+- `current`: no comparator; the policies' own samples are compared with each other (build returns None), except
+  with `comparator_num_candidates` (the live policies write a candidate set of their own) and in centralized mode
+  (the live policy of agent `comparator_centralized_agent_index` writes joint answers);
 - `copy`: a frozen copy of the start policies (with LoRA: the same model with its adapters disabled);
+- `history`: frozen copies of the policies as they were `comparator_history_k` iterations earlier (HistoryComparator);
 - `model`: `comparator_model`, loaded once as a frozen model that plays every role;
 - `api`: `comparator_model` behind an OpenAI-compatible chat API (deterministic: one candidate per item).
 `comparator_generation_mode`:
@@ -15,18 +18,22 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
+import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.config import Config, ConfigError
+from cooprl.config import Config, ConfigError, trainer_device
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.preferences import Candidate
 from cooprl.task import Task
 
-# (model name, max new tokens) -> client(messages) -> reply text; e.g. envs.code_generation.transitions.make_expert_client
-ApiClientFactory = Callable[[str, int], Callable[[list[dict]], str]]
+# (model name, max new tokens, base_url=..., api_key=...) -> client(messages) -> reply text;
+# e.g. envs.code_generation.transitions.make_expert_client (None: the URL and key from the environment)
+ApiClientFactory = Callable[..., Callable[[list[dict]], str]]
 
 
 @dataclass
@@ -45,6 +52,7 @@ class Comparator:
                  joint_format: JointFormat | None = None, keep_ids: bool = False, max_candidates: int | None = None):
         self.task, self.generators, self.params = task, list(generators), list(params)
         self.joint_format, self.keep_ids, self.max_candidates = joint_format, keep_ids, max_candidates
+        self.num_candidates: int | None = None   # comparator_num_candidates: its own count (None: share the total)
 
     @torch.no_grad()
     def sample(self, items: Sequence[Any], n: int) -> list[list[Candidate]]:
@@ -99,18 +107,31 @@ def build_comparator(config: Config, trainer: str, task: Task, team: Sequence[An
                      joint_format: JointFormat | None = None, api_client: ApiClientFactory | None = None
                      ) -> Comparator | None:
     """Return the comparator `trainer`'s section asks for (None for `current`); ConfigError when it cannot be built."""
+    comparator = _build_comparator(config, trainer, task, team, joint_format, api_client)
+    if comparator is not None:   # upstream's comparator_num_candidates: the comparator's own candidate count
+        comparator.num_candidates = config.trainer(trainer).comparator_num_candidates
+    return comparator
+
+
+def _build_comparator(config: Config, trainer: str, task: Task, team: Sequence[Any],
+                      joint_format: JointFormat | None, api_client: ApiClientFactory | None) -> Comparator | None:
     section = config.trainer(trainer)
     kind = section.comparator_policy
     centralized = section.comparator_generation_mode == "centralized" and task.num_agents > 1
-    if kind == "current":
-        if centralized:
-            raise ConfigError(f"{trainer}.comparator_generation_mode=centralized needs a comparator that writes both "
-                              f"roles: set {trainer}.comparator_policy to copy, model or api")
-        return None
+    if kind == "current" and not centralized and section.comparator_num_candidates is None:
+        return None   # the policies' own candidates are compared with each other
     if centralized and joint_format is None:
         raise ConfigError(f"{trainer}.comparator_generation_mode=centralized: task {task.name!r} has no joint answer format")
-    if kind in ("model", "api") and not section.comparator_model:
-        raise ConfigError(f"{trainer}.comparator_policy={kind} needs {trainer}.comparator_model (a model name)")
+    if kind == "model" and not (section.comparator_model or section.comparator_agents):
+        raise ConfigError(f"{trainer}.comparator_policy=model needs {trainer}.comparator_model (a model name) or "
+                          f"{trainer}.comparator_agents (one per role)")
+    if kind == "api" and not (section.comparator_model or section.comparator_api_model):
+        raise ConfigError(f"{trainer}.comparator_policy=api needs {trainer}.comparator_model or "
+                          f"{trainer}.comparator_api_model (the API's model name)")
+    writer = section.comparator_centralized_agent_index   # who writes a centralized comparator's joint answer
+    if centralized and kind in ("current", "copy", "history") and writer >= len(team):
+        raise ConfigError(f"{trainer}.comparator_centralized_agent_index={writer}: there are {len(team)} policies "
+                          f"(0 to {len(team) - 1})")
 
     max_tokens = section.max_new_tokens
     if section.comparator_generation_mode == "centralized":
@@ -122,22 +143,139 @@ def build_comparator(config: Config, trainer: str, task: Task, team: Sequence[An
     params = [replace(team[0].params, max_new_tokens=max_tokens, stop_strings=tuple(s)) for s in stops]
     roles = len(params)
 
-    if kind == "copy":  # role a is played by agent a's start model (the joint answer by agent 0's)
-        generators = [_frozen_generator(agent) for agent in team[:roles]]
-        return Comparator(task, generators, params, joint_format if centralized else None, keep_ids=True)
+    if kind == "current" and centralized:  # the live policy of agent `writer` answers the joint prompt (upstream)
+        return Comparator(task, [team[writer].generator], params, joint_format)
+    if kind == "current":  # comparator_num_candidates: the live policies write a candidate set of their own
+        return Comparator(task, [agent.generator for agent in team[:roles]], params, keep_ids=True)
+    if kind == "history":  # the policies as upstream's iteration checkpoints held them (see HistoryComparator)
+        players = [team[writer]] if centralized else list(team[:roles])
+        return HistoryComparator(task, players, params, section.comparator_history_k or 1,
+                                 joint_format if centralized else None)
+    if kind == "copy":  # role a is played by agent a's start model (the joint answer by agent `writer`'s)
+        players = [team[writer]] if centralized else team[:roles]
+        generators = [_frozen_generator(agent) for agent in players]
+        return Comparator(task, generators, params, joint_format if centralized else None, keep_ids=not centralized)
     if kind == "model":
-        from cooprl.models import load_causal_lm, load_tokenizer
-        cfg = config.agent_model
-        model = load_causal_lm(section.comparator_model, torch_dtype=cfg.torch_dtype, device=cfg.device)
-        model.eval().requires_grad_(False)
-        generator = HFGenerator(model, load_tokenizer(section.comparator_model, cfg.special_tokens),
-                                max_prompt_tokens=max(cfg.max_length - max_tokens, 8), chat_template=cfg.chat_template)
-        return Comparator(task, [generator] * roles, params, joint_format if centralized else None)
+        names = comparator_model_names(section, trainer, roles)
+        return Comparator(task, _model_generators(config, section, trainer, names, max_tokens), params,
+                          joint_format if centralized else None)
     if api_client is None:
         raise ConfigError(f"{trainer}.comparator_policy=api: this task provides no API client")
+    model = section.comparator_api_model or section.comparator_model
+    key = None
+    if section.comparator_api_key_env:
+        key = os.environ.get(section.comparator_api_key_env)
+        if not key:
+            raise ConfigError(f"{trainer}.comparator_api_key_env: the environment variable "
+                              f"{section.comparator_api_key_env} (the comparator API's key) is not set")
+    if section.comparator_api_format == "generic" and section.comparator_api_url:
+        complete = generic_api_completer(section.comparator_api_url, model, key, max_tokens,
+                                         section.comparator_api_max_n_per_request, params[0])
+        return Comparator(task, [_CompletionApiGenerator(complete)] * roles, params,
+                          joint_format if centralized else None)
     try:
-        client = api_client(section.comparator_model, max_tokens)
+        client = api_client(model, max_tokens, base_url=section.comparator_api_url, api_key=key)
     except ValueError as err:
         raise ConfigError(f"{trainer}.comparator_policy=api needs an OpenAI-compatible API: {err}") from None
     return Comparator(task, [_ApiGenerator(client)] * roles, params, joint_format if centralized else None,
                       max_candidates=1)
+
+
+class HistoryComparator(Comparator):
+    """comparator_policy history: at iteration i the comparator is the policies as they were when upstream saved
+    its checkpoint of iteration i - comparator_history_k, i.e. at the start of iteration i - k + 1 (the start
+    policies when that is before iteration 0). With k = 1 that is the policies as the iteration began, frozen while
+    it trains. Snapshots of the trainable weights are kept in memory (on the CPU), one per iteration start; a
+    resumed run has snapshots from its resume point on (earlier ones: the oldest it has)."""
+
+    def __init__(self, task: Task, players: Sequence[Any], params: Sequence[SamplingParams], history_k: int,
+                 joint_format: JointFormat | None = None):
+        self.players, self.history_k = list(players), history_k
+        self.copies = [copy.deepcopy(agent.model).eval().requires_grad_(False) for agent in self.players]
+        generators = [HFGenerator(model, agent.tokenizer, max_prompt_tokens=agent.generator.max_prompt_tokens,
+                                  chat_template=agent.generator.chat_template)
+                      for model, agent in zip(self.copies, self.players)]
+        super().__init__(task, generators, params, joint_format, keep_ids=joint_format is None)
+        self.snapshots: dict[int, list[dict[str, torch.Tensor]]] = {}
+        self.loaded: int | None = None
+
+    def start_iteration(self, iteration: int) -> int:
+        """Snapshot the policies at the start of `iteration` (once) and load the snapshot the comparator plays;
+        return the iteration whose start it is."""
+        if iteration not in self.snapshots:
+            self.snapshots[iteration] = [{name: p.detach().to("cpu", copy=True) for name, p in agent.model.named_parameters()
+                                          if p.requires_grad} for agent in self.players]
+        target = max(iteration - self.history_k + 1, 0)
+        older = [k for k in self.snapshots if k <= target]
+        source = max(older) if older else min(self.snapshots)
+        if source != self.loaded:
+            for model, state in zip(self.copies, self.snapshots[source]):
+                model.load_state_dict(state, strict=False)
+            self.loaded = source
+        return source
+
+
+def comparator_model_names(section: Any, trainer: str, roles: int) -> list[str]:
+    """Return the comparator model of each role: `comparator_agents` (one per role), else `comparator_model`."""
+    if section.comparator_agents is None:
+        return [section.comparator_model] * roles
+    if len(section.comparator_agents) != roles:
+        raise ConfigError(f"{trainer}.comparator_agents: {len(section.comparator_agents)} model names given for "
+                          f"{roles} comparator role(s)")
+    return list(section.comparator_agents)
+
+
+def _model_generators(config: Config, section: Any, trainer: str, names: Sequence[str], max_tokens: int) -> list[Any]:
+    """Return one frozen generator per role for `names` (a name used by several roles is loaded once), on
+    `comparator_devices` (else the agents' device)."""
+    from cooprl.models import load_causal_lm, load_tokenizer
+    cfg = config.agent_model
+    device = trainer_device(section, "comparator_devices", trainer_device(section, "agent_devices", cfg.device))
+    loaded: dict[str, Any] = {}
+    for name in dict.fromkeys(names):
+        model = load_causal_lm(name, torch_dtype=cfg.torch_dtype, device=device)
+        model.eval().requires_grad_(False)
+        loaded[name] = HFGenerator(model, load_tokenizer(name, cfg.special_tokens),
+                                   max_prompt_tokens=max(cfg.max_length - max_tokens, 8), chat_template=cfg.chat_template)
+    return [loaded[name] for name in names]
+
+
+def _post_json(url: str, payload: dict, headers: dict[str, str], timeout_s: float = 120.0) -> Any:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **headers})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        return json.loads(response.read().decode())
+
+
+def generic_api_completer(url: str, model: str | None, api_key: str | None, max_tokens: int,
+                          max_n_per_request: int | None, params: SamplingParams,
+                          post: Callable[[str, dict, dict], Any] = _post_json) -> Callable[[str, int], list[str]]:
+    """Return `complete(prompt, n) -> n texts` for upstream's generic comparator API: POST {prompt, n, max_tokens,
+    temperature, top_p, model} to `url`, answer {"completions": [text, ...]}; at most `max_n_per_request`
+    completions asked per request (several requests when n is larger)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def complete(prompt: str, n: int) -> list[str]:
+        texts: list[str] = []
+        while len(texts) < n:
+            ask = n - len(texts) if not max_n_per_request else min(max_n_per_request, n - len(texts))
+            payload = {"prompt": prompt, "n": ask, "max_tokens": max_tokens, "temperature": params.temperature,
+                       "top_p": params.top_p, **({"model": model} if model else {})}
+            reply = post(url, payload, headers)
+            got = reply.get("completions") if isinstance(reply, dict) else None
+            if not isinstance(got, list) or not got:
+                raise RuntimeError(f"comparator API at {url}: expected {{\"completions\": [...]}}, got {str(reply)[:200]}")
+            texts += [str(t) for t in got[:ask]]
+        return texts
+    return complete
+
+
+class _CompletionApiGenerator:
+    """Samples from upstream's generic completion API: `complete(prompt, n)` returns n texts."""
+
+    def __init__(self, complete: Callable[[str, int], list[str]]):
+        self.complete = complete
+
+    def sample(self, prompts: Sequence[str], n: int, params: SamplingParams) -> list[list[Completion]]:
+        empty = torch.zeros(0, dtype=torch.long)
+        return [[Completion(text, empty, empty, False) for text in self.complete(p, n)] for p in prompts]

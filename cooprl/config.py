@@ -47,9 +47,14 @@ def show(value: Any) -> str:
 
 
 def option(default: Any, doc: str, *, choices: tuple | None = None, min: float | None = None,
-           max: float | None = None) -> Any:
-    """Return a dataclass field with a default, a one-line doc and optional allowed values or range."""
-    meta = {"doc": doc, "choices": choices, "min": min, "max": max}
+           max: float | None = None, aliases: tuple[str, ...] = (), null_is_default: bool = False) -> Any:
+    """Return a dataclass field with a default, a one-line doc and optional allowed values or range.
+
+    `aliases`: other names the key is read under (upstream's names, e.g. agent_learning_rate for learning_rate);
+    the config keeps and prints ours. `null_is_default`: a section field where `null` means "all defaults"
+    (upstream writes `critic_model: null`)."""
+    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "aliases": tuple(aliases),
+            "null_is_default": null_is_default}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     if dataclasses.is_dataclass(default):
@@ -91,6 +96,13 @@ class AgentModelSection:
 @dataclass
 class CriticModelSection:
     name: Optional[str] = option(None, "critic backbone (null = the agent's model)")
+    type: str = option("qwen", "model family (informational, like agent_model.type)")
+    max_length: Optional[int] = option(None, "longest critic input in tokens, cut from the left like the actors' "
+                                       "prompts (null = agent_model.max_length)", min=16)
+    temperature: Optional[float] = option(None, "accepted for upstream's configs and unused: a critic scores, it does "
+                                          "not sample", min=0.0)
+    top_p: Optional[float] = option(None, "accepted for upstream's configs and unused: a critic does not sample",
+                                    min=0.0, max=1.0)
     torch_dtype: str = option("auto", "critic weights dtype", choices=("auto", "float32", "bfloat16", "float16"))
     lora: Optional[LoraSection] = option(None, "LoRA adapters on the critic backbone; null = full fine-tuning")
 
@@ -114,6 +126,17 @@ class OutputSection:
 
 
 @dataclass
+class RewardSection:
+    executor: str = option("local", "where the reward's programs run: local (this machine's sandbox pool) or ray "
+                           "(sandbox pools on a Ray cluster's CPU nodes; needs the ray extra)", choices=("local", "ray"))
+    ray_address: Optional[str] = option(None, "the Ray cluster to join (null = RAY_ADDRESS, else a local Ray)")
+    ray_actors: int = option(2, "executor ray: sandbox pools (Ray actors) spread over the cluster's nodes", min=1)
+    ray_workers_per_actor: int = option(4, "executor ray: sandbox workers (CPUs) per pool", min=1)
+    require_full_isolation: bool = option(False, "refuse to train when the sandbox cannot isolate programs fully "
+                                          "(no namespaces, no separate uid: its start-up warning says what lacks)")
+
+
+@dataclass
 class ExternalSection:
     mode: str = option("level_feedback", "how the next turn's prompt is built",
                        choices=("level_feedback", "plain", "expert_edits"))
@@ -127,7 +150,8 @@ class ExternalSection:
 class RewardProcessorSection:
     enabled: bool = option(True, "apply scale then shift to training rewards")
     scale_factor: float = option(1.0, "multiplies the raw reward")
-    shift: Optional[float] = option(None, "added after scaling (null = -max reward: -4.0 for two agents, -2.1 for one)")
+    shift: Optional[float] = option(None, "added after scaling (null = -max reward: -4.0 for two agents, -2.1 for one); "
+                                    "also read as upstream's <trainer>.reward_shift")
 
 
 @dataclass
@@ -158,17 +182,28 @@ class TrainerSection:
     num_turns: int = option(2, "turns per episode", min=1)
     num_train_epochs: int = option(1, "passes over the training split", min=1)
     max_steps: Optional[int] = option(None, "stop after this many training steps (dataset items); null = epochs", min=1)
-    learning_rate: float = option(2e-5, "actor learning rate (AdamW)", min=0.0)
-    weight_decay: float = option(0.0, "AdamW weight decay", min=0.0)
-    max_grad_norm: Optional[float] = option(1.0, "gradient clipping norm (null = off)", min=0.0)
+    learning_rate: float = option(2e-5, "actor learning rate (AdamW)", min=0.0,
+                                  aliases=("agent_learning_rate", "actor_learning_rate"))
+    weight_decay: float = option(0.01, "AdamW weight decay (0.01: torch's default, what upstream's AdamW gets)", min=0.0)
+    max_grad_norm: Optional[float] = option(None, "gradient clipping norm (null = off, as upstream)", min=0.0)
+    reference_kl_coef: float = option(0.0, "weight of a k3 KL penalty to the frozen start model in the policy loss "
+                                      "(0 = off, no reference model kept)", min=0.0)
     max_new_tokens: int = option(256, "tokens generated per completion (joint budget in centralized mode)", min=1)
     temperature: Optional[float] = option(None, "overrides agent_model.temperature", min=0.0)
     top_p: Optional[float] = option(None, "overrides agent_model.top_p", min=0.0, max=1.0)
+    top_k: Optional[int] = option(None, "overrides agent_model.top_k (null = agent_model.top_k)", min=0)
     logging_steps: int = option(1, "log training metrics every N steps", min=1)
     eval_interval: int = option(16, "evaluate every N steps (0 = only at the end)", min=0)
     eval_num_samples: int = option(16, "eval problems used per evaluation", min=1)
     eval_num_generations: int = option(1, "samples per eval problem (for pass@k)", min=1)
     eval_pass_k: list[int] = option([1], "k values of pass@k reported at evaluation")
+    eval_batch_size: Optional[int] = option(None, "eval problems rolled out together (one sampling batch); "
+                                            "null = all of an evaluation at once", min=1)
+    parallel_training: str = option("none", "none (or auto): every model on one device; mp / ddp (several devices) "
+                                    "come with multi-device support", choices=("none", "auto", "mp", "ddp"))
+    agent_devices: Union[str, list[str], None] = option(
+        None, "the agents' device: one device (cpu, cuda, cuda:N; a list naming one device) overrides "
+        "agent_model.device; several devices come with multi-device support")
     discount: float = option(0.9, "discount of future turns' returns", min=0.0, max=1.0)
     early_termination_threshold: Optional[float] = option(
         -0.2, "do not expand a node whose mean processed reward exceeds this (null = never)")
@@ -188,10 +223,19 @@ class MAGRPOSection(TrainerSection):
                              choices=("aligned", "cross"))
     advantage_mode: str = option("mean", "baseline for advantages within a sibling group",
                                  choices=("mean", "raw", "max", "rloo"))
-    advantage_normalization: bool = option(False, "divide advantages by the group's std")
-    reference_kl_coef: float = option(0.0, "k3 KL penalty to the initial model (0 = no reference model)", min=0.0)
-    rollout_buffer_size: int = option(1, "dataset items rolled out before each optimizer update", min=1)
-    train_batch_size: Optional[int] = option(None, "sequences per forward in the update, a cap (null = all of an agent's samples of one item)", min=1)
+    advantage_normalization: bool = option(True, "standardize each sibling group's advantages (center, divide by std)")
+    cross_return: str = option("sum", "cross mode: a sample's return is the sum (upstream) or the mean of the returns "
+                               "of the joint actions it is in", choices=("sum", "mean"))
+    update_schedule: str = option(
+        "nodes", "nodes (upstream): rollout_buffer_size counts tree nodes per agent; a full buffer is trained turn by "
+        "turn, shuffled, one optimizer step per train_batch_size nodes. items: rollout_buffer_size counts dataset "
+        "items; one optimizer step per agent on all their samples (train_batch_size = sequences per forward)",
+        choices=("nodes", "items"))
+    rollout_buffer_size: int = option(2, "nodes (update_schedule nodes) or dataset items (items) collected before "
+                                      "an update", min=1)
+    train_batch_size: Optional[int] = option(
+        None, "nodes: nodes per optimizer step (null = rollout_buffer_size); items: sequences per forward, a cap "
+        "(null = all of an agent's samples of one item)", min=1)
 
 
 @dataclass
@@ -209,6 +253,12 @@ class ActorCriticSection(TrainerSection):
     value_clip_range: Optional[float] = option(0.2, "value clipping in the shared-head mode (null = off)", min=0.0)
     advantage_normalization: bool = option(True, "normalize advantages over the buffer")
     rollout_buffer_size: int = option(4, "episodes collected before each update", min=1)
+    train_batch_size: Optional[int] = option(None, "episodes per optimizer step within an update: an update of "
+                                             "rollout_buffer_size episodes takes ceil(buffer / this) steps (null = one step)",
+                                             min=1)
+    critic_devices: Union[str, list[str], None] = option(
+        None, "the critics' device: one device overrides agent_model.device for critics; several come with "
+        "multi-device support")
 
 
 @dataclass
@@ -218,32 +268,99 @@ class ACSection(ActorCriticSection):
 
 @dataclass
 class PreferenceFields:
-    preference_num_candidates: int = option(4, "joint candidates sampled per problem", min=2)
-    pair_selection: str = option("reward_gap", "how pairs are picked", choices=("reward_gap", "random", "all"))
-    preference_pairs_per_sample: int = option(2, "pairs kept per problem", min=1)
+    preference_num_candidates: int = option(20, "joint candidates sampled per problem", min=2)
+    pair_selection: str = option("reward_gap", "how pairs are picked: reward_gap, random, all (among all candidates); "
+                                 "comparator_reward: the policy's candidate i against the comparator's candidate i (without a "
+                                 "comparator the policy writes both sets), best comparator reward first",
+                                 choices=("reward_gap", "random", "all", "comparator_reward"))
+    preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)", min=1)
     min_reward_gap: float = option(0.0, "pairs need winner reward - loser reward > this", min=0.0)
+    use_environment_step: bool = option(False, "upstream's env_step (W&B's x axis): environment_steps_per_pair per "
+                                        "trained pair (MADPO); false = the joint answers sampled")
+    environment_steps_per_pair: int = option(2, "environment steps one trained pair counts for (a pair = 2 joint "
+                                             "answers)", min=1)
 
 
 @dataclass
 class MADPOSection(PreferenceFields, TrainerSection):
     num_turns: int = option(1, "preference methods are single-turn", min=1, max=1)
     dpo_beta: float = option(0.1, "DPO inverse temperature beta", min=0.0)
+    joint_mode: str = option("aligned", "candidates are aligned joint answers (the g-th sample of each agent); "
+                             "the only mode preference pairs support", choices=("aligned",))
+    rollout_buffer_size: Optional[int] = option(None, "upstream's fallback for train_batch_size: pairs per DPO "
+                                                "optimizer step when train_batch_size is null", min=1)
+    train_batch_size: Optional[int] = option(None, "pairs per DPO optimizer step: a step's pairs (new and replayed) "
+                                             "are trained in chunks of this many, one optimizer step each "
+                                             "(null = rollout_buffer_size; both null = all in one step)", min=1)
+    advantage_normalization: bool = option(True, "accepted for upstream's configs; DPO has no advantages (no effect, "
+                                           "as upstream)")
+    num_generations: int = option(1, "accepted for upstream's configs; candidates per problem are "
+                                  "preference_num_candidates (no effect)", min=1)
     reference_model: bool = option(False, "add the usual DPO reference-model terms (default: reference-free)")
+    pair_collection: str = option(
+        "offline", "offline (upstream): each iteration's pairs are collected once, at its first step, from the policy "
+        "as it is then (MADPO: the start policy) on every problem of the step plan, then trained on; online: every "
+        "step samples new pairs for its problem from the current policy", choices=("offline", "online"))
 
 
 @dataclass
 class IterativeFields:
-    num_iterations: int = option(3, "preference refresh iterations", min=1)
-    comparator_policy: str = option("current", "who generates the comparison candidates",
-                                    choices=("current", "copy", "model", "api"))
-    comparator_model: Optional[str] = option(None, "model name for comparator_policy model/api")
+    num_iterations: int = option(4, "preference refresh iterations", min=1)
+    pair_selection: str = option("comparator_reward", "how pairs are picked (as in madpo; the iterative default is "
+                                 "upstream's comparator_reward)",
+                                 choices=("reward_gap", "random", "all", "comparator_reward"))
+    comparator_policy: str = option("current", "who generates the comparison candidates: current (the live "
+                                    "policies), copy (frozen start policies), history (the policies "
+                                    "comparator_history_k iterations ago), model, api",
+                                    choices=("current", "copy", "history", "model", "api"))
+    comparator_model: Optional[str] = option(None, "model name for comparator_policy model/api",
+                                             aliases=("comparator_model_name",))
+    comparator_agents: Optional[list[str]] = option(None, "comparator_policy model: one model name per role "
+                                                    "(instead of comparator_model for every role)")
+    comparator_devices: Union[str, list[str], None] = option(
+        None, "the comparator models' device (null = the agents'); several devices come with multi-device support")
+    comparator_num_candidates: Optional[int] = option(
+        None, "comparator candidates per problem (null: as many as the policy's with comparator_reward, else up to "
+        "half of preference_num_candidates)", min=1)
+    comparator_history_k: Optional[int] = option(None, "comparator_policy history: at iteration i, the policies as "
+                                                 "upstream's checkpoint of iteration i - k held them (the start of "
+                                                 "iteration i - k + 1; the start policies before that; null = 1)",
+                                                 min=1)
     comparator_generation_mode: str = option("decentralized", "comparator writes aux and main separately or in one answer",
                                              choices=("decentralized", "centralized"))
+    comparator_centralized_agent_index: int = option(
+        0, "centralized comparator of comparator_policy current/copy/history: which agent's model writes the joint "
+        "answer", min=0)
     comparator_centralized_max_new_tokens: Optional[int] = option(
         None, "joint budget of a centralized comparator (null = max_new_tokens)", min=1)
-    preference_replay_mode: str = option("current", "which earlier pairs are replayed",
-                                         choices=("current", "all_history", "lambda_decay"))
-    replay_lambda: float = option(0.5, "weight decay per iteration age in lambda_decay", min=0.0, max=1.0)
+    comparator_api_url: Optional[str] = option(None, "comparator_policy api: the endpoint (null = "
+                                               "COOPRL_EXPERT_BASE_URL / OPENAI_BASE_URL)")
+    comparator_api_format: str = option("generic", "comparator_policy api: generic = POST {prompt, n, max_tokens, "
+                                        "model} to comparator_api_url, answer {completions: [...]}; openai = chat "
+                                        "completions under comparator_api_url", choices=("generic", "openai"))
+    comparator_api_model: Optional[str] = option(None, "comparator_policy api: the model name sent to the API "
+                                                 "(null = comparator_model)")
+    comparator_api_max_n_per_request: Optional[int] = option(
+        None, "comparator_policy api: at most this many completions per request (null = all of a problem's in one)",
+        min=1)
+    comparator_api_key_env: Optional[str] = option(None, "comparator_policy api: environment variable holding the key "
+                                                   "(null = COOPRL_EXPERT_API_KEY / OPENAI_API_KEY)")
+    preference_replay_mode: str = option("current", "which earlier pairs are replayed: current (none), nearest_k "
+                                         "(the preference_replay_k newest iterations), all_history, lambda_decay",
+                                         choices=("current", "nearest_k", "all_history", "lambda_decay"))
+    preference_replay_k: Optional[int] = option(None, "nearest_k: replay the pairs of this many newest iterations, "
+                                                "the current one included (null = 1)", min=1)
+    preference_replay_sample_size: Optional[int] = option(
+        None, "replayed earlier pairs per iteration, drawn by their replay weights and spread evenly over the "
+        "iteration's steps (null = every earlier pair of the step's problem)", min=1)
+    log_reward_distribution: bool = option(False, "log each iteration's reward distribution of the policies' and the "
+                                           "comparator's candidates (RUN_DIR/reward_distributions/iteration_<k>.json, "
+                                           "and reward_dist/* metrics)")
+    policy_checkpoint_dir: Optional[str] = option(None, "save the policies' weights at the start (initial/) and after "
+                                                  "each iteration (iteration_<k>/) in this folder (null = do not)")
+    replay_lambda: float = option(0.8, "lambda_decay: iteration k's pairs share (1 - lambda) * lambda^age of the "
+                                  "replayed weight, normalized over the iterations present", min=0.0, max=1.0,
+                                  aliases=("preference_replay_lambda",))
 
 
 @dataclass
@@ -256,16 +373,26 @@ class MARLHFSection(PreferenceFields, MAGRPOSection):
     num_turns: int = option(1, "turns of the online RL phase", min=1)
     rl_algorithm: str = option("magrpo", "online RL algorithm on the learned reward", choices=("magrpo", "iac", "maac"))
     reward_model_name: Optional[str] = option(None, "reward model backbone (null = agent_model.name)")
-    reward_model_learning_rate: float = option(1e-5, "reward model learning rate", min=0.0)
-    reward_model_epochs: int = option(1, "epochs over the preference pairs", min=1)
-    reward_max_length: int = option(1024, "longest joint prompt + both outputs scored by the reward model", min=16)
+    reward_model_device: Optional[str] = option(None, "the reward model's device (null = agent_model.device); "
+                                                "one device")
+    reward_model_learning_rate: float = option(1e-5, "reward model learning rate", min=0.0,
+                                               aliases=("reward_learning_rate",))
+    reward_model_epochs: int = option(1, "epochs over the preference pairs", min=1, aliases=("reward_num_train_epochs",))
+    reward_train_batch_size: Optional[int] = option(None, "pairs per reward-model optimizer step (null = "
+                                                    "cooprl.reward_model's default batch)", min=1)
+    reward_freeze_backbone: bool = option(False, "train only the reward model's linear head, the backbone frozen")
+    dpo_beta: float = option(0.1, "accepted for upstream's configs (its MARLHF config inherits MADPO's); MARLHF "
+                             "trains no DPO loss (no effect, as upstream)", min=0.0)
+    reward_max_length: int = option(2048, "longest joint prompt + both outputs scored by the reward model", min=16)
     reward_eval_fraction: float = option(0.2, "held-out share of pairs for reward-model accuracy", min=0.0, max=0.9)
     normalize_reward: bool = option(True, "learned reward = (score - mean) / std of its scores on the pairs' answers")
 
 
 @dataclass
 class MARLHFIterSection(IterativeFields, MARLHFSection):
-    pass
+    preference_scoring_reward: str = option("task", "what scores the candidates of a refresh: the task reward, or "
+                                            "the learned reward model (from the second iteration on)",
+                                            choices=("task", "reward_model"))
 
 
 TRAINER_SECTIONS: dict[str, type] = {
@@ -279,12 +406,14 @@ TRAINER_SECTIONS: dict[str, type] = {
 class Config:
     agent_model: AgentModelSection = option(AgentModelSection(), "the agents' model (homogeneous agents)")
     agents: Optional[list[str]] = option(None, "one model name per agent (heterogeneous agents); null = agent_model.name")
-    critic_model: CriticModelSection = option(CriticModelSection(), "critic backbone for actor-critic trainers")
+    critic_model: CriticModelSection = option(CriticModelSection(), "critic backbone for actor-critic trainers "
+                                              "(null = the defaults)", null_is_default=True)
     critics: Optional[list[str]] = option(None, "one critic model name per agent; null = critic_model.name")
     dataset: DatasetSection = option(DatasetSection(), "problems")
     seed: int = option(42, "seed of every random number generator, 0 to 2^32 - 1", min=0, max=2**32 - 1)
     output: OutputSection = option(OutputSection(), "run folder and final model")
     external: ExternalSection = option(ExternalSection(), "transitions between turns")
+    reward: RewardSection = option(RewardSection(), "where the reward's programs run")
     reward_processor: RewardProcessorSection = option(RewardProcessorSection(), "training reward transform")
     checkpoint: CheckpointSection = option(CheckpointSection(), "checkpoints and resume")
     wandb: WandbSection = option(WandbSection(), "Weights & Biases logging")
@@ -433,15 +562,50 @@ def build_section(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """Return an instance of dataclass `cls` built from `data`, every key and value checked."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    data = resolve_aliases(cls, data, prefix)
     kwargs = {}
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
             raise unknown_key_error(str(key), list(fields), prefix)
+        if value is None and fields[key].metadata.get("null_is_default"):
+            continue  # `critic_model: null`: the section with its defaults
         converted = _coerce(value, hints[key], full)
         _check_bounds(converted, fields[key].metadata, full)
         kwargs[key] = converted
     return cls(**kwargs)
+
+
+def field_aliases(cls: type) -> dict[str, str]:
+    """Return {alias: field name} of dataclass `cls` (the upstream names its fields are also read under)."""
+    return {alias: f.name for f in dataclasses.fields(cls) for alias in f.metadata.get("aliases", ())}
+
+
+def resolve_aliases(cls: type, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Return `data` with every alias key renamed to its field; ConfigError when an alias and the field (or two
+    aliases of one field) are both given with different values."""
+    aliases = field_aliases(cls)
+    if not aliases or not any(key in aliases for key in data):
+        return data
+    hints = typing.get_type_hints(cls)
+
+    def same(a: Any, b: Any, name: str) -> bool:
+        try:  # compare the values as the field reads them (2e-5 and 2.0e-05 are one learning rate)
+            return _coerce(a, hints[name], name) == _coerce(b, hints[name], name)
+        except ConfigError:
+            return a == b
+
+    resolved: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
+    for key, value in data.items():
+        name = aliases.get(key, key)
+        if name in resolved and not same(resolved[name], value, name):
+            first, second = (f"{prefix}.{k}" if prefix else k for k in (given_as[name], key))
+            raise ConfigError(f"{second}: same key as {first} (upstream's name for {name}), given with another value "
+                              f"({show(value)} vs {show(resolved[name])}); give one of them")
+        resolved.setdefault(name, value)
+        given_as.setdefault(name, key)
+    return resolved
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -464,6 +628,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Return a copy of `data` with each `a.b=v` override set (intermediate mappings created as needed)."""
     merged = yaml.safe_load(yaml.safe_dump(data)) or {}
+    overridden: set[tuple[str, ...]] = set()
     for text in overrides:
         path, value = parse_override(text)
         node = merged
@@ -474,8 +639,39 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if not isinstance(child, dict):
                 raise ConfigError(f"--override {text!r}: {'.'.join(path[:i + 1])} is a value, not a section")
             node = child
+        section = _section_at(path[:-1])
+        if section is not None:  # an override wins over the file's value under the other name (alias or ours)
+            names = {path[-1]} | {a for a, n in field_aliases(section).items() if n == path[-1]}
+            target = field_aliases(section).get(path[-1], path[-1])
+            names |= {target} | {a for a, n in field_aliases(section).items() if n == target}
+            for other in names - {path[-1]}:
+                if (*path[:-1], other) not in overridden:   # two overrides of one key under two names: an error
+                    node.pop(other, None)
+        if len(path) == 2 and path[0] in TRAINER_SECTIONS and path[1] == "reward_shift":
+            if isinstance(merged.get("reward_processor"), dict) and ("reward_processor", "shift") not in overridden:
+                merged["reward_processor"].pop("shift", None)   # the override wins over the file's shift
+        if path == ["reward_processor", "shift"]:
+            for name in TRAINER_SECTIONS:
+                if isinstance(merged.get(name), dict) and (name, "reward_shift") not in overridden:
+                    merged[name].pop("reward_shift", None)
         node[path[-1]] = value
+        overridden.add(tuple(path))
     return merged
+
+
+def _section_at(path: list[str]) -> type | None:
+    """Return the dataclass of the config section at key `path` ([] = Config), or None when there is none."""
+    cls: Any = Config
+    for part in path:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields:
+            return None
+        tp = typing.get_type_hints(cls)[part]
+        args = [a for a in typing.get_args(tp) if a is not _NONE] or [tp]
+        cls = next((a for a in args if dataclasses.is_dataclass(a)), None)
+        if cls is None:
+            return None
+    return cls
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -587,6 +783,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Return the validated Config from a YAML file (optional) plus `--override` strings."""
     data = read_yaml(path) if path is not None else {}
     data = apply_overrides(data, overrides or [])
+    data = lift_reward_shift(data)
     config = build_section(Config, data)
     check_consistency(config)
     return config
@@ -609,6 +806,59 @@ def trainer_of_file(path: str | Path) -> str | None:
     return candidates[0] if candidates else None
 
 
+def lift_reward_shift(data: dict[str, Any]) -> dict[str, Any]:
+    """Return `data` with upstream's `<trainer>.reward_shift` moved to our `reward_processor.shift` (the same
+    number: added to every training reward); ConfigError when the two, or two trainer sections, disagree."""
+    found = [(name, data[name]["reward_shift"]) for name in TRAINER_SECTIONS
+             if isinstance(data.get(name), dict) and "reward_shift" in data[name]]
+    if not found:
+        return data
+    data = {k: (dict(v) if k in TRAINER_SECTIONS and isinstance(v, dict) else v) for k, v in data.items()}
+    processor = data.get("reward_processor")
+    if processor is not None and not isinstance(processor, dict):
+        return data  # build_section reports the malformed section
+    processor = dict(processor or {})
+    given = [("reward_processor.shift", processor["shift"])] if "shift" in processor else []
+    for name, value in found:
+        data[name].pop("reward_shift")
+        given.append((f"{name}.reward_shift", value))
+    first_key, first = given[0]
+    for key, value in given[1:]:
+        if value != first:
+            raise ConfigError(f"{key}: upstream's name for reward_processor.shift, given as {show(value)} while "
+                              f"{first_key} is {show(first)}; give one of them")
+    processor["shift"] = first
+    data["reward_processor"] = processor
+    return data
+
+
+_DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
+
+
+def single_device(value: Any, key: str) -> str | None:
+    """Return the one device `value` names (a device, or a list naming one device, repeated or not), None for none;
+    ConfigError for a malformed device or several devices (those come with multi-device support)."""
+    if value is None:
+        return None
+    devices = list(dict.fromkeys([value] if isinstance(value, str) else value))
+    for device in devices:
+        kind, _, index = device.partition(":")
+        if kind not in _DEVICE_NAMES or (index and not index.isdigit()) or (index and kind not in ("cuda", "mps")):
+            raise ConfigError(f"{key}: {show(device)} is not a device; expected cpu, cuda, cuda:N or mps")
+    if len(devices) > 1:
+        raise ConfigError(f"{key}: several devices ({', '.join(devices)}) come with multi-device support, which "
+                          "this version does not have yet; give one device")
+    return devices[0] if devices else None
+
+
+DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
+
+
+def trainer_device(section: Any, key: str, fallback: str) -> str:
+    """Return the device `section`'s `key` (e.g. agent_devices) names, else `fallback` (e.g. agent_model.device)."""
+    return single_device(getattr(section, key, None), key) or fallback
+
+
 def check_consistency(config: Config) -> None:
     """Raise ConfigError for values that are fine alone but not together."""
     slice_ = config.external.sandbox_slice
@@ -616,9 +866,21 @@ def check_consistency(config: Config) -> None:
         raise ConfigError(f"external.sandbox_slice: expected an int, null or 'all', got {slice_!r}")
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
+        if section.parallel_training in ("mp", "ddp"):
+            raise ConfigError(f"{name}.parallel_training: {section.parallel_training} comes with multi-device support, "
+                              "which this version does not have yet; use none (one device)")
+        for key in DEVICE_KEYS:
+            single_device(getattr(section, key, None), f"{name}.{key}")
         if any(k < 1 or k > section.eval_num_generations for k in section.eval_pass_k):
             raise ConfigError(f"{name}.eval_pass_k: every k must be in [1, {name}.eval_num_generations="
                               f"{section.eval_num_generations}], got {section.eval_pass_k}")
+
+
+def field_doc(f: Any) -> str:
+    """Return the doc of dataclass field `f`, with the upstream names it is also read under."""
+    doc = f.metadata.get("doc", "")
+    aliases = f.metadata.get("aliases", ())
+    return doc + (f" (also read as upstream's {', '.join(aliases)})" if aliases else "")
 
 
 def describe_fields(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
@@ -632,5 +894,5 @@ def describe_fields(cls: type = Config, prefix: str = "") -> list[tuple[str, Any
         if dataclasses.is_dataclass(tp):
             rows.extend(describe_fields(tp, key))
         else:
-            rows.append((key, getattr(instance, f.name), f.metadata.get("doc", "")))
+            rows.append((key, getattr(instance, f.name), field_doc(f)))
     return rows

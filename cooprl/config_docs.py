@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from cooprl.config import TRAINER_SECTIONS, Config, TrainerSection, describe_fields
+from cooprl.config import TRAINER_SECTIONS, Config, TrainerSection, describe_fields, field_doc
 
 
 def _value(value: Any) -> str:
@@ -30,7 +30,7 @@ def _trainer_rows(name: str, cls: type) -> list[tuple[str, Any, str]]:
         default = getattr(instance, f.name)
         if f.name in shared and default == getattr(base, f.name) and f.metadata == shared[f.name].metadata:
             continue
-        rows.append((f"{name}.{f.name}", default, f.metadata.get("doc", "")))
+        rows.append((f"{name}.{f.name}", default, field_doc(f)))
     return rows
 
 

@@ -7,12 +7,17 @@ packs the batch as a token trie and runs each shared prefix once: a sibling grou
 that holds a whole multi-turn tree, the turn-1 prompt that every turn-2 prompt starts with.
 Samples with a zero advantage are skipped when there is no KL term: their gradient is exactly zero.
 A non-finite loss skips the whole update (counted in the metrics), never a silent substitute value.
+
+The reference-model KL term is shared by every trainer (`reference_kl_coef` of any trainer section): the frozen
+start model (`frozen_reference`) scores the same completions, and `k3_kl` adds the k3 estimate of
+KL(policy || reference) per sequence to the loss, with gradient (MADPO adds it to its DPO loss the same way).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -30,6 +35,45 @@ class TrainSample:
     prompt_ids: torch.Tensor
     completion_ids: torch.Tensor
     advantage: float
+
+
+def frozen_reference(model: Any) -> Any:
+    """Return the frozen start model of `model` for reference log-probs: with LoRA the model with its adapters
+    disabled (no copy, see _AdapterOffView); otherwise a frozen deep copy."""
+    if hasattr(model, "disable_adapter"):
+        return _AdapterOffView(model)
+    reference = copy.deepcopy(model).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
+
+
+class _AdapterOffView:
+    """Calls a peft model with its adapters disabled: the frozen start model, without a second copy."""
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def modules(self):
+        return self.model.modules()
+
+    def __call__(self, **kwargs: Any) -> Any:
+        with self.model.disable_adapter():
+            return self.model(**kwargs)
+
+
+def k3_kl(token_logps: torch.Tensor, mask: torch.Tensor, reference: Any, prompts: Sequence[torch.Tensor],
+          completions: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
+    """Return the k3 estimate of KL(policy || reference) per sequence, shape [batch], differentiable through the
+    policy's `token_logps` ([batch, tokens], `mask` marking real tokens): sum over tokens of exp(d) - d - 1 with
+    d = log p_ref - log p_policy (>= 0 per token). The reference scores the same completions without gradient."""
+    with torch.no_grad():
+        ref_logps, _ = completion_logprobs(reference, prompts, completions, pad_id)
+    delta = (ref_logps.to(token_logps.device) - token_logps) * mask
+    return ((torch.exp(delta) - delta - 1) * mask).sum(-1)
 
 
 def sibling_batches(samples: Sequence[TrainSample], size: int) -> list[list[TrainSample]]:
@@ -78,10 +122,7 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
         adv = torch.tensor([s.advantage for s in batch], dtype=token_logps.dtype, device=token_logps.device)
         loss = -(token_logps.sum(-1) * adv).sum() / total
         if kl_coef > 0 and reference is not None:
-            with torch.no_grad():
-                ref_logps, _ = completion_logprobs(reference, prompts, completions, pad_id)
-            delta = (ref_logps - token_logps) * mask
-            kl = ((torch.exp(delta) - delta - 1) * mask).sum(-1)  # k3 estimator, >= 0 per token
+            kl = k3_kl(token_logps, mask, reference, prompts, completions, pad_id)
             loss = loss + kl_coef * kl.sum() / total
             metrics["kl"] += kl.sum().item() / total
         if not torch.isfinite(loss):

@@ -4,7 +4,8 @@ Shared by the preference trainers (MADPO, MARLHF and their iterative variants):
 1. `collect_candidates`: for each item, sample joint candidates from the policies (one rollout turn) and,
    optionally, from a comparator (another model, an API, one centralized writer...), all scored with the
    task reward;
-2. `select_pairs` / `pairs_from_candidates`: pick (winner, loser) pairs by reward (largest gaps, random, all);
+2. `select_pairs` / `comparator_pairs` / `pairs_from_candidates`: pick (winner, loser) pairs by reward (largest
+   gaps, random, all), or upstream's `comparator_reward`: the policy's candidate i against the comparator's i;
 3. `write_pairs` / `read_pairs` / `PairStore`: JSONL files in the run folder (inspectable, reused on resume);
 4. `replay_weights`: which earlier iterations' pairs are trained on again, and with what weight.
 
@@ -30,8 +31,8 @@ from cooprl.rollout import Node, RolloutSettings, Sampler, rollout
 
 log = logging.getLogger(__name__)
 
-PAIR_SELECTIONS = ("reward_gap", "random", "all")
-REPLAY_MODES = ("current", "all_history", "lambda_decay")
+PAIR_SELECTIONS = ("reward_gap", "random", "all", "comparator_reward")
+REPLAY_MODES = ("current", "nearest_k", "all_history", "lambda_decay")
 
 
 @dataclass
@@ -83,7 +84,7 @@ def select_pairs(rewards: Sequence[float], mode: str, pairs_per_sample: int, min
     first, `pairs_per_sample` of them; `random`: `pairs_per_sample` drawn with `rng`; `all`: every
     qualifying pair, largest gaps first. Equal gaps keep index order, so the result is deterministic.
     """
-    if mode not in PAIR_SELECTIONS:
+    if mode not in PAIR_SELECTIONS or mode == "comparator_reward":  # comparator_reward: see comparator_pairs
         raise ValueError(f"pair_selection {mode!r}: expected one of {', '.join(PAIR_SELECTIONS)}")
     valid = []
     for i in range(len(rewards)):
@@ -97,15 +98,51 @@ def select_pairs(rewards: Sequence[float], mode: str, pairs_per_sample: int, min
     return valid if mode == "all" else valid[:pairs_per_sample]
 
 
+def comparator_pairs(policy_rewards: Sequence[float], comparator_rewards: Sequence[float], pairs_per_sample: int | None,
+                     min_gap: float) -> list[tuple[int, int]]:
+    """Return upstream's `comparator_reward` pairs as (winner, loser) indices into policy + comparator candidates
+    (the comparator's candidate j has index len(policy_rewards) + j).
+
+    The policy's candidate i is compared with the comparator's candidate i (cycling through the comparator's when it
+    wrote fewer, e.g. an API's single answer); a comparison is a pair when the gap exceeds `min_gap` (ties never
+    pair), whichever side won. Pairs come best comparator reward first, then largest gap first (ties in index
+    order), `pairs_per_sample` of them (None = all).
+    """
+    if not policy_rewards or not comparator_rewards:
+        return []
+    found = []
+    for i, mine in enumerate(policy_rewards):
+        j = i % len(comparator_rewards)
+        theirs = comparator_rewards[j]
+        if abs(mine - theirs) > min_gap:
+            k = len(policy_rewards) + j
+            found.append(((i, k) if mine > theirs else (k, i), theirs, abs(mine - theirs)))
+    found.sort(key=lambda f: (-f[1], -f[2]))   # stable: equal keys keep index order
+    return [pair for pair, _, _ in found][:pairs_per_sample]
+
+
 def _pair_source(winner: Candidate, loser: Candidate) -> str:
     return winner.source if winner.source == loser.source else f"{winner.source}>{loser.source}"
 
 
 def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence[Candidate], section: Any,
                           iteration: int, step: int, rng: random.Random) -> list[PreferencePair]:
-    """Return the preference pairs of one item's scored candidates, picked as `section` says."""
-    chosen = select_pairs([c.reward for c in candidates], section.pair_selection, section.preference_pairs_per_sample,
-                          section.min_reward_gap, rng)
+    """Return the preference pairs of one item's scored candidates, picked as `section` says.
+
+    `comparator_reward` compares the policy's candidates with the comparator's; without comparator candidates (no
+    comparator: upstream's `current`, the policy compared with itself) the policy's first half plays the comparator.
+    """
+    if section.pair_selection == "comparator_reward":
+        mine = [c for c in candidates if c.source != "comparator"]
+        theirs = [c for c in candidates if c.source == "comparator"]
+        if not theirs:
+            mine, theirs = mine[len(mine) // 2:], mine[:len(mine) // 2]
+        candidates = mine + theirs
+        chosen = comparator_pairs([c.reward for c in mine], [c.reward for c in theirs],
+                                  section.preference_pairs_per_sample, section.min_reward_gap)
+    else:
+        chosen = select_pairs([c.reward for c in candidates], section.pair_selection,
+                              section.preference_pairs_per_sample, section.min_reward_gap, rng)
     return [PreferencePair(item_id, list(prompts), list(candidates[w].texts), list(candidates[l].texts),
                            candidates[w].reward, candidates[l].reward, iteration, _pair_source(candidates[w], candidates[l]),
                            step, list(candidates[w].ids), list(candidates[l].ids))
@@ -114,9 +151,15 @@ def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence
 
 # ---------------------------------------------------------------------------------------------- sampling
 def split_candidates(total: int, comparator: Comparator | None) -> tuple[int, int]:
-    """Return (policy candidates, comparator candidates) per item: the comparator writes up to half of `total`."""
+    """Return (policy candidates, comparator candidates) per item: the comparator writes up to half of `total`;
+    with its own `num_candidates` (comparator_num_candidates), the policies write `total` and it that many."""
     if comparator is None:
         return total, 0
+    if getattr(comparator, "num_candidates", None):   # comparator_num_candidates: upstream's two candidate sets
+        n_comp = comparator.num_candidates
+        if comparator.max_candidates is not None:
+            n_comp = min(n_comp, comparator.max_candidates)
+        return total, n_comp
     n_comp = max(1, total // 2)
     if comparator.max_candidates is not None:
         n_comp = min(n_comp, comparator.max_candidates)
@@ -149,12 +192,16 @@ def collect_candidates(items: Sequence[Any], task: Any, sample_fn: Sampler, num_
 
 
 def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: Any, iteration: int,
-                  rng: random.Random, comparator: Comparator | None = None, step: int = 0) -> list[PreferencePair]:
+                  rng: random.Random, comparator: Comparator | None = None, step: int = 0,
+                  record: Callable[[Sequence[Candidate]], None] | None = None) -> list[PreferencePair]:
     """Return preference pairs for `items`: `section.preference_num_candidates` scored joint candidates per item
-    (the policies', plus the comparator's when given), paired by `section.pair_selection`."""
+    (the policies', plus the comparator's when given), paired by `section.pair_selection`; `record` sees each item's
+    scored candidates (log_reward_distribution)."""
     _, candidates = collect_candidates(items, task, sample_fn, section.preference_num_candidates, comparator)
     pairs = []
     for item, cands in zip(items, candidates):
+        if record is not None:
+            record(cands)
         pairs += pairs_from_candidates(task.item_id(item), task.first_prompts(item), cands, section, iteration, step, rng)
     return pairs
 
@@ -241,33 +288,138 @@ class IterationPlan:
     """How a preference trainer iterates: passes over the step plan, and which earlier pairs it replays."""
 
     rounds: int = 1                 # the loop repeats its step plan this often (one iteration per pass)
-    replay_mode: str = "current"    # current | all_history | lambda_decay
+    replay_mode: str = "current"    # current | nearest_k | all_history | lambda_decay
     replay_lambda: float = 1.0
+    replay_k: int = 1               # nearest_k: the k newest iterations, the current one included
+    replay_sample_size: int | None = None   # earlier pairs drawn per iteration (None: every earlier pair)
 
     @classmethod
     def of(cls, section: Any) -> "IterationPlan":
         """Return the plan of a trainer section: its iterative keys, or one pass without replay."""
         if not isinstance(section, IterativeFields):
             return cls()
-        return cls(section.num_iterations, section.preference_replay_mode, section.replay_lambda)
+        return cls(section.num_iterations, section.preference_replay_mode, section.replay_lambda,
+                   section.preference_replay_k or 1, section.preference_replay_sample_size)
+
+    def replayed(self, pairs_by_iteration: Mapping[int, Sequence[PreferencePair]], current_iteration: int,
+                 rng: random.Random, draws: int | None = None) -> list[tuple[PreferencePair, float]]:
+        """Return (pair, weight) to train on: `replay_weights` of the plan's mode; with `replay_sample_size`, the
+        current iteration's pairs (weight 1) plus `draws` earlier pairs (default: replay_sample_size) drawn with
+        `rng` in proportion to their replay weights, each of weight 1 (upstream's sampled replay)."""
+        weighted = replay_weights(pairs_by_iteration, self.replay_mode, self.replay_lambda, current_iteration,
+                                  nearest=self.replay_k)
+        if self.replay_sample_size is None:
+            return weighted
+        current = [(p, 1.0) for p in pairs_by_iteration.get(current_iteration, [])]
+        earlier = [(p, w) for p, w in weighted if p.iteration != current_iteration and w > 0]
+        count = self.replay_sample_size if draws is None else draws
+        return current + [(p, 1.0) for p in draw_weighted(earlier, count, rng)]
+
+
+class RewardDistribution:
+    """log_reward_distribution: each iteration's raw task rewards of the candidates, by writer (the policies' and the
+    comparator's), in `<folder>/iteration_<k>.json` (16-bin histograms over [0, max reward], counts, means) and as
+    metrics `reward_dist/{policy,comparator}_mean` and `reward_dist/policy_beats_comparator` (the share of the
+    policies' candidates above the comparator's mean)."""
+
+    BINS = 16
+
+    def __init__(self, folder: str | Path, max_reward: float):
+        self.folder, self.max_reward = Path(folder), max_reward
+        self.rewards: dict[int, dict[str, list[float]]] = {}
+
+    def add(self, iteration: int, candidates: Sequence[Candidate]) -> None:
+        """Record one problem's scored candidates and rewrite the iteration's file."""
+        by_source = self.rewards.setdefault(iteration, {"policy": [], "comparator": []})
+        for c in candidates:
+            by_source["comparator" if c.source == "comparator" else "policy"].append(c.reward)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        summary = {"iteration": iteration, "range": [0.0, self.max_reward], "bins": self.BINS}
+        for source, values in by_source.items():
+            summary[source] = {"count": len(values), "mean": sum(values) / len(values) if values else None,
+                               "histogram": self.histogram(values)}
+        tmp = self.folder / f"iteration_{iteration}.json.tmp"
+        tmp.write_text(json.dumps(summary), encoding="utf-8")
+        os.replace(tmp, self.folder / f"iteration_{iteration}.json")
+
+    def histogram(self, values: Sequence[float]) -> list[int]:
+        """Return the counts of `values` in BINS equal bins over [0, max reward] (values outside go to the ends)."""
+        counts = [0] * self.BINS
+        width = (self.max_reward or 1.0) / self.BINS
+        for v in values:
+            counts[min(max(int(v // width), 0), self.BINS - 1)] += 1
+        return counts
+
+    def metrics(self, iteration: int) -> dict[str, float]:
+        """Return the iteration's distribution metrics so far."""
+        by_source = self.rewards.get(iteration, {})
+        mine, theirs = by_source.get("policy", []), by_source.get("comparator", [])
+        out = {}
+        if mine:
+            out["reward_dist/policy_mean"] = sum(mine) / len(mine)
+        if theirs:
+            out["reward_dist/comparator_mean"] = sum(theirs) / len(theirs)
+        if mine and theirs:
+            out["reward_dist/policy_beats_comparator"] = sum(m > out["reward_dist/comparator_mean"] for m in mine) / len(mine)
+        return out
+
+
+def save_policy_checkpoint(section: Any, models: Sequence[Any], label: str) -> Path | None:
+    """policy_checkpoint_dir: save every policy (`save_pretrained`: the LoRA adapters, or the whole model) in
+    `<policy_checkpoint_dir>/<label>/agent_<i>` (label `initial` or `iteration_<k>`, as upstream); a snapshot that
+    is already there (a resumed run) is kept. Return its folder, or None when the key is not set."""
+    folder = getattr(section, "policy_checkpoint_dir", None)
+    if not folder:
+        return None
+    target = Path(folder) / label
+    if not all((target / f"agent_{i}").is_dir() for i in range(len(models))):
+        for i, model in enumerate(models):
+            model.save_pretrained(target / f"agent_{i}")
+    return target
+
+
+def policy_checkpoints(section: Any, models: Sequence[Any], step: int, steps_per_round: int, before: bool) -> None:
+    """Save the policy snapshots a step boundary calls for: `initial` before the first step of the run, and
+    `iteration_<k>` after the last step of iteration k."""
+    if before and step == 1:
+        save_policy_checkpoint(section, models, "initial")
+    elif not before and step % steps_per_round == 0:
+        save_policy_checkpoint(section, models, f"iteration_{(step - 1) // steps_per_round}")
+
+
+def draw_weighted(weighted: Sequence[tuple[Any, float]], count: int, rng: random.Random) -> list[Any]:
+    """Return `count` items drawn from (item, weight) in proportion to the weights: without replacement while
+    items remain, then again from all (upstream draws a shard's records without replacement, repeating them when it
+    needs more than it holds)."""
+    drawn: list[Any] = []
+    while weighted and len(drawn) < count:
+        pool = list(weighted)
+        while pool and len(drawn) < count:
+            k = rng.choices(range(len(pool)), weights=[w for _, w in pool])[0]
+            drawn.append(pool.pop(k)[0])
+    return drawn
 
 
 def replay_weights(pairs_by_iteration: Mapping[int, Sequence[PreferencePair]], mode: str, lam: float,
-                   current_iteration: int) -> list[tuple[PreferencePair, float]]:
+                   current_iteration: int, nearest: int = 1) -> list[tuple[PreferencePair, float]]:
     """Return (pair, weight) for the pairs to train on at `current_iteration`.
 
     `current`: only the current iteration's pairs (weight 1); `all_history`: every iteration up to the
-    current one (weight 1); `lambda_decay`: every iteration, weight `lam ** age` with age = current - its
-    iteration (pairs of weight 0 are left out). Later iterations than the current one are ignored.
+    current one (weight 1); `lambda_decay`: upstream's sampling weights. Iteration k (age = current - k) gets the
+    share (1 - lam) * lam^age of the replayed weight, normalized over the iterations that have pairs (so the
+    (1 - lam) factor cancels: share = lam^age / sum of lam^age), spread evenly over its pairs and scaled so that
+    the weights average 1 (a pair's weight is its chance to be drawn, relative to a uniform draw). With lam = 0 only
+    the current iteration counts; with lam = 1 every iteration gets the same share. `nearest_k`: the `nearest`
+    newest iterations, the current one included (weight 1). Later iterations are ignored.
     """
     if mode not in REPLAY_MODES:
         raise ValueError(f"preference_replay_mode {mode!r}: expected one of {', '.join(REPLAY_MODES)}")
-    weighted = []
-    for iteration in sorted(pairs_by_iteration):
-        age = current_iteration - iteration
-        if age < 0 or (mode == "current" and age > 0):
-            continue
-        weight = lam ** age if mode == "lambda_decay" else 1.0
-        if weight > 0:
-            weighted += [(pair, weight) for pair in pairs_by_iteration[iteration]]
-    return weighted
+    kept = {k: list(pairs) for k, pairs in pairs_by_iteration.items()
+            if pairs and 0 <= current_iteration - k and (mode != "current" or k == current_iteration)
+            and (mode != "nearest_k" or current_iteration - k < nearest)}   # nearest_k: age < nearest
+    if mode != "lambda_decay":
+        return [(pair, 1.0) for k in sorted(kept) for pair in kept[k]]
+    shares = {k: lam ** (current_iteration - k) for k in kept}   # 0 ** 0 = 1: the current iteration
+    shares = {k: share for k, share in shares.items() if share > 0}
+    total_share, total_pairs = sum(shares.values()), sum(len(kept[k]) for k in shares)
+    return [(pair, shares[k] / total_share / len(kept[k]) * total_pairs) for k in sorted(shares) for pair in kept[k]]

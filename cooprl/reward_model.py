@@ -122,8 +122,8 @@ def pair_accuracy(reward_model: RewardModel, pairs: Sequence[Any]) -> tuple[floa
 
 def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learning_rate: float, epochs: int,
                        eval_fraction: float, seed: int, weights: Sequence[float] | None = None,
-                       max_grad_norm: float | None = 1.0) -> dict[str, float]:
-    """Train on the pairs with the Bradley-Terry loss (one AdamW step per batch); return the metrics.
+                       max_grad_norm: float | None = 1.0, batch_size: int = PAIRS_PER_BATCH) -> dict[str, float]:
+    """Train on the pairs with the Bradley-Terry loss (one AdamW step per `batch_size` pairs); return the metrics.
 
     A seeded `eval_fraction` of the pairs is held out; `weights` (one per pair, e.g. replay weights) scale
     each pair's loss. Metrics: pair counts, the last epoch's training loss and accuracy, and the held-out
@@ -132,7 +132,8 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
     train_idx, eval_idx = split_pairs(len(pairs), eval_fraction, seed)
     weights = list(weights) if weights is not None else [1.0] * len(pairs)
     model = reward_model.model
-    params = model.head_parameters() + model.trunk_parameters()
+    # a frozen backbone (reward_freeze_backbone) has requires_grad off: only the head is trained
+    params = [p for p in model.head_parameters() + model.trunk_parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate)
     metrics = {"reward_model/train_pairs": float(len(train_idx)), "reward_model/eval_pairs": float(len(eval_idx))}
     for epoch in range(epochs):
@@ -140,8 +141,8 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
         generator = torch.Generator().manual_seed(seed * 1000 + epoch)
         order = [train_idx[i] for i in torch.randperm(len(train_idx), generator=generator).tolist()]
         loss_sum, correct = 0.0, 0
-        for start in range(0, len(order), PAIRS_PER_BATCH):
-            indices = order[start:start + PAIRS_PER_BATCH]
+        for start in range(0, len(order), batch_size):
+            indices = order[start:start + batch_size]
             total_weight = max(sum(weights[i] for i in indices), 1e-12)
             optimizer.zero_grad(set_to_none=True)
             batch_loss, batch_correct = 0.0, 0
@@ -162,6 +163,7 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
                 continue
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
             optimizer.step()
+            metrics["reward_model/optimizer_steps"] = metrics.get("reward_model/optimizer_steps", 0.0) + 1
             loss_sum += batch_loss * len(indices)
             correct += batch_correct
         if order:

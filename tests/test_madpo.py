@@ -62,6 +62,8 @@ def madpo_config(tmp_path: Path, name: str, trainer: str, overrides: list[str]):
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.temperature=1.0",
         "agent_model.top_p=1.0", f"{trainer}.max_new_tokens=6", f"{trainer}.preference_num_candidates=3",
         f"{trainer}.learning_rate=1e-2", f"{trainer}.eval_interval=0", f"{trainer}.eval_num_samples=1",
+        # these tests sample new pairs every step (the offline default: tests/test_upstream_semantics.py)
+        f"{trainer}.pair_collection=online",
         "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={name}", *overrides])
 
 
@@ -146,7 +148,8 @@ def test_lora_reference_and_copy_comparator_use_the_adapter_off_model(tmp_path):
 def test_comparator_config_errors(tmp_path):
     task = scripted_task()
     for overrides, message in [(["madpo_iter.comparator_policy=model"], "comparator_model"),
-                               (["madpo_iter.comparator_generation_mode=centralized"], "copy, model or api"),
+                               # current + centralized: the live policy writes joint answers; this task has no format
+                               (["madpo_iter.comparator_generation_mode=centralized"], "no joint answer format"),
                                (["madpo_iter.comparator_policy=copy", "madpo_iter.comparator_generation_mode=centralized"],
                                 "no joint answer format"),
                                (["madpo_iter.comparator_policy=api", "madpo_iter.comparator_model=x"], "API client")]:

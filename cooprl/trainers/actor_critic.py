@@ -31,10 +31,10 @@ from typing import Any, Sequence
 import torch
 
 from cooprl.agents import Agent, build_team
-from cooprl.config import Config, ConfigError
+from cooprl.config import Config, ConfigError, trainer_device
 from cooprl.evaluation import evaluate_team, tree_metrics
 from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.policy_update import TrainSample, policy_gradient_step
+from cooprl.policy_update import TrainSample, frozen_reference, policy_gradient_step
 from cooprl.rollout import Node, RolloutSettings, iter_nodes, rollout
 from cooprl.task import Task
 from cooprl.trainers.magrpo import _print_tree, reward_processor
@@ -115,6 +115,8 @@ class ActorCritic:
         self.process_reward = reward_processor(config, task)
         self.buffer: list[Step] = []
         self.buffered_episodes = 0
+        # the frozen start models of the actors, for the k3 KL term of the actor loss (reference_kl_coef)
+        self.references = [frozen_reference(agent.model) for agent in team] if section.reference_kl_coef > 0 else None
 
     def _sample(self, agent: int, prompts: list[str], n: int):
         return self.team[agent].sample(prompts, n)
@@ -143,8 +145,8 @@ class ActorCritic:
         return self._tokenize(critic, node.prompts[c] + (action.text if q else ""))
 
     def _tokenize(self, critic: Critic, text: str) -> torch.Tensor:
-        # keep the end of a long text: the value is read at its last token
-        ids = critic.tokenizer(text)["input_ids"][-self.config.agent_model.max_length:]
+        # keep the end of a long text: the value is read at its last token (critic_model.max_length tokens at most)
+        ids = critic.tokenizer(text)["input_ids"][-critic_max_length(self.config):]
         return torch.tensor(ids, dtype=torch.long)
 
     @torch.no_grad()
@@ -183,8 +185,15 @@ class ActorCritic:
         return metrics
 
     def update(self) -> dict[str, float]:
-        """Take one step per actor (and its value head) and per separate critic on the buffer; return losses."""
+        """Train every actor (and its value head) and every separate critic on the buffer; return losses.
+
+        Advantages are computed (and normalized) over the whole buffer; then each model takes one optimizer step
+        per `train_batch_size` buffered turns (null: one step on the whole buffer). Metrics are the last step's.
+        """
         s, metrics = self.section, {}
+        size = s.train_batch_size or len(self.buffer)
+        chunks = [range(start, min(start + size, len(self.buffer))) for start in range(0, len(self.buffer), size)]
+        steps_taken = 0
         for a, agent in enumerate(self.team):
             seen = [step.critics[self.critic_of(a)] for step in self.buffer]
             adv = actor_advantages([x.target for x in seen], [x.value for x in seen], s.critic_type,
@@ -192,22 +201,29 @@ class ActorCritic:
             actions = [TrainSample(step.actions[a].prompt_ids, step.actions[a].completion_ids, value)
                        for step, value in zip(self.buffer, adv)]
             head = self.critics[a] if not self.centralized and self.critics[a].optimizer is None else None
-            result = policy_gradient_step(
-                agent.model, agent.optimizer, actions, agent.tokenizer.pad_token_id,
-                batch_size=s.rollout_buffer_size, max_grad_norm=s.max_grad_norm,
-                extra_backward=(lambda: self.value_loss_backward(head, seen)) if head else None)
+            for chunk in chunks:
+                part = [seen[k] for k in chunk]
+                result = policy_gradient_step(
+                    agent.model, agent.optimizer, [actions[k] for k in chunk], agent.tokenizer.pad_token_id,
+                    batch_size=s.rollout_buffer_size, max_grad_norm=s.max_grad_norm,
+                    kl_coef=s.reference_kl_coef, reference=self.references[a] if self.references else None,
+                    extra_backward=(lambda part=part: self.value_loss_backward(head, part)) if head else None)
+                steps_taken += 1
             metrics.update(_prefixed(f"agent_{a}", result))
         for c, critic in enumerate(self.critics):
             if critic.optimizer is None:
-                continue  # a head on its actor: trained in the actor's step above
+                continue  # a head on its actor: trained in the actor's steps above
             seen = [step.critics[c] for step in self.buffer]
-            # the optimizer step of policy_gradient_step with no policy term: only the value loss
-            result = policy_gradient_step(critic.model, critic.optimizer, [], critic.tokenizer.pad_token_id,
-                                          max_grad_norm=s.max_grad_norm,
-                                          extra_backward=lambda: self.value_loss_backward(critic, seen))
+            for chunk in chunks:
+                part = [seen[k] for k in chunk]
+                # the optimizer step of policy_gradient_step with no policy term: only the value loss
+                result = policy_gradient_step(critic.model, critic.optimizer, [], critic.tokenizer.pad_token_id,
+                                              max_grad_norm=s.max_grad_norm,
+                                              extra_backward=lambda part=part: self.value_loss_backward(critic, part))
             kept = ("extra_loss", "grad_norm", "skipped_nonfinite")
             metrics.update(_prefixed(f"critic_{c}", {k: result[k] for k in kept}))
             metrics[f"critic_{c}/target_mean"] = sum(x.target for x in seen) / len(seen)
+        metrics["update/actor_optimizer_steps"] = float(steps_taken)
         self.buffer, self.buffered_episodes = [], 0
         return metrics
 
@@ -272,12 +288,17 @@ def critic_model_names(config: Config, team: list[Agent], count: int) -> list[st
 
 def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: bool) -> Critic:
     """Return a value model on backbone `name` with its own tokenizer and AdamW optimizer."""
-    lm = load_causal_lm(name, torch_dtype=config.critic_model.torch_dtype, device=config.agent_model.device,
-                        lora=config.critic_model.lora)
+    device = trainer_device(section, "critic_devices", config.agent_model.device)  # upstream's critic_devices
+    lm = load_causal_lm(name, torch_dtype=config.critic_model.torch_dtype, device=device, lora=config.critic_model.lora)
     model = ValueModel(lm)
     optimizer = torch.optim.AdamW(model.head_parameters() + model.trunk_parameters(),
                                   lr=section.critic_learning_rate, weight_decay=section.weight_decay)
     return Critic(model, load_tokenizer(name, config.agent_model.special_tokens), optimizer, reuses_agent_ids)
+
+
+def critic_max_length(config: Config) -> int:
+    """Return the longest critic input in tokens: critic_model.max_length, else agent_model.max_length."""
+    return config.critic_model.max_length or config.agent_model.max_length
 
 
 def head_on_actor(section: Any, agent: Agent) -> Critic:

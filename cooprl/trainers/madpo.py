@@ -1,13 +1,19 @@
 """MADPO: multi-agent DPO on preferences built from task rewards (and its iterative variant, MADPO_ITER).
 
-One training step on one dataset item (online: the pairs come from the policies as they are now):
-1. sample `preference_num_candidates` joint candidates (one rollout turn; with a comparator, up to half of
-   them are the comparator's), score them with the task reward, pick (winner, loser) pairs;
-2. append the pairs to `<run dir>/preferences/iteration_<k>.jsonl`;
-3. add replayed pairs of the same item from earlier iterations (`preference_replay_mode`), with weights;
-4. one update for all agents: with Δ_i = log π_i(winner_i) - log π_i(loser_i) (summed over completion
+Where the pairs come from (`pair_collection`):
+- `offline` (upstream's): at the first step of iteration k, sample `preference_num_candidates` joint candidates
+  (one rollout turn; with a comparator, up to half of them are the comparator's) for every problem of the step
+  plan from the policies as they are then (iteration 0: the start policies), score them with the task reward,
+  pick (winner, loser) pairs and write them to `<run dir>/preferences/iteration_<k>.jsonl`; every step of the
+  iteration then trains on its problem's pairs (epochs > 1 train on them again);
+- `online`: every step samples and pairs new candidates for its own problem and appends them to that file.
+One training step on one dataset item, then:
+1. take the item's pairs of this iteration, add replayed pairs of the same item from earlier iterations
+   (`preference_replay_mode`), with weights;
+2. one update for all agents: with Δ_i = log π_i(winner_i) - log π_i(loser_i) (summed over completion
    tokens; minus the frozen start model's Δ when `reference_model`), agent i's loss is
-   -log σ(β (Δ_i + Σ_{k≠i} sg(Δ_k))): the joint margin, where only agent i's own term carries gradient.
+   -log σ(β (Δ_i + Σ_{k≠i} sg(Δ_k))): the joint margin, where only agent i's own term carries gradient;
+   with `reference_kl_coef` > 0 plus that coefficient times the k3 KL to the start model on both answers.
 
 Iterations (MADPO_ITER): iteration k is one pass over the step plan (the training items of the epochs, cut at
 `max_steps`), so a run takes `num_iterations` x that many steps; MADPO is one iteration without a comparator.
@@ -29,10 +35,15 @@ from cooprl.comparators import Comparator, build_comparator
 from cooprl.config import Config
 from cooprl.evaluation import evaluate_team, tree_metrics
 from cooprl.logprobs import completion_logprobs
+from cooprl.policy_update import k3_kl
 from cooprl.text import safe_print
-from cooprl.preferences import IterationPlan, PairStore, PreferencePair, collect_candidates, pairs_from_candidates, replay_weights
+from cooprl.preferences import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
+                                pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.task import Task
+from cooprl.trainers.loop import data_order
 from cooprl.trainers.magrpo import frozen_reference, reward_processor
+
+ITEMS_PER_COLLECTION = 16   # problems whose candidates are sampled in one batch (offline collection)
 
 
 def madpo_losses(deltas: torch.Tensor, beta: float, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -55,18 +66,25 @@ class MADPO:
         self.config, self.section, self.task, self.team, self.comparator = config, section, task, team, comparator
         self.models = [agent.model for agent in team]
         self.process_reward = reward_processor(config, task)
-        self.references = [frozen_reference(agent.model) for agent in team] if section.reference_model else None
-        plan = IterationPlan.of(section)
+        needs_reference = section.reference_model or section.reference_kl_coef > 0
+        self.references = [frozen_reference(agent.model) for agent in team] if needs_reference else None
+        self.plan = plan = IterationPlan.of(section)
         self.rounds = plan.rounds          # the loop repeats its step plan this often
         self.replay_mode, self.replay_lambda = plan.replay_mode, plan.replay_lambda
         self.rng = random.Random(config.seed)                        # pair_selection=random (state is checkpointed)
         self.store: PairStore | None = None
         self.steps_per_round = 1
+        self.reward_dist: RewardDistribution | None = None   # log_reward_distribution (opened in start_run)
         self.history: dict[int, dict[str, list[PreferencePair]]] = defaultdict(lambda: defaultdict(list))
+        # offline collection: the iterations collected so far, and each item's metrics of its collection rollout
+        self.collected: list[int] = []
+        self.collection_metrics: dict[int, dict[str, dict[str, float]]] = {}
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
         """Open the run's pair files; read back the pairs of the steps up to `step` (the resumed position)."""
         self.store, self.steps_per_round = PairStore(run_dir / "preferences"), steps_per_round
+        if getattr(self.section, "log_reward_distribution", False):
+            self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
         for iteration, pairs in self.store.load(up_to_step=step).items():
             for pair in pairs:
                 self.history[iteration][pair.item_id].append(pair)
@@ -76,48 +94,125 @@ class MADPO:
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
-        """Sample and pair candidates for `item`, store the pairs, one DPO update with replay; return metrics."""
-        s, item_id = self.section, self.task.item_id(item)
+        """Get `item`'s pairs of this iteration (offline: collected at its first step; online: sampled now), one DPO
+        update on them and the replayed ones; return metrics."""
+        item_id = self.task.item_id(item)
         iteration = (step - 1) // self.steps_per_round
-        roots, candidates = collect_candidates([item], self.task, self._sample, s.preference_num_candidates,
-                                               self.comparator, self.process_reward)
-        pairs = pairs_from_candidates(item_id, self.task.first_prompts(item), candidates[0], s, iteration, step, self.rng)
-        self.store.append(iteration, pairs)
+        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=True)
+        if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
+            self.comparator.start_iteration(iteration)
+        if self.section.pair_collection == "online":
+            pairs, metrics = self.sample_pairs(item, iteration, step)
+        else:
+            metrics = self.collect_iteration(iteration, step) if iteration not in self.collected else {"env_steps": 0}
+            pairs = list(self.history[iteration][item_id])
+            metrics.update(self.collection_metrics[iteration].get(item_id, {}))
         earlier = {k: by_item[item_id] for k, by_item in self.history.items() if k < iteration}
-        weighted = replay_weights({**earlier, iteration: pairs}, self.replay_mode, self.replay_lambda, iteration)
-        self.history[iteration][item_id].extend(pairs)
-
-        metrics = tree_metrics(roots, 1)
+        # replay (preference_replay_sample_size: the iteration's draws spread evenly over its steps)
+        draws = -(-(self.plan.replay_sample_size or 0) // self.steps_per_round)
+        weighted = self.plan.replayed({**earlier, iteration: pairs}, iteration,
+                                      random.Random(self.config.seed * 7919 + 1 + step), draws)
         metrics.update({"dpo/new_pairs": float(len(pairs)), "dpo/iteration": float(iteration)})
         if pairs:
             metrics["dpo/reward_gap"] = sum(p.reward_gap for p in pairs) / len(pairs)
-        comparator_rewards = [c.reward for c in candidates[0] if c.source == "comparator"]
-        if comparator_rewards:
-            metrics["dpo/comparator_reward_mean"] = sum(comparator_rewards) / len(comparator_rewards)
-        metrics.update(self.update([p for p, _ in weighted], [w for _, w in weighted]))
-        metrics["env_steps"] = len(candidates[0])
+        metrics.update(self.train_pairs([p for p, _ in weighted], [w for _, w in weighted], step))
+        if self.section.use_environment_step:   # upstream's env_step: environment_steps_per_pair per trained pair
+            metrics["env_steps"] = self.section.environment_steps_per_pair * len(weighted)
+        if self.reward_dist is not None:
+            metrics.update(self.reward_dist.metrics(iteration))
+        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=False)
+        return metrics
+
+    def train_pairs(self, pairs: Sequence[PreferencePair], weights: Sequence[float], step: int) -> dict[str, float]:
+        """Train on the step's weighted pairs: one `update` (optimizer step) per `train_batch_size` pairs (null:
+        `rollout_buffer_size`; both null: all in one step), the pairs shuffled first as upstream does (with a
+        generator seeded by the step, so runs and resumes repeat it); return the last update's metrics, with
+        `dpo/pairs` the step's total and `dpo/optimizer_steps`."""
+        size = self.section.train_batch_size or self.section.rollout_buffer_size
+        if not size or size >= len(pairs):
+            return {**self.update(pairs, weights), "dpo/optimizer_steps": 1.0 if pairs else 0.0}
+        order = list(range(len(pairs)))
+        random.Random(self.config.seed * 7919 + step).shuffle(order)
+        chunks = [order[start:start + size] for start in range(0, len(order), size)]
+        for chunk in chunks:
+            metrics = self.update([pairs[k] for k in chunk], [weights[k] for k in chunk])
+        return {**metrics, "dpo/pairs": float(len(pairs)), "dpo/optimizer_steps": float(len(chunks))}
+
+    def sample_pairs(self, item: Any, iteration: int, step: int) -> tuple[list[PreferencePair], dict[str, float]]:
+        """Online: sample, score and pair `item`'s candidates now, store the pairs; return them and the rollout's metrics."""
+        roots, candidates = collect_candidates([item], self.task, self._sample, self.section.preference_num_candidates,
+                                               self.comparator, self.process_reward)
+        pairs = self._pairs(item, candidates[0], iteration, step, self.rng)
+        self.store.append(iteration, pairs)
+        self.history[iteration][self.task.item_id(item)].extend(pairs)
+        return pairs, {**candidate_metrics(roots[0], candidates[0]), "env_steps": len(candidates[0])}
+
+    def collect_iteration(self, iteration: int, step: int) -> dict[str, float]:
+        """Offline: sample, score and pair candidates for every problem of the step plan with the policies as they are
+        now, write the pairs to the iteration's file and keep them; return {"env_steps": candidates sampled}.
+
+        Sampling runs on its own seeded generators (like MARLHF's collection), so the training steps' random numbers
+        do not depend on how many candidates the collection drew."""
+        order = data_order(len(self.task.train_items), self.section.num_train_epochs, self.config.seed)
+        items = [self.task.train_items[i] for i in dict.fromkeys(order[:self.steps_per_round])]  # each once, plan order
+        rng = random.Random(self.config.seed * 1000 + 777 + iteration)
+        pairs_of_iteration, metrics_by_item, sampled = [], {}, 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed * 1000 + 777 + iteration)
+            for start in range(0, len(items), ITEMS_PER_COLLECTION):
+                chunk = items[start:start + ITEMS_PER_COLLECTION]
+                roots, candidates = collect_candidates(chunk, self.task, self._sample,
+                                                       self.section.preference_num_candidates, self.comparator,
+                                                       self.process_reward)
+                for item, root, cands in zip(chunk, roots, candidates):
+                    pairs = self._pairs(item, cands, iteration, step, rng)
+                    self.history[iteration][self.task.item_id(item)] = pairs
+                    metrics_by_item[self.task.item_id(item)] = candidate_metrics(root, cands)
+                    pairs_of_iteration += pairs
+                    sampled += len(cands)
+        write_pairs(self.store.path(iteration), pairs_of_iteration)
+        self.collection_metrics[iteration] = metrics_by_item
+        self.collected.append(iteration)
+        return {"env_steps": sampled, "dpo/collected_pairs": float(len(pairs_of_iteration))}
+
+    def _pairs(self, item: Any, candidates: Sequence[Any], iteration: int, step: int,
+               rng: random.Random) -> list[PreferencePair]:
+        item_id = self.task.item_id(item)
+        if self.reward_dist is not None:
+            self.reward_dist.add(iteration, candidates)
+        pairs = pairs_from_candidates(item_id, self.task.first_prompts(item), candidates, self.section, iteration,
+                                      step, rng)
         if self.config.output.verbose:
             for p in pairs:
                 safe_print(f"--- {item_id} step {step}: chosen {p.chosen_reward:.3f} > rejected {p.rejected_reward:.3f}"
-                      f" ({p.source})\n[chosen]\n" + "\n".join(p.chosen) + "\n[rejected]\n" + "\n".join(p.rejected))
-        return metrics
+                           f" ({p.source})\n[chosen]\n" + "\n".join(p.chosen) + "\n[rejected]\n" + "\n".join(p.rejected))
+        return pairs
 
     def margins(self, agent: int, pairs: Sequence[PreferencePair]) -> torch.Tensor:
-        """Return agent's Δ per pair: log π(winner) - log π(loser), minus the reference's Δ when there is one."""
+        """Return agent's Δ per pair: log π(winner) - log π(loser), minus the reference's Δ with `reference_model`."""
+        return self.margins_and_kl(agent, pairs)[0]
+
+    def margins_and_kl(self, agent: int, pairs: Sequence[PreferencePair]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return (agent's Δ per pair, see `margins`; with reference_kl_coef > 0 the k3 KL to the start model per pair,
+        summed over the winner's and the loser's completion, else None)."""
         a = self.team[agent]
         prompts = a.generator.encode_prompts([p.prompts[agent] for p in pairs]) * 2
         sides = ([(p.chosen[agent], p.chosen_ids[agent] if p.chosen_ids else None) for p in pairs]
                  + [(p.rejected[agent], p.rejected_ids[agent] if p.rejected_ids else None) for p in pairs])
         completions = [_completion_ids(a.tokenizer, text, ids) for text, ids in sides]   # winners, then losers
-        logps, _ = completion_logprobs(a.model, prompts, completions, a.tokenizer.pad_token_id)
+        logps, mask = completion_logprobs(a.model, prompts, completions, a.tokenizer.pad_token_id)
         seq = logps.sum(-1)
         delta = seq[:len(pairs)] - seq[len(pairs):]
-        if self.references is not None:
+        kl = None
+        if self.section.reference_kl_coef > 0:
+            both = k3_kl(logps, mask, self.references[agent], prompts, completions, a.tokenizer.pad_token_id)
+            kl = both[:len(pairs)] + both[len(pairs):]
+        if self.section.reference_model:
             with torch.no_grad():
                 ref, _ = completion_logprobs(self.references[agent], prompts, completions, a.tokenizer.pad_token_id)
                 ref_seq = ref.sum(-1)
             delta = delta - (ref_seq[:len(pairs)] - ref_seq[len(pairs):])
-        return delta
+        return delta, kl
 
     def update(self, pairs: Sequence[PreferencePair], weights: Sequence[float]) -> dict[str, float]:
         """Take one optimizer step per agent on the weighted pairs (one backward for all); return DPO metrics."""
@@ -127,11 +222,16 @@ class MADPO:
         for agent in self.team:
             agent.model.train()
             agent.optimizer.zero_grad(set_to_none=True)
-        deltas = [self.margins(a, pairs) for a in range(len(self.team))]
-        deltas = torch.stack([d.to(deltas[0].device) for d in deltas])
-        losses = madpo_losses(deltas, self.section.dpo_beta, torch.tensor(weights, device=deltas.device, dtype=deltas.dtype))
+        scored = [self.margins_and_kl(a, pairs) for a in range(len(self.team))]
+        deltas = torch.stack([d.to(scored[0][0].device) for d, _ in scored])
+        weights = torch.tensor(weights, device=deltas.device, dtype=deltas.dtype)
+        losses = madpo_losses(deltas, self.section.dpo_beta, weights)
+        if self.section.reference_kl_coef > 0:   # each agent's own KL (its own parameters only), weighted like the pairs
+            kls = torch.stack([kl.to(deltas.device) for _, kl in scored])
+            losses = losses + self.section.reference_kl_coef * (kls * weights).sum(-1) / weights.sum()
+            metrics["dpo/kl"] = ((kls.detach() * weights).sum(-1) / weights.sum()).mean().item()
         metrics["dpo/joint_accuracy"] = (deltas.detach().sum(0) > 0).float().mean().item()
-        metrics["dpo/loss"] = losses[0].item()   # every agent's loss has the same value (the joint margin's)
+        metrics["dpo/loss"] = losses[0].item()   # the joint margin's loss (the same for every agent, KL aside)
         for a in range(len(self.team)):
             metrics[f"agent_{a}/reward_accuracy"] = (deltas[a].detach() > 0).float().mean().item()
             metrics[f"agent_{a}/margin_mean"] = deltas[a].detach().mean().item()
@@ -158,13 +258,27 @@ class MADPO:
     # ------------------------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         """Return what a checkpoint needs besides the weights (pairs live in their own files)."""
-        return {"optimizers": [agent.optimizer.state_dict() for agent in self.team], "pair_rng": self.rng.getstate()}
+        return {"optimizers": [agent.optimizer.state_dict() for agent in self.team], "pair_rng": self.rng.getstate(),
+                "collected": list(self.collected), "collection_metrics": self.collection_metrics}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` saved."""
         for agent, opt_state in zip(self.team, state["optimizers"]):
             agent.optimizer.load_state_dict(opt_state)
         self.rng.setstate(state["pair_rng"])
+        # offline collection: iterations collected before the checkpoint are read back from their files (start_run)
+        self.collected = list(state.get("collected", []))
+        self.collection_metrics = dict(state.get("collection_metrics", {}))
+
+
+def candidate_metrics(root: Any, candidates: Sequence[Any]) -> dict[str, float]:
+    """Return the metrics of one item's candidates: the policies' rollout (`tree_metrics`: reward, pass rate...) and
+    the comparator's mean task reward when it wrote some."""
+    metrics = tree_metrics([root], 1)
+    comparator_rewards = [c.reward for c in candidates if c.source == "comparator"]
+    if comparator_rewards:
+        metrics["dpo/comparator_reward_mean"] = sum(comparator_rewards) / len(comparator_rewards)
+    return metrics
 
 
 def _completion_ids(tokenizer: Any, text: str, ids: list[int] | None) -> torch.Tensor:

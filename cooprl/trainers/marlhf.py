@@ -28,10 +28,11 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from cooprl.config import Config, ConfigError, TrainerSection
+from cooprl.config import Config, ConfigError, TrainerSection, trainer_device
 from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.preferences import IterationPlan, PairStore, collect_pairs, read_pairs, replay_weights, write_pairs
-from cooprl.reward_model import RewardModel, score_stats, train_reward_model
+from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, policy_checkpoints,
+                                read_pairs, write_pairs)
+from cooprl.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
 from cooprl.trainers.loop import data_order
 from cooprl.value_model import ValueModel
@@ -98,28 +99,38 @@ class MARLHF:
         self.config, self.section, self.task, self.rl = config, section, task, rl
         self.reward_model, self.learned, self.comparator = reward_model, learned, comparator
         self.models = [*rl.models, reward_model.model]
-        plan = IterationPlan.of(section)
+        self.plan = plan = IterationPlan.of(section)
         self.rounds = plan.rounds          # the loop repeats its step plan this often
         self.replay_mode, self.replay_lambda = plan.replay_mode, plan.replay_lambda
         self.trained_iteration = -1                                # last iteration whose reward model is trained
         self.reward_metrics: dict[str, float] = {}
         self.store: PairStore | None = None
         self.steps_per_round = 1
+        self.reward_dist: RewardDistribution | None = None   # log_reward_distribution (opened in start_run)
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
         """Open the run's pair files (the loop calls this once the run folder and the resumed step are known)."""
         self.store, self.steps_per_round = PairStore(run_dir / "preferences"), steps_per_round
+        if getattr(self.section, "log_reward_distribution", False):
+            self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
         """Learn the iteration's reward model first if needed, then one RL step on the learned reward; return metrics."""
         iteration = (step - 1) // self.steps_per_round
+        policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round, before=True)
+        if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
+            self.comparator.start_iteration(iteration)
         if iteration > self.trained_iteration:
             with torch.random.fork_rng():
                 torch.manual_seed(self._seed(iteration))
                 self.reward_metrics = self.learn_reward(iteration, step)
+                if self.reward_dist is not None:
+                    self.reward_metrics.update(self.reward_dist.metrics(iteration))
             self.trained_iteration = iteration
-        return {**self.rl.train_step(item, step), **self.reward_metrics}
+        metrics = {**self.rl.train_step(item, step), **self.reward_metrics}
+        policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round, before=False)
+        return metrics
 
     def _seed(self, iteration: int) -> int:
         return self.config.seed * 1000 + 777 + iteration
@@ -135,7 +146,7 @@ class MARLHF:
             write_pairs(path, pairs)
             log.info("iteration %d: %d preference pairs written to %s", iteration, len(pairs), path)
         history = {k: read_pairs(self.store.path(k)) for k in range(iteration)}
-        weighted = replay_weights({**history, iteration: pairs}, self.replay_mode, self.replay_lambda, iteration)
+        weighted = self.plan.replayed({**history, iteration: pairs}, iteration, random.Random(self._seed(iteration)))
         metrics = {"reward_model/iteration": float(iteration), "preferences/new_pairs": float(len(pairs))}
         if pairs:
             metrics["preferences/reward_gap"] = sum(p.reward_gap for p in pairs) / len(pairs)
@@ -147,7 +158,8 @@ class MARLHF:
         metrics.update(train_reward_model(
             self.reward_model, [p for p, _ in weighted], weights=[w for _, w in weighted],
             learning_rate=s.reward_model_learning_rate, epochs=s.reward_model_epochs,
-            eval_fraction=s.reward_eval_fraction, seed=self._seed(iteration), max_grad_norm=s.max_grad_norm))
+            eval_fraction=s.reward_eval_fraction, seed=self._seed(iteration), max_grad_norm=s.max_grad_norm,
+            batch_size=s.reward_train_batch_size or PAIRS_PER_BATCH))
         if s.normalize_reward:
             # A fresh head scores about +-0.01: next to the reward processor's shift (-4 by default) such a reward
             # is nearly invisible, and IAC's critic would learn targets on the shift's scale, not the reward's.
@@ -170,11 +182,21 @@ class MARLHF:
         def sample(agent: int, prompts: Sequence[str], n: int):
             return self.rl.team[agent].sample(prompts, n)
 
+        task = self.scoring_task(iteration)
         pairs = []
         for start in range(0, len(items), ITEMS_PER_COLLECTION):
-            pairs += collect_pairs(items[start:start + ITEMS_PER_COLLECTION], self.task, sample, self.section,
-                                   iteration, rng, self.comparator, step=step)
+            pairs += collect_pairs(items[start:start + ITEMS_PER_COLLECTION], task, sample, self.section,
+                                   iteration, rng, self.comparator, step=step,
+                                   record=(lambda c: self.reward_dist.add(iteration, c)) if self.reward_dist else None)
         return pairs
+
+    def scoring_task(self, iteration: int) -> Task:
+        """Return the task whose reward scores iteration's candidates: the task reward, or with
+        `preference_scoring_reward: reward_model` the reward model learned so far (from the second iteration on;
+        the first has no trained model yet)."""
+        if getattr(self.section, "preference_scoring_reward", "task") == "reward_model" and iteration > 0:
+            return dataclasses.replace(self.task, name=f"{self.task.name}+reward_model", score=self.learned)
+        return self.task
 
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -201,8 +223,13 @@ class MARLHF:
 def build_reward_model(config: Config, section: Any) -> RewardModel:
     """Return a fresh reward model on `reward_model_name` (null = the agents' model), on the agents' device."""
     name = section.reward_model_name or config.agent_model.name
-    lm = load_causal_lm(name, torch_dtype=config.agent_model.torch_dtype, device=config.agent_model.device)
-    return RewardModel(ValueModel(lm), load_tokenizer(name), section.reward_max_length)
+    device = trainer_device(section, "reward_model_device", config.agent_model.device)
+    lm = load_causal_lm(name, torch_dtype=config.agent_model.torch_dtype, device=device)
+    model = ValueModel(lm)
+    if section.reward_freeze_backbone:  # upstream's reward_freeze_backbone: only the linear head learns
+        for p in model.trunk_parameters():
+            p.requires_grad_(False)
+    return RewardModel(model, load_tokenizer(name), section.reward_max_length)
 
 
 def rl_config(config: Config, trainer: str) -> tuple[Config, str]:

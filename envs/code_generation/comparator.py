@@ -31,9 +31,10 @@ def code_joint_format(section: Any) -> JointFormat:
                        stop_strings=tuple(centralized_stop_strings(answer)))
 
 
-def api_client(model: str, max_tokens: int) -> Any:
-    """Return a chat client for `model` (ValueError when the API's URL or key is not set in the environment)."""
-    return make_expert_client(model, max_tokens=max_tokens)
+def api_client(model: str, max_tokens: int, base_url: str | None = None, api_key: str | None = None) -> Any:
+    """Return a chat client for `model` at `base_url` with `api_key` (None: from the environment; ValueError when
+    the API's URL or key is not set)."""
+    return make_expert_client(model, base_url=base_url, api_key=api_key, max_tokens=max_tokens)
 
 
 def build_madpo(config: Config, trainer: str, task: Task) -> Any:
