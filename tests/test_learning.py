@@ -134,8 +134,9 @@ RUNS = {
     "iac_value_head": ("iac", lambda t: [*actor_critic_keys(t), f"{t}.use_separate_critic=false",
                                          f"{t}.value_clip_range=0.2"], 16, 0.1, 0.15),
     "iac_two_turns": ("iac", lambda t: [*actor_critic_keys(t), *two_turns(t)], 16, 0.1, 0.15),
-    # two turns: the turn-2 prompt holds the turn-1 answer (the task's transition), returns reward + discount x child
-    "magrpo_two_turns": ("magrpo", lambda t: [*grpo_keys(t), *two_turns(t)], 8, 0.1, 0.15),
+    # two turns: the turn-2 prompt holds the turn-1 answer (the task's transition), returns reward + discount x child;
+    # 16 items are 16 optimizer steps with update_schedule items and 80 with nodes (1 + 4 nodes per item): both learn
+    "magrpo_two_turns": ("magrpo", lambda t: [*grpo_keys(t), *two_turns(t)], 16, 0.1, 0.15),
     # online: every step pairs new candidates of the current policy (its training reward is theirs)
     "madpo_online": ("madpo", lambda t: madpo_keys(t, "online"), 16, 0.1, 0.15),
     # offline (upstream's): the pairs come once from the start policy, so the training curve stays flat by design
