@@ -288,3 +288,10 @@ def test_cli_bad_input_is_one_error_line(tmp_path, capsys, override, needle):
     assert evaluate_strategy.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+def test_cli_missing_checkpoint_is_one_error_line(tmp_path, capsys):
+    argv = ["--strategy", "direct", "--checkpoint", str(tmp_path / "nope")] + CLI + [f"output.base_dir={tmp_path}"]
+    assert evaluate_strategy.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --checkpoint")
