@@ -138,10 +138,20 @@ def _reason(err: Exception) -> str:
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    """Return the torch device for 'auto' (cuda when available), 'cpu' or 'cuda[:N]'."""
+    """Return the torch device for 'auto' (cuda when available), 'cpu' or 'cuda[:N]'; ModelError for a CUDA device
+    this machine does not have (a GPU config on a CPU machine, say), naming it."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ModelError(f"device {device!r}: expected auto, cpu or cuda[:N]") from None
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (chosen.index or 0) >= count:
+            raise ModelError(f"device {device!r}: this machine has {count} CUDA device(s); use auto, cpu or "
+                             f"cuda:0..cuda:{max(count - 1, 0)}")
+    return chosen
 
 
 def pick_dtype(torch_dtype: str, device: torch.device) -> torch.dtype:

@@ -237,6 +237,12 @@ def test_model_folder_without_a_model(tmp_path, capsys):
                      "empty", "could not be loaded")
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_a_cuda_device_on_a_machine_without_one(tmp_path, capsys):
+    # upstream's GPU configs name cuda:0: on a CPU machine that is one clear line, not torch's AssertionError
+    assert_one_error(*cli(capsys, base_config(tmp_path), "agent_model.device=cuda:0"), "cuda:0", "CUDA device")
+
+
 # ------------------------------------------------------------------------------------------------ checkpoints
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):

@@ -119,3 +119,19 @@ def test_executor_choice_and_process_default(pools):
         with local._default_lock:
             local._default = None   # the next default_sandbox() makes a fresh local pool
     assert previous._closed
+
+
+def test_the_config_chooses_the_executor(pools):
+    from cooprl.config import load_config
+    from envs.code_generation.train import use_reward_executor
+    from rewards import sandbox as local
+    use_reward_executor(load_config(None, ["reward.executor=ray", "reward.ray_actors=1",
+                                           "reward.ray_workers_per_actor=1"]))
+    try:
+        pool = default_sandbox()
+        assert isinstance(pool, RaySandbox) and pool.workers == 1
+        assert pool.run("def f(x):\n    return x + 1\n", ONE, 5.0, 1, entry_point="f")[0].passed
+    finally:
+        pool.close()
+        with local._default_lock:
+            local._default = None

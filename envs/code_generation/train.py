@@ -41,9 +41,28 @@ def build_task_and_algorithm(config: Config, trainer: str) -> tuple[Any, Any]:
     return task, getattr(import_module(module), name)(config, trainer, task)
 
 
+def use_reward_executor(config: Config) -> None:
+    """Make the process-wide pool that runs the reward's programs as `config.reward` says: local or on Ray, and
+    refused when `require_full_isolation` is set and the sandbox cannot isolate fully."""
+    from rewards.ray_pool import make_sandbox, use_sandbox
+    from rewards.sandbox import IsolationError
+    reward = config.reward
+    options = {"require_full_isolation": reward.require_full_isolation}
+    if reward.executor == "ray":
+        options.update(actors=reward.ray_actors, address=reward.ray_address,
+                       workers_per_actor=reward.ray_workers_per_actor)
+    try:
+        use_sandbox(make_sandbox(reward.executor, **options))
+    except ImportError as e:
+        raise ConfigError(f"reward.executor: ray needs the ray extra (pip install 'cooprl[ray]'): {e}") from None
+    except IsolationError as e:
+        raise ConfigError(f"reward.require_full_isolation: {e}") from None
+
+
 def train(config: Config, trainer: str) -> dict[str, Any]:
     """Train `trainer` on the code-generation task described by `config`; return the run summary."""
     seed_everything(config.seed)
+    use_reward_executor(config)
     task, algorithm = build_task_and_algorithm(config, trainer)
     run_dir = run_folder(config, trainer)
     log.info("run folder: %s (%d train / %d eval problems)", run_dir, len(task.train_items), len(task.eval_items))
