@@ -14,6 +14,8 @@ left padding, generate, decode) to give the overhead ratio of cooprl's sampler.
     python bench/magrpo_step.py --quick         # 1 problem per side
     python bench/magrpo_step.py --only cooprl   # one side (cooprl = cooprl_magrpo + cooprl_grpo)
     python bench/magrpo_step.py --report        # print the comparison from saved results only
+    python bench/magrpo_step.py --only cooprl_magrpo --schedule nodes --results runs/bench_nodes
+                                                # cooprl with upstream's update schedule (default: items)
 
 Each side writes <results>/<side>.json; the comparison is printed from those files, and its last three lines
 are `speedup_vs_comlrl`, `update_speedup_vs_comlrl` and `speed_vs_trl_grpo` (cooprl rate / peer rate).
@@ -38,7 +40,7 @@ DEFAULT_RESULTS = C.ROOT / "runs" / "bench_magrpo_step"
 
 
 # ============================================================================================ cooprl
-def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = True) -> dict:
+def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = True, schedule: str = "items") -> dict:
     import torch
 
     from cooprl import policy_update
@@ -87,7 +89,12 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
                  f"{trainer}.num_agents={num_agents}", f"{trainer}.num_turns={num_turns}",
                  f"{trainer}.num_generations={C.NUM_GENERATIONS}", f"{trainer}.max_new_tokens={C.MAX_NEW_TOKENS}",
                  f"{trainer}.learning_rate={C.LEARNING_RATE}", f"{trainer}.early_termination_threshold=null",
-                 f"{trainer}.discount=1.0", f"{trainer}.rollout_buffer_size=1"]
+                 f"{trainer}.discount=1.0", f"{trainer}.update_schedule={schedule}",
+                 # items: one update per problem; nodes: one update per problem's nodes (as the comlrl side), turn by
+                 # turn, one optimizer step per turn
+                 f"{trainer}.rollout_buffer_size={1 if schedule == 'items' else 1 + C.NUM_GENERATIONS * (num_turns - 1)}",
+                 *([f"{trainer}.train_batch_size={1 + C.NUM_GENERATIONS * (num_turns - 1)}"] if schedule == "nodes" else []),
+                 f"{trainer}.advantage_normalization=false"]
     config = C_load_config(load_config, overrides)
     t0 = time.perf_counter()
     algorithm = magrpo_mod.build_magrpo(config, trainer, task)
@@ -102,7 +109,7 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
         per_problem.append(time.perf_counter() - t)
     total = time.perf_counter() - t_train
 
-    result = {"side": f"cooprl_{trainer}", "num_agents": num_agents, "num_turns": num_turns,
+    result = {"side": f"cooprl_{trainer}", "update_schedule": schedule, "num_agents": num_agents, "num_turns": num_turns,
               "problems": n_problems, "setup_s": setup_s, "total_s": total, "per_problem_s": per_problem,
               "generation_s": timers.get("generation"), "generation_calls": timers.calls.get("generation", 0),
               "update_s": timers.get("update"), "generation_cpu_s": timers.get_cpu("generation"),
@@ -257,13 +264,13 @@ def run_trl(n_problems: int, results_dir: Path) -> dict:
 
 
 # ============================================================================================ driver
-def child(side: str, n_problems: int, out: Path, threads: int, bare: bool = True) -> None:
+def child(side: str, n_problems: int, out: Path, threads: int, bare: bool = True, schedule: str = "items") -> None:
     import torch
     torch.set_num_threads(threads)
     if side == "cooprl_magrpo":
-        result = run_cooprl(2, 2, n_problems, bare)
+        result = run_cooprl(2, 2, n_problems, bare, schedule)
     elif side == "cooprl_grpo":
-        result = run_cooprl(1, 1, n_problems, bare)
+        result = run_cooprl(1, 1, n_problems, bare, schedule)
     elif side == "comlrl_magrpo":
         result = run_comlrl(n_problems)
     elif side == "trl_grpo":
@@ -337,11 +344,14 @@ def main() -> None:
                              "cores slows generation down by an order of magnitude)")
     parser.add_argument("--no-bare", action="store_true",
                         help="skip replaying cooprl's sampling calls as bare `generate` (quicker A/B runs)")
+    parser.add_argument("--schedule", choices=("items", "nodes"), default="items",
+                        help="cooprl's magrpo.update_schedule (default items: one update per problem)")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     n = args.problems or (1 if args.quick else C.NUM_PROBLEMS)
     if args.child:
-        child(args.child, n, args.results / f"{args.child}.json", args.threads, bare=not args.no_bare)
+        child(args.child, n, args.results / f"{args.child}.json", args.threads, bare=not args.no_bare,
+              schedule=args.schedule)
         return
     if not args.report:
         sides = [s for name in (args.only or list(GROUPS)) for s in GROUPS.get(name, (name,))]
@@ -353,7 +363,7 @@ def main() -> None:
                    "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
             proc = subprocess.run([sys.executable, __file__, "--child", side, "--problems", str(n),
                                    "--results", str(args.results), "--threads", str(args.threads),
-                                   *(["--no-bare"] if args.no_bare else [])], env=env)
+                                   "--schedule", args.schedule, *(["--no-bare"] if args.no_bare else [])], env=env)
             print(f"== {side}: exit {proc.returncode} after {time.perf_counter() - t:.0f} s", flush=True)
     report(args.results)
 

@@ -40,6 +40,7 @@ STATE_FILE = "trainer_state.pt"
 # the dataclasses a trainer's state may hold (its rollout buffer): only these are rebuilt from a checkpoint
 STATE_DATACLASSES = frozenset({
     "cooprl.policy_update:TrainSample",
+    "cooprl.trainers.magrpo:NodeGroup",
     "cooprl.trainers.actor_critic:Step",
     "cooprl.trainers.actor_critic:CriticSample",
 })

@@ -136,18 +136,29 @@ def iter_nodes(root: Node):
         queue.extend(c for c in node.children if c is not None)
 
 
-def sample_returns(node: Node, agent: int) -> list[float]:
-    """Return, for each of `agent`'s samples at `node`, the mean return of the joint actions that contain it."""
+def sample_returns(node: Node, agent: int, reduce: str = "mean") -> list[float]:
+    """Return, for each of `agent`'s samples at `node`, the returns of the joint actions that contain it, reduced:
+    `mean` (the same scale as an aligned tree's returns) or `sum` (upstream comlrl's cross mode). In aligned mode
+    each sample is in one joint action, so both give its return."""
+    if reduce not in ("mean", "sum"):
+        raise ValueError(f"cross_return {reduce!r}: expected 'mean' or 'sum'")
     totals = [0.0] * len(node.samples[agent])
     counts = [0] * len(node.samples[agent])
     for indices, ret in zip(node.joint, node.returns):
         totals[indices[agent]] += ret
         counts[indices[agent]] += 1
+    if reduce == "sum":
+        return totals
     return [t / c if c else 0.0 for t, c in zip(totals, counts)]
 
 
 def advantages(returns: Sequence[float], mode: str = "mean", normalize: bool = False, eps: float = 1e-6) -> list[float]:
-    """Return each sibling's advantage: return minus a group baseline (mean, max, leave-one-out) or raw."""
+    """Return each sibling's advantage: return minus a group baseline (mean, max, leave-one-out) or raw.
+
+    With `normalize`, the advantages are then standardized within the group: centered on their own mean and divided
+    by their std (population std, at least `eps`). Centering matters for `raw` and `max`, whose advantages would
+    otherwise keep one sign (all <= 0 for `max`); for `mean` and `rloo` they are centered already.
+    """
     values = torch.tensor(list(returns), dtype=torch.float64)
     n = len(values)
     if mode == "mean":
@@ -161,5 +172,5 @@ def advantages(returns: Sequence[float], mode: str = "mean", normalize: bool = F
     else:
         raise ValueError(f"advantage_mode {mode!r}: expected mean, raw, max or rloo")
     if normalize and n > 1:
-        adv = adv / (values.std(unbiased=False) + eps)
+        adv = (adv - adv.mean()) / adv.std(unbiased=False).clamp(min=eps)
     return adv.tolist()

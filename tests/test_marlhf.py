@@ -112,7 +112,9 @@ def marlhf_config(tmp_path: Path, name: str, trainer: str, overrides: list[str])
         f"{trainer}.preference_num_candidates=4", f"{trainer}.learning_rate=1e-2",
         f"{trainer}.reward_model_learning_rate=1e-3", f"{trainer}.reward_max_length=64", f"{trainer}.eval_interval=0",
         f"{trainer}.eval_num_samples=1", "wandb.mode=disabled", f"output.base_dir={tmp_path}",
-        f"output.run_name={name}", "checkpoint.checkpoint_total_limit=null", *overrides])
+        f"output.run_name={name}", "checkpoint.checkpoint_total_limit=null",
+        f"{trainer}.rollout_buffer_size=1",   # MAGRPO on the learned reward: one update per node, so every step
+        *overrides])
 
 
 def run_marlhf(tmp_path: Path, name: str, overrides: list[str], trainer: str = "marlhf"):

@@ -40,9 +40,15 @@ def test_replay_weights():
     weights = lambda mode, lam=0.5: [(p.item_id, w) for p, w in replay_weights(by_iter, mode, lam, 2)]
     assert weights("current") == [("d", 1.0)]
     assert weights("all_history") == [("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 1.0)]
-    assert weights("lambda_decay") == [("a", 0.25), ("b", 0.5), ("c", 0.5), ("d", 1.0)]
-    assert weights("lambda_decay", 0.0) == [("d", 1.0)]   # lambda 0 = current only (0 ** 0 = 1)
-    assert weights("lambda_decay", 1.0) == weights("all_history")
+    # upstream's sampling weights: iteration shares (1 - lam) lam^age, normalized -> 0.25 : 0.5 : 1 of 1.75, each
+    # spread over its pairs; scaled so the 4 weights average 1
+    share = {"a": 0.25 / 1.75, "b": 0.5 / 1.75 / 2, "c": 0.5 / 1.75 / 2, "d": 1 / 1.75}
+    assert weights("lambda_decay") == [(k, pytest.approx(4 * v)) for k, v in share.items()]
+    assert sum(w for _, w in weights("lambda_decay")) == pytest.approx(4)
+    assert weights("lambda_decay", 0.0) == [("d", 1.0 * 1)]   # lambda 0 = current only (0 ** 0 = 1)
+    # lambda 1: every iteration the same share (iteration 1's two pairs half a share each)
+    assert weights("lambda_decay", 1.0) == [(k, pytest.approx(v)) for k, v in
+                                             [("a", 4 / 3), ("b", 2 / 3), ("c", 2 / 3), ("d", 4 / 3)]]
 
 
 def test_jsonl_round_trip_and_a_cut_off_last_line(tmp_path):

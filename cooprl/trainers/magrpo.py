@@ -4,23 +4,30 @@ One training step on one dataset item:
 1. roll out the tree: G samples per agent at every node, joint actions (aligned or cross), shared rewards,
    child nodes from the task's transition until `num_turns` or early termination;
 2. returns: reward + discount x mean return of the child node;
-3. advantages: each agent's G samples at a node form a sibling group; advantage = return - group baseline;
-4. buffer the samples; every `rollout_buffer_size` items, one policy-gradient step per agent
-   (loss = -sum log pi(completion) x advantage, averaged over the buffer, optional k3 KL to the start model).
+3. advantages: each agent's G samples at a node form a sibling group; advantage = return - group baseline,
+   standardized within the group (`advantage_normalization`). In cross mode a sample's return is the sum
+   (`cross_return: sum`, upstream) or the mean of the returns of the G^(N-1) joint actions it is in;
+4. buffer the sibling groups and update (loss = -sum log pi(completion) x advantage, averaged over the samples of
+   an optimizer step, optional k3 KL to the start model), on one of two schedules (`update_schedule`):
+   - `nodes` (upstream's): `rollout_buffer_size` counts nodes (an agent's sibling group at one node); each time an
+     agent's buffer holds that many, it is trained turn by turn (turn 1's nodes first), the nodes of a turn in a
+     shuffled order, one optimizer step per `train_batch_size` nodes;
+   - `items`: `rollout_buffer_size` counts dataset items; one optimizer step per agent on all of their samples, the
+     samples of one item's whole tree in one forward (its shared turn-1 prompt runs once: the faster update).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from cooprl.agents import Agent, build_team
-from cooprl.config import Config
+from cooprl.config import Config, ConfigError
 from cooprl.evaluation import evaluate_team, evaluation_settings, tree_metrics
-from cooprl.policy_update import TrainSample, policy_gradient_step
+from cooprl.policy_update import TrainSample, frozen_reference, policy_gradient_step
 from cooprl.rollout import RolloutSettings, advantages, iter_nodes, rollout, sample_returns
 from cooprl.task import Task
 from cooprl.text import safe_print
@@ -37,6 +44,14 @@ def reward_processor(config: Config, task: Task):
     return lambda r: r * cfg.scale_factor + shift
 
 
+@dataclass
+class NodeGroup:
+    """One agent's samples at one tree node (its sibling group), advantages set: the unit the buffer holds."""
+
+    turn: int                   # 0-based turn of the node
+    samples: list[TrainSample]
+
+
 class MAGRPO:
     """The MAGRPO algorithm for the shared training loop (see cooprl.trainers.loop)."""
 
@@ -44,8 +59,8 @@ class MAGRPO:
         self.config, self.section, self.task, self.team = config, section, task, team
         self.models = [agent.model for agent in team]
         self.process_reward = reward_processor(config, task)
-        self.buffer: list[list[TrainSample]] = [[] for _ in team]
-        self.buffered_items = 0
+        self.buffer: list[list[NodeGroup]] = [[] for _ in team]   # per agent, in tree order (breadth-first)
+        self.buffered_items = 0                                   # items of the buffer (update_schedule items)
         self.references = [frozen_reference(agent.model) for agent in team] if section.reference_kl_coef > 0 else None
 
     # ------------------------------------------------------------------------------------------ rollout
@@ -64,41 +79,61 @@ class MAGRPO:
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
-        """Roll out one item, buffer its samples with advantages, update when the buffer is full; return metrics."""
+        """Roll out one item, buffer its sibling groups with advantages, update when the buffer is full (see the
+        module docstring for the two schedules); return metrics."""
         root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
-        num_joint = 0
-        for node in iter_nodes(root):
-            num_joint += len(node.joint)
-            for a, agent in enumerate(self.team):
-                adv = advantages(sample_returns(node, a), self.section.advantage_mode,
-                                 self.section.advantage_normalization)
-                for completion, value in zip(node.samples[a], adv):
-                    self.buffer[a].append(TrainSample(completion.prompt_ids, completion.completion_ids, value))
-        self.buffered_items += 1
         metrics = tree_metrics([root], self.section.num_turns)
-        if self.buffered_items >= self.section.rollout_buffer_size:
-            metrics.update(self.update())
-        metrics["env_steps"] = num_joint
+        updates = []
+        for node in iter_nodes(root):
+            for a, group in enumerate(self.sibling_groups(node)):
+                self.buffer[a].append(group)
+            if self.section.update_schedule == "nodes" and len(self.buffer[0]) >= self.section.rollout_buffer_size:
+                updates.append(self.update())
+        self.buffered_items += 1
+        if self.section.update_schedule == "items" and self.buffered_items >= self.section.rollout_buffer_size:
+            updates.append(self.update())
+        metrics.update(merge_update_metrics(updates))
+        metrics["env_steps"] = sum(len(node.joint) for node in iter_nodes(root))
         if self.config.output.verbose:
             _print_tree(root, self.task)
         return metrics
 
+    def sibling_groups(self, node: Any) -> list[NodeGroup]:
+        """Return each agent's sibling group at `node`: its G samples with their advantages."""
+        s, groups = self.section, []
+        for a in range(len(self.team)):
+            adv = advantages(sample_returns(node, a, s.cross_return), s.advantage_mode, s.advantage_normalization)
+            groups.append(NodeGroup(node.turn, [TrainSample(c.prompt_ids, c.completion_ids, value)
+                                                for c, value in zip(node.samples[a], adv)]))
+        return groups
+
     def update(self) -> dict[str, float]:
-        """Take one optimizer step per agent on the buffered samples; return per-agent loss metrics."""
-        metrics = {}
-        for a, agent in enumerate(self.team):
-            # Default batch: all of an agent's samples of one item (its whole tree, items in buffer order), so the
-            # token trie of completion_logprobs runs the prefixes shared across the tree (turn-1 prompt) once.
-            per_item = -(-len(self.buffer[a]) // max(self.buffered_items, 1))
-            result = policy_gradient_step(
-                agent.model, agent.optimizer, self.buffer[a], agent.tokenizer.pad_token_id,
-                batch_size=self.section.train_batch_size or per_item, max_grad_norm=self.section.max_grad_norm,
-                kl_coef=self.section.reference_kl_coef,
-                reference=self.references[a] if self.references else None)
-            metrics.update({f"agent_{a}/{k}": v for k, v in result.items()})
+        """Train every agent on its buffer and empty it; return per-agent metrics (summed or averaged over the
+        optimizer steps taken, see merge_update_metrics)."""
+        metrics, s = {}, self.section
+        for a in range(len(self.team)):
+            if s.update_schedule == "nodes":   # one forward per node: its G samples share their prompt
+                steps = [self._step(a, batch, max(len(g.samples) for g in batch))
+                         for batch in node_batches(self.buffer[a], s.train_batch_size or s.rollout_buffer_size)]
+            else:
+                # One step on everything. Default forward batch: all of an agent's samples of one item (its whole tree,
+                # items in buffer order), so the token trie of completion_logprobs runs the prefixes shared across the
+                # tree (the turn-1 prompt) once.
+                samples = [x for group in self.buffer[a] for x in group.samples]
+                per_item = -(-len(samples) // max(self.buffered_items, 1))
+                steps = [self._step(a, self.buffer[a], s.train_batch_size or per_item)]
+            metrics.update({f"agent_{a}/{k}": v for k, v in merge_step_metrics(steps).items()})
         self.buffer = [[] for _ in self.team]
         self.buffered_items = 0
         return metrics
+
+    def _step(self, agent_index: int, groups: list[NodeGroup], forward_batch: int) -> dict[str, float]:
+        """Take one optimizer step of `agent_index` on the samples of `groups`; return its metrics."""
+        agent = self.team[agent_index]
+        return policy_gradient_step(
+            agent.model, agent.optimizer, [x for group in groups for x in group.samples], agent.tokenizer.pad_token_id,
+            batch_size=forward_batch, max_grad_norm=self.section.max_grad_norm, kl_coef=self.section.reference_kl_coef,
+            reference=self.references[agent_index] if self.references else None)
 
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -119,32 +154,35 @@ class MAGRPO:
         self.buffer, self.buffered_items = state["buffer"], state["buffered_items"]
 
 
-def frozen_reference(model: Any) -> Any:
-    """Return the frozen start model of `model` for reference log-probs: with LoRA the model with its adapters
-    disabled (no copy, see _AdapterOffView); otherwise a frozen deep copy."""
-    if hasattr(model, "disable_adapter"):
-        return _AdapterOffView(model)
-    reference = copy.deepcopy(model).eval()
-    for p in reference.parameters():
-        p.requires_grad_(False)
-    return reference
+def node_batches(groups: list[NodeGroup], size: int) -> list[list[NodeGroup]]:
+    """Return upstream's optimizer batches of a full buffer: the nodes grouped by turn (turn 1 first), each turn's
+    nodes in a random order (torch's generator, so a resumed run draws the same), cut into batches of `size` nodes."""
+    batches = []
+    for turn in sorted({g.turn for g in groups}):
+        nodes = [g for g in groups if g.turn == turn]
+        nodes = [nodes[i] for i in torch.randperm(len(nodes)).tolist()]
+        batches += [nodes[start:start + size] for start in range(0, len(nodes), size)]
+    return batches
 
 
-class _AdapterOffView:
-    """Calls a peft model with its adapters disabled: the frozen start model, without a second copy."""
+def merge_step_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
+    """Return the metrics of several optimizer steps of one agent as one: counts summed (`trained_samples`,
+    `skipped_nonfinite`), the rest averaged, plus `optimizer_steps`."""
+    summed = ("trained_samples", "skipped_nonfinite")
+    merged = {k: (sum if k in summed else _mean)([m[k] for m in steps if k in m]) for k in steps[0]} if steps else {}
+    return {**merged, "optimizer_steps": float(len(steps))}
 
-    def __init__(self, model: Any):
-        self.model = model
 
-    def parameters(self):
-        return self.model.parameters()
+def merge_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
+    """Return the metrics of the updates one training step took (update_schedule nodes can take 0, 1 or more):
+    per key the mean, except `optimizer_steps`, `trained_samples` and `skipped_nonfinite`, which are summed."""
+    summed = ("optimizer_steps", "trained_samples", "skipped_nonfinite")
+    keys = dict.fromkeys(k for update in updates for k in update)
+    return {k: (sum if k.endswith(summed) else _mean)([u[k] for u in updates if k in u]) for k in keys}
 
-    def modules(self):
-        return self.model.modules()
 
-    def __call__(self, **kwargs: Any) -> Any:
-        with self.model.disable_adapter():
-            return self.model(**kwargs)
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _print_tree(root: Any, task: Task) -> None:
@@ -162,5 +200,9 @@ def build_magrpo(config: Config, trainer: str, task: Task) -> MAGRPO:
     The task checked the section's role count when it was built.
     """
     section = config.trainer(trainer)
+    if section.num_generations < 2 and section.advantage_mode != "raw":
+        raise ConfigError(f"{trainer}.num_generations={section.num_generations}: MAGRPO's advantages are relative to "
+                          f"the group of a node's samples; with one sample every advantage is 0 and nothing trains "
+                          f"(advantage_mode {section.advantage_mode}): set it to 2 or more")
     team = build_team(config, section, task.num_agents, task.stop_strings)
     return MAGRPO(config, section, task, team)
