@@ -51,7 +51,7 @@ def test_evaluation_uses_the_task_reward():
     task = scripted_task()
     learned_task, learned = learned_reward_task(task, CountingRewardModel())
     # an RL algorithm that scores through the (learned-reward) task it was built with
-    rl = SimpleNamespace(models=[], evaluate=lambda items: {"r": learned_task.score(items, [["aaaaaaaa"] * 2])[0].total},
+    rl = SimpleNamespace(models=[], team=[], evaluate=lambda items: {"r": learned_task.score(items, [["aaaaaaaa"] * 2])[0].total},
                          train_step=lambda item, step: {"r": learned_task.score([item], [["aaaaaaaa"] * 2])[0].total})
     algorithm = MARLHF(load_config(), load_config().marlhf, task, rl, CountingRewardModel(), learned)
     assert algorithm.evaluate(["eval 0:"]) == {"r": letter_reward("aaaaaaaa")}
