@@ -1,6 +1,6 @@
 """The reward's Ray executor against the local pool: the same verdicts on the hostile suite and on HumanEval's
 canonical solutions, back-pressure, and a lost actor that costs a retry, not the run. Ray runs locally here
-(`ray.init(num_cpus=2)`), which exercises the same actor code as a cluster."""
+(`ray.init(num_cpus=4)`), which exercises the same actor code as a cluster."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ SLEEPY = "import time\ndef f(x):\n    time.sleep(0.5)\n    return x + 1\n"
 
 @pytest.fixture(scope="module")
 def pools():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # four logical CPUs on two cores: the fixture's two one-CPU actors plus one the config test makes
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     remote = RaySandbox(actors=2, workers_per_actor=1, in_flight=1)
     here = Sandbox(workers=2)
     yield here, remote
