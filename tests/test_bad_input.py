@@ -25,6 +25,7 @@ from cooprl import checkpoint as ckpt
 from cooprl.cli import run_cli
 from cooprl.config import load_config
 from cooprl.policy_update import TrainSample
+from cooprl.trainers.magrpo import NodeGroup
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from envs.code_generation.train import train
@@ -246,8 +247,8 @@ def test_a_cuda_device_on_a_machine_without_one(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------ checkpoints
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """A 2-step MAGRPO run of the tiny model on the scripted task, with checkpoint-1 (two buffered items: its
-    state holds TrainSamples) and checkpoint-2."""
+    """A 3-step MAGRPO run of the tiny model on the scripted task, with checkpoint-2 and checkpoint-3 (a buffer of
+    2 nodes: checkpoint-3's state holds one buffered sibling group of TrainSamples)."""
     folder = tmp_path_factory.mktemp("trained")
     config = load_config(base_config(folder), ["magrpo.max_steps=3", "magrpo.rollout_buffer_size=2"])
     seed_everything(config.seed)
@@ -367,7 +368,9 @@ def test_trainer_state_is_plain_data_and_restores_exactly(trained_run):
     name, keys, pos, has_gauss, cached = state["rng"]["numpy"]
     assert name == "MT19937" and keys.dtype == np.uint32 and keys.shape == (624,)
     buffered = state["algorithm"]["buffer"]
-    assert buffered[0] and all(isinstance(s, TrainSample) for s in buffered[0])  # rebuilt dataclasses
+    # rebuilt dataclasses: the buffered sibling groups and their samples
+    assert buffered[0] and all(isinstance(g, NodeGroup) and g.samples and
+                               all(isinstance(s, TrainSample) for s in g.samples) for g in buffered[0])
     # a round trip of every kind of value a state holds
     random_state = __import__("random").getstate()
     value = {"np": np.random.get_state(), "py": random_state, "f32": np.float32(0.1), "i64": np.int64(-3),

@@ -160,7 +160,8 @@ def test_open_generation_runs_past_closing_main_tag(monkeypatch):
 
 def test_centralized_magrpo_two_steps_then_evaluate(tmp_path):
     result = run(["train_magrpo.py", "--config", "configs/magrpo_che_config.yaml", "--override", *SMALL,
-                  *trainer_overrides("magrpo", tmp_path, "c"), *CENTRALIZED, "magrpo.centralized_answer=bounded"],
+                  *trainer_overrides("magrpo", tmp_path, "c"), *CENTRALIZED, "magrpo.centralized_answer=bounded",
+                  "magrpo.rollout_buffer_size=1"],   # an update at every step (one node per step here)
                  tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "c"

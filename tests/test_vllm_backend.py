@@ -288,7 +288,7 @@ def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_v
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
         "agent_model.vllm_gpu_memory_utilization=0.2", "magrpo.max_new_tokens=4", "magrpo.num_generations=2",
         "magrpo.num_turns=1", "magrpo.learning_rate=1e-2", "agent_model.temperature=1.0", "wandb.mode=disabled",
-        f"output.base_dir={tmp_path}"])
+        "magrpo.rollout_buffer_size=1", f"output.base_dir={tmp_path}"])   # an update after the first step
     seed_everything(config.seed)
     algo = build_magrpo(config, "magrpo", scripted_task(num_agents=2))
     assert all(isinstance(agent.generator, VLLMGenerator) for agent in algo.team)
