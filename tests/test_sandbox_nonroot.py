@@ -29,22 +29,31 @@ def test_hostile_suites_pass_as_an_unprivileged_user():
         assert shutil.which(tool), f"{tool} (util-linux) is needed to drop to an unprivileged user"
     base = os.path.realpath(sys.base_prefix)
     python = os.path.basename(os.path.realpath(sys.executable))
-    site = sysconfig.get_paths()["purelib"]   # this venv's packages (torch, pytest, the editable cooprl)
-    mount_point = tempfile.mkdtemp(prefix="cooprl-py-", dir="/mnt" if os.path.isdir("/mnt") else "/")   # not /tmp:
-    # programs get a fresh /tmp, which would cover an interpreter below it
+    site = os.path.realpath(sysconfig.get_paths()["purelib"])   # this venv's packages (torch, pytest, ...)
+    # the interpreter and the checkout are reached through bind mounts, in case they sit below a directory nobody
+    # may enter (pyenv under /root, a clone in /root); not below /tmp: programs get a fresh /tmp
+    parent = "/mnt" if os.path.isdir("/mnt") else "/"
+    py_mount = tempfile.mkdtemp(prefix="cooprl-py-", dir=parent)
+    repo_mount = tempfile.mkdtemp(prefix="cooprl-repo-", dir=parent)
     home = tempfile.mkdtemp(prefix="cooprl-nobody-", dir="/tmp")
-    os.chmod(mount_point, 0o755)
-    os.chmod(home, 0o777)
-    script = (f"set -e\nmount --bind {base} {mount_point}\ncd {REPO}\n"
+    for path, mode in ((py_mount, 0o755), (repo_mount, 0o755), (home, 0o777)):
+        os.chmod(path, mode)
+    repo = str(REPO.resolve())
+    for real, mounted in ((repo, repo_mount), (base, py_mount)):
+        if site == real or site.startswith(real + "/"):
+            site = mounted + site[len(real):]
+            break
+    script = (f"set -e\nmount --bind {base} {py_mount}\nmount --bind {repo} {repo_mount}\ncd {repo_mount}\n"
               f"exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups env -i HOME={home} "
-              f"PATH=/usr/bin:/bin PYTHONPATH={site}:{REPO} {mount_point}/bin/{python} -m pytest -p no:cacheprovider "
-              f"-o addopts= -q tests/test_sandbox.py tests/test_sandbox_leaks.py\n")
+              f"PATH=/usr/bin:/bin PYTHONPATH={site}:{repo_mount} {py_mount}/bin/{python} -m pytest "
+              f"-p no:cacheprovider -o addopts= -q tests/test_sandbox.py tests/test_sandbox_leaks.py\n")
     try:
         out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                              capture_output=True, text=True, timeout=600)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-        os.rmdir(mount_point)
+        os.rmdir(py_mount)
+        os.rmdir(repo_mount)
     tail = (out.stdout + out.stderr)[-3000:]
     assert out.returncode == 0, tail
     assert " passed" in out.stdout and "failed" not in out.stdout, tail
