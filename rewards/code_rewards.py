@@ -53,7 +53,8 @@ class RewardBreakdown:
     tests_passed: int = 0
     tests_total: int = 0
     timeouts: int = 0
-    uses_aux: bool = False
+    uses_aux: bool = False        # the bonus's gate: main calls aux, counted only when a test passed
+    calls_aux: bool = False       # main's code calls aux (on code that can run), whatever the tests say
     not_wrapper: bool = False
     ignored_aux_return: bool = False
     reason: str = ""
@@ -107,6 +108,8 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     main_defined = main_clean.returns_value
     total = (W_AUX_DEF if aux_defined else 0.0) + (W_MAIN_DEF if main_defined else 0.0)
     parts = {"aux_defined": aux_defined, "main_defined": main_defined}
+    if main_defined and not single_agent:
+        parts["calls_aux"] = cooperation(main_clean.function, entry_point, AUX_NAME).uses_aux
     if not main_defined:
         why = "main function missing" if not main_clean.function else "main function has no return value"
         return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))

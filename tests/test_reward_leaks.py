@@ -309,3 +309,20 @@ def test_verbose_tree_printing_survives_surrogates(capsys):
     _print_tree(node, T())
     out = capsys.readouterr().out
     assert "bad \ufffd text" in out and "\x1b" not in out
+
+
+# ------------------------------------------------------------------ the ungated calls_aux metric
+
+@pytest.mark.parametrize("main, calls, uses", [
+    ("def add_all(xs):\n    t = aux(xs)\n    return t + 100\n", True, False),      # calls aux, fails every test
+    ("def add_all(xs):\n    t = aux(xs)\n    return t if xs else 0\n", True, True),  # calls aux and passes
+    ("def add_all(xs):\n    if False:\n        return aux(xs)\n    return 0\n", False, False),   # dead call
+    ("def add_all(xs):\n    return sum(xs)\n", False, False),
+])
+def test_calls_aux_is_logged_whatever_the_tests_say(sb, main, calls, uses):
+    from envs.code_generation.task import breakdown_metrics
+    r = code_reward({"prompt": PROMPT, "test": FAKE_CHECK, "entry_point": "add_all"}, AUX, main, sandbox=sb,
+                    timeout_s=2.0)
+    assert (r.calls_aux, r.uses_aux) == (calls, uses), r
+    metrics = breakdown_metrics(r, single_agent=False)
+    assert (metrics["calls_aux"], metrics["uses_aux"]) == (float(calls), float(uses))

@@ -169,3 +169,13 @@ def test_nonfinite_loss_skips_the_update(tiny):
     metrics = policy_gradient_step(model, optimizer, [TrainSample(sample.prompt_ids, sample.completion_ids, 1.0)],
                                    tiny[1].pad_token_id)
     assert metrics["skipped_nonfinite"] == 0.0 and not torch.equal(model.lm_head.weight, before)
+
+
+def test_summary_prints_zero_not_negative_zero(tmp_path, capsys):
+    import json as _json
+    from cooprl.trainers.loop import summarize
+    events = [{"step": s, "env_step": s, "turn_1/reward_mean": 0.0, "turn_1/uses_aux": -0.0} for s in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(_json.dumps(e) + "\n" for e in events))
+    summarize(tmp_path, 2, {}, False)
+    out = capsys.readouterr().out
+    assert "uses_aux" in out and "-0.000" not in out

@@ -262,7 +262,7 @@ def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupte
             summary[key] = {"first_quarter": a, "last_quarter": b}
         width = max(len(r[0]) for r in rows)
         lines = [f"{'turn 1 metric'.ljust(width)}  first quarter  last quarter"]
-        lines += [f"{name.ljust(width)}  {a:13.3f}  {b:12.3f}" for name, a, b in rows]
+        lines += [f"{name.ljust(width)}  {a + 0.0:13.3f}  {b + 0.0:12.3f}" for name, a, b in rows]   # no -0.000
         # MARLHF trains on a learned reward (reward_mean): whether the policies improved is the task's reward
         judged = TASK_REWARD if TASK_REWARD in summary else "turn_1/reward_mean"
         reward = summary[judged]

@@ -48,7 +48,7 @@ def breakdown_metrics(b: Any, single_agent: bool) -> dict[str, float]:
                "pass_rate": pass_rate, "syntax_ok": float(b.syntax_ok), "main_defined": float(b.main_defined),
                "timeouts": float(b.timeouts)}
     if not single_agent:
-        metrics.update(aux_defined=float(b.aux_defined), uses_aux=float(b.uses_aux),
+        metrics.update(aux_defined=float(b.aux_defined), uses_aux=float(b.uses_aux), calls_aux=float(b.calls_aux),
                        thin_wrapper=float(b.uses_aux and not b.not_wrapper),
                        ignored_aux_return=float(b.ignored_aux_return),
                        cooperation_bonus=b.total - level1 - level2 - metrics["level3_tests"])
