@@ -109,9 +109,7 @@ class RaySandbox:
                      max_timeouts: int = 3, *, entry_point: str | None = None) -> RunReport:
         """Run `program` against `tests` on one of the cluster's pools; the same report as `Sandbox.run_detailed`
         (a program whose actors kept dying fails its tests with "sandbox error")."""
-        suite = tests if isinstance(tests, TestSuite) else TestSuite.from_check(tests, entry_point or "")
-        if entry_point and entry_point != suite.entry_point:
-            suite = TestSuite(entry_point, suite.units, suite.context, suite.param, suite.trusted)
+        suite = local.as_suite(tests, entry_point)
         payload = marshal.dumps(program) if isinstance(program, CodeType) else program
         budget = timeout_s * max(1, len(suite.units)) + 60   # the actor's own pool bounds the run itself
         why = ""
@@ -131,8 +129,7 @@ class RaySandbox:
                 self._replace(index, actor)
             finally:
                 self._release(index)
-        msg = f"sandbox error: {why}"
-        return RunReport([TestOutcome(t, False, msg) for t in suite.tests], error=msg)
+        return local.failed_report(suite, why)
 
     def run(self, program: str | CodeType, tests: TestSuite | str, timeout_s: float = 10.0, max_timeouts: int = 3,
             *, entry_point: str | None = None) -> list[TestOutcome]:

@@ -238,6 +238,21 @@ def _slot_cpus(allowed: list[int], workers: int, uid_base: int | None) -> list[i
     return [allowed[(block * workers + i) % len(allowed)] for i in range(workers)]
 
 
+def as_suite(tests: TestSuite | str, entry_point: str | None = None) -> TestSuite:
+    """Return `tests` as a TestSuite (a test file is split with `TestSuite.from_check`), calling `entry_point`
+    when one is given."""
+    suite = tests if isinstance(tests, TestSuite) else TestSuite.from_check(tests, entry_point or "")
+    if entry_point and entry_point != suite.entry_point:
+        suite = TestSuite(entry_point, suite.units, suite.context, suite.param, suite.trusted)
+    return suite
+
+
+def failed_report(suite: TestSuite, why: str) -> RunReport:
+    """Return the report of a run the sandbox itself could not finish: every test failed with "sandbox error"."""
+    msg = f"sandbox error: {why}"
+    return RunReport([TestOutcome(t, False, msg) for t in suite.tests], error=msg)
+
+
 def _printable(text: Any) -> str:
     """`text` as a str that encodes to UTF-8: lone surrogates (a program may raise `ValueError('\\ud800')`) are
     written as escapes, since tokenizers, logs and terminals raise on them."""
@@ -413,9 +428,7 @@ class Sandbox:
             raise RuntimeError("a Sandbox cannot be used from a forked copy of its process; create a new one")
         if self._closed:
             raise RuntimeError("the sandbox is closed")
-        suite = tests if isinstance(tests, TestSuite) else TestSuite.from_check(tests, entry_point or "")
-        if entry_point and entry_point != suite.entry_point:
-            suite = TestSuite(entry_point, suite.units, suite.context, suite.param, suite.trusted)
+        suite = as_suite(tests, entry_point)
         n_units = max(1, len(suite.units))
         job = {**_program_fields(program), "entry_point": suite.entry_point, "param": suite.param,
                "context": list(suite.context), "units": [list(u) for u in suite.units],
@@ -462,8 +475,7 @@ class Sandbox:
                 self._start(slot)
         except Exception as e:  # noqa: BLE001 - the next run retries the start
             logger.warning("sandbox worker %d did not restart: %s", slot.index, e)
-        msg = f"sandbox error: {_printable(why) or 'worker died'}"
-        return RunReport([TestOutcome(t, False, msg) for t in suite.tests], error=msg)
+        return failed_report(suite, _printable(why) or "worker died")
 
     def run_many(self, jobs: Sequence[Any], timeout_s: float = 10.0, max_timeouts: int = 3
                  ) -> list[list[TestOutcome]]:
