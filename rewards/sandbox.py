@@ -52,6 +52,9 @@ from rewards.code_cleaning import PARSE_ERRORS
 logger = logging.getLogger("cooprl.sandbox")
 
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
+# The worker (stdlib only) runs on the interpreter's real binary, not a venv's link to it: programs then see it as
+# their sys.executable, and it is exposed wherever the venv lives (a venv below /tmp would be covered by scratch).
+INTERPRETER = os.path.realpath(sys.executable)
 UID_BASE = 3_000_000   # slot uids: UID_BASE + 64 * block + slot; blocks are claimed with a lock file per process
 UIDS_PER_BLOCK = 64
 _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
@@ -171,7 +174,7 @@ class InterpreterView:
 def interpreter_view() -> InterpreterView:
     """Return the allow-list of host paths for this interpreter, found by importing every extension module of the
     standard library in a fresh interpreter and reading the files it maps (about half a second, once)."""
-    out = subprocess.run([sys.executable, "-I", "-c", _VIEW_SCRIPT], capture_output=True, text=True,
+    out = subprocess.run([INTERPRETER, "-I", "-c", _VIEW_SCRIPT], capture_output=True, text=True,
                          stdin=subprocess.DEVNULL, timeout=120, check=True)
     found = json.loads(out.stdout.strip().splitlines()[-1])
     stdlib = [os.path.realpath(p) for p in found["stdlib"]   # (a venv's "platstdlib" holds only site-packages)
@@ -191,7 +194,7 @@ def interpreter_view() -> InterpreterView:
     # the dynamic loader by the name executables ask for (a program may start the interpreter again)
     loaders = [os.path.join("/lib64", n) for n in (os.listdir("/lib64") if os.path.isdir("/lib64") else ())
                if n.startswith("ld-linux")]
-    for path in (sys.executable, "/etc/ld.so.cache", *loaders):
+    for path in (INTERPRETER, "/etc/ld.so.cache", *loaders):
         if os.path.exists(path):
             expose.append(os.path.abspath(path))
     # A scratch dir is a fresh tmpfs for each program, which would cover anything bound below it: the interpreter's
@@ -360,7 +363,7 @@ class Sandbox:
         with self._lock:   # `close` sees every worker that was started: none starts after it
             if self._closed:
                 raise RuntimeError("the sandbox is closed")
-            slot.proc = subprocess.Popen([sys.executable, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
+            slot.proc = subprocess.Popen([INTERPRETER, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=None if self.debug else subprocess.DEVNULL,
                                          env=env, close_fds=True, start_new_session=True)

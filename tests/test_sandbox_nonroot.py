@@ -47,10 +47,13 @@ def test_hostile_suites_pass_as_an_unprivileged_user():
               f"exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups env -i HOME={home} "
               f"PATH=/usr/bin:/bin PYTHONPATH={site}:{repo_mount} {py_mount}/bin/{python} -m pytest "
               f"-p no:cacheprovider -o addopts= -q tests/test_sandbox.py tests/test_sandbox_leaks.py\n")
+    mode = os.stat(repo).st_mode
+    os.chmod(repo, mode | 0o005)   # a checkout made by mktemp is 700: let nobody in for the run, then restore
     try:
         out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                              capture_output=True, text=True, timeout=600)
     finally:
+        os.chmod(repo, mode)
         shutil.rmtree(home, ignore_errors=True)
         os.rmdir(py_mount)
         os.rmdir(repo_mount)
