@@ -1,6 +1,7 @@
 """One sandbox worker: started by `rewards.sandbox.Sandbox` as `python -I _sandbox_worker.py CONFIG_JSON`.
 
-Stdlib only, never imported by the trainer. Three kinds of process take part, all below the trainer:
+Stdlib only; the trainer imports only its framing (`frame`, `unframe`). Three kinds of process take part,
+all below the trainer:
 
 - the *worker* (this process after set-up): enters fresh network (no interface, not even loopback), mount, IPC and
   PID namespaces and a private root file system that holds only an allow-list of host paths, read-only (the
@@ -32,7 +33,7 @@ Speed (see bench/README.md): on a VM a fork, its copy-on-write faults and the ex
 the per-program path keeps both the child's work and the round trips small: what every child shares is set once
 in the zygote; the program is compiled in the worker and sent as code; the calls of tests that can be read off
 their source (`assert candidate(<literals>) == ...`: nearly all of HumanEval) are sent to the child in one batch
-with the program and run back to back (`_Job.batch`), every actual call being checked against the prediction
+with the program and run back to back (`_CallPlan`), every actual call being checked against the prediction
 (any difference reruns the job one request per call, so verdicts never depend on it); the worker waits for a
 killed child through a pidfd instead of polling.
 """
@@ -108,7 +109,45 @@ def _unshare(flags):
         raise OSError(err, os.strerror(err))
 
 
-# ----------------------------------------------------------------------------------------- framing on raw fds
+# ----------------------------------------------------------------------------------------- the protocol
+
+# Every pipe of the sandbox (trainer <-> worker: marshal bodies; worker <-> child: marshal one way, JSON the other)
+# carries framed messages: a 4-byte little-endian length, then the body. `frame` and `unframe` are the only code
+# that knows this; `rewards.sandbox` imports them from here.
+_LENGTH = struct.Struct("<I")
+
+
+def frame(body):
+    """Return `body` (bytes) as one framed message: its length in 4 bytes, then the body."""
+    return _LENGTH.pack(len(body)) + body
+
+
+def unframe(buf, limit=None):
+    """Take the first whole message off the front of `buf` (a bytearray, consumed in place) and return its body;
+    None while the message is incomplete. ValueError when it announces more than `limit` bytes."""
+    if len(buf) < 4:
+        return None
+    end = 4 + _LENGTH.unpack_from(buf)[0]
+    if limit is not None and end - 4 > limit:
+        raise ValueError(f"a message of {end - 4} bytes (at most {limit})")
+    if len(buf) < end:
+        return None
+    body = bytes(buf[4:end])
+    del buf[:end]
+    return body
+
+
+class Msg:
+    """The kinds of message between the worker and a child (the first item of each message)."""
+    PROGRAM = "program"        # worker -> child: the job (compiled program, entry point, CPU limit, first calls)
+    CALL = "call"              # worker -> child: one call of the candidate (marshalled args, kwargs)
+    CALLS = "calls"            # worker -> child: several calls run back to back (`_CallPlan.ahead`)
+    EXEC = "exec"              # worker -> child: untrusted test code, run next to the candidate
+    LOADED = "loaded"          # child -> worker: the program ran and defines the entry point
+    LOAD_ERROR = "load_error"  # child -> worker: it raised or lacks the entry point (with the error)
+    OK = "ok"                  # child -> worker: a call's encoded result (or True for an EXEC)
+    ERR = "err"                # child -> worker: the call raised (with the error)
+
 
 def _write_all(fd, data, deadline=None):
     view = memoryview(data)
@@ -123,10 +162,10 @@ def _write_all(fd, data, deadline=None):
         view = view[n:]
 
 
-def _send(fd, payload, deadline=None):
-    """One framed message to a child. `fd` is non-blocking: the usual small message goes out in one write, and
-    only when the pipe is full (the program stopped reading) does it wait, until `deadline`."""
-    data = struct.pack("<I", len(payload)) + payload
+def _send(fd, kind, payload, deadline=None):
+    """Send one message (`kind`, `payload`) to a child. `fd` is non-blocking: the usual small message goes out in
+    one write, and only when the pipe is full (the program stopped reading) does it wait, until `deadline`."""
+    data = frame(marshal.dumps((kind, payload)))
     try:
         n = os.write(fd, data)
     except BlockingIOError:
@@ -253,10 +292,10 @@ def _child(cfg, cmd_r, res_w, out_w):
         _exit(70)
 
     read, write, loads, dumps, enc = os.read, os.write, marshal.loads, json.dumps, _encode
+    OK, ERR = Msg.OK, Msg.ERR
 
-    def send(obj):
-        data = dumps(obj).encode()
-        data = struct.pack("<I", len(data)) + data
+    def send(*message):
+        data = frame(dumps(message).encode())
         while data:
             data = data[write(res_w, data):]
 
@@ -264,12 +303,9 @@ def _child(cfg, cmd_r, res_w, out_w):
 
     def recv():
         while True:
-            if len(pending) >= 4:
-                end = 4 + struct.unpack_from("<I", pending)[0]
-                if len(pending) >= end:
-                    body = bytes(pending[4:end])
-                    del pending[:end]
-                    return loads(body)
+            body = unframe(pending)
+            if body is not None:
+                return loads(body)
             chunk = read(cmd_r, 1 << 20)
             if not chunk:
                 _exit(0)
@@ -282,6 +318,8 @@ def _child(cfg, cmd_r, res_w, out_w):
     kind, job = recv()
     _prctl_str(PR_SET_NAME, b"sbx-program", 0, 0, 0)
     try:
+        if kind != Msg.PROGRAM:
+            raise ValueError(kind)
         cpu = max(1, int(job["cpu_s"]))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))   # lowering needs no privilege
     except BaseException:
@@ -292,42 +330,42 @@ def _child(cfg, cmd_r, res_w, out_w):
         candidate = ns[job["entry_point"]]
     except BaseException as e:
         try:
-            send(["load_error", describe(e)])
+            send(Msg.LOAD_ERROR, describe(e))
         finally:
             _exit(0)
-    send(["loaded"])
+    send(Msg.LOADED)
 
     def call(payload):
         try:
             args, kwargs = loads(payload)
             result = candidate(*args, **kwargs)
-            send(["ok", enc(result)])
+            send(OK, enc(result))
         except BaseException as e:
             try:
-                send(["err", describe(e)])
+                send(ERR, describe(e))
             except BaseException:
                 _exit(0)
 
-    for payload in job["calls"]:   # pipelined calls (see `_Job.batch`): run back to back, one result each
+    for payload in job["calls"]:   # pipelined calls (see `_CallPlan.ahead`): run back to back, one result each
         call(payload)
     test_ns = None
     while True:
         kind, payload = recv()
         try:
-            if kind == "call":
+            if kind == Msg.CALL:
                 call(payload)
-            elif kind == "calls":
+            elif kind == Msg.CALLS:
                 for one in payload:
                     call(one)
-            elif kind == "exec":   # untrusted tests: run here, the verdict is only "did it raise"
+            elif kind == Msg.EXEC:   # untrusted tests: run here, the verdict is only "did it raise"
                 if test_ns is None:
                     test_ns = dict(ns)
                     test_ns[job["param"]] = candidate
                 exec(compile(payload, "<test>", "exec"), test_ns)
-                send(["ok", True])
+                send(OK, True)
         except BaseException as e:
             try:
-                send(["err", describe(e)])
+                send(ERR, describe(e))
             except BaseException:
                 _exit(0)
 
@@ -588,6 +626,55 @@ class _Desync(BaseException):
     """A test made a call other than the one predicted: the job restarts without pipelining."""
 
 
+class _CallPlan:
+    """Call prediction, a layer apart from the judging: the call each unit of a trusted suite is predicted to make
+    (`_plan_unit`: a (payload, value) tuple, NEUTRAL or None; no units = no prediction) and the calls sent
+    ahead to the child, whose results are not read yet.
+
+    Pipelining saves a round trip per call (two context switches, a select, a read and a write on each side):
+    when a call is the one predicted for its unit, the predicted calls of the units that follow (up to the first
+    whose call cannot be read off its source) go to the child with it, and the child runs them back to back;
+    the tests then read their results one by one, each within its own unit's deadline. Every call the tests
+    make is still checked against the prediction (`take`); any difference restarts the whole job without
+    pipelining (`_Job.run`), so the verdicts are exactly those of one request per call."""
+
+    def __init__(self, units=()):
+        self.units = list(units)
+        self.sent = []   # (unit, (payload, value)) sent ahead to the child, results not read yet
+
+    def ahead(self, unit, kind, payload, value):
+        """Return the (unit, call) pairs to send with this call of `unit` (recorded as sent); [] when the call is
+        not the one predicted for it."""
+        units = self.units
+        mine = units[unit] if units and kind == Msg.CALL else None
+        if type(mine) is not tuple or not (payload == mine[0] or _same(value, mine[1])):
+            return []
+        out = []
+        for j in range(unit + 1, len(units)):
+            if units[j] is NEUTRAL:
+                continue
+            if units[j] is None:
+                break
+            out.append((j, units[j]))
+        self.sent.extend(out)
+        return out
+
+    def take(self, unit, kind, payload, value):
+        """Return True when this call of `unit` was sent ahead (its result is on its way), False when nothing
+        was sent ahead; raise _Desync when the call differs from the one sent ahead."""
+        if not self.sent:
+            return False
+        expected_unit, (expected, expected_value) = self.sent[0]
+        if kind != Msg.CALL or expected_unit != unit or not (payload == expected or _same(value, expected_value)):
+            raise _Desync()
+        del self.sent[0]
+        return True
+
+    def missed(self, unit):
+        """Return True when `unit` ended without making the call sent ahead for it (e.g. its test raised first)."""
+        return bool(self.sent) and self.sent[0][0] == unit
+
+
 # ----------------------------------------------------------------------------------------- the worker
 
 class _Timeout(BaseException):
@@ -619,10 +706,9 @@ class _Job:
         self.deadline = 0.0
         self.flag = None             # "timeout" / "gone" / "desync" raised during the current unit
         self.output = bytearray()
-        self.plan = None             # per unit: the predicted call, NEUTRAL or None (see `_plan_unit`)
+        self.calls = _CallPlan()     # call prediction and the calls sent ahead (none until `run` plans them)
         self.unit = 0                # index of the unit running
         self.timeouts = 0
-        self.queue = []              # (unit, predicted call) sent ahead to the child, results not read yet
         self.code = None             # the program, compiled and marshalled
 
     # -- child management
@@ -644,7 +730,7 @@ class _Job:
         job = {"code": self.code, "entry_point": self.job["entry_point"],
                "param": self.job.get("param", "candidate"), "cpu_s": self.job["cpu_s"], "calls": list(calls)}
         try:
-            _send(child.cmd_w, marshal.dumps(("program", job)), self.deadline)
+            _send(child.cmd_w, Msg.PROGRAM, job, self.deadline)
         except TimeoutError:
             self.flag = "timeout"
             raise _Timeout()
@@ -652,11 +738,11 @@ class _Job:
             self.flag = "gone"
             raise _Gone("the program's process ended before it started")
         first = self.receive()
-        if first[0] == "load_error":
+        if first[0] == Msg.LOAD_ERROR:
             self.load_error = str(first[1])[:400] if len(first) > 1 else "load error"
             self.kill()
             raise _Gone(self.load_error)
-        if first[0] != "loaded":
+        if first[0] != Msg.LOADED:
             self.kill()
             raise _Gone("protocol error")
 
@@ -664,7 +750,7 @@ class _Job:
         """Kill the program's processes. `wait=False` (end of a job) only sends the signals: the worker then
         replies, and waits for them to be gone (and removes the temp dir) before it takes the next job."""
         child, self.child = self.child, None
-        self.queue.clear()
+        self.calls.sent.clear()
         if child is None:
             return
         try:
@@ -699,15 +785,13 @@ class _Job:
         child = self.child
         buf = child.pending
         while True:
-            if len(buf) >= 4:
-                size = struct.unpack_from("<I", buf)[0]
-                if size > MAX_RESULT:
-                    self.flag = "gone"
-                    raise _Gone("result too large")
-                if len(buf) >= 4 + size:
-                    data = bytes(buf[4:4 + size])
-                    del buf[:4 + size]
-                    break
+            try:
+                data = unframe(buf, MAX_RESULT)
+            except ValueError:
+                self.flag = "gone"
+                raise _Gone("result too large") from None
+            if data is not None:
+                break
             left = self.deadline - time.monotonic()
             if left <= 0:
                 self.flag = "timeout"
@@ -734,64 +818,40 @@ class _Job:
             raise _Gone("malformed message from the program")
 
     def request(self, kind, payload, value=None):
+        """Return the child's answer to one message (`kind`: Msg.CALL or Msg.EXEC) of the current unit."""
         if self.load_error is not None:
             raise _Gone(self.load_error)
-        if self.queue:
-            # calls were sent ahead: this must be the one predicted for this unit, else the job starts over
-            unit, (expected, expected_value) = self.queue[0]
-            if kind != "call" or unit != self.unit or not (payload == expected or _same(value, expected_value)):
-                self.flag = "desync"
-                raise _Desync()
-            del self.queue[0]
-        else:
-            batch = self.batch(kind, payload, value)
-            calls = [payload] + [call[0] for _, call in batch]
+        try:
+            sent_ahead = self.calls.take(self.unit, kind, payload, value)
+        except _Desync:
+            self.flag = "desync"
+            raise
+        if not sent_ahead:
+            ahead = [] if self.timeouts >= int(self.job["max_timeouts"]) else self.calls.ahead(
+                self.unit, kind, payload, value)
+            calls = [payload] + [call[0] for _, call in ahead]
             try:
                 if self.child is None:
-                    self.spawn(calls if batch else ())
-                    if not batch:
-                        _send(self.child.cmd_w, marshal.dumps((kind, payload)), self.deadline)
-                elif batch:
-                    _send(self.child.cmd_w, marshal.dumps(("calls", calls)), self.deadline)
+                    self.spawn(calls if ahead else ())
+                    if not ahead:
+                        _send(self.child.cmd_w, kind, payload, self.deadline)
+                elif ahead:
+                    _send(self.child.cmd_w, Msg.CALLS, calls, self.deadline)
                 else:
-                    _send(self.child.cmd_w, marshal.dumps((kind, payload)), self.deadline)
+                    _send(self.child.cmd_w, kind, payload, self.deadline)
             except TimeoutError:
                 self.flag = "timeout"
                 raise _Timeout()
             except OSError:
                 self.flag = "gone"
                 raise _Gone("the program's process ended (exit, signal or a resource limit)")
-            self.queue.extend(batch)
         msg = self.receive()
-        if msg[0] == "ok" and len(msg) == 2:
+        if msg[0] == Msg.OK and len(msg) == 2:
             return msg[1]
-        if msg[0] == "err" and len(msg) == 2:
+        if msg[0] == Msg.ERR and len(msg) == 2:
             raise _ProgramError(str(msg[1])[:400])
         self.flag = "gone"
         raise _Gone("protocol error")
-
-    def batch(self, kind, payload, value):
-        """Pipelining: when this call is the one predicted for the current unit, the predicted calls of the
-        units that follow (up to the first whose call cannot be read off its source) go to the child with it,
-        and the child runs them back to back; the tests then read their results one by one, each within its
-        own unit's deadline. This saves a round trip per call (two context switches, a select, a read and a
-        write on each side). Every call the tests make is still checked against the prediction (`request`); any
-        difference restarts the whole job without pipelining (`run`), so the verdicts are exactly those of
-        one request per call."""
-        plan = self.plan
-        if not plan or kind != "call" or self.timeouts >= int(self.job["max_timeouts"]):
-            return []
-        mine = plan[self.unit]
-        if type(mine) is not tuple or not (payload == mine[0] or _same(value, mine[1])):
-            return []
-        out = []
-        for j in range(self.unit + 1, len(plan)):
-            if plan[j] is NEUTRAL:
-                continue
-            if plan[j] is None:
-                break
-            out.append((j, plan[j]))
-        return out
 
     # -- the candidate as seen by the trusted test code
     def candidate(self, *args, **kwargs):
@@ -799,7 +859,7 @@ class _Job:
             payload = marshal.dumps((args, kwargs))
         except ValueError:
             raise TypeError("the test passes arguments that are not plain data") from None
-        tree = self.request("call", payload, (args, kwargs))
+        tree = self.request(Msg.CALL, payload, (args, kwargs))
         try:
             return _decode(tree, self.deadline)
         except _Timeout:
@@ -812,14 +872,14 @@ class _Job:
     def run(self):
         job = self.job
         if job.get("trusted", True):
-            self.plan = self.w.plan(job)
+            self.calls = _CallPlan(self.w.plan(job))
         try:
             try:
                 return self.run_units()
             except _Desync:
                 # a call differed from the prediction: start over with a fresh child, one request per call
                 self.kill()
-                self.plan, self.output, self.load_error = None, bytearray(), None
+                self.calls, self.output, self.load_error = _CallPlan(), bytearray(), None
                 return self.run_units()
         finally:
             self.kill(wait=False)
@@ -851,7 +911,7 @@ class _Job:
                 if trusted:
                     exec(self.w.compiled(src), env)
                 else:
-                    self.request("exec", src)
+                    self.request(Msg.EXEC, src)
             except _Timeout:
                 pass
             except _Gone as e:
@@ -863,7 +923,7 @@ class _Job:
             except BaseException as e:
                 error = f"{type(e).__name__}: {e}"[:400]
             # the unit's predicted call must have been made (a test that raised before it, say, did not)
-            if self.flag == "desync" or (self.queue and self.queue[0][0] == index):
+            if self.flag == "desync" or self.calls.missed(index):
                 raise _Desync()
             if self.flag == "timeout":
                 self.timeouts += 1
@@ -1238,16 +1298,14 @@ def main():
     writer = os.fdopen(proto_out, "wb")
 
     def reply(obj):
-        data = marshal.dumps(obj)
-        writer.write(struct.pack("<I", len(data)) + data)
+        writer.write(frame(marshal.dumps(obj)))
         writer.flush()
 
     def next_job():
         head = reader.read(4)
         if len(head) < 4:
             return None
-        body = reader.read(struct.unpack("<I", head)[0])
-        return marshal.loads(body)
+        return marshal.loads(reader.read(_LENGTH.unpack(head)[0]))
 
     reply({"ready": True, "isolation": iso, "pid": os.getpid()})
     worker.tidy()

@@ -35,7 +35,6 @@ import math
 import os
 import queue
 import select
-import struct
 import subprocess
 import sys
 import threading
@@ -47,6 +46,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any, Iterable, Sequence
 
+from rewards._sandbox_worker import frame, unframe
 from rewards.code_cleaning import PARSE_ERRORS
 
 logger = logging.getLogger("cooprl.sandbox")
@@ -269,8 +269,7 @@ def _printable(text: Any) -> str:
 
 def _write_message(proc: subprocess.Popen, obj: dict) -> None:
     """Send one framed message to a worker (4-byte length, then marshal data; see `Sandbox._read_reply`)."""
-    data = marshal.dumps(obj)
-    proc.stdin.write(struct.pack("<I", len(data)) + data)
+    proc.stdin.write(frame(marshal.dumps(obj)))
     proc.stdin.flush()
 
 
@@ -294,7 +293,7 @@ class _Slot:
     def __init__(self, index: int):
         self.index = index
         self.proc: subprocess.Popen | None = None
-        self.buf = b""
+        self.buf = bytearray()
 
 
 class Sandbox:
@@ -367,7 +366,7 @@ class Sandbox:
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=None if self.debug else subprocess.DEVNULL,
                                          env=env, close_fds=True, start_new_session=True)
-        slot.buf = b""
+        slot.buf = bytearray()
         ready = self._read_reply(slot, time.monotonic() + 60)
         if not ready or not ready.get("ready"):
             self._kill(slot)
@@ -399,7 +398,7 @@ class Sandbox:
         marshal, not JSON: both ends are our own code (the programs never reach the worker's pipes), and it
         encodes and decodes several times faster, on a path every program takes."""
         fd = slot.proc.stdout.fileno()
-        while len(slot.buf) < 4 or len(slot.buf) < 4 + struct.unpack_from("<I", slot.buf)[0]:
+        while (body := unframe(slot.buf)) is None:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 return None
@@ -407,8 +406,6 @@ class Sandbox:
             if not chunk:
                 return None
             slot.buf += chunk
-        end = 4 + struct.unpack_from("<I", slot.buf)[0]
-        body, slot.buf = slot.buf[4:end], slot.buf[end:]
         try:
             reply = marshal.loads(body)
         except (EOFError, ValueError, TypeError):
