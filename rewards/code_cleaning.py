@@ -4,6 +4,8 @@
   an indentation-based text fallback), and keep the completion's own top-level imports. Every other top-level
   statement of the completion (helper functions, classes, tests, prints, `if __name__ == '__main__'` blocks) is
   dropped, as the reference implementation does: only the named function is scored.
+- `extract_function(code, name)`: that extraction alone; the joint-answer parser of the code environment uses it
+  too, so parser and reward read a text the same way.
 - `defines_with_return`: level 1 (a `def` with a `return <value>`, judged on the text when the code does not
   parse).
 - `prompt_imports`, `prompt_helpers`: what the prompt contributes to the program.
@@ -106,11 +108,14 @@ def _text_block(text: str, name: str) -> str:
                 len(lines[start - 1]) - len(lines[start - 1].lstrip()) == len(m.group(1)):
             start -= 1
         end = i + 1
-        header_open = line.count("(") - line.count(")")
+        # a signature over several lines: open parentheses, up to the line that ends the header with ":"
+        depth = line.count("(") - line.count(")")
+        header_open = depth > 0 and not line.rstrip().endswith(":")
         while end < len(lines):
             cur = lines[end]
-            if header_open > 0:   # a signature over several lines
-                header_open += cur.count("(") - cur.count(")")
+            if header_open:
+                depth += cur.count("(") - cur.count(")")
+                header_open = depth > 0 and not cur.rstrip().endswith(":")
                 end += 1
                 continue
             if cur.strip() and len(cur.expandtabs()) - len(cur.expandtabs().lstrip()) <= indent:
@@ -145,13 +150,32 @@ def clean_completion(text: str, name: str) -> Cleaned:
         node = _find_def(tree, name)
         if node is None:
             return Cleaned("", _imports_of(code))
-        first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-        lines = code.split("\n")[first - 1:node.end_lineno]
         imports = tuple(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
-        return Cleaned(textwrap.dedent("\n".join(lines)).rstrip(), tuple(dict.fromkeys(imports)),
-                       _has_value_return(node))
+        return Cleaned(_node_source(code, node), tuple(dict.fromkeys(imports)), _has_value_return(node))
     function = _text_block(code, name)
     return Cleaned(function, _imports_of(code), defines_with_return(function, name))
+
+
+def _node_source(code: str, node: ast.AST) -> str:
+    """The source lines of a parsed definition, from its first decorator to its end, dedented."""
+    first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+    lines = code.split("\n")[first - 1:node.end_lineno]
+    return textwrap.dedent("\n".join(lines)).rstrip()
+
+
+def extract_function(code: str, name: str) -> str:
+    """Return the source of the function `name` in `code` (markdown fences already removed), or "".
+
+    The one extractor of the project (the reward and the joint-answer parser both use it, so they never disagree
+    on a text): the top-level definition, else the first nested one (in a class or an if block), with its
+    decorators and a header over several lines, `async` included, dedented; by AST, or by indentation when the
+    code does not parse."""
+    try:
+        tree = ast.parse(code)
+    except PARSE_ERRORS:
+        return _text_block(code, name)
+    node = _find_def(tree, name)
+    return _node_source(code, node) if node is not None else ""
 
 
 def defines_with_return(function_src: str, name: str) -> bool:

@@ -185,3 +185,17 @@ def test_parse_bounded_answer_starts_after_the_tag():
     assert parse_joint_answer(text, P, "bounded") == JointAnswer(AUX, MAIN, "")
     # a model that repeats the opening tag is parsed the same
     assert parse_joint_answer("<auxiliary>" + text, P, "bounded") == JointAnswer(AUX, MAIN, "")
+
+
+@pytest.mark.parametrize("code, expected", [
+    # decorators, async and a header over several lines, parsed and unparsable alike
+    ("@cache\ndef f(x):\n    return x\n\nprint(1)", "@cache\ndef f(x):\n    return x"),
+    ("async def f(x):\n    return x\nf(1)", "async def f(x):\n    return x"),
+    ("def f(a,\n      b):\n    return a\nz = (", "def f(a,\n      b):\n    return a"),
+    ("@wrap\nasync def f(a,\n  b):\n    return a\n)", "@wrap\nasync def f(a,\n  b):\n    return a"),
+    ("class K:\n    def f(self):\n        return 1\n", "def f(self):\n    return 1"),
+])
+def test_joint_answer_parser_and_reward_extract_the_same_function(code, expected):
+    from rewards.code_cleaning import clean_completion
+    assert extract_function(code, "f") == expected
+    assert clean_completion(code, "f").function == expected

@@ -11,7 +11,6 @@ here; a trainer that wants one wraps these strings itself.
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 
 from cooprl.generation import first_stop
 from envs.code_generation.data import problem_field
-from rewards.code_cleaning import PARSE_ERRORS
+from rewards.code_cleaning import extract_function
 
 ROLES = ("aux", "main", "single")
 AUX_HEADER = "def aux("
@@ -312,32 +311,6 @@ def _label_sections(text: str) -> dict[str, str]:
         end = found[i + 1].start() if i + 1 < len(found) else len(text)
         sections.setdefault(key, text[match.end():end])
     return sections
-
-
-def extract_function(code: str, name: str) -> str:
-    """Return the source of the top-level function `name` in `code` (via ast, else by text), or ""."""
-    try:
-        tree = ast.parse(code)
-    except PARSE_ERRORS:
-        tree = None
-    lines = code.splitlines()
-    if tree is not None:
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                return "\n".join(lines[first - 1:node.end_lineno])
-    # Unparsable text: from the header to the next column-0 line that is not blank or a comment.
-    for i, line in enumerate(lines):
-        if re.match(rf"\s*def {re.escape(name)}\(", line):
-            indent = len(line) - len(line.lstrip())
-            end = i + 1
-            while end < len(lines):
-                nxt = lines[end]
-                if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent and not nxt.lstrip().startswith("#"):
-                    break
-                end += 1
-            return textwrap.dedent("\n".join(lines[i:end])).rstrip()
-    return ""
 
 
 def parse_joint_answer(text: str, problem: Any, answer: str = "open", style: str = "concat") -> JointAnswer:
