@@ -33,7 +33,7 @@ from functools import lru_cache
 from types import CodeType
 from typing import Any, Mapping, Sequence
 
-from envs.code_generation.data import Problem, problem_fields
+from rewards.problem import Problem
 from rewards.code_cleaning import PARSE_ERRORS, clean_completion, cooperation, prompt_helpers, prompt_imports
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
@@ -101,7 +101,8 @@ def _round(x: float) -> float:
 
 
 def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_agent: bool) -> _Prepared:
-    prompt, test, entry_point = problem_fields(problem)
+    problem = Problem.coerce(problem)
+    prompt, test, entry_point = problem.prompt, problem.test, problem.entry_point
     main_clean = clean_completion(main or "", entry_point)
     aux_clean = clean_completion(aux or "", AUX_NAME) if not single_agent else None
     aux_defined = aux_clean is not None and aux_clean.returns_value
@@ -210,7 +211,7 @@ def execution_reward_aux(aux_list: Sequence[str], main_list: Sequence[str], test
                          entry_points: Sequence[str], prompts: Sequence[str], *, single_agent: bool = False,
                          timeout_s: float = 10.0, max_timeouts: int = 3) -> list[float]:
     """Batch form with the reference's argument order; returns the totals. Pairs run in parallel."""
-    problems = [{"prompt": p, "test": t, "entry_point": e} for p, t, e in zip(prompts, tests, entry_points)]
+    problems = [Problem(f"item/{i}", p, t, e) for i, (p, t, e) in enumerate(zip(prompts, tests, entry_points))]
     results = code_rewards_batch(problems, list(aux_list), list(main_list), single_agent=single_agent,
                                  timeout_s=timeout_s, max_timeouts=max_timeouts)
     return [r.total for r in results]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from envs.code_generation.prompts import problem_code
+from rewards.problem import Problem
 from strategies.base import LLM, Budget, Session, Solution
 from strategies.execution import pass_matrix
 from strategies.text import CODE_STOP, code_prompt, entry, extract_code, parse_asserts
@@ -25,7 +26,7 @@ class CodeTConfig:
     timeout_s: float = 2.0          # per generated test
 
 
-def test_prompt(problem: Any) -> str:
+def test_prompt(problem: Problem) -> str:
     """CodeT's test prompt: the function with a `pass` body, then `# check the correctness of f` and `assert f(`."""
     return f"{problem_code(problem).rstrip()}\n    pass\n\n# check the correctness of {entry(problem)}\nassert {entry(problem)}("
 
@@ -42,7 +43,7 @@ def dual_agreement(matrix: Sequence[Sequence[int]]) -> list[tuple[int, list[int]
     return sorted(sets, key=lambda s: (-s[0], s[1][0]))
 
 
-def solve(problem: Any, llm: LLM, sandbox: Any, budget: Budget, config: CodeTConfig | None = None) -> Solution:
+def solve(problem: Problem, llm: LLM, sandbox: Any, budget: Budget, config: CodeTConfig | None = None) -> Solution:
     """Return the program of CodeT's best consensus set (the first program when no program passes any test)."""
     config = config or CodeTConfig()
     session = Session(llm, budget)

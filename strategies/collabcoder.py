@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from envs.code_generation.prompts import problem_code
+from rewards.problem import Problem
 from strategies.base import LLM, Budget, Session, Solution
 from strategies.execution import run_tests
 from strategies.text import CODE_STOP, code_prompt, doctest_asserts, entry, extract_code, parse_asserts, score_of
@@ -69,12 +70,12 @@ def parse_scores(text: str, default: float) -> Scores:
 
 
 # --------------------------------------------------------------------------- the agents' prompts
-def plan_prompt(problem: Any) -> str:
+def plan_prompt(problem: Problem) -> str:
     return (f"{problem_code(problem).rstrip()}\n\nWrite a short step-by-step plan (numbered steps, no code) "
             f"to implement `{entry(problem)}`.\nPlan:\n1.")
 
 
-def plan_refine_prompt(problem: Any, plan: str, feedback: str, trajectory: str) -> str:
+def plan_refine_prompt(problem: Problem, plan: str, feedback: str, trajectory: str) -> str:
     return (f"{problem_code(problem).rstrip()}\n\nCurrent plan:\n{plan}\n\nTest feedback:\n{feedback}\n\n"
             f"{trajectory}The plan is wrong. Write a corrected step-by-step plan (numbered steps, no code).\nPlan:\n1.")
 
@@ -89,7 +90,7 @@ def patch_guidance(code: str, feedback: str, trajectory: str) -> str:
             "Write the corrected function.")
 
 
-def cdm_prompt(problem: Any, plan: str, code: str, feedback: str) -> str:
+def cdm_prompt(problem: Problem, plan: str, code: str, feedback: str) -> str:
     return (f"{problem_code(problem).rstrip()}\n\nPlan:\n{plan}\n\nCode:\n{code}\n\nTest feedback:\n{feedback}\n\n"
             "Analyse the failure in three parts.\nPlan analysis: is the plan right for the problem?\n"
             "Code analysis: does the code have bugs?\nAlignment analysis: does the code follow the plan?\n"
@@ -103,7 +104,7 @@ def score_prompt(analysis: str) -> str:
             "plan_confidence:")
 
 
-def rt_prompt(problem: Any, trajectory: str, analysis: str, target: str, feedback: str) -> str:
+def rt_prompt(problem: Problem, trajectory: str, analysis: str, target: str, feedback: str) -> str:
     return (f"Problem: `{entry(problem)}`.\n{trajectory}Latest failure:\n{feedback}\nDiagnosis:\n{analysis}\n"
             f"We will now revise the {target}. In one or two sentences, state what was learned and what to avoid.\n"
             "Insight:")
@@ -114,7 +115,7 @@ def feedback_of(tests: Sequence[str], outcomes: Sequence[Any], limit: int = 3) -
     return "\n".join(failed[:limit])
 
 
-def solve(problem: Any, llm: LLM, sandbox: Any, budget: Budget, config: CollabCoderConfig | None = None) -> Solution:
+def solve(problem: Problem, llm: LLM, sandbox: Any, budget: Budget, config: CollabCoderConfig | None = None) -> Solution:
     """Return the last code of the plan-code co-evolution, its visible tests, the cost, the update counts
     (plan_updates, code_updates, iterations) and the reasoning trajectory as the trace."""
     config = config or CollabCoderConfig()

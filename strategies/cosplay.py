@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from envs.code_generation.prompts import problem_code
+from rewards.problem import Problem
 from strategies.base import LLM, Budget, Session, Solution
 from strategies.execution import ERROR, pass_matrix, reference_code, score, signatures
 from strategies.text import (CODE_STOP, LINE_STOP, args_from_line, call_of, code_prompt, doctest_prompt, entry,
@@ -133,7 +134,7 @@ def bon_index(matrix: Sequence[Sequence[int]]) -> int:
 class _Run:
     """One problem's CoSPlay run: the session, the pools and the trace."""
 
-    def __init__(self, problem: Any, session: Session, sandbox: Any, config: CoSPlayConfig):
+    def __init__(self, problem: Problem, session: Session, sandbox: Any, config: CoSPlayConfig):
         self.problem, self.session, self.sandbox, self.config = problem, session, sandbox, config
         self.rng = random.Random(config.seed)
         self.trace: list[dict] = []
@@ -275,7 +276,7 @@ class _Run:
         return rounds
 
 
-def solve(problem: Any, llm: LLM, sandbox: Any, budget: Budget, config: CoSPlayConfig | None = None) -> Solution:
+def solve(problem: Problem, llm: LLM, sandbox: Any, budget: Budget, config: CoSPlayConfig | None = None) -> Solution:
     """Return the code CoSPlay selects, every code and UT it generated, the cost, its GT-free pool metrics,
     and (in the trace's last entry, `final_pools`) the pools `gt_metrics` needs."""
     config = config or CoSPlayConfig()
@@ -311,7 +312,7 @@ def solve(problem: Any, llm: LLM, sandbox: Any, budget: Budget, config: CoSPlayC
                     cost=session.cost, metrics=metrics, trace=run.trace)
 
 
-def gt_metrics(problem: Any, solution: Solution, sandbox: Any) -> dict[str, Any]:
+def gt_metrics(problem: Problem, solution: Solution, sandbox: Any) -> dict[str, Any]:
     """The paper's Table 1 metrics of one problem, with the ground truth (after `solve`, never inside it):
     ut_acc (share of final UTs the reference solution passes; None without a reference), code_acc (share of
     final codes passing the hidden tests), bon (the top-pass-count code without clustering passes) and signal

@@ -15,19 +15,19 @@ from __future__ import annotations
 import uuid
 from typing import Any, Sequence
 
-from envs.code_generation.data import problem_field
+from rewards.problem import Problem
 from rewards.code_rewards import code_reward
 from rewards.sandbox import TestSuite
 
 ERROR = "!error"   # the signature entry of a call that raised or timed out
 
 
-def _suite(problem: Any, tests: Sequence[str]) -> TestSuite:
+def _suite(problem: Problem, tests: Sequence[str]) -> TestSuite:
     units = tuple(("test", t, t) for t in tests)
-    return TestSuite(problem_field(problem, "entry_point"), units, (), "candidate", trusted=False)
+    return TestSuite(problem.entry_point, units, (), "candidate", trusted=False)
 
 
-def pass_matrix(sandbox: Any, problem: Any, codes: Sequence[str], tests: Sequence[str],
+def pass_matrix(sandbox: Any, problem: Problem, codes: Sequence[str], tests: Sequence[str],
                 timeout_s: float = 2.0, max_timeouts: int = 2) -> list[list[int]]:
     """Return M with M[i][j] = 1 when codes[i] passes tests[j] (each code runs all tests in one sandboxed program)."""
     if not codes or not tests:
@@ -37,7 +37,7 @@ def pass_matrix(sandbox: Any, problem: Any, codes: Sequence[str], tests: Sequenc
     return [[int(o.passed) for o in row] for row in outcomes]
 
 
-def signatures(sandbox: Any, problem: Any, codes: Sequence[str], calls: Sequence[str],
+def signatures(sandbox: Any, problem: Problem, codes: Sequence[str], calls: Sequence[str],
                timeout_s: float = 2.0, max_timeouts: int = 2) -> list[tuple[str, ...]]:
     """Return each code's outputs on `calls` (e.g. `f(1, 2)`) as a tuple of `repr`s (ERROR where it raised)."""
     if not codes or not calls:
@@ -55,7 +55,7 @@ def signatures(sandbox: Any, problem: Any, codes: Sequence[str], calls: Sequence
     return out
 
 
-def score(problem: Any, code: str, sandbox: Any, timeout_s: float = 10.0) -> dict[str, Any]:
+def score(problem: Problem, code: str, sandbox: Any, timeout_s: float = 10.0) -> dict[str, Any]:
     """Return the ground-truth verdict of `code`: passed (every hidden test), tests_passed, tests_total.
 
     Scored as the reward scores a team (the function `aux`, when the code defines one, is kept; every other
@@ -65,18 +65,18 @@ def score(problem: Any, code: str, sandbox: Any, timeout_s: float = 10.0) -> dic
             "tests_passed": r.tests_passed, "tests_total": r.tests_total}
 
 
-def reference_code(problem: Any) -> str | None:
+def reference_code(problem: Problem) -> str | None:
     """Return a correct program for `problem` from its record (HumanEval's canonical solution, the cooperative
     set's reference aux + main), or None. Used only for the paper's GT metrics (UT accuracy), never to solve."""
-    extra = getattr(problem, "extra", None) or (problem if isinstance(problem, dict) else {})
+    extra = problem.extra
     if extra.get("canonical_solution"):
-        return problem_field(problem, "prompt") + extra["canonical_solution"]
+        return problem.prompt + extra["canonical_solution"]
     if extra.get("reference_main"):
         return f"{extra.get('reference_aux', '')}\n\n{extra['reference_main']}"
     return None
 
 
-def run_tests(sandbox: Any, problem: Any, code: str, tests: Sequence[str], timeout_s: float = 2.0,
+def run_tests(sandbox: Any, problem: Problem, code: str, tests: Sequence[str], timeout_s: float = 2.0,
               max_timeouts: int = 2) -> list[Any]:
     """Return the TestOutcome (passed, error) of each generated or visible test on one code."""
     if not tests:

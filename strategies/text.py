@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
 
-from envs.code_generation.data import problem_field
+from rewards.problem import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from rewards.code_cleaning import PARSE_ERRORS, prompt_imports, strip_fences
 
@@ -17,18 +16,18 @@ CODE_STOP = tuple(stop_strings("single"))   # column-0 code after the function: 
 LINE_STOP = ("\n",)
 
 
-def entry(problem: Any) -> str:
-    return problem_field(problem, "entry_point")
+def entry(problem: Problem) -> str:
+    return problem.entry_point
 
 
-def code_prompt(problem: Any, guidance: str = "") -> str:
+def code_prompt(problem: Problem, guidance: str = "") -> str:
     """Return a prompt asking for the whole function, `guidance` (a plan, feedback) first, ending with the
     problem's code so that the answer is the function body."""
     head = f"{guidance.strip()}\n\n" if guidance.strip() else ""
     return head + single_prompt(problem)
 
 
-def extract_code(problem: Any, text: str) -> str:
+def extract_code(problem: Problem, text: str) -> str:
     """Return the program for an answer to `code_prompt`: the problem's code + the body, or the function the
     answer wrote out in full (fences and text after the function are dropped). An answer that defines other
     functions before the entry point (a team's `aux`, a chat answer's helpers) is kept whole, after the
@@ -36,11 +35,11 @@ def extract_code(problem: Any, text: str) -> str:
     code = strip_fences(text)
     header = re.search(rf"^def {re.escape(entry(problem))}\(", code, flags=re.MULTILINE)
     if header and re.search(r"^def ", code[:header.start()], flags=re.MULTILINE):
-        return "\n".join(prompt_imports(problem_field(problem, "prompt")) + [code])
+        return "\n".join(prompt_imports(problem.prompt) + [code])
     return completion_to_code("single", problem, text)
 
 
-def call_of(problem: Any, args: str) -> str | None:
+def call_of(problem: Problem, args: str) -> str | None:
     """Return `entry(args)` when it parses as one call of the entry point with literal-looking arguments, else None."""
     text = f"{entry(problem)}({args})"
     try:
@@ -77,7 +76,7 @@ def normalize_value(text: str) -> str | None:
         return None
 
 
-def parse_asserts(problem: Any, text: str, limit: int | None = None) -> list[str]:
+def parse_asserts(problem: Problem, text: str, limit: int | None = None) -> list[str]:
     """Return the lines of `text` that are `assert entry(...) ...` statements that parse (at most `limit`)."""
     found = []
     for line in text.splitlines():
@@ -95,10 +94,10 @@ def parse_asserts(problem: Any, text: str, limit: int | None = None) -> list[str
     return found
 
 
-def doctest_asserts(problem: Any) -> list[str]:
+def doctest_asserts(problem: Problem) -> list[str]:
     """Return the examples of the problem statement (`>>> f(x)` then the value) as asserts: CollabCoder's
     visible tests. They are part of the prompt, not the hidden tests."""
-    lines = problem_field(problem, "prompt").splitlines()
+    lines = problem.prompt.splitlines()
     out = []
     for i, line in enumerate(lines[:-1]):
         line = line.strip()
@@ -137,12 +136,12 @@ def score_of(text: str, name: str, default: float) -> float:
     return min(1.0, max(0.0, value))
 
 
-def doctest_prompt(problem: Any, intro: str = "") -> str:
+def doctest_prompt(problem: Problem, intro: str = "") -> str:
     """Return the problem's code followed by `>>> entry(`: the model continues with the arguments of a call."""
     head = f"# {intro.strip()}\n" if intro.strip() else ""
     return f"{problem_code(problem).rstrip()}\n\n{head}>>> {entry(problem)}("
 
 
-def output_prompt(problem: Any, call: str) -> str:
+def output_prompt(problem: Problem, call: str) -> str:
     """Return the problem's code followed by `>>> call` and a new line: the model continues with the value."""
     return f"{problem_code(problem).rstrip()}\n\n>>> {call}\n"

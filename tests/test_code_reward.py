@@ -185,3 +185,17 @@ def test_humaneval_canonical_single_agent(sb):
                                  single_agent=True, sandbox=sb)
     bad = {p.task_id: r for p, r in zip(problems, results) if r.total != 2.1}
     assert bad == {}
+
+
+def test_reward_takes_a_plain_record_as_the_same_problem():
+    # the public reward converts a mapping once (Problem.coerce); inside the library problems are Problems
+    from rewards.problem import Problem
+    record = dict(PROBLEM, canonical_solution="    return 1\n")
+    problem = Problem.coerce(record)
+    assert (problem.prompt, problem.test, problem.entry_point) == (PROMPT, TEST, "add_all")
+    assert problem.extra == {"canonical_solution": "    return 1\n"}
+    assert Problem.coerce(problem) is problem
+    with pytest.raises(TypeError, match="not list"):
+        Problem.coerce([PROMPT, TEST])
+    with pytest.raises(KeyError):
+        Problem.coerce({"prompt": PROMPT, "test": TEST})

@@ -47,9 +47,7 @@ def test_single_prompt_asks_for_whole_function():
     assert text.endswith(PROMPT) and "aux" not in text
 
 
-def test_prompts_accept_dicts_and_drop_leading_blank_lines():
-    as_dict = P_IMPORTS.as_dict()
-    assert main_prompt(as_dict) == main_prompt(P_IMPORTS)
+def test_prompts_drop_leading_blank_lines():
     assert main_prompt(P_IMPORTS).endswith(code_prefix("main", P_IMPORTS))
     assert code_prefix("main", P_IMPORTS).startswith("from typing import List")
 

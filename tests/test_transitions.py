@@ -56,10 +56,11 @@ def test_slice_keeps_multiline_asserts_and_loops_whole():
         slice_tests(test, "first")
 
 
-def test_feedback_problem_keeps_kind():
+def test_feedback_problem_keeps_the_rest_of_the_problem():
     assert _asserts(feedback_problem(P, -1).test) == ["assert candidate(0) == 1"]
-    as_dict = feedback_problem(P.as_dict(), 2)
-    assert isinstance(as_dict, dict) and len(_asserts(as_dict["test"])) == 2
+    two = feedback_problem(P, 2)
+    assert len(_asserts(two.test)) == 2 and (two.task_id, two.prompt, two.entry_point) == (
+        P.task_id, P.prompt, P.entry_point)
     assert visible_asserts(P, -2) == ["assert candidate(-1) == 0", "assert candidate(0) == 1"]
 
 

@@ -22,11 +22,11 @@ import json
 import re
 import reprlib
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from cooprl.errors import UserError
+from rewards.problem import Problem
 
 REQUIRED_FIELDS = ("task_id", "prompt", "test", "entry_point")
 COOP_FILE = Path(__file__).parent / "data" / "coop.jsonl"
@@ -37,22 +37,6 @@ COOPHUMANEVAL_HUB = "OpenMLRL/CoopHumanEval"
 
 class DatasetError(UserError, ValueError):
     """A dataset that cannot be loaded or a record that is malformed; the message names the problem."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One HumanEval-format problem. `extra` keeps any other fields of the record (e.g. reference solutions)."""
-
-    task_id: str
-    prompt: str
-    test: str
-    entry_point: str
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return the record as a plain dict (the four fields plus the extras)."""
-        return {"task_id": self.task_id, "prompt": self.prompt, "test": self.test,
-                "entry_point": self.entry_point, **self.extra}
 
 
 def problem_from_record(record: Mapping[str, Any], where: str) -> Problem:
@@ -209,15 +193,3 @@ def load_problems(dataset_cfg: Any, split: str) -> list[Problem]:
     if not chosen:
         raise DatasetError(f"dataset {where!r} split {split!r} is empty ({len(problems)} problems in all)")
     return chosen
-
-
-def problem_field(problem: Any, key: str) -> Any:
-    """Return `problem[key]` for a mapping, or `problem.key` for a Problem (or any object with that field)."""
-    if isinstance(problem, Mapping):
-        return problem[key]
-    return getattr(problem, key)
-
-
-def problem_fields(problem: Problem | Mapping[str, Any]) -> tuple[str, str, str]:
-    """Return (prompt, test, entry_point) of a Problem or of a plain dict with those keys."""
-    return problem_field(problem, "prompt"), problem_field(problem, "test"), problem_field(problem, "entry_point")

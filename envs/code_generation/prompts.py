@@ -14,10 +14,9 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Any
 
 from cooprl.generation import first_stop
-from envs.code_generation.data import problem_field
+from rewards.problem import Problem
 from rewards.code_cleaning import extract_function
 
 ROLES = ("aux", "main", "single")
@@ -28,9 +27,9 @@ AUX_HEADER = "def aux("
 _STOP_STRINGS = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n# Test", "\nassert "]
 
 
-def problem_code(problem: Any) -> str:
+def problem_code(problem: Problem) -> str:
     """Return the problem's prompt (imports, signature, docstring) without its leading blank lines."""
-    return problem_field(problem, "prompt").lstrip("\n")
+    return problem.prompt.lstrip("\n")
 
 
 def _check_role(role: str) -> None:
@@ -40,11 +39,11 @@ def _check_role(role: str) -> None:
 
 # ---------------------------------------------------------------- agent prompts
 
-def _aux_task(problem: Any) -> str:
-    entry = problem_field(problem, "entry_point")
+def _aux_task(problem: Problem) -> str:
+    entry = problem.entry_point
     return (
         "Problem:\n"
-        f"{problem_field(problem, 'prompt').strip(chr(10))}\n\n"
+        f"{problem.prompt.strip(chr(10))}\n\n"
         f"Write a helper function named `aux` that solves a useful sub-task of this problem. "
         f"The main function `{entry}` will call `aux` and use the value it returns.\n"
         "Write only the Python code of `aux`, ending with a return statement. "
@@ -52,8 +51,8 @@ def _aux_task(problem: Any) -> str:
     )
 
 
-def _main_task(problem: Any) -> str:
-    entry = problem_field(problem, "entry_point")
+def _main_task(problem: Problem) -> str:
+    entry = problem.entry_point
     return (
         "A helper function `aux(...)` is already defined and available. "
         "Do not redefine `aux`; call it in your solution.\n"
@@ -63,19 +62,19 @@ def _main_task(problem: Any) -> str:
     )
 
 
-def aux_prompt(problem: Any) -> str:
+def aux_prompt(problem: Problem) -> str:
     """Return the aux agent's prompt: the problem, a request for a helper `aux`, ending with `def aux(`."""
     return f"{_aux_task(problem)}\n\n{AUX_HEADER}"
 
 
-def main_prompt(problem: Any) -> str:
+def main_prompt(problem: Problem) -> str:
     """Return the main agent's prompt: aux is available, implement only the entry point; ends with the problem's prompt."""
     return _main_task(problem)
 
 
-def single_prompt(problem: Any) -> str:
+def single_prompt(problem: Problem) -> str:
     """Return the single agent's prompt (GRPO/AC baselines): implement the whole function; ends with the problem's prompt."""
-    entry = problem_field(problem, "entry_point")
+    entry = problem.entry_point
     return (
         f"Implement the function `{entry}` below. "
         "Write only the Python code, no explanation, no tests.\n\n"
@@ -83,7 +82,7 @@ def single_prompt(problem: Any) -> str:
     )
 
 
-def agent_prompts(problem: Any, num_agents: int) -> list[str]:
+def agent_prompts(problem: Problem, num_agents: int) -> list[str]:
     """Return `[aux_prompt, main_prompt]` for 2 agents, `[single_prompt]` for 1; ValueError otherwise."""
     if num_agents == 2:
         return [aux_prompt(problem), main_prompt(problem)]
@@ -92,7 +91,7 @@ def agent_prompts(problem: Any, num_agents: int) -> list[str]:
     raise ValueError(f"num_agents={num_agents!r}: code generation supports 1 (single) or 2 (aux + main) agents")
 
 
-def prompt_for(role: str, problem: Any) -> str:
+def prompt_for(role: str, problem: Problem) -> str:
     """Return the first-turn prompt of `role` ("aux", "main" or "single")."""
     _check_role(role)
     return {"aux": aux_prompt, "main": main_prompt, "single": single_prompt}[role](problem)
@@ -100,7 +99,7 @@ def prompt_for(role: str, problem: Any) -> str:
 
 # ---------------------------------------------------------------- from completion to code
 
-def code_prefix(role: str, problem: Any) -> str:
+def code_prefix(role: str, problem: Problem) -> str:
     """Return the code text every prompt of `role` ends with: `def aux(` for aux, the problem's prompt otherwise."""
     _check_role(role)
     return AUX_HEADER if role == "aux" else problem_code(problem)
@@ -146,14 +145,14 @@ def _restart_at(text: str, name: str) -> int | None:
     return None
 
 
-def _preamble(problem: Any) -> str:
+def _preamble(problem: Problem) -> str:
     # The problem prompt before its `def entry_point(` header: imports and any helpers it defines.
-    prompt, entry = problem_code(problem), problem_field(problem, "entry_point")
+    prompt, entry = problem_code(problem), problem.entry_point
     match = re.search(rf"^def {re.escape(entry)}\(", prompt, flags=re.MULTILINE)
     return prompt[:match.start()] if match else ""
 
 
-def completion_to_code(role: str, problem: Any, completion: str) -> str:
+def completion_to_code(role: str, problem: Problem, completion: str) -> str:
     """Return the code the reward scores for a completion of `role`: the role's code prefix + the completion.
 
     Robustness, because small models repeat themselves:
@@ -166,7 +165,7 @@ def completion_to_code(role: str, problem: Any, completion: str) -> str:
     """
     _check_role(role)
     text = _strip_leading_fence(completion)
-    name = "aux" if role == "aux" else problem_field(problem, "entry_point")
+    name = "aux" if role == "aux" else problem.entry_point
     start = _restart_at(text, name)
     if start is None:
         head, body = code_prefix(role, problem), text
@@ -185,8 +184,8 @@ CENTRALIZED_ANSWERS = ("open", "bounded")
 AUX_OPEN, AUX_CLOSE, MAIN_OPEN, MAIN_CLOSE = "<auxiliary>", "</auxiliary>", "<main>", "</main>"
 
 
-def _answer_format(problem: Any) -> str:
-    entry = problem_field(problem, "entry_point")
+def _answer_format(problem: Problem) -> str:
+    entry = problem.entry_point
     return (
         "Answer with code only, in exactly this form:\n"
         f"{AUX_OPEN}\ndef aux(...):\n    ...\n{AUX_CLOSE}\n"
@@ -202,7 +201,7 @@ _EXAMPLE_ANSWER = (
 )
 
 
-def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open") -> str:
+def centralized_prompt(problem: Problem, style: str = "concat", answer: str = "open") -> str:
     """Return the prompt for one model writing both functions, as `<auxiliary>` then `<main>` sections.
 
     `concat` joins the aux and main agents' tasks (the problem appears twice); `native` states the problem
@@ -216,7 +215,7 @@ def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open"
         raise ValueError(f"centralized_prompt={style!r}; expected one of {', '.join(CENTRALIZED_STYLES)}")
     if answer not in CENTRALIZED_ANSWERS:
         raise ValueError(f"centralized_answer={answer!r}; expected one of {', '.join(CENTRALIZED_ANSWERS)}")
-    entry = problem_field(problem, "entry_point")
+    entry = problem.entry_point
     if style == "concat":
         body = (
             f"Auxiliary function task:\n{_aux_task(problem)}\n\n"
@@ -225,7 +224,7 @@ def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open"
     elif style == "native":
         body = (
             "Problem:\n"
-            f"{problem_field(problem, 'prompt').strip(chr(10))}\n\n"
+            f"{problem.prompt.strip(chr(10))}\n\n"
             "You are one programmer writing two functions for this problem. "
             "First write a helper function named `aux` that solves a useful sub-task and returns its result. "
             f"Then write the main function `{entry}`, which calls `aux` and uses the value it returns. "
@@ -234,7 +233,7 @@ def centralized_prompt(problem: Any, style: str = "concat", answer: str = "open"
     else:
         prompt = (
             "Problem:\n"
-            f"{problem_field(problem, 'prompt').strip(chr(10))}\n\n"
+            f"{problem.prompt.strip(chr(10))}\n\n"
             "Write two Python functions for this problem: a helper `aux` that solves a useful sub-task, then "
             f"the main function `{entry}`, which calls `aux` and uses the value it returns. "
             "No explanation, no tests.\n\n"
@@ -313,7 +312,7 @@ def _label_sections(text: str) -> dict[str, str]:
     return sections
 
 
-def parse_joint_answer(text: str, problem: Any, answer: str = "open", style: str = "concat") -> JointAnswer:
+def parse_joint_answer(text: str, problem: Problem, answer: str = "open", style: str = "concat") -> JointAnswer:
     """Return the aux and main code of a joint answer; never raises.
 
     Each part falls back, in order, through: its tag section (a missing closing tag ends at the next tag
@@ -328,7 +327,7 @@ def parse_joint_answer(text: str, problem: Any, answer: str = "open", style: str
     if answer == "bounded" and not text.lstrip().lower().startswith(AUX_OPEN):
         restarted = text.lstrip().startswith("def aux")
         text = (AUX_OPEN + "\n" if restarted else centralized_answer_prefix(style, answer)) + text
-    entry = problem_field(problem, "entry_point")
+    entry = problem.entry_point
     names = {"aux": "aux", "main": entry}
     found: dict[str, str] = {}
     notes: list[str] = []

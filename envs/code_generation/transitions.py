@@ -26,9 +26,10 @@ import urllib.request
 import warnings
 from typing import Any, Callable, Sequence
 
-from envs.code_generation.prompts import code_prefix, completion_to_code, problem_code, problem_field
+from envs.code_generation.prompts import code_prefix, completion_to_code, problem_code
 from cooprl.text import safe_text
 from rewards.code_cleaning import PARSE_ERRORS, check_units
+from rewards.problem import Problem
 
 MODES = ("level_feedback", "plain", "expert_edits")
 DEFAULT_EXPERT_MODEL = "deepseek-coder"
@@ -99,27 +100,19 @@ def slice_tests(test_src: str, sandbox_slice: Any = 1, prompt: str = "", entry_p
     return "".join(line for number, line in enumerate(lines, 1) if number not in dropped)
 
 
-def _prompt_of(problem: Any) -> tuple[str, str]:
-    out = []
-    for key in ("prompt", "entry_point"):
-        try:
-            out.append(str(problem_field(problem, key) or ""))
-        except (KeyError, AttributeError, TypeError):
-            out.append("")
-    return out[0], out[1]
+def _prompt_of(problem: Problem) -> tuple[str, str]:
+    return problem.prompt, problem.entry_point
 
 
-def feedback_problem(problem: Any, sandbox_slice: Any = 1) -> Any:
-    """Return `problem` (a Problem, or a dict copy) with its test reduced to the asserts feedback runs and shows."""
-    test = slice_tests(problem_field(problem, "test"), sandbox_slice, *_prompt_of(problem))
-    if isinstance(problem, dict):
-        return {**problem, "test": test}
+def feedback_problem(problem: Problem, sandbox_slice: Any = 1) -> Problem:
+    """Return a copy of `problem` with its test reduced to the asserts feedback runs and shows."""
+    test = slice_tests(problem.test, sandbox_slice, *_prompt_of(problem))
     return dataclasses.replace(problem, test=test)
 
 
-def visible_asserts(problem: Any, sandbox_slice: Any = 1) -> list[str]:
+def visible_asserts(problem: Problem, sandbox_slice: Any = 1) -> list[str]:
     """Return the source of each test the feedback shows (one string per selected assert or loop)."""
-    test = problem_field(problem, "test")
+    test = problem.test
     units = _test_units(test, *_prompt_of(problem))
     units = _line_units(test) if units is None else units
     lines = test.splitlines()
@@ -165,13 +158,13 @@ def _usage_notes(role: str, entry: str, b: Any) -> list[str]:
     return ([] if b.not_wrapper else [notes["wrapper"]]) + ([notes["ignored"]] if b.ignored_aux_return else [])
 
 
-def diagnostics(problem: Any, role: str, breakdown: Any, own_code: str = "") -> list[str]:
+def diagnostics(problem: Problem, role: str, breakdown: Any, own_code: str = "") -> list[str]:
     """Return the diagnostic lines of level feedback (no closing request), most basic first.
 
     `own_code` is the code the agent wrote (see `completion_to_code`); a syntax error in it is reported
     at its own line and column, which is what the agent can fix.
     """
-    b, entry = breakdown, problem_field(problem, "entry_point")
+    b, entry = breakdown, problem.entry_point
     main_name = f"Your function {entry}" if role != "aux" else f"The main function {entry}"
     lines = []
     if role != "single":
@@ -209,7 +202,7 @@ def _all_good(role: str, b: Any) -> bool:
             and (role == "single" or (b.aux_defined and b.uses_aux and b.not_wrapper and not b.ignored_aux_return)))
 
 
-def level_feedback(problem: Any, role: str, breakdown: Any, own_code: str = "") -> str:
+def level_feedback(problem: Problem, role: str, breakdown: Any, own_code: str = "") -> str:
     """Return level feedback: definitions, syntax error (line, column), `p/t` tests with each failing assert,
     aux-usage notes, then a request for a code-only revision. Role-aware ("your helper aux", "your function f")."""
     body = "\n".join(f"- {line}" if not line.startswith("  ") else line
@@ -219,18 +212,18 @@ def level_feedback(problem: Any, role: str, breakdown: Any, own_code: str = "") 
     return safe_text(f"Feedback on your code:\n{body}\n{closing} Write only the code, no explanation.")
 
 
-def plain_feedback(problem: Any, role: str) -> str:
+def plain_feedback(problem: Problem, role: str) -> str:
     """Return a request for a concise, code-only revision of the agent's previous code."""
-    target = "your helper aux" if role == "aux" else f"your function {problem_field(problem, 'entry_point')}"
+    target = "your helper aux" if role == "aux" else f"your function {problem.entry_point}"
     return f"Revise {target}: fix any mistakes and keep it concise. Write only the code, no explanation."
 
 
 # ---------------------------------------------------------------- expert edits
 
-def expert_messages(problem: Any, role: str, aux_code: str, main_code: str, breakdown: Any,
+def expert_messages(problem: Problem, role: str, aux_code: str, main_code: str, breakdown: Any,
                     tests: Sequence[str] = ()) -> list[dict]:
     """Return the chat messages asking an expert LLM for compact edits to the `role` agent's function."""
-    entry = problem_field(problem, "entry_point")
+    entry = problem.entry_point
     target = "the helper `aux`" if role == "aux" else f"the function `{entry}`"
     parts = [f"Problem:\n{problem_code(problem).rstrip()}"]
     if role != "single":
@@ -248,7 +241,7 @@ def expert_messages(problem: Any, role: str, aux_code: str, main_code: str, brea
     return [{"role": "system", "content": system}, {"role": "user", "content": safe_text("\n\n".join(parts))}]
 
 
-def expert_feedback(problem: Any, role: str, aux_code: str, main_code: str, breakdown: Any,
+def expert_feedback(problem: Problem, role: str, aux_code: str, main_code: str, breakdown: Any,
                     client: ExpertClient, tests: Sequence[str] = ()) -> str:
     """Return the expert's suggested edits followed by a request for a code-only revision.
 
@@ -309,7 +302,7 @@ def make_expert_client(model: str = DEFAULT_EXPERT_MODEL, base_url: str | None =
 
 # ---------------------------------------------------------------- the next prompt
 
-def next_prompt(mode: str, problem: Any, role: str, history: Sequence[tuple[str, str]], breakdown: Any, *,
+def next_prompt(mode: str, problem: Problem, role: str, history: Sequence[tuple[str, str]], breakdown: Any, *,
                 expert_client: ExpertClient | None = None, sandbox_slice: Any = 1, passthrough: bool = False,
                 partner_code: str = "") -> str:
     """Return the agent's next prompt: its last prompt and response, the mode's feedback, the code prefix.

@@ -1,0 +1,33 @@
+"""The packages' layering (docs/architecture.md): each top-level package imports only the layers below it.
+
+cooprl (the library) <- rewards (code execution and scoring) <- envs (tasks) <- strategies, scripts. The library
+names no task, the reward knows no environment, so a new environment is a new folder under envs/.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# what each package may import from the project's own packages
+ALLOWED = {"cooprl": {"cooprl"}, "rewards": {"rewards", "cooprl"}, "envs": {"envs", "rewards", "cooprl"},
+           "strategies": {"strategies", "envs", "rewards", "cooprl"}}
+
+
+def _project_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names & set(ALLOWED)
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_each_package_imports_only_the_layers_below(package):
+    wrong = {str(path.relative_to(ROOT)): sorted(_project_imports(path) - ALLOWED[package])
+             for path in (ROOT / package).rglob("*.py")}
+    assert {path: names for path, names in wrong.items() if names} == {}
