@@ -16,7 +16,7 @@ import torch
 
 from cooprl.config import Config, ConfigError, trainer_device
 from cooprl.generation import Completion, HFGenerator, SamplingParams
-from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path
+from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ def build_team(config: Config, section: Any, num_agents: int,
     team = []
     for i, name in enumerate(agent_model_names(config, num_agents)):
         model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device, lora=model_cfg.lora)
+        set_memory_options(model, logprob_chunk_size=model_cfg.logprob_chunk_size,
+                           gradient_checkpointing=model_cfg.gradient_checkpointing, autocast=model_cfg.autocast)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
         model.config.use_cache = True
         max_prompt_tokens = max(model_cfg.max_length - section.max_new_tokens, 8)

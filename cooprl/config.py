@@ -91,6 +91,14 @@ class AgentModelSection:
     vllm_gpu_memory_utilization: float = option(
         0.3, "share of the GPU's memory each agent's vLLM engine takes (weights + KV cache); training needs the rest",
         min=0.01, max=0.95)
+    logprob_chunk_size: Optional[int] = option(
+        None, "the update's log-probs: completion positions whose [positions x vocab] logits exist at once (the LM "
+        "head, log-softmax and its backward run chunk by chunk); null = the whole batch's at once", min=1)
+    gradient_checkpointing: bool = option(False, "recompute each layer's activations in the backward instead of "
+                                          "keeping them (transformers' gradient checkpointing, non-reentrant; LoRA too)")
+    autocast: str = option("none", "bf16: the agents' forward passes (update and HF generation) run under bfloat16 "
+                           "autocast, on CPU too; weights stay in torch_dtype; log-softmax in float32",
+                           choices=("none", "bf16"))
 
 
 @dataclass

@@ -7,6 +7,9 @@ log-probs are of exactly the tokens sampled, never of a re-tokenized text) and e
 With several samples per prompt, each prompt is prefilled once and its KV cache repeated for its samples:
 `generate(num_return_sequences=G)` would copy the prompt G times before the prefill, and on CPU the
 prefill of long (turn-2) prompts costs more than decoding 64 tokens.
+
+With `agent_model.autocast: bf16` the prefill and `generate` run under bfloat16 autocast (`autocast_context`),
+like the update's forward passes, so the policy samples with the numerics it is trained with.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
+from cooprl.models import autocast_context
 from cooprl.text import safe_text
 
 
@@ -123,12 +127,13 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         try:
-            if num_samples > 1 and width > 1:
-                kwargs[_cache_argument(self.model)] = self._prefill_once(input_ids, attention, num_samples)
-                input_ids = input_ids.repeat_interleave(num_samples, dim=0)
-                attention = attention.repeat_interleave(num_samples, dim=0)
-                kwargs["num_return_sequences"] = 1
-            output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+            with autocast_context(self.model):
+                if num_samples > 1 and width > 1:
+                    kwargs[_cache_argument(self.model)] = self._prefill_once(input_ids, attention, num_samples)
+                    input_ids = input_ids.repeat_interleave(num_samples, dim=0)
+                    attention = attention.repeat_interleave(num_samples, dim=0)
+                    kwargs["num_return_sequences"] = 1
+                output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         finally:
             self.model.train(was_training)
         generated = output[:, width:].cpu()

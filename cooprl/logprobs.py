@@ -24,14 +24,27 @@ its tokens gets the padded layout (one attention call per layer instead of one p
 
 Only the logits of the positions that predict completion tokens are materialized, and padding after a
 completion's end is masked out of every sum.
+
+Chunked log-probs (`agent_model.logprob_chunk_size`, set on the model, see `cooprl.models.memory_options`): even
+those logits are [predictions x vocab] floats (a 49k vocab: 200 KB per completion token, 400 MB for 2,048 tokens,
+plus the same again for the log-softmax and for each in the backward; TRL issue 4585 is this OOM). With a chunk
+size the model's LM head is switched off for the forward (it returns its input, the final hidden states), and
+the head, log-softmax and gather then run on `chunk` predictions at a time, each chunk under activation
+checkpointing when gradients are on: only the hidden states are kept, and the backward recomputes one chunk's
+logits at a time. Models whose logits are more than their head's output (soft-capping, a logit scale) or whose
+head carries LoRA adapters keep the unchunked path. `agent_model.autocast: bf16` runs the forward under bfloat16
+autocast; the log-softmax is taken in float32 either way.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+from typing import Any, Iterator, Sequence
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
+from cooprl.models import autocast_context, memory_options
 from cooprl.trie_attention import PLACEHOLDER_MASK, trie_attention
 
 # Attention implementations whose models take the trie layout (the sparse trie attention replaces them for the
@@ -43,6 +56,9 @@ TRIE_MAX_TOKEN_FRACTION = 0.9
 # Longest trie row of one forward: a larger batch is scored in consecutive parts, which bounds the activations
 # one forward keeps for the backward.
 MAX_TRIE_TOKENS = 4096
+# Config attributes of models whose logits are not just their output embedding's output: those keep the
+# unchunked path (Gemma 2/3 soft-capping, Cohere's logit scale, Granite's logits scaling).
+_HEAD_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
 def pad_group(prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor], pad_id: int
@@ -106,9 +122,20 @@ def _padded_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions: S
     input_ids, attention, mask = input_ids.to(device), attention.to(device), mask.to(device)
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     width_c = mask.shape[1]
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
-                   logits_to_keep=width_c + 1).logits[:, :-1].float()
     targets = input_ids[:, width_p:]
+    head, chunk = _chunking(model)
+    if head is not None:
+        with autocast_context(model), _head_returns_hidden(head):
+            hidden = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
+                           logits_to_keep=width_c + 1, use_cache=False).logits[:, :-1]
+        keep = mask > 0
+        rows = torch.arange(keep.numel(), device=device).view_as(keep)[keep]
+        with autocast_context(model):
+            values = chunked_token_logps(head, hidden.reshape(-1, hidden.shape[-1]), rows, targets[keep], chunk)
+        return torch.zeros_like(mask).masked_scatter(keep, values), mask
+    with autocast_context(model):
+        logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
+                       logits_to_keep=width_c + 1, use_cache=False).logits[:, :-1].float()
     # log-softmax of the chosen token only: logit - logsumexp, without a [B, C, V] log-softmax copy
     chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     token_logps = (chosen - torch.logsumexp(logits, dim=-1)) * mask
@@ -217,16 +244,91 @@ def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
     if keep.numel() == 0:
         keep = torch.zeros(1, dtype=torch.long)
     index = torch.searchsorted(keep, predictors).clamp(max=keep.numel() - 1)
+    head, chunk = _chunking(model)
     # each segment attends to its own path only (`cooprl.trie_attention`): no dense L x L mask or scores
-    with trie_attention(model, trie):
-        logits = model(input_ids=input_ids[None].to(device), attention_mask=PLACEHOLDER_MASK.to(device),
-                       position_ids=position_ids[None].to(device), logits_to_keep=keep.to(device)).logits[0].float()
+    with trie_attention(model, trie), autocast_context(model), _head_returns_hidden(head):
+        out = model(input_ids=input_ids[None].to(device), attention_mask=PLACEHOLDER_MASK.to(device),
+                    position_ids=position_ids[None].to(device), logits_to_keep=keep.to(device),
+                    use_cache=False).logits[0]
     mask, index, targets = mask.to(device), index.to(device), targets.to(device)
+    if head is not None:   # `out` is the kept columns' hidden states: the head runs chunk by chunk
+        valid = mask > 0
+        with autocast_context(model):
+            values = chunked_token_logps(head, out, index[valid], targets[valid], chunk)
+        return torch.zeros_like(mask).masked_scatter(valid, values), mask
+    logits = out.float()
     # one log-softmax per kept column, shared by the samples that use it (the fused kernel: ~1.8x faster on
     # CPU than logit - logsumexp, whose max, subtract and exp run as separate passes; the backward keeps one
     # [kept, vocab] tensor either way)
     token_logps = torch.log_softmax(logits, dim=-1)[index, targets] * mask
     return token_logps, mask
+
+
+def chunked_token_logps(head: torch.nn.Module, hidden: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor,
+                        chunk: int) -> torch.Tensor:
+    """Return [M] float32 log-probs: entry m is log softmax(head(hidden[rows[m]]))[targets[m]].
+
+    `chunk` predictions at a time: the [chunk, vocab] logits of one chunk exist at once. With gradients on, each
+    chunk runs under non-reentrant activation checkpointing, which keeps only its [chunk, hidden] input and
+    recomputes the logits in the backward, one chunk at a time."""
+    parts = []
+    for start in range(0, rows.numel(), chunk):
+        h = hidden.index_select(0, rows[start:start + chunk])
+        t = targets[start:start + chunk]
+        if torch.is_grad_enabled() and (h.requires_grad or any(p.requires_grad for p in head.parameters())):
+            parts.append(checkpoint(_head_logps, head, h, t, use_reentrant=False))
+        else:
+            parts.append(_head_logps(head, h, t))
+    if not parts:
+        return hidden.new_zeros(0, dtype=torch.float32)
+    return torch.cat(parts)
+
+
+def _head_logps(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Return log softmax(head(hidden))[targets] per row, in float32."""
+    logits = head(hidden).float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def _chunking(model: Any) -> tuple[torch.nn.Module | None, int]:
+    """Return (the model's LM head, chunk size) when its log-probs are to be chunked, else (None, 0).
+
+    Chunked only with a `logprob_chunk_size` and a head whose output is the logits as they are: no soft-capping
+    or logit scale after it (the unchunked path applies those), no LoRA adapters on it (a reference view switches
+    adapters off only for the forward, not for the chunks after it)."""
+    chunk = memory_options(model).logprob_chunk_size
+    if not chunk:
+        return None, 0
+    for module in model.modules():
+        get_head = getattr(module, "get_output_embeddings", None)
+        head = get_head() if callable(get_head) else None
+        if isinstance(head, torch.nn.Module):
+            config = getattr(module, "config", None)
+            if any(getattr(config, name, None) is not None for name in _HEAD_TRANSFORMS):
+                return None, 0
+            if any(hasattr(m, "lora_A") for m in head.modules()):
+                return None, 0
+            return head, chunk
+    return None, 0
+
+
+@contextlib.contextmanager
+def _head_returns_hidden(head: torch.nn.Module | None) -> Iterator[None]:
+    """Within the block, `head` returns its input: the model's `.logits` are then its final hidden states (at the
+    positions `logits_to_keep` selects). A no-op for `head` None."""
+    if head is None:
+        yield
+        return
+    # an instance attribute shadows the class's forward; nn.Module.__call__ still runs the head's hooks
+    head.forward = _identity
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+def _identity(hidden: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return hidden
 
 
 def _device(model: Any) -> torch.device:

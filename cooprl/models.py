@@ -6,6 +6,9 @@ Model names:
 - `offline:tiny-random`: a seeded 2-layer Llama with hidden size 64 and SmolLM2's tokenizer, for tests and
   smoke runs.
 - anything else: `from_pretrained` (a hub id or a local folder).
+An agent's memory options (`agent_model.logprob_chunk_size`, `gradient_checkpointing`, `autocast`) are set on its
+model by `set_memory_options` and travel with it (through peft wrappers and copies): `cooprl.logprobs` and the
+generator read them with `memory_options` and `autocast_context`, so no call site has to pass them along.
 The cache lives in `~/.cache/cooprl` (env `COOPRL_CACHE` overrides). Every cache entry is written to a temp
 folder and renamed into place, so an interrupted or concurrent conversion never leaves a broken entry.
 """
@@ -15,10 +18,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import contextlib
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -196,3 +201,61 @@ def add_lora(model: Any, lora: Any) -> Any:
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
     return get_peft_model(model, config)
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """How a model's forward passes save memory: log-probs in chunks of positions, bfloat16 autocast."""
+
+    logprob_chunk_size: int | None = None   # positions whose logits exist at once (None = all)
+    autocast: str = "none"                  # none | bf16
+
+
+_MEMORY_ATTRIBUTE = "cooprl_memory_options"
+
+
+def set_memory_options(model: Any, *, logprob_chunk_size: int | None = None, gradient_checkpointing: bool = False,
+                       autocast: str = "none") -> Any:
+    """Return `model` with its memory options set (see MemoryOptions), and transformers' gradient checkpointing
+    switched on (non-reentrant) when `gradient_checkpointing`; a peft model gets it on its base model."""
+    if autocast not in ("none", "bf16"):
+        raise ValueError(f"autocast {autocast!r}: expected 'none' or 'bf16'")
+    # object.__setattr__: a plain attribute, not a registered submodule or parameter of the nn.Module
+    object.__setattr__(model, _MEMORY_ATTRIBUTE, MemoryOptions(logprob_chunk_size, autocast))
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model
+
+
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Switch on transformers' gradient checkpointing, non-reentrant, on `model` (its base model under peft).
+
+    Non-reentrant checkpointing needs no input that requires grad, so frozen embeddings under LoRA are fine; the
+    layers recompute only in training mode, so generation (eval mode) is unaffected. A layer recomputed in the
+    backward of a token-trie forward gets the trie attention back (`trie_attention.checkpoint_contexts`)."""
+    from cooprl.trie_attention import checkpoint_contexts
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kwargs = {"use_reentrant": False, "context_fn": checkpoint_contexts}
+    if hasattr(base, "activation_checkpointing_enable"):   # transformers >= 5.x; the old name warns there
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def memory_options(model: Any) -> MemoryOptions:
+    """Return the memory options set on `model` or on the model it wraps (a reference view's `.model`), else the
+    defaults (no chunks, no autocast)."""
+    for candidate in (model, getattr(model, "model", None)):
+        options = getattr(candidate, _MEMORY_ATTRIBUTE, None) if candidate is not None else None
+        if isinstance(options, MemoryOptions):
+            return options
+    return MemoryOptions()
+
+
+def autocast_context(model: Any) -> ContextManager[Any]:
+    """Return the context the model's forward passes run in: bfloat16 autocast on its device with `autocast: bf16`,
+    else a no-op."""
+    if memory_options(model).autocast != "bf16":
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)

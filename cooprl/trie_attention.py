@@ -10,7 +10,9 @@ tokens (causal), so the work follows the path lengths instead of the row length.
 It is written as an attention function of transformers' `AttentionInterface` (registered as
 `TRIE_ATTENTION`), switched on for one forward by `trie_attention(model, trie)`; the forward must then be given
 a 4-D attention mask, which the model passes through untouched and this function ignores (`PLACEHOLDER_MASK`).
-The autograd graph records the per-segment operations, so the backward needs no switch. No library offers
+The autograd graph records the per-segment operations, so the backward needs no switch, except where a layer is
+recomputed in the backward (gradient checkpointing): `checkpoint_contexts`, given to torch's checkpoint as its
+`context_fn`, switches the same trie attention back on around the recomputation. No library offers
 this for a prefix tree on CPU without compiling (flex attention needs `torch.compile`; varlen flash
 attention separates whole sequences and cannot share a prefix), hence the hand-written loop.
 """
@@ -64,6 +66,9 @@ def segment_plan(trie: Any, device: torch.device) -> list[SegmentAttention]:
 
 
 _PLAN: contextvars.ContextVar[list[SegmentAttention] | None] = contextvars.ContextVar("trie_plan", default=None)
+# (plan, configs) of the `trie_attention` block in force, for `checkpoint_contexts`
+_ACTIVE: contextvars.ContextVar[tuple[list[SegmentAttention], list[Any]] | None] = contextvars.ContextVar(
+    "trie_active", default=None)
 
 # What the model is given as its attention mask while the trie attention is on: a prepared 4-D mask is passed
 # through to the attention function unchanged (so no dense mask is ever built), and this function ignores it.
@@ -104,15 +109,35 @@ def trie_attention(model: Any, trie: Any) -> Iterator[None]:
     The model's configs (every distinct one among its modules, through peft wrappers) get the attention
     implementation `TRIE_ATTENTION` and get their own back on exit, even on an error."""
     device = next(model.parameters()).device
-    configs = {id(c): c for c in (getattr(m, "config", None) for m in model.modules())
-               if c is not None and hasattr(c, "_attn_implementation")}
-    previous = {key: c._attn_implementation for key, c in configs.items()}
-    token = _PLAN.set(segment_plan(trie, device))
+    configs = list({id(c): c for c in (getattr(m, "config", None) for m in model.modules())
+                    if c is not None and hasattr(c, "_attn_implementation")}.values())
+    with _switched_on(segment_plan(trie, device), configs):
+        yield
+
+
+@contextlib.contextmanager
+def _switched_on(plan: list[SegmentAttention], configs: list[Any]) -> Iterator[None]:
+    """Within the block, `configs` select the trie attention over `plan`; their own attention is back on exit."""
+    previous = [c._attn_implementation for c in configs]
+    token, active = _PLAN.set(plan), _ACTIVE.set((plan, configs))
     try:
-        for c in configs.values():
+        for c in configs:
             c._attn_implementation = TRIE_ATTENTION
         yield
     finally:
-        for key, c in configs.items():
-            c._attn_implementation = previous[key]
+        for c, attention in zip(configs, previous):
+            c._attn_implementation = attention
+        _ACTIVE.reset(active)
         _PLAN.reset(token)
+
+
+def checkpoint_contexts() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    """Return (forward context, recomputation context) for `torch.utils.checkpoint.checkpoint(context_fn=...)`.
+
+    A layer checkpointed inside a `trie_attention` block is recomputed in the backward, after the block ended:
+    the recomputation context switches the same trie attention (plan and configs, captured now, at the forward)
+    back on for it. Outside a block both are no-ops."""
+    active = _ACTIVE.get()
+    if active is None:
+        return contextlib.nullcontext(), contextlib.nullcontext()
+    return contextlib.nullcontext(), _switched_on(*active)
