@@ -1,51 +1,160 @@
 """The config reference in docs/config.md, generated from the typed sections so it never goes stale.
 
 `python -m cooprl.config_docs > docs/config.md` rewrites it; a test checks the file matches this output.
+What it holds: the config file each bare `train_*.py` loads (read from the scripts), every key with its default,
+its allowed values (type, choices, range: the same metadata `load_config` checks) and its meaning, and the rules
+that tie keys together (each one is checked by tests/test_docs.py).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-from typing import Any
+import types
+import typing
+from pathlib import Path
+from typing import Any, Union
 
-from cooprl.config import TRAINER_SECTIONS, Config, TrainerSection, describe_fields, field_doc
+from cooprl.config import TRAINER_SECTIONS, Config, TrainerSection, field_doc
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Rules between keys (checked when a config is loaded, or when the trainer is built); tests/test_docs.py triggers
+# each one, so a rule that stops being enforced fails a test.
+RULES = [
+    "`<trainer>.eval_pass_k`: every k is between 1 and `<trainer>.eval_num_generations` (checked at load).",
+    "`external.sandbox_slice`: an int, `null` or the string `all` (checked at load).",
+    "`<trainer>.parallel_training`: `mp` and `ddp` are refused, and so is a device key naming several devices "
+    "(`agent_devices`, `critic_devices`, ...): one device per run (checked at load).",
+    "`magrpo`/`grpo`/`marlhf*` `num_generations`: at least 2 unless `advantage_mode: raw` (a group of one has "
+    "advantage 0; checked when the trainer is built).",
+]
+
+
+def default_configs() -> list[tuple[str, str, str]]:
+    """Return (script, trainer, config file) for every train_*.py: the file `--config` defaults to, read from the
+    script's `main("<trainer>", "<config>")` call."""
+    rows = []
+    for script in sorted(ROOT.glob("train_*.py")):
+        for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "main" and len(node.args) == 2
+                    and all(isinstance(a, ast.Constant) for a in node.args)):
+                rows.append((script.name, node.args[0].value, node.args[1].value))
+    return rows
+
+
+_PLURAL = {str: "strings", int: "ints", float: "floats"}
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _type_text(tp: Any) -> str:
+    """Return the YAML-side name of annotation `tp`: int, float, true/false, a string, null, a list of ..."""
+    if tp is type(None):
+        return "null"
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        parts = [_type_text(a) for a in args if a is not type(None)] + (["null"] if type(None) in args else [])
+        return " or ".join(parts)
+    if origin is list:
+        return f"a list of {_PLURAL.get(args[0], _type_text(args[0]))}" if args else "a list"
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {bool: "true/false", int: "int", float: "float", str: "a string", Any: "any"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _allowed(tp: Any, meta: Any) -> str:
+    """Return what a key accepts: its choices, else its type with its range."""
+    choices = meta.get("choices")
+    if choices is not None:
+        return "one of " + ", ".join("`null`" if c is None else f"`{c}`" for c in choices)
+    text = _type_text(tp)
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and hi is not None:
+        text += f", {_num(lo)} to {_num(hi)}" if lo != hi else f", only {_num(lo)}"
+    elif lo is not None:
+        text += f", >= {_num(lo)}"
+    elif hi is not None:
+        text += f", <= {_num(hi)}"
+    return text
+
+
+def _optional_dataclass(tp: Any) -> Any:
+    """Return the dataclass X of an Optional[X] annotation, else None."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        classes = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        return classes[0] if len(classes) == 1 else None
+    return None
+
+
+def _rows(cls: type, prefix: str = "", names: set[str] | None = None) -> list[tuple[str, Any, str, str]]:
+    """Return (key, default, allowed, doc) for the leaf keys of dataclass `cls` (only `names`, when given); a
+    section that may be null (agent_model.lora) gets its own row and then rows for the keys it takes when set."""
+    rows = []
+    instance, hints = cls(), typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if names is not None and f.name not in names:
+            continue
+        key, tp = (f"{prefix}.{f.name}" if prefix else f.name), hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows += _rows(tp, key)
+            continue
+        rows.append((key, getattr(instance, f.name), _allowed(tp, f.metadata), field_doc(f)))
+        inner = _optional_dataclass(tp)
+        if inner is not None:
+            rows += [(k, d, a, f"when `{key}` is set: {doc}") for k, d, a, doc in _rows(inner, key)]
+    return rows
 
 
 def _value(value: Any) -> str:
     return "`null`" if value is None else f"`{value!r}`"
 
 
-def _table(rows: list[tuple[str, Any, str]]) -> list[str]:
-    lines = ["| key | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{key}` | {_value(default)} | {doc.replace('|', '&#124;')} |" for key, default, doc in rows]
+def _cell(text: str) -> str:
+    return text.replace("|", "&#124;")
+
+
+def _table(rows: list[tuple[str, Any, str, str]]) -> list[str]:
+    lines = ["| key | default | allowed | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{key}` | {_cell(_value(default))} | {_cell(allowed)} | {_cell(doc)} |"
+              for key, default, allowed, doc in rows]
     return lines
 
 
-def _trainer_rows(name: str, cls: type) -> list[tuple[str, Any, str]]:
+def _trainer_rows(name: str, cls: type) -> list[tuple[str, Any, str, str]]:
     """Return the keys of trainer section `name` that differ from the shared TrainerSection (new or other default)."""
     shared = {f.name: f for f in dataclasses.fields(TrainerSection)}
     base, instance = TrainerSection(), cls()
-    rows = []
-    for f in dataclasses.fields(cls):
-        default = getattr(instance, f.name)
-        if f.name in shared and default == getattr(base, f.name) and f.metadata == shared[f.name].metadata:
-            continue
-        rows.append((f"{name}.{f.name}", default, field_doc(f)))
-    return rows
+    own = {f.name for f in dataclasses.fields(cls)
+           if not (f.name in shared and getattr(instance, f.name) == getattr(base, f.name)
+                   and f.metadata == shared[f.name].metadata)}
+    return _rows(cls, name, own)
 
 
 def config_reference() -> str:
-    """Return the Markdown text of docs/config.md: common sections, shared trainer keys, then each trainer's own."""
-    common = [row for row in describe_fields(Config) if row[0].split(".")[0] not in TRAINER_SECTIONS]
+    """Return the Markdown text of docs/config.md: the scripts' default configs, common sections, shared trainer
+    keys, each trainer's own keys, the rules between keys."""
+    common = [row for row in _rows(Config) if row[0].split(".")[0] not in TRAINER_SECTIONS]
+    scripts = ["| command | trainer section | config it loads |", "|---|---|---|"]
+    scripts += [f"| `python {script}` | `{trainer}` | `{config}` |" for script, trainer, config in default_configs()]
     lines = ["# Config reference", "",
-             "Generated by `python -m cooprl.config_docs > docs/config.md` from `cooprl/config.py`. Every key has a",
-             "default; `python train_X.py --print-config` prints a merged config with its values.", "",
+             "Generated by `python -m cooprl.config_docs > docs/config.md` from `cooprl/config.py` and the",
+             "`train_*.py` scripts. Every key has a default; `python train_X.py --print-config` prints a merged",
+             "config with its values. A value outside \"allowed\" is an error that names the key.", "",
+             "## What a bare script loads", "",
+             "Without `--config`, each script loads its reference config (a GPU config: Qwen2.5-Coder-3B, bf16).",
+             "The path is relative to the current directory, so run the scripts from the repository root. On a",
+             "CPU, pass one of the `configs/*_cpu.yaml` files instead.", "",
+             *scripts, "",
              "## Common sections", "", *_table(common), "",
              "## Keys every trainer section has", "",
              "Written here as `<trainer>.key`: `magrpo.max_steps`, `iac.max_steps`, ... with the same meaning everywhere.", "",
-             *_table([(f"<trainer>.{key}", default, doc) for key, default, doc in describe_fields(TrainerSection)]), ""]
+             *_table([(f"<trainer>.{key[len('x.'):]}", d, a, doc) for key, d, a, doc in _rows(TrainerSection, "x")]), ""]
     for name, cls in TRAINER_SECTIONS.items():
         lines += [f"## `{name}`: its own keys and other defaults", "", *_table(_trainer_rows(name, cls)), ""]
+    lines += ["## Rules between keys", "", *[f"- {rule}" for rule in RULES], ""]
     return "\n".join(lines)
 
 

@@ -1,12 +1,54 @@
-"""The config reference in docs/config.md is generated from the typed config and must match it."""
+"""The docs say what the code and the configs do: docs/config.md is generated from the typed config, and every
+fact the README and docs/ state about a named config, a command or a measurement is checked here."""
 
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import typing
 from pathlib import Path
 
-from cooprl.config_docs import config_reference
+import pytest
+
+from cooprl.cli import parse_args
+from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, load_config
+from cooprl.config_docs import config_reference, default_configs
 
 ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+BENCH = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+ALGORITHMS = (ROOT / "docs" / "algorithms.md").read_text(encoding="utf-8")
+UPSTREAM = (ROOT / "docs" / "upstream.md").read_text(encoding="utf-8")
+CPU_CONFIG = ROOT / "configs" / "magrpo_che_cpu.yaml"
 
 
+def load(name: str, overrides: list[str] | None = None) -> Config:
+    return load_config(ROOT / "configs" / f"{name}.yaml", overrides or [])
+
+
+def trainer_of(config_name: str) -> str:
+    return re.sub(r"_(che|he)_(config|cpu)$", "", config_name)
+
+
+def table_rows(text: str, marker: str) -> list[list[str]]:
+    """Return the cells of the Markdown table that follows the HTML comment `<!-- marker ... -->`."""
+    start = text.index(f"<!-- {marker}")
+    rows = []
+    for line in text[start:].splitlines()[1:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not set(cells[0]) <= set("-") and cells[0] != "config":
+            rows.append(cells)
+    return rows
+
+
+def number(cell: str) -> float:
+    return float(cell.rstrip("s").strip())
+
+
+# ------------------------------------------------------------------------------------------ docs/config.md
 def test_config_reference_is_up_to_date():
     written = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
     assert written == config_reference(), "docs/config.md is stale: run python -m cooprl.config_docs > docs/config.md"
@@ -15,5 +57,256 @@ def test_config_reference_is_up_to_date():
 def test_config_reference_lists_every_trainer_and_its_own_keys():
     text = config_reference()
     for key in ("magrpo.num_generations", "iac.critic_type", "madpo.dpo_beta", "madpo_iter.comparator_policy",
-                "marlhf.rl_algorithm", "marlhf_iter.preference_replay_mode", "<trainer>.max_steps"):
+                "marlhf.rl_algorithm", "marlhf_iter.preference_replay_mode", "<trainer>.max_steps",
+                "agent_model.lora.r"):
         assert f"`{key}`" in text
+    assert "| `magrpo.joint_mode` | `'aligned'` | one of `aligned`, `cross` |" in text
+    assert "| `seed` | `42` | int, 0 to 4294967295 |" in text
+
+
+def test_every_script_has_a_documented_default_config_that_is_a_3b_gpu_config():
+    rows = default_configs()
+    assert {trainer for _, trainer, _ in rows} == set(TRAINER_SECTIONS)
+    assert {script for script, _, _ in rows} == {p.name for p in ROOT.glob("train_*.py")}
+    for script, trainer, path in rows:
+        args = parse_args(trainer, path, [])   # what `python <script>` with no --config reads
+        config = load_config(ROOT / args.config, [])
+        assert config.agent_model.name == "Qwen/Qwen2.5-Coder-3B", script
+        assert config.agent_model.torch_dtype == "bfloat16", script
+
+
+def _fields(cls: type, prefix: str = ""):
+    """Yield (key, type, metadata) for every leaf key of dataclass `cls`, entering Optional sections too."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key, tp = (f"{prefix}.{f.name}" if prefix else f.name), hints[f.name]
+        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        if dataclasses.is_dataclass(tp) or len(inner) == 1:
+            yield from _fields(tp if dataclasses.is_dataclass(tp) else inner[0], key)
+        else:
+            yield key, tp, f.metadata
+
+
+def _outside(tp, meta):
+    """Return YAML values just outside what a key allows (its choices or range)."""
+    choices, lo, hi = meta.get("choices"), meta.get("min"), meta.get("max")
+    if choices is not None:
+        return ["not-a-choice"]
+    is_int = int in (typing.get_args(tp) or (tp,))
+    values = []
+    if lo is not None:
+        values.append(str(lo - 1 if is_int else lo - 0.5))
+    if hi is not None:
+        values.append(str(hi + 1 if is_int else hi + 0.5))
+    return values
+
+
+def test_the_allowed_values_in_docs_config_md_are_enforced():
+    """Every choice list and range that docs/config.md shows is refused outside it, with the key named."""
+    checked = 0
+    for key, tp, meta in _fields(Config):
+        for value in _outside(tp, meta):
+            with pytest.raises(ConfigError, match=re.escape(key.split(".")[-1])):
+                load_config(CPU_CONFIG, [f"{key}={value}"])
+            checked += 1
+    assert checked > 50
+
+
+@pytest.mark.parametrize("override, key", [
+    ("magrpo.eval_pass_k=[1, 2]", "magrpo.eval_pass_k"),
+    ("external.sandbox_slice=some", "external.sandbox_slice"),
+    ("magrpo.parallel_training=ddp", "magrpo.parallel_training"),
+    ("magrpo.agent_devices=[cuda:0, cuda:1]", "magrpo.agent_devices"),
+])
+def test_rules_between_keys_are_enforced_at_load(override, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_config(CPU_CONFIG, [override])
+
+
+def test_magrpo_needs_two_generations_unless_raw():
+    from cooprl.trainers.magrpo import build_magrpo
+    with pytest.raises(ConfigError, match="magrpo.num_generations"):
+        build_magrpo(load_config(CPU_CONFIG, ["magrpo.num_generations=1"]), "magrpo", None)
+
+
+# ------------------------------------------------------------------------------------ the README's configs
+def test_reference_config_table_matches_every_reference_config():
+    rows = table_rows(README, "reference-configs")
+    names = {p.stem for p in (ROOT / "configs").glob("*_config.yaml")}
+    assert {r[0].strip("`") for r in rows} == names, "the README's table lists every reference config"
+    for name, script, dataset, turns, g, candidates, lr, epochs, shift, early in rows:
+        name = name.strip("`")
+        trainer = trainer_of(name)
+        config = load(name)
+        section = config.trainer(trainer)
+        assert script == f"`train_{trainer}.py`", name
+        assert dataset == {"OpenMLRL/CoopHumanEval": "CoopHumanEval", "openai/openai_humaneval": "HumanEval"}[
+            config.dataset.name], name
+        assert section.num_turns == int(turns), name
+        if trainer.startswith("madpo"):
+            assert g == "–", name
+        else:
+            assert section.num_generations == int(g), name
+        if candidates == "–":
+            assert not hasattr(section, "preference_num_candidates"), name
+        else:
+            assert section.preference_num_candidates == int(candidates), name
+        assert section.learning_rate == float(lr), name
+        assert section.num_train_epochs == int(epochs), name
+        assert config.reward_processor.shift == float(shift), name
+        assert section.early_termination_threshold == float(early), name
+
+
+def test_what_every_reference_config_shares():
+    """README: Qwen/Qwen2.5-Coder-3B in bfloat16, temperature 0.6, top_p 0.6 and 256 new tokens."""
+    for path in sorted((ROOT / "configs").glob("*_config.yaml")):
+        config = load(path.stem)
+        section = config.trainer(trainer_of(path.stem))
+        assert config.agent_model.name == "Qwen/Qwen2.5-Coder-3B", path.name
+        assert config.agent_model.torch_dtype == "bfloat16", path.name
+        assert (config.agent_model.temperature, config.agent_model.top_p) == (0.6, 0.6), path.name
+        assert section.max_new_tokens == 256, path.name
+    assert "Qwen/Qwen2.5-Coder-3B in bfloat16,\ntemperature 0.6, top_p 0.6 and 256 new tokens" in README
+
+
+def test_cpu_config_table_matches_every_cpu_config():
+    rows = table_rows(README, "cpu-configs")
+    names = {p.stem for p in (ROOT / "configs").glob("*_cpu.yaml")}
+    assert {r[0].strip("`") for r in rows} == names
+    for name, scripts, turns, g, candidates, lr, steps, lora_r in rows:
+        name = name.strip("`")
+        trainer = trainer_of(name)
+        config = load(name)
+        section = config.trainer(trainer)
+        assert scripts.startswith(f"`train_{trainer}.py`"), name
+        for script in re.findall(r"train_(\w+)\.py", scripts):
+            config.trainer(script)   # the file holds a section for every script named
+            assert f"train_{script}.py --config configs/{name}.yaml" in (ROOT / "configs" / f"{name}.yaml").read_text()
+        assert section.num_turns == int(turns), name
+        if g == "–":
+            assert trainer.startswith("madpo"), name
+        else:
+            assert section.num_generations == int(g), name
+        if candidates != "–":
+            assert section.preference_num_candidates == int(candidates), name
+        assert section.learning_rate == float(lr), name
+        assert section.max_steps == int(steps), name
+        assert config.agent_model.lora.r == int(lora_r), name
+        assert config.agent_model.name == "offline:smollm2-135m-instruct", name
+
+
+def test_the_demo_is_what_the_readme_says():
+    assert "make demo" in README and "$(PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml" in (
+        ROOT / "Makefile").read_text()
+    config = load("magrpo_che_cpu")
+    section = config.magrpo
+    # "two agents, one turn, G = 4 samples per agent, LoRA r = 16, 32 steps", "on 4 eval problems"
+    assert (section.num_agents, section.num_turns, section.num_generations) == (2, 1, 4)
+    assert (config.agent_model.lora.r, section.max_steps, section.eval_num_samples) == (16, 32, 4)
+    assert config.output.run_name == "demo-magrpo-coop-cpu" and config.dataset.name == "coop"
+    for claim in ("two agents, one turn, G = 4 samples per agent, LoRA r = 16, 32 steps",
+                  "`runs/demo-magrpo-coop-cpu/`", "mean reward on 4 eval problems"):
+        assert claim in README.replace("\n", " "), claim
+
+
+def test_trainer_table_names_every_script_and_the_madpo_candidates():
+    section = README[README.index("## Choosing a trainer"):README.index("## Datasets")]
+    for script in ROOT.glob("train_*.py"):
+        assert f"| `{script.name}` |" in section, script.name
+    assert "80 candidates per problem in `madpo_che_config`" in section
+    assert load("madpo_che_config").madpo.preference_num_candidates == 80
+    assert load("madpo_che_config").madpo.pair_collection == "offline"
+    assert load("iac_che_config").iac.use_separate_critic is True   # "(the reference configs)"
+    assert TRAINER_SECTIONS["madpo"]().num_turns == 1                # "single-turn only"
+
+
+def test_lora_override_and_its_defaults():
+    """README: `agent_model.lora.r=16` alone switches LoRA on with alpha 32, dropout 0.05, q/k/v/o."""
+    lora = load("magrpo_he_config", ["agent_model.lora.r=16"]).agent_model.lora
+    assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (16, 32, 0.05, ["q_proj", "k_proj", "v_proj", "o_proj"])
+    assert "`agent_model.lora.r=16` alone switches LoRA on with the section's defaults (alpha 32, dropout 0.05, q/k/v/o)" in README
+
+
+def _readme_train_commands() -> list[list[str]]:
+    """Return the argv of every `train_*.py` command in the README's and docs' shell blocks (continuations joined)."""
+    commands = []
+    for text in (README, ALGORITHMS):
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                if "train_" not in line or " ... " in line:
+                    continue
+                argv = shlex.split(line, comments=True)
+                start = next(i for i, a in enumerate(argv) if re.fullmatch(r"train_\w+\.py", a))
+                commands.append(argv[start:])
+    return commands
+
+
+def test_every_train_command_in_the_docs_loads_its_config():
+    commands = _readme_train_commands()
+    assert len(commands) >= 6
+    for argv in commands:
+        trainer = argv[0][len("train_"):-len(".py")]
+        args = parse_args(trainer, f"configs/{trainer}_che_config.yaml", argv[1:])
+        if args.resume:
+            continue
+        load_config(ROOT / args.config, args.override)   # a ConfigError here is a broken command in the docs
+
+
+def test_docs_claims_about_update_schedules_and_upstream_settings():
+    # docs/algorithms.md: IAC/MAAC default to turns, the CPU configs use episodes
+    assert TRAINER_SECTIONS["iac"]().update_schedule == "turns"
+    assert load("iac_che_cpu").iac.update_schedule == "episodes"
+    assert load("maac_che_cpu").maac.update_schedule == "episodes"
+    assert "`episodes` (ours; the CPU configs use it)" in ALGORITHMS
+    # docs/upstream.md: the demo keeps items; the MAGRPO and actor-critic reference settings
+    assert load("magrpo_che_cpu").magrpo.update_schedule == "items"
+    assert "MAGRPO che: 8 epochs, discount 1.0, buffer 4 nodes, 4 per step; he: 6, 1.0, 2, 2" in UPSTREAM
+    for name, epochs, buffer in (("magrpo_che_config", 8, 4), ("magrpo_he_config", 6, 2)):
+        s = load(name).magrpo
+        assert (s.num_train_epochs, s.discount, s.rollout_buffer_size, s.train_batch_size) == (epochs, 1.0, buffer, buffer)
+    assert "IAC/MAAC/AC: 80 epochs, actor and critic lr 5e-6, value coefficient 0.6, buffer 4, 4 per step" in UPSTREAM
+    for path in (ROOT / "configs").glob("*ac_*_config.yaml"):     # iac, maac, ac
+        s = load(path.stem).trainer(trainer_of(path.stem))
+        assert (s.num_train_epochs, s.learning_rate, s.critic_learning_rate, s.value_loss_coef,
+                s.rollout_buffer_size, s.train_batch_size) == (80, 5e-6, 5e-6, 0.6, 4, 4), path.name
+
+
+# ------------------------------------------------------------------------------------------- measurements
+def test_speed_figures_in_the_readme_are_those_of_bench_readme():
+    rows = table_rows(README, "speed-table")
+    figures = [cell for row in rows for cell in row[1:] if re.fullmatch(r"[\d.]+ s", cell)]
+    assert len(figures) == 4
+    section = README[README.index("## Speed"):README.index("## Relation")]
+    figures += re.findall(r"\b\d+\.\d+(?= s\b)", section) + re.findall(r"\d+(?:\.\d+)?-\d+(?:\.\d+)?x?", section)
+    figures.append("1.55x")
+    for figure in figures:
+        assert figure.rstrip(" s") in BENCH, f"README's {figure} is not in bench/README.md"
+
+
+def test_memory_estimate_counts():
+    """README's memory table: Qwen2.5-Coder-3B's parameter count from its architecture, the LoRA counts, bf16
+    AdamW moments for bf16 weights, float32 LoRA adapters."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    arch = Qwen2Config(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                       num_attention_heads=16, num_key_value_heads=2, tie_word_embeddings=True)
+
+    def model():
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(arch, dtype=torch.bfloat16)
+
+    total = sum(p.numel() for p in model().parameters())
+    assert round(total / 1e9, 3) == 3.086 and "3.086 billion parameters" in README
+    assert f"{2 * total * 8 / 1e9:.1f} GB" == "49.4 GB" and "49.4 GB (46.0 GiB)" in README
+    for modules, millions in ((["q_proj", "k_proj", "v_proj", "o_proj"], "7.4M"),
+                              (["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "29.9M")):
+        peft_model = get_peft_model(model(), LoraConfig(r=16, lora_alpha=32, target_modules=modules, task_type="CAUSAL_LM"))
+        trained = [p for p in peft_model.parameters() if p.requires_grad]
+        assert f"{sum(p.numel() for p in trained) / 1e6:.1f}M" == millions and f"2 x {millions}" in README
+        assert {p.dtype for p in trained} == {torch.float32}
+    weight = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
+    weight.grad = torch.ones(2, dtype=torch.bfloat16)
+    optimizer = torch.optim.AdamW([weight])
+    optimizer.step()
+    assert optimizer.state[weight]["exp_avg"].dtype == optimizer.state[weight]["exp_avg_sq"].dtype == torch.bfloat16
