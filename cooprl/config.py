@@ -142,6 +142,12 @@ class RewardSection:
     ray_workers_per_actor: int = option(4, "executor ray: sandbox workers (CPUs) per pool", min=1)
     require_full_isolation: bool = option(False, "refuse to train when the sandbox cannot isolate programs fully "
                                           "(no namespaces, no separate uid: its start-up warning says what lacks)")
+    pipeline_nodes: Optional[int] = option(
+        None, "MAGRPO/GRPO rollouts: nodes of a turn sampled per generate call (null = the whole turn in one call per "
+        "agent; 1 = node by node, as upstream): with reward.pipeline, each chunk's joint actions are scored in the "
+        "sandbox while the next chunk generates. Another chunking draws other samples (same distributions)", min=1)
+    pipeline: bool = option(True, "score each chunk of reward.pipeline_nodes nodes on a background thread while the "
+                            "next chunk generates (the results are identical to scoring each chunk in turn)")
 
 
 @dataclass

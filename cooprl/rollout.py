@@ -6,11 +6,20 @@ joint action gets the shared reward and, while turns remain and the node was not
 a child node whose prompts the task's transition builds. The return of a joint action is its reward plus
 `discount` times the mean return of its child node. All nodes of a turn are generated and scored together
 (one batched `generate` per agent per turn, one parallel scoring batch per turn).
+
+Pipelining (`reward.pipeline_nodes`, `reward.pipeline`): a turn's nodes can instead be sampled in chunks of
+`nodes_per_generation` nodes (1 = node by node, as upstream samples). With `pipeline` on, each chunk's joint
+actions are scored on a background thread while the next chunk generates: the reward's programs run in sandbox
+processes, so generation (torch, this process) and execution (the sandbox's CPUs) overlap. The turn's next
+prompts and early terminations wait for all of its scores, as without pipelining. The results are identical:
+generation runs in the same order on this thread, the scoring thread never draws from torch's generator, and
+the chunks are scored in order, one at a time, with the caller's grad mode.
 """
 
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -61,6 +70,13 @@ class RolloutSettings:
     discount: float = 1.0
     early_termination_threshold: float | None = None
     process_reward: Callable[[float], float] = lambda r: r
+    nodes_per_generation: int | None = None   # nodes of a turn sampled per generate call (None = the whole turn)
+    pipeline: bool = True                     # score a chunk on a background thread while the next one generates
+
+
+def pipeline_settings(config: Any) -> dict[str, Any]:
+    """Return the RolloutSettings keyword arguments of a config's `reward.pipeline_nodes` and `reward.pipeline`."""
+    return {"nodes_per_generation": config.reward.pipeline_nodes, "pipeline": config.reward.pipeline}
 
 
 def rollout(items: Sequence[Any], task: Task, sample: Sampler, settings: RolloutSettings) -> list[Node]:
@@ -70,16 +86,48 @@ def rollout(items: Sequence[Any], task: Task, sample: Sampler, settings: Rollout
     for turn in range(settings.num_turns):
         if not frontier:
             break
-        n = settings.samples_per_turn[turn]
-        per_agent = [sample(a, [node.prompts[a] for node in frontier], n) for a in range(task.num_agents)]
-        for k, node in enumerate(frontier):
-            node.samples = [per_agent[a][k] for a in range(task.num_agents)]
-            node.joint = joint_actions(n, task.num_agents, settings.joint_mode)
-        _score_frontier(frontier, task, settings)
+        _generate_and_score(frontier, settings.samples_per_turn[turn], task, sample, settings)
         frontier = _expand(frontier, task, settings, last_turn=turn == settings.num_turns - 1)
     for root in roots:
         compute_returns(root, settings.discount)
     return roots
+
+
+def _generate_and_score(frontier: list[Node], n: int, task: Task, sample: Sampler, settings: RolloutSettings) -> None:
+    """Sample n completions per agent at every node of `frontier` and score their joint actions, chunk by chunk
+    (`nodes_per_generation`); with `pipeline`, a chunk is scored on a background thread while the next generates."""
+    size = settings.nodes_per_generation or len(frontier)
+    chunks = [frontier[start:start + size] for start in range(0, len(frontier), size)]
+    if not settings.pipeline or len(chunks) == 1:
+        for chunk in chunks:
+            _sample_nodes(chunk, n, task, sample, settings)
+            _score_frontier(chunk, task, settings)
+        return
+    grad_enabled = torch.is_grad_enabled()   # grad mode is per thread: the scorer takes the caller's
+
+    def score(chunk: list[Node]) -> None:
+        with torch.set_grad_enabled(grad_enabled):
+            _score_frontier(chunk, task, settings)
+
+    # one worker: chunks are scored in order, one at a time, as without pipelining
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cooprl-scoring")
+    pending: list[Future] = []
+    try:
+        for chunk in chunks:
+            _sample_nodes(chunk, n, task, sample, settings)
+            pending.append(executor.submit(score, chunk))
+        for future in pending:
+            future.result()   # the first scoring error is raised here, on the caller's thread
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _sample_nodes(nodes: list[Node], n: int, task: Task, sample: Sampler, settings: RolloutSettings) -> None:
+    """Sample n completions per agent at each of `nodes` (one sampling call per agent) and set their joint actions."""
+    per_agent = [sample(a, [node.prompts[a] for node in nodes], n) for a in range(task.num_agents)]
+    for k, node in enumerate(nodes):
+        node.samples = [per_agent[a][k] for a in range(task.num_agents)]
+        node.joint = joint_actions(n, task.num_agents, settings.joint_mode)
 
 
 def _score_frontier(frontier: list[Node], task: Task, settings: RolloutSettings) -> None:

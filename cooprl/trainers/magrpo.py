@@ -28,7 +28,7 @@ from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError
 from cooprl.evaluation import evaluate_team, evaluation_settings, tree_metrics
 from cooprl.policy_update import TrainSample, frozen_reference, policy_gradient_step
-from cooprl.rollout import RolloutSettings, advantages, iter_nodes, rollout, sample_returns
+from cooprl.rollout import RolloutSettings, advantages, iter_nodes, pipeline_settings, rollout, sample_returns
 from cooprl.task import Task
 from cooprl.text import safe_print
 
@@ -75,7 +75,7 @@ class MAGRPO:
         return RolloutSettings(num_turns=s.num_turns, samples_per_turn=[s.num_generations] * s.num_turns,
                                joint_mode=s.joint_mode, discount=s.discount,
                                early_termination_threshold=s.early_termination_threshold,
-                               process_reward=self.process_reward)
+                               process_reward=self.process_reward, **pipeline_settings(self.config))
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
