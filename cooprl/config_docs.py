@@ -15,7 +15,21 @@ import typing
 from pathlib import Path
 from typing import Any, Union
 
+from cooprl import config as config_module
 from cooprl.config import TRAINER_SECTIONS, Config, TrainerSection, field_doc
+
+
+def task_config() -> type | None:
+    """Return the dataclass of the task's own top-level sections (dataset, external, ... of the code task, which
+    registers it when `envs.code_generation` is imported), or None when the config has no task sections."""
+    registered = getattr(config_module, "registered_task_config", None)
+    if registered is None:
+        return None
+    try:
+        import envs.code_generation  # noqa: F401  (registers the code task's sections)
+    except ImportError:
+        pass
+    return registered()
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,8 +109,8 @@ def _rows(cls: type, prefix: str = "", names: set[str] | None = None) -> list[tu
     rows = []
     instance, hints = cls(), typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if names is not None and f.name not in names:
-            continue
+        if (names is not None and f.name not in names) or f.metadata.get("task"):
+            continue   # a task field holds the task's sections, listed from task_config()
         key, tp = (f"{prefix}.{f.name}" if prefix else f.name), hints[f.name]
         if dataclasses.is_dataclass(tp):
             rows += _rows(tp, key)
@@ -136,7 +150,9 @@ def _trainer_rows(name: str, cls: type) -> list[tuple[str, Any, str, str]]:
 def config_reference() -> str:
     """Return the Markdown text of docs/config.md: the scripts' default configs, common sections, shared trainer
     keys, each trainer's own keys, the rules between keys."""
+    task = task_config()
     common = [row for row in _rows(Config) if row[0].split(".")[0] not in TRAINER_SECTIONS]
+    common += _rows(task) if task is not None else []
     scripts = ["| command | trainer section | config it loads |", "|---|---|---|"]
     scripts += [f"| `python {script}` | `{trainer}` | `{config}` |" for script, trainer, config in default_configs()]
     lines = ["# Config reference", "",

@@ -13,7 +13,7 @@ import pytest
 
 from cooprl.cli import parse_args
 from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, load_config
-from cooprl.config_docs import config_reference, default_configs
+from cooprl.config_docs import config_reference, default_configs, task_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -79,6 +79,8 @@ def _fields(cls: type, prefix: str = ""):
     """Yield (key, type, metadata) for every leaf key of dataclass `cls`, entering Optional sections too."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if f.metadata.get("task"):
+            continue   # the task's sections: walked from task_config()
         key, tp = (f"{prefix}.{f.name}" if prefix else f.name), hints[f.name]
         inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
         if dataclasses.is_dataclass(tp) or len(inner) == 1:
@@ -104,7 +106,8 @@ def _outside(tp, meta):
 def test_the_allowed_values_in_docs_config_md_are_enforced():
     """Every choice list and range that docs/config.md shows is refused outside it, with the key named."""
     checked = 0
-    for key, tp, meta in _fields(Config):
+    task = task_config()
+    for key, tp, meta in [*_fields(Config), *(_fields(task) if task is not None else [])]:
         for value in _outside(tp, meta):
             with pytest.raises(ConfigError, match=re.escape(key.split(".")[-1])):
                 load_config(CPU_CONFIG, [f"{key}={value}"])
@@ -141,7 +144,7 @@ def test_reference_config_table_matches_every_reference_config():
         section = config.trainer(trainer)
         assert script == f"`train_{trainer}.py`", name
         assert dataset == {"OpenMLRL/CoopHumanEval": "CoopHumanEval", "openai/openai_humaneval": "HumanEval"}[
-            config.dataset.name], name
+            config.task.dataset.name], name
         assert section.num_turns == int(turns), name
         if trainer.startswith("madpo"):
             assert g == "–", name
@@ -203,7 +206,7 @@ def test_the_demo_is_what_the_readme_says():
     # "two agents, one turn, G = 4 samples per agent, LoRA r = 16, 32 steps", "on 4 eval problems"
     assert (section.num_agents, section.num_turns, section.num_generations) == (2, 1, 4)
     assert (config.agent_model.lora.r, section.max_steps, section.eval_num_samples) == (16, 32, 4)
-    assert config.output.run_name == "demo-magrpo-coop-cpu" and config.dataset.name == "coop"
+    assert config.output.run_name == "demo-magrpo-coop-cpu" and config.task.dataset.name == "coop"
     for claim in ("two agents, one turn, G = 4 samples per agent, LoRA r = 16, 32 steps",
                   "`runs/demo-magrpo-coop-cpu/`", "mean reward on 4 eval problems"):
         assert claim in README.replace("\n", " "), claim
