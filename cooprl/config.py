@@ -200,8 +200,12 @@ class TrainerSection:
                                   aliases=("agent_learning_rate", "actor_learning_rate"))
     weight_decay: float = option(0.01, "AdamW weight decay (0.01: torch's default, what upstream's AdamW gets)", min=0.0)
     max_grad_norm: Optional[float] = option(None, "gradient clipping norm (null = off, as upstream)", min=0.0)
-    reference_kl_coef: float = option(0.0, "weight of a k3 KL penalty to the frozen start model in the policy loss "
-                                      "(0 = off, no reference model kept)", min=0.0)
+    reference_kl_coef: float = option(0.0, "weight of a k3 KL penalty to the frozen start model (0 = off, no "
+                                      "reference model kept); how it acts: reference_kl_form", min=0.0)
+    reference_kl_form: str = option(
+        "reward", "reward (upstream): coef x the k3 KL of each sampled completion (summed over its tokens, no gradient) "
+        "is subtracted from its reward (MAGRPO: its return; IAC/MAAC: its TD target) before advantages; loss: coef x "
+        "the k3 KL is added to the policy loss, with gradient", choices=("reward", "loss"))
     max_new_tokens: int = option(256, "tokens generated per completion (joint budget in centralized mode)", min=1)
     temperature: Optional[float] = option(None, "overrides agent_model.temperature", min=0.0)
     top_p: Optional[float] = option(None, "overrides agent_model.top_p", min=0.0, max=1.0)
@@ -265,11 +269,19 @@ class ActorCriticSection(TrainerSection):
     critic_learning_rate: float = option(1e-5, "critic learning rate", min=0.0)
     value_loss_coef: float = option(0.5, "weight of the critic's squared TD error", min=0.0)
     value_clip_range: Optional[float] = option(0.2, "value clipping in the shared-head mode (null = off)", min=0.0)
-    advantage_normalization: bool = option(True, "normalize advantages over the buffer")
-    rollout_buffer_size: int = option(4, "episodes collected before each update", min=1)
-    train_batch_size: Optional[int] = option(None, "episodes per optimizer step within an update: an update of "
-                                             "rollout_buffer_size episodes takes ceil(buffer / this) steps (null = one step)",
-                                             min=1)
+    advantage_normalization: bool = option(True, "normalize advantages (within each turn's group with "
+                                           "update_schedule turns, over the whole buffer with episodes)")
+    update_schedule: str = option(
+        "turns", "turns (upstream): rollout_buffer_size counts one agent's turn samples (one per turn of each "
+        "episode); a full buffer is trained turn by turn (turn 1 first), advantages normalized within the turn, its "
+        "samples shuffled, one optimizer step per train_batch_size samples. episodes: rollout_buffer_size counts "
+        "episodes; advantages normalized over the whole buffer; steps over it in buffer order",
+        choices=("turns", "episodes"))
+    rollout_buffer_size: int = option(4, "turn samples per agent (update_schedule turns) or episodes (episodes) "
+                                      "collected before each update", min=1)
+    train_batch_size: Optional[int] = option(None, "turn samples per optimizer step within an update (null: "
+                                             "rollout_buffer_size with update_schedule turns, as upstream; the whole "
+                                             "buffer in one step with episodes)", min=1)
     critic_devices: Union[str, list[str], None] = option(
         None, "the critics' device: one device overrides agent_model.device for critics; several come with "
         "multi-device support")
@@ -289,8 +301,9 @@ class PreferenceFields:
                                  choices=("reward_gap", "random", "all", "comparator_reward"))
     preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)", min=1)
     min_reward_gap: float = option(0.0, "pairs need winner reward - loser reward > this", min=0.0)
-    use_environment_step: bool = option(False, "upstream's env_step (W&B's x axis): environment_steps_per_pair per "
-                                        "trained pair (MADPO); false = the joint answers sampled")
+    use_environment_step: bool = option(True, "upstream's env_step (W&B's x axis, default as upstream): "
+                                        "environment_steps_per_pair per trained pair (MADPO); false = the joint "
+                                        "answers sampled")
     environment_steps_per_pair: int = option(2, "environment steps one trained pair counts for (a pair = 2 joint "
                                              "answers)", min=1)
 
@@ -311,6 +324,8 @@ class MADPOSection(PreferenceFields, TrainerSection):
     num_generations: int = option(1, "accepted for upstream's configs; candidates per problem are "
                                   "preference_num_candidates (no effect)", min=1)
     reference_model: bool = option(False, "add the usual DPO reference-model terms (default: reference-free)")
+    reference_kl_form: str = option("loss", "MADPO: reference_kl_coef x the k3 KL is a term of the DPO loss (a DPO "
+                                    "step has no reward to penalize)", choices=("loss",))
     pair_collection: str = option(
         "offline", "offline (upstream): each iteration's pairs are collected once, at its first step, from the policy "
         "as it is then (MADPO: the start policy) on every problem of the step plan, then trained on; online: every "

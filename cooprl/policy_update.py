@@ -8,9 +8,14 @@ that holds a whole multi-turn tree, the turn-1 prompt that every turn-2 prompt s
 Samples with a zero advantage are skipped when there is no KL term: their gradient is exactly zero.
 A non-finite loss skips the whole update (counted in the metrics), never a silent substitute value.
 
-The reference-model KL term is shared by every trainer (`reference_kl_coef` of any trainer section): the frozen
-start model (`frozen_reference`) scores the same completions, and `k3_kl` adds the k3 estimate of
-KL(policy || reference) per sequence to the loss, with gradient (MADPO adds it to its DPO loss the same way).
+The reference-model KL is shared by every trainer (`reference_kl_coef` of any trainer section): the frozen start
+model (`frozen_reference`) scores the same completions, and `k3_kl` gives the k3 estimate of KL(policy || reference)
+per sequence. It acts in one of two forms (`reference_kl_form`):
+- `reward` (upstream's): `sampled_kls` scores each sampled completion once, without gradient, and the trainer
+  subtracts coef x that KL from the sample's reward or return before its advantage is computed (`kl_penalized`);
+  the policy loss then has no KL term;
+- `loss`: `policy_gradient_step(kl_coef=...)` adds coef x the k3 KL to the loss, with gradient (MADPO adds it to
+  its DPO loss the same way: a DPO step has no reward to penalize).
 """
 
 from __future__ import annotations
@@ -76,6 +81,35 @@ def k3_kl(token_logps: torch.Tensor, mask: torch.Tensor, reference: Any, prompts
     return ((torch.exp(delta) - delta - 1) * mask).sum(-1)
 
 
+@torch.no_grad()
+def sampled_kls(model: Any, reference: Any, samples: Sequence[TrainSample], pad_id: int,
+                batch_size: int | None = None) -> list[float]:
+    """Return the k3 KL(policy || reference) of each sample's completion, summed over its tokens, as plain floats
+    (no gradient): what upstream's reward form subtracts from the reward. The policy scores in eval mode, as at
+    sampling time; its train/eval mode is restored afterwards."""
+    if not samples:
+        return []
+    training = model.training
+    model.eval()
+    kls: dict[int, float] = {}
+    index = {id(s): i for i, s in enumerate(samples)}
+    try:
+        for batch in sibling_batches(list(samples), batch_size or len(samples)):
+            prompts = [s.prompt_ids for s in batch]
+            completions = [s.completion_ids for s in batch]
+            token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
+            values = k3_kl(token_logps, mask, reference, prompts, completions, pad_id).float().cpu().tolist()
+            kls.update({index[id(s)]: v for s, v in zip(batch, values)})
+    finally:
+        model.train(training)
+    return [kls[i] for i in range(len(samples))]
+
+
+def kl_penalized(rewards: Sequence[float], kls: Sequence[float], coef: float) -> list[float]:
+    """Return each reward (or return) minus coef x the KL of its sample: upstream's reward-form reference KL."""
+    return [r - coef * kl for r, kl in zip(rewards, kls)]
+
+
 def sibling_batches(samples: Sequence[TrainSample], size: int) -> list[list[TrainSample]]:
     """Split `samples` into batches of at most `size`, keeping samples with the same prompt together.
 
@@ -101,14 +135,18 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
                          *, batch_size: int | None = None, max_grad_norm: float | None = 1.0,
                          kl_coef: float = 0.0, reference: Any = None,
                          extra_backward: Callable[[], float] | None = None) -> dict[str, float]:
-    """Apply one optimizer step on `samples`; return metrics (loss, kl, grad_norm, skipped, extra_loss).
+    """Apply one optimizer step on `samples`; return metrics (loss, grad_norm, skipped, extra_loss; kl when the KL
+    term is on: `kl_coef` > 0 with a `reference`, the loss form of `reference_kl_form`).
 
     `extra_backward`, when given, backpropagates a second loss into parameters of the same optimizer after
     the policy loss and before the clipped step (the actor-critic's value loss: a value head sharing the
     actor's trunk, or a separate critic trained with no policy samples); it returns that loss's value.
     """
-    active = [s for s in samples if s.advantage != 0.0 or kl_coef > 0] if samples else []
-    metrics = {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}
+    kl_on = kl_coef > 0 and reference is not None
+    active = [s for s in samples if s.advantage != 0.0 or kl_on] if samples else []
+    metrics = {"loss": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}
+    if kl_on:   # reported only when it is a term of this loss (the reward form reports the sampled KL instead)
+        metrics["kl"] = 0.0
     if not active and extra_backward is None:
         return metrics
     total = len(samples)
@@ -121,7 +159,7 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
         token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
         adv = torch.tensor([s.advantage for s in batch], dtype=token_logps.dtype, device=token_logps.device)
         loss = -(token_logps.sum(-1) * adv).sum() / total
-        if kl_coef > 0 and reference is not None:
+        if kl_on:
             kl = k3_kl(token_logps, mask, reference, prompts, completions, pad_id)
             loss = loss + kl_coef * kl.sum() / total
             metrics["kl"] += kl.sum().item() / total

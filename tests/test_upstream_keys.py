@@ -53,7 +53,7 @@ def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps():
     from tests.test_actor_critic import roll_out_one_item, scripted_actor_critic
     for size, steps in [("null", 1), (1, 2)]:
         algorithm = scripted_actor_critic("iac", f"iac.train_batch_size={size}", "iac.num_generations=1",
-                                          "iac.early_termination_threshold=null")
+                                          "iac.early_termination_threshold=null", "iac.update_schedule=episodes")
         for agent in algorithm.team:   # scripted agents: what the update passes on (policy_gradient_step is faked)
             agent.optimizer, agent.tokenizer = None, type("T", (), {"pad_token_id": 0})()
         taken = []

@@ -142,9 +142,9 @@ def test_kl_term_is_added_to_the_policy_loss(tiny_pair):
     assert losses[0.5]["loss"] == pytest.approx(losses[0.0]["loss"] + 0.5 * kl, rel=1e-5)
 
 
-def test_actor_critic_takes_the_kl_term(tmp_path):
-    config = tiny("iac", tmp_path, "iac", "iac.reference_kl_coef=0.1", "iac.num_generations=2", "iac.num_turns=1",
-                  "iac.rollout_buffer_size=2", "iac.critic_learning_rate=1e-2")
+def test_actor_critic_takes_the_kl_term_in_the_loss_form(tmp_path):
+    config = tiny("iac", tmp_path, "iac", "iac.reference_kl_coef=0.1", "iac.reference_kl_form=loss",
+                  "iac.num_generations=2", "iac.num_turns=1", "iac.rollout_buffer_size=2", "iac.critic_learning_rate=1e-2")
     seed_everything(0)
     algorithm = build_iac(config, "iac", scripted_task())
     assert algorithm.references is not None and len(algorithm.references) == 2
@@ -304,3 +304,237 @@ def test_shipped_reference_configs_carry_upstreams_training_settings(name, train
     section = load_config(Path(__file__).resolve().parents[1] / "configs" / f"{name}_config.yaml").trainer(trainer)
     assert {k: getattr(section, k) for k in expected} == expected
     assert section.weight_decay == 0.01 and section.max_grad_norm is None
+
+
+# ---------------------------------------------------------------------------------------------- IAC/MAAC buffer
+def recording_update(monkeypatch, algorithm):
+    """Fake the actor-critic's optimizer steps: return the list that records, per step, (agent, {prompt id: advantage},
+    turns of the step's samples)."""
+    import cooprl.trainers.actor_critic as ac
+    taken = []
+    agent_of = {id(agent.model): a for a, agent in enumerate(algorithm.team)}
+    for a, agent in enumerate(algorithm.team):   # scripted agents: a model to tell them apart, a tokenizer's pad id
+        agent.model, agent.optimizer = torch.nn.Linear(1, 1), None
+        agent_of[id(agent.model)] = a
+        agent.tokenizer = type("T", (), {"pad_token_id": 0})()
+
+    def fake(model, optimizer, samples, *args, **kwargs):
+        if samples:
+            taken.append((agent_of[id(model)], {int(x.prompt_ids[0]): x.advantage for x in samples}))
+        return {"loss": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": 0.0, "extra_loss": 0.0}
+    monkeypatch.setattr(ac, "policy_gradient_step", fake)
+    return taken
+
+
+def hand_built_buffer(turns_targets):
+    """Return Steps (two agents, two critics valuing 0) with the given (turn, target); step k's prompt id is k."""
+    from cooprl.trainers.actor_critic import CriticSample, Step
+    return [Step([TrainSample(torch.tensor([k]), torch.tensor([1]), 0.0) for _ in range(2)],
+                 [CriticSample(torch.tensor([k]), 0.0, target) for _ in range(2)], turn=turn, targets=[target, target])
+            for k, (turn, target) in enumerate(turns_targets)]
+
+
+def test_turns_schedule_normalizes_per_turn_group_and_steps_per_train_batch_size(monkeypatch):
+    from tests.test_actor_critic import scripted_actor_critic
+    algorithm = scripted_actor_critic("iac", "iac.update_schedule=turns", "iac.rollout_buffer_size=2")
+    taken = recording_update(monkeypatch, algorithm)
+    # turn 1: targets 1, 3 (values 0): advantages 1, 3 -> normalized -1, 1; turn 2: 0, 0, 6 -> mean 2, std sqrt(8)
+    algorithm.buffer = hand_built_buffer([(0, 1.0), (1, 0.0), (0, 3.0), (1, 0.0), (1, 6.0)])
+    metrics = algorithm.update()
+    s8 = 8 ** 0.5
+    expected = {0: -1.0, 2: 1.0, 1: -2 / s8, 3: -2 / s8, 4: 4 / s8}
+    # per agent: turn 1's 2 samples in one step, then turn 2's 3 in steps of 2 and 1 (train_batch_size null: 2)
+    assert [a for a, _ in taken] == [0, 0, 0, 1, 1, 1] and metrics["update/actor_optimizer_steps"] == 6
+    assert [len(adv) for _, adv in taken] == [2, 2, 1, 2, 2, 1]
+    assert set(taken[0][1]) == {0, 2} and set(taken[1][1]) | set(taken[2][1]) == {1, 3, 4}   # turn 1 first
+    for a in (0, 1):
+        got = {k: v for agent, adv in taken if agent == a for k, v in adv.items()}
+        assert got == pytest.approx(expected)
+    assert algorithm.buffer == []
+
+
+def test_episodes_schedule_normalizes_over_the_whole_buffer(monkeypatch):
+    from tests.test_actor_critic import scripted_actor_critic
+    algorithm = scripted_actor_critic("iac", "iac.update_schedule=episodes", "iac.rollout_buffer_size=2")
+    taken = recording_update(monkeypatch, algorithm)
+    algorithm.buffer = hand_built_buffer([(0, 1.0), (1, 0.0), (0, 3.0), (1, 0.0), (1, 6.0)])
+    algorithm.update()
+    std = 5.2 ** 0.5   # targets 1, 0, 3, 0, 6: mean 2
+    assert [(a, len(adv)) for a, adv in taken] == [(0, 5), (1, 5)]   # one step on the whole buffer, buffer order
+    assert taken[0][1] == pytest.approx({0: -1 / std, 1: -2 / std, 2: 1 / std, 3: -2 / std, 4: 4 / std})
+
+
+@pytest.mark.parametrize("schedule,updates", [("turns", [False, True, False, True]),
+                                              ("episodes", [False, False, True, False])])
+def test_buffer_fills_at_rollout_buffer_size_turn_samples_or_episodes(monkeypatch, schedule, updates):
+    from tests.test_actor_critic import scripted_actor_critic
+    # one episode of 2 turns per item: 2 turn samples per agent. rollout_buffer_size 3: turns fills at the second item
+    # (4 turn samples, all trained, as upstream drains its whole buffer), episodes at the third (3 episodes)
+    algorithm = scripted_actor_critic("iac", f"iac.update_schedule={schedule}", "iac.rollout_buffer_size=3",
+                                      "iac.early_termination_threshold=null")
+    taken = recording_update(monkeypatch, algorithm)
+    seen = []
+    for step in range(1, 5):
+        before = len(taken)
+        algorithm.train_step(f"item {step}:", step)
+        seen.append(len(taken) > before)
+    assert seen == updates
+    assert len(algorithm.buffer) == (0 if schedule == "turns" else 2)
+    metrics = {}
+    algorithm.end_epoch(metrics)   # the epoch's end trains what is left
+    assert algorithm.buffer == [] and (metrics.get("update/actor_optimizer_steps", 0) > 0) == (schedule == "episodes")
+
+
+def test_reference_actor_critic_configs_use_the_turns_schedule_and_cpu_ones_ours():
+    root = Path(__file__).resolve().parents[1] / "configs"
+    for name, trainer in [("iac_che_config", "iac"), ("iac_he_config", "iac"), ("maac_che_config", "maac"),
+                          ("maac_he_config", "maac"), ("ac_che_config", "ac"), ("ac_he_config", "ac")]:
+        assert load_config(root / f"{name}.yaml").trainer(trainer).update_schedule == "turns", name
+    assert load_config(None, []).iac.update_schedule == "turns"
+    for name, trainer in [("iac_che_cpu", "iac"), ("maac_che_cpu", "maac")]:
+        assert load_config(root / f"{name}.yaml").trainer(trainer).update_schedule == "episodes", name
+
+
+# ---------------------------------------------------------------------------------------------- reward-form KL
+def manual_kl(policy, reference, sample) -> float:
+    """The k3 KL of one completion, summed over its tokens, from each model's own log-probs (no shared code path)."""
+    ids = torch.cat([sample.prompt_ids, sample.completion_ids]).unsqueeze(0)
+    n = len(sample.completion_ids)
+    with torch.no_grad():
+        logps = [torch.log_softmax(m(input_ids=ids).logits[0, -n - 1:-1].float(), -1)
+                 .gather(1, sample.completion_ids.unsqueeze(1)).squeeze(1) for m in (policy, reference)]
+    d = logps[1] - logps[0]
+    return (torch.exp(d) - d - 1).sum().item()
+
+
+def moved(models):
+    with torch.no_grad():   # move the policies away from their start (reference) models
+        for model in models:
+            model.lm_head.weight.add_(0.05 * torch.randn_like(model.lm_head.weight))
+
+
+def test_reward_form_lowers_each_return_by_coef_times_its_kl_without_gradient(tmp_path):
+    algorithm = magrpo(tmp_path, "magrpo.reference_kl_coef=0.5", "magrpo.num_turns=1", "magrpo.advantage_mode=raw",
+                       "magrpo.advantage_normalization=false")
+    assert algorithm.section.reference_kl_form == "reward" and algorithm.kl_in_reward
+    moved(algorithm.models)
+    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    kls = [[], []]
+    groups = algorithm.sibling_groups(root, kls)
+    for a, group in enumerate(groups):
+        expected_kls = [manual_kl(algorithm.team[a].model, algorithm.references[a], x) for x in group.samples]
+        assert kls[a] == pytest.approx(expected_kls, rel=1e-4, abs=1e-6) and min(expected_kls) > 0
+        returns = sample_returns(root, a)
+        assert [x.advantage for x in group.samples] == pytest.approx(
+            [r - 0.5 * kl for r, kl in zip(returns, expected_kls)], rel=1e-4)
+    # the update's gradient is that of -sum log pi x A with A a constant: SGD(lr=1) moves the weights by -grad
+    agent, group = algorithm.team[0], groups[0]
+    start = copy.deepcopy(agent.model)
+    loss = -sum(start(input_ids=torch.cat([x.prompt_ids, x.completion_ids]).unsqueeze(0)).logits[0].log_softmax(-1)
+                [len(x.prompt_ids) - 1:-1].gather(1, x.completion_ids.unsqueeze(1)).sum() * x.advantage
+                for x in group.samples) / len(group.samples)
+    loss.backward()
+    agent.optimizer = torch.optim.SGD(agent.model.parameters(), lr=1.0)
+    result = algorithm._step(0, [group], 2)
+    assert "kl" not in result    # no KL term in the loss
+    for (name, after), before in zip(agent.model.named_parameters(), start.parameters()):
+        grad = before.grad if before.grad is not None else torch.zeros_like(before)
+        assert torch.allclose(after.detach() - before.detach(), -grad, atol=1e-5), name
+
+
+def test_reward_form_lowers_the_actor_critic_td_target_by_coef_times_its_kl(tmp_path):
+    config = tiny("iac", tmp_path, "iac", "iac.reference_kl_coef=0.5", "iac.num_generations=2", "iac.num_turns=1",
+                  "iac.critic_learning_rate=1e-2")
+    seed_everything(0)
+    algorithm = build_iac(config, "iac", scripted_task())
+    assert algorithm.kl_in_reward
+    moved(algorithm.models[:2])
+    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    steps = algorithm.episode_steps(root)
+    for j, step in enumerate(steps):          # one turn: the TD target is the shaped reward itself
+        for a in range(2):
+            kl = manual_kl(algorithm.team[a].model, algorithm.references[a], step.actions[a])
+            assert step.kls[a] == pytest.approx(kl, rel=1e-4, abs=1e-6) and kl > 0
+            assert step.targets[a] == pytest.approx(root.rewards[j] - 0.5 * kl, rel=1e-4)
+            assert step.critics[a].target == pytest.approx(step.targets[a])   # IAC: each critic learns its agent's
+    metrics = algorithm.train_step("item 1:", 1)
+    assert metrics["agent_0/kl"] > 0 and metrics["agent_1/kl"] > 0          # the sampled KL, logged at rollout
+
+
+def test_maac_critic_learns_the_teams_mean_shaped_target():
+    from tests.test_actor_critic import roll_out_one_item, scripted_actor_critic
+    algorithm = scripted_actor_critic("maac", "maac.num_turns=1")   # scripted agents: the KLs are given
+    algorithm.kl_in_reward = True
+    algorithm.kl_penalties = lambda steps: [[0.5 * 0.2, 0.5 * 0.6] for _ in steps]   # KLs 0.2 and 0.6
+    step = algorithm.episode_steps(roll_out_one_item(algorithm))[0]
+    assert step.targets == pytest.approx([-0.625 - 0.1, -0.625 - 0.3])
+    assert step.critics[0].target == pytest.approx(-0.625 - 0.2)
+
+
+def test_madpo_keeps_the_loss_form():
+    config = load_config(None, [])
+    assert (config.magrpo.reference_kl_form, config.iac.reference_kl_form, config.madpo.reference_kl_form) == (
+        "reward", "reward", "loss")
+    with pytest.raises(ConfigError, match="reference_kl_form"):
+        load_config(None, ["madpo.reference_kl_form=reward"])
+
+
+# ---------------------------------------------------------------------------------------------- env_step
+def test_use_environment_step_defaults_to_upstreams_true():
+    config = load_config(None, [])
+    assert config.madpo.use_environment_step and config.madpo_iter.use_environment_step
+
+
+# ---------------------------------------------------------------------------------------------- epoch ends
+def test_ends_epoch_marks_each_epochs_last_step_and_the_plans_last():
+    from cooprl.trainers.loop import ends_epoch
+    # 3 items, 2 epochs cut at 5 steps, 2 rounds (iterations): epochs end at 3, 5 (cut), 8, 10
+    assert [s for s in range(1, 11) if ends_epoch(s, 5, 3)] == [3, 5, 8, 10]
+
+
+def test_loop_calls_end_epoch_at_each_epochs_end(tmp_path):
+    class Recorder:
+        models: list = []
+
+        def __init__(self):
+            self.ends = []
+            self.step = 0
+
+        def train_step(self, item, step):
+            self.step = step
+            return {"turn_1/reward_mean": 0.0}
+
+        def end_epoch(self, metrics):
+            self.ends.append(self.step)
+            metrics["flushed"] = 1.0
+
+        def evaluate(self, items):
+            return {}
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    config = tiny("magrpo", tmp_path, "e", "magrpo.num_train_epochs=2", "magrpo.max_steps=5")
+    algorithm = Recorder()
+    train_loop(config, "magrpo", scripted_task(items=3), algorithm, tmp_path / "e")
+    assert algorithm.ends == [3, 5]
+    assert [e["step"] for e in train_events(tmp_path / "e") if "flushed" in e] == [3, 5]
+
+
+def test_magrpo_nodes_left_in_the_buffer_are_trained_at_the_epochs_end(tmp_path):
+    # G=2, 2 turns: 3 nodes per item. Buffer 4: item 2's fourth node fills it (2 steps: 2 roots, 2 children); its
+    # last 2 children stay; the epoch's end trains them (1 step of 2 nodes), as upstream's flush
+    algorithm = magrpo(tmp_path, "magrpo.update_schedule=nodes", "magrpo.rollout_buffer_size=4",
+                       "magrpo.train_batch_size=2")
+    counts = count_steps(algorithm)
+    algorithm.train_step(algorithm.task.train_items[0], 1)
+    metrics = algorithm.train_step(algorithm.task.train_items[1], 2)
+    assert counts == [2, 2] and len(algorithm.buffer[0]) == 2
+    algorithm.end_epoch(metrics)
+    assert counts == [3, 3] and algorithm.buffer == [[], []]
+    assert metrics["agent_0/optimizer_steps"] == 3.0    # the step's update and the flush, merged
+    algorithm.end_epoch(metrics)                        # nothing left: no step
+    assert counts == [3, 3]

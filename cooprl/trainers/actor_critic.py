@@ -7,15 +7,24 @@ One training step on one dataset item:
    IAC: its agent's prompt (critic_type v) or the prompt and the agent's response (q);
    MAAC: every agent's prompt, labelled (v), then every agent's response (q), see `critic_input_text`;
 3. TD target of a turn: y = r + discount * (the same critic's value of the episode's next turn), or y = r when
-   the episode ended there (last turn or early termination);
-4. buffer the turns; every `rollout_buffer_size` episodes, update with each agent's advantages:
+   the episode ended there (last turn or early termination). With `reference_kl_coef` > 0 in the `reward` form
+   (upstream's), agent a's r is its shaped reward r - coef * KL(a's completion || start model), so each agent has
+   its own target y_a; a centralized critic (MAAC) learns the team's mean of them in the `episodes` schedule;
+4. buffer the turns and update with each agent's advantages:
    v critic: A = y - V(s), the one-step TD advantage;
-   q critic: A = y - (mean Q over the buffer). Q(s, a) depends on the action taken, so y - Q(s, a) would be
+   q critic: A = y - (mean Q over the group). Q(s, a) depends on the action taken, so y - Q(s, a) would be
    zero-mean for every action once Q is accurate, cancelling the policy gradient; the q critic therefore
-   acts through the bootstrap Q(s', a') inside y, and the buffer's mean Q is an action-free baseline.
-   Advantages are then normalized over the agent's buffer (`advantage_normalization`).
+   acts through the bootstrap Q(s', a') inside y, and the group's mean Q is an action-free baseline.
+   `update_schedule` says when and over what group (`advantage_normalization` standardizes within the group):
+   - `turns` (upstream's): `rollout_buffer_size` counts one agent's turn samples (every agent has one per turn of
+     each episode); once an item's turns fill it, the whole buffer is trained turn by turn (turn 1 first), each
+     turn's samples a group: advantages normalized within it, shuffled, one optimizer step per `train_batch_size`
+     samples (null: rollout_buffer_size), and with each actor step its critic's step on the same samples (a
+     centralized critic steps with every agent's batches, on that agent's targets, as upstream's MAAC);
+   - `episodes`: `rollout_buffer_size` counts episodes; the whole buffer is one group, stepped in buffer order.
+   What a buffer holds at the end of an epoch is trained then (`end_epoch`), as upstream flushes it.
    Actor loss: -sum log pi(completion) * A (`policy_gradient_step`). Critic loss: value_loss_coef * (y - V)^2,
-   averaged over the buffer; a value head on the actor clips it PPO-style with `value_clip_range`.
+   averaged over the step's samples; a value head on the actor clips it PPO-style with `value_clip_range`.
 Critics: `use_separate_critic: true` gives every agent (MAAC: the team) a value model of its own (`critics:`,
 else `critic_model.name`, else the agent's model) with its own AdamW at `critic_learning_rate`. `false` (IAC and
 AC) puts a value head on the actor: the head is a second param group of the actor's optimizer and its loss is
@@ -25,7 +34,7 @@ Checkpoints hold the actors, then the critics (value models, or only the heads),
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
@@ -34,7 +43,7 @@ from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError, trainer_device
 from cooprl.evaluation import evaluate_team, tree_metrics
 from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.policy_update import TrainSample, frozen_reference, policy_gradient_step
+from cooprl.policy_update import TrainSample, frozen_reference, policy_gradient_step, sampled_kls
 from cooprl.rollout import Node, RolloutSettings, iter_nodes, rollout
 from cooprl.task import Task
 from cooprl.trainers.magrpo import _print_tree, reward_processor
@@ -64,10 +73,14 @@ class CriticSample:
 
 @dataclass
 class Step:
-    """One turn of one episode: each agent's action (advantage set at update time) and each critic's sample."""
+    """One turn of one episode: each agent's action (advantage set at update time), each critic's sample, the turn,
+    and each agent's own TD target (its critic's bootstrap, its own reward: they differ with a reward-form KL)."""
 
     actions: list[TrainSample]
     critics: list[CriticSample]
+    turn: int = 0
+    targets: list[float] | None = None
+    kls: list[float] | None = None    # each agent's sampled KL to its start model (reward form), for the metrics
 
 
 def critic_input_text(prompts: Sequence[str], completions: Sequence[str] | None = None) -> str:
@@ -85,13 +98,25 @@ def td_target(reward: float, next_value: float | None, discount: float) -> float
 
 def actor_advantages(targets: Sequence[float], values: Sequence[float], critic_type: str, normalize: bool,
                      eps: float = 1e-8) -> list[float]:
-    """Return the buffer's advantages: target - V (v) or target - mean Q (q), then normalized when asked."""
+    """Return a group's advantages: target - V (v) or target - mean Q (q), then normalized when asked."""
     y = torch.tensor(list(targets), dtype=torch.float64)
     v = torch.tensor(list(values), dtype=torch.float64)
     adv = y - v if critic_type == "v" else y - v.mean()
     if normalize and len(adv) > 1:  # one sample has no spread: left as is
         adv = (adv - adv.mean()) / (adv.std(unbiased=False) + eps)
     return adv.tolist()
+
+
+def turn_groups(steps: Sequence[Step]) -> list[list[int]]:
+    """Return the buffer's indices grouped by turn, turn 1 first, each group in buffer order (upstream's update
+    groups: one agent's samples of one turn)."""
+    turns = sorted({step.turn for step in steps})
+    return [[k for k, step in enumerate(steps) if step.turn == turn] for turn in turns]
+
+
+def chunks(indices: Sequence[int], size: int) -> list[list[int]]:
+    """Return `indices` cut into consecutive chunks of at most `size`."""
+    return [list(indices[start:start + size]) for start in range(0, len(indices), size)]
 
 
 def value_errors(values: torch.Tensor, targets: torch.Tensor, old_values: torch.Tensor,
@@ -115,8 +140,9 @@ class ActorCritic:
         self.process_reward = reward_processor(config, task)
         self.buffer: list[Step] = []
         self.buffered_episodes = 0
-        # the frozen start models of the actors, for the k3 KL term of the actor loss (reference_kl_coef)
+        # the frozen start models of the actors, for the k3 KL to them (reference_kl_coef, in reference_kl_form)
         self.references = [frozen_reference(agent.model) for agent in team] if section.reference_kl_coef > 0 else None
+        self.kl_in_reward = self.references is not None and section.reference_kl_form == "reward"
 
     def _sample(self, agent: int, prompts: list[str], n: int):
         return self.team[agent].sample(prompts, n)
@@ -124,6 +150,10 @@ class ActorCritic:
     def critic_of(self, agent: int) -> int:
         """Return the index of the critic that scores `agent`'s turns."""
         return 0 if self.centralized else agent
+
+    def scored_by(self, critic: int) -> list[int]:
+        """Return the agents whose turns critic `critic` scores (MAAC's one critic: all of them)."""
+        return list(range(len(self.team))) if self.centralized else [critic]
 
     # ------------------------------------------------------------------------------------------ rollout
     def rollout_settings(self) -> RolloutSettings:
@@ -151,21 +181,41 @@ class ActorCritic:
 
     @torch.no_grad()
     def episode_steps(self, root: Node) -> list[Step]:
-        """Return one Step per joint action of the tree, with every critic's value and TD target."""
+        """Return one Step per joint action of the tree, with every critic's value and TD target and every agent's
+        own TD target (its reward less coef x its sampled KL in the reward form)."""
         turns = [(node, j) for node in iter_nodes(root) for j in range(len(node.joint))]
         row = {(id(node), j): k for k, (node, j) in enumerate(turns)}
         # an episode's next turn is the child node's only joint action (one sample per agent after the first turn)
         following = [None if node.children[j] is None else row[(id(node.children[j]), 0)] for node, j in turns]
         steps = [Step([TrainSample(node.samples[a][g].prompt_ids, node.samples[a][g].completion_ids, 0.0)
-                       for a, g in enumerate(node.joint[j])], []) for node, j in turns]
+                       for a, g in enumerate(node.joint[j])], [], turn=node.turn, targets=[0.0] * len(self.team))
+                 for node, j in turns]
+        penalties = self.kl_penalties(steps)
         for c, critic in enumerate(self.critics):
             ids = [self.critic_ids(c, node, j) for node, j in turns]
             values = _values(critic, ids).tolist()
+            agents = self.scored_by(c)
             for k, ((node, j), step) in enumerate(zip(turns, steps)):
                 next_value = None if following[k] is None else values[following[k]]
-                step.critics.append(CriticSample(ids[k], values[k],
-                                                 td_target(node.rewards[j], next_value, self.section.discount)))
+                reward = node.rewards[j]
+                # the critic's own target: its agents' mean shaped reward (IAC: its one agent's)
+                shared = reward - sum(penalties[k][a] for a in agents) / len(agents)
+                step.critics.append(CriticSample(ids[k], values[k], td_target(shared, next_value, self.section.discount)))
+                for a in agents:
+                    step.targets[a] = td_target(reward - penalties[k][a], next_value, self.section.discount)
         return steps
+
+    def kl_penalties(self, steps: list[Step]) -> list[list[float]]:
+        """Return coef x each agent's sampled KL to its start model, per step (all 0 unless the KL is in the reward);
+        the KLs are kept on the steps for the metrics."""
+        if not self.kl_in_reward:
+            return [[0.0] * len(self.team) for _ in steps]
+        per_agent = [sampled_kls(agent.model, self.references[a], [step.actions[a] for step in steps],
+                                 agent.tokenizer.pad_token_id) for a, agent in enumerate(self.team)]
+        coef = self.section.reference_kl_coef
+        for k, step in enumerate(steps):
+            step.kls = [per_agent[a][k] for a in range(len(self.team))]
+        return [[coef * per_agent[a][k] for a in range(len(self.team))] for k in range(len(steps))]
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
@@ -177,55 +227,125 @@ class ActorCritic:
         metrics = tree_metrics([root], self.section.num_turns)
         for c in range(len(self.critics)):
             metrics[f"critic_{c}/value_mean"] = sum(s.critics[c].value for s in steps) / len(steps)
-        if self.buffered_episodes >= self.section.rollout_buffer_size:
+        if self.kl_in_reward:   # the sampled KL the rewards were penalized by (loss form: the update reports it)
+            for a in range(len(self.team)):
+                metrics[f"agent_{a}/kl"] = sum(s.kls[a] for s in steps) / len(steps)
+        if self.buffer_full():
             metrics.update(self.update())
         metrics["env_steps"] = len(steps)
         if self.config.output.verbose:
             _print_tree(root, self.task)
         return metrics
 
-    def update(self) -> dict[str, float]:
-        """Train every actor (and its value head) and every separate critic on the buffer; return losses.
+    def buffer_full(self) -> bool:
+        """Return whether the buffer holds `rollout_buffer_size` turn samples per agent (update_schedule turns) or
+        episodes (episodes)."""
+        held = len(self.buffer) if self.section.update_schedule == "turns" else self.buffered_episodes
+        return held >= self.section.rollout_buffer_size
 
-        Advantages are computed (and normalized) over the whole buffer; then each model takes one optimizer step
-        per `train_batch_size` buffered turns (null: one step on the whole buffer). Metrics are the last step's.
-        """
+    def end_epoch(self, metrics: dict[str, float]) -> None:
+        """At an epoch's end, train on what the buffer still holds (upstream flushes its buffers there) and add the
+        update's metrics to `metrics`, those of the epoch's last step."""
+        if self.buffer:
+            metrics.update(self.update())
+
+    def update(self) -> dict[str, float]:
+        """Train every actor (and its value head) and every separate critic on the buffer, empty it; return losses
+        (metrics of each model's last optimizer step) and `update/actor_optimizer_steps`."""
+        if self.section.update_schedule == "turns":
+            metrics = self.update_by_turn()
+        else:
+            metrics = self.update_whole_buffer()
+        self.buffer, self.buffered_episodes = [], 0
+        return metrics
+
+    def update_whole_buffer(self) -> dict[str, float]:
+        """update_schedule episodes: advantages over the whole buffer; each model takes one optimizer step per
+        `train_batch_size` buffered turns in buffer order (null: one step on the whole buffer)."""
         s, metrics = self.section, {}
-        size = s.train_batch_size or len(self.buffer)
-        chunks = [range(start, min(start + size, len(self.buffer))) for start in range(0, len(self.buffer), size)]
         steps_taken = 0
-        for a, agent in enumerate(self.team):
-            seen = [step.critics[self.critic_of(a)] for step in self.buffer]
-            adv = actor_advantages([x.target for x in seen], [x.value for x in seen], s.critic_type,
-                                   s.advantage_normalization)
-            actions = [TrainSample(step.actions[a].prompt_ids, step.actions[a].completion_ids, value)
-                       for step, value in zip(self.buffer, adv)]
-            head = self.critics[a] if not self.centralized and self.critics[a].optimizer is None else None
-            for chunk in chunks:
-                part = [seen[k] for k in chunk]
-                result = policy_gradient_step(
-                    agent.model, agent.optimizer, [actions[k] for k in chunk], agent.tokenizer.pad_token_id,
-                    batch_size=s.rollout_buffer_size, max_grad_norm=s.max_grad_norm,
-                    kl_coef=s.reference_kl_coef, reference=self.references[a] if self.references else None,
-                    extra_backward=(lambda part=part: self.value_loss_backward(head, part)) if head else None)
+        for a in range(len(self.team)):
+            indices = list(range(len(self.buffer)))
+            adv = self.advantages_of(a, indices)
+            for chunk in chunks(indices, s.train_batch_size or len(indices)):
+                metrics.update(self.actor_step(a, chunk, adv, value_targets=None))
                 steps_taken += 1
-            metrics.update(_prefixed(f"agent_{a}", result))
         for c, critic in enumerate(self.critics):
             if critic.optimizer is None:
                 continue  # a head on its actor: trained in the actor's steps above
             seen = [step.critics[c] for step in self.buffer]
-            for chunk in chunks:
-                part = [seen[k] for k in chunk]
-                # the optimizer step of policy_gradient_step with no policy term: only the value loss
-                result = policy_gradient_step(critic.model, critic.optimizer, [], critic.tokenizer.pad_token_id,
-                                              max_grad_norm=s.max_grad_norm,
-                                              extra_backward=lambda part=part: self.value_loss_backward(critic, part))
-            kept = ("extra_loss", "grad_norm", "skipped_nonfinite")
-            metrics.update(_prefixed(f"critic_{c}", {k: result[k] for k in kept}))
+            for chunk in chunks(range(len(seen)), s.train_batch_size or len(seen)):
+                metrics.update(self.critic_step(c, [seen[k] for k in chunk]))
             metrics[f"critic_{c}/target_mean"] = sum(x.target for x in seen) / len(seen)
         metrics["update/actor_optimizer_steps"] = float(steps_taken)
-        self.buffer, self.buffered_episodes = [], 0
         return metrics
+
+    def update_by_turn(self) -> dict[str, float]:
+        """update_schedule turns (upstream's): per agent, the buffer's samples of each turn (turn 1 first) are a group
+        whose advantages are normalized together; the group is shuffled and cut into `train_batch_size` samples
+        (null: rollout_buffer_size); each batch is one actor step, then one step of the agent's separate critic on the
+        same samples with the agent's own targets (a centralized critic steps with every agent's batches)."""
+        s, metrics = self.section, {}
+        size = s.train_batch_size or s.rollout_buffer_size
+        steps_taken = 0
+        for a in range(len(self.team)):
+            c = self.critic_of(a)
+            for group in turn_groups(self.buffer):
+                adv = self.advantages_of(a, group)
+                order = [group[i] for i in torch.randperm(len(group)).tolist()]   # torch's generator: checkpointed
+                for chunk in chunks(order, size):
+                    targets = [self.buffer[k].targets[a] for k in chunk]
+                    metrics.update(self.actor_step(a, chunk, adv, value_targets=targets))
+                    steps_taken += 1
+                    if self.critics[c].optimizer is not None:
+                        part = [replace(self.buffer[k].critics[c], target=t) for k, t in zip(chunk, targets)]
+                        metrics.update(self.critic_step(c, part))
+        for c in range(len(self.critics)):
+            seen = [step.targets[a] for step in self.buffer for a in self.scored_by(c)]
+            metrics[f"critic_{c}/target_mean"] = sum(seen) / len(seen)
+        metrics["update/actor_optimizer_steps"] = float(steps_taken)
+        return metrics
+
+    def advantages_of(self, agent: int, indices: Sequence[int]) -> dict[int, float]:
+        """Return `agent`'s advantage of each buffered turn of `indices` (one group: normalized together), by index."""
+        seen = [self.buffer[k].critics[self.critic_of(agent)] for k in indices]
+        targets = [self.buffer[k].targets[agent] for k in indices]
+        adv = actor_advantages(targets, [x.value for x in seen], self.section.critic_type,
+                               self.section.advantage_normalization)
+        return dict(zip(indices, adv))
+
+    def actor_step(self, agent: int, chunk: Sequence[int], adv: dict[int, float],
+                   value_targets: Sequence[float] | None) -> dict[str, float]:
+        """Take one optimizer step of `agent`'s actor on the buffered turns `chunk` (advantages `adv[k]`); a value head
+        on the actor is trained in the same step on `value_targets` (None: its critic samples' targets). Return the
+        step's metrics, prefixed `agent_<i>/`."""
+        s, actor = self.section, self.team[agent]
+        samples = [TrainSample(self.buffer[k].actions[agent].prompt_ids, self.buffer[k].actions[agent].completion_ids,
+                               adv[k]) for k in chunk]
+        head = self.critics[agent] if not self.centralized and self.critics[agent].optimizer is None else None
+        extra = None
+        if head is not None:
+            part = [self.buffer[k].critics[agent] for k in chunk]
+            if value_targets is not None:
+                part = [replace(x, target=t) for x, t in zip(part, value_targets)]
+            extra = lambda: self.value_loss_backward(head, part)
+        kl_in_loss = self.references is not None and not self.kl_in_reward
+        result = policy_gradient_step(
+            actor.model, actor.optimizer, samples, actor.tokenizer.pad_token_id,
+            batch_size=s.rollout_buffer_size, max_grad_norm=s.max_grad_norm,
+            kl_coef=s.reference_kl_coef if kl_in_loss else 0.0, reference=self.references[agent] if kl_in_loss else None,
+            extra_backward=extra)
+        return _prefixed(f"agent_{agent}", result)
+
+    def critic_step(self, c: int, part: Sequence[CriticSample]) -> dict[str, float]:
+        """Take one optimizer step of separate critic `c` on its value loss over `part`; return its metrics."""
+        critic = self.critics[c]
+        # the optimizer step of policy_gradient_step with no policy term: only the value loss
+        result = policy_gradient_step(critic.model, critic.optimizer, [], critic.tokenizer.pad_token_id,
+                                      max_grad_norm=self.section.max_grad_norm,
+                                      extra_backward=lambda: self.value_loss_backward(critic, part))
+        kept = ("extra_loss", "grad_norm", "skipped_nonfinite")
+        return _prefixed(f"critic_{c}", {k: result[k] for k in kept})
 
     def value_loss_backward(self, critic: Critic, samples: Sequence[CriticSample]) -> float:
         """Backpropagate value_loss_coef x the mean squared TD error of `critic` on `samples`; return that loss."""

@@ -38,7 +38,9 @@ class Algorithm(Protocol):
     models: list[Any]                     # saved as agent_<i>/ in checkpoints
     # Optional: `rounds` (int, default 1) repeats the step plan (items of the epochs, cut at max_steps) that
     # many times (the preference iterations); `start_run(run_dir, step, steps_per_round)` is called once the
-    # run folder is known and a resume has restored `step` (for files the algorithm keeps in the run folder).
+    # run folder is known and a resume has restored `step` (for files the algorithm keeps in the run folder);
+    # `end_epoch(metrics)` is called after the last step of every epoch (and of a plan cut by max_steps) to train
+    # what its buffers still hold, adding that update's metrics to the step's `metrics` (upstream flushes there).
 
     def train_step(self, item: Any, step: int) -> dict[str, float]: ...      # one dataset item
     def evaluate(self, items: list[Any]) -> dict[str, float]: ...
@@ -65,6 +67,13 @@ def data_order(num_items: int, epochs: int, seed: int) -> list[int]:
         generator = torch.Generator().manual_seed(seed * 1000 + epoch)
         order.extend(torch.randperm(num_items, generator=generator).tolist())
     return order
+
+
+def ends_epoch(step: int, steps_per_round: int, epoch_length: int) -> bool:
+    """Return whether training step `step` (1-based) is the last of an epoch of `epoch_length` items, or the last of
+    its round's plan (`steps_per_round` steps: the epochs, cut at max_steps)."""
+    position = (step - 1) % steps_per_round + 1
+    return position % epoch_length == 0 or position == steps_per_round
 
 
 def run_prefix(config: Config, trainer: str) -> str:
@@ -192,6 +201,8 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         for step in range(start_step + 1, total_steps + 1):
             item = task.train_items[order[(step - 1) % steps_per_round]]
             metrics = algorithm.train_step(item, step)
+            if hasattr(algorithm, "end_epoch") and ends_epoch(step, steps_per_round, len(task.train_items)):
+                algorithm.end_epoch(metrics)
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:
                 tracker.log(metrics, step, env_step)

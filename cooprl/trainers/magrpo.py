@@ -14,6 +14,10 @@ One training step on one dataset item:
      shuffled order, one optimizer step per `train_batch_size` nodes;
    - `items`: `rollout_buffer_size` counts dataset items; one optimizer step per agent on all of their samples, the
      samples of one item's whole tree in one forward (its shared turn-1 prompt runs once: the faster update).
+   What the buffer holds at the end of an epoch is trained then (`end_epoch`), as upstream flushes it.
+With `reference_kl_coef` > 0 in the `reward` form (upstream's), each sample's return at its node is lowered by
+coef x its k3 KL to the frozen start model (scored once after the rollout, no gradient) before the group baseline;
+in the `loss` form the KL is a term of the policy loss instead.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import torch
 from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError
 from cooprl.evaluation import evaluate_team, evaluation_settings, tree_metrics
-from cooprl.policy_update import TrainSample, frozen_reference, policy_gradient_step
+from cooprl.policy_update import TrainSample, frozen_reference, kl_penalized, policy_gradient_step, sampled_kls
 from cooprl.rollout import RolloutSettings, advantages, iter_nodes, pipeline_settings, rollout, sample_returns
 from cooprl.task import Task
 from cooprl.text import safe_print
@@ -62,6 +66,8 @@ class MAGRPO:
         self.buffer: list[list[NodeGroup]] = [[] for _ in team]   # per agent, in tree order (breadth-first)
         self.buffered_items = 0                                   # items of the buffer (update_schedule items)
         self.references = [frozen_reference(agent.model) for agent in team] if section.reference_kl_coef > 0 else None
+        self.kl_in_reward = self.references is not None and section.reference_kl_form == "reward"
+        self.step_updates: list[dict[str, float]] = []             # the current step's updates (for end_epoch)
 
     # ------------------------------------------------------------------------------------------ rollout
     def _sample(self, agent: int, prompts: list[str], n: int):
@@ -83,9 +89,16 @@ class MAGRPO:
         module docstring for the two schedules); return metrics."""
         root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
         metrics = tree_metrics([root], self.section.num_turns)
-        updates = []
+        # every node's groups first: their advantages (and reward-form KLs) come from the policy that sampled them,
+        # as upstream's, which buffers a whole tree before it trains
+        node_groups, kls = [], [[] for _ in self.team]
         for node in iter_nodes(root):
-            for a, group in enumerate(self.sibling_groups(node)):
+            node_groups.append(self.sibling_groups(node, kls))
+        if self.kl_in_reward:
+            metrics.update({f"agent_{a}/kl": sum(values) / len(values) for a, values in enumerate(kls)})
+        updates = self.step_updates = []
+        for groups in node_groups:
+            for a, group in enumerate(groups):
                 self.buffer[a].append(group)
             if self.section.update_schedule == "nodes" and len(self.buffer[0]) >= self.section.rollout_buffer_size:
                 updates.append(self.update())
@@ -98,14 +111,32 @@ class MAGRPO:
             _print_tree(root, self.task)
         return metrics
 
-    def sibling_groups(self, node: Any) -> list[NodeGroup]:
-        """Return each agent's sibling group at `node`: its G samples with their advantages."""
+    def sibling_groups(self, node: Any, kls: list[list[float]] | None = None) -> list[NodeGroup]:
+        """Return each agent's sibling group at `node`: its G samples with their advantages. In the reward form of
+        the reference KL each sample's return is first lowered by coef x its sampled KL (appended to `kls[agent]`)."""
         s, groups = self.section, []
         for a in range(len(self.team)):
-            adv = advantages(sample_returns(node, a, s.cross_return), s.advantage_mode, s.advantage_normalization)
-            groups.append(NodeGroup(node.turn, [TrainSample(c.prompt_ids, c.completion_ids, value)
-                                                for c, value in zip(node.samples[a], adv)]))
+            samples = [TrainSample(c.prompt_ids, c.completion_ids, 0.0) for c in node.samples[a]]
+            returns = sample_returns(node, a, s.cross_return)
+            if self.kl_in_reward:
+                agent = self.team[a]
+                sampled = sampled_kls(agent.model, self.references[a], samples, agent.tokenizer.pad_token_id)
+                returns = kl_penalized(returns, sampled, s.reference_kl_coef)
+                if kls is not None:
+                    kls[a].extend(sampled)
+            adv = advantages(returns, s.advantage_mode, s.advantage_normalization)
+            for sample, value in zip(samples, adv):
+                sample.advantage = value
+            groups.append(NodeGroup(node.turn, samples))
         return groups
+
+    def end_epoch(self, metrics: dict[str, float]) -> None:
+        """At an epoch's end, train on what the buffers still hold (upstream flushes its buffers there: nodes short of
+        `rollout_buffer_size` would otherwise never be trained) and merge that update into `metrics`, those of the
+        epoch's last step."""
+        if any(self.buffer):
+            self.step_updates.append(self.update())
+            metrics.update(merge_update_metrics(self.step_updates))
 
     def update(self) -> dict[str, float]:
         """Train every agent on its buffer and empty it; return per-agent metrics (summed or averaged over the
@@ -130,10 +161,12 @@ class MAGRPO:
     def _step(self, agent_index: int, groups: list[NodeGroup], forward_batch: int) -> dict[str, float]:
         """Take one optimizer step of `agent_index` on the samples of `groups`; return its metrics."""
         agent = self.team[agent_index]
+        kl_in_loss = self.references is not None and not self.kl_in_reward
         return policy_gradient_step(
             agent.model, agent.optimizer, [x for group in groups for x in group.samples], agent.tokenizer.pad_token_id,
-            batch_size=forward_batch, max_grad_norm=self.section.max_grad_norm, kl_coef=self.section.reference_kl_coef,
-            reference=self.references[agent_index] if self.references else None)
+            batch_size=forward_batch, max_grad_norm=self.section.max_grad_norm,
+            kl_coef=self.section.reference_kl_coef if kl_in_loss else 0.0,
+            reference=self.references[agent_index] if kl_in_loss else None)
 
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
