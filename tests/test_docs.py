@@ -27,6 +27,12 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
     return load_config(ROOT / "configs" / f"{name}.yaml", overrides or [])
 
 
+def dataset_of(config: Config):
+    """Return the config's dataset section: under `config.task` where the task's sections live there."""
+    task = getattr(config, "task", None)
+    return (task if task is not None else config).dataset
+
+
 def trainer_of(config_name: str) -> str:
     return re.sub(r"_(che|he)_(config|cpu)$", "", config_name)
 
@@ -144,7 +150,7 @@ def test_reference_config_table_matches_every_reference_config():
         section = config.trainer(trainer)
         assert script == f"`train_{trainer}.py`", name
         assert dataset == {"OpenMLRL/CoopHumanEval": "CoopHumanEval", "openai/openai_humaneval": "HumanEval"}[
-            config.task.dataset.name], name
+            dataset_of(config).name], name
         assert section.num_turns == int(turns), name
         if trainer.startswith("madpo"):
             assert g == "–", name
@@ -206,7 +212,7 @@ def test_the_demo_is_what_the_readme_says():
     # "two agents, one turn, G = 4 samples per agent, LoRA r = 16, 32 steps", "on 4 eval problems"
     assert (section.num_agents, section.num_turns, section.num_generations) == (2, 1, 4)
     assert (config.agent_model.lora.r, section.max_steps, section.eval_num_samples) == (16, 32, 4)
-    assert config.output.run_name == "demo-magrpo-coop-cpu" and config.task.dataset.name == "coop"
+    assert config.output.run_name == "demo-magrpo-coop-cpu" and dataset_of(config).name == "coop"
     for claim in ("two agents, one turn, G = 4 samples per agent, LoRA r = 16, 32 steps",
                   "`runs/demo-magrpo-coop-cpu/`", "mean reward on 4 eval problems"):
         assert claim in README.replace("\n", " "), claim
