@@ -1,11 +1,14 @@
 """Comparators for the iterative preference trainers: who writes the candidates the policies are compared against.
 
 `comparator_policy`:
-- `current`: no comparator; the policies' own samples are compared with each other (build returns None), except
-  with `comparator_num_candidates` (the live policies write a candidate set of their own) and in centralized mode
-  (the live policy of agent `comparator_centralized_agent_index` writes joint answers);
+- `current`: the live policies write a second candidate set of their own (upstream); with
+  `comparator_candidate_budget: shared` and no `comparator_num_candidates`, no comparator (build returns None): the
+  policies' own samples are compared with each other. In centralized mode the live policy of agent
+  `comparator_centralized_agent_index` writes joint answers;
+- `current_copy`: a frozen copy of the policies, refreshed at the start of every iteration (CurrentCopyComparator);
 - `copy`: a frozen copy of the start policies (with LoRA: the same model with its adapters disabled);
 - `history`: frozen copies of the policies as they were `comparator_history_k` iterations earlier (HistoryComparator);
+  its snapshots are part of the trainer's checkpoint, so a resumed run compares against the same policies;
 - `model`: `comparator_model`, loaded once as a frozen model that plays every role;
 - `api`: `comparator_model` behind an OpenAI-compatible chat API (deterministic: one candidate per item).
 `comparator_generation_mode`:
@@ -106,11 +109,21 @@ def _frozen_generator(agent: Any) -> Any:
 def build_comparator(config: Config, trainer: str, task: Task, team: Sequence[Any],
                      joint_format: JointFormat | None = None, api_client: ApiClientFactory | None = None
                      ) -> Comparator | None:
-    """Return the comparator `trainer`'s section asks for (None for `current`); ConfigError when it cannot be built."""
+    """Return the comparator `trainer`'s section asks for (None: `current` with a shared budget, see the module doc);
+    ConfigError when it cannot be built."""
     comparator = _build_comparator(config, trainer, task, team, joint_format, api_client)
-    if comparator is not None:   # upstream's comparator_num_candidates: the comparator's own candidate count
-        comparator.num_candidates = config.trainer(trainer).comparator_num_candidates
+    if comparator is not None:
+        comparator.num_candidates = comparator_candidate_count(config.trainer(trainer))
     return comparator
+
+
+def comparator_candidate_count(section: Any) -> int | None:
+    """Return how many candidates of its own the comparator writes per problem: `comparator_num_candidates`, else
+    (budget `separate`, upstream's) `preference_num_candidates`; None (budget `shared`): up to half of
+    `preference_num_candidates` (see cooprl.preferences.split_candidates)."""
+    if section.comparator_num_candidates is not None:
+        return section.comparator_num_candidates
+    return section.preference_num_candidates if section.comparator_candidate_budget == "separate" else None
 
 
 def _build_comparator(config: Config, trainer: str, task: Task, team: Sequence[Any],
@@ -118,8 +131,8 @@ def _build_comparator(config: Config, trainer: str, task: Task, team: Sequence[A
     section = config.trainer(trainer)
     kind = section.comparator_policy
     centralized = section.comparator_generation_mode == "centralized" and task.num_agents > 1
-    if kind == "current" and not centralized and section.comparator_num_candidates is None:
-        return None   # the policies' own candidates are compared with each other
+    if kind == "current" and not centralized and comparator_candidate_count(section) is None:
+        return None   # shared budget: the policies' own candidates are compared with each other
     if centralized and joint_format is None:
         raise ConfigError(f"{trainer}.comparator_generation_mode=centralized: task {task.name!r} has no joint answer format")
     if kind == "model" and not (section.comparator_model or section.comparator_agents):
@@ -129,7 +142,7 @@ def _build_comparator(config: Config, trainer: str, task: Task, team: Sequence[A
         raise ConfigError(f"{trainer}.comparator_policy=api needs {trainer}.comparator_model or "
                           f"{trainer}.comparator_api_model (the API's model name)")
     writer = section.comparator_centralized_agent_index   # who writes a centralized comparator's joint answer
-    if centralized and kind in ("current", "copy", "history") and writer >= len(team):
+    if centralized and kind in ("current", "current_copy", "copy", "history") and writer >= len(team):
         raise ConfigError(f"{trainer}.comparator_centralized_agent_index={writer}: there are {len(team)} policies "
                           f"(0 to {len(team) - 1})")
 
@@ -145,10 +158,12 @@ def _build_comparator(config: Config, trainer: str, task: Task, team: Sequence[A
 
     if kind == "current" and centralized:  # the live policy of agent `writer` answers the joint prompt (upstream)
         return Comparator(task, [team[writer].generator], params, joint_format)
-    if kind == "current":  # comparator_num_candidates: the live policies write a candidate set of their own
+    if kind == "current":  # the live policies write a candidate set of their own
         return Comparator(task, [agent.generator for agent in team[:roles]], params, keep_ids=True)
-    if kind == "history":  # the policies as upstream's iteration checkpoints held them (see HistoryComparator)
+    if kind in ("history", "current_copy"):  # frozen snapshots of the policies (see HistoryComparator)
         players = [team[writer]] if centralized else list(team[:roles])
+        if kind == "current_copy":
+            return CurrentCopyComparator(task, players, params, joint_format if centralized else None)
         return HistoryComparator(task, players, params, section.comparator_history_k or 1,
                                  joint_format if centralized else None)
     if kind == "copy":  # role a is played by agent a's start model (the joint answer by agent `writer`'s)
@@ -185,8 +200,9 @@ class HistoryComparator(Comparator):
     """comparator_policy history: at iteration i the comparator is the policies as they were when upstream saved
     its checkpoint of iteration i - comparator_history_k, i.e. at the start of iteration i - k + 1 (the start
     policies when that is before iteration 0). With k = 1 that is the policies as the iteration began, frozen while
-    it trains. Snapshots of the trainable weights are kept in memory (on the CPU), one per iteration start; a
-    resumed run has snapshots from its resume point on (earlier ones: the oldest it has)."""
+    it trains. Snapshots of the trainable weights are kept on the CPU, one per iteration start, and only as long as
+    a later iteration can still play them (at most k); `state_dict` hands them to the trainer's checkpoint, so a
+    resumed run plays exactly the snapshots the uninterrupted run would."""
 
     def __init__(self, task: Task, players: Sequence[Any], params: Sequence[SamplingParams], history_k: int,
                  joint_format: JointFormat | None = None):
@@ -208,11 +224,34 @@ class HistoryComparator(Comparator):
         target = max(iteration - self.history_k + 1, 0)
         older = [k for k in self.snapshots if k <= target]
         source = max(older) if older else min(self.snapshots)
+        for stale in [k for k in self.snapshots if k < source]:   # later iterations play `source` or newer ones
+            del self.snapshots[stale]
         if source != self.loaded:
             for model, state in zip(self.copies, self.snapshots[source]):
                 model.load_state_dict(state, strict=False)
             self.loaded = source
         return source
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the snapshots still in play, {iteration: [one {parameter name: CPU tensor} per player]}: plain
+        data for the trainer's checkpoint (read back with torch.load(weights_only=True))."""
+        return {"snapshots": {k: [dict(state) for state in states] for k, states in self.snapshots.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the snapshots `state_dict` saved; the next `start_iteration` loads the one it plays."""
+        self.snapshots = {int(k): [dict(s) for s in states] for k, states in state["snapshots"].items()}
+        self.loaded = None
+
+
+class CurrentCopyComparator(HistoryComparator):
+    """comparator_policy current_copy (upstream's): a copy of the current policies made at the start of every
+    iteration and frozen while it trains (upstream copies them per iteration onto the comparator's devices). Pairs
+    collected offline at the iteration's first step see the same weights as `current`; online collection (every step)
+    compares the moving policies with the iteration's starting point. A history comparator with k = 1."""
+
+    def __init__(self, task: Task, players: Sequence[Any], params: Sequence[SamplingParams],
+                 joint_format: JointFormat | None = None):
+        super().__init__(task, players, params, 1, joint_format)
 
 
 def comparator_model_names(section: Any, trainer: str, roles: int) -> list[str]:

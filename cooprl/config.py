@@ -299,7 +299,8 @@ class PreferenceFields:
                                  "comparator_reward: the policy's candidate i against the comparator's candidate i (without a "
                                  "comparator the policy writes both sets), best comparator reward first",
                                  choices=("reward_gap", "random", "all", "comparator_reward"))
-    preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)", min=1)
+    preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)", min=1,
+                                                        aliases=("preference_pairs_per_item",))
     min_reward_gap: float = option(0.0, "pairs need winner reward - loser reward > this", min=0.0)
     use_environment_step: bool = option(True, "upstream's env_step (W&B's x axis, default as upstream): "
                                         "environment_steps_per_pair per trained pair (MADPO); false = the joint "
@@ -311,7 +312,12 @@ class PreferenceFields:
 @dataclass
 class MADPOSection(PreferenceFields, TrainerSection):
     num_turns: int = option(1, "preference methods are single-turn", min=1, max=1)
-    dpo_beta: float = option(0.1, "DPO inverse temperature beta", min=0.0)
+    # upstream's older MADPO schema (commit 88b74938) named three of these keys otherwise: read as aliases
+    num_train_epochs: int = option(1, "passes over the training split (offline pairs: each problem's pairs are "
+                                   "trained on once per pass)", min=1, aliases=("dpo_epochs_per_iteration",))
+    num_iterations: int = option(1, "plain MADPO is one iteration (upstream's older MADPO schema has the key; "
+                                 "madpo_iter iterates)", min=1, max=1)
+    dpo_beta: float = option(0.1, "DPO inverse temperature beta", min=0.0, aliases=("beta",))
     joint_mode: str = option("aligned", "candidates are aligned joint answers (the g-th sample of each agent); "
                              "the only mode preference pairs support", choices=("aligned",))
     rollout_buffer_size: Optional[int] = option(None, "upstream's fallback for train_batch_size: pairs per DPO "
@@ -323,7 +329,8 @@ class MADPOSection(PreferenceFields, TrainerSection):
                                            "as upstream)")
     num_generations: int = option(1, "accepted for upstream's configs; candidates per problem are "
                                   "preference_num_candidates (no effect)", min=1)
-    reference_model: bool = option(False, "add the usual DPO reference-model terms (default: reference-free)")
+    reference_model: bool = option(False, "add the usual DPO reference-model terms (default: reference-free)",
+                                   aliases=("use_reference_model",))
     reference_kl_form: str = option("loss", "MADPO: reference_kl_coef x the k3 KL is a term of the DPO loss (a DPO "
                                     "step has no reward to penalize)", choices=("loss",))
     pair_collection: str = option(
@@ -339,9 +346,10 @@ class IterativeFields:
                                  "upstream's comparator_reward)",
                                  choices=("reward_gap", "random", "all", "comparator_reward"))
     comparator_policy: str = option("current", "who generates the comparison candidates: current (the live "
-                                    "policies), copy (frozen start policies), history (the policies "
+                                    "policies), current_copy (a frozen copy of the policies, refreshed at the start of "
+                                    "every iteration), copy (frozen start policies), history (the policies "
                                     "comparator_history_k iterations ago), model, api",
-                                    choices=("current", "copy", "history", "model", "api"))
+                                    choices=("current", "current_copy", "copy", "history", "model", "api"))
     comparator_model: Optional[str] = option(None, "model name for comparator_policy model/api",
                                              aliases=("comparator_model_name",))
     comparator_agents: Optional[list[str]] = option(None, "comparator_policy model: one model name per role "
@@ -349,8 +357,13 @@ class IterativeFields:
     comparator_devices: Union[str, list[str], None] = option(
         None, "the comparator models' device (null = the agents'); several devices come with multi-device support")
     comparator_num_candidates: Optional[int] = option(
-        None, "comparator candidates per problem (null: as many as the policy's with comparator_reward, else up to "
-        "half of preference_num_candidates)", min=1)
+        None, "comparator candidates per problem (null: preference_num_candidates with comparator_candidate_budget "
+        "separate; up to half of preference_num_candidates with shared)", min=1)
+    comparator_candidate_budget: str = option(
+        "separate", "separate (upstream): the policies write preference_num_candidates and the comparator "
+        "comparator_num_candidates of its own (comparator_policy current: the live policies write that second set); "
+        "shared: without comparator_num_candidates the comparator's candidates come out of preference_num_candidates "
+        "(up to half; current: the policies' first half plays the comparator)", choices=("separate", "shared"))
     comparator_history_k: Optional[int] = option(None, "comparator_policy history: at iteration i, the policies as "
                                                  "upstream's checkpoint of iteration i - k held them (the start of "
                                                  "iteration i - k + 1; the start policies before that; null = 1)",
@@ -400,7 +413,9 @@ class MADPOIterSection(IterativeFields, MADPOSection):
 @dataclass
 class MARLHFSection(PreferenceFields, MAGRPOSection):
     num_turns: int = option(1, "turns of the online RL phase", min=1)
-    rl_algorithm: str = option("magrpo", "online RL algorithm on the learned reward", choices=("magrpo", "iac", "maac"))
+    rl_algorithm: str = option("magrpo", "online RL algorithm on the learned reward: magrpo; mareinforce, maremax, "
+                               "marloo (MAGRPO with advantage_mode raw, max, rloo, as upstream); iac; maac",
+                               choices=("magrpo", "mareinforce", "maremax", "marloo", "iac", "maac"))
     reward_model_name: Optional[str] = option(None, "reward model backbone (null = agent_model.name)")
     reward_model_device: Optional[str] = option(None, "the reward model's device (null = agent_model.device); "
                                                 "one device")
@@ -812,7 +827,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Return the validated Config from a YAML file (optional) plus `--override` strings."""
     data = read_yaml(path) if path is not None else {}
     data = apply_overrides(data, overrides or [])
-    data = lift_reward_shift(data)
+    data = read_old_madpo_preference(lift_reward_shift(data))
     config = build_section(Config, data)
     check_consistency(config)
     return config
@@ -859,6 +874,36 @@ def lift_reward_shift(data: dict[str, Any]) -> dict[str, Any]:
     processor["shift"] = first
     data["reward_processor"] = processor
     return data
+
+
+# upstream's older MADPO schema (configs/madpo_*_config.yaml of commit 88b74938): a top-level `preference:` section
+# whose `comparator:` block says who plain MADPO compares against; `self` (the policies' own samples) is ours
+OLD_MADPO_COMPARATOR_NULLS = ("agents", "provider", "model", "api_key_env", "base_url")
+
+
+def read_old_madpo_preference(data: dict[str, Any]) -> dict[str, Any]:
+    """Return `data` without upstream's older MADPO `preference:` section when it asks for what plain MADPO does
+    (`comparator.type: self`, the other comparator keys null); ConfigError naming every key of it that asks for
+    more (an API or model comparator is madpo_iter's: comparator_policy, comparator_model, comparator_api_*).
+    Files without a `madpo:` section are left alone (`preference` is then an unknown key)."""
+    if "preference" not in data or not isinstance(data.get("madpo"), dict):
+        return data
+    section = data["preference"] if data["preference"] is not None else {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"preference: expected a mapping (upstream's older MADPO schema), got {show(section)}")
+    problems = [f"preference.{key}={show(value)}" for key, value in section.items() if key != "comparator"]
+    comparator = section.get("comparator") if section.get("comparator") is not None else {}
+    if not isinstance(comparator, dict):
+        raise ConfigError(f"preference.comparator: expected a mapping, got {show(comparator)}")
+    for key, value in comparator.items():
+        wanted = (None, "self", "current") if key == "type" else (None,) if key in OLD_MADPO_COMPARATOR_NULLS else ()
+        if value not in wanted:
+            problems.append(f"preference.comparator.{key}={show(value)}")
+    if problems:
+        raise ConfigError(f"{', '.join(problems)}: upstream's older MADPO schema; plain madpo compares the policies' "
+                          "own samples (preference.comparator.type: self, the other keys null). A comparator model or "
+                          "API is madpo_iter's (comparator_policy, comparator_model, comparator_api_url, ...)")
+    return {key: value for key, value in data.items() if key != "preference"}
 
 
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")

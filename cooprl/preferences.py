@@ -130,7 +130,7 @@ def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence
     """Return the preference pairs of one item's scored candidates, picked as `section` says.
 
     `comparator_reward` compares the policy's candidates with the comparator's; without comparator candidates (no
-    comparator: upstream's `current`, the policy compared with itself) the policy's first half plays the comparator.
+    comparator: `current` with `comparator_candidate_budget: shared`) the policy's first half plays the comparator.
     """
     if section.pair_selection == "comparator_reward":
         mine = [c for c in candidates if c.source != "comparator"]
@@ -151,11 +151,13 @@ def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence
 
 # ---------------------------------------------------------------------------------------------- sampling
 def split_candidates(total: int, comparator: Comparator | None) -> tuple[int, int]:
-    """Return (policy candidates, comparator candidates) per item: the comparator writes up to half of `total`;
-    with its own `num_candidates` (comparator_num_candidates), the policies write `total` and it that many."""
+    """Return (policy candidates, comparator candidates) per item: with the comparator's own `num_candidates`
+    (upstream's budget: comparator_num_candidates, else preference_num_candidates) the policies write `total` and it
+    that many (at most its `max_candidates`); without (`comparator_candidate_budget: shared`) it writes up to half of
+    `total`."""
     if comparator is None:
         return total, 0
-    if getattr(comparator, "num_candidates", None):   # comparator_num_candidates: upstream's two candidate sets
+    if getattr(comparator, "num_candidates", None):   # its own count: upstream's two candidate sets
         n_comp = comparator.num_candidates
         if comparator.max_candidates is not None:
             n_comp = min(n_comp, comparator.max_candidates)

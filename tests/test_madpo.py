@@ -114,8 +114,11 @@ def test_madpo_resume_matches_uninterrupted_run_and_reuses_pairs(tmp_path):
 
 
 def test_copy_comparator_writes_half_the_candidates(tmp_path):
+    # the shared budget (ours; upstream's `separate` is tests/test_upstream_preference.py's); env_step = answers sampled
     run_madpo(tmp_path, "c", ["madpo_iter.max_steps=2", "madpo_iter.num_iterations=1", "madpo_iter.comparator_policy=copy",
-                              "madpo_iter.preference_num_candidates=4", "madpo_iter.pair_selection=all"], "madpo_iter")
+                              "madpo_iter.preference_num_candidates=4", "madpo_iter.pair_selection=all",
+                              "madpo_iter.comparator_candidate_budget=shared", "madpo_iter.use_environment_step=false"],
+              "madpo_iter")
     logged = train_events(tmp_path / "c")
     assert all(e["env_step"] in (4, 8) for e in logged) and all(e["turn_1/nodes"] == 1 for e in logged)
     assert all("dpo/comparator_reward_mean" in e for e in logged)

@@ -152,7 +152,7 @@ def test_log_reward_distribution_and_policy_checkpoint_dir(tmp_path):
     files = sorted((tmp_path / "d" / "reward_distributions").glob("*.json"))
     assert [f.name for f in files] == ["iteration_0.json", "iteration_1.json"]
     dist = json.loads(files[0].read_text())
-    assert dist["policy"]["count"] + dist["comparator"]["count"] == 2 * 3          # 2 steps x 3 candidates
+    assert dist["policy"]["count"] + dist["comparator"]["count"] == 2 * (3 + 3)    # 2 steps x 3 + the comparator's 3
     assert sum(dist["policy"]["histogram"]) == dist["policy"]["count"] and dist["bins"] == 16
     assert all("reward_dist/policy_mean" in e for e in train_events(tmp_path / "d"))
     assert sorted(p.name for p in snapshots.iterdir()) == ["initial", "iteration_0", "iteration_1"]
@@ -177,8 +177,8 @@ def test_comparator_num_candidates_gives_the_comparator_its_own_candidate_set(tm
     # `current` with its own count: the live policies write a second candidate set
     assert algorithm.comparator is not None and algorithm.comparator.generators[0] is algorithm.team[0].generator
     assert split_candidates(3, algorithm.comparator) == (3, 5)
-    config = madpo_config(tmp_path, "c2", "madpo_iter", [])
-    assert build_madpo(config, "madpo_iter", scripted_task()).comparator is None      # null: no comparator
+    config = madpo_config(tmp_path, "c2", "madpo_iter", ["madpo_iter.comparator_candidate_budget=shared"])
+    assert build_madpo(config, "madpo_iter", scripted_task()).comparator is None      # shared budget, null: none
 
 
 def test_centralized_comparator_of_the_current_policy_is_agent_index_s_live_model(tmp_path):
@@ -311,5 +311,6 @@ def test_history_comparator_plays_the_policies_of_comparator_history_k_iteration
 def test_madpo_iter_runs_with_a_history_comparator(tmp_path):
     algorithm, _ = run_madpo(tmp_path, "hr", ["madpo_iter.max_steps=1", "madpo_iter.num_iterations=2",
                                               "madpo_iter.comparator_policy=history"], "madpo_iter")
-    assert sorted(algorithm.comparator.snapshots) == [0, 1] and algorithm.comparator.loaded == 1
+    # k = 1: iteration 1 plays its own start; iteration 0's snapshot no iteration plays again is dropped
+    assert sorted(algorithm.comparator.snapshots) == [1] and algorithm.comparator.loaded == 1
     assert all(e["dpo/comparator_reward_mean"] >= 0 for e in train_events(tmp_path / "hr") if "dpo/comparator_reward_mean" in e)

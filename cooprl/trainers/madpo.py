@@ -2,7 +2,7 @@
 
 Where the pairs come from (`pair_collection`):
 - `offline` (upstream's): at the first step of iteration k, sample `preference_num_candidates` joint candidates
-  (one rollout turn; with a comparator, up to half of them are the comparator's) for every problem of the step
+  (one rollout turn; a comparator adds its own set, see `comparator_candidate_budget`) for every problem of the step
   plan from the policies as they are then (iteration 0: the start policies), score them with the task reward,
   pick (winner, loser) pairs and write them to `<run dir>/preferences/iteration_<k>.jsonl`; every step of the
   iteration then trains on its problem's pairs (epochs > 1 train on them again);
@@ -257,9 +257,13 @@ class MADPO:
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Return what a checkpoint needs besides the weights (pairs live in their own files)."""
-        return {"optimizers": [agent.optimizer.state_dict() for agent in self.team], "pair_rng": self.rng.getstate(),
-                "collected": list(self.collected), "collection_metrics": self.collection_metrics}
+        """Return what a checkpoint needs besides the weights (pairs live in their own files), with the comparator's
+        policy snapshots (history, current_copy) when it keeps some."""
+        state = {"optimizers": [agent.optimizer.state_dict() for agent in self.team], "pair_rng": self.rng.getstate(),
+                 "collected": list(self.collected), "collection_metrics": self.collection_metrics}
+        if hasattr(self.comparator, "state_dict"):
+            state["comparator"] = self.comparator.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` saved."""
@@ -269,6 +273,8 @@ class MADPO:
         # offline collection: iterations collected before the checkpoint are read back from their files (start_run)
         self.collected = list(state.get("collected", []))
         self.collection_metrics = dict(state.get("collection_metrics", {}))
+        if "comparator" in state and hasattr(self.comparator, "load_state_dict"):
+            self.comparator.load_state_dict(state["comparator"])
 
 
 def candidate_metrics(root: Any, candidates: Sequence[Any]) -> dict[str, float]:

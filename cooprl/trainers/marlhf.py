@@ -9,7 +9,8 @@ MADPO_ITER; MARLHF is one iteration without a comparator. Before the first step 
    pairs `preference_replay_mode` replays, with their weights); its held-out pair accuracy is logged;
 3. with `normalize_reward` (default), the mean and standard deviation of its scores on the answers of the pairs
    it was trained on are measured, and the learned reward becomes (score - mean) / std.
-Every step then runs `rl_algorithm` (MAGRPO by default, IAC or MAAC) on the task whose reward is the frozen
+Every step then runs `rl_algorithm` (MAGRPO by default; its REINFORCE variants mareinforce, maremax and marloo,
+which are MAGRPO with advantage_mode raw, max and rloo; IAC or MAAC) on the task whose reward is the frozen
 reward model's value (`LearnedReward`). Evaluation switches the learned reward off: it uses the task reward.
 
 The reward model is saved in every checkpoint after the RL algorithm's models, and its mean and std in the
@@ -44,8 +45,14 @@ MIN_SCORE_STD = 1e-6        # floor of the std the learned reward is divided by 
 
 # rl_algorithm -> "module:builder(config, trainer, task)"
 RL_BUILDERS = {"magrpo": "cooprl.trainers.magrpo:build_magrpo",
+               "mareinforce": "cooprl.trainers.magrpo:build_magrpo",
+               "maremax": "cooprl.trainers.magrpo:build_magrpo",
+               "marloo": "cooprl.trainers.magrpo:build_magrpo",
                "iac": "cooprl.trainers.actor_critic:build_iac",
                "maac": "cooprl.trainers.actor_critic:build_maac"}
+# upstream's REINFORCE family: MAGRPO whose advantage baseline is none (raw returns), the group's best return, or
+# the mean of the other samples' returns (leave-one-out); they override the section's advantage_mode, as upstream
+MAGRPO_ADVANTAGE_MODES = {"magrpo": None, "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
 
 
 class LearnedReward:
@@ -207,9 +214,13 @@ class MARLHF:
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Return the RL algorithm's state, which iteration's reward model the checkpoint holds and its mean/std."""
-        return {"rl": self.rl.state_dict(), "trained_iteration": self.trained_iteration,
-                "reward_metrics": self.reward_metrics, "reward_normalization": (self.learned.mean, self.learned.std)}
+        """Return the RL algorithm's state, which iteration's reward model the checkpoint holds and its mean/std, and
+        the comparator's policy snapshots (history, current_copy) when it keeps some."""
+        state = {"rl": self.rl.state_dict(), "trained_iteration": self.trained_iteration,
+                 "reward_metrics": self.reward_metrics, "reward_normalization": (self.learned.mean, self.learned.std)}
+        if hasattr(self.comparator, "state_dict"):
+            state["comparator"] = self.comparator.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` saved."""
@@ -217,6 +228,8 @@ class MARLHF:
         self.trained_iteration, self.reward_metrics = state["trained_iteration"], state["reward_metrics"]
         # checkpoints written before the learned reward was normalized: raw scores
         self.learned.mean, self.learned.std = state.get("reward_normalization", (0.0, 1.0))
+        if "comparator" in state and hasattr(self.comparator, "load_state_dict"):
+            self.comparator.load_state_dict(state["comparator"])
 
 
 # ---------------------------------------------------------------------------------------------- building
@@ -235,13 +248,17 @@ def build_reward_model(config: Config, section: Any) -> RewardModel:
 def rl_config(config: Config, trainer: str) -> tuple[Config, str]:
     """Return (config, trainer name) to build `rl_algorithm` with.
 
-    MAGRPO reads the MARLHF section itself (it holds every MAGRPO key). IAC and MAAC read their own section,
-    with the keys every trainer shares (learning rate, max_new_tokens, num_turns, ...) taken from MARLHF's.
+    MAGRPO reads the MARLHF section itself (it holds every MAGRPO key); mareinforce / maremax / marloo read it with
+    advantage_mode raw / max / rloo. IAC and MAAC read their own section, with the keys every trainer shares
+    (learning rate, max_new_tokens, num_turns, ...) taken from MARLHF's.
     """
     section = config.trainer(trainer)
     name = section.rl_algorithm
-    if name == "magrpo":
-        return config, trainer
+    if name in MAGRPO_ADVANTAGE_MODES:
+        mode = MAGRPO_ADVANTAGE_MODES[name]
+        if mode is None or mode == section.advantage_mode:
+            return config, trainer
+        return dataclasses.replace(config, **{trainer: dataclasses.replace(section, advantage_mode=mode)}), trainer
     shared = {f.name: getattr(section, f.name) for f in dataclasses.fields(TrainerSection)}
     return dataclasses.replace(config, **{name: dataclasses.replace(config.trainer(name), **shared)}), name
 
