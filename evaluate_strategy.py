@@ -124,8 +124,8 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
 
     rest, budget, strategy_config = split_overrides(strategy, overrides)
     config = load_config(config_path, rest)
-    problems = load_problems(config.dataset, config.dataset.eval_split)
-    dataset = (config.dataset.path and Path(config.dataset.path).stem) or config.dataset.name.split("/")[-1]
+    problems = load_problems(config.task.dataset, config.task.dataset.eval_split)
+    dataset = config.task.run_label()
     run_dir = Path(config.output.base_dir) / (config.output.run_name or f"strategy-{strategy}-{dataset}")
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RESULTS
@@ -136,7 +136,7 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
     todo = [p for p in problems if p.task_id not in done]
     (run_dir / f"strategy_config_{strategy}.json").write_text(json.dumps(
         {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),
-         "model": config.agent_model.name, "checkpoint": checkpoint, "eval_split": config.dataset.eval_split},
+         "model": config.agent_model.name, "checkpoint": checkpoint, "eval_split": config.task.dataset.eval_split},
         indent=2), encoding="utf-8")
     if done:
         print(f"resuming: {len(done)} problem(s) already in {path}, {len(todo)} to go")

@@ -14,7 +14,7 @@
 `comparator_generation_mode`:
 - `decentralized`: the comparator answers each policy's own prompt (role by role);
 - `centralized`: it writes every role in one answer to the task's joint prompt, split back into one text per
-  policy by the task's `JointFormat` (for the code task: `<auxiliary>`/`<main>` sections). A task whose
+  policy by the task's `JointFormat` (e.g. one tagged section per role). A task whose
   single policy already answers jointly (centralized collaboration) just uses its own prompt.
 """
 

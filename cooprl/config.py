@@ -116,15 +116,6 @@ class CriticModelSection:
 
 
 @dataclass
-class DatasetSection:
-    name: str = option("coop", "humaneval, coop (shipped cooperative set), or a hub id such as OpenMLRL/CoopHumanEval")
-    type: str = option("coophumaneval", "dataset family", choices=("humaneval", "coophumaneval", "mbpp", "custom"))
-    train_split: str = option("train[16:]", "training split with optional slice, e.g. test[33:163]")
-    eval_split: str = option("test[:16]", "evaluation split with optional slice, e.g. test[:32]")
-    path: Optional[str] = option(None, "local .json/.jsonl file of HumanEval-format records (overrides name)")
-
-
-@dataclass
 class OutputSection:
     base_dir: str = option("runs", "parent folder of run folders")
     run_name: Optional[str] = option(None, "run folder name (null = <trainer>-<dataset>-<time>)")
@@ -135,36 +126,28 @@ class OutputSection:
 
 @dataclass
 class RewardSection:
-    executor: str = option("local", "where the reward's programs run: local (this machine's sandbox pool) or ray "
-                           "(sandbox pools on a Ray cluster's CPU nodes; needs the ray extra)", choices=("local", "ray"))
+    executor: str = option("local", "where the reward's work runs (the code task: its programs): local (this "
+                           "machine's worker pool) or ray (worker pools on a Ray cluster's CPU nodes; needs the ray "
+                           "extra)", choices=("local", "ray"))
     ray_address: Optional[str] = option(None, "the Ray cluster to join (null = RAY_ADDRESS, else a local Ray)")
-    ray_actors: int = option(2, "executor ray: sandbox pools (Ray actors) spread over the cluster's nodes", min=1)
-    ray_workers_per_actor: int = option(4, "executor ray: sandbox workers (CPUs) per pool", min=1)
-    require_full_isolation: bool = option(False, "refuse to train when the sandbox cannot isolate programs fully "
-                                          "(no namespaces, no separate uid: its start-up warning says what lacks)")
+    ray_actors: int = option(2, "executor ray: worker pools (Ray actors) spread over the cluster's nodes", min=1)
+    ray_workers_per_actor: int = option(4, "executor ray: workers (CPUs) per pool", min=1)
+    require_full_isolation: bool = option(False, "refuse to train when the reward's executor cannot isolate its "
+                                          "work fully (no namespaces, no separate uid: its start-up warning says "
+                                          "what lacks)")
     pipeline_nodes: Optional[int] = option(
         None, "MAGRPO/GRPO rollouts: nodes of a turn sampled per generate call (null = the whole turn in one call per "
-        "agent; 1 = node by node, as upstream): with reward.pipeline, each chunk's joint actions are scored in the "
-        "sandbox while the next chunk generates. Another chunking draws other samples (same distributions)", min=1)
+        "agent; 1 = node by node, as upstream): with reward.pipeline, each chunk's joint actions are scored "
+        "while the next chunk generates. Another chunking draws other samples (same distributions)", min=1)
     pipeline: bool = option(True, "score each chunk of reward.pipeline_nodes nodes on a background thread while the "
                             "next chunk generates (the results are identical to scoring each chunk in turn)")
-
-
-@dataclass
-class ExternalSection:
-    mode: str = option("level_feedback", "how the next turn's prompt is built",
-                       choices=("level_feedback", "plain", "expert_edits"))
-    sandbox_slice: Union[int, str, None] = option(
-        1, "asserts shown/run for feedback: n>0 first n, n<0 last |n|, 0/null/'all' every one")
-    expert_model: str = option("deepseek-coder", "model of the expert_edits mode (OpenAI-compatible API)")
-    external_prompt_passthrough: bool = option(False, "use the external prompt as is, without the agent's history")
 
 
 @dataclass
 class RewardProcessorSection:
     enabled: bool = option(True, "apply scale then shift to training rewards")
     scale_factor: float = option(1.0, "multiplies the raw reward")
-    shift: Optional[float] = option(None, "added after scaling (null = -max reward: -4.0 for two agents, -2.1 for one); "
+    shift: Optional[float] = option(None, "added after scaling (null = minus the task's largest raw reward); "
                                     "also read as upstream's <trainer>.reward_shift")
 
 
@@ -192,7 +175,7 @@ class WandbSection:
 @dataclass
 class TrainerSection:
     """Keys every trainer shares."""
-    num_agents: int = option(2, "number of agents (aux + main = 2)", min=1)
+    num_agents: int = option(2, "number of agents (the task's roles)", min=1)
     num_turns: int = option(2, "turns per episode", min=1)
     num_train_epochs: int = option(1, "passes over the training split", min=1)
     max_steps: Optional[int] = option(None, "stop after this many training steps (dataset items); null = epochs", min=1)
@@ -227,11 +210,12 @@ class TrainerSection:
         -0.2, "do not expand a node whose mean processed reward exceeds this (null = never)")
     collaboration_mode: str = option("decentralized", "one model per agent, or one model for both roles",
                                      choices=("decentralized", "centralized"))
-    centralized_prompt: str = option("concat", "centralized prompt: both agents' prompts (concat), the problem "
+    centralized_prompt: str = option("concat", "centralized prompt: every agent's prompt (concat), the problem "
                                      "once (native), or the problem once with a worked example of the answer "
                                      "(example: best for small models)", choices=("concat", "native", "example"))
-    centralized_answer: str = option("open", "bounded: prompt ends with <auxiliary> (example style: "
-                                     "<auxiliary> def aux( ), stop at </main>", choices=("open", "bounded"))
+    centralized_answer: str = option("open", "bounded: the prompt opens the first role's section of the answer and "
+                                     "generation stops at the end of the last one's; open: free form",
+                                     choices=("open", "bounded"))
 
 
 @dataclass
@@ -368,7 +352,8 @@ class IterativeFields:
                                                  "upstream's checkpoint of iteration i - k held them (the start of "
                                                  "iteration i - k + 1; the start policies before that; null = 1)",
                                                  min=1)
-    comparator_generation_mode: str = option("decentralized", "comparator writes aux and main separately or in one answer",
+    comparator_generation_mode: str = option("decentralized", "comparator writes each role's answer "
+                                             "separately or all in one answer",
                                              choices=("decentralized", "centralized"))
     comparator_centralized_agent_index: int = option(
         0, "centralized comparator of comparator_policy current/copy/history: which agent's model writes the joint "
@@ -453,10 +438,8 @@ class Config:
     critic_model: CriticModelSection = option(CriticModelSection(), "critic backbone for actor-critic trainers "
                                               "(null = the defaults)", null_is_default=True)
     critics: Optional[list[str]] = option(None, "one critic model name per agent; null = critic_model.name")
-    dataset: DatasetSection = option(DatasetSection(), "problems")
     seed: int = option(42, "seed of every random number generator, 0 to 2^32 - 1", min=0, max=2**32 - 1)
     output: OutputSection = option(OutputSection(), "run folder and final model")
-    external: ExternalSection = option(ExternalSection(), "transitions between turns")
     reward: RewardSection = option(RewardSection(), "where the reward's programs run")
     reward_processor: RewardProcessorSection = option(RewardProcessorSection(), "training reward transform")
     checkpoint: CheckpointSection = option(CheckpointSection(), "checkpoints and resume")
@@ -470,6 +453,9 @@ class Config:
     madpo_iter: MADPOIterSection = option(MADPOIterSection(), "iterative multi-agent DPO")
     marlhf: MARLHFSection = option(MARLHFSection(), "reward model + online RL")
     marlhf_iter: MARLHFIterSection = option(MARLHFIterSection(), "iterative MARLHF")
+    # The task's own sections (e.g. the code task's `dataset` and `external`), read from the top level of the file
+    # into one dataclass that the environment registers (`register_task_config`); None when no task is registered.
+    task: Any = field(default=None, metadata={"task": True})
 
     def trainer(self, name: str) -> Any:
         """Return the section of trainer `name` (e.g. 'magrpo')."""
@@ -484,6 +470,9 @@ class Config:
     def to_dict(self, trainer: str | None = None) -> dict[str, Any]:
         """Return the config as plain data; with `trainer`, the sections of trainers it does not read are left out."""
         data = dataclasses.asdict(self)
+        task = data.pop("task") or {}
+        data = {**{k: v for k, v in data.items() if k not in TRAINER_SECTIONS}, **task,
+                **{k: v for k, v in data.items() if k in TRAINER_SECTIONS}}
         if trainer is not None:
             kept = self.sections_read_by(trainer)
             data = {k: v for k, v in data.items() if k not in TRAINER_SECTIONS or k in kept}
@@ -492,6 +481,32 @@ class Config:
     def to_yaml(self, trainer: str | None = None) -> str:
         """Return the config as YAML text (what --print-config prints and config.yaml holds)."""
         return yaml.safe_dump(self.to_dict(trainer), sort_keys=False, default_flow_style=False)
+
+
+# ----------------------------------------------------------------------------------------------- the task's sections
+# The library's config knows no task. An environment registers the dataclass of its own top-level sections; its
+# fields are section names (read from the top level of a file, like the library's), and it may define
+# `validate()` (raise ConfigError for values the task refuses together) and `run_label()` (a short name for run
+# folders, e.g. the dataset's).
+_TASK_CONFIG: type | None = None
+
+
+def register_task_config(cls: type) -> type:
+    """Make dataclass `cls` the task sections that `load_config` reads by default; return `cls`."""
+    global _TASK_CONFIG
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"a task config is a dataclass of sections, not {cls!r}")
+    _TASK_CONFIG = cls
+    return cls
+
+
+def registered_task_config() -> type | None:
+    """Return the task config dataclass registered by the environment (None when none is)."""
+    return _TASK_CONFIG
+
+
+def _library_fields() -> dict[str, Any]:
+    return {f.name: f for f in dataclasses.fields(Config) if not f.metadata.get("task")}
 
 
 # ----------------------------------------------------------------------------------------------- building
@@ -605,7 +620,7 @@ def unknown_key_error(key: str, known: list[str], prefix: str) -> ConfigError:
 def build_section(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     """Return an instance of dataclass `cls` built from `data`, every key and value checked."""
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("task")}
     data = resolve_aliases(cls, data, prefix)
     kwargs = {}
     for key, value in data.items():
@@ -669,8 +684,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return path, value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of `data` with each `a.b=v` override set (intermediate mappings created as needed)."""
+def apply_overrides(data: dict[str, Any], overrides: list[str], task_config: type | None = None) -> dict[str, Any]:
+    """Return a copy of `data` with each `a.b=v` override set (intermediate mappings created as needed);
+    `task_config`: the task's sections (see `register_task_config`)."""
     merged = yaml.safe_load(yaml.safe_dump(data)) or {}
     overridden: set[tuple[str, ...]] = set()
     for text in overrides:
@@ -683,7 +699,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             if not isinstance(child, dict):
                 raise ConfigError(f"--override {text!r}: {'.'.join(path[:i + 1])} is a value, not a section")
             node = child
-        section = _section_at(path[:-1])
+        section = _section_at(path[:-1], task_config)
         if section is not None:  # an override wins over the file's value under the other name (alias or ours)
             names = {path[-1]} | {a for a, n in field_aliases(section).items() if n == path[-1]}
             target = field_aliases(section).get(path[-1], path[-1])
@@ -703,11 +719,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return merged
 
 
-def _section_at(path: list[str]) -> type | None:
+def _section_at(path: list[str], task_config: type | None = None) -> type | None:
     """Return the dataclass of the config section at key `path` ([] = Config), or None when there is none."""
     cls: Any = Config
+    if path and task_config is not None and path[0] in {f.name for f in dataclasses.fields(task_config)}:
+        cls = task_config
     for part in path:
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("task")}
         if part not in fields:
             return None
         tp = typing.get_type_hints(cls)[part]
@@ -823,12 +841,29 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Return the validated Config from a YAML file (optional) plus `--override` strings."""
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                task_config: type | None = None) -> Config:
+    """Return the validated Config from a YAML file (optional) plus `--override` strings.
+
+    The top-level sections of `task_config` (default: the one the environment registered) go to `config.task`."""
+    task_config = task_config or _TASK_CONFIG
     data = read_yaml(path) if path is not None else {}
-    data = apply_overrides(data, overrides or [])
+    data = apply_overrides(data, overrides or [], task_config)
     data = read_old_madpo_preference(lift_reward_shift(data))
+    task_names = {f.name for f in dataclasses.fields(task_config)} if task_config is not None else set()
+    library_names = set(_library_fields())
+    if task_names & library_names:
+        raise TypeError(f"task config {task_config.__name__} reuses library sections: {sorted(task_names & library_names)}")
+    task_data = {key: data[key] for key in data if key in task_names}
+    data = {key: value for key, value in data.items() if key not in task_names}
+    if task_config is not None:
+        known = sorted(library_names | task_names)
+        unknown = [key for key in data if key not in library_names]
+        if unknown:
+            raise unknown_key_error(str(unknown[0]), known, "")
     config = build_section(Config, data)
+    if task_config is not None:
+        config.task = build_section(task_config, task_data)
     check_consistency(config)
     return config
 
@@ -935,9 +970,8 @@ def trainer_device(section: Any, key: str, fallback: str) -> str:
 
 def check_consistency(config: Config) -> None:
     """Raise ConfigError for values that are fine alone but not together."""
-    slice_ = config.external.sandbox_slice
-    if isinstance(slice_, str) and slice_.lower() != "all":
-        raise ConfigError(f"external.sandbox_slice: expected an int, null or 'all', got {slice_!r}")
+    if hasattr(config.task, "validate"):
+        config.task.validate()
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
         if section.parallel_training in ("mp", "ddp"):
@@ -963,6 +997,9 @@ def describe_fields(cls: type = Config, prefix: str = "") -> list[tuple[str, Any
     instance = cls()
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if f.metadata.get("task"):   # the registered task's sections, described as the top-level sections they are
+            rows.extend(describe_fields(_TASK_CONFIG) if _TASK_CONFIG is not None else [])
+            continue
         key = f"{prefix}.{f.name}" if prefix else f.name
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):

@@ -82,7 +82,7 @@ def evaluation_settings(section: Any, process_reward: Callable[[float], float]) 
 
 def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: Any,
                   process_reward: Callable[[float], float]) -> dict[str, float]:
-    """Return eval metrics per turn (reward levels, pass rate, pass@k, aux usage) of the team's sampler on `items`."""
+    """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team's sampler on `items`."""
     settings = evaluation_settings(section, process_reward)
     size = getattr(section, "eval_batch_size", None) or max(len(items), 1)   # problems rolled out together
     roots = [root for start in range(0, len(items), size) for root in rollout(items[start:start + size], task, sample, settings)]

@@ -93,7 +93,7 @@ class HFGenerator:
     def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:
         """Return the unpadded token ids of each prompt, cut from the left to `max_prompt_tokens`.
 
-        Prompts carry model- and program-derived text (level feedback quotes error messages): `safe_text` first,
+        Prompts carry model- and program-derived text (a task's feedback may quote error messages): `safe_text` first,
         since a fast tokenizer refuses a lone surrogate (`TypeError: TextEncodeInput`)."""
         prompts = [safe_text(p) for p in prompts]
         if self.chat_template:

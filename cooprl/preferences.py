@@ -9,7 +9,7 @@ Shared by the preference trainers (MADPO, MARLHF and their iterative variants):
 3. `write_pairs` / `read_pairs` / `PairStore`: JSONL files in the run folder (inspectable, reused on resume);
 4. `replay_weights`: which earlier iterations' pairs are trained on again, and with what weight.
 
-A "joint" answer has one text per policy: [aux, main] for two decentralized agents, [joint answer] for one
+A "joint" answer has one text per policy: [agent 0's, agent 1's] for two decentralized agents, [joint answer] for one
 centralized policy. Pairs keep the sampled token ids when the policy's own tokenizer produced them, so that a
 DPO update scores exactly the sampled tokens; texts from another tokenizer (an API) have ids None.
 """
@@ -40,7 +40,7 @@ class PreferencePair:
     """One comparison of two joint answers to the same item (the winner has the higher task reward)."""
 
     item_id: str
-    prompts: list[str]           # per policy (decentralized: [aux prompt, main prompt]; centralized: [joint prompt])
+    prompts: list[str]           # per policy (decentralized: one per agent; centralized: [joint prompt])
     chosen: list[str]            # per policy: completion texts of the winner
     rejected: list[str]          # per policy: completion texts of the loser
     chosen_reward: float         # raw task rewards (before the reward processor)

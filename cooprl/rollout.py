@@ -9,8 +9,8 @@ a child node whose prompts the task's transition builds. The return of a joint a
 
 Pipelining (`reward.pipeline_nodes`, `reward.pipeline`): a turn's nodes can instead be sampled in chunks of
 `nodes_per_generation` nodes (1 = node by node, as upstream samples). With `pipeline` on, each chunk's joint
-actions are scored on a background thread while the next chunk generates: the reward's programs run in sandbox
-processes, so generation (torch, this process) and execution (the sandbox's CPUs) overlap. The turn's next
+actions are scored on a background thread while the next chunk generates: a task whose reward runs in other
+processes (the code task's sandbox) then overlaps generation (torch, this process) and scoring. The turn's next
 prompts and early terminations wait for all of its scores, as without pipelining. The results are identical:
 generation runs in the same order on this thread, the scoring thread never draws from torch's generator, and
 the chunks are scored in order, one at a time, with the caller's grad mode.

@@ -1,6 +1,6 @@
 """`safe_text`: model- and program-derived text made safe for a tokenizer, a log file and the terminal.
 
-A program can raise `ValueError('\\ud800')`; its message reaches level feedback, the next prompt, the tokenizer
+A program can raise `ValueError('\\ud800')`; its message reaches a task's feedback, the next prompt, the tokenizer
 (`TypeError: TextEncodeInput` on a lone surrogate) and verbose printing (`UnicodeEncodeError`). Every such
 string passes through `safe_text` at those boundaries.
 """

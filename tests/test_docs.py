@@ -57,7 +57,7 @@ def number(cell: str) -> float:
 # ------------------------------------------------------------------------------------------ docs/config.md
 def test_config_reference_is_up_to_date():
     written = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
-    assert written == config_reference(), "docs/config.md is stale: run python -m cooprl.config_docs > docs/config.md"
+    assert written == config_reference(), "docs/config.md is stale: run python -m cooprl.config_docs envs.code_generation > docs/config.md"
 
 
 def test_config_reference_lists_every_trainer_and_its_own_keys():

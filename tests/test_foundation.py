@@ -35,9 +35,9 @@ def test_config_file_plus_overrides_types():
     assert config.magrpo.learning_rate == 1e-5  # YAML reads 1e-5 as text; a float field converts it
     assert config.agent_model.lora.r == 4 and config.agent_model.lora.alpha == 32
     assert config.wandb.tags == ["a", "b"]
-    assert config.external.sandbox_slice == "all"
+    assert config.task.external.sandbox_slice == "all"
     assert config.magrpo.early_termination_threshold is None
-    assert config.dataset.train_split == "test[33:163]" and config.agent_model.torch_dtype == "bfloat16"
+    assert config.task.dataset.train_split == "test[33:163]" and config.agent_model.torch_dtype == "bfloat16"
 
 
 @pytest.mark.parametrize("override,message", [

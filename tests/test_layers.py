@@ -31,3 +31,19 @@ def test_each_package_imports_only_the_layers_below(package):
     wrong = {str(path.relative_to(ROOT)): sorted(_project_imports(path) - ALLOWED[package])
              for path in (ROOT / package).rglob("*.py")}
     assert {path: names for path, names in wrong.items() if names} == {}
+
+
+# words of the code-generation task, which the library (cooprl/) must not need
+CODE_TASK_WORDS = ("aux", "humaneval", "level_feedback", "level feedback", "<auxiliary>", "<main>", "entry_point",
+                   "sandbox")
+
+
+def test_the_library_names_no_code_generation_concept():
+    import re
+    pattern = re.compile("|".join(rf"\b{re.escape(w)}\b" if w[0].isalpha() else re.escape(w) for w in CODE_TASK_WORDS),
+                         re.IGNORECASE)
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in sorted((ROOT / "cooprl").rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if pattern.search(line) and "code task" not in line]
+    assert found == []

@@ -151,8 +151,8 @@ def test_upstream_config_loads_and_its_values_land_in_our_fields(trainer, datase
     # the other sections
     assert config.agent_model.name == raw["agent_model"]["name"]
     assert config.agent_model.temperature == raw["agent_model"]["temperature"]
-    assert config.dataset.train_split == raw["dataset"]["train_split"]
-    assert config.dataset.eval_split == raw["dataset"]["eval_split"]
+    assert config.task.dataset.train_split == raw["dataset"]["train_split"]
+    assert config.task.dataset.eval_split == raw["dataset"]["eval_split"]
     if isinstance(raw.get("critic_model"), dict):
         assert config.critic_model.name == raw["critic_model"]["name"]
         assert config.critic_model.max_length == raw["critic_model"]["max_length"]

@@ -364,7 +364,7 @@ class ActorCritic:
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:
-        """Return eval metrics per turn (reward levels, pass rate, pass@k, aux usage) on `items`, as MAGRPO does."""
+        """Return eval metrics per turn (the task's score metrics, success rate, pass@k) on `items`, as MAGRPO does."""
         return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
 
     # ------------------------------------------------------------------------------------------ checkpoints

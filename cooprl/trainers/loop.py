@@ -77,9 +77,10 @@ def ends_epoch(step: int, steps_per_round: int, epoch_length: int) -> bool:
 
 
 def run_prefix(config: Config, trainer: str) -> str:
-    """Return the start of an unnamed run's folder name: `<trainer>-<dataset>-` (the time follows)."""
-    dataset = (config.dataset.path and Path(config.dataset.path).stem) or config.dataset.name.split("/")[-1]
-    return f"{trainer}-{dataset}-"
+    """Return the start of an unnamed run's folder name: `<trainer>-<task label>-` (the time follows); the code
+    task's label is its dataset's name."""
+    label = config.task.run_label() if hasattr(config.task, "run_label") else "task"
+    return f"{trainer}-{label}-"
 
 
 def run_folder(config: Config, trainer: str) -> Path:

@@ -171,7 +171,7 @@ class MAGRPO:
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:
-        """Return eval metrics per turn (reward levels, pass rate, pass@k, aux usage) on `items`."""
+        """Return eval metrics per turn (the task's score metrics, success rate, pass@k) on `items`."""
         return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
 
     # ------------------------------------------------------------------------------------------ checkpoints

@@ -122,7 +122,7 @@ def build_code_task(config: Config, trainer: str) -> Task:
 
 def _code_task(config: Config, **parts: Any) -> Task:
     # what both modes share: the problems, the task's name and the problem id for logs
-    dataset = config.dataset
+    dataset = config.task.dataset
     return Task(name=f"code:{dataset.name}", train_items=load_problems(dataset, dataset.train_split),
                 eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id, **parts)
 
@@ -130,7 +130,7 @@ def _code_task(config: Config, **parts: Any) -> Task:
 def _decentralized_task(config: Config, section: Any) -> Task:
     roles = roles_for(section.num_agents)
     single = len(roles) == 1
-    external = config.external
+    external = config.task.external
     expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:

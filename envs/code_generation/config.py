@@ -1,0 +1,57 @@
+"""The code task's own config sections: `dataset` (which problems) and `external` (the transitions between turns).
+
+They sit at the top level of a config file, as in upstream's files, and are read into `config.task` (a
+`CodeTaskConfig`): the library's `Config` holds only its own sections, and this environment registers these
+(`register_task_config`) when `envs.code_generation` is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Optional, Union
+
+from cooprl.config import ConfigError, option, register_task_config
+
+
+@dataclass
+class DatasetSection:
+    name: str = option("coop", "humaneval, coop (shipped cooperative set), or a hub id such as OpenMLRL/CoopHumanEval")
+    type: str = option("coophumaneval", "dataset family", choices=("humaneval", "coophumaneval", "mbpp", "custom"))
+    train_split: str = option("train[16:]", "training split with optional slice, e.g. test[33:163]")
+    eval_split: str = option("test[:16]", "evaluation split with optional slice, e.g. test[:32]")
+    path: Optional[str] = option(None, "local .json/.jsonl file of HumanEval-format records (overrides name)")
+
+
+@dataclass
+class ExternalSection:
+    """Upstream's `external` section: how the next turn's prompts are built (the code task's transitions)."""
+    mode: str = option("level_feedback", "how the next turn's prompt is built",
+                       choices=("level_feedback", "plain", "expert_edits"))
+    sandbox_slice: Union[int, str, None] = option(
+        1, "asserts shown/run for feedback: n>0 first n, n<0 last |n|, 0/null/'all' every one")
+    expert_model: str = option("deepseek-coder", "model of the expert_edits mode (OpenAI-compatible API)")
+    external_prompt_passthrough: bool = option(False, "use the external prompt as is, without the agent's history")
+
+
+@dataclass
+class CodeTaskConfig:
+    """The code task's sections of a config file."""
+    # its rules between keys, for docs/config.md (each one checked by `validate` and by tests/test_docs.py)
+    RULES: ClassVar[tuple[str, ...]] = ("`external.sandbox_slice`: an int, `null` or the string `all` (checked at load).",)
+    dataset: DatasetSection = option(DatasetSection(), "problems")
+    external: ExternalSection = option(ExternalSection(), "transitions between turns")
+
+    def validate(self) -> None:
+        """Raise ConfigError for values that each key accepts alone but the task does not."""
+        slice_ = self.external.sandbox_slice
+        if isinstance(slice_, str) and slice_.lower() != "all":
+            raise ConfigError(f"external.sandbox_slice: expected an int, null or 'all', got {slice_!r}")
+
+    def run_label(self) -> str:
+        """Return the dataset's short name, for run folder names (`<trainer>-<label>-<time>`)."""
+        dataset = self.dataset
+        return (dataset.path and Path(dataset.path).stem) or dataset.name.split("/")[-1]
+
+
+register_task_config(CodeTaskConfig)
