@@ -114,6 +114,11 @@ def turn_groups(steps: Sequence[Step]) -> list[list[int]]:
     return [[k for k, step in enumerate(steps) if step.turn == turn] for turn in turns]
 
 
+def shuffled(indices: Sequence[int]) -> list[int]:
+    """Return `indices` in a random order drawn from torch's generator (checkpointed: a resumed run draws the same)."""
+    return [indices[i] for i in torch.randperm(len(indices)).tolist()]
+
+
 def chunks(indices: Sequence[int], size: int) -> list[list[int]]:
     """Return `indices` cut into consecutive chunks of at most `size`."""
     return [list(indices[start:start + size]) for start in range(0, len(indices), size)]
@@ -284,7 +289,8 @@ class ActorCritic:
         """update_schedule turns (upstream's): per agent, the buffer's samples of each turn (turn 1 first) are a group
         whose advantages are normalized together; the group is shuffled and cut into `train_batch_size` samples
         (null: rollout_buffer_size); each batch is one actor step, then one step of the agent's separate critic on the
-        same samples with the agent's own targets (a centralized critic steps with every agent's batches)."""
+        same samples with the agent's own targets (a centralized critic steps with every agent's batches). A group
+        that fits one step is not shuffled: the order within a step changes nothing, and drawing would move the RNG."""
         s, metrics = self.section, {}
         size = s.train_batch_size or s.rollout_buffer_size
         steps_taken = 0
@@ -292,7 +298,7 @@ class ActorCritic:
             c = self.critic_of(a)
             for group in turn_groups(self.buffer):
                 adv = self.advantages_of(a, group)
-                order = [group[i] for i in torch.randperm(len(group)).tolist()]   # torch's generator: checkpointed
+                order = shuffled(group) if len(group) > size else group   # one step: its order changes nothing
                 for chunk in chunks(order, size):
                     targets = [self.buffer[k].targets[a] for k in chunk]
                     metrics.update(self.actor_step(a, chunk, adv, value_targets=targets))
