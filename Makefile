@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test test-fast bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# the inner loop: unit tests only (no trainer runs, command lines or SmolLM2; those are marked `slow`), about a minute
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"

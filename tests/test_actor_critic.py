@@ -16,6 +16,8 @@ from cooprl.trainers.loop import seed_everything, train_loop
 from tests.scripted import scripted_task
 from tests.test_cli_smoke import SMALL, events, run, trainer_overrides
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 # ------------------------------------------------------------------------------------------ pure functions
 
 

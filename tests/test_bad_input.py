@@ -132,6 +132,7 @@ def test_yaml_alias_bomb_is_refused_without_printing_it(tmp_path, where):
     assert result.stderr.count("lol") <= 9 and len(result.stderr) < 2000  # never an expanded value
 
 
+@pytest.mark.slow
 def test_deeply_nested_yaml(tmp_path, capsys):
     path = tmp_path / "deep.yaml"
     path.write_text("seed: " + "[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
@@ -319,6 +320,7 @@ DAMAGES = [(_evil, "more than plain data"), (_garbage_state, "trainer_state.pt")
            (_garbage_weights, "agent_0/model.safetensors"), (_missing_weights, "agent_1/ holds no .safetensors")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage,message", DAMAGES, ids=[d.__name__.strip("_") for d, _ in DAMAGES])
 def test_damaged_checkpoint_named_exactly(run_copy, tmp_path, capsys, damage, message):
     config, checkpoints = run_copy
@@ -332,6 +334,7 @@ def test_damaged_checkpoint_named_exactly(run_copy, tmp_path, capsys, damage, me
     assert snapshot(tmp_path / "run") == before  # nothing saved was touched
 
 
+@pytest.mark.slow
 def test_latest_falls_back_to_the_newest_undamaged_checkpoint(run_copy, tmp_path, caplog):
     config_path, checkpoints = run_copy
     marker = tmp_path / "pwned"
@@ -352,6 +355,7 @@ def test_latest_falls_back_to_the_newest_undamaged_checkpoint(run_copy, tmp_path
     ckpt.check_checkpoint(checkpoints / "checkpoint-3")
 
 
+@pytest.mark.slow
 def test_latest_with_every_checkpoint_damaged(run_copy, tmp_path, capsys):
     config, checkpoints = run_copy
     for path in ckpt.list_checkpoints(checkpoints):
@@ -410,6 +414,7 @@ def test_evaluate_model_error(run_copy, tmp_path, capsys):
                      "could not be loaded")
 
 
+@pytest.mark.slow
 def test_evaluate_damaged_checkpoint(run_copy, tmp_path, capsys):
     config, checkpoints = run_copy
     _truncated_weights(checkpoints / "checkpoint-3", tmp_path)

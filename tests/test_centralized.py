@@ -19,6 +19,8 @@ from envs.code_generation.prompts import centralized_prompt
 from envs.code_generation.task import build_code_task
 from tests.test_cli_smoke import SMALL, events, run, trainer_overrides
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 CENTRALIZED = ["magrpo.collaboration_mode=centralized", "magrpo.num_turns=1"]
 
 

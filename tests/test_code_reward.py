@@ -131,6 +131,7 @@ def test_sandbox_runs_source_and_code_objects_alike(sb):
     assert "SyntaxError" in report.load_error and not any(o.passed for o in report.outcomes)
 
 
+@pytest.mark.slow
 def test_timeouts(sb):
     # (`return t` alone would make main a thin wrapper: what it returns is aux's result, passed through)
     main = "def add_all(xs):\n    t = aux(xs)\n    while not xs:\n        pass\n    return t if xs else 0\n"
@@ -177,6 +178,7 @@ def test_cleaning_helpers():
                                   "        r = aux(i)\n    return out\n", "f")
 
 
+@pytest.mark.slow
 def test_humaneval_canonical_single_agent(sb):
     problems = load_problems({"type": "humaneval"}, "test")
     assert len(problems) == 164

@@ -254,6 +254,7 @@ def _mutation_results(problem) -> tuple[int, int, int, int]:
     return len(mutants), observable, killed, killed_other
 
 
+@pytest.mark.slow
 def test_asserts_kill_observable_mutants(capsys):
     total = observable = killed = killed_other = 0
     weak = []

@@ -10,6 +10,10 @@ sys.path.insert(0, str(ROOT))
 
 import evaluate  # noqa: E402
 
+import pytest
+
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 TINY = ["agent_model.name=offline:tiny-random", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
         "dataset.name=coop", "dataset.type=coophumaneval", "dataset.eval_split=test[:3]", "wandb.mode=disabled",
         "magrpo.max_new_tokens=6", "magrpo.num_turns=1"]

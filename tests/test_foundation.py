@@ -75,6 +75,7 @@ def run_script(*args):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_typo_exits_nonzero_with_did_you_mean_and_no_traceback():
     result = run_script("train_magrpo.py", "--config", "configs/magrpo_che_cpu.yaml", "--override", "magrpo.num_turnz=3")
     assert result.returncode == 2
@@ -82,11 +83,13 @@ def test_cli_typo_exits_nonzero_with_did_you_mean_and_no_traceback():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_cli_missing_config_file():
     result = run_script("train_magrpo.py", "--config", "configs/nope.yaml")
     assert result.returncode == 2 and "config file 'configs/nope.yaml' not found" in result.stderr
 
 
+@pytest.mark.slow
 def test_print_config_prints_merged_yaml():
     result = run_script("train_grpo.py", "--config", "configs/grpo_he_config.yaml", "--override", "grpo.num_turns=1",
                         "--print-config")
@@ -176,6 +179,7 @@ def test_missing_file_and_bad_json(tmp_path):
         load_problems({"path": str(tmp_path / "broken.jsonl")}, "train")
 
 
+@pytest.mark.slow
 def test_unreachable_hub_dataset_suggests_offline_set(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -73,6 +73,7 @@ def sb():
         yield box
 
 
+@pytest.mark.slow
 def test_cleaning_and_parsing_never_raise():
     for text in TEXTS:
         for name in ("aux", "add_one"):
@@ -86,6 +87,7 @@ def test_cleaning_and_parsing_never_raise():
             assert isinstance(completion_to_code(role, PROBLEM, text), str)
 
 
+@pytest.mark.slow
 def test_reward_and_feedback_never_raise(sb):
     texts = TEXTS
     results = code_rewards_batch([PROBLEM] * (2 * len(texts)), [GOOD_AUX] * len(texts) + texts,

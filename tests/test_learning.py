@@ -30,6 +30,8 @@ from cooprl.preferences import PreferencePair
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
 from tests.learnable import build_char_model, lowercase_task
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 FIRST_LAST = 4   # steps averaged at each end of the training curve
 
 

@@ -15,6 +15,8 @@ from cooprl.trainers.madpo import build_madpo, madpo_losses
 from tests.scripted import scripted_task
 from tests.test_cli_smoke import SMALL, events, run
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 
 def test_madpo_loss_on_hand_computed_margins_and_gradients_reach_only_own_agent():
     # two agents, two pairs: Δ[agent, pair]

@@ -17,6 +17,8 @@ from tests.scripted import letter_reward, scripted_task
 from tests.test_cli_smoke import SMALL, events, run
 from tests.test_reward_model import tiny_reward_model
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 
 class CountingRewardModel:
     """Stands in for a RewardModel: reward 10, 11, 12... in call order; remembers what it was shown."""

@@ -13,6 +13,8 @@ from cooprl.task import Score, Task
 from cooprl.trainers.loop import seed_everything
 from cooprl.trainers.magrpo import build_magrpo
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 
 def random_sampler(calls):
     """A sampler whose texts come from torch's generator (as a model's samples do); records each call's prompts."""

@@ -22,6 +22,8 @@ from rewards.ray_pool import RaySandbox, make_sandbox, use_sandbox  # noqa: E402
 from rewards.sandbox import Sandbox, default_sandbox  # noqa: E402
 from tests.test_sandbox import HOSTILE, ONE  # noqa: E402
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 SLEEPY = "import time\ndef f(x):\n    time.sleep(0.5)\n    return x + 1\n"
 
 

@@ -124,6 +124,7 @@ def test_context_helpers_and_entry_point_name_exercise_the_candidate():
     assert suite.tests == ["assert run([1]) == 1", "assert add_all([2]) == 2"]
 
 
+@pytest.mark.slow
 def test_humaneval_fake_asserts_are_setup_and_every_problem_keeps_a_test():
     problems = load_problems({"type": "humaneval"}, "test")
     fake = with_fake = 0
@@ -268,6 +269,7 @@ def test_cleaning_results_unchanged_on_ordinary_text():
 SURROGATE_PROBLEM = Problem("S/0", PROMPT, ADD_CHECK, "add_all")
 
 
+@pytest.mark.slow
 def test_surrogate_feedback_reaches_the_tokenizer_and_the_terminal(sb, capsys):
     from cooprl.generation import HFGenerator
     from cooprl.models import TINY_RANDOM, load_tokenizer

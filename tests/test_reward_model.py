@@ -12,6 +12,8 @@ from cooprl.reward_model import (RewardModel, bradley_terry_loss, reward_input, 
                                  train_reward_model)
 from cooprl.value_model import ValueModel
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 
 def tiny_reward_model(max_length=64):
     torch.manual_seed(0)

@@ -203,6 +203,7 @@ def test_no_loopback_connection(sb):
     server.close()
 
 
+@pytest.mark.slow
 def test_timeouts_then_skip(sb):
     tests = "def check(candidate):\n" + "".join(f"    assert candidate({i}) == {i + 1}\n" for i in range(6))
     t0 = time.monotonic()
@@ -234,6 +235,7 @@ def test_untrusted_tests_run_in_child(sb):
     assert [o.passed for o in report.outcomes] == [True, True]
 
 
+@pytest.mark.slow
 def test_run_many_parallel(sb):
     jobs = [("def f(x):\n    import time\n    time.sleep(0.3)\n    return x + 1\n", TWO, 2.0, 1, ) for _ in range(4)]
     jobs = [dict(program=p, tests=t, timeout_s=to, max_timeouts=m, entry_point="f") for p, t, to, m in jobs]
@@ -343,6 +345,7 @@ def test_program_that_does_not_compile(sb):
 AFFINITY = "import os\ndef f(x):\n    return sorted(os.sched_getaffinity(0))\n"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs to choose from")
 def test_slots_are_pinned_to_distinct_cpus():
     from rewards.sandbox import UID_BASE, _slot_cpus

@@ -290,6 +290,7 @@ def _peak_kib(pid: int) -> int:
     return 0
 
 
+@pytest.mark.slow
 def test_huge_results_do_not_grow_the_worker(box):
     worker = box._slots[0].proc.pid
     assert honest_passes(box)
@@ -344,6 +345,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_close_while_a_run_is_in_flight_leaves_nothing():
     box = Sandbox(workers=1)
     worker = box._slots[0].proc.pid

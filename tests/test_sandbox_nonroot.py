@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 

@@ -259,6 +259,7 @@ CLI = ["--config", "configs/magrpo_che_cpu.yaml", "--override", "agent_model.nam
        "dataset.name=coop", "dataset.eval_split=train[:2]", "budget.max_new_tokens=8", "output.run_name=strat"]
 
 
+@pytest.mark.slow
 def test_cli_runs_and_resumes(tmp_path, capsys):
     argv = ["--strategy", "direct"] + CLI + [f"output.base_dir={tmp_path}"]
     assert evaluate_strategy.main(argv) == 0

@@ -15,6 +15,8 @@ from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from tests.scripted import scripted_task
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 
 @pytest.fixture(scope="module")
 def tiny():

@@ -19,6 +19,8 @@ from cooprl.cli import run_cli
 from cooprl.config import ConfigError, load_config
 from envs.code_generation.train import train
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM = ROOT / "tests" / "data" / "upstream_configs"
 TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter")

@@ -22,6 +22,8 @@ from tests.scripted import scripted_task
 from tests.test_madpo import madpo_config, run_madpo, train_events
 from tests.test_marlhf import marlhf_config, run_marlhf
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 
 # ---------------------------------------------------------------------------------------------- every trainer
 def test_eval_batch_size_rolls_out_that_many_problems_at_once():

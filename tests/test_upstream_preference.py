@@ -21,6 +21,8 @@ from tests.test_marlhf import marlhf_config, run_marlhf
 from tests.test_marlhf import train_events as marlhf_train_events
 from tests.test_upstream_configs import OFFLINE, ROOT, UPSTREAM, few_steps
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 torch.set_num_threads(1)
 
 OLD_MADPO = UPSTREAM / "old_madpo_che_config_88b74938.yaml"

@@ -22,6 +22,8 @@ from cooprl.trainers.magrpo import MAGRPO, NodeGroup, build_magrpo, node_batches
 from tests.scripted import scripted_task
 from tests.test_rollout import fake_sampler, table_task
 
+pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+
 
 def tiny(trainer: str, tmp_path: Path, name: str, *overrides: str):
     return load_config(None, [
