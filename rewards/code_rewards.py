@@ -1,10 +1,11 @@
-"""The three-level code reward (SPEC §2), scored in the isolated sandbox of `rewards.sandbox` (SPEC §7).
+"""The three-level code reward, scored in the isolated sandbox of `rewards.sandbox`.
 
 Per (aux completion, main completion) pair:
 1. Cleaning (`rewards.code_cleaning`): markdown fences and prose are stripped; the function `aux` is taken from
    the aux completion and the function `entry_point` from the main completion (AST first, text fallback). The
    completions' own top-level imports are kept; every other top-level statement of a completion (helpers,
-   classes, prints, demo calls, `if __name__ == "__main__":`) is dropped, as the reference does.
+   classes, prints, demo calls, `if __name__ == "__main__":`) is dropped, as upstream's reward
+   (OpenMLRL/LLM_Collab_Code_Generation) does.
 2. Level 1: +0.4 when `aux` has a `def` with a `return <value>` (judged on the text when it does not parse),
    +0.6 likewise for the entry point. Without the entry point scoring stops here.
 3. Level 2: the prompt's import lines + the completions' imports + aux + main must parse: +0.5, else stop.

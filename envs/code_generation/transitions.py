@@ -1,4 +1,4 @@
-"""Between turns: the next prompt of each agent, from its own history plus external feedback (SPEC §4).
+"""Between turns: the next prompt of each agent, from its own history plus external feedback.
 
 An agent sees only its own prompts and responses. The next prompt extends the agent's last prompt: that
 prompt already holds every earlier turn (it was built here), so the new one is
