@@ -90,18 +90,23 @@ def resume_config(trainer: str, args: argparse.Namespace) -> Config:
     return load_config(run_dir / "config.yaml", list(args.override) + where)
 
 
-def run_cli(trainer: str, default_config: str, train: Callable[[Config, str], object],
-            argv: Sequence[str] | None = None) -> int:
-    """Parse the command line, load the config and call `train(config, trainer)`; return the exit code."""
+def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | None = None) -> Config | None:
+    """Return the Config a trainer script's command line asks for (None when it asked for --print-config, which
+    this prints); UserError for bad input. The script then trains with it."""
     args = parse_args(trainer, default_config, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    config = resume_config(trainer, args) if args.resume else load_config(Path(args.config), args.override)
+    if args.print_config:
+        sys.stdout.write(config.to_yaml(trainer))
+        return None
+    return config
+
+
+def exit_status(run: Callable[[], object]) -> int:
+    """Call `run()`; return the exit status of a command line: 0, or 2 after printing a UserError as one line."""
     try:
-        config = resume_config(trainer, args) if args.resume else load_config(Path(args.config), args.override)
-        if args.print_config:
-            sys.stdout.write(config.to_yaml(trainer))
-            return 0
-        train(config, trainer)
+        run()
     except UserError as err:
         return print_user_error(err)
     return 0

@@ -24,7 +24,7 @@ import copy
 import json
 import os
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -32,21 +32,7 @@ import torch
 from cooprl.config import Config, ConfigError, trainer_device
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.preferences import Candidate
-from cooprl.task import Task
-
-# (model name, max new tokens, base_url=..., api_key=...) -> client(messages) -> reply text;
-# e.g. envs.code_generation.transitions.make_expert_client (None: the URL and key from the environment)
-ApiClientFactory = Callable[..., Callable[[list[dict]], str]]
-
-
-@dataclass
-class JointFormat:
-    """How one model answers for every role at once (the task provides it for centralized comparators)."""
-
-    prompt: Callable[[Any], str]               # item -> the joint prompt
-    split: Callable[[Any, str], list[str]]     # (item, joint answer) -> one completion text per policy
-    stop_strings: tuple[str, ...] = ()
-
+from cooprl.task import ApiClientFactory, JointFormat, Task
 
 class Comparator:
     """Writes `n` unscored joint candidates per item with one generator per role (or one for the joint prompt)."""
@@ -106,12 +92,10 @@ def _frozen_generator(agent: Any) -> Any:
                        chat_template=agent.generator.chat_template)
 
 
-def build_comparator(config: Config, trainer: str, task: Task, team: Sequence[Any],
-                     joint_format: JointFormat | None = None, api_client: ApiClientFactory | None = None
-                     ) -> Comparator | None:
-    """Return the comparator `trainer`'s section asks for (None: `current` with a shared budget, see the module doc);
-    ConfigError when it cannot be built."""
-    comparator = _build_comparator(config, trainer, task, team, joint_format, api_client)
+def build_comparator(config: Config, trainer: str, task: Task, team: Sequence[Any]) -> Comparator | None:
+    """Return the comparator `trainer`'s section asks for (None: `current` with a shared budget, see the module doc),
+    with the task's joint answer format and API client; ConfigError when it cannot be built."""
+    comparator = _build_comparator(config, trainer, task, team, task.joint_format, task.api_client)
     if comparator is not None:
         comparator.num_candidates = comparator_candidate_count(config.trainer(trainer))
     return comparator

@@ -24,6 +24,21 @@ class Score:
 FirstPrompts = Callable[[Any], list[str]]
 # score(items, joint_completions) -> one Score per (item, joint completion); joint_completions[k][agent] is text
 ScoreBatch = Callable[[Sequence[Any], Sequence[Sequence[str]]], list[Score]]
+# (model name, max new tokens, base_url=..., api_key=...) -> client(messages) -> reply text (None: the URL and key
+# from the environment); what an API comparator of the preference trainers talks to
+ApiClientFactory = Callable[..., Callable[[list[dict]], str]]
+
+
+@dataclass
+class JointFormat:
+    """How one model answers for every role at once: the joint prompt and how its answer splits into the roles'
+    texts (a centralized comparator of the preference trainers writes such answers)."""
+
+    prompt: Callable[[Any], str]               # item -> the joint prompt
+    split: Callable[[Any, str], list[str]]     # (item, joint answer) -> one completion text per policy
+    stop_strings: tuple[str, ...] = ()
+
+
 # next_prompts(item, histories, joint_completion, score) -> one prompt per agent for the next turn, where
 # histories[agent] is that agent's own list of (prompt, completion) pairs, the current turn's included
 NextPrompts = Callable[[Any, Sequence[Sequence[tuple[str, str]]], Sequence[str], Score], list[str]]
@@ -43,3 +58,6 @@ class Task:
     max_reward: float                                      # largest raw reward (default reward shift = -max)
     stop_strings: list[tuple[str, ...]] = field(default_factory=list)   # per agent; may be empty
     item_id: Callable[[Any], str] = str                    # for logs and preference files
+    joint_format: JointFormat | None = None                # one model answering for every role (None: the task
+                                                           # has no joint answer; centralized comparators refuse)
+    api_client: ApiClientFactory | None = None             # the chat client of an API comparator (None: refused)

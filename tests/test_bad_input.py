@@ -1,6 +1,6 @@
 """Bad input gets one clear `error:` line and exit status 2, never a traceback; resume never runs code (issue 13).
 
-The command line is called in-process (`run_cli`, what every train_*.py script's `main` runs, and
+The command line is called in-process (`envs.code_generation.train.main`, what every train_*.py script runs, and
 `evaluate.main`), except for the YAML alias bomb, which runs in a child process with a memory limit.
 """
 
@@ -22,13 +22,12 @@ import pytest
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.cli import run_cli
 from cooprl.config import load_config
 from cooprl.policy_update import TrainSample
 from cooprl.trainers.magrpo import NodeGroup
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
-from envs.code_generation.train import train
+from envs.code_generation import train as code_train
 from tests.scripted import scripted_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +51,7 @@ def base_config(folder: Path) -> Path:
 def cli(capsys, config: Path | str, *overrides: str) -> tuple[int, str]:
     """Run train_magrpo.py's command line in-process; return (exit status, stderr)."""
     capsys.readouterr()
-    code = run_cli("magrpo", "configs/magrpo_che_config.yaml", train, ["--config", str(config), "--override", *overrides])
+    code = code_train.main("magrpo", "configs/magrpo_che_config.yaml", ["--config", str(config), "--override", *overrides])
     return code, capsys.readouterr().err
 
 
@@ -103,8 +102,8 @@ def billion_laughs() -> str:
 def run_limited(args: list[str]) -> subprocess.CompletedProcess:
     """Run the command line in a child limited to 1 GiB of address space and 60 s (the bomb used to eat all
     memory: the limit turns that into a quick failure of this test instead of a stuck machine)."""
-    code = ("import sys; from cooprl.cli import run_cli; "
-            "sys.exit(run_cli('magrpo', 'configs/magrpo_che_config.yaml', lambda c, t: None, sys.argv[1:]))")
+    code = ("import sys; import envs.code_generation; from cooprl.cli import exit_status, read_command_line; "
+            "sys.exit(exit_status(lambda: read_command_line('magrpo', 'configs/magrpo_che_config.yaml', sys.argv[1:])))")
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
@@ -248,8 +247,7 @@ def test_a_cuda_device_on_a_machine_without_one(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------ checkpoints
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """A 3-step MAGRPO run of the tiny model on the scripted task, with checkpoint-2 and checkpoint-3 (a buffer of
-    2 nodes: checkpoint-3's state holds one buffered sibling group of TrainSamples)."""
+    """A 3-step MAGRPO run of the tiny model on the scripted task, with checkpoint-2 and checkpoint-3."""
     folder = tmp_path_factory.mktemp("trained")
     config = load_config(base_config(folder), ["magrpo.max_steps=3", "magrpo.rollout_buffer_size=2"])
     seed_everything(config.seed)
@@ -364,8 +362,13 @@ def test_latest_with_every_checkpoint_damaged(run_copy, tmp_path, capsys):
     assert_one_error(code, err, "every checkpoint under", "is damaged")
 
 
-def test_trainer_state_is_plain_data_and_restores_exactly(trained_run):
-    path = trained_run / "run" / "checkpoints" / "checkpoint-3"  # step 3 of 2-item buffers: one buffered
+def test_trainer_state_is_plain_data_and_restores_exactly(tmp_path):
+    # checkpoint-1 of a 2-step run with 3-node buffers: one sibling group buffered (the run's end trains the rest)
+    config = load_config(base_config(tmp_path), ["magrpo.max_steps=2", "magrpo.rollout_buffer_size=3"])
+    seed_everything(config.seed)
+    task = scripted_task(items=2)
+    train_loop(config, "magrpo", task, build_magrpo(config, "magrpo", task), tmp_path / "run")
+    path = tmp_path / "run" / "checkpoints" / "checkpoint-1"
     raw = torch.load(path / "trainer_state.pt", weights_only=True)  # no globals beyond torch's own
     state = ckpt.load_trainer_state(path)
     assert isinstance(raw["rng"]["numpy"][1], dict)  # numpy's key array is tagged bytes on disk

@@ -62,5 +62,5 @@ def test_unregistered_trainer_is_a_clear_error():
     # every trainer of the config is registered now: an unknown name still gets a clear message
     from cooprl.config import ConfigError, load_config
     from envs.code_generation.train import build_task_and_algorithm
-    with pytest.raises(ConfigError, match="trainer 'nope' is not available yet"):
+    with pytest.raises(ConfigError, match="unknown trainer 'nope'; choose one of magrpo, grpo"):
         build_task_and_algorithm(load_config(None, []), "nope")

@@ -41,12 +41,11 @@ def test_bad_samples_and_missing_config_are_one_line(capsys):
 
 
 def test_a_run_folder_with_its_newest_checkpoint(tmp_path, capsys):
-    from cooprl.cli import run_cli
-    from envs.code_generation.train import train
+    from envs.code_generation import train as code_train
     run_args = ["--config", "configs/magrpo_che_config.yaml", "--override", *TINY, "magrpo.max_steps=1",
                 "magrpo.num_generations=2", "magrpo.eval_num_samples=1", f"output.base_dir={tmp_path}",
                 "output.run_name=r"]
-    assert run_cli("magrpo", "configs/magrpo_che_config.yaml", train, run_args) == 0
+    assert code_train.main("magrpo", "configs/magrpo_che_config.yaml", run_args) == 0
     capsys.readouterr()
     assert evaluate.main(["--run", str(tmp_path / "r"), "--samples", "2"]) == 0
     captured = capsys.readouterr()

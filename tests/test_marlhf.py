@@ -242,3 +242,15 @@ def test_train_marlhf_iter_cli_one_iteration_centralized_with_a_copy_comparator(
     assert "turn_1/parse_fallback" in logged[0] and "agent_1/loss" not in logged[0]  # one joint actor
     assert (tmp_path / "i" / "preferences" / "iteration_0.jsonl").is_file()
     assert any("eval/turn_1/pass@1" in e for e in events(tmp_path / "i"))
+
+
+def test_marlhf_passes_the_epoch_end_to_its_rl_algorithm():
+    # upstream's RL trainers flush their buffers at an epoch's end; under MARLHF the loop calls MARLHF's end_epoch
+    from types import SimpleNamespace
+
+    from cooprl.trainers.marlhf import MARLHF
+    seen = []
+    rl = SimpleNamespace(end_epoch=lambda metrics: seen.append(dict(metrics)))
+    MARLHF.end_epoch(SimpleNamespace(rl=rl), {"x": 1.0})
+    assert seen == [{"x": 1.0}]
+    MARLHF.end_epoch(SimpleNamespace(rl=SimpleNamespace()), {})   # an RL algorithm without buffers: nothing to do

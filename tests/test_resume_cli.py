@@ -75,10 +75,15 @@ def test_resume_after_ctrl_c_and_after_sigkill(tmp_path):
     assert rewards(killed) == after_ctrl_c
 
 
+def dry_run(trainer, default_config, argv):
+    """Return the exit status of a trainer script's command line that stops before training."""
+    from cooprl.cli import exit_status, read_command_line
+    return exit_status(lambda: read_command_line(trainer, default_config, argv))
+
+
 def test_resume_errors_are_one_line(tmp_path, capsys):
-    from cooprl.cli import run_cli
-    code = run_cli("magrpo", "configs/magrpo_che_config.yaml", lambda c, t: None, ["--resume", str(tmp_path)])
+    code = dry_run("magrpo", "configs/magrpo_che_config.yaml", ["--resume", str(tmp_path)])
     assert code == 2 and "not a run folder" in capsys.readouterr().err
-    code = run_cli("magrpo", "configs/magrpo_che_config.yaml", lambda c, t: None,
+    code = dry_run("magrpo", "configs/magrpo_che_config.yaml",
                    ["--resume", "latest", "--override", f"output.base_dir={tmp_path}"])
     assert code == 2 and "no run of magrpo with a complete checkpoint" in capsys.readouterr().err

@@ -183,22 +183,29 @@ def test_comparator_num_candidates_gives_the_comparator_its_own_candidate_set(tm
     assert build_madpo(config, "madpo_iter", scripted_task()).comparator is None      # shared budget, null: none
 
 
+
+def with_api(task, factory):
+    """Return `task` with the API client factory `factory` (what the code task gives its comparators)."""
+    task.api_client = factory
+    return task
+
 def test_centralized_comparator_of_the_current_policy_is_agent_index_s_live_model(tmp_path):
-    from cooprl.comparators import JointFormat
+    from cooprl.task import JointFormat
     from cooprl.agents import build_team
     config = madpo_config(tmp_path, "x", "madpo_iter", ["madpo_iter.comparator_generation_mode=centralized",
                                                         "madpo_iter.comparator_centralized_agent_index=1"])
     task = scripted_task()
     team = build_team(config, config.madpo_iter, 2)
     fmt = JointFormat(prompt=lambda item: f"{item} both", split=lambda item, text: [text[:3], text[3:]])
-    comparator = build_comparator(config, "madpo_iter", task, team, fmt)
+    task.joint_format = fmt   # what the task gives its comparators
+    comparator = build_comparator(config, "madpo_iter", task, team)
     assert comparator.generators == [team[1].generator] and comparator.joint_format is fmt
     [[cand]] = comparator.sample(["item 0:"], 1)
     assert len(cand.texts) == 2 and cand.ids == [None, None]
     config = madpo_config(tmp_path, "y", "madpo_iter", ["madpo_iter.comparator_generation_mode=centralized",
                                                         "madpo_iter.comparator_centralized_agent_index=2"])
     with pytest.raises(Exception, match="comparator_centralized_agent_index=2"):
-        build_comparator(config, "madpo_iter", task, team, fmt)
+        build_comparator(config, "madpo_iter", task, team)
 
 
 def test_comparator_agents_load_one_model_per_role_on_comparator_devices(tmp_path):
@@ -246,16 +253,16 @@ def test_api_comparator_keys_build_the_client(tmp_path, monkeypatch):
         "madpo_iter.comparator_api_url=http://h/v1", "madpo_iter.comparator_api_model=gpt-x",
         "madpo_iter.comparator_api_key_env=MY_KEY"])
     team = build_team(config, config.madpo_iter, 2)
-    comparator = build_comparator(config, "madpo_iter", scripted_task(), team, api_client=factory)
+    comparator = build_comparator(config, "madpo_iter", with_api(scripted_task(), factory), team)
     assert seen == {"model": "gpt-x", "base_url": "http://h/v1", "api_key": "secret"}
     assert comparator.sample(["item 0:"], 1)[0][0].texts == ["answer", "answer"]
     monkeypatch.delenv("MY_KEY")
     with pytest.raises(Exception, match="MY_KEY"):
-        build_comparator(config, "madpo_iter", scripted_task(), team, api_client=factory)
+        build_comparator(config, "madpo_iter", with_api(scripted_task(), factory), team)
     generic = madpo_config(tmp_path, "y", "madpo_iter", [
         "madpo_iter.comparator_policy=api", "madpo_iter.comparator_api_url=http://h/gen",
         "madpo_iter.comparator_model=m"])
-    comparator = build_comparator(generic, "madpo_iter", scripted_task(), team, api_client=factory)
+    comparator = build_comparator(generic, "madpo_iter", with_api(scripted_task(), factory), team)
     assert comparator.max_candidates is None and type(comparator.generators[0]).__name__ == "_CompletionApiGenerator"
 
 

@@ -169,8 +169,8 @@ def known_group_node() -> Node:
 ])
 def test_marlhf_rl_algorithm_is_magrpo_with_upstreams_advantage_baseline(algorithm, mode, raw_advantages, tmp_path):
     from cooprl.trainers.magrpo import build_magrpo
-    from cooprl.trainers.marlhf import RL_BUILDERS, rl_config
-    assert RL_BUILDERS[algorithm] == "cooprl.trainers.magrpo:build_magrpo"
+    from cooprl.trainers.marlhf import RL_TRAINERS, rl_config
+    assert RL_TRAINERS[algorithm] == "magrpo"
     for normalize, expected in ((False, raw_advantages),
                                 # standardized: every baseline gives (R - mean) / std, std = sqrt(0.125)
                                 (True, [0.5 / 0.125 ** 0.5, -0.5 / 0.125 ** 0.5, 0.0, 0.0])):
@@ -237,10 +237,9 @@ def test_an_override_of_ours_wins_over_the_older_key_and_num_iterations_stays_on
 
 
 def test_the_older_madpo_config_runs(tmp_path, monkeypatch):
-    from cooprl.cli import run_cli
-    from envs.code_generation.train import train
+    from envs.code_generation import train as code_train
     monkeypatch.chdir(ROOT)
-    code = run_cli("madpo", "x", train, ["--config", str(OLD_MADPO), "--override", *OFFLINE,
+    code = code_train.main("madpo", "x", ["--config", str(OLD_MADPO), "--override", *OFFLINE,
                                          *few_steps("madpo", tmp_path, "old")])
     assert code == 0
     lines = [json.loads(line) for line in (tmp_path / "old" / "metrics.jsonl").read_text().splitlines()]

@@ -1,0 +1,49 @@
+"""The trainers, and the one registry that names them.
+
+`TRAINERS` maps a trainer's name (its config section, its `train_<name>.py` script) to its config section class
+and its builder, a plain callable `build(config, trainer, task) -> algorithm` for the shared loop
+(`cooprl.trainers.loop.train_loop`). The section classes come from `cooprl.config.TRAINER_SECTIONS`, the table the
+config loader reads (it stays in `cooprl.config` so that loading a config never imports torch); a trainer added
+here without its section there (or the other way round) fails at import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cooprl.config import TRAINER_SECTIONS, Config
+from cooprl.task import Task
+from cooprl.trainers.actor_critic import build_iac, build_maac
+from cooprl.trainers.madpo import build_madpo
+from cooprl.trainers.magrpo import build_magrpo
+from cooprl.trainers.marlhf import build_marlhf
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """A trainer: its config section class and its builder."""
+
+    section: type
+    build: Callable[[Config, str, Task], Any]
+
+
+_BUILDERS: dict[str, Callable[[Config, str, Task], Any]] = {
+    "magrpo": build_magrpo, "grpo": build_magrpo,          # GRPO: MAGRPO with one agent
+    "iac": build_iac, "ac": build_iac,                     # AC: IAC with one agent
+    "maac": build_maac,
+    "madpo": build_madpo, "madpo_iter": build_madpo,       # the iterative variants: the section's extra keys
+    "marlhf": build_marlhf, "marlhf_iter": build_marlhf,
+}
+if set(_BUILDERS) != set(TRAINER_SECTIONS):
+    raise ImportError(f"trainers without a builder or a config section: {sorted(set(_BUILDERS) ^ set(TRAINER_SECTIONS))}")
+
+TRAINERS: dict[str, TrainerSpec] = {name: TrainerSpec(TRAINER_SECTIONS[name], build) for name, build in _BUILDERS.items()}
+
+
+def build_algorithm(config: Config, trainer: str, task: Task) -> Any:
+    """Return the algorithm of trainer `trainer` for `task`, its agents loaded (ConfigError for an unknown name)."""
+    from cooprl.config import ConfigError
+    if trainer not in TRAINERS:
+        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+    return TRAINERS[trainer].build(config, trainer, task)

@@ -296,11 +296,11 @@ def _completion_ids(tokenizer: Any, text: str, ids: list[int] | None) -> torch.T
     return torch.tensor(ids, dtype=torch.long)
 
 
-def build_madpo(config: Config, trainer: str, task: Task, *, joint_format: Any = None, api_client: Any = None) -> MADPO:
+def build_madpo(config: Config, trainer: str, task: Task) -> MADPO:
     """Return MADPO (or MADPO_ITER) with one agent per policy of the task and the section's comparator."""
     section = config.trainer(trainer)
     team = build_team(config, section, task.num_agents, task.stop_strings)
     comparator = None
     if hasattr(section, "comparator_policy"):
-        comparator = build_comparator(config, trainer, task, team, joint_format, api_client)
+        comparator = build_comparator(config, trainer, task, team)
     return MADPO(config, section, task, team, comparator)

@@ -43,13 +43,9 @@ log = logging.getLogger(__name__)
 ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (bounds generation memory)
 MIN_SCORE_STD = 1e-6        # floor of the std the learned reward is divided by (all pairs' answers scored alike)
 
-# rl_algorithm -> "module:builder(config, trainer, task)"
-RL_BUILDERS = {"magrpo": "cooprl.trainers.magrpo:build_magrpo",
-               "mareinforce": "cooprl.trainers.magrpo:build_magrpo",
-               "maremax": "cooprl.trainers.magrpo:build_magrpo",
-               "marloo": "cooprl.trainers.magrpo:build_magrpo",
-               "iac": "cooprl.trainers.actor_critic:build_iac",
-               "maac": "cooprl.trainers.actor_critic:build_maac"}
+# rl_algorithm -> the trainer of cooprl.trainers.TRAINERS that runs it
+RL_TRAINERS = {"magrpo": "magrpo", "mareinforce": "magrpo", "maremax": "magrpo", "marloo": "magrpo",
+               "iac": "iac", "maac": "maac"}
 # upstream's REINFORCE family: MAGRPO whose advantage baseline is none (raw returns), the group's best return, or
 # the mean of the other samples' returns (leave-one-out); they override the section's advantage_mode, as upstream
 MAGRPO_ADVANTAGE_MODES = {"magrpo": None, "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
@@ -138,6 +134,11 @@ class MARLHF:
         metrics = {**self.rl.train_step(item, step), **self.reward_metrics}
         policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round, before=False)
         return metrics
+
+    def end_epoch(self, metrics: dict[str, float]) -> None:
+        """At an epoch's end the RL algorithm trains what its buffer still holds (as upstream flushes it)."""
+        if hasattr(self.rl, "end_epoch"):
+            self.rl.end_epoch(metrics)
 
     def _seed(self, iteration: int) -> int:
         return self.config.seed * 1000 + 777 + iteration
@@ -263,19 +264,17 @@ def rl_config(config: Config, trainer: str) -> tuple[Config, str]:
     return dataclasses.replace(config, **{name: dataclasses.replace(config.trainer(name), **shared)}), name
 
 
-def build_marlhf(config: Config, trainer: str, task: Task, *, joint_format: Any = None, api_client: Any = None
-                 ) -> MARLHF:
+def build_marlhf(config: Config, trainer: str, task: Task) -> MARLHF:
     """Return MARLHF (or MARLHF_ITER): the reward model, the RL algorithm on the learned reward, the comparator."""
-    from importlib import import_module
+    from cooprl.trainers import TRAINERS   # the registry imports this module
     section = config.trainer(trainer)
-    if section.rl_algorithm not in RL_BUILDERS:
-        raise ConfigError(f"{trainer}.rl_algorithm={section.rl_algorithm!r}: choose one of {', '.join(RL_BUILDERS)}")
+    if section.rl_algorithm not in RL_TRAINERS:
+        raise ConfigError(f"{trainer}.rl_algorithm={section.rl_algorithm!r}: choose one of {', '.join(RL_TRAINERS)}")
     reward_model = build_reward_model(config, section)
     learned_task, learned = learned_reward_task(task, reward_model)
-    module, function = RL_BUILDERS[section.rl_algorithm].split(":")
-    rl = getattr(import_module(module), function)(*rl_config(config, trainer), learned_task)
+    rl = TRAINERS[RL_TRAINERS[section.rl_algorithm]].build(*rl_config(config, trainer), learned_task)
     comparator = None
     if hasattr(section, "comparator_policy"):
         from cooprl.comparators import build_comparator
-        comparator = build_comparator(config, trainer, task, rl.team, joint_format, api_client)
+        comparator = build_comparator(config, trainer, task, rl.team)
     return MARLHF(config, section, task, rl, reward_model, learned, comparator)

@@ -1,4 +1,5 @@
-"""What the code task gives the preference trainers' comparators: its joint answer format and an API client.
+"""What the code task gives the preference trainers' comparators (through its Task): its joint answer format and
+an API client.
 
 A centralized comparator writes aux and main in one answer to `centralized_prompt` (style and answer form
 from the trainer's `centralized_prompt` / `centralized_answer`), stops at `</main>` when bounded, and its
@@ -10,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cooprl.comparators import JointFormat
-from cooprl.config import Config
-from cooprl.task import Task
+from cooprl.task import JointFormat
 from envs.code_generation.prompts import AUX_HEADER, centralized_prompt, centralized_stop_strings, parse_joint_answer
 from envs.code_generation.transitions import make_expert_client
 
@@ -35,9 +34,3 @@ def api_client(model: str, max_tokens: int, base_url: str | None = None, api_key
     """Return a chat client for `model` at `base_url` with `api_key` (None: from the environment; ValueError when
     the API's URL or key is not set)."""
     return make_expert_client(model, base_url=base_url, api_key=api_key, max_tokens=max_tokens)
-
-
-def build_madpo(config: Config, trainer: str, task: Task) -> Any:
-    """Return MADPO / MADPO_ITER for the code task (its comparator can write joint answers or call an API)."""
-    from cooprl.trainers.madpo import build_madpo as build
-    return build(config, trainer, task, joint_format=code_joint_format(config.trainer(trainer)), api_client=api_client)

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from cooprl.config import Config, ConfigError
 from cooprl.task import Score, Task
+from envs.code_generation.comparator import api_client, code_joint_format
 from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import (JointAnswer, agent_prompts, centralized_prompt, centralized_stop_strings,
                                           completion_to_code, parse_joint_answer, stop_strings)
@@ -120,11 +121,13 @@ def build_code_task(config: Config, trainer: str) -> Task:
     return _decentralized_task(config, section)
 
 
-def _code_task(config: Config, **parts: Any) -> Task:
-    # what both modes share: the problems, the task's name and the problem id for logs
+def _code_task(config: Config, section: Any, **parts: Any) -> Task:
+    # what both modes share: the problems, the task's name, the problem id for logs, and what the preference
+    # trainers' comparators need (the joint answer of one model for both roles, the API client)
     dataset = config.task.dataset
     return Task(name=f"code:{dataset.name}", train_items=load_problems(dataset, dataset.train_split),
-                eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id, **parts)
+                eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id,
+                joint_format=code_joint_format(section), api_client=api_client, **parts)
 
 
 def _decentralized_task(config: Config, section: Any) -> Task:
@@ -151,7 +154,7 @@ def _decentralized_task(config: Config, section: Any) -> Task:
                             partner_code=partner[role])
                 for role, history in zip(roles, histories)]
 
-    return _code_task(config, num_agents=len(roles), first_prompts=lambda p: agent_prompts(p, len(roles)),
+    return _code_task(config, section, num_agents=len(roles), first_prompts=lambda p: agent_prompts(p, len(roles)),
                       score=score, next_prompts=next_prompts, max_reward=MAX_REWARD[len(roles)],
                       stop_strings=[tuple(stop_strings(role)) for role in roles])
 
@@ -165,6 +168,6 @@ def _centralized_task(config: Config, section: Any) -> Task:
     def no_next_turn(*args: Any) -> list[str]:
         raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
 
-    return _code_task(config, num_agents=1, first_prompts=lambda p: [centralized_prompt(p, style, answer_style)],
+    return _code_task(config, section, num_agents=1, first_prompts=lambda p: [centralized_prompt(p, style, answer_style)],
                       score=score, next_prompts=no_next_turn, max_reward=MAX_REWARD[2],
                       stop_strings=[tuple(centralized_stop_strings(answer_style))])

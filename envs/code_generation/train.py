@@ -10,35 +10,22 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cooprl.cli import run_cli
+from cooprl.cli import exit_status, read_command_line
 from cooprl.config import Config, ConfigError
+from cooprl.task import Task
+from cooprl.trainers import TRAINERS
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
+from envs.code_generation.task import build_code_task
 
 log = logging.getLogger(__name__)
 
-# trainer name -> function(config, trainer, task) -> Algorithm
-ALGORITHMS: dict[str, str] = {
-    "magrpo": "cooprl.trainers.magrpo:build_magrpo",
-    "grpo": "cooprl.trainers.magrpo:build_magrpo",
-    "iac": "cooprl.trainers.actor_critic:build_iac",
-    "maac": "cooprl.trainers.actor_critic:build_maac",
-    "ac": "cooprl.trainers.actor_critic:build_iac",
-    "madpo": "envs.code_generation.comparator:build_madpo",
-    "madpo_iter": "envs.code_generation.comparator:build_madpo",
-    "marlhf": "envs.code_generation.marlhf:build_marlhf",
-    "marlhf_iter": "envs.code_generation.marlhf:build_marlhf",
-}
 
-
-def build_task_and_algorithm(config: Config, trainer: str) -> tuple[Any, Any]:
+def build_task_and_algorithm(config: Config, trainer: str) -> tuple[Task, Any]:
     """Return (code task, algorithm with its loaded agents) for `trainer`'s section of `config`."""
-    if trainer not in ALGORITHMS:
-        raise ConfigError(f"trainer {trainer!r} is not available yet in this version; available: {', '.join(ALGORITHMS)}")
-    from importlib import import_module
-    from envs.code_generation.task import build_code_task
+    if trainer not in TRAINERS:
+        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
     task = build_code_task(config, trainer)
-    module, name = ALGORITHMS[trainer].split(":")
-    return task, getattr(import_module(module), name)(config, trainer, task)
+    return task, TRAINERS[trainer].build(config, trainer, task)
 
 
 def use_reward_executor(config: Config) -> None:
@@ -75,6 +62,11 @@ def train(config: Config, trainer: str) -> dict[str, Any]:
     return summary
 
 
-def main(trainer: str, default_config: str) -> int:
-    """Entry point of `train_<trainer>.py`; return the process exit code."""
-    return run_cli(trainer, default_config, train)
+def main(trainer: str, default_config: str, argv: list[str] | None = None) -> int:
+    """Entry point of `train_<trainer>.py`: read the command line (`argv`, default sys.argv), train on the config
+    it gives; return the process exit code (2 after a one-line error for bad input)."""
+    def read_then_train() -> None:
+        config = read_command_line(trainer, default_config, argv)
+        if config is not None:   # None: --print-config
+            train(config, trainer)
+    return exit_status(read_then_train)
