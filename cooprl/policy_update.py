@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl.logprobs import completion_logprobs, group_by_prompt
+from cooprl.optim import guarded_step
 
 log = logging.getLogger(__name__)
 
@@ -175,13 +176,8 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
             log.warning("non-finite extra loss (%s): this update is skipped", metrics["extra_loss"])
             optimizer.zero_grad(set_to_none=True)
             return {**metrics, "skipped_nonfinite": 1.0}
-    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
-    if not torch.isfinite(norm):
-        log.warning("non-finite gradient norm: this update is skipped")
-        optimizer.zero_grad(set_to_none=True)
+    norm = guarded_step(optimizer, max_grad_norm)
+    if norm is None:
         return {**metrics, "skipped_nonfinite": 1.0}
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    metrics["grad_norm"] = norm.item()
+    metrics["grad_norm"] = norm
     return metrics

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from cooprl.optim import guarded_step
 from cooprl.value_model import ValueModel
 
 log = logging.getLogger(__name__)
@@ -161,8 +162,8 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
                 log.warning("reward model: non-finite loss, batch skipped")
                 optimizer.zero_grad(set_to_none=True)
                 continue
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
-            optimizer.step()
+            if guarded_step(optimizer, max_grad_norm) is None:
+                continue
             metrics["reward_model/optimizer_steps"] = metrics.get("reward_model/optimizer_steps", 0.0) + 1
             loss_sum += batch_loss * len(indices)
             correct += batch_correct

@@ -298,7 +298,7 @@ def test_verbose_tree_printing_survives_surrogates(capsys):
     from cooprl.generation import Completion
     from cooprl.rollout import Node
     from cooprl.task import Score
-    from cooprl.trainers.magrpo import _print_tree
+    from cooprl.trainers.base import print_tree
     import torch
     empty = torch.zeros(0, dtype=torch.long)
     node = Node(item="x", turn=0, prompts=["p"], histories=[[]],
@@ -308,7 +308,7 @@ def test_verbose_tree_printing_survives_surrogates(capsys):
     class T:
         def item_id(self, item):
             return "id \udfff"
-    _print_tree(node, T())
+    print_tree(node, T())
     out = capsys.readouterr().out
     assert "bad \ufffd text" in out and "\x1b" not in out
 

@@ -488,10 +488,12 @@ def test_use_environment_step_defaults_to_upstreams_true():
 
 
 # ---------------------------------------------------------------------------------------------- epoch ends
-def test_ends_epoch_marks_each_epochs_last_step_and_the_plans_last():
+def test_ends_epoch_marks_each_epochs_last_step_and_each_iterations_last():
     from cooprl.trainers.loop import ends_epoch
-    # 3 items, 2 epochs cut at 5 steps, 2 rounds (iterations): epochs end at 3, 5 (cut), 8, 10
-    assert [s for s in range(1, 11) if ends_epoch(s, 5, 3)] == [3, 5, 8, 10]
+    # 3 items, 2 epochs cut at 5 steps, 2 rounds (iterations): epochs end at 3, 5 (the iteration's end), 8, 10
+    assert [s for s in range(1, 11) if ends_epoch(s, 5, 3, rounds=2)] == [3, 5, 8, 10]
+    # one round: a plan cut at max_steps does not end an epoch (an extended run must equal the longer plan)
+    assert [s for s in range(1, 6) if ends_epoch(s, 5, 3)] == [3]
 
 
 def test_loop_calls_end_epoch_at_each_epochs_end(tmp_path):
@@ -522,8 +524,8 @@ def test_loop_calls_end_epoch_at_each_epochs_end(tmp_path):
     config = tiny("magrpo", tmp_path, "e", "magrpo.num_train_epochs=2", "magrpo.max_steps=5")
     algorithm = Recorder()
     train_loop(config, "magrpo", scripted_task(items=3), algorithm, tmp_path / "e")
-    assert algorithm.ends == [3, 5]
-    assert [e["step"] for e in train_events(tmp_path / "e") if "flushed" in e] == [3, 5]
+    assert algorithm.ends == [3]   # step 5 is the max_steps cut of the second epoch, not its end
+    assert [e["step"] for e in train_events(tmp_path / "e") if "flushed" in e] == [3]
 
 
 def test_magrpo_nodes_left_in_the_buffer_are_trained_at_the_epochs_end(tmp_path):

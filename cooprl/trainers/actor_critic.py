@@ -41,12 +41,12 @@ import torch
 
 from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError, trainer_device
-from cooprl.evaluation import evaluate_team, tree_metrics
+from cooprl.evaluation import tree_metrics
 from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.policy_update import TrainSample, frozen_reference, policy_gradient_step, sampled_kls
+from cooprl.policy_update import TrainSample, policy_gradient_step, sampled_kls
 from cooprl.rollout import Node, RolloutSettings, iter_nodes, rollout
 from cooprl.task import Task
-from cooprl.trainers.magrpo import _print_tree, reward_processor
+from cooprl.trainers.base import TeamAlgorithm
 from cooprl.value_model import ValueModel
 
 VALUE_BATCH = 8  # sequences per critic forward (rollout-time values and the value loss)
@@ -134,23 +134,19 @@ def value_errors(values: torch.Tensor, targets: torch.Tensor, old_values: torch.
     return torch.maximum(errors, (clipped - targets) ** 2)
 
 
-class ActorCritic:
+class ActorCritic(TeamAlgorithm):
     """IAC, MAAC and AC for the shared training loop (see cooprl.trainers.loop)."""
 
     def __init__(self, config: Config, section: Any, task: Task, team: list[Agent], critics: list[Critic],
                  centralized: bool):
-        self.config, self.section, self.task, self.team, self.critics = config, section, task, team, critics
+        # the actors' frozen start models: the k3 KL to them (reference_kl_coef, in reference_kl_form)
+        super().__init__(config, section, task, team, references=section.reference_kl_coef > 0)
+        self.critics = critics
         self.centralized = centralized  # MAAC: one critic for the whole team
-        self.models = [agent.model for agent in team] + [critic.model for critic in critics]
-        self.process_reward = reward_processor(config, task)
+        self.models = self.models + [critic.model for critic in critics]
         self.buffer: list[Step] = []
         self.buffered_episodes = 0
-        # the frozen start models of the actors, for the k3 KL to them (reference_kl_coef, in reference_kl_form)
-        self.references = [frozen_reference(agent.model) for agent in team] if section.reference_kl_coef > 0 else None
         self.kl_in_reward = self.references is not None and section.reference_kl_form == "reward"
-
-    def _sample(self, agent: int, prompts: list[str], n: int):
-        return self.team[agent].sample(prompts, n)
 
     def critic_of(self, agent: int) -> int:
         """Return the index of the critic that scores `agent`'s turns."""
@@ -239,7 +235,7 @@ class ActorCritic:
             metrics.update(self.update())
         metrics["env_steps"] = len(steps)
         if self.config.output.verbose:
-            _print_tree(root, self.task)
+            self.print_tree(root)
         return metrics
 
     def buffer_full(self) -> bool:
@@ -367,23 +363,14 @@ class ActorCritic:
             loss_sum += loss.item()
         return loss_sum
 
-    # ------------------------------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(self, items: list[Any]) -> dict[str, float]:
-        """Return eval metrics per turn (the task's score metrics, success rate, pass@k) on `items`, as MAGRPO does."""
-        return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
-
     # ------------------------------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Return what a checkpoint needs besides the weights: the optimizers and the rollout buffer."""
-        return {"optimizers": [agent.optimizer.state_dict() for agent in self.team],
-                "critic_optimizers": [c.optimizer.state_dict() if c.optimizer else None for c in self.critics],
+    def extra_state(self) -> dict[str, Any]:
+        """Return the critics' optimizers and the rollout buffer (the actors' optimizers: TeamAlgorithm)."""
+        return {"critic_optimizers": [c.optimizer.state_dict() if c.optimizer else None for c in self.critics],
                 "buffer": self.buffer, "buffered_episodes": self.buffered_episodes}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict` saved."""
-        for agent, opt_state in zip(self.team, state["optimizers"]):
-            agent.optimizer.load_state_dict(opt_state)
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what `extra_state` saved."""
         for critic, opt_state in zip(self.critics, state["critic_optimizers"]):
             if critic.optimizer is not None:
                 critic.optimizer.load_state_dict(opt_state)

@@ -39,8 +39,9 @@ class Algorithm(Protocol):
     # Optional: `rounds` (int, default 1) repeats the step plan (items of the epochs, cut at max_steps) that
     # many times (the preference iterations); `start_run(run_dir, step, steps_per_round)` is called once the
     # run folder is known and a resume has restored `step` (for files the algorithm keeps in the run folder);
-    # `end_epoch(metrics)` is called after the last step of every epoch (and of a plan cut by max_steps) to train
-    # what its buffers still hold, adding that update's metrics to the step's `metrics` (upstream flushes there).
+    # `end_epoch(metrics)` is called after the last step of every epoch (and of every iteration of the iterative
+    # trainers) to train what its buffers still hold, adding that update's metrics to the step's `metrics` (upstream
+    # flushes there).
 
     def train_step(self, item: Any, step: int) -> dict[str, float]: ...      # one dataset item
     def evaluate(self, items: list[Any]) -> dict[str, float]: ...
@@ -69,11 +70,13 @@ def data_order(num_items: int, epochs: int, seed: int) -> list[int]:
     return order
 
 
-def ends_epoch(step: int, steps_per_round: int, epoch_length: int) -> bool:
-    """Return whether training step `step` (1-based) is the last of an epoch of `epoch_length` items, or the last of
-    its round's plan (`steps_per_round` steps: the epochs, cut at max_steps)."""
+def ends_epoch(step: int, steps_per_round: int, epoch_length: int, rounds: int = 1) -> bool:
+    """Return whether training step `step` (1-based) is the last of an epoch of `epoch_length` items, or, with
+    several rounds (the iterative trainers' iterations), the last of its round (`steps_per_round` steps: the epochs,
+    cut at max_steps). The end of a single-round plan cut by max_steps is not an epoch's end: a run extended
+    later from its last checkpoint then trains exactly as one that ran the longer plan from the start."""
     position = (step - 1) % steps_per_round + 1
-    return position % epoch_length == 0 or position == steps_per_round
+    return position % epoch_length == 0 or (rounds > 1 and position == steps_per_round)
 
 
 def run_prefix(config: Config, trainer: str) -> str:
@@ -202,7 +205,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         for step in range(start_step + 1, total_steps + 1):
             item = task.train_items[order[(step - 1) % steps_per_round]]
             metrics = algorithm.train_step(item, step)
-            if hasattr(algorithm, "end_epoch") and ends_epoch(step, steps_per_round, len(task.train_items)):
+            if hasattr(algorithm, "end_epoch") and ends_epoch(step, steps_per_round, len(task.train_items), rounds):
                 algorithm.end_epoch(metrics)
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from cooprl.agents import Agent, build_team
 from cooprl.comparators import Comparator, build_comparator
 from cooprl.config import Config
-from cooprl.evaluation import evaluate_team, tree_metrics
+from cooprl.evaluation import tree_metrics
 from cooprl.logprobs import completion_logprobs
 from cooprl.policy_update import k3_kl
 from cooprl.text import safe_print
@@ -41,7 +41,8 @@ from cooprl.preferences import (IterationPlan, PairStore, PreferencePair, Reward
                                 pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.task import Task
 from cooprl.trainers.loop import data_order
-from cooprl.trainers.magrpo import frozen_reference, reward_processor
+from cooprl.optim import guarded_step
+from cooprl.trainers.base import TeamAlgorithm
 
 ITEMS_PER_COLLECTION = 16   # problems whose candidates are sampled in one batch (offline collection)
 
@@ -59,15 +60,13 @@ def madpo_losses(deltas: torch.Tensor, beta: float, weights: torch.Tensor | None
     return -(F.logsigmoid(beta * joint) * weights).sum(-1) / weights.sum()
 
 
-class MADPO:
+class MADPO(TeamAlgorithm):
     """MADPO (and MADPO_ITER) for the shared training loop (see cooprl.trainers.loop)."""
 
     def __init__(self, config: Config, section: Any, task: Task, team: list[Agent], comparator: Comparator | None = None):
-        self.config, self.section, self.task, self.team, self.comparator = config, section, task, team, comparator
-        self.models = [agent.model for agent in team]
-        self.process_reward = reward_processor(config, task)
-        needs_reference = section.reference_model or section.reference_kl_coef > 0
-        self.references = [frozen_reference(agent.model) for agent in team] if needs_reference else None
+        super().__init__(config, section, task, team,
+                         references=section.reference_model or section.reference_kl_coef > 0)
+        self.comparator = comparator
         self.plan = plan = IterationPlan.of(section)
         self.rounds = plan.rounds          # the loop repeats its step plan this often
         self.replay_mode, self.replay_lambda = plan.replay_mode, plan.replay_lambda
@@ -88,9 +87,6 @@ class MADPO:
         for iteration, pairs in self.store.load(up_to_step=step).items():
             for pair in pairs:
                 self.history[iteration][pair.item_id].append(pair)
-
-    def _sample(self, agent: int, prompts: list[str], n: int):
-        return self.team[agent].sample(prompts, n)
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
@@ -239,36 +235,24 @@ class MADPO:
             return {**metrics, "dpo/skipped_nonfinite": 1.0}
         losses.sum().backward()   # agent i's parameters get gradient from loss_i only (see madpo_losses)
         for a, agent in enumerate(self.team):
-            params = [p for group in agent.optimizer.param_groups for p in group["params"] if p.grad is not None]
-            norm = torch.nn.utils.clip_grad_norm_(params, self.section.max_grad_norm or float("inf"))
-            metrics[f"agent_{a}/grad_norm"] = norm.item()
-            if torch.isfinite(norm):
-                agent.optimizer.step()
-            else:
+            norm = guarded_step(agent.optimizer, self.section.max_grad_norm)
+            metrics[f"agent_{a}/grad_norm"] = norm if norm is not None else float("nan")
+            if norm is None:
                 metrics["dpo/skipped_nonfinite"] = 1.0
-            agent.optimizer.zero_grad(set_to_none=True)
         return metrics
 
-    # ------------------------------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(self, items: list[Any]) -> dict[str, float]:
-        """Return eval metrics (task reward levels, pass rate, pass@k) of the policies on `items`."""
-        return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
-
     # ------------------------------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Return what a checkpoint needs besides the weights (pairs live in their own files), with the comparator's
-        policy snapshots (history, current_copy) when it keeps some."""
-        state = {"optimizers": [agent.optimizer.state_dict() for agent in self.team], "pair_rng": self.rng.getstate(),
-                 "collected": list(self.collected), "collection_metrics": self.collection_metrics}
+    def extra_state(self) -> dict[str, Any]:
+        """Return the pair selection's RNG and the offline collections (pairs live in their own files), with the
+        comparator's policy snapshots (history, current_copy) when it keeps some."""
+        state = {"pair_rng": self.rng.getstate(), "collected": list(self.collected),
+                 "collection_metrics": self.collection_metrics}
         if hasattr(self.comparator, "state_dict"):
             state["comparator"] = self.comparator.state_dict()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what `state_dict` saved."""
-        for agent, opt_state in zip(self.team, state["optimizers"]):
-            agent.optimizer.load_state_dict(opt_state)
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what `extra_state` saved."""
         self.rng.setstate(state["pair_rng"])
         # offline collection: iterations collected before the checkpoint are read back from their files (start_run)
         self.collected = list(state.get("collected", []))

@@ -30,22 +30,13 @@ import torch
 
 from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError
-from cooprl.evaluation import evaluate_team, evaluation_settings, tree_metrics
-from cooprl.policy_update import TrainSample, frozen_reference, kl_penalized, policy_gradient_step, sampled_kls
+from cooprl.evaluation import evaluation_settings, tree_metrics
+from cooprl.policy_update import TrainSample, kl_penalized, policy_gradient_step, sampled_kls
 from cooprl.rollout import RolloutSettings, advantages, iter_nodes, pipeline_settings, rollout, sample_returns
 from cooprl.task import Task
-from cooprl.text import safe_print
+from cooprl.trainers.base import TeamAlgorithm
 
 log = logging.getLogger(__name__)
-
-
-def reward_processor(config: Config, task: Task):
-    """Return the function mapping a raw reward to the training reward: scale, then shift (default -max)."""
-    cfg = config.reward_processor
-    if not cfg.enabled:
-        return lambda r: r
-    shift = cfg.shift if cfg.shift is not None else -task.max_reward
-    return lambda r: r * cfg.scale_factor + shift
 
 
 @dataclass
@@ -56,23 +47,17 @@ class NodeGroup:
     samples: list[TrainSample]
 
 
-class MAGRPO:
+class MAGRPO(TeamAlgorithm):
     """The MAGRPO algorithm for the shared training loop (see cooprl.trainers.loop)."""
 
     def __init__(self, config: Config, section: Any, task: Task, team: list[Agent]):
-        self.config, self.section, self.task, self.team = config, section, task, team
-        self.models = [agent.model for agent in team]
-        self.process_reward = reward_processor(config, task)
+        super().__init__(config, section, task, team, references=section.reference_kl_coef > 0)
         self.buffer: list[list[NodeGroup]] = [[] for _ in team]   # per agent, in tree order (breadth-first)
         self.buffered_items = 0                                   # items of the buffer (update_schedule items)
-        self.references = [frozen_reference(agent.model) for agent in team] if section.reference_kl_coef > 0 else None
         self.kl_in_reward = self.references is not None and section.reference_kl_form == "reward"
         self.step_updates: list[dict[str, float]] = []             # the current step's updates (for end_epoch)
 
     # ------------------------------------------------------------------------------------------ rollout
-    def _sample(self, agent: int, prompts: list[str], n: int):
-        return self.team[agent].sample(prompts, n)
-
     def rollout_settings(self, evaluation: bool = False) -> RolloutSettings:
         """Return the tree shape: G samples per node in training; n chains of single samples in evaluation."""
         s = self.section
@@ -108,7 +93,7 @@ class MAGRPO:
         metrics.update(merge_update_metrics(updates))
         metrics["env_steps"] = sum(len(node.joint) for node in iter_nodes(root))
         if self.config.output.verbose:
-            _print_tree(root, self.task)
+            self.print_tree(root)
         return metrics
 
     def sibling_groups(self, node: Any, kls: list[list[float]] | None = None) -> list[NodeGroup]:
@@ -168,22 +153,13 @@ class MAGRPO:
             kl_coef=self.section.reference_kl_coef if kl_in_loss else 0.0,
             reference=self.references[agent_index] if kl_in_loss else None)
 
-    # ------------------------------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(self, items: list[Any]) -> dict[str, float]:
-        """Return eval metrics per turn (the task's score metrics, success rate, pass@k) on `items`."""
-        return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
-
     # ------------------------------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Return what a checkpoint needs besides the weights: optimizers and the rollout buffer."""
-        return {"optimizers": [agent.optimizer.state_dict() for agent in self.team],
-                "buffer": self.buffer, "buffered_items": self.buffered_items}
+    def extra_state(self) -> dict[str, Any]:
+        """Return the rollout buffer (the optimizers are saved by TeamAlgorithm)."""
+        return {"buffer": self.buffer, "buffered_items": self.buffered_items}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore optimizers and buffer saved by `state_dict`."""
-        for agent, opt_state in zip(self.team, state["optimizers"]):
-            agent.optimizer.load_state_dict(opt_state)
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore the buffer saved by `extra_state`."""
         self.buffer, self.buffered_items = state["buffer"], state["buffered_items"]
 
 
@@ -216,14 +192,6 @@ def merge_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
-
-
-def _print_tree(root: Any, task: Task) -> None:
-    for node in iter_nodes(root):
-        for j, score in enumerate(node.scores):
-            safe_print(f"--- {task.item_id(node.item)} turn {node.turn + 1} joint {j}: reward {score.total:.3f}")
-            for a, text in enumerate(node.joint_texts(j)):
-                safe_print(f"[agent {a}]\n{text}")
 
 
 def build_magrpo(config: Config, trainer: str, task: Task) -> MAGRPO:

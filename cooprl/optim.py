@@ -1,0 +1,25 @@
+"""The one guarded optimizer step every update in the library takes (policy gradient, DPO, critics, reward model)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def guarded_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float | None:
+    """Clip the gradients of `optimizer`'s parameters to `max_grad_norm` (None or 0: no clipping, the norm is still
+    measured), step when that norm is finite, and clear the gradients; return the norm, or None when the step was
+    skipped because the gradients are not finite (a NaN or inf would otherwise reach the weights)."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+    finite = bool(torch.isfinite(norm))
+    if finite:
+        optimizer.step()
+    else:
+        log.warning("non-finite gradient norm: this optimizer step is skipped")
+    optimizer.zero_grad(set_to_none=True)
+    return norm.item() if finite else None

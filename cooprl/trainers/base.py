@@ -1,0 +1,80 @@
+"""What every team algorithm shares, so that each trainer module holds only its own update.
+
+A team algorithm (MAGRPO, the actor-critics, MADPO) trains one agent per policy of the task on the shared loop
+(`cooprl.trainers.loop`). `TeamAlgorithm` gives it: the task's reward processor, the frozen start models for a
+reference-KL term, sampling from the agents, evaluation on the task, and the optimizers' part of checkpoints
+(`extra_state` / `load_extra_state` add each algorithm's own: buffers, counters, RNGs).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from cooprl.agents import Agent
+from cooprl.config import Config
+from cooprl.evaluation import evaluate_team
+from cooprl.policy_update import frozen_reference
+from cooprl.rollout import iter_nodes
+from cooprl.task import Task
+from cooprl.text import safe_print
+
+
+def reward_processor(config: Config, task: Task) -> Callable[[float], float]:
+    """Return the function mapping a raw reward to the training reward: scale, then shift (default: minus the
+    task's largest raw reward)."""
+    cfg = config.reward_processor
+    if not cfg.enabled:
+        return lambda r: r
+    shift = cfg.shift if cfg.shift is not None else -task.max_reward
+    return lambda r: r * cfg.scale_factor + shift
+
+
+class TeamAlgorithm:
+    """The shared part of a team algorithm: config, section, task, agents, reward processor, references."""
+
+    def __init__(self, config: Config, section: Any, task: Task, team: list[Agent], *, references: bool = False):
+        self.config, self.section, self.task, self.team = config, section, task, team
+        self.models = [agent.model for agent in team]   # what checkpoints save, in agent order
+        self.process_reward = reward_processor(config, task)
+        # the frozen start model of each agent, for a KL term to it (None when the algorithm needs none)
+        self.references = [frozen_reference(agent.model) for agent in team] if references else None
+
+    def _sample(self, agent: int, prompts: list[str], n: int):
+        return self.team[agent].sample(prompts, n)
+
+    @torch.no_grad()
+    def evaluate(self, items: list[Any]) -> dict[str, float]:
+        """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team on `items`."""
+        return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return what a checkpoint needs besides the weights: the optimizers and the algorithm's own state."""
+        return {"optimizers": [agent.optimizer.state_dict() for agent in self.team], **self.extra_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` saved."""
+        for agent, opt_state in zip(self.team, state["optimizers"]):
+            agent.optimizer.load_state_dict(opt_state)
+        self.load_extra_state(state)
+
+    def extra_state(self) -> dict[str, Any]:
+        """Return the algorithm's own checkpoint state (buffers, counters, RNG states); plain data."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what `extra_state` saved."""
+
+    def print_tree(self, root: Any) -> None:
+        """Print every joint action of a rollout tree with its reward (`output.verbose`)."""
+        print_tree(root, self.task)
+
+
+def print_tree(root: Any, task: Task) -> None:
+    """Print every joint action of the rollout tree `root`: item, turn, reward and each agent's text."""
+    for node in iter_nodes(root):
+        for j, score in enumerate(node.scores):
+            safe_print(f"--- {task.item_id(node.item)} turn {node.turn + 1} joint {j}: reward {score.total:.3f}")
+            for a, text in enumerate(node.joint_texts(j)):
+                safe_print(f"[agent {a}]\n{text}")
