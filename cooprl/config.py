@@ -195,6 +195,8 @@ class TrainerSection:
     top_k: Optional[int] = option(None, "overrides agent_model.top_k (null = agent_model.top_k)", min=0)
     logging_steps: int = option(1, "log training metrics every N steps", min=1)
     eval_interval: int = option(16, "evaluate every N steps (0 = only at the end)", min=0)
+    eval_at_start: bool = option(True, "also evaluate before the first step of a fresh run (step 0: the curves' "
+                                 "starting point and the summary's before/after; a resumed run does not repeat it)")
     eval_num_samples: int = option(16, "eval problems used per evaluation", min=1)
     eval_num_generations: int = option(1, "samples per eval problem (for pass@k)", min=1)
     eval_pass_k: list[int] = option([1], "k values of pass@k reported at evaluation")

@@ -17,6 +17,7 @@ DPO update scores exactly the sampled tokens; texts from another tokenizer (an A
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -248,6 +249,30 @@ def read_pairs(path: str | Path) -> list[PreferencePair]:
                 raise PreferenceFileError(f"preference pairs {path}:{n + 1} are damaged: not a preference pair") from None
             log.warning("%s: dropping a cut-off last line", path)
     return pairs
+
+
+def open_pair_store(run_dir: Path, step: int) -> "PairStore":
+    """Return the PairStore of the run folder `run_dir`. A fresh run (`step` 0) must collect its own pairs, while a
+    resumed one reads its files back: a fresh run first moves an earlier run's pairs aside (`move_pairs_aside`)."""
+    if step == 0:
+        move_pairs_aside(run_dir)
+    return PairStore(run_dir / "preferences")
+
+
+def move_pairs_aside(run_dir: Path) -> Path | None:
+    """Rename a non-empty `preferences/` of `run_dir` to `preferences.old-<timestamp>/` (renamed, not deleted: the
+    user may want it); return the new path, or None when there was nothing to move."""
+    path = run_dir / "preferences"
+    if not path.is_dir() or not any(path.iterdir()):
+        return None
+    stamp = f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    target, n = path.with_name(f"{path.name}.old-{stamp}"), 1
+    while target.exists():  # two fresh runs within a second
+        target, n = path.with_name(f"{path.name}.old-{stamp}-{n}"), n + 1
+    path.rename(target)
+    log.warning("%s holds an earlier run's preference pairs: moved to %s, this run collects its own (to continue "
+                "that run, --resume %s)", path, target.name, path.parent)
+    return target
 
 
 class PairStore:

@@ -67,7 +67,8 @@ def test_summary_judges_a_learned_reward_run_by_the_task_reward(tmp_path, capsys
     from cooprl.trainers.loop import summarize
     rows = [{"step": k, "turn_1/reward_mean": float(k), "turn_1/task_reward_mean": 2.0 - k} for k in (1, 2)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = summarize(tmp_path, 2, {}, interrupted=False)
+    from cooprl.trainers.marlhf import MARLHF
+    summary = summarize(tmp_path, 2, {}, interrupted=False, task_reward=MARLHF.task_reward_key)
     assert summary["learned"] is False
     assert "mean training task reward: 1.000 (first 1 steps) -> 0.000 (last 1 steps): did not improve" in capsys.readouterr().out
 

@@ -181,3 +181,28 @@ def test_summary_prints_zero_not_negative_zero(tmp_path, capsys):
     summarize(tmp_path, 2, {}, False)
     out = capsys.readouterr().out
     assert "uses_aux" in out and "-0.000" not in out
+
+
+def test_summary_judges_by_the_evaluations_before_and_after_training(tmp_path, capsys):
+    # offline MADPO trains on pairs from the start policy and logs that policy's samples: the training reward stays
+    # flat while the policies improve; the evaluation at step 0 and at the end says so
+    import json as _json
+    from cooprl.trainers.loop import summarize
+    events = [{"step": 0, "eval/turn_1/reward_mean": 0.297}] + [
+        {"step": s, "turn_1/reward_mean": 0.5} for s in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(_json.dumps(e) + "\n" for e in events))
+    summary = summarize(tmp_path, 2, {"eval/turn_1/reward_mean": 0.615}, False)
+    out = capsys.readouterr().out
+    assert summary["learned"] is True
+    assert "eval reward: 0.297 (before training) -> 0.615 (after 2 steps): learned" in out
+    assert "mean training reward: 0.500 (first 1 steps) -> 0.500 (last 1 steps)\n" in out   # no verdict of its own
+    summary = summarize(tmp_path, 2, {"eval/turn_1/reward_mean": 0.2}, False)
+    assert summary["learned"] is False and "(after 2 steps): did not improve" in capsys.readouterr().out
+
+
+def test_a_fresh_run_evaluates_before_its_first_step_and_a_resumed_run_does_not(tmp_path):
+    run_magrpo(tmp_path, "ev", ["magrpo.max_steps=1", "magrpo.num_turns=1"])
+    run_magrpo(tmp_path, "ev", ["magrpo.max_steps=2", "magrpo.num_turns=1", "checkpoint.resume_from_checkpoint=latest"])
+    events = [json.loads(line) for line in (tmp_path / "ev" / "metrics.jsonl").read_text().splitlines()]
+    eval_steps = [e["step"] for e in events if "eval/turn_1/reward_mean" in e]
+    assert eval_steps == [0, 1, 2]   # the start, the first run's end, the resumed run's end; no second step 0

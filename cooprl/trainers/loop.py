@@ -30,8 +30,8 @@ from cooprl.tracking import RunTracker, read_metrics
 
 log = logging.getLogger(__name__)
 
-# logged by trainers whose training reward is not the task's (MARLHF's learned reward): the summary's verdict
-TASK_REWARD = "turn_1/task_reward_mean"
+TRAINING_REWARD = "turn_1/reward_mean"   # the training reward of turn 1 (what the bar and the summary show)
+EVAL_REWARD = "eval/turn_1/reward_mean"  # the evaluation's reward of turn 1 (the summary's verdict, when evaluated)
 
 
 class Algorithm(Protocol):
@@ -41,7 +41,8 @@ class Algorithm(Protocol):
     # run folder is known and a resume has restored `step` (for files the algorithm keeps in the run folder);
     # `end_epoch(metrics)` is called after the last step of every epoch (and of every iteration of the iterative
     # trainers) to train what its buffers still hold, adding that update's metrics to the step's `metrics` (upstream
-    # flushes there).
+    # flushes there). `task_reward_key` (default TRAINING_REWARD): the metric of the task's own reward, when the
+    # training reward is another (MARLHF trains on a learned reward).
 
     def train_step(self, item: Any, step: int) -> dict[str, float]: ...      # one dataset item
     def evaluate(self, items: list[Any]) -> dict[str, float]: ...
@@ -173,8 +174,6 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
             log.warning("%s holds an earlier run's metrics: metrics.jsonl starts afresh (to continue that run, "
                         "--resume %s)", run_dir, run_dir)
             _truncate_metrics(run_dir, 0)
-        # preference trainers read their pairs files back (right on resume): a new run must collect its own
-        _move_pairs_aside(run_dir)
 
     if hasattr(algorithm, "start_run"):
         algorithm.start_run(run_dir, start_step, steps_per_round)
@@ -200,6 +199,9 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
 
     step = start_step
     interrupted = False
+    if start_step == 0 and section.eval_at_start:
+        evaluate(0)   # the starting point: evaluation's own generator, so training draws the same as without it
+    task_reward = getattr(algorithm, "task_reward_key", TRAINING_REWARD)
     bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True)
     with _InterruptFlag() as interrupt:
         for step in range(start_step + 1, total_steps + 1):
@@ -210,7 +212,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:
                 tracker.log(metrics, step, env_step)
-            bar.set_postfix(_bar_rewards(metrics))
+            bar.set_postfix(_bar_rewards(metrics, task_reward))
             bar.update(1)
             if section.eval_interval and step % section.eval_interval == 0 and step < total_steps:
                 evaluate(step)
@@ -225,7 +227,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     if not interrupted:
         save(step)
     tracker.close()
-    summary = summarize(run_dir, step, final_eval, interrupted)
+    summary = summarize(run_dir, step, final_eval, interrupted, task_reward)
     if interrupted:
         log.warning("interrupted at step %d of %d; to continue: python train_%s.py --resume %s", step, total_steps,
                     trainer, run_dir)
@@ -237,22 +239,6 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     return summary
 
 
-def _move_pairs_aside(run_dir: Path) -> Path | None:
-    """Rename a non-empty `preferences/` of `run_dir` to `preferences.old-<timestamp>/` (renamed, not deleted: the
-    user may want it); return the new path, or None when there was nothing to move."""
-    path = run_dir / "preferences"
-    if not path.is_dir() or not any(path.iterdir()):
-        return None
-    stamp = f"{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    target, n = path.with_name(f"{path.name}.old-{stamp}"), 1
-    while target.exists():  # two fresh runs within a second
-        target, n = path.with_name(f"{path.name}.old-{stamp}-{n}"), n + 1
-    path.rename(target)
-    log.warning("%s holds an earlier run's preference pairs: moved to %s, this run collects its own (to continue "
-                "that run, --resume %s)", path, target.name, path.parent)
-    return target
-
-
 def _truncate_metrics(run_dir: Path, step: int) -> None:
     events = read_metrics(run_dir)
     kept = [e for e in events if e.get("step", 0) <= step]
@@ -261,9 +247,12 @@ def _truncate_metrics(run_dir: Path, step: int) -> None:
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
 
 
-def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupted: bool) -> dict[str, Any]:
-    """Print and return the first-quarter vs last-quarter means of the training metrics of turn 1."""
-    events = [e for e in read_metrics(run_dir) if "turn_1/reward_mean" in e]
+def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupted: bool,
+              task_reward: str = TRAINING_REWARD) -> dict[str, Any]:
+    """Print and return the first-quarter vs last-quarter means of the training metrics of turn 1, and the verdict:
+    by the evaluation before training (step 0) and after it when both exist, else by the training reward
+    (`task_reward`: the task's own reward where the trainer trains on another, MARLHF's learned one)."""
+    events = [e for e in read_metrics(run_dir) if TRAINING_REWARD in e]
     summary: dict[str, Any] = {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted}
     if events:
         quarter = max(1, len(events) // 4)
@@ -278,13 +267,20 @@ def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupte
         width = max(len(r[0]) for r in rows)
         lines = [f"{'turn 1 metric'.ljust(width)}  first quarter  last quarter"]
         lines += [f"{name.ljust(width)}  {a + 0.0:13.3f}  {b + 0.0:12.3f}" for name, a, b in rows]   # no -0.000
-        # MARLHF trains on a learned reward (reward_mean): whether the policies improved is the task's reward
-        judged = TASK_REWARD if TASK_REWARD in summary else "turn_1/reward_mean"
+        judged = task_reward if task_reward in summary else TRAINING_REWARD
         reward = summary[judged]
-        verdict = "learned" if reward["last_quarter"] > reward["first_quarter"] else "did not improve"
-        summary["learned"] = reward["last_quarter"] > reward["first_quarter"]
-        lines.append(f"mean training {'task ' if judged == TASK_REWARD else ''}reward: {reward['first_quarter']:.3f} "
-                     f"(first {quarter} steps) -> {reward['last_quarter']:.3f} (last {quarter} steps): {verdict}")
+        improved = reward["last_quarter"] > reward["first_quarter"]
+        lines.append(f"mean training {'task ' if judged != TRAINING_REWARD else ''}reward: "
+                     f"{reward['first_quarter']:.3f} (first {quarter} steps) -> {reward['last_quarter']:.3f} "
+                     f"(last {quarter} steps){'' if _eval_at(run_dir, 0) and final_eval else ': ' + _verdict(improved)}")
+        summary["learned"] = improved
+        start = _eval_at(run_dir, 0)
+        if EVAL_REWARD in start and EVAL_REWARD in final_eval:
+            # an offline learner (MADPO's pairs from the start policy) logs the start policy's samples while it
+            # trains: the evaluation before and after says whether the policies improved
+            summary["learned"] = final_eval[EVAL_REWARD] > start[EVAL_REWARD]
+            lines.append(f"eval reward: {start[EVAL_REWARD]:.3f} (before training) -> {final_eval[EVAL_REWARD]:.3f} "
+                         f"(after {step} steps): {_verdict(summary['learned'])}")
         for key in sorted(k for k in final_eval if "pass@" in k or k.endswith("reward_mean")):
             lines.append(f"{key}: {final_eval[key]:.3f}")
         print("\n".join(["", f"Summary of {run_dir} ({step} steps{', interrupted' if interrupted else ''})"] + lines))
@@ -292,11 +288,20 @@ def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupte
     return summary
 
 
-def _bar_rewards(metrics: dict[str, float]) -> dict[str, str]:
+def _verdict(improved: bool) -> str:
+    return "learned" if improved else "did not improve"
+
+
+def _eval_at(run_dir: Path, step: int) -> dict[str, float]:
+    """Return the evaluation metrics logged at `step` (empty when there was no evaluation then)."""
+    return {k: v for e in read_metrics(run_dir) if e.get("step") == step for k, v in e.items() if k.startswith("eval/")}
+
+
+def _bar_rewards(metrics: dict[str, float], task_reward: str = TRAINING_REWARD) -> dict[str, str]:
     """Return the progress bar's reward fields: the training reward, and the task reward when they differ (MARLHF)."""
-    fields = {"reward": f"{metrics.get('turn_1/reward_mean', float('nan')):.3f}"}
-    if TASK_REWARD in metrics:
-        fields["task_reward"] = f"{metrics[TASK_REWARD]:.3f}"
+    fields = {"reward": f"{metrics.get(TRAINING_REWARD, float('nan')):.3f}"}
+    if task_reward != TRAINING_REWARD and task_reward in metrics:
+        fields["task_reward"] = f"{metrics[task_reward]:.3f}"
     return fields
 
 

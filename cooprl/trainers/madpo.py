@@ -38,7 +38,7 @@ from cooprl.logprobs import completion_logprobs
 from cooprl.policy_update import k3_kl
 from cooprl.text import safe_print
 from cooprl.preferences import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
-                                pairs_from_candidates, policy_checkpoints, write_pairs)
+                                open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.task import Task
 from cooprl.trainers.loop import data_order
 from cooprl.optim import guarded_step
@@ -81,7 +81,7 @@ class MADPO(TeamAlgorithm):
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
         """Open the run's pair files; read back the pairs of the steps up to `step` (the resumed position)."""
-        self.store, self.steps_per_round = PairStore(run_dir / "preferences"), steps_per_round
+        self.store, self.steps_per_round = open_pair_store(run_dir, step), steps_per_round
         if getattr(self.section, "log_reward_distribution", False):
             self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
         for iteration, pairs in self.store.load(up_to_step=step).items():

@@ -31,8 +31,8 @@ import torch
 
 from cooprl.config import Config, ConfigError, TrainerSection, trainer_device
 from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, policy_checkpoints,
-                                read_pairs, write_pairs)
+from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
+                                policy_checkpoints, read_pairs, write_pairs)
 from cooprl.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
 from cooprl.trainers.loop import data_order
@@ -97,6 +97,8 @@ def learned_reward_task(task: Task, reward_model: RewardModel) -> tuple[Task, Le
 class MARLHF:
     """MARLHF (and MARLHF_ITER) for the shared training loop: wraps the RL algorithm built on the learned reward."""
 
+    task_reward_key = "turn_1/task_reward_mean"   # it trains on the learned reward: the summary judges the task's
+
     def __init__(self, config: Config, section: Any, task: Task, rl: Any, reward_model: RewardModel,
                  learned: LearnedReward, comparator: Any = None):
         self.config, self.section, self.task, self.rl = config, section, task, rl
@@ -113,7 +115,7 @@ class MARLHF:
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
         """Open the run's pair files (the loop calls this once the run folder and the resumed step are known)."""
-        self.store, self.steps_per_round = PairStore(run_dir / "preferences"), steps_per_round
+        self.store, self.steps_per_round = open_pair_store(run_dir, step), steps_per_round
         if getattr(self.section, "log_reward_distribution", False):
             self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
 
