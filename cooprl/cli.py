@@ -47,17 +47,17 @@ def _quoted(value: object) -> str:
     return json.dumps(str(value))   # a YAML string, whatever the path holds
 
 
-def _has_checkpoint(run_dir: Path) -> bool:
+def _has_checkpoint(run_dir: Path, task_config: type | None = None) -> bool:
     from cooprl import checkpoint as ckpt
     try:
-        saved = load_config(run_dir / "config.yaml", [])
+        saved = load_config(run_dir / "config.yaml", [], task_config)
         ckpt.find_checkpoint("latest", Path(saved.checkpoint.checkpoint_dir or run_dir / "checkpoints"))
         return True
     except (UserError, FileNotFoundError, OSError):
         return False
 
 
-def find_latest_run(trainer: str, config: Config) -> Path:
+def find_latest_run(trainer: str, config: Config, task_config: type | None = None) -> Path:
     """Return the newest run folder under `config.output.base_dir` of `trainer` on `config`'s dataset (its
     `output.run_name` when that is set) that holds a complete checkpoint; ConfigError when there is none."""
     from cooprl.trainers.loop import run_prefix
@@ -67,18 +67,18 @@ def find_latest_run(trainer: str, config: Config) -> Path:
     else:
         prefix = run_prefix(config, trainer)
         candidates = [p for p in base.glob(f"{prefix}*") if p.is_dir()] if base.is_dir() else []
-    runs = [p for p in candidates if (p / "config.yaml").is_file() and _has_checkpoint(p)]
+    runs = [p for p in candidates if (p / "config.yaml").is_file() and _has_checkpoint(p, task_config)]
     if not runs:
         raise ConfigError(f"--resume latest: no run of {trainer} with a complete checkpoint under {base} "
                           f"(looked for {', '.join(p.name for p in candidates) or 'none'})")
     return max(runs, key=lambda p: (p / "config.yaml").stat().st_mtime)
 
 
-def resume_config(trainer: str, args: argparse.Namespace) -> Config:
+def resume_config(trainer: str, args: argparse.Namespace, task_config: type | None = None) -> Config:
     """The config that continues the run `args.resume` names: that run's config.yaml, then the --override values,
     then its own folder and its newest complete checkpoint."""
     if args.resume == "latest":
-        run_dir = find_latest_run(trainer, load_config(Path(args.config), args.override))
+        run_dir = find_latest_run(trainer, load_config(Path(args.config), args.override, task_config), task_config)
     else:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
@@ -87,16 +87,19 @@ def resume_config(trainer: str, args: argparse.Namespace) -> Config:
     where = [f"output.base_dir={_quoted(run_dir.parent)}", f"output.run_name={_quoted(run_dir.name)}",
              "checkpoint.resume_from_checkpoint=latest"]
     logging.getLogger(__name__).info("resuming %s", run_dir)
-    return load_config(run_dir / "config.yaml", list(args.override) + where)
+    return load_config(run_dir / "config.yaml", list(args.override) + where, task_config)
 
 
-def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | None = None) -> Config | None:
+def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | None = None,
+                      task_config: type | None = None) -> Config | None:
     """Return the Config a trainer script's command line asks for (None when it asked for --print-config, which
-    this prints); UserError for bad input. The script then trains with it."""
+    this prints); UserError for bad input. The script then trains with it. `task_config`: the environment's config
+    sections (default: the registered ones, see cooprl.config.register_task_config)."""
     args = parse_args(trainer, default_config, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    config = resume_config(trainer, args) if args.resume else load_config(Path(args.config), args.override)
+    config = (resume_config(trainer, args, task_config) if args.resume
+              else load_config(Path(args.config), args.override, task_config))
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
         return None

@@ -7,14 +7,13 @@ Its errors for bad input (DatasetError, ModelError, ConfigError, CheckpointError
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from cooprl.cli import exit_status, read_command_line
 from cooprl.config import Config, ConfigError
 from cooprl.task import Task
+from cooprl.train import train as train_task
 from cooprl.trainers import TRAINERS
-from cooprl.trainers.loop import run_folder, seed_everything, train_loop
 from envs.code_generation.task import build_code_task
 
 log = logging.getLogger(__name__)
@@ -48,18 +47,10 @@ def use_reward_executor(config: Config) -> None:
 
 def train(config: Config, trainer: str) -> dict[str, Any]:
     """Train `trainer` on the code-generation task described by `config`; return the run summary."""
-    seed_everything(config.seed)
+    if trainer not in TRAINERS:   # before the task loads its problems
+        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
     use_reward_executor(config)
-    task, algorithm = build_task_and_algorithm(config, trainer)
-    run_dir = run_folder(config, trainer)
-    log.info("run folder: %s (%d train / %d eval problems)", run_dir, len(task.train_items), len(task.eval_items))
-    summary = train_loop(config, trainer, task, algorithm, run_dir)
-    if config.output.save_final_model:
-        target = Path(config.output.save_path or run_dir / "final")
-        for i, model in enumerate(algorithm.models):
-            model.save_pretrained(target / f"agent_{i}")
-        log.info("final models saved in %s", target)
-    return summary
+    return train_task(config, trainer, build_code_task(config, trainer))
 
 
 def main(trainer: str, default_config: str, argv: list[str] | None = None) -> int:
