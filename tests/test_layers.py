@@ -47,3 +47,10 @@ def test_the_library_names_no_code_generation_concept():
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if pattern.search(line) and "code task" not in line]
     assert found == []
+
+
+def test_the_architecture_page_names_every_module():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [str(path.relative_to(ROOT)) for package in ALLOWED for path in sorted((ROOT / package).rglob("*.py"))
+               if path.name != "__init__.py" and path.name not in page and "data" not in path.parts]
+    assert missing == []
