@@ -4,7 +4,9 @@ At every node each agent samples `samples_per_node` completions for its own prom
 g-th samples of all agents (G joint actions per node); `cross` takes their Cartesian product (G^N). Each
 joint action gets the shared reward and, while turns remain and the node was not terminated early, spawns
 a child node whose prompts the task's transition builds. The return of a joint action is its reward plus
-`discount` times the mean return of its child node. All nodes of a turn are generated and scored together
+`discount` times the mean return of its child node. A general-sum task (`Score.agent_rewards`) gives each agent its
+own reward: `agent_rewards` and `agent_returns` hold them per joint action and agent, by the same rule (with a
+shared reward they equal `rewards` and `returns` exactly); trainers read an agent's through `sample_returns`. All nodes of a turn are generated and scored together
 (one batched `generate` per agent per turn, one parallel scoring batch per turn).
 
 Pipelining (`reward.pipeline_nodes`, `reward.pipeline`): a turn's nodes can instead be sampled in chunks of
@@ -46,6 +48,8 @@ class Node:
     rewards: list[float] = field(default_factory=list)              # processed rewards per joint action
     children: list["Node | None"] = field(default_factory=list)     # per joint action
     returns: list[float] = field(default_factory=list)              # per joint action
+    agent_rewards: list[list[float]] = field(default_factory=list)  # [joint action][agent]: processed, own reward
+    agent_returns: list[list[float]] = field(default_factory=list)  # [joint action][agent]: own return
     terminated_early: bool = False
 
     def joint_texts(self, j: int) -> list[str]:
@@ -72,6 +76,9 @@ class RolloutSettings:
     process_reward: Callable[[float], float] = lambda r: r
     nodes_per_generation: int | None = None   # nodes of a turn sampled per generate call (None = the whole turn)
     pipeline: bool = True                     # score a chunk on a background thread while the next one generates
+    # run_agents(call, num_agents) -> [call(0), call(1), ...]: how the agents' sampling calls run (None = in order;
+    # parallel_training mp passes cooprl.agents.AgentRunner.sample, which may run them on one thread each)
+    run_agents: Callable[[Callable[[int], Any], int], list[Any]] | None = None
 
 
 def pipeline_settings(config: Any) -> dict[str, Any]:
@@ -124,7 +131,13 @@ def _generate_and_score(frontier: list[Node], n: int, task: Task, sample: Sample
 
 def _sample_nodes(nodes: list[Node], n: int, task: Task, sample: Sampler, settings: RolloutSettings) -> None:
     """Sample n completions per agent at each of `nodes` (one sampling call per agent) and set their joint actions."""
-    per_agent = [sample(a, [node.prompts[a] for node in nodes], n) for a in range(task.num_agents)]
+    def sample_agent(a: int) -> list[list[Completion]]:
+        return sample(a, [node.prompts[a] for node in nodes], n)
+
+    if settings.run_agents is None:
+        per_agent = [sample_agent(a) for a in range(task.num_agents)]
+    else:
+        per_agent = settings.run_agents(sample_agent, task.num_agents)
     for k, node in enumerate(nodes):
         node.samples = [per_agent[a][k] for a in range(task.num_agents)]
         node.joint = joint_actions(n, task.num_agents, settings.joint_mode)
@@ -139,10 +152,22 @@ def _score_frontier(frontier: list[Node], task: Task, settings: RolloutSettings)
             owners.append(node)
     scores = task.score(items, joints)
     for node in frontier:
-        node.scores, node.rewards = [], []
+        node.scores, node.rewards, node.agent_rewards = [], [], []
     for node, score in zip(owners, scores):
         node.scores.append(score)
-        node.rewards.append(settings.process_reward(score.total))
+        reward = settings.process_reward(score.total)
+        node.rewards.append(reward)
+        node.agent_rewards.append(agent_rewards(score, reward, task.num_agents, settings.process_reward))
+
+
+def agent_rewards(score: Score, shared: float, num_agents: int, process: Callable[[float], float]) -> list[float]:
+    """Return each agent's processed reward of one joint action: `shared` (the processed total) for every agent, or
+    each of the score's own `agent_rewards` processed (ValueError when it does not hold one per agent)."""
+    if score.agent_rewards is None:
+        return [shared] * num_agents
+    if len(score.agent_rewards) != num_agents:
+        raise ValueError(f"a score holds {len(score.agent_rewards)} agent rewards for {num_agents} agents")
+    return [process(r) for r in score.agent_rewards]
 
 
 def _expand(frontier: list[Node], task: Task, settings: RolloutSettings, last_turn: bool) -> list[Node]:
@@ -165,14 +190,19 @@ def _expand(frontier: list[Node], task: Task, settings: RolloutSettings, last_tu
 
 
 def compute_returns(node: Node, discount: float) -> None:
-    """Fill `node.returns` (and its descendants'): reward + discount * mean return of the child node."""
-    node.returns = []
-    for reward, child in zip(node.rewards, node.children):
+    """Fill `node.returns` and `node.agent_returns` (and its descendants'): reward + discount * mean return of the
+    child node, the team's and each agent's own (an agent's rewards default to the shared ones)."""
+    node.returns, node.agent_returns = [], []
+    own = node.agent_rewards or [[r] * len(node.prompts) for r in node.rewards]
+    for reward, agent_rewards_, child in zip(node.rewards, own, node.children):
         if child is None:
             node.returns.append(reward)
+            node.agent_returns.append(list(agent_rewards_))
         else:
             compute_returns(child, discount)
             node.returns.append(reward + discount * sum(child.returns) / len(child.returns))
+            node.agent_returns.append([r + discount * sum(ret[a] for ret in child.agent_returns) / len(child.agent_returns)
+                                       for a, r in enumerate(agent_rewards_)])
 
 
 def iter_nodes(root: Node):
@@ -185,14 +215,16 @@ def iter_nodes(root: Node):
 
 
 def sample_returns(node: Node, agent: int, reduce: str = "mean") -> list[float]:
-    """Return, for each of `agent`'s samples at `node`, the returns of the joint actions that contain it, reduced:
+    """Return, for each of `agent`'s samples at `node`, the agent's own returns of the joint actions that contain it
+    (the shared returns unless the task gives per-agent rewards), reduced:
     `mean` (the same scale as an aligned tree's returns) or `sum` (upstream comlrl's cross mode). In aligned mode
     each sample is in one joint action, so both give its return."""
     if reduce not in ("mean", "sum"):
         raise ValueError(f"cross_return {reduce!r}: expected 'mean' or 'sum'")
     totals = [0.0] * len(node.samples[agent])
     counts = [0] * len(node.samples[agent])
-    for indices, ret in zip(node.joint, node.returns):
+    own = [ret[agent] for ret in node.agent_returns] if node.agent_returns else node.returns
+    for indices, ret in zip(node.joint, own):
         totals[indices[agent]] += ret
         counts[indices[agent]] += 1
     if reduce == "sum":

@@ -12,17 +12,27 @@ from typing import Any, Callable, Sequence
 
 @dataclass
 class Score:
-    """The shared reward of one joint action, with what the logs and the next turn need to know about it."""
+    """The reward of one joint action, with what the logs and the next turn need to know about it.
+
+    `total` is the team's reward: logs, early termination, evaluation and the preference trainers read it.
+    `agent_rewards` (None: every agent is trained on `total`, a shared reward) gives each agent its own raw reward,
+    in agent order, for a general-sum team: the rollout processes and returns each one, and MAGRPO and the
+    actor-critics train each agent on its own. A task that fills it declares `Task.agent_rewards`.
+    """
 
     total: float                                  # raw task reward (before the reward processor)
     metrics: dict[str, float] = field(default_factory=dict)   # numeric parts, averaged in the logs
     success: bool = False                         # solved (counts for pass@k)
     details: Any = None                           # task-private (e.g. the reward breakdown for feedback)
+    agent_rewards: list[float] | None = None      # per agent raw rewards (None: shared, each agent gets `total`)
 
 
 # first_prompts(item) -> one prompt per agent
 FirstPrompts = Callable[[Any], list[str]]
-# score(items, joint_completions) -> one Score per (item, joint completion); joint_completions[k][agent] is text
+# score(items, joint_completions) -> one Score per (item, joint completion); joint_completions[k][agent] is text.
+# The rollout lists the joint actions of one node together, in a row, with the same item object: a reward that
+# needs a node's whole group (its G samples, e.g. an execution matrix of codes against generated tests) groups
+# consecutive entries whose item `is` the same object.
 ScoreBatch = Callable[[Sequence[Any], Sequence[Sequence[str]]], list[Score]]
 # (model name, max new tokens, base_url=..., api_key=...) -> client(messages) -> reply text (None: the URL and key
 # from the environment); what an API comparator of the preference trainers talks to
@@ -44,6 +54,11 @@ class JointFormat:
 NextPrompts = Callable[[Any, Sequence[Sequence[tuple[str, str]]], Sequence[str], Score], list[str]]
 
 
+# follow_prompt(item, agent, node prompt, texts of agents 0..agent-1 in this joint action) -> that agent's prompt:
+# a sequential team, where agent a > 0 answers after (and sees) its predecessors, e.g. a coder after a planner
+FollowPrompt = Callable[[Any, int, str, Sequence[str]], str]
+
+
 @dataclass
 class Task:
     """Everything a trainer needs from an environment."""
@@ -61,3 +76,6 @@ class Task:
     joint_format: JointFormat | None = None                # one model answering for every role (None: the task
                                                            # has no joint answer; centralized comparators refuse)
     api_client: ApiClientFactory | None = None             # the chat client of an API comparator (None: refused)
+    agent_rewards: bool = False                            # scores may carry per-agent rewards (Score.agent_rewards);
+                                                           # trainers that rank joint answers by one number refuse it
+    follow_prompt: FollowPrompt | None = None              # a sequential team (None: the agents act at once)

@@ -9,7 +9,10 @@ One training step on one dataset item:
 3. TD target of a turn: y = r + discount * (the same critic's value of the episode's next turn), or y = r when
    the episode ended there (last turn or early termination). With `reference_kl_coef` > 0 in the `reward` form
    (upstream's), agent a's r is its shaped reward r - coef * KL(a's completion || start model), so each agent has
-   its own target y_a; a centralized critic (MAAC) learns the team's mean of them in the `episodes` schedule;
+   its own target y_a; a centralized critic (MAAC) learns the team's mean of them in the `episodes` schedule.
+   A general-sum task (`Score.agent_rewards`) gives each agent its own r as well: IAC's critic a learns agent a's;
+   MAAC's one critic learns the team's mean reward, its value a baseline of each agent's own target (single-turn
+   only: over turns its bootstrap would mix the agents' returns, so num_turns > 1 is refused);
 4. buffer the turns and update with each agent's advantages:
    v critic: A = y - V(s), the one-step TD advantage;
    q critic: A = y - (mean Q over the group). Q(s, a) depends on the action taken, so y - Q(s, a) would be
@@ -40,7 +43,7 @@ from typing import Any, Sequence
 import torch
 
 from cooprl.agents import Agent, build_team
-from cooprl.config import Config, ConfigError, trainer_device
+from cooprl.config import Config, ConfigError, model_devices
 from cooprl.evaluation import tree_metrics
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.policy_update import TrainSample, policy_gradient_step, sampled_kls
@@ -173,7 +176,7 @@ class ActorCritic(TeamAlgorithm):
         action = node.samples[c][node.joint[j][c]]
         if critic.reuses_agent_ids:
             return torch.cat([action.prompt_ids, action.completion_ids]) if q else action.prompt_ids
-        return self._tokenize(critic, node.prompts[c] + (action.text if q else ""))
+        return self._tokenize(critic, node.prompt_of(c, node.joint[j][c]) + (action.text if q else ""))
 
     def _tokenize(self, critic: Critic, text: str) -> torch.Tensor:
         # keep the end of a long text: the value is read at its last token (critic_model.max_length tokens at most)
@@ -198,12 +201,15 @@ class ActorCritic(TeamAlgorithm):
             agents = self.scored_by(c)
             for k, ((node, j), step) in enumerate(zip(turns, steps)):
                 next_value = None if following[k] is None else values[following[k]]
-                reward = node.rewards[j]
-                # the critic's own target: its agents' mean shaped reward (IAC: its one agent's)
+                own = node.agent_rewards[j] if node.agent_rewards else [node.rewards[j]] * len(self.team)
+                # the critic's own target: its agents' mean shaped reward (IAC: its one agent's); each agent's own
+                # reward (a general-sum task's differ; a shared one is the same for all, taken as is)
+                rewards = [own[a] for a in agents]
+                reward = rewards[0] if len(set(rewards)) == 1 else sum(rewards) / len(rewards)
                 shared = reward - sum(penalties[k][a] for a in agents) / len(agents)
                 step.critics.append(CriticSample(ids[k], values[k], td_target(shared, next_value, self.section.discount)))
                 for a in agents:
-                    step.targets[a] = td_target(reward - penalties[k][a], next_value, self.section.discount)
+                    step.targets[a] = td_target(own[a] - penalties[k][a], next_value, self.section.discount)
         return steps
 
     def kl_penalties(self, steps: list[Step]) -> list[list[float]]:
@@ -399,9 +405,10 @@ def critic_model_names(config: Config, team: list[Agent], count: int) -> list[st
     return [config.critic_model.name or team[i].name for i in range(count)]
 
 
-def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: bool) -> Critic:
-    """Return a value model on backbone `name` with its own tokenizer and AdamW optimizer."""
-    device = trainer_device(section, "critic_devices", config.agent_model.device)  # upstream's critic_devices
+def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: bool, device: str | None = None) -> Critic:
+    """Return a value model on backbone `name` with its own tokenizer and AdamW optimizer, on `device` (null =
+    agent_model.device)."""
+    device = device or config.agent_model.device
     lm = load_causal_lm(name, torch_dtype=config.critic_model.torch_dtype, device=device, lora=config.critic_model.lora)
     model = ValueModel(lm)
     optimizer = torch.optim.AdamW(model.head_parameters() + model.trunk_parameters(),
@@ -423,6 +430,10 @@ def head_on_actor(section: Any, agent: Agent) -> Critic:
 
 def _build(config: Config, trainer: str, task: Task, centralized: bool) -> ActorCritic:
     section = config.trainer(trainer)
+    if centralized and task.agent_rewards and section.num_turns > 1:
+        raise ConfigError(f"{trainer}.num_turns={section.num_turns}: the task gives each agent its own reward and "
+                          f"MAAC's one critic learns the team's mean; its bootstrap would mix the agents' returns "
+                          f"over turns. Use num_turns 1, IAC (a critic per agent) or the task's shared reward")
     if centralized and not section.use_separate_critic:
         raise ConfigError(f"{trainer}.use_separate_critic=false: the centralized critic is a model of its own; "
                           "set it true")
@@ -430,8 +441,9 @@ def _build(config: Config, trainer: str, task: Task, centralized: bool) -> Actor
     if not section.use_separate_critic:
         return ActorCritic(config, section, task, team, [head_on_actor(section, agent) for agent in team], centralized)
     names = critic_model_names(config, team, 1 if centralized else len(team))
-    critics = [separate_critic(config, section, name, reuses_agent_ids=not centralized and name == team[i].name)
-               for i, name in enumerate(names)]
+    devices = model_devices(section, "critic_devices", len(names), config.agent_model.device)  # one per critic
+    critics = [separate_critic(config, section, name, reuses_agent_ids=not centralized and name == team[i].name,
+                               device=devices[i]) for i, name in enumerate(names)]
     return ActorCritic(config, section, task, team, critics, centralized)
 
 

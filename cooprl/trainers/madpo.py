@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from cooprl.agents import Agent, build_team
 from cooprl.comparators import Comparator, build_comparator
-from cooprl.config import Config
+from cooprl.config import Config, ConfigError
 from cooprl.evaluation import tree_metrics
 from cooprl.logprobs import completion_logprobs
 from cooprl.policy_update import k3_kl
@@ -283,6 +283,14 @@ def _completion_ids(tokenizer: Any, text: str, ids: list[int] | None) -> torch.T
 def build_madpo(config: Config, trainer: str, task: Task) -> MADPO:
     """Return MADPO (or MADPO_ITER) with one agent per policy of the task and the section's comparator."""
     section = config.trainer(trainer)
+    if task.agent_rewards:
+        # a preference pair ranks two joint answers by one reward: agents rewarded apart would rank them differently
+        raise ConfigError(f"{trainer}: MADPO ranks joint answers by the team's one reward, and this task gives each "
+                          f"agent its own (a general-sum team); use the task's shared reward, or MAGRPO/IAC")
+    if task.follow_prompt is not None:
+        # a pair holds one prompt per agent for winner and loser; a follower's prompt differs between them
+        raise ConfigError(f"{trainer}: MADPO's pairs share one prompt per agent, and this task is a sequential team "
+                          f"(a later agent's prompt holds its predecessors' answers, different in winner and loser)")
     team = build_team(config, section, task.num_agents, task.stop_strings)
     comparator = None
     if hasattr(section, "comparator_policy"):

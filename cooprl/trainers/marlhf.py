@@ -71,7 +71,7 @@ class LearnedReward:
         values = self.reward_model.score([(self.task.first_prompts(item), list(joint))
                                           for item, joint in zip(items, joints)])
         values = [(v - self.mean) / max(self.std, MIN_SCORE_STD) for v in values]
-        return [dataclasses.replace(s, total=v, metrics={**s.metrics, "task_reward_mean": s.total})
+        return [dataclasses.replace(s, total=v, metrics={**s.metrics, "task_reward_mean": s.total}, agent_rewards=None)
                 for s, v in zip(scores, values)]
 
     @contextlib.contextmanager
@@ -270,6 +270,9 @@ def build_marlhf(config: Config, trainer: str, task: Task) -> MARLHF:
     """Return MARLHF (or MARLHF_ITER): the reward model, the RL algorithm on the learned reward, the comparator."""
     from cooprl.trainers import TRAINERS   # the registry imports this module
     section = config.trainer(trainer)
+    if task.agent_rewards:   # its pairs rank joint answers by one reward, as MADPO's
+        raise ConfigError(f"{trainer}: MARLHF's preference pairs rank joint answers by the team's one reward, and "
+                          f"this task gives each agent its own (a general-sum team); use the task's shared reward")
     if section.rl_algorithm not in RL_TRAINERS:
         raise ConfigError(f"{trainer}.rl_algorithm={section.rl_algorithm!r}: choose one of {', '.join(RL_TRAINERS)}")
     reward_model = build_reward_model(config, section)
