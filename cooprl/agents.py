@@ -4,21 +4,29 @@ Homogeneous agents load `agent_model.name` once per agent (each agent trains its
 agents give one name per agent in `agents:`. With `agent_model.lora`, each agent gets its own adapter.
 With `agent_model.generation_backend: vllm`, each agent samples with its own vLLM engine, which receives
 the agent's new weights after every optimizer step (see cooprl.vllm_generation).
+
+Placement: `agent_devices` puts every agent on one device or each on its own (one device per agent); under
+`parallel_training: ddp` each process puts its agents on its own GPU (cuda:LOCAL_RANK) and its optimizers average
+their gradients over the processes (cooprl.distributed). Under `parallel_training: mp` an `AgentRunner` runs the
+agents' calls on one thread per agent (torch releases the GIL in its kernels, so agents on different GPUs overlap).
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from cooprl.config import Config, ConfigError, trainer_device
+from cooprl import distributed
+from cooprl.config import Config, ConfigError, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -46,6 +54,13 @@ def agent_model_names(config: Config, num_agents: int) -> list[str]:
     return list(config.agents)
 
 
+def agent_devices(config: Config, section: Any, num_agents: int) -> list[str]:
+    """Return each agent's device: `agent_devices` (one for all, or one per agent), else agent_model.device; under
+    data-parallel training with several processes, the process's own GPU when the device is CUDA."""
+    devices = model_devices(section, "agent_devices", num_agents, config.agent_model.device)
+    return [distributed.rank_device(device, distributed.current()) for device in devices]
+
+
 def build_team(config: Config, section: Any, num_agents: int,
                stop_strings: Sequence[tuple[str, ...]] = ()) -> list[Agent]:
     """Return one Agent per role with its model, sampler settings and AdamW optimizer."""
@@ -55,12 +70,15 @@ def build_team(config: Config, section: Any, num_agents: int,
         temperature=section.temperature if section.temperature is not None else model_cfg.temperature,
         top_p=section.top_p if section.top_p is not None else model_cfg.top_p,
         top_k=section.top_k if getattr(section, "top_k", None) is not None else model_cfg.top_k)
-    device = trainer_device(section, "agent_devices", model_cfg.device)   # upstream's agent_devices: one device
+    devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
         from cooprl.vllm_generation import check_vllm_backend
-        check_vllm_backend(device)  # before any model is loaded: fail fast with the fix
+        for device in dict.fromkeys(devices):
+            check_vllm_backend(device)  # before any model is loaded: fail fast with the fix
+    data_parallel = getattr(section, "parallel_training", "none") == "ddp"
     team = []
     for i, name in enumerate(agent_model_names(config, num_agents)):
+        device = devices[i]
         model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device, lora=model_cfg.lora)
         set_memory_options(model, logprob_chunk_size=model_cfg.logprob_chunk_size,
                            gradient_checkpointing=model_cfg.gradient_checkpointing, autocast=model_cfg.autocast)
@@ -69,6 +87,8 @@ def build_team(config: Config, section: Any, num_agents: int,
         max_prompt_tokens = max(model_cfg.max_length - section.max_new_tokens, 8)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=section.learning_rate, weight_decay=section.weight_decay)
+        if data_parallel:
+            distributed.mark_data_parallel(optimizer)   # its gradients are averaged over the processes
         if model_cfg.generation_backend == "vllm":
             from cooprl.vllm_generation import build_vllm_generator, watch_optimizer
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
@@ -84,3 +104,47 @@ def build_team(config: Config, section: Any, num_agents: int,
         n_train = sum(p.numel() for p in trainable)
         log.info("agent %d: %s on %s, %.1fM trainable parameters", i, name, model.device, n_train / 1e6)
     return team
+
+
+class AgentRunner:
+    """Runs one call per agent: on one thread per agent under `parallel_training: mp`, else one after the other.
+
+    Random numbers decide what runs concurrently, so that mp gives the numbers none gives:
+    - sampling draws from the generator of the agent's device. Agents on distinct CUDA devices each have their own
+      generator, so their sampling runs concurrently and each draws what it draws in order; agents that share a
+      generator (the CPU's, or one GPU's) sample one after the other, in agent order;
+    - an update draws no random number unless a model has active dropout (none of the Qwen/Llama family in training
+      does): updates run concurrently, except for agents with dropout that share a generator. The update's own
+      draws (the node schedule's shuffle) are taken before, in agent order (see MAGRPO.update).
+    """
+
+    def __init__(self, team: Sequence[Agent], mode: str = "none"):
+        self.concurrent = mode == "mp" and len(team) > 1
+        devices = [next(agent.model.parameters()).device for agent in team]
+        own_generators = all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
+        self.concurrent_sampling = self.concurrent and own_generators
+        self.concurrent_updates = self.concurrent and (own_generators or
+                                                       not any(has_dropout(agent.model) for agent in team))
+        self._pool = ThreadPoolExecutor(len(team), thread_name_prefix="cooprl-agent") if self.concurrent else None
+
+    def sample(self, call: Callable[[int], T], num_agents: int) -> list[T]:
+        """Return [call(0), call(1), ...] for the agents' sampling (concurrent when their generators are their own)."""
+        return self._map(call, num_agents, self.concurrent_sampling)
+
+    def update(self, call: Callable[[int], T], num_agents: int) -> list[T]:
+        """Return [call(0), call(1), ...] for the agents' updates (concurrent under mp, see the class docstring)."""
+        return self._map(call, num_agents, self.concurrent_updates)
+
+    def _map(self, call: Callable[[int], T], num_agents: int, concurrent: bool) -> list[T]:
+        if not concurrent or self._pool is None:
+            return [call(a) for a in range(num_agents)]
+        futures = [self._pool.submit(call, a) for a in range(num_agents)]
+        return [future.result() for future in futures]   # the first agent's error is raised here
+
+
+def has_dropout(model: Any) -> bool:
+    """Return whether `model` draws random numbers in training mode: a dropout module or attention dropout > 0."""
+    config = getattr(model, "config", None)
+    if (getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
+        return True
+    return any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules())

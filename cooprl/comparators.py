@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.config import Config, ConfigError, trainer_device
+from cooprl.config import Config, ConfigError, model_devices, trainer_device
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.preferences import Candidate
 from cooprl.task import ApiClientFactory, JointFormat, Task
@@ -249,13 +249,16 @@ def comparator_model_names(section: Any, trainer: str, roles: int) -> list[str]:
 
 
 def _model_generators(config: Config, section: Any, trainer: str, names: Sequence[str], max_tokens: int) -> list[Any]:
-    """Return one frozen generator per role for `names` (a name used by several roles is loaded once), on
-    `comparator_devices` (else the agents' device)."""
+    """Return one frozen generator per role for `names` (a name used by several roles is loaded once, on its first
+    role's device), on `comparator_devices` (one for all, or one per role; else the first agent's device)."""
     from cooprl.models import load_causal_lm, load_tokenizer
     cfg = config.agent_model
-    device = trainer_device(section, "comparator_devices", trainer_device(section, "agent_devices", cfg.device))
+    devices = model_devices(section, "comparator_devices", len(names),
+                            trainer_device(section, "agent_devices", cfg.device))
     loaded: dict[str, Any] = {}
-    for name in dict.fromkeys(names):
+    for name, device in zip(names, devices):
+        if name in loaded:   # a model two roles share stays on its first role's device
+            continue
         model = load_causal_lm(name, torch_dtype=cfg.torch_dtype, device=device)
         model.eval().requires_grad_(False)
         loaded[name] = HFGenerator(model, load_tokenizer(name, cfg.special_tokens),

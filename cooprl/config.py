@@ -202,11 +202,14 @@ class TrainerSection:
     eval_pass_k: list[int] = option([1], "k values of pass@k reported at evaluation")
     eval_batch_size: Optional[int] = option(None, "eval problems rolled out together (one sampling batch); "
                                             "null = all of an evaluation at once", min=1)
-    parallel_training: str = option("none", "none (or auto): every model on one device; mp / ddp (several devices) "
-                                    "come with multi-device support", choices=("none", "auto", "mp", "ddp"))
+    parallel_training: str = option(
+        "none", "none (or auto): one process, the agents one after the other; mp: one process, each agent's "
+        "generation and update concurrent on its own device (agent_devices; magrpo, grpo); ddp: one process per "
+        "device started by torchrun or accelerate launch, a step takes one item per process, gradients averaged "
+        "(magrpo, grpo; see README Scaling out)", choices=("none", "auto", "mp", "ddp"))
     agent_devices: Union[str, list[str], None] = option(
-        None, "the agents' device: one device (cpu, cuda, cuda:N; a list naming one device) overrides "
-        "agent_model.device; several devices come with multi-device support")
+        None, "the agents' devices: one device (cpu, cuda, cuda:N, mps) for every agent, or a list with one device "
+        "per agent (null = agent_model.device)")
     discount: float = option(0.9, "discount of future turns' returns", min=0.0, max=1.0)
     early_termination_threshold: Optional[float] = option(
         -0.2, "do not expand a node whose mean processed reward exceeds this (null = never)")
@@ -269,8 +272,8 @@ class ActorCriticSection(TrainerSection):
                                              "rollout_buffer_size with update_schedule turns, as upstream; the whole "
                                              "buffer in one step with episodes)", min=1)
     critic_devices: Union[str, list[str], None] = option(
-        None, "the critics' device: one device overrides agent_model.device for critics; several come with "
-        "multi-device support")
+        None, "the separate critics' devices: one device for every critic, or a list with one per critic (IAC: one "
+        "per agent; MAAC: one) (null = agent_model.device)")
 
 
 @dataclass
@@ -341,7 +344,8 @@ class IterativeFields:
     comparator_agents: Optional[list[str]] = option(None, "comparator_policy model: one model name per role "
                                                     "(instead of comparator_model for every role)")
     comparator_devices: Union[str, list[str], None] = option(
-        None, "the comparator models' device (null = the agents'); several devices come with multi-device support")
+        None, "the comparator models' devices: one device, or a list with one per comparator role (a model two roles "
+        "share goes to its first role's) (null = the first agent's device)")
     comparator_num_candidates: Optional[int] = option(
         None, "comparator candidates per problem (null: preference_num_candidates with comparator_candidate_budget "
         "separate; up to half of preference_num_candidates with shared)", min=1)
@@ -944,30 +948,66 @@ def read_old_madpo_preference(data: dict[str, Any]) -> dict[str, Any]:
 
 
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
+DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
+DDP_TRAINERS = ("magrpo", "grpo")   # parallel_training ddp: every rank takes the same number of optimizer steps
+MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
 
 
-def single_device(value: Any, key: str) -> str | None:
-    """Return the one device `value` names (a device, or a list naming one device, repeated or not), None for none;
-    ConfigError for a malformed device or several devices (those come with multi-device support)."""
+def device_list(value: Any, key: str) -> list[str]:
+    """Return the devices `value` names (a device or a list of them, in order; [] for null); ConfigError for a
+    malformed device or an empty list."""
     if value is None:
-        return None
-    devices = list(dict.fromkeys([value] if isinstance(value, str) else value))
+        return []
+    devices = [value] if isinstance(value, str) else list(value)
+    if not devices:
+        raise ConfigError(f"{key}: an empty list names no device; give a device, a list of devices, or null")
     for device in devices:
-        kind, _, index = device.partition(":")
+        kind, _, index = str(device).partition(":")
         if kind not in _DEVICE_NAMES or (index and not index.isdigit()) or (index and kind not in ("cuda", "mps")):
             raise ConfigError(f"{key}: {show(device)} is not a device; expected cpu, cuda, cuda:N or mps")
-    if len(devices) > 1:
-        raise ConfigError(f"{key}: several devices ({', '.join(devices)}) come with multi-device support, which "
-                          "this version does not have yet; give one device")
-    return devices[0] if devices else None
+    return devices
 
 
-DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
+def model_devices(section: Any, key: str, count: int, fallback: str) -> list[str]:
+    """Return the device of each of `count` models from `section`'s `key` (e.g. agent_devices): one device for all (a
+    device, or a list naming one device, repeated or not: upstream writes [cuda:0]), or one per model; `fallback`
+    (e.g. agent_model.device) when the key is null. ConfigError for a list of several devices of another length,
+    naming the key."""
+    devices = device_list(getattr(section, key, None), key)
+    if not devices:
+        return [fallback] * count
+    if len(set(devices)) == 1:
+        return devices[:1] * count
+    if len(devices) != count:
+        raise ConfigError(f"{key}: {len(devices)} devices given for {count} model(s); give one device for all, or "
+                          f"one per model")
+    return devices
 
 
 def trainer_device(section: Any, key: str, fallback: str) -> str:
-    """Return the device `section`'s `key` (e.g. agent_devices) names, else `fallback` (e.g. agent_model.device)."""
-    return single_device(getattr(section, key, None), key) or fallback
+    """Return the first device `section`'s `key` (e.g. agent_devices) names, else `fallback` (e.g.
+    agent_model.device)."""
+    devices = device_list(getattr(section, key, None), key)
+    return devices[0] if devices else fallback
+
+
+def _check_parallel_training(name: str, section: Any) -> None:
+    """ConfigError when `section`'s parallel_training does not fit the trainer or its other keys."""
+    mode = section.parallel_training
+    if mode == "ddp" and name not in DDP_TRAINERS:
+        raise ConfigError(f"{name}.parallel_training: ddp is supported by {', '.join(DDP_TRAINERS)} (their ranks take "
+                          f"the same optimizer steps); {name} runs on one process (none), its models placed with the "
+                          "*_devices keys")
+    if mode == "mp" and name not in MP_TRAINERS:
+        raise ConfigError(f"{name}.parallel_training: mp is supported by {', '.join(MP_TRAINERS)}; {name} runs its "
+                          "agents one after the other (none), its models placed with the *_devices keys")
+    if mode == "ddp" and section.update_schedule == "nodes" and section.num_turns > 1:
+        raise ConfigError(f"{name}.parallel_training: ddp needs the same number of optimizer steps on every process: "
+                          f"set {name}.update_schedule=items (or num_turns 1): with nodes, a multi-turn tree's node "
+                          "count depends on early termination, so ranks would update at different steps")
+    if mode == "ddp" and len(set(device_list(section.agent_devices, f"{name}.agent_devices"))) > 1:
+        raise ConfigError(f"{name}.agent_devices: ddp places a process's models on its own device (cuda:LOCAL_RANK); "
+                          "several agent devices are parallel_training mp's")
 
 
 def check_consistency(config: Config) -> None:
@@ -976,11 +1016,9 @@ def check_consistency(config: Config) -> None:
         config.task.validate()
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
-        if section.parallel_training in ("mp", "ddp"):
-            raise ConfigError(f"{name}.parallel_training: {section.parallel_training} comes with multi-device support, "
-                              "which this version does not have yet; use none (one device)")
+        _check_parallel_training(name, section)
         for key in DEVICE_KEYS:
-            single_device(getattr(section, key, None), f"{name}.{key}")
+            device_list(getattr(section, key, None), f"{name}.{key}")
         if any(k < 1 or k > section.eval_num_generations for k in section.eval_pass_k):
             raise ConfigError(f"{name}.eval_pass_k: every k must be in [1, {name}.eval_num_generations="
                               f"{section.eval_num_generations}], got {section.eval_pass_k}")

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from cooprl import distributed
 from cooprl.logprobs import completion_logprobs, group_by_prompt
 from cooprl.optim import guarded_step
 
@@ -148,7 +149,9 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     metrics = {"loss": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}
     if kl_on:   # reported only when it is a term of this loss (the reward form reports the sampled KL instead)
         metrics["kl"] = 0.0
-    if not active and extra_backward is None:
+    # under data-parallel training every rank reaches the guarded step, which averages the ranks' gradients
+    data_parallel = distributed.is_data_parallel(optimizer)
+    if not active and extra_backward is None and not data_parallel:
         return metrics
     total = len(samples)
     size = batch_size or max(len(active), 1)
@@ -167,6 +170,8 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
         if not torch.isfinite(loss):
             log.warning("non-finite loss (%s): this update is skipped", loss.item())
             optimizer.zero_grad(set_to_none=True)
+            if data_parallel:   # the other ranks skip this step too
+                guarded_step(optimizer, max_grad_norm, weight=total, skip=True)
             return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
         loss.backward()
         metrics["loss"] += loss.item()
@@ -175,8 +180,10 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
         if not math.isfinite(metrics["extra_loss"]):
             log.warning("non-finite extra loss (%s): this update is skipped", metrics["extra_loss"])
             optimizer.zero_grad(set_to_none=True)
+            if data_parallel:
+                guarded_step(optimizer, max_grad_norm, weight=total, skip=True)
             return {**metrics, "skipped_nonfinite": 1.0}
-    norm = guarded_step(optimizer, max_grad_norm)
+    norm = guarded_step(optimizer, max_grad_norm, weight=total)
     if norm is None:
         return {**metrics, "skipped_nonfinite": 1.0}
     metrics["grad_norm"] = norm

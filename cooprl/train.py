@@ -6,7 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cooprl.config import Config
+from cooprl import distributed
+from cooprl.config import Config, ConfigError
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
@@ -16,15 +17,36 @@ log = logging.getLogger(__name__)
 
 def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
     """Train `trainer` (a name of cooprl.trainers.TRAINERS) on `task` as `config` says: seed, build the agents,
-    run the shared loop in the run folder, save the final models when asked; return the run summary."""
+    run the shared loop in the run folder, save the final models when asked; return the run summary.
+
+    Started by torchrun or accelerate with several processes, it joins their process group first
+    (`parallel_training: ddp`, cooprl.distributed); rank 0 names the run folder and alone saves the final models."""
+    ranks = join_processes(config, trainer)
     seed_everything(config.seed)
     algorithm = build_algorithm(config, trainer, task)
-    run_dir = run_folder(config, trainer)
+    run_dir = distributed.broadcast(run_folder(config, trainer) if ranks.is_main else None)
     log.info("run folder: %s (%d train / %d eval items)", run_dir, len(task.train_items), len(task.eval_items))
-    summary = train_loop(config, trainer, task, algorithm, run_dir)
+    try:
+        summary = train_loop(config, trainer, task, algorithm, run_dir)
+    finally:
+        distributed.shutdown()   # leave the process group (a no-op in a single process)
+    if not ranks.is_main:
+        return summary
     if config.output.save_final_model:
         target = Path(config.output.save_path or run_dir / "final")
         for i, model in enumerate(algorithm.models):
             model.save_pretrained(target / f"agent_{i}")
         log.info("final models saved in %s", target)
     return summary
+
+
+def join_processes(config: Config, trainer: str) -> distributed.Ranks:
+    """Return this process's Ranks, after joining the launcher's process group when torchrun or accelerate started
+    several processes; ConfigError when several processes run a trainer section without `parallel_training: ddp`
+    (each would train its own copy into the same run folder)."""
+    world = distributed.launched_world_size()
+    mode = getattr(config.trainer(trainer), "parallel_training", "none")
+    if world > 1 and mode != "ddp":
+        raise ConfigError(f"{trainer}.parallel_training: {mode}, but {world} processes were launched (WORLD_SIZE); "
+                          f"set --override {trainer}.parallel_training=ddp, or start one process")
+    return distributed.setup(config.agent_model.device) if mode == "ddp" else distributed.current()

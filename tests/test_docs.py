@@ -124,12 +124,15 @@ def test_the_allowed_values_in_docs_config_md_are_enforced():
 @pytest.mark.parametrize("override, key", [
     ("magrpo.eval_pass_k=[1, 2]", "magrpo.eval_pass_k"),
     ("external.sandbox_slice=some", "external.sandbox_slice"),
-    ("magrpo.parallel_training=ddp", "magrpo.parallel_training"),
-    ("magrpo.agent_devices=[cuda:0, cuda:1]", "magrpo.agent_devices"),
+    ("iac.parallel_training=ddp", "iac.parallel_training"),
+    ("madpo.parallel_training=mp", "madpo.parallel_training"),
+    (["magrpo.parallel_training=ddp", "magrpo.agent_devices=[cuda:0, cuda:1]"], "magrpo.agent_devices"),
+    (["magrpo.parallel_training=ddp", "magrpo.update_schedule=nodes", "magrpo.num_turns=2"],
+     "magrpo.parallel_training"),
 ])
 def test_rules_between_keys_are_enforced_at_load(override, key):
     with pytest.raises(ConfigError, match=re.escape(key)):
-        load_config(CPU_CONFIG, [override])
+        load_config(CPU_CONFIG, override if isinstance(override, list) else [override])
 
 
 def test_magrpo_needs_two_generations_unless_raw():

@@ -205,14 +205,14 @@ def test_an_override_wins_over_the_files_value_under_the_other_name():
 
 
 @pytest.mark.parametrize("override,message", [
-    ("magrpo.parallel_training=mp", "magrpo.parallel_training: mp comes with multi-device support"),
-    ("iac.parallel_training=ddp", "iac.parallel_training: ddp comes with multi-device support"),
-    ("magrpo.agent_devices=[cuda:0, cuda:1]", "magrpo.agent_devices: several devices"),
-    ("maac.critic_devices=[cpu, cuda:0]", "maac.critic_devices: several devices"),
-    ("madpo_iter.comparator_devices=[cuda:0, cuda:1]", "madpo_iter.comparator_devices: several devices"),
+    ("iac.parallel_training=mp", "iac.parallel_training: mp is supported by magrpo, grpo"),
+    ("iac.parallel_training=ddp", "iac.parallel_training: ddp is supported by magrpo, grpo"),
+    ("magrpo.agent_devices=[cuda:0, cuda1]", "magrpo.agent_devices: 'cuda1' is not a device"),
+    ("maac.critic_devices=[cpu, gpu]", "maac.critic_devices: 'gpu' is not a device"),
+    ("madpo_iter.comparator_devices=[cuda:0, cuda:x]", "madpo_iter.comparator_devices: 'cuda:x' is not a device"),
     ("marlhf.reward_model_device=gpu0", "marlhf.reward_model_device: 'gpu0' is not a device"),
 ])
-def test_several_devices_are_a_clear_error(override, message):
+def test_device_and_parallel_keys_are_checked(override, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         load_config(None, [override])
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from cooprl.agents import Agent
+from cooprl.agents import Agent, AgentRunner
 from cooprl.config import Config
 from cooprl.evaluation import evaluate_team
 from cooprl.policy_update import frozen_reference
@@ -40,6 +40,8 @@ class TeamAlgorithm:
         self.process_reward = reward_processor(config, task)
         # the frozen start model of each agent, for a KL term to it (None when the algorithm needs none)
         self.references = [frozen_reference(agent.model) for agent in team] if references else None
+        # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.agents.AgentRunner)
+        self.runner = AgentRunner(team, getattr(section, "parallel_training", "none"))
 
     def _sample(self, agent: int, prompts: list[str], n: int):
         return self.team[agent].sample(prompts, n)
@@ -65,6 +67,15 @@ class TeamAlgorithm:
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Restore what `extra_state` saved."""
+
+    def rank_state(self) -> dict[str, Any]:
+        """Return what differs between the processes of a data-parallel run (the algorithm's own state: buffers,
+        counters); the weights and optimizers are the same on every rank."""
+        return self.extra_state()
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        """Restore this rank's part saved by `rank_state`."""
+        self.load_extra_state(state)
 
     def print_tree(self, root: Any) -> None:
         """Print every joint action of a rollout tree with its reward (`output.verbose`)."""

@@ -8,6 +8,10 @@ extra state a checkpoint holds); this module does the rest the same way for all 
 - a tqdm bar with steps/s and the running reward, evaluation every `eval_interval` steps and at the end;
 - checkpoints every `checkpoint_interval` steps, at the end, and at the next safe point after Ctrl-C;
 - a summary at the end: the first quarter of steps against the last quarter.
+
+Under data-parallel training (`parallel_training: ddp`, see cooprl.distributed) a step takes one item per process,
+each item's rollout draws from a generator seeded by its position in the data order, the step's metrics are the
+processes' mean, and rank 0 alone writes the run folder, logs, evaluates, saves checkpoints and prints the summary.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from cooprl import checkpoint as ckpt
+from cooprl import distributed
 from cooprl.config import Config
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
@@ -42,7 +47,8 @@ class Algorithm(Protocol):
     # `end_epoch(metrics)` is called after the last step of every epoch (and of every iteration of the iterative
     # trainers) to train what its buffers still hold, adding that update's metrics to the step's `metrics` (upstream
     # flushes there). `task_reward_key` (default TRAINING_REWARD): the metric of the task's own reward, when the
-    # training reward is another (MARLHF trains on a learned reward).
+    # training reward is another (MARLHF trains on a learned reward). Data-parallel runs also need
+    # `rank_state()` / `load_rank_state(state)`: what differs between the processes (buffers, counters).
 
     def train_step(self, item: Any, step: int) -> dict[str, float]: ...      # one dataset item
     def evaluate(self, items: list[Any]) -> dict[str, float]: ...
@@ -108,15 +114,21 @@ def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
         raise ConfigError(f"checkpoint.resume_from_checkpoint: {err}") from None
 
 
-def _resume(checkpoint: Path, algorithm: Algorithm) -> dict[str, Any]:
+def _resume(checkpoint: Path, algorithm: Algorithm, ranks: distributed.Ranks = distributed.Ranks()) -> dict[str, Any]:
     """Load `checkpoint` into the algorithm's models and state and restore the RNG states; return the trainer
     state. CheckpointError when a file is damaged or the checkpoint does not fit this run (other agents, other
-    optimizers): nothing is written before everything is loaded."""
+    optimizers, another number of data-parallel processes): nothing is written before everything is loaded."""
     state = ckpt.load_trainer_state(checkpoint)
+    saved_world = state.get("world_size", 1)
+    if saved_world != ranks.world_size:
+        raise ckpt.CheckpointError(f"checkpoint {checkpoint} was written by {saved_world} data-parallel process(es); "
+                                   f"resume it with as many (this run has {ranks.world_size})")
     for i, model in enumerate(algorithm.models):
         ckpt.load_agent_weights(model, checkpoint, i)
     try:
         algorithm.load_state_dict(state["algorithm"])
+        if ranks.world_size > 1:   # this rank's own buffers and counters (weights and optimizers are the same)
+            algorithm.load_rank_state(state["ranks"][ranks.rank])
         ckpt.set_rng_state(state["rng"])
         position = (state["step"], state["env_step"], state.get("wandb_id"))
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in position[:2]):
@@ -154,37 +166,48 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     section = config.trainer(trainer)
     checkpoint_dir = Path(config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
     order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
+    epoch_length, positions = len(task.train_items), None
+    data_parallel = getattr(section, "parallel_training", "none") == "ddp"
+    ranks = distributed.current()
+    if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.distributed)
+        if epoch_length < ranks.world_size:
+            from cooprl.config import ConfigError
+            raise ConfigError(f"{trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least as "
+                              f"many training items; the training split has {epoch_length}")
+        order, positions, epoch_length = distributed.shard_order(order, epoch_length, ranks)
     steps_per_round = min(len(order), section.max_steps or len(order))
     rounds = getattr(algorithm, "rounds", 1)
     total_steps = steps_per_round * rounds
 
     start_step, env_step, wandb_id = 0, 0, None
     resume_from = _resolve_resume(config, checkpoint_dir)
-    state = _resume(resume_from, algorithm) if resume_from is not None else None  # before writing anything
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(config.to_yaml(trainer), encoding="utf-8")
+    state = _resume(resume_from, algorithm, ranks) if resume_from is not None else None  # before writing anything
     if state is not None:
         start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
-        _truncate_metrics(run_dir, start_step)
-        log.info("resumed from %s at step %d", resume_from, start_step)
-    else:
-        if read_metrics(run_dir):
-            # a new run in a used folder (e.g. the demo's fixed run_name, run twice): appending would mix the two
-            # runs' steps in metrics.jsonl, the summary and rewards.png
-            log.warning("%s holds an earlier run's metrics: metrics.jsonl starts afresh (to continue that run, "
-                        "--resume %s)", run_dir, run_dir)
-            _truncate_metrics(run_dir, 0)
-
-    if hasattr(algorithm, "start_run"):
-        algorithm.start_run(run_dir, start_step, steps_per_round)
-    tracker = RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)
+    if ranks.is_main:   # the other ranks of a data-parallel run write nothing
+        _open_run_folder(config, trainer, run_dir, start_step if state is not None else None)
+        if state is not None:
+            log.info("resumed from %s at step %d", resume_from, start_step)
+        if hasattr(algorithm, "start_run"):
+            algorithm.start_run(run_dir, start_step, steps_per_round)
+    tracker = (RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)
+               if ranks.is_main else _NoTracker())
 
     def save(step: int) -> None:
-        state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
-        path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state, config.checkpoint.checkpoint_total_limit)
-        log.info("checkpoint saved: %s", path)
+        rank_states = distributed.gather(algorithm.rank_state()) if ranks.world_size > 1 else None
+        if ranks.is_main:
+            state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
+            if rank_states is not None:   # every rank's own buffers, for a resume with as many processes
+                state.update(world_size=ranks.world_size, ranks=rank_states)
+            path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state,
+                                        config.checkpoint.checkpoint_total_limit)
+            log.info("checkpoint saved: %s", path)
+        distributed.barrier()   # the other ranks wait until the checkpoint is written
 
     def evaluate(step: int) -> dict[str, float]:
+        if not ranks.is_main:   # rank 0 evaluates alone: the others wait for it
+            distributed.barrier()
+            return {}
         items = task.eval_items[:section.eval_num_samples]
         # evaluation has no bar of its own: say what the run is doing after the bar reached its end
         log.info("evaluating at step %d on %d problems x %d samples", step, len(items), section.eval_num_generations)
@@ -193,6 +216,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(evaluation_seed(config.seed))
             metrics = algorithm.evaluate(items) if items else {}
+        distributed.barrier()   # the other ranks wait for rank 0's evaluation
         if metrics:
             tracker.log(metrics, step, env_step)
         return metrics
@@ -202,13 +226,12 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     if start_step == 0 and section.eval_at_start:
         evaluate(0)   # the starting point: evaluation's own generator, so training draws the same as without it
     task_reward = getattr(algorithm, "task_reward_key", TRAINING_REWARD)
-    bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True)
+    bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True,
+               disable=not ranks.is_main)
     with _InterruptFlag() as interrupt:
         for step in range(start_step + 1, total_steps + 1):
-            item = task.train_items[order[(step - 1) % steps_per_round]]
-            metrics = algorithm.train_step(item, step)
-            if hasattr(algorithm, "end_epoch") and ends_epoch(step, steps_per_round, len(task.train_items), rounds):
-                algorithm.end_epoch(metrics)
+            metrics = _train_step(config, task, algorithm, order, positions, step, steps_per_round, epoch_length,
+                                  rounds)
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:
                 tracker.log(metrics, step, env_step)
@@ -217,9 +240,10 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
             if section.eval_interval and step % section.eval_interval == 0 and step < total_steps:
                 evaluate(step)
             interval = config.checkpoint.checkpoint_interval
-            if interrupt.requested or (interval and step % interval == 0 and step < total_steps):
+            stop = _stop_requested(interrupt.requested, ranks)
+            if stop or (interval and step % interval == 0 and step < total_steps):
                 save(step)
-            if interrupt.requested:
+            if stop:
                 interrupted = True
                 break
     bar.close()
@@ -227,6 +251,8 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     if not interrupted:
         save(step)
     tracker.close()
+    if not ranks.is_main:
+        return {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted, "rank": ranks.rank}
     summary = summarize(run_dir, step, final_eval, interrupted, task_reward)
     if interrupted:
         log.warning("interrupted at step %d of %d; to continue: python train_%s.py --resume %s", step, total_steps,
@@ -237,6 +263,60 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     except Exception as err:  # a missing plotting backend must not fail a finished run
         log.warning("could not draw rewards.png: %s", err)
     return summary
+
+
+def _open_run_folder(config: Config, trainer: str, run_dir: Path, resumed_at: int | None) -> None:
+    """Create `run_dir` with the run's config.yaml; keep the metrics up to `resumed_at` (a resume), or none (a new
+    run in a used folder)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config.to_yaml(trainer), encoding="utf-8")
+    if resumed_at is not None:
+        _truncate_metrics(run_dir, resumed_at)
+    elif read_metrics(run_dir):
+        # a new run in a used folder (e.g. the demo's fixed run_name, run twice): appending would mix the two
+        # runs' steps in metrics.jsonl, the summary and rewards.png
+        log.warning("%s holds an earlier run's metrics: metrics.jsonl starts afresh (to continue that run, "
+                    "--resume %s)", run_dir, run_dir)
+        _truncate_metrics(run_dir, 0)
+
+
+def _train_step(config: Config, task: Task, algorithm: Algorithm, order: list[int], positions: list[int] | None,
+                step: int, steps_per_round: int, epoch_length: int, rounds: int) -> dict[str, float]:
+    """Train on step `step`'s item (this rank's, under data-parallel training), flush the buffers at an epoch's end;
+    return the step's metrics (under data-parallel training: the ranks' mean, env_steps summed)."""
+    index = (step - 1) % steps_per_round
+    item = task.train_items[order[index]]
+    if positions is None:
+        metrics = algorithm.train_step(item, step)
+    else:
+        # the item's own seed: its samples do not depend on which rank rolls it out, nor on the items before it
+        torch.manual_seed(distributed.item_seed(config.seed, positions[index]))
+        metrics = algorithm.train_step(item, step)
+    if hasattr(algorithm, "end_epoch") and ends_epoch(step, steps_per_round, epoch_length, rounds):
+        algorithm.end_epoch(metrics)
+    if positions is not None and distributed.current().world_size > 1:
+        metrics = distributed.mean_metrics(distributed.gather(metrics), summed=("env_steps", "trained_samples"))
+    return metrics
+
+
+def _stop_requested(requested: bool, ranks: distributed.Ranks) -> bool:
+    """Return whether to stop after this step: this process was interrupted, or, under data-parallel training, any
+    rank was (they stop together, at the same step)."""
+    if ranks.world_size == 1:
+        return requested
+    return any(distributed.gather(requested))
+
+
+class _NoTracker:
+    """The tracker of a data-parallel run's other ranks: rank 0 alone logs."""
+
+    wandb_id = None
+
+    def log(self, metrics: dict[str, float], step: int, env_step: int) -> None:
+        """Log nothing."""
+
+    def close(self) -> None:
+        """Close nothing."""
 
 
 def _truncate_metrics(run_dir: Path, step: int) -> None:

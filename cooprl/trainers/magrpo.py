@@ -66,7 +66,8 @@ class MAGRPO(TeamAlgorithm):
         return RolloutSettings(num_turns=s.num_turns, samples_per_turn=[s.num_generations] * s.num_turns,
                                joint_mode=s.joint_mode, discount=s.discount,
                                early_termination_threshold=s.early_termination_threshold,
-                               process_reward=self.process_reward, **pipeline_settings(self.config))
+                               process_reward=self.process_reward, run_agents=self.runner.sample,
+                               **pipeline_settings(self.config))
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
@@ -125,23 +126,30 @@ class MAGRPO(TeamAlgorithm):
 
     def update(self) -> dict[str, float]:
         """Train every agent on its buffer and empty it; return per-agent metrics (summed or averaged over the
-        optimizer steps taken, see merge_update_metrics)."""
-        metrics, s = {}, self.section
-        for a in range(len(self.team)):
-            if s.update_schedule == "nodes":   # one forward per node: its G samples share their prompt
-                steps = [self._step(a, batch, max(len(g.samples) for g in batch))
-                         for batch in node_batches(self.buffer[a], s.train_batch_size or s.rollout_buffer_size)]
-            else:
-                # One step on everything. Default forward batch: all of an agent's samples of one item (its whole tree,
-                # items in buffer order), so the token trie of completion_logprobs runs the prefixes shared across the
-                # tree (the turn-1 prompt) once.
-                samples = [x for group in self.buffer[a] for x in group.samples]
-                per_item = -(-len(samples) // max(self.buffered_items, 1))
-                steps = [self._step(a, self.buffer[a], s.train_batch_size or per_item)]
+        optimizer steps taken, see merge_update_metrics). The agents' optimizer batches are drawn first, in agent
+        order; their steps then run one agent after the other, or concurrently under parallel_training mp."""
+        metrics = {}
+        plans = [self._optimizer_batches(a) for a in range(len(self.team))]
+        per_agent = self.runner.update(lambda a: [self._step(a, groups, size) for groups, size in plans[a]],
+                                       len(self.team))
+        for a, steps in enumerate(per_agent):
             metrics.update({f"agent_{a}/{k}": v for k, v in merge_step_metrics(steps).items()})
         self.buffer = [[] for _ in self.team]
         self.buffered_items = 0
         return metrics
+
+    def _optimizer_batches(self, a: int) -> list[tuple[list[NodeGroup], int]]:
+        """Return agent `a`'s optimizer steps of this update: (the node groups of each step, its forward batch)."""
+        s = self.section
+        if s.update_schedule == "nodes":   # one forward per node: its G samples share their prompt
+            return [(batch, max(len(g.samples) for g in batch))
+                    for batch in node_batches(self.buffer[a], s.train_batch_size or s.rollout_buffer_size)]
+        # One step on everything. Default forward batch: all of an agent's samples of one item (its whole tree, items in
+        # buffer order), so the token trie of completion_logprobs runs the prefixes shared across the tree (the turn-1
+        # prompt) once.
+        samples = [x for group in self.buffer[a] for x in group.samples]
+        per_item = -(-len(samples) // max(self.buffered_items, 1))
+        return [(self.buffer[a], s.train_batch_size or per_item)]
 
     def _step(self, agent_index: int, groups: list[NodeGroup], forward_batch: int) -> dict[str, float]:
         """Take one optimizer step of `agent_index` on the samples of `groups`; return its metrics."""

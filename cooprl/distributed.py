@@ -1,0 +1,207 @@
+"""Data-parallel training (`parallel_training: ddp`) on torch.distributed, launched by torchrun or accelerate.
+
+The launcher starts one process per device and sets torch.distributed's environment (RANK, WORLD_SIZE,
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT); `setup` joins the process group (nccl on CUDA, gloo on CPU). Then:
+- items: a training step takes `world_size` items of the shared data order, rank r the r-th (`shard_order`); an
+  epoch's items that do not fill a last step are left out of that epoch, as DistributedSampler's drop_last;
+- random numbers: under ddp each item's rollout draws from torch's generator seeded by (seed, the item's position in
+  the data order) (`item_seed`), so which process rolls an item out changes nothing: 2 processes x 1 item per step
+  equal 1 process x 2 items per step;
+- gradients: every optimizer the team trains is marked (`mark_data_parallel`) and the one guarded step
+  (cooprl.optim) sums the ranks' gradients weighted by their sample counts before clipping (`average_gradients`).
+  We do not wrap the models in DistributedDataParallel: its all-reduce runs inside `backward`, so every rank would
+  have to call backward the same number of times, yet an update's forward batches follow each rank's own samples
+  (the token trie groups them by shared prompt; a rank whose advantages are all zero runs none). One all-reduce of
+  the trainable gradients (LoRA's adapters only) right before the step works whatever ran before it: trie or padded
+  log-probs, gradient checkpointing, a value loss added through `extra_backward`;
+- outputs: rank 0 alone writes the run folder (config, metrics.jsonl, W&B, checkpoints, summary, plot); every rank
+  resumes from the same checkpoint, which holds each rank's own buffers (`gather`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# how long a rank waits at a collective for the others: rank 0 evaluates and saves alone while the rest wait
+COLLECTIVE_TIMEOUT = datetime.timedelta(hours=3)
+BUCKET_ELEMENTS = 1 << 24           # gradients are all-reduced in flat buckets of this many elements
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process stands: its rank, the number of processes, its rank on this node."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Return whether this process writes the run's outputs (rank 0)."""
+        return self.rank == 0
+
+
+def launched_world_size() -> int:
+    """Return the number of processes the launcher started (WORLD_SIZE; 1 without a launcher)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def current() -> Ranks:
+    """Return this process's Ranks: from the process group when one is running, else a single process."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return Ranks(torch.distributed.get_rank(), torch.distributed.get_world_size(),
+                     int(os.environ.get("LOCAL_RANK", "0")))
+    return Ranks()
+
+
+def setup(device: str) -> Ranks:
+    """Join the process group of a launcher's processes (nccl when the models go to CUDA, else gloo); return this
+    process's Ranks. A single process (no launcher, or one process) joins nothing."""
+    if launched_world_size() == 1 or torch.distributed.is_initialized():
+        return current()
+    cuda = device != "cpu" and torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT)
+    ranks = current()
+    log.info("data-parallel rank %d of %d (%s)", ranks.rank, ranks.world_size, "nccl" if cuda else "gloo")
+    return ranks
+
+
+def rank_device(device: str, ranks: Ranks) -> str:
+    """Return the device of this rank's models: its local GPU (cuda:LOCAL_RANK) when `device` is CUDA or auto with
+    CUDA present, else `device`."""
+    if ranks.world_size > 1 and (device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())):
+        return f"cuda:{ranks.local_rank}"
+    return device
+
+
+def shard_order(order: list[int], epoch_length: int, ranks: Ranks) -> tuple[list[int], list[int], int]:
+    """Return (this rank's item of every step, each of those items' position in `order`, steps per epoch): step k of
+    an epoch takes its items k*W .. k*W+W-1 (W = world size), this rank the one at k*W + rank; an epoch's last
+    items that fill no step are left out."""
+    world = ranks.world_size
+    steps = epoch_length // world
+    items, positions = [], []
+    for start in range(0, len(order), epoch_length):
+        for k in range(steps):
+            position = start + k * world + ranks.rank
+            items.append(order[position])
+            positions.append(position)
+    return items, positions, steps
+
+
+def item_seed(seed: int, position: int) -> int:
+    """Return the seed of the item at `position` of the data order (a hash of both, below 2^63)."""
+    digest = hashlib.sha256(f"{seed}:{position}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def mark_data_parallel(optimizer: torch.optim.Optimizer) -> None:
+    """Mark `optimizer` as trained by every rank: the guarded step averages its gradients over the ranks first."""
+    optimizer.cooprl_data_parallel = True
+
+
+def is_data_parallel(optimizer: torch.optim.Optimizer) -> bool:
+    """Return whether `optimizer`'s gradients are averaged over ranks (marked, and several ranks running)."""
+    return getattr(optimizer, "cooprl_data_parallel", False) and current().world_size > 1
+
+
+def average_gradients(params: Iterable[torch.Tensor], weight: float = 1.0, skip: bool = False) -> str:
+    """Set every parameter's gradient to the ranks' weighted mean, sum_r weight_r * grad_r / sum_r weight_r (a missing
+    gradient counts as zeros); return "skip" when any rank asked to `skip` this step, "empty" when no rank has a
+    gradient (nothing to train: no step, as a single process takes none), else "step". Every rank must call it for
+    the same optimizer step, with the same parameters in the same order."""
+    params = list(params)
+    device = params[0].device if params else torch.device("cpu")
+    has_gradient = any(p.grad is not None for p in params)
+    control = torch.tensor([float(weight), float(skip), float(has_gradient)], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(control)
+    total, skipped, with_gradient = control.tolist()
+    if skipped or not with_gradient or total <= 0:
+        for p in params:
+            p.grad = None
+        return "skip" if skipped else "empty"
+    scale = weight / total
+    for bucket in _buckets(params):
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() * scale
+                          for p in bucket])
+        torch.distributed.all_reduce(flat)
+        offset = 0
+        for p in bucket:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
+            offset += n
+    return "step"
+
+
+def _buckets(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Return `params` cut into consecutive groups of at most BUCKET_ELEMENTS elements (one parameter at least)."""
+    buckets, current_bucket, size = [], [], 0
+    for p in params:
+        if current_bucket and size + p.numel() > BUCKET_ELEMENTS:
+            buckets.append(current_bucket)
+            current_bucket, size = [], 0
+        current_bucket.append(p)
+        size += p.numel()
+    if current_bucket:
+        buckets.append(current_bucket)
+    return buckets
+
+
+def gather(value: Any) -> list[Any]:
+    """Return every rank's `value` (picklable), in rank order; [value] in a single process."""
+    ranks = current()
+    if ranks.world_size == 1:
+        return [value]
+    values: list[Any] = [None] * ranks.world_size
+    torch.distributed.all_gather_object(values, value)
+    return values
+
+
+def broadcast(value: Any) -> Any:
+    """Return rank 0's `value` on every rank (picklable); `value` itself in a single process."""
+    if current().world_size == 1:
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    """Wait until every rank arrives here (nothing in a single process)."""
+    if current().world_size > 1:
+        torch.distributed.barrier()
+
+
+def mean_metrics(per_rank: list[dict[str, float]], summed: tuple[str, ...] = ()) -> dict[str, float]:
+    """Return the ranks' metrics of one step as one: per key the mean over the ranks that have it, the keys ending
+    with one of `summed` added up (counts such as env_steps); keys in the order they first appear."""
+    keys = dict.fromkeys(k for metrics in per_rank for k in metrics)
+    merged = {}
+    for key in keys:
+        values = [m[key] for m in per_rank if key in m]
+        numeric = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numeric) != len(values):
+            merged[key] = values[0]
+        elif key.endswith(summed):
+            merged[key] = sum(numeric)
+        else:
+            merged[key] = sum(numeric) / len(numeric)
+    return merged
+
+
+def shutdown() -> None:
+    """Leave the process group (at the end of a data-parallel run)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -1,0 +1,200 @@
+"""Scaling out (issue 16): models on devices and parallel_training mp (one process), data-parallel training under
+torchrun (parallel_training ddp, gloo on CPU, through the real command line)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cooprl import distributed
+from cooprl.config import ConfigError, load_config, model_devices
+from cooprl.models import TINY_RANDOM
+from cooprl.trainers.loop import seed_everything, train_loop
+from cooprl.trainers.magrpo import build_magrpo
+from tests.scripted import scripted_task
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+# ---------------------------------------------------------------------------------------------- config rules
+@pytest.mark.parametrize("override,message", [
+    ("iac.parallel_training=ddp", "iac.parallel_training: ddp is supported by magrpo, grpo"),
+    ("madpo.parallel_training=mp", "madpo.parallel_training: mp is supported by magrpo, grpo"),
+    ("magrpo.parallel_training=ddp", "set magrpo.update_schedule=items"),   # default: nodes, 2 turns
+    ("magrpo.agent_devices=[cuda:0, gpu1]", "magrpo.agent_devices: 'gpu1' is not a device"),
+    ("magrpo.agent_devices=[]", "magrpo.agent_devices: an empty list"),
+    ("marlhf.reward_model_device=[cpu, cuda:0]", "marlhf.reward_model_device: expected str"),
+])
+def test_parallel_and_device_rules_are_config_errors(override, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        load_config(None, [override])
+
+
+def test_ddp_refuses_several_agent_devices():
+    with pytest.raises(ConfigError, match="magrpo.agent_devices: ddp places a process's models"):
+        load_config(None, ["magrpo.parallel_training=ddp", "magrpo.update_schedule=items",
+                           "magrpo.agent_devices=[cuda:0, cuda:1]"])
+
+
+def test_model_devices_one_for_all_or_one_per_model():
+    config = load_config(None, ["magrpo.agent_devices=[cuda:0, cuda:1]", "iac.critic_devices=cuda:1"])
+    assert model_devices(config.magrpo, "agent_devices", 2, "cpu") == ["cuda:0", "cuda:1"]
+    assert model_devices(config.iac, "critic_devices", 3, "cpu") == ["cuda:1"] * 3
+    assert model_devices(config.iac, "agent_devices", 2, "cpu") == ["cpu", "cpu"]   # null: the fallback
+    assert model_devices(load_config(None, ["iac.critic_devices=[cuda:0, cuda:0]"]).iac, "critic_devices", 1,
+                         "cpu") == ["cuda:0"]   # upstream's list naming one device: one device for all
+    with pytest.raises(ConfigError, match="agent_devices: 2 devices given for 3 model"):
+        model_devices(config.magrpo, "agent_devices", 3, "cpu")
+
+
+def test_several_processes_without_ddp_are_a_config_error(monkeypatch):
+    from cooprl.train import join_processes
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="magrpo.parallel_training: none, but 2 processes were launched"):
+        join_processes(load_config(None, []), "magrpo")
+
+
+# ---------------------------------------------------------------------------------------------- ddp pieces
+def test_shard_order_gives_each_rank_its_slice_of_every_step():
+    order = [5, 3, 0, 1, 4, 2, 10, 8, 6, 7, 9, 11]   # two epochs of 6 items (ids are what the order holds)
+    r0 = distributed.shard_order(order, 6, distributed.Ranks(0, 4))
+    r1 = distributed.shard_order(order, 6, distributed.Ranks(1, 4))
+    # 6 items, 4 ranks: one step per epoch, the last 2 items of each epoch left out (drop_last)
+    assert r0 == ([5, 10], [0, 6], 1) and r1 == ([3, 8], [1, 7], 1)
+    assert distributed.shard_order(order, 6, distributed.Ranks(0, 1)) == (order, list(range(12)), 6)
+
+
+def test_item_seed_depends_on_seed_and_position_only():
+    assert distributed.item_seed(42, 3) == distributed.item_seed(42, 3)
+    assert len({distributed.item_seed(42, p) for p in range(100)} | {distributed.item_seed(43, 0)}) == 101
+    assert 0 <= distributed.item_seed(42, 3) < 2 ** 63
+
+
+def test_mean_metrics_averages_and_sums_counts():
+    merged = distributed.mean_metrics([{"r": 1.0, "env_steps": 4, "agent_0/trained_samples": 4.0},
+                                       {"r": 0.0, "env_steps": 2, "agent_0/trained_samples": 2.0, "turn_2/r": 0.5}],
+                                      summed=("env_steps", "trained_samples"))
+    assert merged == {"r": 0.5, "env_steps": 6, "agent_0/trained_samples": 6.0, "turn_2/r": 0.5}
+
+
+# ---------------------------------------------------------------------------------------------- devices and mp
+def run_magrpo(tmp_path: Path, name: str, overrides: list[str]):
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "magrpo.max_new_tokens=6", "magrpo.max_steps=2",
+        "magrpo.num_generations=2", "magrpo.num_turns=2", "magrpo.learning_rate=1e-2", "magrpo.eval_interval=0",
+        "magrpo.eval_num_samples=1", "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={name}",
+        "agent_model.temperature=1.0", "agent_model.top_p=1.0", "magrpo.rollout_buffer_size=1", *overrides])
+    seed_everything(config.seed)
+    task = scripted_task()
+    algorithm = build_magrpo(config, "magrpo", task)
+    train_loop(config, "magrpo", task, algorithm, tmp_path / name)
+    return algorithm, [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_agents_go_to_the_devices_named(one_thread):
+    from cooprl.agents import build_team
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:7",
+                                "magrpo.agent_devices=[cpu, cpu]", "magrpo.parallel_training=mp"])
+    team = build_team(config, config.magrpo, 2)   # agent_model.device (cuda:7) is overridden per agent
+    assert [str(agent.model.device) for agent in team] == ["cpu", "cpu"]
+    assert [str(agent.model.device) for agent in build_team(config, config.magrpo, 1)] == ["cpu"]   # [cpu, cpu]: one
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "magrpo.agent_devices=[cpu, cuda:0]"])
+    with pytest.raises(ConfigError, match="agent_devices: 2 devices given for 3 model"):
+        build_team(config, config.magrpo, 3)   # before any model is loaded
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", [["magrpo.update_schedule=nodes"], ["magrpo.update_schedule=items"]])
+def test_mp_gives_the_numbers_of_none(tmp_path, one_thread, schedule):
+    plain, plain_events = run_magrpo(tmp_path, "none", schedule)
+    mp, mp_events = run_magrpo(tmp_path, "mp", ["magrpo.parallel_training=mp", "magrpo.agent_devices=[cpu, cpu]",
+                                                *schedule])
+    assert mp.runner.concurrent and mp.runner.concurrent_updates and not mp.runner.concurrent_sampling   # CPU: shared
+    assert any("agent_1/loss" in e for e in plain_events)   # the agents were updated
+    assert mp_events == plain_events
+    for m1, m2 in zip(plain.models, mp.models):
+        for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+            assert torch.equal(p1, p2), n1
+
+
+# ---------------------------------------------------------------------------------------------- ddp end to end
+# Adam's first steps move a parameter by lr x g / |g|: where a gradient is ~0, the last bits of a sum taken in another
+# order (two ranks' halves vs one backward) flip that ratio, so weights agree to about lr. lr 1e-4 keeps them within
+# 1e-5 while 2 steps still move every trained weight by ~1e-4. advantage_mode raw without normalization: the tiny
+# random model scores 0 everywhere, and a raw advantage (the processed reward, -4) still trains.
+DDP_OVERRIDES = [
+    "agent_model.name=offline:tiny-random", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
+    "dataset.name=coop", "dataset.type=coophumaneval", "dataset.train_split=train[16:]", "dataset.eval_split=test[:1]",
+    "wandb.mode=disabled", "magrpo.num_generations=2", "magrpo.max_new_tokens=8", "magrpo.eval_num_samples=1",
+    "magrpo.eval_interval=0", "magrpo.eval_at_start=false", "magrpo.num_turns=1", "magrpo.parallel_training=ddp",
+    "magrpo.update_schedule=items", "magrpo.learning_rate=1e-4", "magrpo.advantage_mode=raw",
+    "magrpo.advantage_normalization=false"]
+
+
+def launch(tmp_path: Path, name: str, processes: int, overrides: list[str]) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
+           "WANDB_MODE": "disabled"}
+    command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
+    args = ["train_magrpo.py", "--config", "configs/magrpo_che_config.yaml", "--override", *DDP_OVERRIDES,
+            f"output.base_dir={tmp_path}", f"output.run_name={name}", *overrides]
+    result = subprocess.run(command + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def agent_weights(checkpoint: Path, agent: int) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+    return load_file(next((checkpoint / f"agent_{agent}").glob("*.safetensors")))
+
+
+def update_events(run_dir: Path) -> list[dict]:
+    return [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "agent_0/loss" in e]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path):
+    # the same global batch: 2 ranks x 1 item per optimizer step (2 steps) vs 1 process x 2 items (4 steps)
+    two = launch(tmp_path, "two", 2, ["magrpo.rollout_buffer_size=1", "magrpo.max_steps=2"])
+    launch(tmp_path, "one", 1, ["magrpo.rollout_buffer_size=2", "magrpo.max_steps=4"])
+    assert two.stdout.count("Summary of") == 1   # rank 0 alone prints the summary
+    for agent in (0, 1):
+        a = agent_weights(tmp_path / "two/checkpoints/checkpoint-2", agent)
+        b = agent_weights(tmp_path / "one/checkpoints/checkpoint-4", agent)
+        assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    two_updates, one_updates = update_events(tmp_path / "two"), update_events(tmp_path / "one")
+    assert [e["step"] for e in two_updates] == [1, 2] and [e["step"] for e in one_updates] == [2, 4]
+    assert [e["env_step"] for e in two_updates] == [e["env_step"] for e in one_updates] == [4, 8]
+    for x, y in zip(two_updates, one_updates):   # the ranks' mean loss and the averaged gradient's norm
+        for key in ("agent_0/loss", "agent_1/loss", "agent_0/grad_norm", "agent_1/grad_norm",
+                    "agent_0/trained_samples"):
+            assert x[key] == pytest.approx(y[key], rel=1e-5), key
+        assert x["agent_0/grad_norm"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_ddp_resume_restores_every_ranks_buffer(tmp_path):
+    # rollout_buffer_size 2: the checkpoint of step 1 holds one buffered item on each rank
+    common = ["magrpo.rollout_buffer_size=2", "checkpoint.checkpoint_interval=1"]
+    launch(tmp_path, "straight", 2, [*common, "magrpo.max_steps=2"])
+    launch(tmp_path, "resumed", 2, [*common, "magrpo.max_steps=1"])
+    launch(tmp_path, "resumed", 2, [*common, "magrpo.max_steps=2", "checkpoint.resume_from_checkpoint=latest"])
+    for agent in (0, 1):
+        a = agent_weights(tmp_path / "straight/checkpoints/checkpoint-2", agent)
+        b = agent_weights(tmp_path / "resumed/checkpoints/checkpoint-2", agent)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert update_events(tmp_path / "straight") == update_events(tmp_path / "resumed") != []
