@@ -1,0 +1,189 @@
+"""Does every trainer learn? Each trainer on the embedded SmolLM2 and the shipped coop set, with its CPU config,
+for a fixed budget of steps; one row per trainer and the training curves side by side.
+
+    python bench/learning.py                          # every trainer, the budget below
+    python bench/learning.py --trainers magrpo,iac --steps 16
+    python bench/learning.py --report                 # only rebuild the table and the figure from finished runs
+
+Each trainer runs in its own process through its `train_*.py` (the command a user types), in
+`bench/learning/<trainer>/`. Runs are resumable: a trainer whose run folder has a checkpoint is continued with
+`--resume`, a finished one is not rerun, so the whole bench can be started in the background, stopped and started
+again. The table (`bench/learning/results.md`) has, per trainer: mean training reward of the first and last quarter
+of the steps, the evaluation reward before the first step and after the last (`eval_at_start`), the eval pass rate,
+`calls_aux` and `uses_aux` of the last quarter, wall time and peak memory (the process's max RSS). The figure
+(`bench/learning/learning.png`) draws each trainer's training reward per step.
+
+GRPO and AC have no CPU config of their own: they run the MAGRPO and IAC CPU configs' settings with one agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "learning"
+TRAINERS = ["magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter"]
+# (config file, overrides) per trainer; the step budget is added by --steps
+_GRPO = ["grpo.learning_rate=3e-4", "grpo.max_new_tokens=80", "grpo.update_schedule=items", "grpo.rollout_buffer_size=1",
+         "grpo.eval_interval=0", "grpo.eval_num_samples=4", "grpo.weight_decay=0.0", "grpo.max_grad_norm=1.0",
+         "grpo.num_turns=1"]
+_AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", "ac.rollout_buffer_size=2",
+       "ac.learning_rate=3e-4", "ac.critic_learning_rate=1e-3", "ac.max_new_tokens=80", "ac.eval_interval=0",
+       "ac.eval_num_samples=4", "ac.weight_decay=0.0", "ac.max_grad_norm=1.0", "ac.discount=0.9",
+       "ac.early_termination_threshold=-0.2"]
+RUNS = {
+    "magrpo": ("configs/magrpo_che_cpu.yaml", []),
+    "grpo": ("configs/magrpo_che_cpu.yaml", _GRPO),
+    "iac": ("configs/iac_che_cpu.yaml", []),
+    "maac": ("configs/maac_che_cpu.yaml", []),
+    "ac": ("configs/iac_che_cpu.yaml", _AC),
+    "madpo": ("configs/madpo_che_cpu.yaml", []),
+    "madpo_iter": ("configs/madpo_che_cpu.yaml", []),
+    "marlhf": ("configs/marlhf_che_cpu.yaml", []),
+    "marlhf_iter": ("configs/marlhf_che_cpu.yaml", []),
+}
+ITERATIVE = ("madpo_iter", "marlhf_iter")   # their budget is steps per iteration (2 iterations)
+
+
+def run_folder(trainer: str) -> Path:
+    """Return the run folder of `trainer`'s bench run."""
+    return OUT / trainer
+
+
+def finished(trainer: str) -> bool:
+    """Return whether `trainer`'s run ended (its summary is on file)."""
+    return (run_folder(trainer) / "bench.json").is_file()
+
+
+def run(trainer: str, steps: int) -> dict:
+    """Run (or continue) `trainer` for `steps` steps; return its wall seconds and peak memory, also kept on file."""
+    folder = run_folder(trainer)
+    config, overrides = RUNS[trainer]
+    budget = steps // 2 if trainer in ITERATIVE else steps
+    command = [sys.executable, f"train_{trainer}.py", "--config", config, "--override", *overrides,
+               f"{trainer}.max_steps={budget}", f"output.base_dir={OUT}", f"output.run_name={trainer}",
+               "checkpoint.checkpoint_interval=1", "checkpoint.checkpoint_total_limit=1", "wandb.mode=disabled"]
+    if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
+        command = [sys.executable, f"train_{trainer}.py", "--resume", str(folder)]   # continue where it stopped
+    start = time.time()
+    child = subprocess.Popen(command, cwd=ROOT)
+    _, status, usage = os.wait4(child.pid, 0)   # this child's own resource use (its peak RSS), not all children's
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"{trainer}: exit status {child.returncode} ({' '.join(command)})")
+    result = {"seconds": time.time() - start, "peak_mb": usage.ru_maxrss / 1024}
+    (folder / "bench.json").write_text(json.dumps(result), encoding="utf-8")
+    return result
+
+
+def events(trainer: str) -> list[dict]:
+    """Return the metrics events of `trainer`'s run."""
+    path = run_folder(trainer) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def row(trainer: str) -> dict:
+    """Return the table row of `trainer` from its metrics (NaN where a figure is missing)."""
+    all_events = events(trainer)
+    train = [e for e in all_events if "turn_1/reward_mean" in e]
+    evals = [e for e in all_events if "eval/turn_1/reward_mean" in e]
+    quarter = max(1, len(train) // 4)
+    reward = "turn_1/task_reward_mean" if train and "turn_1/task_reward_mean" in train[0] else "turn_1/reward_mean"
+    bench = json.loads((run_folder(trainer) / "bench.json").read_text()) if finished(trainer) else {}
+    last = train[-quarter:]
+    return {
+        "trainer": trainer, "steps": len(train),
+        "train_first": _mean([e[reward] for e in train[:quarter]]), "train_last": _mean([e[reward] for e in last]),
+        "eval_before": evals[0]["eval/turn_1/reward_mean"] if evals and evals[0]["step"] == 0 else float("nan"),
+        "eval_after": evals[-1]["eval/turn_1/reward_mean"] if evals else float("nan"),
+        "eval_pass_rate": evals[-1].get("eval/turn_1/pass_rate", float("nan")) if evals else float("nan"),
+        "calls_aux": _mean([e["turn_1/calls_aux"] for e in last if "turn_1/calls_aux" in e]),
+        "uses_aux": _mean([e["turn_1/uses_aux"] for e in last if "turn_1/uses_aux" in e]),
+        "minutes": bench.get("seconds", float("nan")) / 60, "peak_mb": bench.get("peak_mb", float("nan")),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    """Return the Markdown table of `rows`."""
+    head = ("| trainer | steps | train reward first → last quarter | eval reward before → after | eval pass rate | "
+            "calls_aux (last q.) | uses_aux (last q.) | minutes | peak MB |")
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        lines.append(f"| {r['trainer']} | {r['steps']} | {r['train_first']:.3f} → {r['train_last']:.3f} | "
+                     f"{r['eval_before']:.3f} → {r['eval_after']:.3f} | {r['eval_pass_rate']:.3f} | "
+                     f"{r['calls_aux'] + 0.0:.3f} | {r['uses_aux'] + 0.0:.3f} | {r['minutes']:.1f} | {r['peak_mb']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(trainers: list[str]) -> Path | None:
+    """Draw each trainer's training reward per step in one figure; return its path (None without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    shown = [t for t in trainers if any("turn_1/reward_mean" in e for e in events(t))]
+    if not shown:
+        return None
+    fig, axes = plt.subplots(1, len(shown), figsize=(3 * len(shown), 2.8), sharey=False, squeeze=False)
+    for ax, trainer in zip(axes[0], shown):
+        train = [e for e in events(trainer) if "turn_1/reward_mean" in e]
+        key = "turn_1/task_reward_mean" if "turn_1/task_reward_mean" in train[0] else "turn_1/reward_mean"
+        ax.plot([e["step"] for e in train], [e[key] for e in train], lw=1)
+        evals = [e for e in events(trainer) if "eval/turn_1/reward_mean" in e]
+        if evals:
+            ax.plot([e["step"] for e in evals], [e["eval/turn_1/reward_mean"] for e in evals], "o--", ms=3)
+        ax.set_title(trainer, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+    axes[0][0].set_ylabel("reward (line: training, dots: eval)", fontsize=8)
+    fig.tight_layout()
+    path = OUT / "learning.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def report(trainers: list[str]) -> str:
+    """Write results.md and learning.png for the trainers with a run; return the table."""
+    rows = [row(t) for t in trainers if events(t)]
+    text = table(rows)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "results.md").write_text(text, encoding="utf-8")
+    figure([r["trainer"] for r in rows])
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trainers", default=",".join(TRAINERS), help="comma-separated (default: all nine)")
+    parser.add_argument("--steps", type=int, default=16, help="training steps per trainer (iterative: in all)")
+    parser.add_argument("--report", action="store_true", help="only rebuild the table and figure")
+    args = parser.parse_args()
+    trainers = [t.strip() for t in args.trainers.split(",") if t.strip()]
+    unknown = sorted(set(trainers) - set(RUNS))
+    if unknown:
+        parser.error(f"unknown trainers {unknown}; choose from {', '.join(TRAINERS)}")
+    if not args.report:
+        for trainer in trainers:
+            if finished(trainer):
+                print(f"{trainer}: finished earlier ({run_folder(trainer)})")
+                continue
+            print(f"{trainer}: running {args.steps} steps in {run_folder(trainer)}", flush=True)
+            result = run(trainer, args.steps)
+            print(f"{trainer}: {result['seconds'] / 60:.1f} min, peak {result['peak_mb']:.0f} MB", flush=True)
+    print(report(trainers))
+
+
+if __name__ == "__main__":
+    main()
