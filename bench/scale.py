@@ -227,7 +227,8 @@ def main() -> None:
     if "comlrl" in sides and not comlrl_installed():
         print("comlrl is not installed (pip install -e .[bench]): its side is skipped", file=sys.stderr)
         sides.remove("comlrl")
-    rows = [r for side in sides for _, G, turns in GRID
+    points = list(dict.fromkeys((G, turns) for _, G, turns in GRID))   # G=4, 1 turn is in both rows: run once
+    rows = [r for side in sides for G, turns in points
             if (r := point_in_subprocess(side, G, turns, args.problems)) is not None]
     ddp = []
     if args.only in (None, "ddp"):
