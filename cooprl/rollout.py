@@ -9,6 +9,10 @@ own reward: `agent_rewards` and `agent_returns` hold them per joint action and a
 shared reward they equal `rewards` and `returns` exactly); trainers read an agent's through `sample_returns`. All nodes of a turn are generated and scored together
 (one batched `generate` per agent per turn, one parallel scoring batch per turn).
 
+Sequential teams (`Task.follow_prompt`): agent 0 samples G completions of its node prompt; agent a > 0 then samples
+one completion for each joint action g, from the prompt `follow_prompt` builds out of its node prompt and the g-th
+texts of agents 0..a-1. Joint actions are aligned; `Node.sample_prompts` keeps the prompt each sample answered.
+
 Pipelining (`reward.pipeline_nodes`, `reward.pipeline`): a turn's nodes can instead be sampled in chunks of
 `nodes_per_generation` nodes (1 = node by node, as upstream samples). With `pipeline` on, each chunk's joint
 actions are scored on a background thread while the next chunk generates: a task whose reward runs in other
@@ -51,6 +55,11 @@ class Node:
     agent_rewards: list[list[float]] = field(default_factory=list)  # [joint action][agent]: processed, own reward
     agent_returns: list[list[float]] = field(default_factory=list)  # [joint action][agent]: own return
     terminated_early: bool = False
+    sample_prompts: list[list[str]] = field(default_factory=list)  # [agent][g]: a sequential team's own prompts
+
+    def prompt_of(self, agent: int, g: int) -> str:
+        """Return the prompt `agent`'s sample g answered: its node prompt, or in a sequential team its own."""
+        return self.sample_prompts[agent][g] if self.sample_prompts else self.prompts[agent]
 
     def joint_texts(self, j: int) -> list[str]:
         """Return the completion texts of joint action j, one per agent."""
@@ -131,6 +140,10 @@ def _generate_and_score(frontier: list[Node], n: int, task: Task, sample: Sample
 
 def _sample_nodes(nodes: list[Node], n: int, task: Task, sample: Sampler, settings: RolloutSettings) -> None:
     """Sample n completions per agent at each of `nodes` (one sampling call per agent) and set their joint actions."""
+    if task.follow_prompt is not None:
+        _sample_sequential(nodes, n, task, sample, settings)
+        return
+
     def sample_agent(a: int) -> list[list[Completion]]:
         return sample(a, [node.prompts[a] for node in nodes], n)
 
@@ -141,6 +154,28 @@ def _sample_nodes(nodes: list[Node], n: int, task: Task, sample: Sampler, settin
     for k, node in enumerate(nodes):
         node.samples = [per_agent[a][k] for a in range(task.num_agents)]
         node.joint = joint_actions(n, task.num_agents, settings.joint_mode)
+
+
+def _sample_sequential(nodes: list[Node], n: int, task: Task, sample: Sampler, settings: RolloutSettings) -> None:
+    """Sample a sequential team at each of `nodes`: agent 0 n times from its node prompt, then each later agent once
+    per joint action g from its follow prompt of the g-th texts of the agents before it (one call per agent, in
+    order: a follower waits for its predecessors)."""
+    if settings.joint_mode != "aligned":
+        raise ValueError(f"joint_mode {settings.joint_mode!r}: a sequential team's joint actions are aligned "
+                         f"(agent a's g-th sample answers the g-th samples before it)")
+    first = sample(0, [node.prompts[0] for node in nodes], n)
+    for k, node in enumerate(nodes):
+        node.samples = [first[k]]
+        node.sample_prompts = [[node.prompts[0]] * n]
+    for a in range(1, task.num_agents):
+        prompts = [task.follow_prompt(node.item, a, node.prompts[a], [node.samples[b][g].text for b in range(a)])
+                   for node in nodes for g in range(n)]
+        answers = sample(a, prompts, 1)
+        for k, node in enumerate(nodes):
+            node.samples.append([answers[k * n + g][0] for g in range(n)])
+            node.sample_prompts.append(prompts[k * n:(k + 1) * n])
+    for node in nodes:
+        node.joint = joint_actions(n, task.num_agents, "aligned")
 
 
 def _score_frontier(frontier: list[Node], task: Task, settings: RolloutSettings) -> None:
@@ -180,7 +215,7 @@ def _expand(frontier: list[Node], task: Task, settings: RolloutSettings, last_tu
         if last_turn or node.terminated_early:
             continue
         for j, (g_per_agent, score) in enumerate(zip(node.joint, node.scores)):
-            histories = [node.histories[a] + [(node.prompts[a], node.samples[a][g].text)]
+            histories = [node.histories[a] + [(node.prompt_of(a, g), node.samples[a][g].text)]
                          for a, g in enumerate(g_per_agent)]
             prompts = task.next_prompts(node.item, histories, node.joint_texts(j), score)
             child = Node(node.item, node.turn + 1, prompts, histories)
