@@ -18,23 +18,13 @@ from typing import Any, Sequence
 from rewards.problem import Problem
 from rewards.code_rewards import code_reward
 from rewards.sandbox import TestSuite
+from rewards.self_tests import pass_matrix, reference_code, untrusted_suite  # noqa: F401 (re-exported)
 
 ERROR = "!error"   # the signature entry of a call that raised or timed out
 
 
 def _suite(problem: Problem, tests: Sequence[str]) -> TestSuite:
-    units = tuple(("test", t, t) for t in tests)
-    return TestSuite(problem.entry_point, units, (), "candidate", trusted=False)
-
-
-def pass_matrix(sandbox: Any, problem: Problem, codes: Sequence[str], tests: Sequence[str],
-                timeout_s: float = 2.0, max_timeouts: int = 2) -> list[list[int]]:
-    """Return M with M[i][j] = 1 when codes[i] passes tests[j] (each code runs all tests in one sandboxed program)."""
-    if not codes or not tests:
-        return [[0] * len(tests) for _ in codes]
-    suite = _suite(problem, tests)
-    outcomes = sandbox.run_many([(code, suite, timeout_s, max_timeouts) for code in codes])
-    return [[int(o.passed) for o in row] for row in outcomes]
+    return untrusted_suite(problem, tests)
 
 
 def signatures(sandbox: Any, problem: Problem, codes: Sequence[str], calls: Sequence[str],
@@ -63,17 +53,6 @@ def score(problem: Problem, code: str, sandbox: Any, timeout_s: float = 10.0) ->
     r = code_reward(problem, code, code, single_agent=False, timeout_s=timeout_s, sandbox=sandbox)
     return {"passed": bool(r.tests_total and r.tests_passed == r.tests_total),
             "tests_passed": r.tests_passed, "tests_total": r.tests_total}
-
-
-def reference_code(problem: Problem) -> str | None:
-    """Return a correct program for `problem` from its record (HumanEval's canonical solution, the cooperative
-    set's reference aux + main), or None. Used only for the paper's GT metrics (UT accuracy), never to solve."""
-    extra = problem.extra
-    if extra.get("canonical_solution"):
-        return problem.prompt + extra["canonical_solution"]
-    if extra.get("reference_main"):
-        return f"{extra.get('reference_aux', '')}\n\n{extra['reference_main']}"
-    return None
 
 
 def run_tests(sandbox: Any, problem: Problem, code: str, tests: Sequence[str], timeout_s: float = 2.0,

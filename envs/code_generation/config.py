@@ -1,4 +1,5 @@
-"""The code task's own config sections: `dataset` (which problems) and `external` (the transitions between turns).
+"""The code task's own config sections: `dataset` (which problems), `external` (the transitions between turns) and
+`code_reward` (hidden tests or self tests).
 
 They sit at the top level of a config file, as in upstream's files, and are read into `config.task` (a
 `CodeTaskConfig`): the library's `Config` holds only its own sections, and this environment registers these
@@ -35,12 +36,23 @@ class ExternalSection:
 
 
 @dataclass
+class CodeRewardSection:
+    """Which tests the code reward runs. Here and not in the library's `reward:` section (the executor and the
+    pipeline of any task): what the tests are is this task's, and cooprl/ names no code concept."""
+    type: str = option("hidden_tests", "hidden_tests: the problem's tests; self_tests: support among generated tests "
+                       "(the problem's examples, a tester's asserts) weighted by reliability, no hidden test "
+                       "(rewards/self_tests.py has the formula; one function only: single agent, planner_coder, "
+                       "coder_tester)", choices=("hidden_tests", "self_tests"))
+
+
+@dataclass
 class CodeTaskConfig:
     """The code task's sections of a config file."""
     # its rules between keys, for docs/config.md (each one checked by `validate` and by tests/test_docs.py)
     RULES: ClassVar[tuple[str, ...]] = ("`external.sandbox_slice`: an int, `null` or the string `all` (checked at load).",)
     dataset: DatasetSection = option(DatasetSection(), "problems")
     external: ExternalSection = option(ExternalSection(), "transitions between turns")
+    code_reward: CodeRewardSection = option(CodeRewardSection(), "which tests the code reward runs")
 
     def validate(self) -> None:
         """Raise ConfigError for values that each key accepts alone but the task does not."""

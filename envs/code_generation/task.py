@@ -136,8 +136,16 @@ def _decentralized_task(config: Config, section: Any) -> Task:
     external = config.task.external
     expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
 
+    reward_type = config.task.code_reward.type
+    if reward_type == "self_tests" and not single:
+        raise ConfigError("code_reward.type=self_tests scores one function (a single agent): the aux/main team's "
+                          "cooperation bonus needs hidden-test verdicts; use num_agents 1 or hidden_tests")
+
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         codes = [joint_code(problem, roles, joint) for problem, joint in zip(items, joints)]
+        if reward_type == "self_tests":
+            from envs.code_generation.self_tests import score_functions   # it imports this module
+            return score_functions(items, [main for _, main in codes], reward_type)
         return score_code_pairs(items, codes, single)
 
     def next_prompts(problem: Problem, histories: Sequence[Sequence[tuple[str, str]]], joint: Sequence[str],

@@ -1,0 +1,85 @@
+"""Scoring one function per joint action by hidden tests or by self tests (`code_reward.type`), for the code
+environments whose team writes one function (a single agent, planner_coder's coder, coder_tester's coder).
+
+`self_tests` needs a node's whole group: the rollout hands a node's joint actions to `Task.score` in a row with the
+same item object (cooprl/task.py), so `groups` cuts the batch where the item object changes. A group's pool is the
+problem's examples (`example_asserts`) plus the generated tests given for the group (a tester's); its execution
+matrix runs in one sandbox batch with every other group's, and each code's reward is `rewards.self_tests`'s.
+The hidden-test reward is still computed when the problem has tests, for the logs only (`hidden_reward`,
+`success`): in self_tests mode no hidden verdict reaches the reward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from cooprl.task import Score
+from envs.code_generation.task import score_code_pairs
+from rewards.problem import Problem
+from rewards.sandbox import default_sandbox
+from rewards.self_tests import example_asserts, levels_reward, self_tests_rewards, untrusted_suite
+
+REWARD_TYPES = ("hidden_tests", "self_tests")
+
+
+def groups(items: Sequence[object]) -> list[range]:
+    """Return the runs of consecutive entries whose item is the same object (one node's joint actions)."""
+    runs, start = [], 0
+    for k in range(1, len(items) + 1):
+        if k == len(items) or items[k] is not items[start]:
+            runs.append(range(start, k))
+            start = k
+    return runs
+
+
+def score_functions(items: Sequence[Problem], codes: Sequence[str], reward_type: str,
+                    group_tests: Sequence[Sequence[str]] | None = None) -> list[Score]:
+    """Return each code's Score (single-agent reward, max 2.1): by the hidden tests, or by self tests, where
+    `group_tests[k]` are extra generated tests of entry k's group (entries of one group give the union)."""
+    if reward_type not in REWARD_TYPES:
+        raise ValueError(f"code_reward.type {reward_type!r}: expected one of {', '.join(REWARD_TYPES)}")
+    hidden = score_code_pairs(items, [("", code) for code in codes], single_agent=True)
+    if reward_type == "hidden_tests":
+        return hidden
+    totals = self_test_totals(items, codes, hidden, group_tests)
+    return [replace(score, total=total, metrics={**score.metrics, "hidden_reward": score.total,
+                                                   "self_support": round(total - levels_of(score), 6)})
+            for score, total in zip(hidden, totals)]
+
+
+def levels_of(score: Score) -> float:
+    """Return the levels-1-2 part of a single-agent code Score (its details hold the breakdown)."""
+    b = score.details[2]
+    return levels_reward(b.main_defined, b.syntax_ok)
+
+
+def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Sequence[Score],
+                     group_tests: Sequence[Sequence[str]] | None) -> list[float]:
+    """Return each code's self-tests reward: levels 1-2 + its support in its group's execution matrix."""
+    jobs, plans = [], []
+    for run in groups(items):
+        problem = items[run.start]
+        pool = list(example_asserts(problem))
+        for k in run:
+            for test in (group_tests[k] if group_tests else ()):
+                if test not in pool:
+                    pool.append(test)
+        runnable = [hidden[k].details[2].syntax_ok for k in run]
+        rows = [k for k, ok in zip(run, runnable) if ok]
+        if pool:
+            suite = untrusted_suite(problem, pool)
+            jobs += [(codes[k], suite, 2.0, 2) for k in rows]
+        plans.append((run, runnable, rows, len(pool)))
+    outcomes = default_sandbox().run_many(jobs) if jobs else []
+    totals, at = [0.0] * len(codes), 0
+    for run, runnable, rows, width in plans:
+        matrix_rows = {}
+        for k in rows:
+            matrix_rows[k] = [int(o.passed) for o in outcomes[at]] if width else []
+            at += 1 if width else 0
+        matrix = [matrix_rows.get(k, [0] * width) for k in run]
+        levels = [levels_of(hidden[k]) for k in run]
+        for k, total in zip(run, self_tests_rewards(levels, matrix, runnable)):
+            totals[k] = total
+    return totals
