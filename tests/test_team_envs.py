@@ -143,3 +143,52 @@ def test_the_config_names_its_environment():
     assert environment_of(ROOT / "configs" / "coder_tester_cpu.yaml") == "envs.coder_tester.train"
     assert environment_of(ROOT / "configs" / "arithmetic_cpu.yaml") == "envs.arithmetic.train"
     assert environment_of(ROOT / "configs" / "magrpo_che_cpu.yaml") == "envs.code_generation.train"
+
+
+# ---------------------------------------------------------------------------------------------- learnable variants
+def _team_task(kind: str):
+    """The two team shapes on tests/learnable.py's character model: `sequential` (agent 1 answers after agent 0,
+    seeing its text; shared reward: the mean lowercase share, as planner+coder) and `individual` (each agent its
+    own reward: agent 0 the lowercase share, agent 1 the uppercase share, as coder+tester's individual rewards)."""
+    import dataclasses
+    import string
+    from cooprl.task import Score
+    from tests.learnable import HEAD, lowercase_reward, lowercase_task
+    base = lowercase_task(2)
+    if kind == "sequential":
+        return dataclasses.replace(base, follow_prompt=lambda item, a, prompt, earlier: f"{prompt}{earlier[0][:HEAD]}|")
+
+    def upper(text: str) -> float:
+        return sum(c in string.ascii_uppercase for c in text[:HEAD]) / HEAD
+
+    def score(items, joints):
+        return [Score((lowercase_reward(j[0]) + upper(j[1])) / 2, {"agent0_lower": lowercase_reward(j[0]),
+                                                                    "agent1_upper": upper(j[1])},
+                      agent_rewards=[lowercase_reward(j[0]), upper(j[1])]) for j in joints]
+    return dataclasses.replace(base, score=score, agent_rewards=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sequential", "individual"])
+def test_a_learnable_variant_of_each_team_learns(tmp_path, kind):
+    from cooprl.trainers.loop import seed_everything, train_loop
+    from cooprl.trainers.magrpo import build_magrpo
+    from tests.learnable import build_char_model
+    torch.set_num_threads(1)
+    model = build_char_model(tmp_path / "model", seed=0)
+    t = "magrpo"
+    config = load_config(None, [f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
+                                "wandb.mode=disabled", f"output.base_dir={tmp_path}", "output.run_name=run", "seed=0",
+                                f"{t}.max_new_tokens=6", f"{t}.num_turns=1", f"{t}.learning_rate=1e-2",
+                                f"{t}.max_steps=16", f"{t}.num_train_epochs=4", f"{t}.eval_interval=0",
+                                f"{t}.eval_num_samples=2", f"{t}.temperature=1.0", f"{t}.top_p=1.0",
+                                f"{t}.num_generations=4", f"{t}.rollout_buffer_size=1", f"{t}.weight_decay=0.0"])
+    seed_everything(config.seed)
+    task = _team_task(kind)
+    summary = train_loop(config, t, task, build_magrpo(config, t, task), tmp_path / "run")
+    events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    keys = ["turn_1/reward_mean"] if kind == "sequential" else ["turn_1/agent0_lower", "turn_1/agent1_upper"]
+    for key in keys:   # each agent learns its own target
+        curve = [e[key] for e in events if key in e]
+        assert sum(curve[-4:]) / 4 > sum(curve[:4]) / 4 + 0.1, (key, curve)
+    assert summary["final_eval"]["eval/turn_1/reward_mean"] > 0.3
