@@ -46,6 +46,18 @@ def environment_of(path: Path) -> str:
     return found[0] if len(found) == 1 else DEFAULT_ENV
 
 
+def task_config_of(path: Path) -> type | None:
+    """Return the config sections class of the environment the YAML file at `path` names (None: the code task's,
+    registered globally)."""
+    module = environment_of(path)
+    if module == DEFAULT_ENV:
+        return None
+    package = module.rsplit(".", 1)[0]
+    config = importlib.import_module(f"{package}.config")
+    return next(value for name, value in vars(config).items()
+                if isinstance(value, type) and name.endswith("Config") and value.__module__ == config.__name__)
+
+
 def main(trainer: str, default_config: str, argv: Sequence[str] | None = None) -> int:
     """Entry point of `train_<trainer>.py`: train on the environment the config names; return the exit code."""
     import sys
