@@ -176,11 +176,13 @@ def test_nonfinite_loss_skips_the_update(tiny):
 def test_summary_prints_zero_not_negative_zero(tmp_path, capsys):
     import json as _json
     from cooprl.trainers.loop import summarize
-    events = [{"step": s, "env_step": s, "turn_1/reward_mean": 0.0, "turn_1/uses_aux": -0.0} for s in (1, 2)]
+    # -7e-8: what the demo's cooperation_bonus mean was (float sums of small negative parts)
+    events = [{"step": s, "env_step": s, "turn_1/reward_mean": 0.0, "turn_1/uses_aux": -0.0,
+               "turn_1/cooperation_bonus": -7.142857141873016e-08} for s in (1, 2)]
     (tmp_path / "metrics.jsonl").write_text("".join(_json.dumps(e) + "\n" for e in events))
     summarize(tmp_path, 2, {}, False)
     out = capsys.readouterr().out
-    assert "uses_aux" in out and "-0.000" not in out
+    assert "uses_aux" in out and "cooperation_bonus" in out and "-0.000" not in out
 
 
 def test_summary_judges_by_the_evaluations_before_and_after_training(tmp_path, capsys):

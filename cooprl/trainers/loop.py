@@ -346,7 +346,8 @@ def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupte
             summary[key] = {"first_quarter": a, "last_quarter": b}
         width = max(len(r[0]) for r in rows)
         lines = [f"{'turn 1 metric'.ljust(width)}  first quarter  last quarter"]
-        lines += [f"{name.ljust(width)}  {a + 0.0:13.3f}  {b + 0.0:12.3f}" for name, a, b in rows]   # no -0.000
+        # no -0.000: a mean like -1e-17 (float sums of small negative parts) rounds to zero first
+        lines += [f"{name.ljust(width)}  {round(a, 3) + 0.0:13.3f}  {round(b, 3) + 0.0:12.3f}" for name, a, b in rows]
         judged = task_reward if task_reward in summary else TRAINING_REWARD
         reward = summary[judged]
         improved = reward["last_quarter"] > reward["first_quarter"]
