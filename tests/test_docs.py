@@ -219,8 +219,9 @@ def test_the_demo_is_what_the_readme_says():
     assert (config.agent_model.lora.r, section.max_steps, section.eval_num_samples) == (16, 32, 4)
     assert config.output.run_name == "demo-magrpo-coop-cpu" and dataset_of(config).name == "coop"
     for claim in ("two agents, one turn, G = 4 samples per agent, LoRA r = 16, 32 steps",
-                  "`runs/demo-magrpo-coop-cpu/`", "mean reward on 4 eval problems"):
+                  "`runs/demo-magrpo-coop-cpu/`", "the evaluation on 4 held-out problems", "docs/demo_rewards.png"):
         assert claim in README.replace("\n", " "), claim
+    assert (ROOT / "docs" / "demo_rewards.png").stat().st_size > 10_000   # the curve the README shows
 
 
 def test_trainer_table_names_every_script_and_the_madpo_candidates():
