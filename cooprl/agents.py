@@ -120,7 +120,8 @@ class AgentRunner:
 
     def __init__(self, team: Sequence[Agent], mode: str = "none"):
         self.concurrent = mode == "mp" and len(team) > 1
-        devices = [next(agent.model.parameters()).device for agent in team]
+        # (only mp needs the devices: scripted agents of the tests have no model)
+        devices = [next(agent.model.parameters()).device for agent in team] if self.concurrent else []
         own_generators = all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
         self.concurrent_sampling = self.concurrent and own_generators
         self.concurrent_updates = self.concurrent and (own_generators or
