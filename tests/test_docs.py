@@ -27,6 +27,12 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
     return load_config(ROOT / "configs" / f"{name}.yaml", overrides or [])
 
 
+def code_task_configs(pattern: str) -> list[Path]:
+    """Return the config files matching `pattern` that run the code task (not another environment's)."""
+    from envs.train import DEFAULT_ENV, environment_of
+    return sorted(p for p in (ROOT / "configs").glob(pattern) if environment_of(p) == DEFAULT_ENV)
+
+
 def dataset_of(config: Config):
     """Return the config's dataset section: under `config.task` where the task's sections live there."""
     task = getattr(config, "task", None)
@@ -144,7 +150,7 @@ def test_magrpo_needs_two_generations_unless_raw():
 # ------------------------------------------------------------------------------------ the README's configs
 def test_reference_config_table_matches_every_reference_config():
     rows = table_rows(README, "reference-configs")
-    names = {p.stem for p in (ROOT / "configs").glob("*_config.yaml")}
+    names = {p.stem for p in code_task_configs("*_config.yaml")}   # the teams' GPU configs: the README's Teams section
     assert {r[0].strip("`") for r in rows} == names, "the README's table lists every reference config"
     for name, script, dataset, turns, g, candidates, lr, epochs, shift, early in rows:
         name = name.strip("`")
@@ -171,7 +177,7 @@ def test_reference_config_table_matches_every_reference_config():
 
 def test_what_every_reference_config_shares():
     """README: Qwen/Qwen2.5-Coder-3B in bfloat16, temperature 0.6, top_p 0.6 and 256 new tokens."""
-    for path in sorted((ROOT / "configs").glob("*_config.yaml")):
+    for path in code_task_configs("*_config.yaml"):
         config = load(path.stem)
         section = config.trainer(trainer_of(path.stem))
         assert config.agent_model.name == "Qwen/Qwen2.5-Coder-3B", path.name
