@@ -7,7 +7,7 @@ Its errors for bad input (DatasetError, ModelError, ConfigError, CheckpointError
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from cooprl.cli import exit_status, read_command_line
 from cooprl.config import Config, ConfigError
@@ -51,6 +51,21 @@ def train(config: Config, trainer: str) -> dict[str, Any]:
         raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
     use_reward_executor(config)
     return train_task(config, trainer, build_code_task(config, trainer))
+
+
+def code_env_main(trainer: str, default_config: str, argv: list[str] | None, task_config: type,
+                  build_task: Callable[[Config, str], Task]) -> int:
+    """Entry point of a code environment with its own config sections (`task_config`, e.g. planner_coder's) and
+    task builder: read the command line, start the reward executor, train; return the exit code."""
+    def read_then_train() -> None:
+        config = read_command_line(trainer, default_config, argv, task_config=task_config)
+        if config is None:   # --print-config
+            return
+        if trainer not in TRAINERS:   # before the task loads its problems
+            raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+        use_reward_executor(config)
+        train_task(config, trainer, build_task(config, trainer))
+    return exit_status(read_then_train)
 
 
 def main(trainer: str, default_config: str, argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ and how many wrong codes they caught.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from cooprl.config import Config, ConfigError
 from cooprl.task import Score, Task

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from cooprl.cli import exit_status, read_command_line
-from cooprl.config import ConfigError
-from cooprl.train import train
-from cooprl.trainers import TRAINERS
-from envs.code_generation.train import use_reward_executor
+from envs.code_generation.train import code_env_main
 from envs.coder_tester.config import CoderTesterConfig
 from envs.coder_tester.task import build_coder_tester_task
 
@@ -19,15 +15,7 @@ DEFAULT_CONFIG = "configs/coder_tester_cpu.yaml"
 
 def main(trainer: str, default_config: str = DEFAULT_CONFIG, argv: list[str] | None = None) -> int:
     """Train `trainer` on the coder_tester task as the command line `argv` says; return the exit code."""
-    def read_then_train() -> None:
-        config = read_command_line(trainer, default_config, argv, task_config=CoderTesterConfig)
-        if config is None:   # --print-config
-            return
-        if trainer not in TRAINERS:
-            raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
-        use_reward_executor(config)
-        train(config, trainer, build_coder_tester_task(config, trainer))
-    return exit_status(read_then_train)
+    return code_env_main(trainer, default_config, argv, CoderTesterConfig, build_coder_tester_task)
 
 
 if __name__ == "__main__":

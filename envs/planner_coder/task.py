@@ -26,7 +26,7 @@ from typing import Any, Sequence
 from cooprl.config import Config, ConfigError
 from cooprl.task import Score, Task
 from envs.code_generation.data import Problem, load_problems
-from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
+from envs.code_generation.prompts import completion_to_code, single_prompt, stop_strings
 from envs.code_generation.self_tests import score_functions
 from envs.code_generation.transitions import diagnostics, feedback_problem, next_prompt
 from rewards.code_rewards import code_reward
