@@ -362,6 +362,7 @@ def test_latest_with_every_checkpoint_damaged(run_copy, tmp_path, capsys):
     assert_one_error(code, err, "every checkpoint under", "is damaged")
 
 
+@pytest.mark.slow
 def test_trainer_state_is_plain_data_and_restores_exactly(tmp_path):
     # checkpoint-1 of a 2-step run with 3-node buffers: one sibling group buffered (the run's end trains the rest)
     config = load_config(base_config(tmp_path), ["magrpo.max_steps=2", "magrpo.rollout_buffer_size=3"])
@@ -404,6 +405,7 @@ def test_unlisted_classes_are_refused_on_save_and_on_load(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ evaluate.py
+@pytest.mark.slow
 def test_evaluate_dataset_error(run_copy, tmp_path, capsys):
     config, checkpoints = run_copy
     path, fragments = _directory(tmp_path)

@@ -115,6 +115,7 @@ def _outside(tp, meta):
     return values
 
 
+@pytest.mark.slow
 def test_the_allowed_values_in_docs_config_md_are_enforced():
     """Every choice list and range that docs/config.md shows is refused outside it, with the key named."""
     checked = 0
@@ -304,6 +305,7 @@ def test_speed_figures_in_the_readme_are_those_of_bench_readme():
         assert figure.rstrip(" s") in BENCH, f"README's {figure} is not in bench/README.md"
 
 
+@pytest.mark.slow
 def test_memory_estimate_counts():
     """README's memory table: Qwen2.5-Coder-3B's parameter count from its architecture, the LoRA counts, bf16
     AdamW moments for bf16 weights, float32 LoRA adapters."""
