@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cooprl.config import option
-from envs.code_generation.config import CodeRewardSection, CodeTaskConfig, DatasetSection, ExternalSection
+from envs.code_generation.config import CodeTaskConfig
 
 
 @dataclass
@@ -20,17 +20,10 @@ class CoderTesterSection:
 
 
 @dataclass
-class CoderTesterConfig:
-    """The coder_tester task's sections of a config file."""
-    dataset: DatasetSection = option(DatasetSection(), "problems")
-    external: ExternalSection = option(ExternalSection(), "transitions between turns (the feedback)")
-    code_reward: CodeRewardSection = option(CodeRewardSection(), "which tests the coder's reward runs")
+class CoderTesterConfig(CodeTaskConfig):
+    """The coder_tester task's sections of a config file: the code task's, plus its own."""
     coder_tester: CoderTesterSection = option(CoderTesterSection(), "the coder+tester team")
-
-    def validate(self) -> None:
-        """Raise ConfigError for values the code task refuses (external.sandbox_slice)."""
-        CodeTaskConfig(self.dataset, self.external, self.code_reward).validate()
 
     def run_label(self) -> str:
         """Return the label of run folder names: coder_tester-<dataset>."""
-        return "coder_tester-" + CodeTaskConfig(self.dataset, self.external, self.code_reward).run_label()
+        return "coder_tester-" + super().run_label()

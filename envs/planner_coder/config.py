@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cooprl.config import option
-from envs.code_generation.config import CodeRewardSection, CodeTaskConfig, DatasetSection, ExternalSection
+from envs.code_generation.config import CodeTaskConfig
 
 
 @dataclass
@@ -19,17 +19,10 @@ class PlannerCoderSection:
 
 
 @dataclass
-class PlannerCoderConfig:
-    """The planner_coder task's sections of a config file."""
-    dataset: DatasetSection = option(DatasetSection(), "problems")
-    external: ExternalSection = option(ExternalSection(), "transitions between turns (the coder's feedback)")
-    code_reward: CodeRewardSection = option(CodeRewardSection(), "which tests the code reward runs")
+class PlannerCoderConfig(CodeTaskConfig):
+    """The planner_coder task's sections of a config file: the code task's, plus its own."""
     planner_coder: PlannerCoderSection = option(PlannerCoderSection(), "the planner+coder team")
-
-    def validate(self) -> None:
-        """Raise ConfigError for values the code task refuses (external.sandbox_slice)."""
-        CodeTaskConfig(self.dataset, self.external, self.code_reward).validate()
 
     def run_label(self) -> str:
         """Return the label of run folder names: planner_coder-<dataset>."""
-        return "planner_coder-" + CodeTaskConfig(self.dataset, self.external, self.code_reward).run_label()
+        return "planner_coder-" + super().run_label()
