@@ -2,6 +2,9 @@
 
 Its errors for bad input (DatasetError, ModelError, ConfigError, CheckpointError, ...) all derive from
 `cooprl.errors.UserError`, which the command line prints as one `error:` line (exit 2).
+
+torch, transformers and the trainers are imported only once the command line and the config have been read: a
+typo, a missing file or `--print-config` answers in a fraction of a second instead of after ~5 s of imports.
 """
 
 from __future__ import annotations
@@ -10,21 +13,25 @@ import logging
 from typing import Any, Callable
 
 from cooprl.cli import exit_status, read_command_line
-from cooprl.config import Config, ConfigError
+from cooprl.config import TRAINER_SECTIONS, Config, ConfigError
 from cooprl.task import Task
-from cooprl.train import train as train_task
-from cooprl.trainers import TRAINERS
-from envs.code_generation.task import build_code_task
 
 log = logging.getLogger(__name__)
 
 
 def build_task_and_algorithm(config: Config, trainer: str) -> tuple[Task, Any]:
     """Return (code task, algorithm with its loaded agents) for `trainer`'s section of `config`."""
-    if trainer not in TRAINERS:
-        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+    from cooprl.trainers import TRAINERS
+    from envs.code_generation.task import build_code_task
+    check_trainer(trainer)
     task = build_code_task(config, trainer)
     return task, TRAINERS[trainer].build(config, trainer, task)
+
+
+def check_trainer(trainer: str) -> None:
+    """Raise ConfigError naming the choices when `trainer` is no trainer's name (before any problem is loaded)."""
+    if trainer not in TRAINER_SECTIONS:
+        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_SECTIONS)}")
 
 
 def use_reward_executor(config: Config) -> None:
@@ -47,8 +54,9 @@ def use_reward_executor(config: Config) -> None:
 
 def train(config: Config, trainer: str) -> dict[str, Any]:
     """Train `trainer` on the code-generation task described by `config`; return the run summary."""
-    if trainer not in TRAINERS:   # before the task loads its problems
-        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+    from cooprl.train import train as train_task
+    from envs.code_generation.task import build_code_task
+    check_trainer(trainer)
     use_reward_executor(config)
     return train_task(config, trainer, build_code_task(config, trainer))
 
@@ -61,8 +69,8 @@ def code_env_main(trainer: str, default_config: str, argv: list[str] | None, tas
         config = read_command_line(trainer, default_config, argv, task_config=task_config)
         if config is None:   # --print-config
             return
-        if trainer not in TRAINERS:   # before the task loads its problems
-            raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+        from cooprl.train import train as train_task
+        check_trainer(trainer)
         use_reward_executor(config)
         train_task(config, trainer, build_task(config, trainer))
     return exit_status(read_then_train)

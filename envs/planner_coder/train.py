@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import sys
 
+from cooprl.config import Config
+from cooprl.task import Task
 from envs.code_generation.train import code_env_main
 from envs.planner_coder.config import PlannerCoderConfig
-from envs.planner_coder.task import build_planner_coder_task
 
 DEFAULT_CONFIG = "configs/planner_coder_cpu.yaml"
 
 
+def build_task(config: Config, trainer: str) -> Task:
+    """Return the planner_coder task for `trainer` (imported here: it pulls in torch, which a config error never needs)."""
+    from envs.planner_coder.task import build_planner_coder_task
+    return build_planner_coder_task(config, trainer)
+
+
 def main(trainer: str, default_config: str = DEFAULT_CONFIG, argv: list[str] | None = None) -> int:
     """Train `trainer` on the planner_coder task as the command line `argv` says; return the exit code."""
-    return code_env_main(trainer, default_config, argv, PlannerCoderConfig, build_planner_coder_task)
+    return code_env_main(trainer, default_config, argv, PlannerCoderConfig, build_task)
 
 
 if __name__ == "__main__":
