@@ -76,6 +76,35 @@ def test_planner_coder_scripted_rewards(data):
     assert with_plan(problem, "P", "1. a") == "P    # Plan:\n    # 1. a\n"
 
 
+def test_main_sees_the_aux_code_of_its_own_joint_action(data):
+    from envs.code_generation.config import CodeTaskConfig
+    from envs.code_generation.task import build_code_task
+    config = _config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "magrpo.num_generations=2",
+                     "aux_main.main_sees_aux=true")
+    task = build_code_task(config, "magrpo")
+    problem = task.train_items[0]
+    auxes = ["a, b):\n    return a + b\n", "x):\n    return x\n"]
+    sample = scripted({0: auxes, 1: ["    return aux(a, b)\n", "    return a + b\n"]})
+    root = rollout([problem], task, sample, RolloutSettings(num_turns=1, samples_per_turn=[2]))[0]
+    main_prompts = root.sample_prompts[1]
+    # the g-th main sample read the g-th aux code (rebuilt with its `def aux(` prefix), then its usual prompt
+    assert main_prompts[0].startswith("The helper function `aux` is defined as follows:\n\ndef aux(a, b):\n"
+                                      "    return a + b\n\nA helper function `aux(...)` is already defined")
+    assert "def aux(x):\n    return x" in main_prompts[1] and "return a + b" not in main_prompts[1].split("\n\n")[1]
+    assert main_prompts[0].endswith(problem.prompt.lstrip("\n"))
+    # the reward is the team's as before: the first pair calls aux and passes every test (the bonus fires)
+    assert root.scores[0].total > root.scores[1].total
+    with pytest.raises(ConfigError, match="joint_mode=aligned"):
+        build_code_task(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true",
+                                "magrpo.joint_mode=cross"), "magrpo")
+    with pytest.raises(ConfigError, match="num_agents 2"):
+        build_code_task(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true",
+                                "magrpo.num_agents=1"), "magrpo")
+    with pytest.raises(ConfigError, match="aux\\+main team"):
+        build_planner_coder_task(_config("planner_coder_cpu.yaml", PlannerCoderConfig, data,
+                                         "aux_main.main_sees_aux=true"), "magrpo")
+
+
 def test_planner_coder_self_tests_and_decide(data):
     config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "code_reward.type=self_tests",
                      "planner_coder.revise=decide")

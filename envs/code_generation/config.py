@@ -46,6 +46,14 @@ class CodeRewardSection:
 
 
 @dataclass
+class AuxMainSection:
+    """How the aux+main team sees each other (the code task with two agents)."""
+    main_sees_aux: bool = option(False, "main's prompt shows the aux code of its own joint action (a sequential "
+                                 "team: aux writes first, main reads it); false as upstream: main only knows that "
+                                 "aux exists, so calling it is a guess. Not with MADPO/MARLHF's paired answers")
+
+
+@dataclass
 class CodeTaskConfig:
     """The code task's sections of a config file."""
     # its rules between keys, for docs/config.md (each one checked by `validate` and by tests/test_docs.py)
@@ -53,6 +61,7 @@ class CodeTaskConfig:
     dataset: DatasetSection = option(DatasetSection(), "problems")
     external: ExternalSection = option(ExternalSection(), "transitions between turns")
     code_reward: CodeRewardSection = option(CodeRewardSection(), "which tests the code reward runs")
+    aux_main: AuxMainSection = option(AuxMainSection(), "the aux+main team (two agents)")
 
     def validate(self) -> None:
         """Raise ConfigError for values that each key accepts alone but the task does not."""

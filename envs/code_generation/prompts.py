@@ -72,6 +72,13 @@ def main_prompt(problem: Problem) -> str:
     return _main_task(problem)
 
 
+def with_aux_code(prompt: str, aux_code: str) -> str:
+    """Return main's `prompt` (any turn's) preceded by the aux code of its joint action, for a team whose main sees
+    aux (`aux_main.main_sees_aux`); a missing aux is said as such."""
+    shown = aux_code.strip() or "# (the helper agent wrote no aux this time)"
+    return f"The helper function `aux` is defined as follows:\n\n{shown}\n\n{prompt}"
+
+
 def single_prompt(problem: Problem) -> str:
     """Return the single agent's prompt (GRPO/AC baselines): implement the whole function; ends with the problem's prompt."""
     entry = problem.entry_point

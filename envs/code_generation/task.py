@@ -20,7 +20,7 @@ from cooprl.task import Score, Task
 from envs.code_generation.comparator import api_client, code_joint_format
 from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import (JointAnswer, agent_prompts, centralized_prompt, centralized_stop_strings,
-                                          completion_to_code, parse_joint_answer, stop_strings)
+                                          completion_to_code, parse_joint_answer, stop_strings, with_aux_code)
 from envs.code_generation.transitions import feedback_problem, make_expert_client, next_prompt
 from rewards.code_rewards import code_reward, code_rewards_batch
 
@@ -118,7 +118,7 @@ def build_code_task(config: Config, trainer: str) -> Task:
     check_section(section, trainer)
     if section.collaboration_mode == "centralized":
         return _centralized_task(config, section)
-    return _decentralized_task(config, section)
+    return _decentralized_task(config, section, trainer)
 
 
 def _code_task(config: Config, section: Any, **parts: Any) -> Task:
@@ -130,7 +130,7 @@ def _code_task(config: Config, section: Any, **parts: Any) -> Task:
                 joint_format=code_joint_format(section), api_client=api_client, **parts)
 
 
-def _decentralized_task(config: Config, section: Any) -> Task:
+def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
     roles = roles_for(section.num_agents)
     single = len(roles) == 1
     external = config.task.external
@@ -162,9 +162,19 @@ def _decentralized_task(config: Config, section: Any) -> Task:
                             partner_code=partner[role])
                 for role, history in zip(roles, histories)]
 
+    def main_reads_aux(problem: Problem, agent: int, prompt: str, earlier: Sequence[str]) -> str:
+        return with_aux_code(prompt, completion_to_code("aux", problem, earlier[0]))
+
+    sequential = config.task.aux_main.main_sees_aux
+    if sequential and single:
+        raise ConfigError("aux_main.main_sees_aux needs the aux+main team (num_agents 2)")
+    if sequential and section.joint_mode != "aligned":
+        raise ConfigError(f"aux_main.main_sees_aux: main answers each aux sample once, so the joint actions are "
+                          f"aligned; set {trainer}.joint_mode=aligned (got {section.joint_mode})")
     return _code_task(config, section, num_agents=len(roles), first_prompts=lambda p: agent_prompts(p, len(roles)),
                       score=score, next_prompts=next_prompts, max_reward=MAX_REWARD[len(roles)],
-                      stop_strings=[tuple(stop_strings(role)) for role in roles])
+                      stop_strings=[tuple(stop_strings(role)) for role in roles],
+                      follow_prompt=main_reads_aux if sequential else None)
 
 
 def _centralized_task(config: Config, section: Any) -> Task:

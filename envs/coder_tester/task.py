@@ -118,6 +118,8 @@ def build_coder_tester_task(config: Config, trainer: str) -> Task:
     section, cfg = config.trainer(trainer), config.task
     if section.num_agents != 2:
         raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the coder+tester team has 2 agents")
+    if cfg.aux_main.main_sees_aux:
+        raise ConfigError("aux_main.main_sees_aux is for the code task's aux+main team, not this one")
     if getattr(section, "collaboration_mode", "decentralized") == "centralized":
         raise ConfigError(f"{trainer}.collaboration_mode=centralized: the coder+tester team is decentralized")
     team, external, reward_type = cfg.coder_tester, cfg.external, cfg.code_reward.type

@@ -82,6 +82,8 @@ def build_planner_coder_task(config: Config, trainer: str) -> Task:
     section, cfg = config.trainer(trainer), config.task
     if section.num_agents != 2:
         raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the planner+coder team has 2 agents")
+    if cfg.aux_main.main_sees_aux:
+        raise ConfigError("aux_main.main_sees_aux is for the code task's aux+main team, not this one")
     if getattr(section, "collaboration_mode", "decentralized") == "centralized":
         raise ConfigError(f"{trainer}.collaboration_mode=centralized: the planner+coder team is decentralized "
                           f"(a plan, then code from it); the code task's centralized mode is one model for aux+main")
