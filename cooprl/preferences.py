@@ -51,6 +51,14 @@ class PreferencePair:
     step: int = 0                # training step that generated the pair (resume drops pairs of later steps)
     chosen_ids: list[list[int] | None] | None = None    # per policy: sampled token ids, None = tokenize the text
     rejected_ids: list[list[int] | None] | None = None
+    # per policy: the loser's prompts where they differ from the winner's (`prompts`): a sequential team's follower
+    # answered its predecessors' texts, which differ between the two joint answers; None = `prompts`
+    rejected_prompts: list[str] | None = None
+
+    @property
+    def loser_prompts(self) -> list[str]:
+        """Return the prompts the loser's completions answered, per policy."""
+        return self.rejected_prompts if self.rejected_prompts is not None else self.prompts
 
     @property
     def reward_gap(self) -> float:
@@ -66,6 +74,7 @@ class Candidate:
     ids: list[list[int] | None]
     reward: float = 0.0
     source: str = "policy"
+    prompts: list[str] | None = None   # per policy, the prompt each text answered (a sequential team); None: the item's
 
 
 class Comparator(Protocol):
@@ -144,10 +153,17 @@ def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence
     else:
         chosen = select_pairs([c.reward for c in candidates], section.pair_selection,
                               section.preference_pairs_per_sample, section.min_reward_gap, rng)
-    return [PreferencePair(item_id, list(prompts), list(candidates[w].texts), list(candidates[l].texts),
-                           candidates[w].reward, candidates[l].reward, iteration, _pair_source(candidates[w], candidates[l]),
-                           step, list(candidates[w].ids), list(candidates[l].ids))
-            for w, l in chosen]
+    def prompts_of(candidate: Candidate) -> list[str]:
+        return list(candidate.prompts if candidate.prompts is not None else prompts)
+
+    pairs = []
+    for w, l in chosen:
+        winner, loser = candidates[w], candidates[l]
+        loser_prompts = prompts_of(loser)
+        pairs.append(PreferencePair(item_id, prompts_of(winner), list(winner.texts), list(loser.texts), winner.reward,
+                                    loser.reward, iteration, _pair_source(winner, loser), step, list(winner.ids),
+                                    list(loser.ids), loser_prompts if loser_prompts != prompts_of(winner) else None))
+    return pairs
 
 
 # ---------------------------------------------------------------------------------------------- sampling
@@ -182,7 +198,9 @@ def collect_candidates(items: Sequence[Any], task: Any, sample_fn: Sampler, num_
                                process_reward=process_reward)
     roots = rollout(items, task, sample_fn, settings)
     candidates = [[Candidate(root.joint_texts(j), [root.samples[a][g].completion_ids.tolist() for a, g in enumerate(joint)],
-                             root.scores[j].total, "policy") for j, joint in enumerate(root.joint)]
+                             root.scores[j].total, "policy",
+                             [root.prompt_of(a, g) for a, g in enumerate(joint)] if root.sample_prompts else None)
+                   for j, joint in enumerate(root.joint)]
                   for root in roots]
     if n_comp:
         extra = comparator.sample(items, n_comp)

@@ -103,7 +103,7 @@ class RewardModel:
 
 
 def _pair_examples(pairs: Sequence[Any]) -> tuple[list[tuple], list[tuple]]:
-    return [(p.prompts, p.chosen) for p in pairs], [(p.prompts, p.rejected) for p in pairs]
+    return [(p.prompts, p.chosen) for p in pairs], [(p.loser_prompts, p.rejected) for p in pairs]
 
 
 def score_stats(reward_model: RewardModel, pairs: Sequence[Any]) -> tuple[float, float]:

@@ -28,7 +28,7 @@ from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.policy_update import TrainSample, policy_gradient_step
 from cooprl.preferences import PreferencePair
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
-from tests.learnable import build_char_model, lowercase_task
+from tests.learnable import HEAD, build_char_model, lowercase_task
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
@@ -149,6 +149,8 @@ RUNS = {
     # the policy trained in the first, so the curve rises between iterations
     "madpo_iter_copy": ("madpo_iter", lambda t: [*madpo_keys(t, "offline", 16, 8), *iterative_keys(t, "copy"),
                                                  *_if_known(t, pair_selection="comparator_reward")], 8, 0.08, 0.15),
+    # a sequential team (agent 1 reads agent 0's answer, as planner+coder): each pair keeps the loser's own prompts
+    "madpo_sequential": ("madpo", lambda t: madpo_keys(t, "online"), 16, 0.1, 0.15),
     "marlhf": ("marlhf", marlhf_keys, 16, 0.08, 0.05),
     # the RL phase as IAC on the learned reward (its own keys from the iac section: 8 episodes per update; with 4 the
     # learned reward's noise left 1 of 6 seeds flat)
@@ -159,14 +161,18 @@ RUNS = {
 }
 
 
-def learn(model: Path, tmp_path: Path, trainer: str, overrides: list[str], seed: int = 0) -> dict:
-    """Run `trainer` on the lowercase task; return the eval reward before and after and the training curve."""
+def learn(model: Path, tmp_path: Path, trainer: str, overrides: list[str], seed: int = 0,
+          sequential: bool = False) -> dict:
+    """Run `trainer` on the lowercase task (`sequential`: as a sequential team); return the eval reward before and
+    after and the training curve."""
     agents = 1 if trainer in ("grpo", "ac") else 2
     config = load_config(None, [f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
                                 "wandb.mode=disabled", f"output.base_dir={tmp_path}", "output.run_name=run",
                                 f"seed={seed}", "checkpoint.checkpoint_total_limit=1", *overrides])
     seed_everything(config.seed)
     task = lowercase_task(agents)
+    if sequential:   # agent 1's prompt ends with the head of agent 0's answer
+        task = dataclasses.replace(task, follow_prompt=lambda item, a, prompt, earlier: f"{prompt}{earlier[0][:HEAD]}|")
     algorithm = _builder(trainer)(config, trainer, task)
     with torch.random.fork_rng(devices=[]):   # as the loop evaluates: its own generator, training's untouched
         torch.manual_seed(evaluation_seed(config.seed))
@@ -184,7 +190,8 @@ def test_trainer_raises_the_reward_of_a_learnable_task(char_model, tmp_path, mon
     # the reward model's forwards take 2 pairs each to bound memory on real models; 8 on this one is 3x faster
     monkeypatch.setattr("cooprl.reward_model.PAIRS_PER_FORWARD", 8)
     trainer, keys, steps, curve_margin, eval_margin = RUNS[run]
-    result = learn(char_model, tmp_path, trainer, [*common(trainer, steps), *keys(trainer)])
+    result = learn(char_model, tmp_path, trainer, [*common(trainer, steps), *keys(trainer)],
+                   sequential=run.endswith("_sequential"))
     curve = result["curve"]
     first, last = sum(curve[:FIRST_LAST]) / FIRST_LAST, sum(curve[-FIRST_LAST:]) / FIRST_LAST
     report = (f"{run}: eval {result['before']:.3f} -> {result['after']:.3f}; training reward "

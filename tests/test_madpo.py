@@ -59,6 +59,27 @@ def test_margins_score_texts_like_their_ids_and_accept_empty_answers(tmp_path):
         assert a.abs().item() < 1e-5       # the policy is still its reference: Δ - Δ_ref = 0
 
 
+def test_a_losers_own_prompts_score_its_completions(tmp_path):
+    # a sequential team's pair: the loser's follower answered another prompt than the winner's, and its margin says so
+    from cooprl.logprobs import completion_logprobs
+    algorithm = build_madpo(madpo_config(tmp_path, "x", "madpo", []), "madpo", scripted_task())
+    pair = PreferencePair("i", ["p0", "p1 after abc"], ["abc", "def"], ["uvw", "xyz"], 1.0, 0.0,
+                          rejected_prompts=["p0", "p1 after uvw"])
+    agent = algorithm.team[1]
+
+    def logp(prompt: str, text: str) -> float:
+        encoded = agent.generator.encode_prompts([prompt])
+        completion = torch.tensor(agent.tokenizer(text, add_special_tokens=False)["input_ids"])
+        with torch.no_grad():
+            values, _ = completion_logprobs(agent.model, encoded, [completion], agent.tokenizer.pad_token_id)
+        return values.sum().item()
+
+    with torch.no_grad():
+        margin = algorithm.margins(1, [pair]).item()
+    assert margin == pytest.approx(logp("p1 after abc", "def") - logp("p1 after uvw", "xyz"), abs=1e-4)
+    assert margin != pytest.approx(logp("p1 after abc", "def") - logp("p1 after abc", "xyz"), abs=1e-4)
+
+
 def madpo_config(tmp_path: Path, name: str, trainer: str, overrides: list[str]):
     return load_config(None, [
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.temperature=1.0",

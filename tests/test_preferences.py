@@ -121,3 +121,28 @@ def test_collect_pairs_scores_policy_and_comparator_candidates():
     # the comparator's all-'a' answers (reward 1) beat the policy's (reward 0); ties between them never pair
     assert len(pairs) == 8 and all(p.source == "comparator>policy" and p.chosen_reward == 1.0 for p in pairs)
     assert pairs[0].prompts == task.first_prompts(task.train_items[0]) and pairs[0].rejected_ids[0] in ([0], [1])
+
+
+def test_a_sequential_teams_pairs_keep_each_sides_own_prompts(tmp_path):
+    # agent 1 reads agent 0's answer: its prompt differs between the winner and the loser, and each pair keeps both
+    import dataclasses
+    import torch
+    from cooprl.generation import Completion
+    task = dataclasses.replace(scripted_task(), follow_prompt=lambda item, a, prompt, earlier: f"{prompt}|{earlier[0]}")
+
+    def sample_fn(agent, prompts, n):
+        return [[Completion("a" * (g + 1) if agent == 0 else "b", torch.tensor([1]), torch.tensor([g]), False)
+                 for g in range(n)] for _ in prompts]
+
+    pairs = collect_pairs(task.train_items[:1], task, sample_fn, Section, 0, random.Random(0))
+    first = task.first_prompts(task.train_items[0])
+    assert pairs and all(p.prompts[0] == p.loser_prompts[0] == first[0] for p in pairs)
+    for p in pairs:   # the follower's prompt ends with the text of its own side's agent 0
+        assert p.prompts[1] == f"{first[1]}|{p.chosen[0]}" and p.loser_prompts[1] == f"{first[1]}|{p.rejected[0]}"
+        assert p.rejected_prompts is not None
+    path = tmp_path / "pairs.jsonl"
+    write_pairs(path, pairs)
+    assert read_pairs(path) == pairs
+    # a pair file written before `rejected_prompts` existed reads as the same prompts for both sides
+    old = PreferencePair("x", ["p"], ["c"], ["r"], 1.0, 0.0)
+    assert old.rejected_prompts is None and old.loser_prompts == ["p"]

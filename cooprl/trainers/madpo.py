@@ -192,7 +192,7 @@ class MADPO(TeamAlgorithm):
         """Return (agent's Δ per pair, see `margins`; with reference_kl_coef > 0 the k3 KL to the start model per pair,
         summed over the winner's and the loser's completion, else None)."""
         a = self.team[agent]
-        prompts = a.generator.encode_prompts([p.prompts[agent] for p in pairs]) * 2
+        prompts = a.generator.encode_prompts([p.prompts[agent] for p in pairs] + [p.loser_prompts[agent] for p in pairs])
         sides = ([(p.chosen[agent], p.chosen_ids[agent] if p.chosen_ids else None) for p in pairs]
                  + [(p.rejected[agent], p.rejected_ids[agent] if p.rejected_ids else None) for p in pairs])
         completions = [_completion_ids(a.tokenizer, text, ids) for text, ids in sides]   # winners, then losers
@@ -287,12 +287,14 @@ def build_madpo(config: Config, trainer: str, task: Task) -> MADPO:
         # a preference pair ranks two joint answers by one reward: agents rewarded apart would rank them differently
         raise ConfigError(f"{trainer}: MADPO ranks joint answers by the team's one reward, and this task gives each "
                           f"agent its own (a general-sum team); use the task's shared reward, or MAGRPO/IAC")
-    if task.follow_prompt is not None:
-        # a pair holds one prompt per agent for winner and loser; a follower's prompt differs between them
-        raise ConfigError(f"{trainer}: MADPO's pairs share one prompt per agent, and this task is a sequential team "
-                          f"(a later agent's prompt holds its predecessors' answers, different in winner and loser)")
     team = build_team(config, section, task.num_agents, task.stop_strings)
     comparator = None
     if hasattr(section, "comparator_policy"):
         comparator = build_comparator(config, trainer, task, team)
+    if comparator is not None and task.follow_prompt is not None:
+        # a sequential team's follower answers its predecessors' texts; a comparator writes every agent's text at
+        # once from the first prompts, so its candidates would not be the team's kind of joint answer
+        raise ConfigError(f"{trainer}: this task is a sequential team (a later agent reads the earlier agents' "
+                          f"answers) and a comparator writes joint answers without that; compare the policies' own "
+                          f"candidates: {trainer}.comparator_policy=current {trainer}.comparator_candidate_budget=shared")
     return MADPO(config, section, task, team, comparator)
