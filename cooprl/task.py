@@ -6,7 +6,7 @@ and a new task needs no change in `cooprl/`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 
@@ -79,3 +79,24 @@ class Task:
     agent_rewards: bool = False                            # scores may carry per-agent rewards (Score.agent_rewards);
                                                            # trainers that rank joint answers by one number refuse it
     follow_prompt: FollowPrompt | None = None              # a sequential team (None: the agents act at once)
+
+
+def centralized_task(team: Task) -> Task:
+    """Return the one-policy version of `team` (centralized collaboration): one model answers the team's
+    `joint_format` prompt for every agent at once; its answer is split into the agents' texts and scored by the team's
+    own `score`, so both modes share one reward. Single-turn (a joint answer has no per-agent history to continue);
+    per-agent rewards fold into the total (one policy, one reward). ValueError when `team` has no joint format."""
+    joint = team.joint_format
+    if joint is None:
+        raise ValueError(f"task {team.name!r} has no joint answer format, so it has no centralized mode")
+
+    def score(items: Sequence[Any], joints: Sequence[Sequence[str]]) -> list[Score]:
+        scores = team.score(items, [joint.split(item, answer[0]) for item, answer in zip(items, joints)])
+        return [replace(s, agent_rewards=None) for s in scores]
+
+    def no_next_turn(*args: Any) -> list[str]:
+        raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
+
+    return replace(team, num_agents=1, first_prompts=lambda item: [joint.prompt(item)], score=score,
+                   next_prompts=no_next_turn, stop_strings=[tuple(joint.stop_strings)], agent_rewards=False,
+                   follow_prompt=None)

@@ -105,6 +105,35 @@ def test_main_sees_the_aux_code_of_its_own_joint_action(data):
                                          "aux_main.main_sees_aux=true"), "magrpo")
 
 
+def test_centralized_teams_score_one_answer_like_the_two_agents(data):
+    # one model writes both parts; split, they get exactly the decentralized team's reward
+    config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.collaboration_mode=centralized")
+    task = build_planner_coder_task(config, "magrpo")
+    problem = task.train_items[0]
+    assert task.num_agents == 1 and task.first_prompts(problem)[0].endswith('    """\n    # Plan:\n    # 1.')
+    answer = " Add the numbers.\n    # 2. Return it.\n" + ALMOST
+    assert task.score([problem], [[answer]])[0].total == 1.85
+    from envs.planner_coder.task import split_joint_answer
+    assert split_joint_answer(problem, answer) == [" Add the numbers.\n2. Return it.", ALMOST]
+
+    config = _config("coder_tester_cpu.yaml", CoderTesterConfig, data, "magrpo.collaboration_mode=centralized")
+    task = build_coder_tester_task(config, "magrpo")
+    team = build_coder_tester_task(_config("coder_tester_cpu.yaml", CoderTesterConfig, data), "magrpo")
+    answers = [RIGHT + "\nassert add(" + TESTS, ALMOST + "\nassert add(" + TESTS]
+    central = task.score([problem, problem], [[a] for a in answers])
+    apart = team.score([problem, problem], [[RIGHT, TESTS], [ALMOST, TESTS]])
+    assert [s.total for s in central] == [s.total for s in apart]
+    assert [s.metrics["tester_reward"] for s in central] == [s.metrics["tester_reward"] for s in apart]
+    assert "\nassert " not in task.stop_strings[0] and task.first_prompts(problem)[0].endswith('    """\n')
+    with pytest.raises(ConfigError, match="single-turn"):
+        build_coder_tester_task(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
+                                        "magrpo.collaboration_mode=centralized", "magrpo.num_turns=2"), "magrpo")
+    with pytest.raises(ConfigError, match="reward_sharing=shared"):
+        build_coder_tester_task(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
+                                        "magrpo.collaboration_mode=centralized",
+                                        "coder_tester.reward_sharing=individual"), "magrpo")
+
+
 def test_planner_coder_self_tests_and_decide(data):
     config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "code_reward.type=self_tests",
                      "planner_coder.revise=decide")

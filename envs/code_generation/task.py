@@ -103,6 +103,11 @@ def check_section(section: Any, trainer: str) -> None:
     if section.num_agents != 2:
         raise ConfigError(f"{trainer}.collaboration_mode=centralized: one model plays the two roles (aux, main), "
                           f"so {trainer}.num_agents must be 2, got {section.num_agents}")
+    check_single_turn(section, trainer)
+
+
+def check_single_turn(section: Any, trainer: str) -> None:
+    """Raise ConfigError unless `trainer`'s section plays one turn (what centralized collaboration needs)."""
     if section.num_turns != 1:
         raise ConfigError(f"{trainer}.collaboration_mode=centralized is single-turn: set {trainer}.num_turns=1 "
                           f"(got {section.num_turns})")

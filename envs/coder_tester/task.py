@@ -20,17 +20,22 @@ Rewards of joint action k of a node (its group: the node's G joint actions, cons
 the logs and early termination). MADPO and MARLHF refuse it; MAAC takes it single-turn only (cooprl/ says why).
 Later turns: the coder gets the code task's level feedback, the tester how many of its tests the reference passed
 and how many wrong codes they caught.
+Centralized (`collaboration_mode: centralized`, one turn, shared reward): one model writes the function and then its
+asserts in one answer (`joint_prompt`); `split_joint_answer` cuts it into the coder's and the tester's texts, scored
+as above (`cooprl.task.centralized_task`). The group of a node is then the one model's G answers.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from cooprl.config import Config, ConfigError
-from cooprl.task import Score, Task
+from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem, load_problems
-from envs.code_generation.prompts import completion_to_code, single_prompt, stop_strings
+from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
+from envs.code_generation.task import check_single_turn
 from envs.code_generation.self_tests import groups, score_functions
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from rewards.code_rewards import code_reward
@@ -39,6 +44,7 @@ from rewards.self_tests import discrimination_reward, generated_asserts, referen
 
 CODER_MAX, TESTER_MAX = 2.1, 1.0
 TESTER_STOPS = ("```", "\ndef ", "\n\n\n", "\nprint(")
+JOINT_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n\n\n")   # the code's, but asserts go on
 
 
 @dataclass
@@ -120,10 +126,14 @@ def build_coder_tester_task(config: Config, trainer: str) -> Task:
         raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the coder+tester team has 2 agents")
     if cfg.aux_main.main_sees_aux:
         raise ConfigError("aux_main.main_sees_aux is for the code task's aux+main team, not this one")
-    if getattr(section, "collaboration_mode", "decentralized") == "centralized":
-        raise ConfigError(f"{trainer}.collaboration_mode=centralized: the coder+tester team is decentralized")
     team, external, reward_type = cfg.coder_tester, cfg.external, cfg.code_reward.type
     individual = team.reward_sharing == "individual"
+    centralized = getattr(section, "collaboration_mode", "decentralized") == "centralized"
+    if centralized:
+        check_single_turn(section, trainer)
+        if individual:
+            raise ConfigError(f"{trainer}.collaboration_mode=centralized: one model writes both parts and is trained "
+                              f"on one reward; set coder_tester.reward_sharing=shared")
 
     def parts(problem: Problem, joint: Sequence[str]) -> tuple[str, list[str]]:
         return completion_to_code("single", problem, joint[0]), tester_tests(problem, joint[1], team.max_tests)
@@ -152,12 +162,33 @@ def build_coder_tester_task(config: Config, trainer: str) -> Task:
         return [coder, tester_feedback(problem, histories[1], verdict)]
 
     dataset = cfg.dataset
-    return Task(name=f"coder_tester:{dataset.name}", num_agents=2,
+    task = Task(name=f"coder_tester:{dataset.name}", num_agents=2,
                 train_items=load_problems(dataset, dataset.train_split),
                 eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id,
                 first_prompts=lambda p: [single_prompt(p), tester_prompt(p, team.max_tests)], score=score,
                 next_prompts=next_prompts, max_reward=CODER_MAX + TESTER_MAX,
-                stop_strings=[tuple(stop_strings("single")), TESTER_STOPS], agent_rewards=individual)
+                stop_strings=[tuple(stop_strings("single")), TESTER_STOPS], agent_rewards=individual,
+                joint_format=JointFormat(lambda p: joint_prompt(p, team.max_tests), split_joint_answer, JOINT_STOPS))
+    return centralized_task(task) if centralized else task
+
+
+def joint_prompt(problem: Problem, max_tests: int) -> str:
+    """Return the centralized prompt (one model codes and tests): the function, then one-line asserts after it; it
+    ends with the problem's code."""
+    entry = problem.entry_point
+    return (f"Implement the function `{entry}` below, then write {max_tests} unit tests for it after the function, "
+            f"one per line, each of the form `assert {entry}(...) == expected`. Write only the Python code, no "
+            f"explanation.\n\n{problem_code(problem)}")
+
+
+def split_joint_answer(problem: Problem, answer: str) -> list[str]:
+    """Return [coder text, tester text] of a centralized answer: the function body up to the first column-0
+    `assert `, and the asserts from there (the tester's text continues its prompt's `assert <entry>(`: a leading
+    newline leaves that line unparseable, so only the answer's own asserts count)."""
+    start = re.search(r"^assert ", answer or "", re.MULTILINE)
+    if start is None:
+        return [answer or "", ""]
+    return [answer[:start.start()], "\n" + answer[start.start():]]
 
 
 def tester_feedback(problem: Problem, history: Sequence[tuple[str, str]], verdict: TesterVerdict) -> str:

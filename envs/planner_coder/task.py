@@ -17,6 +17,10 @@ on `external.sandbox_slice` asserts). `planner_coder.revise`:
   and the planner is asked to restate its plan unchanged; otherwise (it runs, tests may fail) the fault is taken to
   be the plan's: the planner revises its plan with the feedback and the coder writes the function anew from its
   first prompt and the revised plan (its old code is not shown).
+
+Centralized (`collaboration_mode: centralized`, one turn): one model writes the plan as comment lines and then the
+code in one answer (`joint_prompt`); `split_joint_answer` cuts it into the two agents' texts and the team's reward
+scores it (`cooprl.task.centralized_task`).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from cooprl.config import Config, ConfigError
-from cooprl.task import Score, Task
+from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem, load_problems
-from envs.code_generation.prompts import completion_to_code, single_prompt, stop_strings
+from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
+from envs.code_generation.task import check_single_turn
 from envs.code_generation.self_tests import score_functions
 from envs.code_generation.transitions import diagnostics, feedback_problem, next_prompt
 from rewards.code_rewards import code_reward
@@ -84,10 +89,10 @@ def build_planner_coder_task(config: Config, trainer: str) -> Task:
         raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the planner+coder team has 2 agents")
     if cfg.aux_main.main_sees_aux:
         raise ConfigError("aux_main.main_sees_aux is for the code task's aux+main team, not this one")
-    if getattr(section, "collaboration_mode", "decentralized") == "centralized":
-        raise ConfigError(f"{trainer}.collaboration_mode=centralized: the planner+coder team is decentralized "
-                          f"(a plan, then code from it); the code task's centralized mode is one model for aux+main")
-    if getattr(section, "joint_mode", "aligned") != "aligned":
+    centralized = getattr(section, "collaboration_mode", "decentralized") == "centralized"
+    if centralized:
+        check_single_turn(section, trainer)
+    elif getattr(section, "joint_mode", "aligned") != "aligned":
         raise ConfigError(f"{trainer}.joint_mode={section.joint_mode}: a sequential team's joint actions are aligned "
                           f"(the coder answers each plan once)")
     team, external, max_chars = cfg.planner_coder, cfg.external, cfg.planner_coder.plan_max_chars
@@ -122,12 +127,33 @@ def build_planner_coder_task(config: Config, trainer: str) -> Task:
         return [plan_prompt, coder]
 
     dataset = cfg.dataset
-    return Task(name=f"planner_coder:{dataset.name}", num_agents=2,
+    team = Task(name=f"planner_coder:{dataset.name}", num_agents=2,
                 train_items=load_problems(dataset, dataset.train_split),
                 eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id,
                 first_prompts=lambda p: [planner_prompt(p), coder_prompt(p)], score=score, next_prompts=next_prompts,
                 max_reward=MAX_REWARD, stop_strings=[PLANNER_STOPS, tuple(stop_strings("single"))],
-                follow_prompt=follow_prompt)
+                follow_prompt=follow_prompt,
+                joint_format=JointFormat(joint_prompt, split_joint_answer, tuple(stop_strings("single"))))
+    return centralized_task(team) if centralized else team
+
+
+def joint_prompt(problem: Problem) -> str:
+    """Return the centralized prompt (one model plans and codes): the function, its plan first as comment lines;
+    it ends with the problem's code and `    # Plan:` / `    # 1.`."""
+    return (f"Implement the function `{problem.entry_point}` below: first a plan of at most three numbered steps in "
+            f"plain English as comment lines, then the code. Write only the Python code, no explanation, no tests."
+            f"\n\n{problem_code(problem)}{PLAN_COMMENT}    # 1.")
+
+
+def split_joint_answer(problem: Problem, answer: str) -> list[str]:
+    """Return [planner text, coder text] of a centralized answer: its leading comment lines are the plan (in the
+    planner's form: the text after `1.`), the rest is the function body the code reward scores."""
+    lines = ("    # 1." + (answer or "")).splitlines(keepends=True)
+    k = 0
+    while k < len(lines) and (not lines[k].strip() or lines[k].lstrip().startswith("#")):
+        k += 1
+    plan = "\n".join(line.strip().lstrip("#").strip() for line in lines[:k] if line.strip())
+    return [plan[len("1."):], "".join(lines[k:])]
 
 
 def coder_prompt(problem: Problem) -> str:
