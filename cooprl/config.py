@@ -206,7 +206,8 @@ class TrainerSection:
         "none", "none (or auto): one process, the agents one after the other; mp: one process, each agent's "
         "generation and update concurrent on its own device (agent_devices; magrpo, grpo); ddp: one process per "
         "device started by torchrun or accelerate launch, a step takes one item per process, gradients averaged "
-        "(magrpo, grpo; see README Scaling out)", choices=("none", "auto", "mp", "ddp"))
+        "(magrpo, grpo; iac, maac, ac with update_schedule episodes; see README Scaling out)",
+        choices=("none", "auto", "mp", "ddp"))
     agent_devices: Union[str, list[str], None] = option(
         None, "the agents' devices: one device (cpu, cuda, cuda:N, mps) for every agent, or a list with one device "
         "per agent (null = agent_model.device)")
@@ -949,7 +950,7 @@ def read_old_madpo_preference(data: dict[str, Any]) -> dict[str, Any]:
 
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
 DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
-DDP_TRAINERS = ("magrpo", "grpo")   # parallel_training ddp: every rank takes the same number of optimizer steps
+DDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac")   # ddp: every rank takes the same number of optimizer steps
 MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
 
 
@@ -1005,6 +1006,12 @@ def _check_parallel_training(name: str, section: Any) -> None:
         raise ConfigError(f"{name}.parallel_training: ddp needs the same number of optimizer steps on every process: "
                           f"set {name}.update_schedule=items (or num_turns 1): with nodes, a multi-turn tree's node "
                           "count depends on early termination, so ranks would update at different steps")
+    if mode == "ddp" and isinstance(section, ActorCriticSection) and (
+            section.update_schedule != "episodes" or section.train_batch_size is not None):
+        raise ConfigError(f"{name}.parallel_training: ddp needs the same number of optimizer steps on every process: "
+                          f"set {name}.update_schedule=episodes and {name}.train_batch_size=null (one step per model "
+                          "per update); a turns buffer, or batches of turns, count turn samples, which early "
+                          "termination makes differ between processes")
     if mode == "ddp" and len(set(device_list(section.agent_devices, f"{name}.agent_devices"))) > 1:
         raise ConfigError(f"{name}.agent_devices: ddp places a process's models on its own device (cuda:LOCAL_RANK); "
                           "several agent devices are parallel_training mp's")

@@ -31,8 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # each one, so a rule that stops being enforced fails a test.
 RULES = [
     "`<trainer>.eval_pass_k`: every k is between 1 and `<trainer>.eval_num_generations` (checked at load).",
-    "`<trainer>.parallel_training`: `mp` and `ddp` are magrpo's and grpo's; `ddp` needs `update_schedule: items` "
-    "(or `num_turns: 1`) and one agent device (each process uses its own); a device key lists one device for all "
+    "`<trainer>.parallel_training`: `mp` is magrpo's and grpo's, `ddp` theirs and iac's, maac's and ac's; `ddp` "
+    "needs `update_schedule: items` (or `num_turns: 1`) for magrpo/grpo, `update_schedule: episodes` with "
+    "`train_batch_size: null` for the actor-critics, and one agent device (each process uses its own); a device key "
+    "lists one device for all "
     "or one per model (`agent_devices`: per agent, `critic_devices`: per critic, `comparator_devices`: per role; "
     "the format checked at load, the count when the trainer is built).",
     "`magrpo`/`grpo`/`marlhf*` `num_generations`: at least 2 unless `advantage_mode: raw` (a group of one has "

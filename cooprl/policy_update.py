@@ -136,13 +136,16 @@ def sibling_batches(samples: Sequence[TrainSample], size: int) -> list[list[Trai
 def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
                          *, batch_size: int | None = None, max_grad_norm: float | None = 1.0,
                          kl_coef: float = 0.0, reference: Any = None,
-                         extra_backward: Callable[[], float] | None = None) -> dict[str, float]:
+                         extra_backward: Callable[[], float] | None = None,
+                         extra_samples: int = 0) -> dict[str, float]:
     """Apply one optimizer step on `samples`; return metrics (loss, grad_norm, skipped, extra_loss; kl when the KL
     term is on: `kl_coef` > 0 with a `reference`, the loss form of `reference_kl_form`).
 
     `extra_backward`, when given, backpropagates a second loss into parameters of the same optimizer after
     the policy loss and before the clipped step (the actor-critic's value loss: a value head sharing the
     actor's trunk, or a separate critic trained with no policy samples); it returns that loss's value.
+    `extra_samples`: how many samples that loss averages over, when there are no policy `samples` (a separate
+    critic's step): under data-parallel training it weighs this rank's gradient (cooprl.optim.guarded_step).
     """
     kl_on = kl_coef > 0 and reference is not None
     active = [s for s in samples if s.advantage != 0.0 or kl_on] if samples else []
@@ -154,6 +157,7 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     if not active and extra_backward is None and not data_parallel:
         return metrics
     total = len(samples)
+    weight = total or extra_samples   # this rank's share of the ranks' averaged gradient
     size = batch_size or max(len(active), 1)
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -171,7 +175,7 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
             log.warning("non-finite loss (%s): this update is skipped", loss.item())
             optimizer.zero_grad(set_to_none=True)
             if data_parallel:   # the other ranks skip this step too
-                guarded_step(optimizer, max_grad_norm, weight=total, skip=True)
+                guarded_step(optimizer, max_grad_norm, weight=weight, skip=True)
             return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
         loss.backward()
         metrics["loss"] += loss.item()
@@ -181,9 +185,9 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
             log.warning("non-finite extra loss (%s): this update is skipped", metrics["extra_loss"])
             optimizer.zero_grad(set_to_none=True)
             if data_parallel:
-                guarded_step(optimizer, max_grad_norm, weight=total, skip=True)
+                guarded_step(optimizer, max_grad_norm, weight=weight, skip=True)
             return {**metrics, "skipped_nonfinite": 1.0}
-    norm = guarded_step(optimizer, max_grad_norm, weight=total)
+    norm = guarded_step(optimizer, max_grad_norm, weight=weight)
     if norm is None:
         return {**metrics, "skipped_nonfinite": 1.0}
     metrics["grad_norm"] = norm

@@ -23,7 +23,7 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 # ---------------------------------------------------------------------------------------------- config rules
 @pytest.mark.parametrize("override,message", [
-    ("iac.parallel_training=ddp", "iac.parallel_training: ddp is supported by magrpo, grpo"),
+    ("madpo.parallel_training=ddp", "madpo.parallel_training: ddp is supported by magrpo, grpo, iac, maac, ac"),
     ("madpo.parallel_training=mp", "madpo.parallel_training: mp is supported by magrpo, grpo"),
     ("magrpo.parallel_training=ddp", "set magrpo.update_schedule=items"),   # default: nodes, 2 turns
     ("magrpo.agent_devices=[cuda:0, gpu1]", "magrpo.agent_devices: 'gpu1' is not a device"),
@@ -144,11 +144,21 @@ DDP_OVERRIDES = [
     "magrpo.advantage_normalization=false"]
 
 
-def launch(tmp_path: Path, name: str, processes: int, overrides: list[str]) -> subprocess.CompletedProcess:
+# IAC: one turn, update_schedule episodes with one optimizer step per model per update (what ddp needs), a separate
+# critic per agent; raw advantages (target - value) so that no per-rank normalization enters
+IAC_DDP_OVERRIDES = [
+    *[o for o in DDP_OVERRIDES if not o.startswith("magrpo.")], "iac.num_generations=2", "iac.max_new_tokens=8",
+    "iac.eval_num_samples=1", "iac.eval_interval=0", "iac.eval_at_start=false", "iac.num_turns=1",
+    "iac.parallel_training=ddp", "iac.update_schedule=episodes", "iac.train_batch_size=null", "iac.learning_rate=1e-4",
+    "iac.critic_learning_rate=1e-4", "iac.advantage_normalization=false", "iac.use_separate_critic=true"]
+
+
+def launch(tmp_path: Path, name: str, processes: int, overrides: list[str], trainer: str = "magrpo",
+           base: list[str] = DDP_OVERRIDES) -> subprocess.CompletedProcess:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
            "WANDB_MODE": "disabled"}
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
-    args = ["train_magrpo.py", "--config", "configs/magrpo_che_config.yaml", "--override", *DDP_OVERRIDES,
+    args = [f"train_{trainer}.py", "--config", f"configs/{trainer}_che_config.yaml", "--override", *base,
             f"output.base_dir={tmp_path}", f"output.run_name={name}", *overrides]
     result = subprocess.run(command + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -198,3 +208,39 @@ def test_ddp_resume_restores_every_ranks_buffer(tmp_path):
         b = agent_weights(tmp_path / "resumed/checkpoints/checkpoint-2", agent)
         assert all(torch.equal(a[k], b[k]) for k in a)
     assert update_events(tmp_path / "straight") == update_events(tmp_path / "resumed") != []
+
+
+def model_weights(checkpoint: Path) -> dict[str, dict[str, torch.Tensor]]:
+    """Return every saved model's tensors in a checkpoint folder, by the model's folder name."""
+    from safetensors.torch import load_file
+    return {folder.name: {k: v for f in folder.glob("*.safetensors") for k, v in load_file(f).items()}
+            for folder in sorted(checkpoint.iterdir()) if folder.is_dir() and any(folder.glob("*.safetensors"))}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_iac_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path):
+    # one update per 2 items either way: 2 ranks x 2 episodes (2 steps) vs 1 process x 4 episodes (4 steps); the actors
+    # and the separate critics take the ranks' sample-weighted mean gradient
+    launch(tmp_path, "two", 2, ["iac.rollout_buffer_size=2", "iac.max_steps=2"], "iac", IAC_DDP_OVERRIDES)
+    launch(tmp_path, "one", 1, ["iac.rollout_buffer_size=4", "iac.max_steps=4"], "iac", IAC_DDP_OVERRIDES)
+    two = model_weights(tmp_path / "two/checkpoints/checkpoint-2")
+    one = model_weights(tmp_path / "one/checkpoints/checkpoint-4")
+    assert sorted(two) == sorted(one) and len(two) == 4, sorted(two)   # two actors, two critics
+    # Adam's sign-like first steps (see above) on advantages that pass through the critic's values, computed in batches
+    # of 2 rows on each rank and of 4 in one process: the last bits differ, so weights agree to a fraction of lr (1e-4)
+    for name in two:
+        assert max((two[name][k] - one[name][k]).abs().max().item() for k in two[name]) < 5e-5, name
+    two_updates, one_updates = update_events(tmp_path / "two"), update_events(tmp_path / "one")
+    assert [e["step"] for e in two_updates] == [1, 2] and [e["step"] for e in one_updates] == [2, 4]
+    for x, y in zip(two_updates, one_updates):
+        for key in ("agent_0/grad_norm", "agent_1/grad_norm", "critic_0/grad_norm", "critic_1/grad_norm"):
+            assert x[key] == pytest.approx(y[key], rel=1e-4), key
+            assert x[key] > 0, key
+
+
+def test_ddp_actor_critic_needs_one_step_per_update():
+    for bad in (["iac.update_schedule=turns"], ["iac.update_schedule=episodes", "iac.train_batch_size=2"]):
+        with pytest.raises(ConfigError, match="update_schedule=episodes and iac.train_batch_size=null"):
+            load_config(None, ["iac.parallel_training=ddp", *bad])
+    load_config(None, ["iac.parallel_training=ddp", "iac.update_schedule=episodes", "iac.train_batch_size=null"])

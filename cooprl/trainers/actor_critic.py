@@ -42,6 +42,7 @@ from typing import Any, Sequence
 
 import torch
 
+from cooprl import distributed
 from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError, model_devices
 from cooprl.evaluation import tree_metrics
@@ -351,7 +352,8 @@ class ActorCritic(TeamAlgorithm):
         # the optimizer step of policy_gradient_step with no policy term: only the value loss
         result = policy_gradient_step(critic.model, critic.optimizer, [], critic.tokenizer.pad_token_id,
                                       max_grad_norm=self.section.max_grad_norm,
-                                      extra_backward=lambda: self.value_loss_backward(critic, part))
+                                      extra_backward=lambda: self.value_loss_backward(critic, part),
+                                      extra_samples=len(part))
         kept = ("extra_loss", "grad_norm", "skipped_nonfinite")
         return _prefixed(f"critic_{c}", {k: result[k] for k in kept})
 
@@ -413,6 +415,8 @@ def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: b
     model = ValueModel(lm)
     optimizer = torch.optim.AdamW(model.head_parameters() + model.trunk_parameters(),
                                   lr=section.critic_learning_rate, weight_decay=section.weight_decay)
+    if section.parallel_training == "ddp":
+        distributed.mark_data_parallel(optimizer)   # its gradients are averaged over the processes, as the actors'
     return Critic(model, load_tokenizer(name, config.agent_model.special_tokens), optimizer, reuses_agent_ids)
 
 
