@@ -52,7 +52,8 @@ def breakdown_metrics(b: Any, single_agent: bool) -> dict[str, float]:
         metrics.update(aux_defined=float(b.aux_defined), uses_aux=float(b.uses_aux), calls_aux=float(b.calls_aux),
                        thin_wrapper=float(b.uses_aux and not b.not_wrapper),
                        ignored_aux_return=float(b.ignored_aux_return),
-                       cooperation_bonus=b.total - level1 - level2 - metrics["level3_tests"])
+                       # rounded: the difference of the float levels is otherwise a -1e-17 that logs as -0.000
+                       cooperation_bonus=round(b.total - level1 - level2 - metrics["level3_tests"], 6) + 0.0)
     return metrics
 
 
