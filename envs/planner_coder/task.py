@@ -127,14 +127,14 @@ def build_planner_coder_task(config: Config, trainer: str) -> Task:
         return [plan_prompt, coder]
 
     dataset = cfg.dataset
-    team = Task(name=f"planner_coder:{dataset.name}", num_agents=2,
+    task = Task(name=f"planner_coder:{dataset.name}", num_agents=2,
                 train_items=load_problems(dataset, dataset.train_split),
                 eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id,
                 first_prompts=lambda p: [planner_prompt(p), coder_prompt(p)], score=score, next_prompts=next_prompts,
                 max_reward=MAX_REWARD, stop_strings=[PLANNER_STOPS, tuple(stop_strings("single"))],
                 follow_prompt=follow_prompt,
                 joint_format=JointFormat(joint_prompt, split_joint_answer, tuple(stop_strings("single"))))
-    return centralized_task(team) if centralized else team
+    return centralized_task(task) if centralized else task
 
 
 def joint_prompt(problem: Problem) -> str:
