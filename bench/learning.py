@@ -118,10 +118,14 @@ def table(rows: list[dict]) -> str:
     head = ("| trainer | steps | train reward first → last quarter | eval reward before → after | eval pass rate | "
             "calls_aux (last q.) | uses_aux (last q.) | minutes | peak MB |")
     lines = [head, "|" + "---|" * 9]
+    def number(value: float, digits: int = 3) -> str:   # – where a figure does not apply (one agent has no aux)
+        return "–" if value != value else f"{value + 0.0:.{digits}f}"
+
     for r in rows:
-        lines.append(f"| {r['trainer']} | {r['steps']} | {r['train_first']:.3f} → {r['train_last']:.3f} | "
-                     f"{r['eval_before']:.3f} → {r['eval_after']:.3f} | {r['eval_pass_rate']:.3f} | "
-                     f"{r['calls_aux'] + 0.0:.3f} | {r['uses_aux'] + 0.0:.3f} | {r['minutes']:.1f} | {r['peak_mb']:.0f} |")
+        lines.append(f"| {r['trainer']} | {r['steps']} | {number(r['train_first'])} → {number(r['train_last'])} | "
+                     f"{number(r['eval_before'])} → {number(r['eval_after'])} | {number(r['eval_pass_rate'])} | "
+                     f"{number(r['calls_aux'])} | {number(r['uses_aux'])} | {number(r['minutes'], 1)} | "
+                     f"{number(r['peak_mb'], 0)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -136,8 +140,12 @@ def figure(trainers: list[str]) -> Path | None:
     shown = [t for t in trainers if any("turn_1/reward_mean" in e for e in events(t))]
     if not shown:
         return None
-    fig, axes = plt.subplots(1, len(shown), figsize=(3 * len(shown), 2.8), sharey=False, squeeze=False)
-    for ax, trainer in zip(axes[0], shown):
+    columns = min(5, len(shown))
+    rows = -(-len(shown) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.6 * rows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(shown):]:
+        ax.axis("off")
+    for ax, trainer in zip(axes.flat, shown):
         train = [e for e in events(trainer) if "turn_1/reward_mean" in e]
         key = "turn_1/task_reward_mean" if "turn_1/task_reward_mean" in train[0] else "turn_1/reward_mean"
         ax.plot([e["step"] for e in train], [e[key] for e in train], lw=1)
@@ -146,7 +154,8 @@ def figure(trainers: list[str]) -> Path | None:
             ax.plot([e["step"] for e in evals], [e["eval/turn_1/reward_mean"] for e in evals], "o--", ms=3)
         ax.set_title(trainer, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
-    axes[0][0].set_ylabel("reward (line: training, dots: eval)", fontsize=8)
+    for row in axes:
+        row[0].set_ylabel("task reward (line: training,\ndots: eval before/after)", fontsize=8)
     fig.tight_layout()
     path = OUT / "learning.png"
     fig.savefig(path, dpi=110)
