@@ -329,3 +329,15 @@ def test_calls_aux_is_logged_whatever_the_tests_say(sb, main, calls, uses):
     assert (r.calls_aux, r.uses_aux) == (calls, uses), r
     metrics = breakdown_metrics(r, single_agent=False)
     assert (metrics["calls_aux"], metrics["uses_aux"]) == (float(calls), float(uses))
+
+
+def test_the_cooperation_bonus_metric_has_no_float_residue():
+    # 1 of 7 tests passed, no bonus: the total (rounded to 6 digits) minus the float levels was -1.4e-07 (-0.000)
+    from envs.code_generation.task import breakdown_metrics
+    b = RewardBreakdown(total=round(1.5 + 1 / 7, 6), aux_defined=True, main_defined=True, syntax_ok=True,
+                        tests_passed=1, tests_total=7)
+    bonus = breakdown_metrics(b, single_agent=False)["cooperation_bonus"]
+    assert bonus == 0.0 and str(bonus) == "0.0"
+    b = RewardBreakdown(total=round(1.5 + 1 / 7 + 1.5, 6), aux_defined=True, main_defined=True, syntax_ok=True,
+                        tests_passed=1, tests_total=7, uses_aux=True, calls_aux=True, not_wrapper=True)
+    assert breakdown_metrics(b, single_agent=False)["cooperation_bonus"] == 1.5
