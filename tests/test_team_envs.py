@@ -250,3 +250,20 @@ def test_a_learnable_variant_of_each_team_learns(tmp_path, kind):
         curve = [e[key] for e in events if key in e]
         assert sum(curve[-4:]) / 4 > sum(curve[:4]) / 4 + 0.1, (key, curve)
     assert summary["final_eval"]["eval/turn_1/reward_mean"] > 0.3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", ["magrpo", "iac", "maac", "madpo"])
+def test_each_team_config_trains_through_the_command_line(tmp_path, trainer):
+    # the README's commands, on the tiny random model for one step: each team with each trainer it names
+    from envs.train import main
+    torch.set_num_threads(1)
+    for team in ("planner_coder", "coder_tester"):
+        extra = [f"{trainer}.num_generations=2"] if trainer != "madpo" else [f"{trainer}.preference_num_candidates=2"]
+        argv = ["--config", str(ROOT / "configs" / f"{team}_cpu.yaml"), "--override",
+                "agent_model.name=offline:tiny-random", "critic_model.name=null", f"{trainer}.max_steps=1",
+                f"{trainer}.max_new_tokens=8", f"{trainer}.eval_num_samples=1", "dataset.eval_split=test[:1]",
+                "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={team}-{trainer}", *extra]
+        assert main(trainer, f"configs/{team}_cpu.yaml", argv) == 0, (team, trainer)
+        events = [json.loads(line) for line in (tmp_path / f"{team}-{trainer}" / "metrics.jsonl").read_text().splitlines()]
+        assert any(e.get("step") == 1 and "turn_1/reward_mean" in e for e in events), (team, trainer)
