@@ -159,10 +159,10 @@ def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence
     pairs = []
     for w, l in chosen:
         winner, loser = candidates[w], candidates[l]
-        loser_prompts = prompts_of(loser)
-        pairs.append(PreferencePair(item_id, prompts_of(winner), list(winner.texts), list(loser.texts), winner.reward,
+        winner_prompts, loser_prompts = prompts_of(winner), prompts_of(loser)
+        pairs.append(PreferencePair(item_id, winner_prompts, list(winner.texts), list(loser.texts), winner.reward,
                                     loser.reward, iteration, _pair_source(winner, loser), step, list(winner.ids),
-                                    list(loser.ids), loser_prompts if loser_prompts != prompts_of(winner) else None))
+                                    list(loser.ids), loser_prompts if loser_prompts != winner_prompts else None))
     return pairs
 
 

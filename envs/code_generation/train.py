@@ -52,35 +52,29 @@ def use_reward_executor(config: Config) -> None:
         raise ConfigError(f"reward.require_full_isolation: {e}") from None
 
 
-def train(config: Config, trainer: str) -> dict[str, Any]:
-    """Train `trainer` on the code-generation task described by `config`; return the run summary."""
+def train(config: Config, trainer: str, build_task: Callable[[Config, str], Task] | None = None) -> dict[str, Any]:
+    """Train `trainer` on the task `build_task` builds from `config` (default: the code-generation task), with the
+    reward executor `config.reward` names; return the run summary."""
     from cooprl.train import train as train_task
-    from envs.code_generation.task import build_code_task
-    check_trainer(trainer)
+    if build_task is None:
+        from envs.code_generation.task import build_code_task as build_task
+    check_trainer(trainer)   # before the task loads its problems
     use_reward_executor(config)
-    return train_task(config, trainer, build_code_task(config, trainer))
+    return train_task(config, trainer, build_task(config, trainer))
 
 
-def code_env_main(trainer: str, default_config: str, argv: list[str] | None, task_config: type,
-                  build_task: Callable[[Config, str], Task]) -> int:
-    """Entry point of a code environment with its own config sections (`task_config`, e.g. planner_coder's) and
-    task builder: read the command line, start the reward executor, train; return the exit code."""
+def code_env_main(trainer: str, default_config: str, argv: list[str] | None, task_config: type | None = None,
+                  build_task: Callable[[Config, str], Task] | None = None) -> int:
+    """Entry point of a code environment: read the command line (`argv`, default sys.argv) with the environment's
+    config sections (`task_config`, e.g. planner_coder's; None: the code task's), train on the task `build_task`
+    builds (None: the code task); return the exit code (2 after a one-line error for bad input)."""
     def read_then_train() -> None:
         config = read_command_line(trainer, default_config, argv, task_config=task_config)
-        if config is None:   # --print-config
-            return
-        from cooprl.train import train as train_task
-        check_trainer(trainer)
-        use_reward_executor(config)
-        train_task(config, trainer, build_task(config, trainer))
+        if config is not None:   # None: --print-config
+            train(config, trainer, build_task)
     return exit_status(read_then_train)
 
 
 def main(trainer: str, default_config: str, argv: list[str] | None = None) -> int:
-    """Entry point of `train_<trainer>.py`: read the command line (`argv`, default sys.argv), train on the config
-    it gives; return the process exit code (2 after a one-line error for bad input)."""
-    def read_then_train() -> None:
-        config = read_command_line(trainer, default_config, argv)
-        if config is not None:   # None: --print-config
-            train(config, trainer)
-    return exit_status(read_then_train)
+    """Entry point of `train_<trainer>.py` for the code task; return the process exit code."""
+    return code_env_main(trainer, default_config, argv)
