@@ -1,13 +1,15 @@
 """Run a test-time strategy on the eval split and score it on the hidden tests.
 
   python evaluate_strategy.py --strategy direct|codet|collabcoder|cosplay --config CONFIG [--checkpoint RUN]
+                              [--endpoint URL [--endpoint-model NAME] [--endpoint-api completions|chat]]
                               [--override KEY=VALUE ...]
 
 The config is a trainer config (agent_model, dataset, output, seed are read; `--override` works as in
 train_*.py). Overrides of `budget.*` and of the strategy's own section (`codet.num_codes=8`,
 `cosplay.num_tests=4`, ...) set the Budget and the strategy's config (strategies/*.py document every key).
 With `--checkpoint` (a run folder, its checkpoints folder or one checkpoint) the trained agents are the LLM:
-one agent, or a two-agent team (aux + main) as the coder.
+one agent, or a two-agent team (aux + main) as the coder. With `--endpoint URL` an OpenAI-compatible server is
+the LLM (`vllm serve`, `transformers serve`, llama.cpp, a hosted API; `--endpoint-api chat` for chat-only APIs).
 
 Writes `<output.base_dir>/<output.run_name>/strategy_results.jsonl` (run_name defaults to
 `strategy-<strategy>-<dataset>`), one line per problem; a second run with the same folder skips the problems
@@ -22,7 +24,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,9 @@ from cooprl.config import ConfigError, apply_overrides, build_section, load_conf
 from cooprl.errors import UserError
 from strategies import STRATEGIES
 from strategies.base import Budget
+from strategies.llm import OpenAILLM
+
+OPENAI_APIS = OpenAILLM.APIS
 
 RESULTS = "strategy_results.jsonl"
 
@@ -113,7 +118,17 @@ def plot(run_dir: Path, strategy: str, rows: list[dict]) -> Path | None:
     return path
 
 
-def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides: list[str]) -> tuple[Path, list]:
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible server to use as the LLM instead of a local model (`--endpoint`)."""
+    url: str
+    model: str | None = None          # the name the server knows the model by (default: agent_model.name)
+    api: str = "completions"          # completions: our code prompts are continued as text; chat: hosted APIs
+    api_key_env: str = "OPENAI_API_KEY"
+
+
+def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides: list[str],
+             endpoint: Endpoint | None = None) -> tuple[Path, list]:
     """Run `strategy` on every eval problem not yet in the results file; return (run folder, all rows)."""
     from tqdm import tqdm
 
@@ -129,14 +144,21 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
     run_dir = Path(config.output.base_dir) / (config.output.run_name or f"strategy-{strategy}-{dataset}")
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RESULTS
-    llm_name = f"{config.agent_model.name}@{checkpoint}" if checkpoint else config.agent_model.name
+    if endpoint is not None and checkpoint:
+        raise ConfigError("--endpoint and --checkpoint: a checkpoint's weights are loaded locally; serve them at the "
+                          "endpoint instead, or drop --endpoint")
+    if endpoint is not None:
+        llm_name = f"{endpoint.model or config.agent_model.name}@{endpoint.url}"
+    else:
+        llm_name = f"{config.agent_model.name}@{checkpoint}" if checkpoint else config.agent_model.name
     # one file per run folder: rows of another strategy or model there are not this evaluation's
     rows = [r for r in read_done(path) if r.get("strategy") == strategy and r.get("llm") == llm_name]
     done = {r["task_id"] for r in rows}
     todo = [p for p in problems if p.task_id not in done]
     (run_dir / f"strategy_config_{strategy}.json").write_text(json.dumps(
         {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),
-         "model": config.agent_model.name, "checkpoint": checkpoint, "eval_split": config.task.dataset.eval_split},
+         "model": config.agent_model.name, "checkpoint": checkpoint, "eval_split": config.task.dataset.eval_split,
+         "endpoint": asdict(endpoint) if endpoint else None},
         indent=2), encoding="utf-8")
     if done:
         print(f"resuming: {len(done)} problem(s) already in {path}, {len(todo)} to go")
@@ -144,7 +166,12 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
         import torch
         torch.manual_seed(config.seed)
         module = STRATEGIES[strategy][0]
-        llm = build_llm(config, checkpoint, problems, budget.max_new_tokens)
+        if endpoint is not None:
+            from strategies.llm import OpenAILLM
+            llm = OpenAILLM(endpoint.model or config.agent_model.name, endpoint.url, endpoint.api_key_env,
+                            api=endpoint.api)
+        else:
+            llm = build_llm(config, checkpoint, problems, budget.max_new_tokens)
         sandbox = default_sandbox()
         with path.open("a", encoding="utf-8") as out:
             for problem in tqdm(todo, desc=strategy, unit="problem"):
@@ -170,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", required=True, choices=sorted(STRATEGIES))
     parser.add_argument("--config", required=True, help="a trainer YAML config (agent_model, dataset, output)")
     parser.add_argument("--checkpoint", help="a run folder, checkpoints folder or checkpoint-N folder")
+    parser.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server's base URL (e.g. "
+                        "http://localhost:8000/v1 of `vllm serve` or `transformers serve`) as the LLM")
+    parser.add_argument("--endpoint-model", help="the model name the endpoint serves (default: agent_model.name)")
+    parser.add_argument("--endpoint-api", choices=OPENAI_APIS, default="completions",
+                        help="completions (default: the code prompt is continued as text) or chat (hosted APIs)")
+    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     parser.add_argument("--torch-threads", type=int, help="torch CPU threads (1 is much faster on a busy machine)")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
@@ -179,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         torch.set_num_threads(args.torch_threads)
     try:
-        run_dir, rows = evaluate(args.strategy, args.config, args.checkpoint, args.override)
+        endpoint = (Endpoint(args.endpoint, args.endpoint_model, args.endpoint_api, args.api_key_env)
+                    if args.endpoint else None)
+        run_dir, rows = evaluate(args.strategy, args.config, args.checkpoint, args.override, endpoint)
     except UserError as err:
         return print_user_error(err)
     png = plot(run_dir, args.strategy, rows)

@@ -4,7 +4,8 @@
   `agent_model.generation_backend: vllm`): any HF model, the embedded ones, a trained checkpoint's agent.
 - `TeamLLM`: a trained two-agent team (aux + main) as the coder: code prompts go through both agents (aux writes
   the helper, main the entry point, as in training); every other prompt goes to main.
-- `OpenAILLM`: an OpenAI-compatible HTTP endpoint (`/chat/completions`), with urllib only.
+- `OpenAILLM`: an OpenAI-compatible HTTP endpoint (`/chat/completions` or `/completions`), with urllib only
+  (`evaluate_strategy.py --endpoint URL`).
 - `ScriptedLLM`: canned answers chosen by substrings of the prompt, for tests.
 `build_llm(config, checkpoint)` builds the local ones from a cooprl config.
 """
@@ -13,13 +14,26 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import urllib.error
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from cooprl.errors import UserError
 from cooprl.generation import SamplingParams
 from strategies.base import Generation
+
+
+# Stop strings that end a code continuation but not a chat answer, which is markdown: prose may come before the
+# opening fence, imports and helpers before the function (strategies.text.extract_code reads the fenced code).
+_NOT_FOR_CHAT = ("\ndef ", "\nclass ", "\n```")
+
+
+def for_chat(params: SamplingParams) -> SamplingParams:
+    """Return `params` without the stop strings that would cut a chat (markdown) answer short."""
+    return replace(params, stop_strings=tuple(s for s in params.stop_strings if s not in _NOT_FOR_CHAT))
 
 
 class GeneratorLLM:
@@ -31,8 +45,7 @@ class GeneratorLLM:
     def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
         """Return n sampled answers, their token counts read off the sampler's ids."""
         if getattr(self.generator, "chat_template", False):
-            # a chat answer is markdown: imports may come before the `def`, the closing fence ends the code
-            params = replace(params, stop_strings=tuple(s for s in params.stop_strings if s not in ("\ndef ", "\nclass ")))
+            params = for_chat(params)
         completions = self.generator.sample([prompt], n, params)[0]
         return [Generation(c.text, int(len(c.prompt_ids)), int(len(c.completion_ids))) for c in completions]
 
@@ -69,34 +82,78 @@ class TeamLLM:
         return out
 
 
+class EndpointError(UserError):
+    """An OpenAI-compatible endpoint could not be reached or answered with an error (the message names the URL)."""
+
+
 class OpenAILLM:
-    """An OpenAI-compatible chat endpoint (vLLM's server, llama.cpp, a hosted API). The key is read from the
-    environment variable named by `api_key_env`. Stop strings are applied here too (servers cap them at 4)."""
+    """An OpenAI-compatible endpoint (vLLM's or llama.cpp's server, `transformers serve`, a hosted API).
+
+    `api="chat"` posts to `/chat/completions` (the prompt as one user message: what hosted APIs offer);
+    `api="completions"` posts to `/completions` (the prompt continued as text: what our code prompts, which end
+    inside the function, are written for). The key is read from the environment variable named by
+    `api_key_env`. Servers differ in what they honour, so the answers are made the same here: a server that
+    returns fewer than `n` choices (llama.cpp's and transformers' ignore `n`) is asked again for the rest; stop
+    strings are sent (the first 4, OpenAI's cap) and applied again to every answer. A refused connection or an
+    error status is retried `retries` times, then raises EndpointError."""
+
+    APIS = ("chat", "completions")
 
     def __init__(self, model: str, base_url: str = "http://localhost:8000/v1", api_key_env: str = "OPENAI_API_KEY",
-                 timeout_s: float = 120.0):
-        self.name, self.base_url, self.timeout_s = model, base_url.rstrip("/"), timeout_s
+                 timeout_s: float = 120.0, api: str = "completions", retries: int = 2):
+        if api not in self.APIS:
+            raise ValueError(f"api {api!r}: expected one of {self.APIS}")
+        self.name, self.base_url, self.timeout_s, self.api, self.retries = model, base_url.rstrip("/"), timeout_s, api, retries
         self.api_key = os.environ.get(api_key_env, "")
 
     def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
+        """Return n answers to `prompt`, cut at the stop strings; tokens: each request's prompt and answer tokens."""
         from cooprl.generation import first_stop
-        body = {"model": self.name, "messages": [{"role": "user", "content": prompt}], "n": n,
-                "max_tokens": params.max_new_tokens, "temperature": params.temperature, "top_p": params.top_p}
-        request = urllib.request.Request(f"{self.base_url}/chat/completions", data=json.dumps(body).encode(),
+        if self.api == "chat":
+            params = for_chat(params)
+        out: list[Generation] = []
+        while len(out) < n:
+            choices, tokens_in, tokens_out = self._request(prompt, n - len(out), params)
+            if not choices:
+                raise EndpointError(f"{self.base_url}: the endpoint answered with no choices")
+            for text in choices[:n - len(out)]:
+                cut = first_stop(text, params.stop_strings)
+                out.append(Generation(text if cut is None else text[:cut], tokens_in, tokens_out))
+        return out
+
+    def _request(self, prompt: str, n: int, params: SamplingParams) -> tuple[list[str], int, int]:
+        """Return one request's (answer texts, prompt tokens, answer tokens per answer)."""
+        body: dict[str, Any] = {"model": self.name, "n": n, "max_tokens": params.max_new_tokens,
+                                "temperature": params.temperature, "top_p": params.top_p}
+        if params.stop_strings:
+            body["stop"] = list(params.stop_strings[:4])
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        url = f"{self.base_url}/{'chat/completions' if self.api == 'chat' else 'completions'}"
+        request = urllib.request.Request(url, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json",
                                                   "Authorization": f"Bearer {self.api_key}"})
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            reply = json.loads(response.read().decode("utf-8"))
-        usage = reply.get("usage") or {}
+        for attempt in range(self.retries + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    reply = json.loads(response.read().decode("utf-8"))
+                break
+            except urllib.error.HTTPError as err:
+                detail = err.read().decode("utf-8", "replace")[:300]
+                if err.code < 500 or attempt == self.retries:   # a 4xx (bad model name, bad key) will not heal
+                    raise EndpointError(f"{url}: HTTP {err.code}: {detail}") from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError) as err:
+                if attempt == self.retries:
+                    raise EndpointError(f"{url}: {getattr(err, 'reason', err)} (is the server running? "
+                                        f"--endpoint takes the base URL, e.g. http://localhost:8000/v1)") from None
+            time.sleep(2 ** attempt)
         choices = reply.get("choices") or []
-        tokens_in = int(usage.get("prompt_tokens", 0))
-        tokens_out = int(usage.get("completion_tokens", 0)) // max(1, len(choices))
-        out = []
-        for choice in choices:
-            text = (choice.get("message") or {}).get("content") or ""
-            cut = first_stop(text, params.stop_strings)
-            out.append(Generation(text if cut is None else text[:cut], tokens_in, tokens_out))
-        return out
+        texts = [((c.get("message") or {}).get("content") if self.api == "chat" else c.get("text")) or ""
+                 for c in choices]
+        usage = reply.get("usage") or {}
+        return texts, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)) // max(1, len(texts))
 
 
 class ScriptedLLM:

@@ -105,6 +105,41 @@ def test_main_sees_the_aux_code_of_its_own_joint_action(data):
                                          "aux_main.main_sees_aux=true"), "magrpo")
 
 
+def test_open_body_prompts_end_inside_the_function(data):
+    from envs.code_generation.config import CodeTaskConfig
+    from envs.code_generation.data import Problem
+    from envs.code_generation.prompts import open_body
+    from envs.code_generation.task import build_code_task
+    # the docstring's own indentation, a line break added where the prompt has none, trailing blanks replaced
+    assert open_body(Problem("a", 'def f(x):\n  """Doc."""\n', "", "f")).prompt == 'def f(x):\n  """Doc."""\n  '
+    assert open_body(Problem("b", 'def f(x):\n    """Doc."""', "", "f")).prompt == 'def f(x):\n    """Doc."""\n    '
+    assert open_body(Problem("c", 'def f(x):\n    """Doc."""\n\n', "", "f")).prompt.endswith('"""\n\n    ')
+
+    def first_turn(*overrides):
+        task = build_code_task(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "magrpo.num_generations=1",
+                                       *overrides), "magrpo")
+        return task, task.first_prompts(task.train_items[0])
+
+    task, prompts = first_turn("code_prompt.open_body=true")
+    assert prompts[1].endswith('    """\n    ') and prompts[0].endswith("def aux(")   # main's, not aux's
+    # a continuation of the open body scores exactly as the same code after the docstring-ending prompt
+    opened = rollout(task.train_items[:1], task, scripted({0: ["a, b):\n    return a + b\n"], 1: ["return aux(a, b)\n"]}),
+                     RolloutSettings(num_turns=1, samples_per_turn=[1]))[0].scores[0]
+    plain_task, plain_prompts = first_turn()
+    assert plain_prompts[1].endswith('    """\n')
+    plain = rollout(plain_task.train_items[:1], plain_task,
+                    scripted({0: ["a, b):\n    return a + b\n"], 1: ["    return aux(a, b)\n"]}),
+                    RolloutSettings(num_turns=1, samples_per_turn=[1]))[0].scores[0]
+    assert opened.details[1] == plain.details[1] == PROBLEM["prompt"] + "    return aux(a, b)\n"   # the same program
+    assert opened.total == plain.total == 3.0 and opened.metrics == plain.metrics
+    team = build_coder_tester_task(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
+                                           "code_prompt.open_body=true"), "magrpo")
+    assert team.first_prompts(team.train_items[0])[0].endswith('    """\n    ')
+    with pytest.raises(ConfigError, match="code_prompt.open_body: the planner"):
+        build_planner_coder_task(_config("planner_coder_cpu.yaml", PlannerCoderConfig, data,
+                                         "code_prompt.open_body=true"), "magrpo")
+
+
 def test_centralized_teams_score_one_answer_like_the_two_agents(data):
     # one model writes both parts; split, they get exactly the decentralized team's reward
     config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.collaboration_mode=centralized")

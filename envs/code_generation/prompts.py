@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cooprl.generation import first_stop
 from rewards.problem import Problem
@@ -30,6 +30,19 @@ _STOP_STRINGS = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n
 def problem_code(problem: Problem) -> str:
     """Return the problem's prompt (imports, signature, docstring) without its leading blank lines."""
     return problem.prompt.lstrip("\n")
+
+
+def open_body(problem: Problem) -> Problem:
+    """Return `problem` with its prompt ending inside the function: the docstring, a line break, then the body's
+    indentation (the docstring's, else four spaces). Every prompt and code prefix built from it then ends there, so a
+    model's first token is the body's code, and `completion_to_code` glues the completion to it unchanged."""
+    prompt = problem.prompt.rstrip(" \t")
+    if not prompt.endswith("\n"):
+        prompt += "\n"
+    header = re.search(rf"^def {re.escape(problem.entry_point)}\(.*$", prompt, flags=re.MULTILINE)
+    body = prompt[header.end():] if header else ""
+    indents = [line[:len(line) - len(line.lstrip())] for line in body.splitlines() if line.strip()]
+    return replace(problem, prompt=prompt + (indents[0] if indents and indents[0] else "    "))
 
 
 def _check_role(role: str) -> None:

@@ -19,7 +19,7 @@ from cooprl.config import Config, ConfigError
 from cooprl.task import Score, Task
 from envs.code_generation.comparator import api_client, code_joint_format
 from envs.code_generation.data import Problem, load_problems
-from envs.code_generation.prompts import (JointAnswer, agent_prompts, centralized_prompt, centralized_stop_strings,
+from envs.code_generation.prompts import (JointAnswer, agent_prompts, open_body, centralized_prompt, centralized_stop_strings,
                                           completion_to_code, parse_joint_answer, stop_strings, with_aux_code)
 from envs.code_generation.transitions import feedback_problem, make_expert_client, next_prompt
 from rewards.code_rewards import code_reward, code_rewards_batch
@@ -127,12 +127,19 @@ def build_code_task(config: Config, trainer: str) -> Task:
     return _decentralized_task(config, section, trainer)
 
 
+def task_problems(cfg: Any, split: str) -> list[Problem]:
+    """Return the problems of `split` as the code prompts see them: the dataset's (`cfg` is the config's task
+    sections), each prompt ending inside its function when `code_prompt.open_body` is set (prompts.open_body)."""
+    problems = load_problems(cfg.dataset, split)
+    return [open_body(p) for p in problems] if cfg.code_prompt.open_body else problems
+
+
 def _code_task(config: Config, section: Any, **parts: Any) -> Task:
     # what both modes share: the problems, the task's name, the problem id for logs, and what the preference
     # trainers' comparators need (the joint answer of one model for both roles, the API client)
     dataset = config.task.dataset
-    return Task(name=f"code:{dataset.name}", train_items=load_problems(dataset, dataset.train_split),
-                eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id,
+    return Task(name=f"code:{dataset.name}", train_items=task_problems(config.task, dataset.train_split),
+                eval_items=task_problems(config.task, dataset.eval_split), item_id=lambda p: p.task_id,
                 joint_format=code_joint_format(section), api_client=api_client, **parts)
 
 

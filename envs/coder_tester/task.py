@@ -33,9 +33,9 @@ from typing import Sequence
 
 from cooprl.config import Config, ConfigError
 from cooprl.task import JointFormat, Score, Task, centralized_task
-from envs.code_generation.data import Problem, load_problems
+from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
-from envs.code_generation.task import check_single_turn
+from envs.code_generation.task import check_single_turn, task_problems
 from envs.code_generation.self_tests import groups, score_functions
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from rewards.code_rewards import code_reward
@@ -163,8 +163,8 @@ def build_coder_tester_task(config: Config, trainer: str) -> Task:
 
     dataset = cfg.dataset
     task = Task(name=f"coder_tester:{dataset.name}", num_agents=2,
-                train_items=load_problems(dataset, dataset.train_split),
-                eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id,
+                train_items=task_problems(cfg, dataset.train_split),
+                eval_items=task_problems(cfg, dataset.eval_split), item_id=lambda p: p.task_id,
                 first_prompts=lambda p: [single_prompt(p), tester_prompt(p, team.max_tests)], score=score,
                 next_prompts=next_prompts, max_reward=CODER_MAX + TESTER_MAX,
                 stop_strings=[tuple(stop_strings("single")), TESTER_STOPS], agent_rewards=individual,

@@ -89,6 +89,9 @@ def build_planner_coder_task(config: Config, trainer: str) -> Task:
         raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the planner+coder team has 2 agents")
     if cfg.aux_main.main_sees_aux:
         raise ConfigError("aux_main.main_sees_aux is for the code task's aux+main team, not this one")
+    if cfg.code_prompt.open_body:
+        raise ConfigError("code_prompt.open_body: the planner+coder's coder prompt already ends inside the function "
+                          "(under the plan's comment lines); drop it")
     centralized = getattr(section, "collaboration_mode", "decentralized") == "centralized"
     if centralized:
         check_single_turn(section, trainer)
