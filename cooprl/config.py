@@ -91,6 +91,15 @@ class AgentModelSection:
     vllm_gpu_memory_utilization: float = option(
         0.3, "share of the GPU's memory each agent's vLLM engine takes (weights + KV cache); training needs the rest",
         min=0.01, max=0.95)
+    vllm_weight_sync: str = option(
+        "merged", "how a vLLM engine gets the trained weights: merged (after every optimizer step the weights, LoRA "
+        "merged in, are pushed into the engine) or lora (the LoRA adapter is saved and sampled as a vLLM LoRA request "
+        "on the untouched base weights: no push; needs agent_model.lora)", choices=("merged", "lora"))
+    vllm_sleep: bool = option(False, "put each vLLM engine to sleep (level 1: weights to CPU memory, KV cache freed) "
+                              "between its sampling calls, so the update has the GPU memory; one engine per process "
+                              "(vLLM allows one sleeping engine), i.e. one agent per process")
+    vllm_tensor_parallel_size: int = option(1, "GPUs each vLLM engine shards its model over; above 1 the engine's "
+                                            "workers are separate processes, so needs vllm_weight_sync: lora", min=1)
     logprob_chunk_size: Optional[int] = option(
         None, "the update's log-probs: completion positions whose [positions x vocab] logits exist at once (the LM "
         "head, log-softmax and its backward run chunk by chunk); null = the whole batch's at once", min=1)
@@ -1017,10 +1026,22 @@ def _check_parallel_training(name: str, section: Any) -> None:
                           "several agent devices are parallel_training mp's")
 
 
+def _check_vllm(model_cfg: AgentModelSection) -> None:
+    """ConfigError when the agent_model's vLLM options do not fit each other (the backend itself is checked when the
+    engines are built)."""
+    if model_cfg.vllm_weight_sync == "lora" and model_cfg.lora is None:
+        raise ConfigError("agent_model.vllm_weight_sync: lora samples the trained LoRA adapter as a vLLM LoRA request; "
+                          "set agent_model.lora (r, alpha, ...) or use vllm_weight_sync: merged")
+    if model_cfg.vllm_tensor_parallel_size > 1 and model_cfg.vllm_weight_sync != "lora":
+        raise ConfigError("agent_model.vllm_tensor_parallel_size > 1 runs the engine's shards in worker processes, "
+                          "where merged weights cannot be pushed from here; set agent_model.vllm_weight_sync=lora")
+
+
 def check_consistency(config: Config) -> None:
     """Raise ConfigError for values that are fine alone but not together."""
     if hasattr(config.task, "validate"):
         config.task.validate()
+    _check_vllm(config.agent_model)
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
         _check_parallel_training(name, section)

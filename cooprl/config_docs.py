@@ -37,6 +37,9 @@ RULES = [
     "lists one device for all "
     "or one per model (`agent_devices`: per agent, `critic_devices`: per critic, `comparator_devices`: per role; "
     "the format checked at load, the count when the trainer is built).",
+    "`agent_model.vllm_weight_sync: lora` needs `agent_model.lora`; `agent_model.vllm_tensor_parallel_size` above 1 "
+    "needs `vllm_weight_sync: lora` (checked at load); `agent_model.vllm_sleep` needs one vLLM engine per process, "
+    "i.e. one agent per process (checked when the engines are built).",
     "`magrpo`/`grpo`/`marlhf*` `num_generations`: at least 2 unless `advantage_mode: raw` (a group of one has "
     "advantage 0; checked when the trainer is built).",
 ]

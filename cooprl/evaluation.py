@@ -7,10 +7,14 @@ A chain that stopped early keeps its last score for the later turns (a solved pr
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from math import comb
 from typing import Any, Callable, Sequence
 
+import torch
+
+from cooprl import distributed
 from cooprl.rollout import Node, RolloutSettings, Sampler, iter_nodes, rollout
 from cooprl.task import Task
 
@@ -82,10 +86,35 @@ def evaluation_settings(section: Any, process_reward: Callable[[float], float]) 
 
 def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: Any,
                   process_reward: Callable[[float], float]) -> dict[str, float]:
-    """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team's sampler on `items`."""
+    """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team's sampler on `items`.
+
+    The items are rolled out in batches of `eval_batch_size`. Batch 0 draws from torch's generator as the caller
+    seeded it; batch b > 0 from a seed derived from that one and b, so a batch's samples do not depend on which
+    process rolls it out. Under data-parallel training every rank calls this with the same items and seed, rolls out
+    batches rank, rank + W, ... and receives the metrics of all of them: W processes evaluate in 1/W of the time
+    and report the numbers of one process (tests/test_scale_out.py)."""
     settings = evaluation_settings(section, process_reward)
     size = getattr(section, "eval_batch_size", None) or max(len(items), 1)   # problems rolled out together
-    roots = [root for start in range(0, len(items), size) for root in rollout(items[start:start + size], task, sample, settings)]
+    batches = [items[start:start + size] for start in range(0, len(items), size)]
+    ranks = distributed.current()
+    seed = torch.initial_seed()   # the caller's evaluation seed (cooprl.trainers.loop, evaluate.py)
+    mine: dict[int, list[Node]] = {}
+    for b in range(ranks.rank, len(batches), ranks.world_size):
+        if b > 0:
+            torch.manual_seed(distributed.item_seed(seed, b))
+        mine[b] = rollout(batches[b], task, sample, settings)
+    if ranks.world_size > 1:   # the metrics read scores and tree shapes only: send the trees without their samples
+        everyone: dict[int, list[Node]] = {}
+        for part in distributed.gather({b: [_scores_only(root) for root in roots] for b, roots in mine.items()}):
+            everyone.update(part)
+        mine = everyone
+    roots = [root for b in sorted(mine) for root in mine[b]]
     metrics = tree_metrics(roots, section.num_turns, prefix="eval/")
     metrics.update(chain_pass_at_k(roots, section.num_turns, section.eval_pass_k))
     return metrics
+
+
+def _scores_only(node: Node) -> Node:
+    """Return a copy of `node`'s tree with what the metrics read (scores, rewards, returns, shapes), no texts or ids."""
+    return dataclasses.replace(node, item=None, prompts=[], histories=[], samples=[], sample_prompts=[],
+                               children=[None if child is None else _scores_only(child) for child in node.children])

@@ -13,8 +13,16 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   early is continued in another round from where it stopped, and the final cut is always ours
   (`finish`), computed on the token ids exactly as HF's stopping criterion and `_trim` do.
 - Weights: the engine lives in this process. `watch_optimizer` marks the generator stale after every
-  optimizer step; the next `sample` first pushes the HF model's weights into the engine (LoRA adapters
-  merged into them, see `merged_weights`) and resets its prefix cache.
+  optimizer step; the next `sample` first brings the engine up to date and resets its prefix cache:
+  `weight_sync="merged"` pushes the HF model's weights (LoRA adapters merged into them, see `merged_weights`);
+  `weight_sync="lora"` saves the LoRA adapter to a folder and samples it as a vLLM LoRA request (a new id per
+  version) on the engine's untouched base weights, so nothing is pushed, and tensor parallelism works (the
+  engine's workers load the adapter themselves).
+- Memory: with `sleep=True` the engine sleeps (level 1: its weights are backed up in CPU memory, its KV cache
+  is freed) between sampling calls, so the update's activations and optimizer states get that GPU memory; the
+  next `sample` wakes it first. vLLM allows one such engine per process.
+- Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
+  saved before and restored after, so a run samples and initializes the same with or without this backend.
 
 vLLM is imported only when this backend is chosen; the tests run against a fake `vllm` module (no GPU in
 this repository's CI), so the calls into vLLM are written against its documented API (0.8-0.11 and later
@@ -107,10 +115,22 @@ class VLLMGenerator:
     hub id or folder with the same architecture). `max_model_len` bounds prompt + completion in the engine.
     """
 
+    _sleeping_engines = 0   # built in this process with sleep mode (vLLM allows one)
+
     def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_prompt_tokens: int, max_model_len: int,
                  chat_template: bool = False, gpu_memory_utilization: float = 0.3, seed: int = 0,
-                 vllm_module: Any = None):
+                 weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
+                 adapter_dir: str | None = None, vllm_module: Any = None):
         vllm = vllm_module if vllm_module is not None else check_vllm_backend()
+        if weight_sync not in ("merged", "lora"):
+            raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
+        lora_rank = _lora_rank(model)
+        if weight_sync == "lora" and lora_rank is None:
+            raise ConfigError("agent_model.vllm_weight_sync=lora needs a LoRA model (agent_model.lora)")
+        if sleep and VLLMGenerator._sleeping_engines:
+            raise ConfigError("agent_model.vllm_sleep: vLLM lets one engine per process sleep, and this process "
+                              "builds a second one (one per agent); drop vllm_sleep, or run one agent per process")
+        self.weight_sync, self.sleep = weight_sync, sleep
         self.model = model
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
@@ -126,9 +146,20 @@ class VLLMGenerator:
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") not in (None, "0"):
             log.warning("VLLM_ENABLE_V1_MULTIPROCESSING=0 is forced: the vLLM engine must run in this process")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        self.llm = vllm.LLM(model=model_path, tokenizer=model_path, dtype=_dtype_name(model), seed=seed,
-                            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                            tensor_parallel_size=1, enable_prefix_caching=True)
+        options: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=_dtype_name(model), seed=seed,
+                                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                                       tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=True)
+        if sleep:
+            options["enable_sleep_mode"] = True
+        if weight_sync == "lora":
+            options.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
+        with _kept_random_state():
+            self.llm = vllm.LLM(**options)
+        VLLMGenerator._sleeping_engines += int(sleep)
+        self._asleep = False
+        # lora sync: where the adapter versions are saved, and the request of the one the engine samples now
+        self._adapter_dir = adapter_dir
+        self._lora_request: Any = None
         # Stale from the start: the engine holds the checkpoint on disk, the HF model may already differ
         # (LoRA, a resumed checkpoint); the first `sample` syncs.
         self._version = 1
@@ -145,6 +176,7 @@ class VLLMGenerator:
         Cached prompt prefixes hold keys and values of the old weights, hence the reset.
         """
         model = self.model if model is None else model
+        self._wake()   # a sleeping engine's weights are in CPU memory: load into the awake one
         weights = merged_weights(model)
 
         def load(engine_model: Any) -> None:  # returns nothing: apply_model would hand a result back
@@ -163,8 +195,39 @@ class VLLMGenerator:
         # The key holds the adapters' on/off state too: a comparator samples the start model of a LoRA
         # policy inside `model.disable_adapter()`, and the engine must then hold the weights without adapters.
         key = (self._version, adapters_enabled(self.model))
-        if key != self._synced:
+        if key == self._synced:
+            return
+        if self.weight_sync == "merged":
             self.sync_weights()
+            return
+        # lora: the base weights never change; a new adapter version is saved once and requested by a new id
+        if key[1] and (self._lora_request is None or self._lora_request.lora_int_id != self._version):
+            self._lora_request = self._save_adapter(self._version)
+        self._synced = key
+
+    def _save_adapter(self, version: int) -> Any:
+        """Save the model's LoRA adapter as version `version` (the previous version's folder removed); return its
+        vLLM LoRARequest."""
+        import shutil
+        import tempfile
+        from vllm.lora.request import LoRARequest   # vLLM's documented request type
+        if self._adapter_dir is None:
+            self._adapter_dir = tempfile.mkdtemp(prefix="cooprl-vllm-lora-")
+        folder = os.path.join(self._adapter_dir, f"v{version}")
+        self.model.save_pretrained(folder)
+        if self._lora_request is not None:
+            shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
+        return LoRARequest(f"cooprl-v{version}", version, folder)
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def _rest(self) -> None:
+        if self.sleep and not self._asleep:
+            self.llm.sleep(level=1)   # level 1 keeps the weights (in CPU memory): what the next wake_up restores
+            self._asleep = True
 
     # ------------------------------------------------------------------------------------------ sampling
     def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:
@@ -175,6 +238,17 @@ class VLLMGenerator:
         """Return `num_samples` completions for each prompt, as HFGenerator.sample does (same Completion meaning)."""
         if not prompts:
             return []
+        self._wake()
+        try:
+            return self._sample(prompts, num_samples, params)
+        finally:
+            self._rest()
+
+    def _sample(self, prompts: Sequence[str], num_samples: int, params: SamplingParams) -> list[list[Completion]]:
+        if 0 < params.temperature < 1e-5 or params.temperature > 2:
+            # vLLM samples greedily below 1e-5 (and then refuses n > 1) and refuses temperatures above 2
+            raise ConfigError(f"temperature {params.temperature}: the vLLM backend samples with 0 (greedy) or a "
+                              "temperature in [1e-5, 2]")
         self._sync_if_stale()
         prompt_ids = self.encode_prompts(prompts)
         longest = max(len(ids) for ids in prompt_ids) + params.max_new_tokens
@@ -233,7 +307,10 @@ class VLLMGenerator:
         prompts = [{"prompt_token_ids": ids} for ids, _, _ in requests]
         sampling = [self.vllm_sampling_params(params, n, max_tokens, seed)
                     for (_, n, max_tokens), seed in zip(requests, seeds)]
-        results = self.llm.generate(prompts, sampling, use_tqdm=False)
+        adapter = {}
+        if self.weight_sync == "lora":   # the current adapter, or the base model while adapters are disabled
+            adapter["lora_request"] = self._lora_request if adapters_enabled(self.model) else None
+        results = self.llm.generate(prompts, sampling, use_tqdm=False, **adapter)
         out = []
         for result in results:
             per_prompt = []
@@ -315,6 +392,37 @@ def _engine_model(llm: Any) -> Any:
     return None
 
 
+def _lora_rank(model: Any) -> int | None:
+    """Return the rank of a peft LoRA model's adapter (the largest over its layers), or None for a plain model."""
+    config = getattr(model, "peft_config", None)
+    if not config:
+        return None
+    adapter = next(iter(config.values()))
+    return max([adapter.r, *getattr(adapter, "rank_pattern", {}).values()])
+
+
+class _kept_random_state:
+    """Restore Python's, NumPy's and torch's (CPU and CUDA) random states on exit, whatever ran inside."""
+
+    def __enter__(self) -> None:
+        import random
+
+        import numpy
+        self._states = (random.getstate(), numpy.random.get_state(), torch.get_rng_state(),
+                        torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+
+    def __exit__(self, *exc: Any) -> None:
+        import random
+
+        import numpy
+        python, numpy_state, cpu, cuda = self._states
+        random.setstate(python)
+        numpy.random.set_state(numpy_state)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
 def _dtype_name(model: Any) -> str:
     """Return the vLLM dtype name of the HF model's weights (the engine must compute in the same dtype)."""
     dtype = next(model.parameters()).dtype
@@ -328,4 +436,6 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
                          max_model_len=max(model_cfg.max_length, max_prompt_tokens + max_new_tokens),
                          chat_template=model_cfg.chat_template,
-                         gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed, vllm_module=vllm)
+                         gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed,
+                         weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
+                         tensor_parallel_size=model_cfg.vllm_tensor_parallel_size, vllm_module=vllm)

@@ -136,6 +136,8 @@ def test_the_allowed_values_in_docs_config_md_are_enforced():
     (["magrpo.parallel_training=ddp", "magrpo.agent_devices=[cuda:0, cuda:1]"], "magrpo.agent_devices"),
     (["magrpo.parallel_training=ddp", "magrpo.update_schedule=nodes", "magrpo.num_turns=2"],
      "magrpo.parallel_training"),
+    (["agent_model.vllm_weight_sync=lora", "agent_model.lora=null"], "agent_model.lora"),
+    ("agent_model.vllm_tensor_parallel_size=2", "agent_model.vllm_weight_sync=lora"),
 ])
 def test_rules_between_keys_are_enforced_at_load(override, key):
     with pytest.raises(ConfigError, match=re.escape(key)):

@@ -177,10 +177,18 @@ def update_events(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path):
-    # the same global batch: 2 ranks x 1 item per optimizer step (2 steps) vs 1 process x 2 items (4 steps)
-    two = launch(tmp_path, "two", 2, ["magrpo.rollout_buffer_size=1", "magrpo.max_steps=2"])
-    launch(tmp_path, "one", 1, ["magrpo.rollout_buffer_size=2", "magrpo.max_steps=4"])
+    # the same global batch: 2 ranks x 1 item per optimizer step (2 steps) vs 1 process x 2 items (4 steps); the
+    # evaluation before the first step rolls out 3 batches of one problem: rank 0 takes batches 0 and 2, rank 1 batch 1
+    sharded_eval = ["magrpo.eval_at_start=true", "dataset.eval_split=test[:3]", "magrpo.eval_num_samples=3",
+                    "magrpo.eval_batch_size=1", "magrpo.eval_num_generations=2", "magrpo.max_new_tokens=24"]
+    two = launch(tmp_path, "two", 2, ["magrpo.rollout_buffer_size=1", "magrpo.max_steps=2", *sharded_eval])
+    launch(tmp_path, "one", 1, ["magrpo.rollout_buffer_size=2", "magrpo.max_steps=4", *sharded_eval])
     assert two.stdout.count("Summary of") == 1   # rank 0 alone prints the summary
+    assert "evaluating at step 0 on 3 problems x 2 samples over 2 processes" in two.stderr
+    first_evals = [[e for e in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())
+                    if e["step"] == 0 and "eval/turn_1/reward_mean" in e][0] for name in ("two", "one")]
+    assert {k: v for k, v in first_evals[0].items() if k.startswith("eval/")} == \
+        {k: v for k, v in first_evals[1].items() if k.startswith("eval/")}
     for agent in (0, 1):
         a = agent_weights(tmp_path / "two/checkpoints/checkpoint-2", agent)
         b = agent_weights(tmp_path / "one/checkpoints/checkpoint-4", agent)

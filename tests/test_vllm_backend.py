@@ -74,6 +74,12 @@ class FakeLLM:
             self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker))
         FakeLLM.instances.append(self)
 
+    def sleep(self, level=1):
+        self.events.append(f"sleep{level}")
+
+    def wake_up(self):
+        self.events.append("wake_up")
+
     def apply_model(self, func):
         self.events.append("apply_model")
         return [func(self.engine_model)]
@@ -82,10 +88,12 @@ class FakeLLM:
         self.events.append("reset")
         return True
 
-    def generate(self, prompts, sampling_params, use_tqdm=True):
+    def generate(self, prompts, sampling_params, use_tqdm=True, **options):
         assert isinstance(sampling_params, list) and len(sampling_params) == len(prompts)
+        assert set(options) <= {"lora_request"}
         self.events.append("generate")
         self.calls.append((prompts, sampling_params))
+        self.lora_requests = getattr(self, "lora_requests", []) + ([options["lora_request"]] if options else [])
         return [FakeRequestOutput([self._play(stream, params, g)
                                    for g, stream in enumerate(self._streams(p["prompt_token_ids"], params.n))])
                 for p, params in zip(prompts, sampling_params)]
@@ -117,12 +125,24 @@ class FakeLLM:
         return FakeOutput(index, out, "length", None)
 
 
+@dataclass
+class FakeLoRARequest:   # vllm.lora.request.LoRARequest's positional fields
+    lora_name: str
+    lora_int_id: int
+    lora_path: str
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch):
     module = types.ModuleType("vllm")
     module.LLM, module.SamplingParams = FakeLLM, FakeSamplingParams
+    lora_module, request_module = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
+    request_module.LoRARequest = FakeLoRARequest
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.lora", lora_module)
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", request_module)
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    monkeypatch.setattr(VLLMGenerator, "_sleeping_engines", 0)
     FakeLLM.instances = []
     return module
 
@@ -360,6 +380,92 @@ def test_lora_weights_are_merged_and_follow_disable_adapter(fake_vllm):
     assert torch.allclose(engine.loads[2][q], expected[q], atol=1e-6)
 
 
+def lora_model(seed: int = 0):
+    from cooprl.config import LoraSection
+    model = load_causal_lm(TINY_RANDOM, device="cpu", lora=LoraSection(r=4, alpha=8, dropout=0.0))
+    torch.manual_seed(seed)
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_()  # fresh adapters are zero: make them change the weights
+    return model
+
+
+def test_lora_sync_samples_each_adapter_version_as_a_lora_request(fake_vllm, tmp_path):
+    from safetensors.torch import load_file
+    model = lora_model()
+    gen = VLLMGenerator(model, load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16, max_model_len=32,
+                        weight_sync="lora", tensor_parallel_size=2, adapter_dir=str(tmp_path), vllm_module=fake_vllm)
+    engine = FakeLLM.instances[-1]
+    assert engine.kwargs["enable_lora"] is True and engine.kwargs["max_lora_rank"] == 4
+    assert engine.kwargs["max_loras"] == 1 and engine.kwargs["tensor_parallel_size"] == 2
+    params = SamplingParams(max_new_tokens=2, temperature=1.0)
+
+    def saved_b(request):   # the adapter's lora_B tensors as saved for the engine
+        tensors = load_file(os.path.join(request.lora_path, "adapter_model.safetensors"))
+        return {k: v for k, v in tensors.items() if "lora_B" in k}
+
+    gen.sample(["x"], 1, params)
+    first = engine.lora_requests[-1]
+    assert (first.lora_name, first.lora_int_id) == ("cooprl-v1", 1)
+    b_before = saved_b(first)
+    assert b_before and all(v.abs().sum() > 0 for v in b_before.values())
+    gen.sample(["x"], 1, params)          # no update since: the same adapter, nothing saved again
+    assert engine.lora_requests[-1] is first
+    with torch.no_grad():                 # an update (the optimizer hook marks the generator stale)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(1.0)
+    gen.mark_stale()
+    gen.sample(["x"], 1, params)
+    second = engine.lora_requests[-1]
+    assert second.lora_int_id == 2 and not os.path.exists(first.lora_path)   # the old version is removed
+    assert all(torch.allclose(saved_b(second)[k], b_before[k] + 1.0) for k in b_before)
+    with model.disable_adapter():         # a comparator's start model: the base weights, no adapter
+        gen.sample(["x"], 1, params)
+    assert engine.lora_requests[-1] is None
+    gen.sample(["x"], 1, params)
+    assert engine.lora_requests[-1] is second
+    assert "load" not in engine.events and "apply_model" not in engine.events   # nothing is ever pushed
+
+
+def test_lora_sync_needs_a_lora_model(tiny, fake_vllm):
+    with pytest.raises(ConfigError, match="agent_model.lora"):
+        make_generator(tiny, fake_vllm, weight_sync="lora")
+
+
+def test_a_sleeping_engine_wakes_to_sample_and_sleeps_after(tiny, fake_vllm):
+    gen = make_generator(tiny, fake_vllm, sleep=True)
+    engine = FakeLLM.instances[-1]
+    assert engine.kwargs["enable_sleep_mode"] is True
+    params = SamplingParams(max_new_tokens=2, temperature=1.0)
+    gen.sample(["x"], 1, params)
+    assert engine.events == ["load", "reset", "generate", "sleep1"]
+    gen.mark_stale()                      # an update while it slept: wake, push the new weights, sample, sleep
+    gen.sample(["x"], 1, params)
+    assert engine.events[4:] == ["wake_up", "load", "reset", "generate", "sleep1"]
+    with pytest.raises(ConfigError, match="one engine per process"):
+        make_generator(tiny, fake_vllm, sleep=True)   # a second sleeping engine in this process
+
+
+def test_building_an_engine_leaves_our_random_state_alone(tiny, fake_vllm, monkeypatch):
+    import random
+
+    def reseeding_llm(**kwargs):   # what vLLM's engine does in our process: set_random_seed(seed)
+        random.seed(kwargs["seed"])
+        torch.manual_seed(kwargs["seed"])
+        return FakeLLM(**kwargs)
+
+    monkeypatch.setattr(fake_vllm, "LLM", reseeding_llm)
+    torch.manual_seed(123)
+    random.seed(123)
+    expected = (torch.rand(3), random.random())
+    torch.manual_seed(123)
+    random.seed(123)
+    make_generator(tiny, fake_vllm)
+    drawn = (torch.rand(3), random.random())
+    assert torch.equal(drawn[0], expected[0]) and drawn[1] == expected[1]
+
+
 def test_watch_optimizer_marks_stale_on_every_step():
     param = torch.nn.Parameter(torch.zeros(2))
     optimizer = torch.optim.SGD([param], lr=0.1)
@@ -369,6 +475,13 @@ def test_watch_optimizer_marks_stale_on_every_step():
         param.grad = torch.ones(2)
         optimizer.step()
     assert len(marks) == 2
+
+
+@pytest.mark.parametrize("temperature", [1e-6, 2.5])
+def test_temperatures_vllm_would_treat_differently_are_refused(tiny, fake_vllm, temperature):
+    gen = make_generator(tiny, fake_vllm)
+    with pytest.raises(ConfigError, match=r"temperature in \[1e-5, 2\]"):
+        gen.sample(["x"], 2, SamplingParams(max_new_tokens=2, temperature=temperature))
 
 
 def test_too_long_for_the_engine_is_a_clear_error(tiny, fake_vllm):

@@ -205,18 +205,20 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         distributed.barrier()   # the other ranks wait until the checkpoint is written
 
     def evaluate(step: int) -> dict[str, float]:
-        if not ranks.is_main:   # rank 0 evaluates alone: the others wait for it
-            distributed.barrier()
-            return {}
+        # under data-parallel training every rank holds the same weights: each evaluates its share of the problems
+        # (cooprl.evaluation.evaluate_team); otherwise the only process evaluates
         items = task.eval_items[:section.eval_num_samples]
         # evaluation has no bar of its own: say what the run is doing after the bar reached its end
-        log.info("evaluating at step %d on %d problems x %d samples", step, len(items), section.eval_num_generations)
+        if ranks.is_main:
+            log.info("evaluating at step %d on %d problems x %d samples%s", step, len(items),
+                     section.eval_num_generations, f" over {ranks.world_size} processes" if ranks.world_size > 1 else "")
         # Evaluation draws from its own seeded generator: it neither disturbs nor depends on training's RNG,
         # so resumed runs match uninterrupted ones and evaluations at different steps are comparable.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(evaluation_seed(config.seed))
             metrics = algorithm.evaluate(items) if items else {}
-        distributed.barrier()   # the other ranks wait for rank 0's evaluation
+        if not ranks.is_main:
+            return {}
         if metrics:
             tracker.log(metrics, step, env_step)
         return metrics
