@@ -13,7 +13,9 @@ of the steps, the evaluation reward before the first step and after the last (`e
 `calls_aux` and `uses_aux` of the last quarter, wall time and peak memory (the process's max RSS). The figure
 (`bench/learning/learning.png`) draws each trainer's training reward per step.
 
-GRPO and AC have no CPU config of their own: they run the MAGRPO and IAC CPU configs' settings with one agent.
+GRPO and AC have no CPU config of their own: they run the MAGRPO and IAC CPU configs' settings with one agent, and
+their prompts end inside the function body (`code_prompt.open_body`: the single-agent prompt otherwise rarely gets a
+function body from the 135M model, see bench/function_rate.py).
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ TRAINERS = ["magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlh
 # (config file, overrides) per trainer; the step budget is added by --steps
 _GRPO = ["grpo.learning_rate=3e-4", "grpo.max_new_tokens=80", "grpo.update_schedule=items", "grpo.rollout_buffer_size=1",
          "grpo.eval_interval=0", "grpo.eval_num_samples=4", "grpo.weight_decay=0.0", "grpo.max_grad_norm=1.0",
-         "grpo.num_turns=1"]
+         "grpo.num_turns=1", "code_prompt.open_body=true"]
 _AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", "ac.rollout_buffer_size=2",
        "ac.learning_rate=3e-4", "ac.critic_learning_rate=1e-3", "ac.max_new_tokens=80", "ac.eval_interval=0",
        "ac.eval_num_samples=4", "ac.weight_decay=0.0", "ac.max_grad_norm=1.0", "ac.discount=0.9",
-       "ac.early_termination_threshold=-0.2"]
+       "ac.early_termination_threshold=-0.2", "code_prompt.open_body=true"]
 RUNS = {
     "magrpo": ("configs/magrpo_che_cpu.yaml", []),
     "grpo": ("configs/magrpo_che_cpu.yaml", _GRPO),

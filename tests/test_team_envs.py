@@ -12,6 +12,7 @@ import torch
 from cooprl.config import ConfigError, load_config
 from cooprl.generation import Completion
 from cooprl.rollout import RolloutSettings, rollout, sample_returns
+from cooprl.trainers import build_algorithm
 from envs.coder_tester.config import CoderTesterConfig
 from envs.coder_tester.task import build_coder_tester_task
 from envs.planner_coder.config import PlannerCoderConfig
@@ -94,9 +95,9 @@ def test_main_sees_the_aux_code_of_its_own_joint_action(data):
     assert main_prompts[0].endswith(problem.prompt.lstrip("\n"))
     # the reward is the team's as before: the first pair calls aux and passes every test (the bonus fires)
     assert root.scores[0].total > root.scores[1].total
-    with pytest.raises(ConfigError, match="joint_mode=aligned"):
-        build_code_task(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true",
-                                "magrpo.joint_mode=cross"), "magrpo")
+    cross = _config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true", "magrpo.joint_mode=cross")
+    with pytest.raises(ConfigError, match="magrpo.joint_mode=cross: .* sequential team .* set magrpo.joint_mode=aligned"):
+        build_algorithm(cross, "magrpo", build_code_task(cross, "magrpo"))   # refused before any model loads
     with pytest.raises(ConfigError, match="num_agents 2"):
         build_code_task(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true",
                                 "magrpo.num_agents=1"), "magrpo")
@@ -225,10 +226,14 @@ def test_trainers_that_need_one_reward_refuse_individual_rewards(data):
     with pytest.raises(ConfigError, match="MADPO ranks joint answers by the team's one reward"):
         build_madpo(config, "madpo", build_coder_tester_task(config, "madpo"))
     config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data)
-    with pytest.raises(ConfigError, match="joint_mode=cross"):
-        build_planner_coder_task(load_config(ROOT / "configs" / "planner_coder_cpu.yaml",
-                                             [f"dataset.path={data}", "magrpo.joint_mode=cross"],
-                                             task_config=PlannerCoderConfig), "magrpo")
+    cross = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.joint_mode=cross")
+    with pytest.raises(ConfigError, match="magrpo.joint_mode=cross: .* sequential team"):
+        build_algorithm(cross, "magrpo", build_planner_coder_task(cross, "magrpo"))
+    # a sequential team with cross joint actions is never rolled out: the rollout refuses it too
+    team = build_planner_coder_task(cross, "magrpo")
+    with pytest.raises(ValueError, match="aligned"):
+        rollout(team.train_items[:1], team, scripted({0: ["p"] * 2, 1: ["c"] * 2}),
+                RolloutSettings(num_turns=1, samples_per_turn=[2], joint_mode="cross"))
 
 
 def test_the_config_names_its_environment():

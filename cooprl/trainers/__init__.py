@@ -42,8 +42,22 @@ TRAINERS: dict[str, TrainerSpec] = {name: TrainerSpec(TRAINER_SECTIONS[name], bu
 
 
 def build_algorithm(config: Config, trainer: str, task: Task) -> Any:
-    """Return the algorithm of trainer `trainer` for `task`, its agents loaded (ConfigError for an unknown name)."""
+    """Return the algorithm of trainer `trainer` for `task`, its agents loaded (ConfigError for an unknown name, or
+    for a section the task cannot be trained with, before any model is loaded)."""
     from cooprl.config import ConfigError
     if trainer not in TRAINERS:
         raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
+    check_task_fits(config, trainer, task)
     return TRAINERS[trainer].build(config, trainer, task)
+
+
+def check_task_fits(config: Config, trainer: str, task: Task) -> None:
+    """Raise ConfigError when `trainer`'s section asks for what `task` cannot do: a sequential team (a task with
+    `follow_prompt`: each agent answers the earlier agents' texts of its own joint action) has aligned joint actions
+    only, since agent a answers each joint action of agents 0..a-1 once."""
+    from cooprl.config import ConfigError
+    mode = getattr(config.trainer(trainer), "joint_mode", "aligned")
+    if task.follow_prompt is not None and mode != "aligned":
+        raise ConfigError(f"{trainer}.joint_mode={mode}: {task.name} is a sequential team (each agent answers the "
+                          f"earlier agents' texts once), so its joint actions are aligned; set {trainer}.joint_mode="
+                          f"aligned")

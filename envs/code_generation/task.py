@@ -181,9 +181,6 @@ def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
     sequential = config.task.aux_main.main_sees_aux
     if sequential and single:
         raise ConfigError("aux_main.main_sees_aux needs the aux+main team (num_agents 2)")
-    if sequential and section.joint_mode != "aligned":
-        raise ConfigError(f"aux_main.main_sees_aux: main answers each aux sample once, so the joint actions are "
-                          f"aligned; set {trainer}.joint_mode=aligned (got {section.joint_mode})")
     return _code_task(config, section, num_agents=len(roles), first_prompts=lambda p: agent_prompts(p, len(roles)),
                       score=score, next_prompts=next_prompts, max_reward=MAX_REWARD[len(roles)],
                       stop_strings=[tuple(stop_strings(role)) for role in roles],

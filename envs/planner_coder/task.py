@@ -95,9 +95,6 @@ def build_planner_coder_task(config: Config, trainer: str) -> Task:
     centralized = getattr(section, "collaboration_mode", "decentralized") == "centralized"
     if centralized:
         check_single_turn(section, trainer)
-    elif getattr(section, "joint_mode", "aligned") != "aligned":
-        raise ConfigError(f"{trainer}.joint_mode={section.joint_mode}: a sequential team's joint actions are aligned "
-                          f"(the coder answers each plan once)")
     team, external, max_chars = cfg.planner_coder, cfg.external, cfg.planner_coder.plan_max_chars
     reward_type = cfg.code_reward.type
 
