@@ -18,7 +18,7 @@ run() {   # strategy, api, extra overrides...
   echo "== $strategy, $api API"
   $PY evaluate_strategy.py --strategy "$strategy" --config configs/magrpo_he_config.yaml --endpoint "$URL" \
     --endpoint-model "$MODEL" --endpoint-api "$api" --override dataset.name=humaneval "dataset.eval_split=test[:$N]" \
-    output.base_dir="$OUT" "output.run_name=$strategy-$api" budget.max_new_tokens=128 "$@" 2>/dev/null | tail -8
+    output.base_dir="$OUT" "output.run_name=$strategy-$api" budget.max_new_tokens=128 "$@" 2>/dev/null | sed -n '/^results:/,$p'
 }
 run direct completions
 run direct chat
