@@ -215,7 +215,8 @@ class TrainerSection:
         "none", "none (or auto): one process, the agents one after the other; mp: one process, each agent's "
         "generation and update concurrent on its own device (agent_devices; magrpo, grpo); ddp: one process per "
         "device started by torchrun or accelerate launch, a step takes one item per process, gradients averaged "
-        "(magrpo, grpo; iac, maac, ac with update_schedule episodes; see README Scaling out)",
+        "(magrpo, grpo; iac, maac, ac with update_schedule episodes; madpo, madpo_iter with one DPO step per "
+        "training step; see README Scaling out)",
         choices=("none", "auto", "mp", "ddp"))
     agent_devices: Union[str, list[str], None] = option(
         None, "the agents' devices: one device (cpu, cuda, cuda:N, mps) for every agent, or a list with one device "
@@ -959,7 +960,8 @@ def read_old_madpo_preference(data: dict[str, Any]) -> dict[str, Any]:
 
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
 DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
-DDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac")   # ddp: every rank takes the same number of optimizer steps
+# ddp: every rank takes the same number of optimizer steps
+DDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter")
 MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
 
 
@@ -1011,7 +1013,16 @@ def _check_parallel_training(name: str, section: Any) -> None:
     if mode == "mp" and name not in MP_TRAINERS:
         raise ConfigError(f"{name}.parallel_training: mp is supported by {', '.join(MP_TRAINERS)}; {name} runs its "
                           "agents one after the other (none), its models placed with the *_devices keys")
-    if mode == "ddp" and section.update_schedule == "nodes" and section.num_turns > 1:
+    if mode == "ddp" and isinstance(section, MADPOSection) and (
+            section.train_batch_size is not None or section.rollout_buffer_size is not None):
+        raise ConfigError(f"{name}.parallel_training: ddp needs the same number of optimizer steps on every process: "
+                          f"set {name}.train_batch_size=null and {name}.rollout_buffer_size=null (one DPO step per "
+                          "training step on the step's pairs of every process); a step's pair count differs between "
+                          "processes")
+    if mode == "ddp" and getattr(section, "log_reward_distribution", False):
+        raise ConfigError(f"{name}.log_reward_distribution: not with parallel_training ddp (each process sees only "
+                          "its own problems' candidates); set it to false")
+    if mode == "ddp" and getattr(section, "update_schedule", None) == "nodes" and section.num_turns > 1:
         raise ConfigError(f"{name}.parallel_training: ddp needs the same number of optimizer steps on every process: "
                           f"set {name}.update_schedule=items (or num_turns 1): with nodes, a multi-turn tree's node "
                           "count depends on early termination, so ranks would update at different steps")

@@ -31,9 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # each one, so a rule that stops being enforced fails a test.
 RULES = [
     "`<trainer>.eval_pass_k`: every k is between 1 and `<trainer>.eval_num_generations` (checked at load).",
-    "`<trainer>.parallel_training`: `mp` is magrpo's and grpo's, `ddp` theirs and iac's, maac's and ac's; `ddp` "
-    "needs `update_schedule: items` (or `num_turns: 1`) for magrpo/grpo, `update_schedule: episodes` with "
-    "`train_batch_size: null` for the actor-critics, and one agent device (each process uses its own); a device key "
+    "`<trainer>.parallel_training`: `mp` is magrpo's and grpo's, `ddp` theirs and iac's, maac's, ac's, madpo's and "
+    "madpo_iter's; `ddp` needs `update_schedule: items` (or `num_turns: 1`) for magrpo/grpo, `update_schedule: "
+    "episodes` with `train_batch_size: null` for the actor-critics, `train_batch_size: null` and `rollout_buffer_size: "
+    "null` with `log_reward_distribution: false` for madpo/madpo_iter, and one agent device (each process uses its "
+    "own); a device key "
     "lists one device for all "
     "or one per model (`agent_devices`: per agent, `critic_devices`: per critic, `comparator_devices`: per role; "
     "the format checked at load, the count when the trainer is built).",

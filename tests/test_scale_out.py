@@ -23,7 +23,10 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 # ---------------------------------------------------------------------------------------------- config rules
 @pytest.mark.parametrize("override,message", [
-    ("madpo.parallel_training=ddp", "madpo.parallel_training: ddp is supported by magrpo, grpo, iac, maac, ac"),
+    ("marlhf.parallel_training=ddp", "marlhf.parallel_training: ddp is supported by magrpo, grpo, iac, maac, ac, madpo"),
+    (["madpo.parallel_training=ddp", "madpo.train_batch_size=4"], "madpo.train_batch_size=null and madpo.rollout_"),
+    (["madpo_iter.parallel_training=ddp", "madpo_iter.log_reward_distribution=true"],
+     "madpo_iter.log_reward_distribution: not with parallel_training ddp"),
     ("madpo.parallel_training=mp", "madpo.parallel_training: mp is supported by magrpo, grpo"),
     ("magrpo.parallel_training=ddp", "set magrpo.update_schedule=items"),   # default: nodes, 2 turns
     ("magrpo.agent_devices=[cuda:0, gpu1]", "magrpo.agent_devices: 'gpu1' is not a device"),
@@ -32,7 +35,7 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 ])
 def test_parallel_and_device_rules_are_config_errors(override, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
-        load_config(None, [override])
+        load_config(None, override if isinstance(override, list) else [override])
 
 
 def test_ddp_refuses_several_agent_devices():
@@ -252,3 +255,68 @@ def test_ddp_actor_critic_needs_one_step_per_update():
         with pytest.raises(ConfigError, match="update_schedule=episodes and iac.train_batch_size=null"):
             load_config(None, ["iac.parallel_training=ddp", *bad])
     load_config(None, ["iac.parallel_training=ddp", "iac.update_schedule=episodes", "iac.train_batch_size=null"])
+
+
+# MADPO under ddp, on the learnable lowercase task (every candidate's reward differs, so every item has pairs) with
+# the character-level model, full fine-tuning: a step's pairs are its items' pairs whichever process sampled them, and
+# its DPO step is one step on all of them
+def madpo_launch(tmp_path: Path, name: str, processes: int, *overrides: str) -> Path:
+    from tests.learnable import build_char_model
+    model = tmp_path / "char"
+    if not model.is_dir():
+        build_char_model(model)
+    config = tmp_path / "base.yaml"
+    config.write_text("wandb: {mode: disabled}\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
+    command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
+    args = ["tests/ddp_learnable_main.py", "madpo", "--config", str(config), "--override",
+            f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
+            "agent_model.temperature=1.0", "agent_model.top_p=1.0", "madpo.num_agents=2", "madpo.num_turns=1",
+            "madpo.max_new_tokens=6", "madpo.preference_num_candidates=4", "madpo.preference_pairs_per_sample=2",
+            "madpo.pair_selection=reward_gap", "madpo.parallel_training=ddp", "madpo.train_batch_size=null",
+            "madpo.rollout_buffer_size=null", "madpo.eval_interval=0", "madpo.eval_at_start=false",
+            "madpo.eval_num_samples=1", "madpo.max_grad_norm=null", f"output.base_dir={tmp_path}",
+            f"output.run_name={name}", *overrides]
+    result = subprocess.run(command + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp_path / name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+@pytest.mark.parametrize("collection", ["online", "offline"])
+def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collection):
+    from cooprl.config import load_config
+    from cooprl.preferences import read_pairs
+    from cooprl.trainers.loop import seed_everything
+    from cooprl.trainers.madpo import build_madpo
+    from tests.learnable import lowercase_task
+
+    common = [f"madpo.pair_collection={collection}"]
+    two = madpo_launch(tmp_path, "two", 2, *common, "madpo.max_steps=1", "madpo.learning_rate=1e-4")
+    # one process, learning rate 0: its 2 steps sample the same 2 items with the start weights, as the 2 ranks did
+    one = madpo_launch(tmp_path, "one", 1, *common, "madpo.max_steps=2", "madpo.learning_rate=0.0")
+    pairs = read_pairs(two / "preferences" / "iteration_0.jsonl")
+    reference = read_pairs(one / "preferences" / "iteration_0.jsonl")
+
+    def key(p):
+        return p.item_id, p.chosen, p.rejected, p.chosen_reward, p.rejected_reward
+    assert len(pairs) == 4 and len({p.item_id for p in pairs}) == 2   # 2 pairs of each rank's item
+    assert [key(p) for p in pairs] == [key(p) for p in reference]
+
+    # rank 0 saved the step's weights: one DPO step of one process on all 4 pairs, from the same start
+    config = load_config(None, [f"agent_model.name={tmp_path / 'char'}", "agent_model.device=cpu",
+                                "agent_model.torch_dtype=float32", "madpo.num_agents=2", "madpo.num_turns=1",
+                                "madpo.max_new_tokens=6", "madpo.learning_rate=1e-4", "madpo.max_grad_norm=null",
+                                "wandb.mode=disabled"])
+    seed_everything(config.seed)
+    algorithm = build_madpo(config, "madpo", lowercase_task(2, items=4))
+    algorithm.update(pairs, [1.0] * len(pairs))
+    saved = model_weights(two / "checkpoints" / "checkpoint-1")
+    assert sorted(saved) == ["agent_0", "agent_1"]
+    for i, agent in enumerate(algorithm.team):
+        ours = agent.model.state_dict()
+        moved = max((saved[f"agent_{i}"][k] - agent.model.state_dict()[k]).abs().max().item() for k in saved[f"agent_{i}"])
+        assert moved < 1e-6, (i, moved)
+        assert any(not torch.equal(ours[k], v) for k, v in model_weights(one / "checkpoints" / "checkpoint-2")[
+            f"agent_{i}"].items())   # the step did move the weights (lr 0 left the reference's at the start)

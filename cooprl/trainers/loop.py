@@ -42,8 +42,9 @@ EVAL_REWARD = "eval/turn_1/reward_mean"  # the evaluation's reward of turn 1 (th
 class Algorithm(Protocol):
     models: list[Any]                     # saved as agent_<i>/ in checkpoints
     # Optional: `rounds` (int, default 1) repeats the step plan (items of the epochs, cut at max_steps) that
-    # many times (the preference iterations); `start_run(run_dir, step, steps_per_round)` is called once the
-    # run folder is known and a resume has restored `step` (for files the algorithm keeps in the run folder);
+    # many times (the preference iterations); `start_run(run_dir, step, steps_per_round)` is called on every rank
+    # once the run folder is known and a resume has restored `step` (for files the algorithm keeps in the run folder,
+    # which rank 0 alone writes);
     # `end_epoch(metrics)` is called after the last step of every epoch (and of every iteration of the iterative
     # trainers) to train what its buffers still hold, adding that update's metrics to the step's `metrics` (upstream
     # flushes there). `task_reward_key` (default TRAINING_REWARD): the metric of the task's own reward, when the
@@ -188,8 +189,8 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
         _open_run_folder(config, trainer, run_dir, start_step if state is not None else None)
         if state is not None:
             log.info("resumed from %s at step %d", resume_from, start_step)
-        if hasattr(algorithm, "start_run"):
-            algorithm.start_run(run_dir, start_step, steps_per_round)
+    if hasattr(algorithm, "start_run"):   # on every rank; only rank 0's writes files (MADPO's pair store)
+        algorithm.start_run(run_dir, start_step, steps_per_round)
     tracker = (RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)
                if ranks.is_main else _NoTracker())
 

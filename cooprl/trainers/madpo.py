@@ -15,6 +15,12 @@ One training step on one dataset item, then:
    -log σ(β (Δ_i + Σ_{k≠i} sg(Δ_k))): the joint margin, where only agent i's own term carries gradient;
    with `reference_kl_coef` > 0 plus that coefficient times the k3 KL to the start model on both answers.
 
+Under data-parallel training (`parallel_training: ddp`) a step takes one item per process: each process collects
+its item's pairs (offline: its share of the collection's batches, each seeded by its index), every process receives
+all of them (replay needs every item's history; rank 0 writes the files), and the one DPO step per agent averages
+the processes' gradients weighted by their pairs' weights: the gradient of the weighted mean loss over all the
+step's pairs, as one process training on them at once (tests/test_scale_out.py).
+
 Iterations (MADPO_ITER): iteration k is one pass over the step plan (the training items of the epochs, cut at
 `max_steps`), so a run takes `num_iterations` x that many steps; MADPO is one iteration without a comparator.
 On resume, pairs of the steps already trained are read back from the files (for replay), later ones are redone.
@@ -30,6 +36,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from cooprl import distributed
 from cooprl.agents import Agent, build_team
 from cooprl.comparators import Comparator, build_comparator
 from cooprl.config import Config, ConfigError
@@ -80,13 +87,23 @@ class MADPO(TeamAlgorithm):
         self.collection_metrics: dict[int, dict[str, dict[str, float]]] = {}
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
-        """Open the run's pair files; read back the pairs of the steps up to `step` (the resumed position)."""
-        self.store, self.steps_per_round = open_pair_store(run_dir, step), steps_per_round
-        if getattr(self.section, "log_reward_distribution", False):
-            self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
-        for iteration, pairs in self.store.load(up_to_step=step).items():
+        """Open the run's pair files; read back the pairs of the steps up to `step` (the resumed position). Under
+        data-parallel training rank 0 alone opens and writes them, and sends every rank what it read."""
+        self.steps_per_round = steps_per_round
+        main = distributed.current().is_main
+        if main:
+            self.store = open_pair_store(run_dir, step)
+            if getattr(self.section, "log_reward_distribution", False):
+                self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
+        stored = distributed.broadcast(self.store.load(up_to_step=step) if main else None)
+        for iteration, pairs in stored.items():
             for pair in pairs:
                 self.history[iteration][pair.item_id].append(pair)
+
+    @property
+    def data_parallel(self) -> bool:
+        """Whether this run trains data-parallel (`parallel_training: ddp`, even with one process)."""
+        return self.section.parallel_training == "ddp"
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
@@ -94,7 +111,8 @@ class MADPO(TeamAlgorithm):
         update on them and the replayed ones; return metrics."""
         item_id = self.task.item_id(item)
         iteration = (step - 1) // self.steps_per_round
-        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=True)
+        if distributed.current().is_main:
+            policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=True)
         if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
             self.comparator.start_iteration(iteration)
         if self.section.pair_collection == "online":
@@ -116,7 +134,8 @@ class MADPO(TeamAlgorithm):
             metrics["env_steps"] = self.section.environment_steps_per_pair * len(weighted)
         if self.reward_dist is not None:
             metrics.update(self.reward_dist.metrics(iteration))
-        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=False)
+        if distributed.current().is_main:
+            policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=False)
         return metrics
 
     def train_pairs(self, pairs: Sequence[PreferencePair], weights: Sequence[float], step: int) -> dict[str, float]:
@@ -138,9 +157,15 @@ class MADPO(TeamAlgorithm):
         """Online: sample, score and pair `item`'s candidates now, store the pairs; return them and the rollout's metrics."""
         roots, candidates = collect_candidates([item], self.task, self._sample, self.section.preference_num_candidates,
                                                self.comparator, self.process_reward)
-        pairs = self._pairs(item, candidates[0], iteration, step, self.rng)
-        self.store.append(iteration, pairs)
-        self.history[iteration][self.task.item_id(item)].extend(pairs)
+        # under ddp the pair choice draws from the item's own seeded generator (the loop seeds torch per item), so
+        # which process pairs an item changes nothing
+        rng = random.Random(int(torch.randint(0, 2**62, ()))) if self.data_parallel else self.rng
+        pairs = self._pairs(item, candidates[0], iteration, step, rng)
+        everyone = [p for rank_pairs in distributed.gather(pairs) for p in rank_pairs]   # the step's items in order
+        if self.store is not None:
+            self.store.append(iteration, everyone)
+        for pair in everyone:
+            self.history[iteration][pair.item_id].append(pair)
         return pairs, {**candidate_metrics(roots[0], candidates[0]), "env_steps": len(candidates[0])}
 
     def collect_iteration(self, iteration: int, step: int) -> dict[str, float]:
@@ -149,27 +174,47 @@ class MADPO(TeamAlgorithm):
 
         Sampling runs on its own seeded generators (like MARLHF's collection), so the training steps' random numbers
         do not depend on how many candidates the collection drew."""
-        order = data_order(len(self.task.train_items), self.section.num_train_epochs, self.config.seed)
-        items = [self.task.train_items[i] for i in dict.fromkeys(order[:self.steps_per_round])]  # each once, plan order
-        rng = random.Random(self.config.seed * 1000 + 777 + iteration)
-        pairs_of_iteration, metrics_by_item, sampled = [], {}, 0
+        items = [self.task.train_items[i] for i in self._plan()]
+        seed = self.config.seed * 1000 + 777 + iteration
+        chunks = [items[start:start + ITEMS_PER_COLLECTION] for start in range(0, len(items), ITEMS_PER_COLLECTION)]
+        ranks = distributed.current()
+        collected: dict[int, list[tuple[Any, list[PreferencePair], dict[str, float], int]]] = {}
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.config.seed * 1000 + 777 + iteration)
-            for start in range(0, len(items), ITEMS_PER_COLLECTION):
-                chunk = items[start:start + ITEMS_PER_COLLECTION]
-                roots, candidates = collect_candidates(chunk, self.task, self._sample,
+            for c in range(ranks.rank, len(chunks), ranks.world_size):   # every chunk in one process
+                # chunk 0 draws from the collection's seed, chunk c > 0 from one derived from it and c: a chunk's
+                # pairs do not depend on which process collects it
+                chunk_seed = seed if c == 0 else distributed.item_seed(seed, c)
+                torch.manual_seed(chunk_seed)
+                rng = random.Random(chunk_seed)
+                roots, candidates = collect_candidates(chunks[c], self.task, self._sample,
                                                        self.section.preference_num_candidates, self.comparator,
                                                        self.process_reward)
-                for item, root, cands in zip(chunk, roots, candidates):
-                    pairs = self._pairs(item, cands, iteration, step, rng)
-                    self.history[iteration][self.task.item_id(item)] = pairs
-                    metrics_by_item[self.task.item_id(item)] = candidate_metrics(root, cands)
-                    pairs_of_iteration += pairs
-                    sampled += len(cands)
-        write_pairs(self.store.path(iteration), pairs_of_iteration)
+                collected[c] = [(self.task.item_id(item), self._pairs(item, cands, iteration, step, rng),
+                                 candidate_metrics(root, cands), len(cands))
+                                for item, root, cands in zip(chunks[c], roots, candidates)]
+        sampled = sum(count for rows in collected.values() for *_, count in rows)   # by this process
+        if ranks.world_size > 1:
+            collected = {c: rows for part in distributed.gather(collected) for c, rows in part.items()}
+        pairs_of_iteration, metrics_by_item = [], {}
+        for c in sorted(collected):
+            for item_id, pairs, item_metrics, _ in collected[c]:
+                self.history[iteration][item_id] = pairs
+                metrics_by_item[item_id] = item_metrics
+                pairs_of_iteration += pairs
+        if self.store is not None:
+            write_pairs(self.store.path(iteration), pairs_of_iteration)
         self.collection_metrics[iteration] = metrics_by_item
         self.collected.append(iteration)
         return {"env_steps": sampled, "dpo/collected_pairs": float(len(pairs_of_iteration))}
+
+    def _plan(self) -> list[int]:
+        """Return the training items the step plan takes (indices, each once, in plan order): under ddp the items of
+        every process's steps (cooprl.distributed.shard_order), else the first `steps_per_round` of the order."""
+        order = data_order(len(self.task.train_items), self.section.num_train_epochs, self.config.seed)
+        world = distributed.current().world_size if self.data_parallel else 1
+        positions = sorted(position for rank in range(world) for position in distributed.shard_order(
+            order, len(self.task.train_items), distributed.Ranks(rank, world))[1][:self.steps_per_round])
+        return list(dict.fromkeys(order[position] for position in positions))
 
     def _pairs(self, item: Any, candidates: Sequence[Any], iteration: int, step: int,
                rng: random.Random) -> list[PreferencePair]:
@@ -213,11 +258,15 @@ class MADPO(TeamAlgorithm):
     def update(self, pairs: Sequence[PreferencePair], weights: Sequence[float]) -> dict[str, float]:
         """Take one optimizer step per agent on the weighted pairs (one backward for all); return DPO metrics."""
         metrics = {"dpo/pairs": float(len(pairs)), "dpo/skipped_nonfinite": 0.0}
-        if not pairs:
+        if not pairs and not self.data_parallel:
             return metrics
         for agent in self.team:
             agent.model.train()
             agent.optimizer.zero_grad(set_to_none=True)
+        if not pairs:   # ddp: the other processes may have pairs; this one joins their step with weight 0
+            for agent in self.team:
+                guarded_step(agent.optimizer, self.section.max_grad_norm, weight=0.0)
+            return metrics
         scored = [self.margins_and_kl(a, pairs) for a in range(len(self.team))]
         deltas = torch.stack([d.to(scored[0][0].device) for d, _ in scored])
         weights = torch.tensor(weights, device=deltas.device, dtype=deltas.dtype)
@@ -231,11 +280,15 @@ class MADPO(TeamAlgorithm):
         for a in range(len(self.team)):
             metrics[f"agent_{a}/reward_accuracy"] = (deltas[a].detach() > 0).float().mean().item()
             metrics[f"agent_{a}/margin_mean"] = deltas[a].detach().mean().item()
-        if not torch.isfinite(losses).all():
+        finite = bool(torch.isfinite(losses).all())
+        if not finite and not self.data_parallel:
             return {**metrics, "dpo/skipped_nonfinite": 1.0}
-        losses.sum().backward()   # agent i's parameters get gradient from loss_i only (see madpo_losses)
+        if finite:
+            losses.sum().backward()   # agent i's parameters get gradient from loss_i only (see madpo_losses)
         for a, agent in enumerate(self.team):
-            norm = guarded_step(agent.optimizer, self.section.max_grad_norm)
+            # under ddp: the processes' gradients weighted by their pairs' weights (each loss is a weighted mean)
+            norm = guarded_step(agent.optimizer, self.section.max_grad_norm, weight=float(weights.sum()),
+                                skip=not finite)
             metrics[f"agent_{a}/grad_norm"] = norm if norm is not None else float("nan")
             if norm is None:
                 metrics["dpo/skipped_nonfinite"] = 1.0
