@@ -216,7 +216,7 @@ class TrainerSection:
         "generation and update concurrent on its own device (agent_devices; magrpo, grpo); ddp: one process per "
         "device started by torchrun or accelerate launch, a step takes one item per process, gradients averaged "
         "(magrpo, grpo; iac, maac, ac with update_schedule episodes; madpo, madpo_iter with one DPO step per "
-        "training step; see README Scaling out)",
+        "training step; marlhf, marlhf_iter with a MAGRPO-family rl_algorithm; see README Scaling out)",
         choices=("none", "auto", "mp", "ddp"))
     agent_devices: Union[str, list[str], None] = option(
         None, "the agents' devices: one device (cpu, cuda, cuda:N, mps) for every agent, or a list with one device "
@@ -961,7 +961,7 @@ def read_old_madpo_preference(data: dict[str, Any]) -> dict[str, Any]:
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
 DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
 # ddp: every rank takes the same number of optimizer steps
-DDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter")
+DDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter")
 MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
 
 
@@ -1019,6 +1019,9 @@ def _check_parallel_training(name: str, section: Any) -> None:
                           f"set {name}.train_batch_size=null and {name}.rollout_buffer_size=null (one DPO step per "
                           "training step on the step's pairs of every process); a step's pair count differs between "
                           "processes")
+    if mode == "ddp" and getattr(section, "rl_algorithm", "magrpo") in ("iac", "maac"):
+        raise ConfigError(f"{name}.rl_algorithm: {section.rl_algorithm} under parallel_training ddp is not supported; "
+                          "use magrpo, mareinforce, maremax or marloo (MAGRPO's ddp), or train one process")
     if mode == "ddp" and getattr(section, "log_reward_distribution", False):
         raise ConfigError(f"{name}.log_reward_distribution: not with parallel_training ddp (each process sees only "
                           "its own problems' candidates); set it to false")

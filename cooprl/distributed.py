@@ -24,12 +24,14 @@ import datetime
 import hashlib
 import logging
 import os
+import random
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import torch
 
 log = logging.getLogger(__name__)
+T, R = TypeVar("T"), TypeVar("R")
 
 # how long a rank waits at a collective for the others: rank 0 evaluates and saves alone while the rest wait
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=3)
@@ -182,6 +184,34 @@ def barrier() -> None:
     """Wait until every rank arrives here (nothing in a single process)."""
     if current().world_size > 1:
         torch.distributed.barrier()
+
+
+def run_sharded(tasks: Sequence[T], seed: int, work: Callable[[T, random.Random], R]) -> list[R]:
+    """Return `work(task, rng)` for every task, in order; each task runs in one process (task i on rank i mod W)
+    with torch's generator and `rng` seeded by `seed` (task 0) or `item_seed(seed, i)`, and every process receives
+    every result. So the results do not depend on the number of processes, and one process's task 0 draws exactly
+    as an unsharded run seeded by `seed` would. torch's CPU generator is restored afterwards."""
+    ranks = current()
+    mine: dict[int, R] = {}
+    with torch.random.fork_rng(devices=[]):
+        for i in range(ranks.rank, len(tasks), ranks.world_size):
+            task_seed = seed if i == 0 else item_seed(seed, i)
+            torch.manual_seed(task_seed)
+            mine[i] = work(tasks[i], random.Random(task_seed))
+    if ranks.world_size > 1:
+        mine = {i: result for part in gather(mine) for i, result in part.items()}
+    return [mine[i] for i in range(len(tasks))]
+
+
+def broadcast_parameters(model: torch.nn.Module) -> None:
+    """Overwrite `model`'s trainable parameters with rank 0's (nothing in a single process): for a model every rank
+    trains alike, so that the last bits of nondeterministic kernels cannot make the ranks' copies drift apart."""
+    if current().world_size == 1:
+        return
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                torch.distributed.broadcast(p.data, src=0)
 
 
 def mean_metrics(per_rank: list[dict[str, float]], summed: tuple[str, ...] = ()) -> dict[str, float]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from cooprl import distributed
 from cooprl.config import IterativeFields
 from cooprl.errors import UserError
 from cooprl.rollout import Node, RolloutSettings, Sampler, rollout
@@ -225,6 +226,18 @@ def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: 
             record(cands)
         pairs += pairs_from_candidates(task.item_id(item), task.first_prompts(item), cands, section, iteration, step, rng)
     return pairs
+
+
+def plan_items(task: Any, section: Any, seed: int, steps_per_round: int) -> list[Any]:
+    """Return the training items a preference iteration's step plan takes, each once, in plan order: the first
+    `steps_per_round` of the data order, or under data-parallel training every process's first `steps_per_round`
+    (cooprl.distributed.shard_order)."""
+    from cooprl.trainers.loop import data_order   # lazily: importing cooprl.trainers imports this module
+    order = data_order(len(task.train_items), section.num_train_epochs, seed)
+    world = distributed.current().world_size if section.parallel_training == "ddp" else 1
+    positions = sorted(position for rank in range(world) for position in distributed.shard_order(
+        order, len(task.train_items), distributed.Ranks(rank, world))[1][:steps_per_round])
+    return [task.train_items[i] for i in dict.fromkeys(order[position] for position in positions)]
 
 
 # ---------------------------------------------------------------------------------------------- files

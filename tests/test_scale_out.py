@@ -23,7 +23,8 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 # ---------------------------------------------------------------------------------------------- config rules
 @pytest.mark.parametrize("override,message", [
-    ("marlhf.parallel_training=ddp", "marlhf.parallel_training: ddp is supported by magrpo, grpo, iac, maac, ac, madpo"),
+    (["marlhf.parallel_training=ddp", "marlhf.rl_algorithm=iac"], "marlhf.rl_algorithm: iac under parallel_training"),
+    (["marlhf.parallel_training=ddp", "marlhf.num_turns=2"], "set marlhf.update_schedule=items"),   # default: nodes
     (["madpo.parallel_training=ddp", "madpo.train_batch_size=4"], "madpo.train_batch_size=null and madpo.rollout_"),
     (["madpo_iter.parallel_training=ddp", "madpo_iter.log_reward_distribution=true"],
      "madpo_iter.log_reward_distribution: not with parallel_training ddp"),
@@ -260,7 +261,7 @@ def test_ddp_actor_critic_needs_one_step_per_update():
 # MADPO under ddp, on the learnable lowercase task (every candidate's reward differs, so every item has pairs) with
 # the character-level model, full fine-tuning: a step's pairs are its items' pairs whichever process sampled them, and
 # its DPO step is one step on all of them
-def madpo_launch(tmp_path: Path, name: str, processes: int, *overrides: str) -> Path:
+def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *overrides: str) -> Path:
     from tests.learnable import build_char_model
     model = tmp_path / "char"
     if not model.is_dir():
@@ -269,14 +270,14 @@ def madpo_launch(tmp_path: Path, name: str, processes: int, *overrides: str) -> 
     config.write_text("wandb: {mode: disabled}\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
-    args = ["tests/ddp_learnable_main.py", "madpo", "--config", str(config), "--override",
+    t = trainer
+    args = ["tests/ddp_learnable_main.py", t, "--config", str(config), "--override",
             f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
-            "agent_model.temperature=1.0", "agent_model.top_p=1.0", "madpo.num_agents=2", "madpo.num_turns=1",
-            "madpo.max_new_tokens=6", "madpo.preference_num_candidates=4", "madpo.preference_pairs_per_sample=2",
-            "madpo.pair_selection=reward_gap", "madpo.parallel_training=ddp", "madpo.train_batch_size=null",
-            "madpo.rollout_buffer_size=null", "madpo.eval_interval=0", "madpo.eval_at_start=false",
-            "madpo.eval_num_samples=1", "madpo.max_grad_norm=null", f"output.base_dir={tmp_path}",
-            f"output.run_name={name}", *overrides]
+            "agent_model.temperature=1.0", "agent_model.top_p=1.0", f"{t}.num_agents=2", f"{t}.num_turns=1",
+            f"{t}.max_new_tokens=6", f"{t}.preference_num_candidates=4", f"{t}.preference_pairs_per_sample=2",
+            f"{t}.pair_selection=reward_gap", f"{t}.parallel_training=ddp", f"{t}.eval_interval=0",
+            f"{t}.eval_at_start=false", f"{t}.eval_num_samples=1", f"{t}.max_grad_norm=null",
+            f"output.base_dir={tmp_path}", f"output.run_name={name}", *overrides]
     result = subprocess.run(command + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return tmp_path / name
@@ -292,10 +293,10 @@ def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collec
     from cooprl.trainers.madpo import build_madpo
     from tests.learnable import lowercase_task
 
-    common = [f"madpo.pair_collection={collection}"]
-    two = madpo_launch(tmp_path, "two", 2, *common, "madpo.max_steps=1", "madpo.learning_rate=1e-4")
+    common = [f"madpo.pair_collection={collection}", "madpo.train_batch_size=null", "madpo.rollout_buffer_size=null"]
+    two = learnable_launch(tmp_path, "madpo", "two", 2, *common, "madpo.max_steps=1", "madpo.learning_rate=1e-4")
     # one process, learning rate 0: its 2 steps sample the same 2 items with the start weights, as the 2 ranks did
-    one = madpo_launch(tmp_path, "one", 1, *common, "madpo.max_steps=2", "madpo.learning_rate=0.0")
+    one = learnable_launch(tmp_path, "madpo", "one", 1, *common, "madpo.max_steps=2", "madpo.learning_rate=0.0")
     pairs = read_pairs(two / "preferences" / "iteration_0.jsonl")
     reference = read_pairs(one / "preferences" / "iteration_0.jsonl")
 
@@ -320,3 +321,23 @@ def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collec
         assert moved < 1e-6, (i, moved)
         assert any(not torch.equal(ours[k], v) for k, v in model_weights(one / "checkpoints" / "checkpoint-2")[
             f"agent_{i}"].items())   # the step did move the weights (lr 0 left the reference's at the start)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_marlhf_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path):
+    # the pairs (collected before the first step, split over the processes), the reward model trained on them, and the
+    # RL step (MAGRPO on the learned reward: 2 ranks x 1 item vs 1 process x 2 items; raw advantages, no per-rank
+    # normalization) all come out as in one process
+    from cooprl.preferences import read_pairs
+    common = ["marlhf.num_generations=2", "marlhf.update_schedule=items", "marlhf.learning_rate=1e-4",
+              "marlhf.advantage_mode=raw", "marlhf.advantage_normalization=false", "marlhf.reward_model_epochs=2",
+              "marlhf.reward_model_learning_rate=1e-3"]
+    two = learnable_launch(tmp_path, "marlhf", "two", 2, *common, "marlhf.max_steps=1", "marlhf.rollout_buffer_size=1")
+    one = learnable_launch(tmp_path, "marlhf", "one", 1, *common, "marlhf.max_steps=2", "marlhf.rollout_buffer_size=2")
+    pairs = read_pairs(two / "preferences" / "iteration_0.jsonl")
+    assert len(pairs) == 4 and pairs == read_pairs(one / "preferences" / "iteration_0.jsonl")
+    a, b = model_weights(two / "checkpoints" / "checkpoint-1"), model_weights(one / "checkpoints" / "checkpoint-2")
+    assert sorted(a) == sorted(b) == ["agent_0", "agent_1", "agent_2"]   # the two policies, the reward model
+    for name in a:
+        assert max((a[name][k] - b[name][k]).abs().max().item() for k in a[name]) < 1e-5, name

@@ -45,9 +45,9 @@ from cooprl.logprobs import completion_logprobs
 from cooprl.policy_update import k3_kl
 from cooprl.text import safe_print
 from cooprl.preferences import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
+                                plan_items,
                                 open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.task import Task
-from cooprl.trainers.loop import data_order
 from cooprl.optim import guarded_step
 from cooprl.trainers.base import TeamAlgorithm
 
@@ -174,30 +174,22 @@ class MADPO(TeamAlgorithm):
 
         Sampling runs on its own seeded generators (like MARLHF's collection), so the training steps' random numbers
         do not depend on how many candidates the collection drew."""
-        items = [self.task.train_items[i] for i in self._plan()]
-        seed = self.config.seed * 1000 + 777 + iteration
+        items = plan_items(self.task, self.section, self.config.seed, self.steps_per_round)
         chunks = [items[start:start + ITEMS_PER_COLLECTION] for start in range(0, len(items), ITEMS_PER_COLLECTION)]
+
+        def collect(chunk: list[Any], rng: random.Random) -> list[tuple[Any, list[PreferencePair], dict, int]]:
+            roots, candidates = collect_candidates(chunk, self.task, self._sample, self.section.preference_num_candidates,
+                                                   self.comparator, self.process_reward)
+            return [(self.task.item_id(item), self._pairs(item, cands, iteration, step, rng),
+                     candidate_metrics(root, cands), len(cands)) for item, root, cands in zip(chunk, roots, candidates)]
+
+        # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes
+        results = distributed.run_sharded(chunks, self.config.seed * 1000 + 777 + iteration, collect)
         ranks = distributed.current()
-        collected: dict[int, list[tuple[Any, list[PreferencePair], dict[str, float], int]]] = {}
-        with torch.random.fork_rng(devices=[]):
-            for c in range(ranks.rank, len(chunks), ranks.world_size):   # every chunk in one process
-                # chunk 0 draws from the collection's seed, chunk c > 0 from one derived from it and c: a chunk's
-                # pairs do not depend on which process collects it
-                chunk_seed = seed if c == 0 else distributed.item_seed(seed, c)
-                torch.manual_seed(chunk_seed)
-                rng = random.Random(chunk_seed)
-                roots, candidates = collect_candidates(chunks[c], self.task, self._sample,
-                                                       self.section.preference_num_candidates, self.comparator,
-                                                       self.process_reward)
-                collected[c] = [(self.task.item_id(item), self._pairs(item, cands, iteration, step, rng),
-                                 candidate_metrics(root, cands), len(cands))
-                                for item, root, cands in zip(chunks[c], roots, candidates)]
-        sampled = sum(count for rows in collected.values() for *_, count in rows)   # by this process
-        if ranks.world_size > 1:
-            collected = {c: rows for part in distributed.gather(collected) for c, rows in part.items()}
+        sampled = sum(count for c in range(ranks.rank, len(results), ranks.world_size) for *_, count in results[c])
         pairs_of_iteration, metrics_by_item = [], {}
-        for c in sorted(collected):
-            for item_id, pairs, item_metrics, _ in collected[c]:
+        for rows in results:
+            for item_id, pairs, item_metrics, _ in rows:
                 self.history[iteration][item_id] = pairs
                 metrics_by_item[item_id] = item_metrics
                 pairs_of_iteration += pairs
@@ -206,15 +198,6 @@ class MADPO(TeamAlgorithm):
         self.collection_metrics[iteration] = metrics_by_item
         self.collected.append(iteration)
         return {"env_steps": sampled, "dpo/collected_pairs": float(len(pairs_of_iteration))}
-
-    def _plan(self) -> list[int]:
-        """Return the training items the step plan takes (indices, each once, in plan order): under ddp the items of
-        every process's steps (cooprl.distributed.shard_order), else the first `steps_per_round` of the order."""
-        order = data_order(len(self.task.train_items), self.section.num_train_epochs, self.config.seed)
-        world = distributed.current().world_size if self.data_parallel else 1
-        positions = sorted(position for rank in range(world) for position in distributed.shard_order(
-            order, len(self.task.train_items), distributed.Ranks(rank, world))[1][:self.steps_per_round])
-        return list(dict.fromkeys(order[position] for position in positions))
 
     def _pairs(self, item: Any, candidates: Sequence[Any], iteration: int, step: int,
                rng: random.Random) -> list[PreferencePair]:

@@ -13,6 +13,11 @@ Every step then runs `rl_algorithm` (MAGRPO by default; its REINFORCE variants m
 which are MAGRPO with advantage_mode raw, max and rloo; IAC or MAAC) on the task whose reward is the frozen
 reward model's value (`LearnedReward`). Evaluation switches the learned reward off: it uses the task reward.
 
+Under data-parallel training (`parallel_training: ddp`, with a MAGRPO-family `rl_algorithm`) every process takes part
+in the collection (its share of the seeded chunks), receives all pairs (rank 0 reads and writes the files), trains
+the reward model alike (rank 0's copy is then sent to all, so they cannot drift), and runs the RL step on its own
+item, as MAGRPO does under ddp.
+
 The reward model is saved in every checkpoint after the RL algorithm's models, and its mean and std in the
 trainer state, so a resumed run continues with exactly the rewards it had. Steps 1-3 draw from their own seeded
 generators, so reading saved pairs instead of sampling them leaves the RL phase's random numbers unchanged.
@@ -29,13 +34,13 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from cooprl import distributed
 from cooprl.config import Config, ConfigError, TrainerSection, trainer_device
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
-                                policy_checkpoints, read_pairs, write_pairs)
+                                plan_items, policy_checkpoints, read_pairs, write_pairs)
 from cooprl.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
-from cooprl.trainers.loop import data_order
 from cooprl.value_model import ValueModel
 
 log = logging.getLogger(__name__)
@@ -114,16 +119,21 @@ class MARLHF:
         self.reward_dist: RewardDistribution | None = None   # log_reward_distribution (opened in start_run)
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
-        """Open the run's pair files (the loop calls this once the run folder and the resumed step are known)."""
-        self.store, self.steps_per_round = open_pair_store(run_dir, step), steps_per_round
-        if getattr(self.section, "log_reward_distribution", False):
-            self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
+        """Open the run's pair files (the loop calls this on every rank once the run folder and the resumed step are
+        known; rank 0 alone reads and writes them)."""
+        self.steps_per_round = steps_per_round
+        if distributed.current().is_main:
+            self.store = open_pair_store(run_dir, step)
+            if getattr(self.section, "log_reward_distribution", False):
+                self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
         """Learn the iteration's reward model first if needed, then one RL step on the learned reward; return metrics."""
         iteration = (step - 1) // self.steps_per_round
-        policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round, before=True)
+        main = distributed.current().is_main
+        if main:
+            policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round, before=True)
         if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
             self.comparator.start_iteration(iteration)
         if iteration > self.trained_iteration:
@@ -134,7 +144,9 @@ class MARLHF:
                     self.reward_metrics.update(self.reward_dist.metrics(iteration))
             self.trained_iteration = iteration
         metrics = {**self.rl.train_step(item, step), **self.reward_metrics}
-        policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round, before=False)
+        if main:
+            policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round,
+                               before=False)
         return metrics
 
     def end_epoch(self, metrics: dict[str, float]) -> None:
@@ -147,15 +159,18 @@ class MARLHF:
 
     def learn_reward(self, iteration: int, step: int) -> dict[str, float]:
         """Get iteration's pairs (read back, or collected and written), train the reward model; return its metrics."""
-        path = self.store.path(iteration)
-        if path.is_file():
-            pairs = read_pairs(path)
+        main = self.store is not None   # rank 0 (every rank of a single process run)
+        path = self.store.path(iteration) if main else None
+        saved = distributed.broadcast(read_pairs(path) if main and path.is_file() else None)
+        if saved is not None:
+            pairs = saved
             log.info("iteration %d: %d preference pairs read from %s", iteration, len(pairs), path)
         else:
             pairs = self.collect(iteration, step)
-            write_pairs(path, pairs)
-            log.info("iteration %d: %d preference pairs written to %s", iteration, len(pairs), path)
-        history = {k: read_pairs(self.store.path(k)) for k in range(iteration)}
+            if main:
+                write_pairs(path, pairs)
+                log.info("iteration %d: %d preference pairs written to %s", iteration, len(pairs), path)
+        history = distributed.broadcast({k: read_pairs(self.store.path(k)) for k in range(iteration)} if main else None)
         weighted = self.plan.replayed({**history, iteration: pairs}, iteration, random.Random(self._seed(iteration)))
         metrics = {"reward_model/iteration": float(iteration), "preferences/new_pairs": float(len(pairs))}
         if pairs:
@@ -170,10 +185,12 @@ class MARLHF:
             learning_rate=s.reward_model_learning_rate, epochs=s.reward_model_epochs,
             eval_fraction=s.reward_eval_fraction, seed=self._seed(iteration), max_grad_norm=s.max_grad_norm,
             batch_size=s.reward_train_batch_size or PAIRS_PER_BATCH))
+        distributed.broadcast_parameters(self.reward_model.model)   # every rank trained it alike: keep rank 0's
         if s.normalize_reward:
             # A fresh head scores about +-0.01: next to the reward processor's shift (-4 by default) such a reward
             # is nearly invisible, and IAC's critic would learn targets on the shift's scale, not the reward's.
-            self.learned.mean, self.learned.std = score_stats(self.reward_model, [p for p, _ in weighted])
+            self.learned.mean, self.learned.std = distributed.broadcast(
+                score_stats(self.reward_model, [p for p, _ in weighted]))
             metrics.update({"reward_model/score_mean": self.learned.mean, "reward_model/score_std": self.learned.std})
         log.info("iteration %d reward model: %s", iteration,
                  ", ".join(f"{k.split('/')[-1]} {v:.3f}" for k, v in metrics.items()))
@@ -181,10 +198,7 @@ class MARLHF:
 
     def collect(self, iteration: int, step: int) -> list[Any]:
         """Return preference pairs on the items of the step plan, scored with the task reward."""
-        order = data_order(len(self.task.train_items), self.section.num_train_epochs, self.config.seed)
-        indices = list(dict.fromkeys(order[:self.steps_per_round]))   # each item once, in plan order
-        items = [self.task.train_items[i] for i in indices]
-        rng = random.Random(self._seed(iteration))
+        items = plan_items(self.task, self.section, self.config.seed, self.steps_per_round)
         # before the first RL step of the iteration: the bar does not move meanwhile, so say what takes the time
         log.info("iteration %d: sampling %d candidates on each of %d problems for preference pairs", iteration,
                  self.section.preference_num_candidates, len(items))
@@ -193,12 +207,15 @@ class MARLHF:
             return self.rl.team[agent].sample(prompts, n)
 
         task = self.scoring_task(iteration)
-        pairs = []
-        for start in range(0, len(items), ITEMS_PER_COLLECTION):
-            pairs += collect_pairs(items[start:start + ITEMS_PER_COLLECTION], task, sample, self.section,
-                                   iteration, rng, self.comparator, step=step,
-                                   record=(lambda c: self.reward_dist.add(iteration, c)) if self.reward_dist else None)
-        return pairs
+
+        def collect_chunk(chunk: list[Any], rng: random.Random) -> list[Any]:
+            return collect_pairs(chunk, task, sample, self.section, iteration, rng, self.comparator, step=step,
+                                 record=(lambda c: self.reward_dist.add(iteration, c)) if self.reward_dist else None)
+
+        # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes
+        chunks = [items[start:start + ITEMS_PER_COLLECTION] for start in range(0, len(items), ITEMS_PER_COLLECTION)]
+        return [pair for chunk_pairs in distributed.run_sharded(chunks, self._seed(iteration), collect_chunk)
+                for pair in chunk_pairs]
 
     def scoring_task(self, iteration: int) -> Task:
         """Return the task whose reward scores iteration's candidates: the task reward, or with
@@ -216,6 +233,14 @@ class MARLHF:
             return self.rl.evaluate(items)
 
     # ------------------------------------------------------------------------------------------ checkpoints
+    def rank_state(self) -> dict[str, Any]:
+        """Return what differs between the processes of a data-parallel run: the RL algorithm's buffers."""
+        return self.rl.rank_state()
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        """Restore what `rank_state` saved."""
+        self.rl.load_rank_state(state)
+
     def state_dict(self) -> dict[str, Any]:
         """Return the RL algorithm's state, which iteration's reward model the checkpoint holds and its mean/std, and
         the comparator's policy snapshots (history, current_copy) when it keeps some."""
