@@ -38,8 +38,10 @@ def data(tmp_path) -> Path:
 
 
 def _config(name: str, task_config: type, data: Path, *overrides: str):
+    # the scripted answers below are written for prompts that end after the docstring (bodies carry their indentation)
     return load_config(ROOT / "configs" / name, [f"dataset.path={data}", "dataset.train_split=train[:1]",
-                                                  "dataset.eval_split=train[1:]", *overrides], task_config=task_config)
+                                                  "dataset.eval_split=train[1:]", "code_prompt.open_body=false",
+                                                  *overrides], task_config=task_config)
 
 
 def scripted(texts: dict[int, list[str]]):
