@@ -73,7 +73,13 @@ def build_team(config: Config, section: Any, num_agents: int,
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
         from cooprl.vllm_generation import check_vllm_backend
-        for device in dict.fromkeys(devices):
+        for device in dict.fromkeys(devices):   # each engine reserves its share of its device's whole memory
+            share = devices.count(device) * model_cfg.vllm_gpu_memory_utilization
+            if share > 0.9:
+                raise ConfigError(f"agent_model.vllm_gpu_memory_utilization={model_cfg.vllm_gpu_memory_utilization}: "
+                                  f"{devices.count(device)} vLLM engines on {device} would reserve {share:.2f} of its "
+                                  "memory, leaving too little for training; lower it (e.g. 0.3 per engine) or put the "
+                                  "agents on separate devices")
             check_vllm_backend(device)  # before any model is loaded: fail fast with the fix
     data_parallel = getattr(section, "parallel_training", "none") == "ddp"
     team = []

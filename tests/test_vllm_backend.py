@@ -511,6 +511,16 @@ def test_no_cuda_is_a_config_error(fake_vllm, monkeypatch):
     assert check_vllm_backend("cuda:0") is fake_vllm
 
 
+def test_engines_that_would_take_the_whole_gpu_are_refused(fake_vllm, monkeypatch):
+    from cooprl.agents import build_team
+    import cooprl.vllm_generation as backend
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:0",
+                                "agent_model.generation_backend=vllm", "agent_model.vllm_gpu_memory_utilization=0.5"])
+    with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
+        build_team(config, config.magrpo, 2)   # refused before any model is loaded
+
+
 def test_config_keys():
     config = load_config(None, [])
     assert config.agent_model.generation_backend == "hf" and config.agent_model.vllm_gpu_memory_utilization == 0.3
