@@ -215,7 +215,7 @@ class TrainerSection:
         "none", "none (or auto): one process, the agents one after the other; mp: one process, each agent's "
         "generation and update concurrent on its own device (agent_devices; magrpo, grpo); ddp: one process per "
         "device started by torchrun or accelerate launch, a step takes one item per process, gradients averaged "
-        "(magrpo, grpo; iac, maac, ac with update_schedule episodes; madpo, madpo_iter with one DPO step per "
+        "(every trainer: iac, maac, ac with update_schedule episodes; madpo, madpo_iter with one DPO step per "
         "training step; marlhf, marlhf_iter with a MAGRPO-family rl_algorithm; see README Scaling out)",
         choices=("none", "auto", "mp", "ddp"))
     agent_devices: Union[str, list[str], None] = option(
@@ -960,8 +960,6 @@ def read_old_madpo_preference(data: dict[str, Any]) -> dict[str, Any]:
 
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
 DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
-# ddp: every rank takes the same number of optimizer steps
-DDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter")
 MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
 
 
@@ -1006,10 +1004,6 @@ def trainer_device(section: Any, key: str, fallback: str) -> str:
 def _check_parallel_training(name: str, section: Any) -> None:
     """ConfigError when `section`'s parallel_training does not fit the trainer or its other keys."""
     mode = section.parallel_training
-    if mode == "ddp" and name not in DDP_TRAINERS:
-        raise ConfigError(f"{name}.parallel_training: ddp is supported by {', '.join(DDP_TRAINERS)} (their ranks take "
-                          f"the same optimizer steps); {name} runs on one process (none), its models placed with the "
-                          "*_devices keys")
     if mode == "mp" and name not in MP_TRAINERS:
         raise ConfigError(f"{name}.parallel_training: mp is supported by {', '.join(MP_TRAINERS)}; {name} runs its "
                           "agents one after the other (none), its models placed with the *_devices keys")

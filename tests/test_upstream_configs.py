@@ -206,7 +206,7 @@ def test_an_override_wins_over_the_files_value_under_the_other_name():
 
 @pytest.mark.parametrize("override,message", [
     ("iac.parallel_training=mp", "iac.parallel_training: mp is supported by magrpo, grpo"),
-    ("madpo.parallel_training=ddp", "madpo.parallel_training: ddp is supported by magrpo, grpo, iac, maac, ac"),
+    ("maac.parallel_training=ddp", "set maac.update_schedule=episodes and maac.train_batch_size=null"),
     ("iac.parallel_training=ddp", "set iac.update_schedule=episodes and iac.train_batch_size=null"),
     ("magrpo.agent_devices=[cuda:0, cuda1]", "magrpo.agent_devices: 'cuda1' is not a device"),
     ("maac.critic_devices=[cpu, gpu]", "maac.critic_devices: 'gpu' is not a device"),
