@@ -1001,7 +1001,7 @@ def trainer_device(section: Any, key: str, fallback: str) -> str:
     return devices[0] if devices else fallback
 
 
-def _check_parallel_training(name: str, section: Any) -> None:
+def check_parallel_training(name: str, section: Any) -> None:
     """ConfigError when `section`'s parallel_training does not fit the trainer or its other keys."""
     mode = section.parallel_training
     if mode == "mp" and name not in MP_TRAINERS:
@@ -1013,9 +1013,6 @@ def _check_parallel_training(name: str, section: Any) -> None:
                           f"set {name}.train_batch_size=null and {name}.rollout_buffer_size=null (one DPO step per "
                           "training step on the step's pairs of every process); a step's pair count differs between "
                           "processes")
-    if mode == "ddp" and getattr(section, "rl_algorithm", "magrpo") in ("iac", "maac"):
-        raise ConfigError(f"{name}.rl_algorithm: {section.rl_algorithm} under parallel_training ddp is not supported; "
-                          "use magrpo, mareinforce, maremax or marloo (MAGRPO's ddp), or train one process")
     if mode == "ddp" and getattr(section, "log_reward_distribution", False):
         raise ConfigError(f"{name}.log_reward_distribution: not with parallel_training ddp (each process sees only "
                           "its own problems' candidates); set it to false")
@@ -1052,7 +1049,7 @@ def check_consistency(config: Config) -> None:
     _check_vllm(config.agent_model)
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
-        _check_parallel_training(name, section)
+        check_parallel_training(name, section)
         for key in DEVICE_KEYS:
             device_list(getattr(section, key, None), f"{name}.{key}")
         if any(k < 1 or k > section.eval_num_generations for k in section.eval_pass_k):

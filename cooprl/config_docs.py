@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = [
     "`<trainer>.eval_pass_k`: every k is between 1 and `<trainer>.eval_num_generations` (checked at load).",
     "`<trainer>.parallel_training`: `mp` is magrpo's and grpo's, `ddp` every trainer's; `ddp` needs `update_schedule: "
-    "items` (or `num_turns: 1`) for magrpo/grpo and marlhf/marlhf_iter (whose `rl_algorithm` must be of MAGRPO's "
-    "family), `update_schedule: "
+    "items` (or `num_turns: 1`) for magrpo/grpo and marlhf/marlhf_iter (with `rl_algorithm` iac or maac: that "
+    "section's actor-critic rule, checked when the trainer is built), `update_schedule: "
     "episodes` with `train_batch_size: null` for the actor-critics, `train_batch_size: null` and `rollout_buffer_size: "
     "null` with `log_reward_distribution: false` for madpo/madpo_iter, and one agent device (each process uses its "
     "own); a device key "

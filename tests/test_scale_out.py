@@ -23,7 +23,6 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 # ---------------------------------------------------------------------------------------------- config rules
 @pytest.mark.parametrize("override,message", [
-    (["marlhf.parallel_training=ddp", "marlhf.rl_algorithm=iac"], "marlhf.rl_algorithm: iac under parallel_training"),
     (["marlhf.parallel_training=ddp", "marlhf.num_turns=2"], "set marlhf.update_schedule=items"),   # default: nodes
     (["madpo.parallel_training=ddp", "madpo.train_batch_size=4"], "madpo.train_batch_size=null and madpo.rollout_"),
     (["madpo_iter.parallel_training=ddp", "madpo_iter.log_reward_distribution=true"],
@@ -341,3 +340,29 @@ def test_marlhf_two_processes_of_one_item_equal_one_process_of_two_items(tmp_pat
     assert sorted(a) == sorted(b) == ["agent_0", "agent_1", "agent_2"]   # the two policies, the reward model
     for name in a:
         assert max((a[name][k] - b[name][k]).abs().max().item() for k in a[name]) < 1e-5, name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_marlhf_with_iac_two_processes_equal_one(tmp_path):
+    # MARLHF's RL algorithm IAC under ddp (its own section's episodes schedule, one step per model per update; raw
+    # advantages): 2 processes x 1 item per step (2 steps) equal 1 process x 2 items per update (4 steps)
+    common = ["marlhf.rl_algorithm=iac", "marlhf.learning_rate=1e-4", "marlhf.reward_model_epochs=2",
+              "marlhf.reward_model_learning_rate=1e-3", "iac.num_generations=2", "iac.update_schedule=episodes",
+              "iac.train_batch_size=null", "iac.critic_learning_rate=1e-4", "iac.advantage_normalization=false",
+              "iac.use_separate_critic=true"]
+    learnable_launch(tmp_path, "marlhf", "two", 2, *common, "marlhf.max_steps=2", "iac.rollout_buffer_size=2")
+    learnable_launch(tmp_path, "marlhf", "one", 1, *common, "marlhf.max_steps=4", "iac.rollout_buffer_size=4")
+    two = model_weights(tmp_path / "two" / "checkpoints" / "checkpoint-2")
+    one = model_weights(tmp_path / "one" / "checkpoints" / "checkpoint-4")
+    assert sorted(two) == sorted(one) and len(two) == 5, sorted(two)   # 2 actors, 2 critics, the reward model
+    for name in two:   # as the IAC test: Adam's sign-like first steps on values computed in batches of 2 vs 4 rows
+        assert max((two[name][k] - one[name][k]).abs().max().item() for k in two[name]) < 5e-5, name
+
+
+def test_marlhf_checks_its_rl_algorithms_ddp_rules():
+    from cooprl.trainers.marlhf import build_marlhf
+    from tests.learnable import lowercase_task
+    config = load_config(None, ["marlhf.parallel_training=ddp", "marlhf.rl_algorithm=iac"])   # iac: turns schedule
+    with pytest.raises(ConfigError, match="set iac.update_schedule=episodes"):
+        build_marlhf(config, "marlhf", lowercase_task(2))   # before any model is loaded

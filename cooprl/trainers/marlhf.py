@@ -13,10 +13,11 @@ Every step then runs `rl_algorithm` (MAGRPO by default; its REINFORCE variants m
 which are MAGRPO with advantage_mode raw, max and rloo; IAC or MAAC) on the task whose reward is the frozen
 reward model's value (`LearnedReward`). Evaluation switches the learned reward off: it uses the task reward.
 
-Under data-parallel training (`parallel_training: ddp`, with a MAGRPO-family `rl_algorithm`) every process takes part
+Under data-parallel training (`parallel_training: ddp`; IAC and MAAC as `rl_algorithm` with their own ddp keys:
+`iac.update_schedule: episodes`, `iac.train_batch_size: null`) every process takes part
 in the collection (its share of the seeded chunks), receives all pairs (rank 0 reads and writes the files), trains
 the reward model alike (rank 0's copy is then sent to all, so they cannot drift), and runs the RL step on its own
-item, as MAGRPO does under ddp.
+item, as the RL algorithm does under ddp.
 
 The reward model is saved in every checkpoint after the RL algorithm's models, and its mean and std in the
 trainer state, so a resumed run continues with exactly the rewards it had. Steps 1-3 draw from their own seeded
@@ -35,7 +36,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from cooprl import distributed
-from cooprl.config import Config, ConfigError, TrainerSection, trainer_device
+from cooprl.config import Config, ConfigError, TrainerSection, check_parallel_training, trainer_device
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
                                 plan_items, policy_checkpoints, read_pairs, write_pairs)
@@ -300,9 +301,12 @@ def build_marlhf(config: Config, trainer: str, task: Task) -> MARLHF:
                           f"this task gives each agent its own (a general-sum team); use the task's shared reward")
     if section.rl_algorithm not in RL_TRAINERS:
         raise ConfigError(f"{trainer}.rl_algorithm={section.rl_algorithm!r}: choose one of {', '.join(RL_TRAINERS)}")
+    rl_cfg, rl_name = rl_config(config, trainer)
+    # the RL algorithm's section (IAC's or MAAC's own keys, with MARLHF's shared ones) meets the ddp rules too
+    check_parallel_training(rl_name, rl_cfg.trainer(rl_name))
     reward_model = build_reward_model(config, section)
     learned_task, learned = learned_reward_task(task, reward_model)
-    rl = TRAINERS[RL_TRAINERS[section.rl_algorithm]].build(*rl_config(config, trainer), learned_task)
+    rl = TRAINERS[RL_TRAINERS[section.rl_algorithm]].build(rl_cfg, rl_name, learned_task)
     comparator = None
     if hasattr(section, "comparator_policy"):
         from cooprl.comparators import build_comparator
