@@ -32,6 +32,18 @@ NUM_PROBLEMS = 4           # the first N HumanEval problems (test[:N])
 SEED = 0
 
 
+def embedded_generator(threads: int = 1, seed: int = 0) -> Any:
+    """Return an HFGenerator on the embedded SmolLM2 (float32, CPU), torch seeded and limited to `threads` threads:
+    the sampler of the behaviour benches (aux_calls, function_rate, self_tests_correlation)."""
+    import torch
+    from cooprl.generation import HFGenerator
+    from cooprl.models import SMOLLM2, load_causal_lm, load_tokenizer
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    return HFGenerator(load_causal_lm(SMOLLM2, torch_dtype="float32", device="cpu"), load_tokenizer(SMOLLM2),
+                       max_prompt_tokens=1024)
+
+
 def model_path() -> str:
     """Return the local HF folder of the embedded SmolLM2 (loadable by path by any trainer)."""
     from cooprl.models import resolve_model_path

@@ -31,27 +31,31 @@ EXAMPLE = ("Example. The helper `aux` is already defined, and the main function 
            "Now your task.\n")
 
 
+VARIANTS = ("upstream", "sees_aux", "example", "hot", "open_body", "open_sees_aux")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--variants", default="upstream,sees_aux,example,hot,open_body,open_sees_aux")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args()
+    chosen = args.variants.split(",")
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown:   # before the model loads
+        parser.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
 
     import torch
-    from cooprl.generation import HFGenerator, SamplingParams
-    from cooprl.models import SMOLLM2, load_causal_lm, load_tokenizer
+    from _common import embedded_generator   # bench/ is the script's folder
+    from cooprl.generation import SamplingParams
     from envs.code_generation.data import load_problems
     from envs.code_generation.prompts import (aux_prompt, completion_to_code, main_prompt, open_body, stop_strings,
                                               with_aux_code)
     from rewards.code_cleaning import calls_aux
 
-    torch.manual_seed(0)
-    torch.set_num_threads(args.threads)
-    model = load_causal_lm(SMOLLM2, torch_dtype="float32", device="cpu")
-    generator = HFGenerator(model, load_tokenizer(SMOLLM2), max_prompt_tokens=1024)
+    generator = embedded_generator(args.threads)
     problems = load_problems({"name": "coop", "type": "coophumaneval"}, f"train[16:{16 + args.problems}]")
 
     def params(temperature: float, role: str) -> SamplingParams:
@@ -70,10 +74,6 @@ def main() -> int:
         "open_body": (opened, [main_prompt(p) for p in opened], 0.8),
         "open_sees_aux": (opened, [with_aux_code(main_prompt(p), code) for p, code in zip(opened, aux_codes)], 0.8),
     }
-    chosen = args.variants.split(",")
-    unknown = [v for v in chosen if v not in variants]
-    if unknown:
-        parser.error(f"--variants: unknown {unknown}; choose from {', '.join(variants)}")
     print(f"{args.problems} coop training problems x {args.samples} main samples per prompt variant (SmolLM2-135M)")
     print(f"{'variant':<10} {'calls aux':>10} {'problems with a call':>21} {'seconds':>8}")
     for name in chosen:

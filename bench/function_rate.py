@@ -23,16 +23,13 @@ if str(ROOT) not in sys.path:
 
 def main() -> int:
     import torch
-    from cooprl.generation import HFGenerator, SamplingParams
-    from cooprl.models import SMOLLM2, load_causal_lm, load_tokenizer
+    from _common import embedded_generator   # bench/ is the script's folder
+    from cooprl.generation import SamplingParams
     from envs.code_generation.data import load_problems
     from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
     from rewards.code_rewards import code_reward
 
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    generator = HFGenerator(load_causal_lm(SMOLLM2, torch_dtype="float32", device="cpu"), load_tokenizer(SMOLLM2),
-                            max_prompt_tokens=1024)
+    generator = embedded_generator(threads=1)
     problems = load_problems({"name": "coop", "type": "coophumaneval"}, "train[16:32]")
 
     def instructions(problem) -> str:

@@ -89,19 +89,15 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from cooprl.generation import HFGenerator, SamplingParams
-    from cooprl.models import SMOLLM2, load_causal_lm, load_tokenizer
+    from _common import embedded_generator   # bench/ is the script's folder
+    from cooprl.generation import SamplingParams
     from envs.code_generation.data import load_problems
     from envs.code_generation.prompts import completion_to_code, single_prompt, stop_strings
     from envs.code_generation.self_tests import score_functions
     from envs.coder_tester.task import TESTER_STOPS, tester_prompt, tester_tests
     from rewards.self_tests import reference_code
 
-    torch.manual_seed(0)
-    torch.set_num_threads(args.threads)
-    model = load_causal_lm(SMOLLM2, torch_dtype="float32", device="cpu")
-    tokenizer = load_tokenizer(SMOLLM2)
-    generator = HFGenerator(model, tokenizer, max_prompt_tokens=1024)
+    generator = embedded_generator(args.threads)
     code_params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.8, top_p=0.95,
                                  stop_strings=tuple(stop_strings("single")))
     test_params = SamplingParams(max_new_tokens=96, temperature=0.8, top_p=0.95, stop_strings=TESTER_STOPS)
