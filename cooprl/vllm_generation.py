@@ -156,6 +156,12 @@ class VLLMGenerator:
         with _kept_random_state():
             self.llm = vllm.LLM(**options)
         VLLMGenerator._sleeping_engines += int(sleep)
+        if weight_sync == "merged" and _engine_model(self.llm) is None:
+            # Pushing weights needs the engine's torch model in this process; a closure shipped to another process
+            # (LLM.apply_model) would have to carry every GPU tensor across.
+            raise ConfigError("agent_model.vllm_weight_sync=merged: this vLLM engine does not run its model in this "
+                              "process, so the trained weights cannot be pushed into it; with LoRA set "
+                              "agent_model.vllm_weight_sync=lora (the engine then loads each saved adapter itself)")
         self._asleep = False
         # lora sync: where the adapter versions are saved, and the request of the one the engine samples now
         self._adapter_dir = adapter_dir
@@ -179,14 +185,7 @@ class VLLMGenerator:
         self._wake()   # a sleeping engine's weights are in CPU memory: load into the awake one
         weights = merged_weights(model)
 
-        def load(engine_model: Any) -> None:  # returns nothing: apply_model would hand a result back
-            engine_model.load_weights(weights)
-
-        engine_model = _engine_model(self.llm)
-        if engine_model is not None:
-            load(engine_model)
-        else:  # no model object at the known in-process path: the public `LLM.apply_model` runs it on the model
-            self.llm.apply_model(load)
+        _engine_model(self.llm).load_weights(weights)   # in this process: checked when the engine was built
         self.llm.reset_prefix_cache()
         # Another model's weights leave the engine out of step with ours: the next `sample` pushes ours again.
         self._synced = (self._version, adapters_enabled(model)) if model is self.model else None

@@ -335,13 +335,14 @@ def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_v
     assert engine.events.count("load") == 2
 
 
-def test_sync_without_the_in_process_path_uses_apply_model(tiny, fake_vllm, monkeypatch):
+def test_an_engine_out_of_this_process_needs_lora_sync(tiny, fake_vllm, monkeypatch):
     monkeypatch.setattr(fake_vllm, "LLM", lambda **kw: FakeLLM(in_process=False, **kw))
-    gen = make_generator(tiny, fake_vllm)
+    with pytest.raises(ConfigError, match="vllm_weight_sync=lora"):
+        make_generator(tiny, fake_vllm)   # merged: weights cannot be pushed into another process
+    gen = VLLMGenerator(lora_model(), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+                        max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
     gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
-    llm = FakeLLM.instances[-1]
-    assert llm.events == ["apply_model", "load", "reset", "generate"]
-    assert set(llm.engine_model.loads[0]) == set(tiny[0].state_dict())
+    assert FakeLLM.instances[-1].events == ["generate"]   # the adapter is requested, nothing pushed
 
 
 def test_lora_weights_are_merged_and_follow_disable_adapter(fake_vllm):
