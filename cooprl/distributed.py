@@ -186,19 +186,24 @@ def barrier() -> None:
         torch.distributed.barrier()
 
 
+def own_shares(count: int) -> range:
+    """Return the indices of `count` shared tasks this process runs: task i on rank i mod world size."""
+    ranks = current()
+    return range(ranks.rank, count, ranks.world_size)
+
+
 def run_sharded(tasks: Sequence[T], seed: int, work: Callable[[T, random.Random], R]) -> list[R]:
     """Return `work(task, rng)` for every task, in order; each task runs in one process (task i on rank i mod W)
     with torch's generator and `rng` seeded by `seed` (task 0) or `item_seed(seed, i)`, and every process receives
     every result. So the results do not depend on the number of processes, and one process's task 0 draws exactly
     as an unsharded run seeded by `seed` would. torch's CPU generator is restored afterwards."""
-    ranks = current()
     mine: dict[int, R] = {}
     with torch.random.fork_rng(devices=[]):
-        for i in range(ranks.rank, len(tasks), ranks.world_size):
+        for i in own_shares(len(tasks)):
             task_seed = seed if i == 0 else item_seed(seed, i)
             torch.manual_seed(task_seed)
             mine[i] = work(tasks[i], random.Random(task_seed))
-    if ranks.world_size > 1:
+    if current().world_size > 1:
         mine = {i: result for part in gather(mine) for i, result in part.items()}
     return [mine[i] for i in range(len(tasks))]
 

@@ -96,19 +96,14 @@ def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: An
     settings = evaluation_settings(section, process_reward)
     size = getattr(section, "eval_batch_size", None) or max(len(items), 1)   # problems rolled out together
     batches = [items[start:start + size] for start in range(0, len(items), size)]
-    ranks = distributed.current()
-    seed = torch.initial_seed()   # the caller's evaluation seed (cooprl.trainers.loop, evaluate.py)
-    mine: dict[int, list[Node]] = {}
-    for b in range(ranks.rank, len(batches), ranks.world_size):
-        if b > 0:
-            torch.manual_seed(distributed.item_seed(seed, b))
-        mine[b] = rollout(batches[b], task, sample, settings)
-    if ranks.world_size > 1:   # the metrics read scores and tree shapes only: send the trees without their samples
-        everyone: dict[int, list[Node]] = {}
-        for part in distributed.gather({b: [_scores_only(root) for root in roots] for b, roots in mine.items()}):
-            everyone.update(part)
-        mine = everyone
-    roots = [root for b in sorted(mine) for root in mine[b]]
+
+    def roll_out(batch: Sequence[Any], rng: Any) -> list[Node]:
+        # the metrics read scores and tree shapes only: keep (and send between processes) the trees without samples
+        return [_scores_only(root) for root in rollout(batch, task, sample, settings)]
+
+    # the caller's evaluation seed (cooprl.trainers.loop, evaluate.py) seeds batch 0, derived seeds the others
+    roots = [root for batch_roots in distributed.run_sharded(batches, torch.initial_seed(), roll_out)
+             for root in batch_roots]
     metrics = tree_metrics(roots, section.num_turns, prefix="eval/")
     metrics.update(chain_pass_at_k(roots, section.num_turns, section.eval_pass_k))
     return metrics

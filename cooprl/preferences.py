@@ -228,16 +228,20 @@ def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: 
     return pairs
 
 
-def plan_items(task: Any, section: Any, seed: int, steps_per_round: int) -> list[Any]:
-    """Return the training items a preference iteration's step plan takes, each once, in plan order: the first
-    `steps_per_round` of the data order, or under data-parallel training every process's first `steps_per_round`
-    (cooprl.distributed.shard_order)."""
+ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (bounds generation memory)
+
+
+def plan_chunks(task: Any, section: Any, seed: int, steps_per_round: int) -> list[list[Any]]:
+    """Return the training items a preference iteration's step plan takes, each once, in plan order, cut into
+    sampling batches of ITEMS_PER_COLLECTION: the first `steps_per_round` of the data order, or under data-parallel
+    training every process's first `steps_per_round` (cooprl.distributed.shard_order)."""
     from cooprl.trainers.loop import data_order   # lazily: importing cooprl.trainers imports this module
     order = data_order(len(task.train_items), section.num_train_epochs, seed)
     world = distributed.current().world_size if section.parallel_training == "ddp" else 1
     positions = sorted(position for rank in range(world) for position in distributed.shard_order(
         order, len(task.train_items), distributed.Ranks(rank, world))[1][:steps_per_round])
-    return [task.train_items[i] for i in dict.fromkeys(order[position] for position in positions)]
+    items = [task.train_items[i] for i in dict.fromkeys(order[position] for position in positions)]
+    return [items[start:start + ITEMS_PER_COLLECTION] for start in range(0, len(items), ITEMS_PER_COLLECTION)]
 
 
 # ---------------------------------------------------------------------------------------------- files

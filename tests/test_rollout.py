@@ -94,8 +94,8 @@ def test_joint_actions():
 
 def test_sharded_evaluation_reports_the_metrics_of_one_process(monkeypatch):
     # Evaluation under ddp: rank r rolls out batches r, r + W, ... and gathers the others' trees. Two ranks simulated
-    # in one process (rank 1 first, its gathered share kept; then rank 0 receives it) must report exactly the metrics
-    # of one process, on a reward that depends on every sampled token.
+    # in one process (rank 1 first, stopped at the gather with its share kept; then rank 0 receives it) must report
+    # exactly the metrics of one process, on a reward that depends on every sampled token.
     from types import SimpleNamespace
     from cooprl import distributed
     from cooprl.evaluation import evaluate_team
@@ -111,12 +111,24 @@ def test_sharded_evaluation_reports_the_metrics_of_one_process(monkeypatch):
                               eval_batch_size=2, eval_pass_k=[1, 2])
     items = list(range(7))   # 4 batches: rank 0 takes 0 and 2, rank 1 takes 1 and 3
 
+    class Gathered(Exception):   # rank 1 of the simulation has sent its share: the rest is rank 0's
+        pass
+
     def run(rank, world, others=()):
         shares = []
+
+        def gather(value):
+            shares.append(value)
+            if rank == 1:
+                raise Gathered
+            return [value, *others]
         monkeypatch.setattr(distributed, "current", lambda: distributed.Ranks(rank, world))
-        monkeypatch.setattr(distributed, "gather", lambda value: shares.append(value) or [value, *others])
+        monkeypatch.setattr(distributed, "gather", gather)
         torch.manual_seed(1234)
-        return evaluate_team(items, task, random_sampler, section, lambda r: r), shares
+        try:
+            return evaluate_team(items, task, random_sampler, section, lambda r: r), shares
+        except Gathered:
+            return None, shares
 
     alone, _ = run(0, 1)
     _, [rank1_share] = run(1, 2)

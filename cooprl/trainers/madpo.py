@@ -45,13 +45,12 @@ from cooprl.logprobs import completion_logprobs
 from cooprl.policy_update import k3_kl
 from cooprl.text import safe_print
 from cooprl.preferences import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
-                                plan_items,
+                                plan_chunks,
                                 open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.task import Task
 from cooprl.optim import guarded_step
 from cooprl.trainers.base import TeamAlgorithm
 
-ITEMS_PER_COLLECTION = 16   # problems whose candidates are sampled in one batch (offline collection)
 
 
 def madpo_losses(deltas: torch.Tensor, beta: float, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -174,8 +173,7 @@ class MADPO(TeamAlgorithm):
 
         Sampling runs on its own seeded generators (like MARLHF's collection), so the training steps' random numbers
         do not depend on how many candidates the collection drew."""
-        items = plan_items(self.task, self.section, self.config.seed, self.steps_per_round)
-        chunks = [items[start:start + ITEMS_PER_COLLECTION] for start in range(0, len(items), ITEMS_PER_COLLECTION)]
+        chunks = plan_chunks(self.task, self.section, self.config.seed, self.steps_per_round)
 
         def collect(chunk: list[Any], rng: random.Random) -> list[tuple[Any, list[PreferencePair], dict, int]]:
             roots, candidates = collect_candidates(chunk, self.task, self._sample, self.section.preference_num_candidates,
@@ -185,8 +183,7 @@ class MADPO(TeamAlgorithm):
 
         # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes
         results = distributed.run_sharded(chunks, self.config.seed * 1000 + 777 + iteration, collect)
-        ranks = distributed.current()
-        sampled = sum(count for c in range(ranks.rank, len(results), ranks.world_size) for *_, count in results[c])
+        sampled = sum(count for c in distributed.own_shares(len(results)) for *_, count in results[c])   # by this process
         pairs_of_iteration, metrics_by_item = [], {}
         for rows in results:
             for item_id, pairs, item_metrics, _ in rows:

@@ -39,14 +39,13 @@ from cooprl import distributed
 from cooprl.config import Config, ConfigError, TrainerSection, check_parallel_training, trainer_device
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
-                                plan_items, policy_checkpoints, read_pairs, write_pairs)
+                                plan_chunks, policy_checkpoints, read_pairs, write_pairs)
 from cooprl.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
 from cooprl.value_model import ValueModel
 
 log = logging.getLogger(__name__)
 
-ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (bounds generation memory)
 MIN_SCORE_STD = 1e-6        # floor of the std the learned reward is divided by (all pairs' answers scored alike)
 
 # rl_algorithm -> the trainer of cooprl.trainers.TRAINERS that runs it
@@ -199,10 +198,10 @@ class MARLHF:
 
     def collect(self, iteration: int, step: int) -> list[Any]:
         """Return preference pairs on the items of the step plan, scored with the task reward."""
-        items = plan_items(self.task, self.section, self.config.seed, self.steps_per_round)
+        chunks = plan_chunks(self.task, self.section, self.config.seed, self.steps_per_round)
         # before the first RL step of the iteration: the bar does not move meanwhile, so say what takes the time
         log.info("iteration %d: sampling %d candidates on each of %d problems for preference pairs", iteration,
-                 self.section.preference_num_candidates, len(items))
+                 self.section.preference_num_candidates, sum(map(len, chunks)))
 
         def sample(agent: int, prompts: Sequence[str], n: int):
             return self.rl.team[agent].sample(prompts, n)
@@ -214,7 +213,6 @@ class MARLHF:
                                  record=(lambda c: self.reward_dist.add(iteration, c)) if self.reward_dist else None)
 
         # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes
-        chunks = [items[start:start + ITEMS_PER_COLLECTION] for start in range(0, len(items), ITEMS_PER_COLLECTION)]
         return [pair for chunk_pairs in distributed.run_sharded(chunks, self._seed(iteration), collect_chunk)
                 for pair in chunk_pairs]
 
