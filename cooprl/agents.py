@@ -7,7 +7,8 @@ the agent's new weights after every optimizer step (see cooprl.vllm_generation).
 
 Placement: `agent_devices` puts every agent on one device or each on its own (one device per agent); under
 `parallel_training: ddp` each process puts its agents on its own GPU (cuda:LOCAL_RANK) and its optimizers average
-their gradients over the processes (cooprl.distributed). Under `parallel_training: mp` an `AgentRunner` runs the
+their gradients over the processes (cooprl.distributed); under `fsdp` each process keeps a shard of every agent
+(cooprl.fsdp). Under `parallel_training: mp` an `AgentRunner` runs the
 agents' calls on one thread per agent (torch releases the GIL in its kernels, so agents on different GPUs overlap).
 """
 
@@ -20,8 +21,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from cooprl import distributed
-from cooprl.config import Config, ConfigError, model_devices
+from cooprl import distributed, fsdp
+from cooprl.config import Config, ConfigError, is_data_parallel, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 
@@ -81,7 +82,9 @@ def build_team(config: Config, section: Any, num_agents: int,
                                   "memory, leaving too little for training; lower it (e.g. 0.3 per engine) or put the "
                                   "agents on separate devices")
             check_vllm_backend(device)  # before any model is loaded: fail fast with the fix
-    data_parallel = getattr(section, "parallel_training", "none") == "ddp"
+    data_parallel = is_data_parallel(section)
+    # fsdp with several processes: each process keeps a shard of every agent (cooprl.fsdp); one process: unsharded
+    sharded = getattr(section, "parallel_training", "none") == "fsdp" and distributed.current().world_size > 1
     team = []
     for i, name in enumerate(agent_model_names(config, num_agents)):
         device = devices[i]
@@ -90,11 +93,13 @@ def build_team(config: Config, section: Any, num_agents: int,
                            gradient_checkpointing=model_cfg.gradient_checkpointing, autocast=model_cfg.autocast)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
         model.config.use_cache = True
+        if sharded:   # before the optimizer, which must hold the sharded parameters
+            fsdp.shard_model(model)
         max_prompt_tokens = max(model_cfg.max_length - section.max_new_tokens, 8)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=section.learning_rate, weight_decay=section.weight_decay)
-        if data_parallel:
-            distributed.mark_data_parallel(optimizer)   # its gradients are averaged over the processes
+        if data_parallel:   # its gradients are averaged over the processes (summed by a sharded backward)
+            distributed.mark_data_parallel(optimizer, sharded=sharded)
         if model_cfg.generation_backend == "vllm":
             from cooprl.vllm_generation import build_vllm_generator, watch_optimizer
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,

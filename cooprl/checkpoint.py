@@ -27,11 +27,12 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from cooprl import fsdp
 from cooprl.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -172,14 +173,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[str, Any],
-                    keep_last: int | None = None) -> Path:
-    """Write checkpoint-<step> atomically under `directory`, prune to the newest `keep_last`; return its path."""
+                    keep_last: int | None = None, weights: Sequence[dict[str, Any] | None] = ()) -> Path:
+    """Write checkpoint-<step> atomically under `directory`, prune to the newest `keep_last`; return its path.
+    `weights[i]`, when given and not None, is model i's whole state dict (a sharded model's, gathered)."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"checkpoint-{step}"
     tmp = Path(tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=directory))
     try:
         for i, model in enumerate(models):
-            model.save_pretrained(tmp / f"agent_{i}")
+            save_model(model, tmp / f"agent_{i}", weights[i] if i < len(weights) else None)
         torch.save(to_plain({**state, "rng": rng_state(), "step": step}), tmp / STATE_FILE)
         (tmp / "done").write_text(str(step))
         if final.exists():  # re-saving the same step (e.g. the final save right after an interval save)
@@ -191,6 +193,19 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
         for old in list_checkpoints(directory)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def save_model(model: Any, folder: Path, weights: dict[str, Any] | None = None) -> None:
+    """Write `model` with `save_pretrained` into `folder`: its own weights, or `weights` (a sharded model's whole
+    state dict, see cooprl.fsdp.full_state_dict; LoRA keeps only its adapters of it)."""
+    if weights is None:
+        model.save_pretrained(folder)
+        return
+    # tied weights (an LM head that is the embedding) are one tensor: saved once, as save_pretrained does
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        weights = {k: v for k, v in weights.items() if k not in tied}
+    model.save_pretrained(folder, state_dict=weights)
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
@@ -342,7 +357,7 @@ def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
 def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     """Load a `save_pretrained` folder (full weights or LoRA adapters) into `model` in place."""
     from safetensors.torch import load_file
-    if hasattr(model, "peft_config"):
+    if hasattr(model, "peft_config"):   # (peft loads into a sharded model's shards as well)
         from peft import set_peft_model_state_dict
         set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
         return
@@ -350,9 +365,12 @@ def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     for shard in sorted(folder.glob("*.safetensors")):
         if shard.name != "value_head.safetensors":
             state.update(load_file(shard))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    if fsdp.is_sharded(model):   # each process keeps its shard of every tensor
+        missing, unexpected = fsdp.load_full_state_dict(model, state)
+    else:
+        missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
     if missing or unexpected:
         raise RuntimeError(f"{folder}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    if hasattr(model, "tie_weights"):
+    if hasattr(model, "tie_weights") and not fsdp.is_sharded(model):   # (sharding keeps tied weights one tensor)
         model.tie_weights()

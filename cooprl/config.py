@@ -216,8 +216,10 @@ class TrainerSection:
         "generation and update concurrent on its own device (agent_devices; magrpo, grpo); ddp: one process per "
         "device started by torchrun or accelerate launch, a step takes one item per process, gradients averaged "
         "(every trainer: iac, maac, ac with update_schedule episodes; madpo, madpo_iter with one DPO step per "
-        "training step; marlhf, marlhf_iter with a MAGRPO-family rl_algorithm; see README Scaling out)",
-        choices=("none", "auto", "mp", "ddp"))
+        "training step; marlhf, marlhf_iter with a MAGRPO-family rl_algorithm; see README Scaling out); fsdp: ddp "
+        "with each agent's parameters, gradients and optimizer states sharded over the processes (torch FSDP2, the "
+        "ZeRO-3 layout; magrpo, grpo)",
+        choices=("none", "auto", "mp", "ddp", "fsdp"))
     agent_devices: Union[str, list[str], None] = option(
         None, "the agents' devices: one device (cpu, cuda, cuda:N, mps) for every agent, or a list with one device "
         "per agent (null = agent_model.device)")
@@ -961,6 +963,13 @@ def read_old_madpo_preference(data: dict[str, Any]) -> dict[str, Any]:
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
 DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
 MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
+FSDP_TRAINERS = ("magrpo", "grpo")  # parallel_training fsdp: sharded agents (cooprl.fsdp); their update pads passes
+DATA_PARALLEL_MODES = ("ddp", "fsdp")   # one process per device, items sharded over them (cooprl.distributed)
+
+
+def is_data_parallel(section: Any) -> bool:
+    """Return whether `section` trains data-parallel: one process per device (`parallel_training` ddp or fsdp)."""
+    return getattr(section, "parallel_training", "none") in DATA_PARALLEL_MODES
 
 
 def device_list(value: Any, key: str) -> list[str]:
@@ -1004,31 +1013,45 @@ def trainer_device(section: Any, key: str, fallback: str) -> str:
 def check_parallel_training(name: str, section: Any) -> None:
     """ConfigError when `section`'s parallel_training does not fit the trainer or its other keys."""
     mode = section.parallel_training
+    if mode == "fsdp" and name not in FSDP_TRAINERS:
+        raise ConfigError(f"{name}.parallel_training: fsdp is supported by {', '.join(FSDP_TRAINERS)}; {name} trains "
+                          "data-parallel with ddp (a full copy of each model per process)")
     if mode == "mp" and name not in MP_TRAINERS:
         raise ConfigError(f"{name}.parallel_training: mp is supported by {', '.join(MP_TRAINERS)}; {name} runs its "
                           "agents one after the other (none), its models placed with the *_devices keys")
-    if mode == "ddp" and isinstance(section, MADPOSection) and (
+    if mode in DATA_PARALLEL_MODES and isinstance(section, MADPOSection) and (
             section.train_batch_size is not None or section.rollout_buffer_size is not None):
-        raise ConfigError(f"{name}.parallel_training: ddp needs the same number of optimizer steps on every process: "
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
                           f"set {name}.train_batch_size=null and {name}.rollout_buffer_size=null (one DPO step per "
                           "training step on the step's pairs of every process); a step's pair count differs between "
                           "processes")
-    if mode == "ddp" and getattr(section, "log_reward_distribution", False):
-        raise ConfigError(f"{name}.log_reward_distribution: not with parallel_training ddp (each process sees only "
+    if mode in DATA_PARALLEL_MODES and getattr(section, "log_reward_distribution", False):
+        raise ConfigError(f"{name}.log_reward_distribution: not with parallel_training {mode} (each process sees only "
                           "its own problems' candidates); set it to false")
-    if mode == "ddp" and getattr(section, "update_schedule", None) == "nodes" and section.num_turns > 1:
-        raise ConfigError(f"{name}.parallel_training: ddp needs the same number of optimizer steps on every process: "
+    if mode in DATA_PARALLEL_MODES and getattr(section, "update_schedule", None) == "nodes" and section.num_turns > 1:
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
                           f"set {name}.update_schedule=items (or num_turns 1): with nodes, a multi-turn tree's node "
                           "count depends on early termination, so ranks would update at different steps")
-    if mode == "ddp" and isinstance(section, ActorCriticSection) and (
+    if mode in DATA_PARALLEL_MODES and isinstance(section, ActorCriticSection) and (
             section.update_schedule != "episodes" or section.train_batch_size is not None):
-        raise ConfigError(f"{name}.parallel_training: ddp needs the same number of optimizer steps on every process: "
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
                           f"set {name}.update_schedule=episodes and {name}.train_batch_size=null (one step per model "
                           "per update); a turns buffer, or batches of turns, count turn samples, which early "
                           "termination makes differ between processes")
-    if mode == "ddp" and len(set(device_list(section.agent_devices, f"{name}.agent_devices"))) > 1:
-        raise ConfigError(f"{name}.agent_devices: ddp places a process's models on its own device (cuda:LOCAL_RANK); "
+    if mode in DATA_PARALLEL_MODES and len(set(device_list(section.agent_devices, f"{name}.agent_devices"))) > 1:
+        raise ConfigError(f"{name}.agent_devices: {mode} places a process's models on its own device (cuda:LOCAL_RANK); "
                           "several agent devices are parallel_training mp's")
+
+
+def _check_fsdp(config: Config, name: str, section: Any) -> None:
+    """ConfigError when the agent_model does not fit `name`'s sharded training (parallel_training fsdp)."""
+    if config.agent_model.generation_backend == "vllm":
+        raise ConfigError(f"{name}.parallel_training: fsdp samples with the gathered HF model; vLLM's engine would "
+                          "need every shard pushed to it: set agent_model.generation_backend=hf or use ddp")
+    if getattr(section, "reference_kl_coef", 0.0) > 0 and config.agent_model.lora is None:
+        raise ConfigError(f"{name}.reference_kl_coef > 0 with parallel_training fsdp needs agent_model.lora: the "
+                          "frozen start model is then the model with its adapters off (a full copy cannot be sharded "
+                          "alongside)")
 
 
 def _check_vllm(model_cfg: AgentModelSection) -> None:
@@ -1050,6 +1073,8 @@ def check_consistency(config: Config) -> None:
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
         check_parallel_training(name, section)
+        if section.parallel_training == "fsdp":
+            _check_fsdp(config, name, section)
         for key in DEVICE_KEYS:
             device_list(getattr(section, key, None), f"{name}.{key}")
         if any(k < 1 or k > section.eval_num_generations for k in section.eval_pass_k):

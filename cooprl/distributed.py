@@ -109,14 +109,35 @@ def item_seed(seed: int, position: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def mark_data_parallel(optimizer: torch.optim.Optimizer) -> None:
-    """Mark `optimizer` as trained by every rank: the guarded step averages its gradients over the ranks first."""
-    optimizer.cooprl_data_parallel = True
+def mark_data_parallel(optimizer: torch.optim.Optimizer, sharded: bool = False) -> None:
+    """Mark `optimizer` as trained by every rank: the guarded step averages its gradients over the ranks first, or,
+    `sharded` (its model is sharded by cooprl.fsdp, whose backward already sums the ranks' gradients), only agrees
+    with the other ranks on whether to step."""
+    optimizer.cooprl_data_parallel = "sharded" if sharded else "replicated"
 
 
 def is_data_parallel(optimizer: torch.optim.Optimizer) -> bool:
-    """Return whether `optimizer`'s gradients are averaged over ranks (marked, and several ranks running)."""
-    return getattr(optimizer, "cooprl_data_parallel", False) and current().world_size > 1
+    """Return whether `optimizer` is stepped by every rank together (marked, and several ranks running)."""
+    return bool(getattr(optimizer, "cooprl_data_parallel", False)) and current().world_size > 1
+
+
+def is_sharded(optimizer: torch.optim.Optimizer) -> bool:
+    """Return whether `optimizer` trains a sharded model, whose gradients arrive summed over the ranks."""
+    return getattr(optimizer, "cooprl_data_parallel", None) == "sharded" and current().world_size > 1
+
+
+def agree_to_step(params: Iterable[torch.Tensor], weight: float = 1.0, skip: bool = False) -> tuple[float, str]:
+    """Return (the ranks' summed `weight`, "skip" when any rank asked to `skip`, "empty" when no rank has a gradient,
+    else "step"): what every rank must decide alike before an optimizer step. Every rank must call it together."""
+    params = list(params)
+    device = params[0].device if params else torch.device("cpu")
+    has_gradient = any(p.grad is not None for p in params)
+    control = torch.tensor([float(weight), float(skip), float(has_gradient)], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(control)
+    total, skipped, with_gradient = control.tolist()
+    if skipped:
+        return total, "skip"
+    return total, "empty" if not with_gradient or total <= 0 else "step"
 
 
 def average_gradients(params: Iterable[torch.Tensor], weight: float = 1.0, skip: bool = False) -> str:
@@ -125,15 +146,11 @@ def average_gradients(params: Iterable[torch.Tensor], weight: float = 1.0, skip:
     gradient (nothing to train: no step, as a single process takes none), else "step". Every rank must call it for
     the same optimizer step, with the same parameters in the same order."""
     params = list(params)
-    device = params[0].device if params else torch.device("cpu")
-    has_gradient = any(p.grad is not None for p in params)
-    control = torch.tensor([float(weight), float(skip), float(has_gradient)], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(control)
-    total, skipped, with_gradient = control.tolist()
-    if skipped or not with_gradient or total <= 0:
+    total, outcome = agree_to_step(params, weight, skip)
+    if outcome != "step":
         for p in params:
             p.grad = None
-        return "skip" if skipped else "empty"
+        return outcome
     scale = weight / total
     for bucket in _buckets(params):
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() * scale

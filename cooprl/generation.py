@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
+from cooprl import fsdp
 from cooprl.models import autocast_context
 from cooprl.text import safe_text
 
@@ -116,8 +117,10 @@ class HFGenerator:
             attention[row, width - len(ids):] = 1
         device = self.model.device
         greedy = params.temperature == 0
+        # synced_gpus off: transformers turns it on for a sharded model, to decode in lock-step with the other
+        # processes; ours samples with its gathered weights alone (cooprl.fsdp.full_weights)
         kwargs = dict(do_sample=not greedy, max_new_tokens=params.max_new_tokens, num_return_sequences=num_samples,
-                      pad_token_id=pad_id, eos_token_id=self.tokenizer.eos_token_id)
+                      pad_token_id=pad_id, eos_token_id=self.tokenizer.eos_token_id, synced_gpus=False)
         if not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0)
         if params.stop_strings:
@@ -126,6 +129,7 @@ class HFGenerator:
         input_ids, attention = input_ids.to(device), attention.to(device)
         was_training = self.model.training
         self.model.eval()
+        fsdp.check_gathered(self.model, "sampling")   # (parallel_training fsdp: see cooprl.fsdp.full_weights)
         try:
             with autocast_context(self.model):
                 if num_samples > 1 and width > 1:

@@ -24,7 +24,10 @@ def guarded_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, 
     rank has a gradient no step is taken (norm 0.0), as a single process with nothing to train takes none."""
     if distributed.is_data_parallel(optimizer):
         every = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
-        outcome = distributed.average_gradients(every, weight, skip)
+        if distributed.is_sharded(optimizer):   # the sharded backward summed the ranks' gradients already
+            _, outcome = distributed.agree_to_step(every, weight, skip)
+        else:
+            outcome = distributed.average_gradients(every, weight, skip)
         if outcome == "empty":
             optimizer.zero_grad(set_to_none=True)
             return 0.0
@@ -34,6 +37,8 @@ def guarded_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, 
         return None
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+    if hasattr(norm, "full_tensor"):   # sharded gradients: the norm over every rank's shard
+        norm = norm.full_tensor()
     finite = bool(torch.isfinite(norm))
     if finite:
         optimizer.step()

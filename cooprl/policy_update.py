@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl import distributed
+from cooprl import distributed, fsdp
 from cooprl.logprobs import completion_logprobs, group_by_prompt
 from cooprl.optim import guarded_step
 
@@ -95,6 +95,7 @@ def sampled_kls(model: Any, reference: Any, samples: Sequence[TrainSample], pad_
     model.eval()
     kls: dict[int, float] = {}
     index = {id(s): i for i, s in enumerate(samples)}
+    fsdp.check_gathered(model, "scoring the sampled KL")   # each process scores its own number of batches
     try:
         for batch in sibling_batches(list(samples), batch_size or len(samples)):
             prompts = [s.prompt_ids for s in batch]
@@ -133,6 +134,12 @@ def sibling_batches(samples: Sequence[TrainSample], size: int) -> list[list[Trai
     return batches
 
 
+def _padding_sample(pad_id: int) -> TrainSample:
+    """Return the one-token sample of a sharded update's padding pass (its loss is multiplied by zero)."""
+    token = torch.tensor([pad_id], dtype=torch.long)
+    return TrainSample(token, token, 0.0)
+
+
 def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
                          *, batch_size: int | None = None, max_grad_norm: float | None = 1.0,
                          kl_coef: float = 0.0, reference: Any = None,
@@ -159,26 +166,46 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     total = len(samples)
     weight = total or extra_samples   # this rank's share of the ranks' averaged gradient
     size = batch_size or max(len(active), 1)
+    batches = sibling_batches(active, size)
+    real_batches, denominator = len(batches), total
+    sharded = fsdp.is_sharded(model)
+    if sharded:
+        # every process runs as many forward/backward passes (each is a collective of the sharded model): the
+        # shorter lists end with zero-weight one-token batches; gradients are summed over the processes, so each
+        # loss is divided by every process's sample count (cooprl.fsdp)
+        batches, real_batches = fsdp.pad_batches(batches, [_padding_sample(pad_id)])
+        denominator = fsdp.global_count(total)
+    nonfinite = False
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    for batch in sibling_batches(active, size):
+    for index, batch in enumerate(batches):
         prompts = [s.prompt_ids for s in batch]
         completions = [s.completion_ids for s in batch]
         token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
         adv = torch.tensor([s.advantage for s in batch], dtype=token_logps.dtype, device=token_logps.device)
-        loss = -(token_logps.sum(-1) * adv).sum() / total
+        loss = -(token_logps.sum(-1) * adv).sum() / max(denominator, 1)
         if kl_on:
             kl = k3_kl(token_logps, mask, reference, prompts, completions, pad_id)
-            loss = loss + kl_coef * kl.sum() / total
-            metrics["kl"] += kl.sum().item() / total
-        if not torch.isfinite(loss):
+            loss = loss + kl_coef * kl.sum() / max(denominator, 1)
+            if index < real_batches:
+                metrics["kl"] += kl.sum().item() / total
+        if index >= real_batches or nonfinite:
+            loss = loss * 0.0   # a padding pass (or the rest of a skipped update): same collectives, no gradient
+        elif not torch.isfinite(loss):
             log.warning("non-finite loss (%s): this update is skipped", loss.item())
-            optimizer.zero_grad(set_to_none=True)
-            if data_parallel:   # the other ranks skip this step too
-                guarded_step(optimizer, max_grad_norm, weight=weight, skip=True)
-            return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
+            nonfinite = True
+            if not sharded:
+                optimizer.zero_grad(set_to_none=True)
+                if data_parallel:   # the other ranks skip this step too
+                    guarded_step(optimizer, max_grad_norm, weight=weight, skip=True)
+                return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
+            loss = loss * 0.0   # the sharded passes go on (every process runs them all); the step is skipped
+        else:   # reported as this process's mean, as without sharding
+            metrics["loss"] += loss.item() * denominator / total if sharded else loss.item()
         loss.backward()
-        metrics["loss"] += loss.item()
+    if nonfinite:
+        guarded_step(optimizer, max_grad_norm, weight=weight, skip=True)
+        return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
     if extra_backward is not None:
         metrics["extra_loss"] = extra_backward()
         if not math.isfinite(metrics["extra_loss"]):

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from cooprl import distributed
-from cooprl.config import Config, ConfigError
+from cooprl.config import DATA_PARALLEL_MODES, Config, ConfigError
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm
-from cooprl.trainers.loop import run_folder, seed_everything, train_loop
+from cooprl.checkpoint import save_model
+from cooprl.trainers.loop import full_weights, run_folder, seed_everything, train_loop
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
     run the shared loop in the run folder, save the final models when asked; return the run summary.
 
     Started by torchrun or accelerate with several processes, it joins their process group first
-    (`parallel_training: ddp`, cooprl.distributed); rank 0 names the run folder and alone saves the final models."""
+    (`parallel_training: ddp` or `fsdp`, cooprl.distributed); rank 0 names the run folder and alone saves the final models."""
     ranks = join_processes(config, trainer)
     seed_everything(config.seed)
     algorithm = build_algorithm(config, trainer, task)
@@ -28,6 +29,8 @@ def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
     log.info("run folder: %s (%d train / %d eval items)", run_dir, len(task.train_items), len(task.eval_items))
     try:
         summary = train_loop(config, trainer, task, algorithm, run_dir)
+        # sharded models (fsdp) are gathered on rank 0 while the processes are still together
+        weights = full_weights(algorithm.models) if config.output.save_final_model else []
     finally:
         distributed.shutdown()   # leave the process group (a no-op in a single process)
     if not ranks.is_main:
@@ -35,7 +38,7 @@ def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
     if config.output.save_final_model:
         target = Path(config.output.save_path or run_dir / "final")
         for i, model in enumerate(algorithm.models):
-            model.save_pretrained(target / f"agent_{i}")
+            save_model(model, target / f"agent_{i}", weights[i])
         log.info("final models saved in %s", target)
     return summary
 
@@ -46,7 +49,7 @@ def join_processes(config: Config, trainer: str) -> distributed.Ranks:
     (each would train its own copy into the same run folder)."""
     world = distributed.launched_world_size()
     mode = getattr(config.trainer(trainer), "parallel_training", "none")
-    if world > 1 and mode != "ddp":
+    if world > 1 and mode not in DATA_PARALLEL_MODES:
         raise ConfigError(f"{trainer}.parallel_training: {mode}, but {world} processes were launched (WORLD_SIZE); "
-                          f"set --override {trainer}.parallel_training=ddp, or start one process")
-    return distributed.setup(config.agent_model.device) if mode == "ddp" else distributed.current()
+                          f"set --override {trainer}.parallel_training=ddp (or fsdp), or start one process")
+    return distributed.setup(config.agent_model.device) if mode in DATA_PARALLEL_MODES else distributed.current()

@@ -137,6 +137,11 @@ def test_the_allowed_values_in_docs_config_md_are_enforced():
     (["magrpo.parallel_training=ddp", "magrpo.update_schedule=nodes", "magrpo.num_turns=2"],
      "magrpo.parallel_training"),
     (["agent_model.vllm_weight_sync=lora", "agent_model.lora=null"], "agent_model.lora"),
+    ("iac.parallel_training=fsdp", "iac.parallel_training"),
+    (["grpo.parallel_training=fsdp", "grpo.update_schedule=items", "agent_model.generation_backend=vllm"],
+     "grpo.parallel_training"),
+    (["grpo.parallel_training=fsdp", "grpo.update_schedule=items", "grpo.reference_kl_coef=0.1",
+      "agent_model.lora=null"], "agent_model.lora"),
     ("agent_model.vllm_tensor_parallel_size=2", "agent_model.vllm_weight_sync=lora"),
 ])
 def test_rules_between_keys_are_enforced_at_load(override, key):

@@ -366,3 +366,84 @@ def test_marlhf_checks_its_rl_algorithms_ddp_rules():
     config = load_config(None, ["marlhf.parallel_training=ddp", "marlhf.rl_algorithm=iac"])   # iac: turns schedule
     with pytest.raises(ConfigError, match="set iac.update_schedule=episodes"):
         build_marlhf(config, "marlhf", lowercase_task(2))   # before any model is loaded
+
+
+# ---------------------------------------------------------------------------------------------- fsdp
+@pytest.mark.parametrize("override,message", [
+    ("iac.parallel_training=fsdp", "iac.parallel_training: fsdp is supported by magrpo, grpo"),
+    (["magrpo.parallel_training=fsdp", "magrpo.update_schedule=items", "agent_model.generation_backend=vllm"],
+     "magrpo.parallel_training: fsdp samples with the gathered HF model"),
+    (["grpo.parallel_training=fsdp", "grpo.update_schedule=items", "grpo.reference_kl_coef=0.1"],
+     "grpo.reference_kl_coef > 0 with parallel_training fsdp needs agent_model.lora"),
+    ("magrpo.parallel_training=fsdp", "magrpo.parallel_training: fsdp needs the same number of optimizer steps"),
+])
+def test_fsdp_rules_are_config_errors(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, override if isinstance(override, list) else [override])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+@pytest.mark.parametrize("case", ["plain", "idle", "kl", "nonfinite"])
+def test_sharded_update_equals_one_process_update(tmp_path, case):
+    # tests/fsdp_update_main.py: rank 0 runs 3 forward/backward batches, rank 1 one (or none: `idle`), so rank 1's
+    # update is padded; the summed sharded gradient equals one process's update on all 4 samples
+    out = tmp_path / "result.json"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "tests/fsdp_update_main.py", case,
+                             str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["difference"] < 1e-6, report
+    if case == "nonfinite":   # rank 1's infinite loss: every rank skips the step
+        assert report["moved"] == 0.0 and report["metrics"]["skipped_nonfinite"] == 1.0
+    else:
+        assert report["moved"] > 1e-3 and report["metrics"]["skipped_nonfinite"] == 0.0
+    if case == "kl":
+        assert report["metrics"]["kl"] > 0
+
+
+FSDP_OVERRIDES = [o.replace("=ddp", "=fsdp") for o in DDP_OVERRIDES]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_fsdp_two_processes_equal_one_process_and_resume(tmp_path):
+    # sharded agents (full fine-tuning, tied embeddings): 2 ranks x 1 item per step equal 1 process x 2 items; the
+    # checkpoint holds whole weights in the usual layout; a run resumed from step 1 (each rank's optimizer shard)
+    # ends where the uninterrupted one does
+    common = ["magrpo.rollout_buffer_size=1", "checkpoint.checkpoint_interval=1"]
+    launch(tmp_path, "two", 2, [*common, "magrpo.max_steps=2", "output.save_final_model=true"], base=FSDP_OVERRIDES)
+    launch(tmp_path, "one", 1, ["magrpo.rollout_buffer_size=2", "magrpo.max_steps=4"])   # ddp with one process
+    launch(tmp_path, "resumed", 2, [*common, "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
+    launch(tmp_path, "resumed", 2, [*common, "magrpo.max_steps=2", "checkpoint.resume_from_checkpoint=latest"],
+           base=FSDP_OVERRIDES)
+    for agent in (0, 1):
+        two = agent_weights(tmp_path / "two/checkpoints/checkpoint-2", agent)
+        one = agent_weights(tmp_path / "one/checkpoints/checkpoint-4", agent)
+        assert sorted(two) == sorted(one)   # the layout of an unsharded save (the tied LM head once)
+        assert max((two[k] - one[k]).abs().max().item() for k in one) < 1e-5
+        resumed = agent_weights(tmp_path / "resumed/checkpoints/checkpoint-2", agent)
+        assert all(torch.equal(two[k], resumed[k]) for k in two)
+        final = agent_weights(tmp_path / "two/final", agent)
+        assert all(torch.equal(two[k], final[k]) for k in two)
+    assert update_events(tmp_path / "two") == update_events(tmp_path / "resumed") != []
+    for x, y in zip(update_events(tmp_path / "two"), update_events(tmp_path / "one")):
+        assert x["agent_0/loss"] == pytest.approx(y["agent_0/loss"], rel=1e-5)
+        assert x["agent_0/grad_norm"] == pytest.approx(y["agent_0/grad_norm"], rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_fsdp_checkpoint_refuses_a_resume_without_sharding(tmp_path):
+    launch(tmp_path, "run", 2, ["magrpo.rollout_buffer_size=1", "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
+           "WANDB_MODE": "disabled"}
+    result = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "train_magrpo.py", "--config",
+                             "configs/magrpo_che_config.yaml", "--override", *DDP_OVERRIDES,
+                             f"output.base_dir={tmp_path}", "output.run_name=run", "magrpo.rollout_buffer_size=1",
+                             "magrpo.max_steps=2", "checkpoint.resume_from_checkpoint=latest"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "optimizers are sharded (parallel_training fsdp); resume with the parallel_training that wrote it" in \
+        result.stderr

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import torch
 
+from cooprl import fsdp
 from cooprl.agents import Agent, AgentRunner
 from cooprl.config import Config
 from cooprl.evaluation import evaluate_team
@@ -49,17 +50,29 @@ class TeamAlgorithm:
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:
         """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team on `items`."""
-        return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
+        with fsdp.full_weights(*self.models):   # sharded agents are gathered for the whole evaluation
+            return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
 
     def state_dict(self) -> dict[str, Any]:
-        """Return what a checkpoint needs besides the weights: the optimizers and the algorithm's own state."""
-        return {"optimizers": [agent.optimizer.state_dict() for agent in self.team], **self.extra_state()}
+        """Return what a checkpoint needs besides the weights: the optimizers and the algorithm's own state. The
+        optimizers of sharded agents (parallel_training fsdp) are each process's own: they go in `rank_state`."""
+        optimizers = "sharded" if self.sharded else [agent.optimizer.state_dict() for agent in self.team]
+        return {"optimizers": optimizers, **self.extra_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` saved."""
-        for agent, opt_state in zip(self.team, state["optimizers"]):
-            agent.optimizer.load_state_dict(opt_state)
+        if (state["optimizers"] == "sharded") != self.sharded:
+            saved = "sharded (parallel_training fsdp)" if state["optimizers"] == "sharded" else "not sharded"
+            raise ValueError(f"the checkpoint's optimizers are {saved}; resume with the parallel_training that wrote it")
+        if not self.sharded:
+            for agent, opt_state in zip(self.team, state["optimizers"], strict=True):
+                agent.optimizer.load_state_dict(opt_state)
         self.load_extra_state(state)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the agents are sharded over the processes (parallel_training fsdp with several processes)."""
+        return any(fsdp.is_sharded(model) for model in self.models)
 
     def extra_state(self) -> dict[str, Any]:
         """Return the algorithm's own checkpoint state (buffers, counters, RNG states); plain data."""
@@ -70,11 +83,18 @@ class TeamAlgorithm:
 
     def rank_state(self) -> dict[str, Any]:
         """Return what differs between the processes of a data-parallel run (the algorithm's own state: buffers,
-        counters); the weights and optimizers are the same on every rank."""
-        return self.extra_state()
+        counters; with sharded agents, each optimizer's shard); otherwise weights and optimizers are the same on
+        every rank."""
+        state = self.extra_state()
+        if self.sharded:
+            state["optimizer_shards"] = [fsdp.local_optimizer_state(agent.optimizer) for agent in self.team]
+        return state
 
     def load_rank_state(self, state: dict[str, Any]) -> None:
         """Restore this rank's part saved by `rank_state`."""
+        if self.sharded:
+            for agent, shard in zip(self.team, state["optimizer_shards"], strict=True):
+                fsdp.load_local_optimizer_state(agent.optimizer, shard)
         self.load_extra_state(state)
 
     def print_tree(self, root: Any) -> None:

@@ -28,8 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from cooprl import checkpoint as ckpt
-from cooprl import distributed
-from cooprl.config import Config
+from cooprl import distributed, fsdp
+from cooprl.config import Config, is_data_parallel
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
 
@@ -115,6 +115,12 @@ def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
         raise ConfigError(f"checkpoint.resume_from_checkpoint: {err}") from None
 
 
+def full_weights(models: list[Any]) -> list[dict[str, Any] | None]:
+    """Return the whole state dict of each sharded model (parallel_training fsdp), on rank 0, or None for a model that
+    is not sharded (it saves itself). Every rank must call it together."""
+    return [fsdp.full_state_dict(model) if fsdp.is_sharded(model) else None for model in models]
+
+
 def _resume(checkpoint: Path, algorithm: Algorithm, ranks: distributed.Ranks = distributed.Ranks()) -> dict[str, Any]:
     """Load `checkpoint` into the algorithm's models and state and restore the RNG states; return the trainer
     state. CheckpointError when a file is damaged or the checkpoint does not fit this run (other agents, other
@@ -168,7 +174,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     checkpoint_dir = Path(config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
     order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
     epoch_length, positions = len(task.train_items), None
-    data_parallel = getattr(section, "parallel_training", "none") == "ddp"
+    data_parallel = is_data_parallel(section)
     ranks = distributed.current()
     if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.distributed)
         if epoch_length < ranks.world_size:
@@ -196,12 +202,13 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
 
     def save(step: int) -> None:
         rank_states = distributed.gather(algorithm.rank_state()) if ranks.world_size > 1 else None
+        weights = full_weights(algorithm.models)   # sharded models are gathered on rank 0 (every rank takes part)
         if ranks.is_main:
             state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
             if rank_states is not None:   # every rank's own buffers, for a resume with as many processes
                 state.update(world_size=ranks.world_size, ranks=rank_states)
             path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state,
-                                        config.checkpoint.checkpoint_total_limit)
+                                        config.checkpoint.checkpoint_total_limit, weights)
             log.info("checkpoint saved: %s", path)
         distributed.barrier()   # the other ranks wait until the checkpoint is written
 

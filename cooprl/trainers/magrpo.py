@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from cooprl import fsdp
 from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError
 from cooprl.evaluation import evaluation_settings, tree_metrics
@@ -73,13 +74,14 @@ class MAGRPO(TeamAlgorithm):
     def train_step(self, item: Any, step: int) -> dict[str, float]:
         """Roll out one item, buffer its sibling groups with advantages, update when the buffer is full (see the
         module docstring for the two schedules); return metrics."""
-        root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
-        metrics = tree_metrics([root], self.section.num_turns)
         # every node's groups first: their advantages (and reward-form KLs) come from the policy that sampled them,
-        # as upstream's, which buffers a whole tree before it trains
+        # as upstream's, which buffers a whole tree before it trains; sharded agents are gathered meanwhile
         node_groups, kls = [], [[] for _ in self.team]
-        for node in iter_nodes(root):
-            node_groups.append(self.sibling_groups(node, kls))
+        with fsdp.full_weights(*self.models):
+            root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
+            for node in iter_nodes(root):
+                node_groups.append(self.sibling_groups(node, kls))
+        metrics = tree_metrics([root], self.section.num_turns)
         if self.kl_in_reward:
             metrics.update({f"agent_{a}/kl": sum(values) / len(values) for a, values in enumerate(kls)})
         updates = self.step_updates = []
