@@ -100,6 +100,12 @@ class AgentModelSection:
                               "(vLLM allows one sleeping engine), i.e. one agent per process")
     vllm_tensor_parallel_size: int = option(1, "GPUs each vLLM engine shards its model over; above 1 the engine's "
                                             "workers are separate processes, so needs vllm_weight_sync: lora", min=1)
+    vllm_max_num_seqs: Optional[int] = option(
+        None, "most sequences a vLLM engine schedules in one step (vLLM's max_num_seqs; null = vLLM's default); about "
+        "prompts x num_generations suffices, and less makes its start-up profiling set aside less memory", min=1)
+    vllm_max_num_batched_tokens: Optional[int] = option(
+        None, "most tokens a vLLM engine processes in one step (vLLM's max_num_batched_tokens; null = vLLM's default; "
+        "TRL uses 4096); less: less activation memory set aside, long prompts prefilled in more steps", min=1)
     logprob_chunk_size: Optional[int] = option(
         None, "the update's log-probs: completion positions whose [positions x vocab] logits exist at once (the LM "
         "head, log-softmax and its backward run chunk by chunk); null = the whole batch's at once", min=1)

@@ -112,7 +112,8 @@ class VLLMGenerator:
     """Samples completions with an in-process vLLM engine; same interface and Completions as HFGenerator.
 
     `model` is the trained HF model (the source of the weights), `model_path` what vLLM loads at start (a
-    hub id or folder with the same architecture). `max_model_len` bounds prompt + completion in the engine.
+    hub id or folder with the same architecture). `max_model_len` bounds prompt + completion in the engine;
+    `max_num_seqs` and `max_num_batched_tokens` (None: vLLM's defaults) bound what it runs in one step.
     """
 
     _sleeping_engines = 0   # built in this process with sleep mode (vLLM allows one)
@@ -120,6 +121,7 @@ class VLLMGenerator:
     def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_prompt_tokens: int, max_model_len: int,
                  chat_template: bool = False, gpu_memory_utilization: float = 0.3, seed: int = 0,
                  weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  adapter_dir: str | None = None, vllm_module: Any = None):
         vllm = vllm_module if vllm_module is not None else check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
@@ -149,6 +151,9 @@ class VLLMGenerator:
         options: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=_dtype_name(model), seed=seed,
                                        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                                        tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=True)
+        # the engine's batch limits, only when set: None leaves vLLM's own defaults
+        limits = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+        options.update({name: value for name, value in limits.items() if value is not None})
         if sleep:
             options["enable_sleep_mode"] = True
         if weight_sync == "lora":
@@ -437,4 +442,6 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          chat_template=model_cfg.chat_template,
                          gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed,
                          weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
-                         tensor_parallel_size=model_cfg.vllm_tensor_parallel_size, vllm_module=vllm)
+                         tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
+                         max_num_seqs=model_cfg.vllm_max_num_seqs,
+                         max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens, vllm_module=vllm)

@@ -189,6 +189,21 @@ def test_engine_is_created_in_process_with_the_configured_memory_share(tiny, fak
     assert llm.kwargs["model"] == "/models/tiny" and llm.kwargs["dtype"] == "float32"
     assert llm.kwargs["gpu_memory_utilization"] == 0.25 and llm.kwargs["max_model_len"] == 64
     assert llm.kwargs["seed"] == 7
+    assert "max_num_seqs" not in llm.kwargs and "max_num_batched_tokens" not in llm.kwargs  # vLLM's defaults
+
+
+def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
+    import cooprl.vllm_generation as backend
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
+    backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
+    kwargs = FakeLLM.instances[-1].kwargs
+    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == (16, 4096)
+    backend.build_vllm_generator(*tiny, load_config(None, []).agent_model, "/models/tiny", 32, 8, seed=0)
+    assert not {"max_num_seqs", "max_num_batched_tokens"} & set(FakeLLM.instances[-1].kwargs)   # null: not passed
+    for key in ("vllm_max_num_seqs", "vllm_max_num_batched_tokens"):
+        with pytest.raises(ConfigError, match=f"agent_model.{key}"):
+            load_config(None, [f"agent_model.{key}=0"])
 
 
 def test_sampling_params_are_mapped(tiny, fake_vllm):
