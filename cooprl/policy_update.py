@@ -20,13 +20,14 @@ per sequence. It acts in one of two forms (`reference_kl_form`):
 Off-policy correction for vLLM's sampler (`agent_model.vllm_importance_cap`, TRL's truncated importance sampling):
 vLLM computes with its own kernels, so the distribution it samples from, q_vllm, differs slightly from the one the
 trained model's sampler would use, q_model (the same temperature, top-k and top-p on the HF model's logits).
-`train_samples` scores each sampled token under q_model right after the rollout (no gradient, eval mode), and the
-sample keeps w_t = min(q_model(token_t) / q_vllm(token_t), cap) per token (`importance_weights`); the policy loss
-becomes -sum_t w_t log pi(token_t) * advantage. Why at sampling time and not from the update's own forward: the
-update's log-probs are the raw model's (temperature 1, no top-p), not q_model, and several trainer schedules take
-more than one optimizer step per batch of samples (MAGRPO `nodes`, the actor-critics' `turns` and
-`train_batch_size`) or train a buffer's leftover nodes after later steps, so the update's model is not always the
-one that sampled. The KL term of the loss form is not weighted.
+`importance_weights` scores each sampled token under q_model right after the rollout (no gradient, eval mode; the
+trainers call it through `TeamAlgorithm.train_samples`), and the sample keeps w_t = min(q_model(token_t) /
+q_vllm(token_t), cap) per token (`TrainSample.importance_weights`); the policy loss becomes
+-sum_t w_t log pi(token_t) * advantage. Why at sampling time and not from the update's own forward: the update's
+log-probs are the raw model's (temperature 1, no top-p), not q_model, and several trainer schedules take more than
+one optimizer step per batch of samples (MAGRPO `nodes`, the actor-critics' `turns` and `train_batch_size`) or
+train a buffer's leftover nodes after later steps, so the update's model is not always the one that sampled. The
+KL term of the loss form is not weighted.
 """
 
 from __future__ import annotations
@@ -58,25 +59,14 @@ class TrainSample:
     importance_weights: torch.Tensor | None = None   # 1-D float, one per completion id (`importance_weights`)
 
 
-def train_samples(model: Any, completions: Sequence[Completion], pad_id: int, params: SamplingParams,
-                  importance_cap: float | None = None, batch_size: int | None = None) -> list[TrainSample]:
-    """Return one TrainSample per completion (advantage 0: the trainer sets it); with `importance_cap`, each with its
-    truncated importance weights (`importance_weights`: call this before `model`'s next optimizer step)."""
-    samples = [TrainSample(c.prompt_ids, c.completion_ids, 0.0) for c in completions]
-    if importance_cap is not None:
-        weights = importance_weights(model, completions, pad_id, params, importance_cap, batch_size)
-        for sample, w in zip(samples, weights):
-            sample.importance_weights = w
-    return samples
-
-
 @torch.no_grad()
 def importance_weights(model: Any, completions: Sequence[Completion], pad_id: int, params: SamplingParams,
                        cap: float, batch_size: int | None = None) -> list[torch.Tensor]:
     """Return, per completion, each token's truncated importance weight min(q_model / q_sampler, cap) as a 1-D float
     tensor on the CPU: q_model is `model`'s probability of the token under the sampling settings `params` (temperature,
     top-k, top-p: `sampling_logits`), scored now in eval mode; q_sampler the sampler's, from
-    `completion.sampler_logprobs`. A token the sampler gave no log-prob (NaN) weighs 1."""
+    `completion.sampler_logprobs`. A token the sampler gave no log-prob (NaN) weighs 1. Call it before `model`'s next
+    optimizer step: q_model is the sampling policy's."""
     if any(c.sampler_logprobs is None for c in completions):
         raise ValueError("importance weights need each completion's sampler_logprobs (the vLLM backend with "
                          "agent_model.vllm_importance_cap fills them)")

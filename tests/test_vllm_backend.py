@@ -700,7 +700,7 @@ def test_warped_logprobs_are_the_samplers_in_every_layout(tiny):
 
 
 def test_importance_weights_compare_the_models_sampler_with_vllms(tiny):
-    from cooprl.policy_update import train_samples
+    from cooprl.policy_update import importance_weights
     model, tokenizer = tiny
     params = SamplingParams(temperature=0.7)
     completions = sampled_completions(tokenizer)
@@ -710,22 +710,19 @@ def test_importance_weights_compare_the_models_sampler_with_vllms(tiny):
     for c, logps, offset in zip(completions, own, offsets):
         c.sampler_logprobs = logps - offset
     model.train()
-    samples = train_samples(model, completions, tokenizer.pad_token_id, params, importance_cap=2.0)
+    weights = importance_weights(model, completions, tokenizer.pad_token_id, params, cap=2.0)
     assert model.training   # scored in eval mode, the mode restored
-    assert torch.allclose(samples[0].importance_weights, torch.ones(5), atol=1e-5)
-    assert torch.allclose(samples[1].importance_weights, torch.full((3,), 1.5), atol=1e-5)
-    assert torch.allclose(samples[2].importance_weights, torch.tensor([2.0, 1, 1, 1, 1, 1]), atol=1e-5)
-    assert [s.advantage for s in samples] == [0.0, 0.0, 0.0]
-    assert all(s.importance_weights is None for s in train_samples(model, completions, tokenizer.pad_token_id, params))
+    assert torch.allclose(weights[0], torch.ones(5), atol=1e-5)
+    assert torch.allclose(weights[1], torch.full((3,), 1.5), atol=1e-5)
+    assert torch.allclose(weights[2], torch.tensor([2.0, 1, 1, 1, 1, 1]), atol=1e-5)
     with pytest.raises(ValueError, match="sampler_logprobs"):
-        train_samples(model, [Completion("", completions[0].prompt_ids, completions[0].completion_ids, False)],
-                      tokenizer.pad_token_id, params, importance_cap=2.0)
+        importance_weights(model, [Completion("", completions[0].prompt_ids, completions[0].completion_ids, False)],
+                           tokenizer.pad_token_id, params, cap=2.0)
     # a token the model's own sampler would never draw (outside its top-k) weighs 0
     top1 = SamplingParams(temperature=0.7, top_k=1)
     for c in completions:
         c.sampler_logprobs = torch.zeros(len(c.completion_ids))
-    weights = torch.cat([s.importance_weights for s in train_samples(model, completions, tokenizer.pad_token_id, top1,
-                                                                     importance_cap=2.0)])
+    weights = torch.cat(importance_weights(model, completions, tokenizer.pad_token_id, top1, cap=2.0))
     kept = torch.cat(model_sampler_logprobs(model, tokenizer, completions, top1)) == 0   # log 1: the argmax
     assert torch.equal(weights, kept.float()) and not kept.all()
 

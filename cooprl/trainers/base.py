@@ -16,7 +16,7 @@ from cooprl.agents import Agent, AgentRunner
 from cooprl.config import Config
 from cooprl.evaluation import evaluate_team
 from cooprl.generation import Completion
-from cooprl.policy_update import TrainSample, frozen_reference, train_samples
+from cooprl.policy_update import TrainSample, frozen_reference, importance_weights
 from cooprl.rollout import iter_nodes
 from cooprl.task import Task
 from cooprl.text import safe_print
@@ -51,9 +51,14 @@ class TeamAlgorithm:
         """Return a TrainSample per completion `agent` sampled (advantage 0, set later); with
         agent_model.vllm_importance_cap each carries its truncated importance weights against vLLM's sampler, scored
         now: call it after the rollout, before the agent's next optimizer step (cooprl.policy_update)."""
-        member = self.team[agent]
-        return train_samples(member.model, completions, member.tokenizer.pad_token_id, member.params,
-                             self.config.agent_model.vllm_importance_cap)
+        samples = [TrainSample(c.prompt_ids, c.completion_ids, 0.0) for c in completions]
+        cap = self.config.agent_model.vllm_importance_cap
+        if cap is not None:
+            member = self.team[agent]
+            weights = importance_weights(member.model, completions, member.tokenizer.pad_token_id, member.params, cap)
+            for sample, w in zip(samples, weights):
+                sample.importance_weights = w
+        return samples
 
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:
