@@ -100,6 +100,17 @@ class AgentModelSection:
                               "(vLLM allows one sleeping engine), i.e. one agent per process")
     vllm_tensor_parallel_size: int = option(1, "GPUs each vLLM engine shards its model over; above 1 the engine's "
                                             "workers are separate processes, so needs vllm_weight_sync: lora", min=1)
+    vllm_max_num_seqs: Optional[int] = option(
+        None, "most sequences a vLLM engine schedules in one step (vLLM's max_num_seqs; null = vLLM's default); about "
+        "prompts x num_generations suffices, and less makes its start-up profiling set aside less memory", min=1)
+    vllm_max_num_batched_tokens: Optional[int] = option(
+        None, "most tokens a vLLM engine processes in one step (vLLM's max_num_batched_tokens; null = vLLM's default; "
+        "TRL uses 4096); less: less activation memory set aside, long prompts prefilled in more steps", min=1)
+    vllm_importance_cap: Optional[float] = option(
+        None, "off-policy correction for vLLM's sampler (TRL's vllm_importance_sampling_correction): each completion "
+        "token's policy-gradient term is weighted by min(q_hf / q_vllm, cap), q the token's probability under the "
+        "sampling settings (temperature, top-k, top-p) from the trained model and from vLLM; null = off, 2 = TRL's "
+        "default; needs generation_backend vllm; policy-gradient trainers only (not madpo, madpo_iter)", min=1.0)
     logprob_chunk_size: Optional[int] = option(
         None, "the update's log-probs: completion positions whose [positions x vocab] logits exist at once (the LM "
         "head, log-softmax and its backward run chunk by chunk); null = the whole batch's at once", min=1)
@@ -1063,6 +1074,10 @@ def _check_vllm(model_cfg: AgentModelSection) -> None:
     if model_cfg.vllm_tensor_parallel_size > 1 and model_cfg.vllm_weight_sync != "lora":
         raise ConfigError("agent_model.vllm_tensor_parallel_size > 1 runs the engine's shards in worker processes, "
                           "where merged weights cannot be pushed from here; set agent_model.vllm_weight_sync=lora")
+    if model_cfg.vllm_importance_cap is not None and model_cfg.generation_backend != "vllm":
+        raise ConfigError("agent_model.vllm_importance_cap corrects for vLLM's sampler: it needs "
+                          "agent_model.generation_backend=vllm (the hf backend samples from the trained model itself); "
+                          "set it to null")
 
 
 def check_consistency(config: Config) -> None:

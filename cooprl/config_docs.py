@@ -45,6 +45,8 @@ RULES = [
     "`agent_model.vllm_weight_sync: lora` needs `agent_model.lora`; `agent_model.vllm_tensor_parallel_size` above 1 "
     "needs `vllm_weight_sync: lora` (checked at load); `agent_model.vllm_sleep` needs one vLLM engine per process, "
     "i.e. one agent per process (checked when the engines are built).",
+    "`agent_model.vllm_importance_cap` needs `agent_model.generation_backend: vllm` (checked at load) and a "
+    "policy-gradient trainer: madpo/madpo_iter refuse it (checked when the trainer is built).",
     "`magrpo`/`grpo`/`marlhf*` `num_generations`: at least 2 unless `advantage_mode: raw` (a group of one has "
     "advantage 0; checked when the trainer is built).",
 ]

@@ -43,6 +43,27 @@ class Completion:
     prompt_ids: torch.Tensor       # 1-D, unpadded
     completion_ids: torch.Tensor   # 1-D, unpadded, EOS included when generated
     truncated: bool                # True when the budget ran out before EOS or a stop string
+    # 1-D float, one per completion id: each token's log-prob under the sampler that drew it, after its temperature,
+    # top-k and top-p (vLLM with agent_model.vllm_importance_cap; NaN where vLLM gave none); None otherwise
+    sampler_logprobs: torch.Tensor | None = None
+
+
+def sampling_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Return `logits` [..., vocab] turned into those the sampler draws from: divided by the temperature, then top-k,
+    then top-p, removed tokens at -inf (transformers' temperature, top-k and top-p warpers, in generate's order, which
+    vLLM's sampler applies alike). Greedy (temperature 0) leaves them unchanged, as vLLM's greedy log-probs do."""
+    if params.temperature == 0:
+        return logits
+    logits = logits / params.temperature
+    if params.top_k:
+        kth = torch.topk(logits, min(params.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        ascending, order = torch.sort(logits, dim=-1)
+        remove = ascending.softmax(dim=-1).cumsum(dim=-1) <= 1 - params.top_p
+        remove[..., -1] = False   # the most likely token always stays
+        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+    return logits
 
 
 def first_stop(text: str, stop_strings: Sequence[str]) -> int | None:

@@ -39,7 +39,7 @@ autocast; the log-softmax is taken in float32 either way.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -86,29 +86,34 @@ def group_by_prompt(prompts: Sequence[torch.Tensor]) -> list[list[int]]:
     return list(groups.values())
 
 
+Warp = Callable[[torch.Tensor], torch.Tensor]   # float32 logits [..., vocab] -> the logits a sampler draws from
+
+
 def completion_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor],
-                        pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+                        pad_id: int, warp: Warp | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (log-probs [B, C], mask [B, C]) of each completion's tokens given its prompt, in one forward.
 
     Sequences that share prefixes are packed as a token trie (see the module doc); the result is the same
-    either way, row i for sample i, C the longest completion.
+    either way, row i for sample i, C the longest completion. `warp`, when given, turns each position's logits into
+    a sampler's before the log-softmax (e.g. `generation.sampling_logits`: temperature, top-k, top-p); a token it
+    removes gets -inf. Without it the log-probs are the model's own (what the update trains).
     """
     if _attention_implementation(model) in _TRIE_ATTENTIONS and all(len(p) > 0 for p in prompts):
         trie = TokenTrie([torch.cat([p, c]).tolist() for p, c in zip(prompts, completions)])
         total = sum(len(p) + len(c) for p, c in zip(prompts, completions))
         if trie.num_tokens <= TRIE_MAX_TOKEN_FRACTION * total:
             if trie.num_tokens > MAX_TRIE_TOKENS and len(prompts) > 1:
-                return _in_parts(model, prompts, completions, pad_id)
-            return _trie_logprobs(model, trie, prompts, completions, pad_id)
-    return _padded_logprobs(model, prompts, completions, pad_id)
+                return _in_parts(model, prompts, completions, pad_id, warp)
+            return _trie_logprobs(model, trie, prompts, completions, pad_id, warp)
+    return _padded_logprobs(model, prompts, completions, pad_id, warp)
 
 
 def _in_parts(model: Any, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor],
-              pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+              pad_id: int, warp: Warp | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Score the first and second half of the batch separately; concatenate, padded to the longest completion."""
     half = len(prompts) // 2
-    parts = [completion_logprobs(model, prompts[:half], completions[:half], pad_id),
-             completion_logprobs(model, prompts[half:], completions[half:], pad_id)]
+    parts = [completion_logprobs(model, prompts[:half], completions[:half], pad_id, warp),
+             completion_logprobs(model, prompts[half:], completions[half:], pad_id, warp)]
     width = max(logps.shape[1] for logps, _ in parts)
     logps = torch.cat([torch.nn.functional.pad(lp, (0, width - lp.shape[1])) for lp, _ in parts])
     mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for _, m in parts])
@@ -116,7 +121,7 @@ def _in_parts(model: Any, prompts: Sequence[torch.Tensor], completions: Sequence
 
 
 def _padded_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor],
-                     pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     pad_id: int, warp: Warp | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     input_ids, attention, mask, width_p = pad_group(prompts, completions, pad_id)
     device = _device(model)
     input_ids, attention, mask = input_ids.to(device), attention.to(device), mask.to(device)
@@ -131,14 +136,17 @@ def _padded_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions: S
         keep = mask > 0
         rows = torch.arange(keep.numel(), device=device).view_as(keep)[keep]
         with autocast_context(model):
-            values = chunked_token_logps(head, hidden.reshape(-1, hidden.shape[-1]), rows, targets[keep], chunk)
+            values = chunked_token_logps(head, hidden.reshape(-1, hidden.shape[-1]), rows, targets[keep], chunk, warp)
         return torch.zeros_like(mask).masked_scatter(keep, values), mask
     with autocast_context(model):
         logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
                        logits_to_keep=width_c + 1, use_cache=False).logits[:, :-1].float()
+    if warp is not None:
+        logits = warp(logits)
     # log-softmax of the chosen token only: logit - logsumexp, without a [B, C, V] log-softmax copy
     chosen = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    token_logps = (chosen - torch.logsumexp(logits, dim=-1)) * mask
+    # masked_fill, not * mask: a warp may put a padding position's target at -inf (and -inf * 0 is NaN)
+    token_logps = (chosen - torch.logsumexp(logits, dim=-1)).masked_fill(mask == 0, 0.0)
     return token_logps, mask
 
 
@@ -226,7 +234,8 @@ class TokenTrie:
 
 
 def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
-                   completions: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+                   completions: Sequence[torch.Tensor], pad_id: int, warp: Warp | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     device = _device(model)
     input_ids, position_ids = trie.layout()
     # Completion token k of sample i is predicted by the logits at the column of the token before it on its path.
@@ -254,19 +263,20 @@ def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
     if head is not None:   # `out` is the kept columns' hidden states: the head runs chunk by chunk
         valid = mask > 0
         with autocast_context(model):
-            values = chunked_token_logps(head, out, index[valid], targets[valid], chunk)
+            values = chunked_token_logps(head, out, index[valid], targets[valid], chunk, warp)
         return torch.zeros_like(mask).masked_scatter(valid, values), mask
-    logits = out.float()
+    logits = out.float() if warp is None else warp(out.float())
     # one log-softmax per kept column, shared by the samples that use it (the fused kernel: ~1.8x faster on
     # CPU than logit - logsumexp, whose max, subtract and exp run as separate passes; the backward keeps one
-    # [kept, vocab] tensor either way)
-    token_logps = torch.log_softmax(logits, dim=-1)[index, targets] * mask
+    # [kept, vocab] tensor either way); masked_fill, not * mask: a warp may leave -inf at padding (-inf * 0 is NaN)
+    token_logps = torch.log_softmax(logits, dim=-1)[index, targets].masked_fill(mask == 0, 0.0)
     return token_logps, mask
 
 
 def chunked_token_logps(head: torch.nn.Module, hidden: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor,
-                        chunk: int) -> torch.Tensor:
-    """Return [M] float32 log-probs: entry m is log softmax(head(hidden[rows[m]]))[targets[m]].
+                        chunk: int, warp: Warp | None = None) -> torch.Tensor:
+    """Return [M] float32 log-probs: entry m is log softmax(head(hidden[rows[m]]))[targets[m]] (the head's logits
+    passed through `warp` first when given).
 
     `chunk` predictions at a time: the [chunk, vocab] logits of one chunk exist at once. With gradients on, each
     chunk runs under non-reentrant activation checkpointing, which keeps only its [chunk, hidden] input and
@@ -276,17 +286,20 @@ def chunked_token_logps(head: torch.nn.Module, hidden: torch.Tensor, rows: torch
         h = hidden.index_select(0, rows[start:start + chunk])
         t = targets[start:start + chunk]
         if torch.is_grad_enabled() and (h.requires_grad or any(p.requires_grad for p in head.parameters())):
-            parts.append(checkpoint(_head_logps, head, h, t, use_reentrant=False))
+            parts.append(checkpoint(_head_logps, head, h, t, warp, use_reentrant=False))
         else:
-            parts.append(_head_logps(head, h, t))
+            parts.append(_head_logps(head, h, t, warp))
     if not parts:
         return hidden.new_zeros(0, dtype=torch.float32)
     return torch.cat(parts)
 
 
-def _head_logps(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Return log softmax(head(hidden))[targets] per row, in float32."""
+def _head_logps(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, warp: Warp | None = None
+                ) -> torch.Tensor:
+    """Return log softmax(head(hidden))[targets] per row, in float32 (the logits passed through `warp` when given)."""
     logits = head(hidden).float()
+    if warp is not None:
+        logits = warp(logits)
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 

@@ -16,6 +16,18 @@ per sequence. It acts in one of two forms (`reference_kl_form`):
   the policy loss then has no KL term;
 - `loss`: `policy_gradient_step(kl_coef=...)` adds coef x the k3 KL to the loss, with gradient (MADPO adds it to
   its DPO loss the same way: a DPO step has no reward to penalize).
+
+Off-policy correction for vLLM's sampler (`agent_model.vllm_importance_cap`, TRL's truncated importance sampling):
+vLLM computes with its own kernels, so the distribution it samples from, q_vllm, differs slightly from the one the
+trained model's sampler would use, q_model (the same temperature, top-k and top-p on the HF model's logits).
+`importance_weights` scores each sampled token under q_model right after the rollout (no gradient, eval mode; the
+trainers call it through `TeamAlgorithm.train_samples`), and the sample keeps w_t = min(q_model(token_t) /
+q_vllm(token_t), cap) per token (`TrainSample.importance_weights`); the policy loss becomes
+-sum_t w_t log pi(token_t) * advantage. Why at sampling time and not from the update's own forward: the update's
+log-probs are the raw model's (temperature 1, no top-p), not q_model, and several trainer schedules take more than
+one optimizer step per batch of samples (MAGRPO `nodes`, the actor-critics' `turns` and `train_batch_size`) or
+train a buffer's leftover nodes after later steps, so the update's model is not always the one that sampled. The
+KL term of the loss form is not weighted.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl import distributed, fsdp
+from cooprl.generation import Completion, SamplingParams, sampling_logits
 from cooprl.logprobs import completion_logprobs, group_by_prompt
 from cooprl.optim import guarded_step
 
@@ -37,11 +50,56 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainSample:
-    """One completion to train on: its prompt and completion ids, and its advantage."""
+    """One completion to train on: its prompt and completion ids, its advantage, and the importance weight of each
+    of its tokens (vllm_importance_cap; None: every token weighs 1)."""
 
     prompt_ids: torch.Tensor
     completion_ids: torch.Tensor
     advantage: float
+    importance_weights: torch.Tensor | None = None   # 1-D float, one per completion id (`importance_weights`)
+
+
+@torch.no_grad()
+def importance_weights(model: Any, completions: Sequence[Completion], pad_id: int, params: SamplingParams,
+                       cap: float, batch_size: int | None = None) -> list[torch.Tensor]:
+    """Return, per completion, each token's truncated importance weight min(q_model / q_sampler, cap) as a 1-D float
+    tensor on the CPU: q_model is `model`'s probability of the token under the sampling settings `params` (temperature,
+    top-k, top-p: `sampling_logits`), scored now in eval mode; q_sampler the sampler's, from
+    `completion.sampler_logprobs`. A token the sampler gave no log-prob (NaN) weighs 1. Call it before `model`'s next
+    optimizer step: q_model is the sampling policy's."""
+    if any(c.sampler_logprobs is None for c in completions):
+        raise ValueError("importance weights need each completion's sampler_logprobs (the vLLM backend with "
+                         "agent_model.vllm_importance_cap fills them)")
+
+    def score(batch: list[Completion]) -> list[torch.Tensor]:
+        logps, _ = completion_logprobs(model, [c.prompt_ids for c in batch], [c.completion_ids for c in batch],
+                                       pad_id, warp=lambda logits: sampling_logits(logits, params))
+        weights = []
+        for row, c in zip(logps.float().cpu(), batch):
+            ratio = torch.exp(row[:len(c.completion_ids)] - c.sampler_logprobs).clamp(max=cap)
+            weights.append(torch.where(torch.isnan(c.sampler_logprobs), 1.0, ratio))
+        return weights
+
+    return _scored_in_eval(model, completions, batch_size, score)
+
+
+def _scored_in_eval(model: Any, samples: Sequence[Any], batch_size: int | None,
+                    score: Callable[[list[Any]], list[Any]]) -> list[Any]:
+    """Return `score(batch)`'s value for each of `samples` (TrainSamples or Completions), in their order: `score` runs
+    on sibling batches of at most `batch_size` (null: all at once) with `model` in eval mode, as at sampling time (no
+    dropout); the model's train/eval mode is restored afterwards."""
+    if not samples:
+        return []
+    fsdp.check_gathered(model, "scoring without gradient")   # each process scores its own number of batches
+    training = model.training
+    model.eval()
+    values: dict[int, Any] = {}
+    try:
+        for batch in sibling_batches(list(samples), batch_size or len(samples)):
+            values.update(zip(map(id, batch), score(batch)))
+    finally:
+        model.train(training)
+    return [values[id(s)] for s in samples]
 
 
 def frozen_reference(model: Any) -> Any:
@@ -89,23 +147,13 @@ def sampled_kls(model: Any, reference: Any, samples: Sequence[TrainSample], pad_
     """Return the k3 KL(policy || reference) of each sample's completion, summed over its tokens, as plain floats
     (no gradient): what upstream's reward form subtracts from the reward. The policy scores in eval mode, as at
     sampling time; its train/eval mode is restored afterwards."""
-    if not samples:
-        return []
-    training = model.training
-    model.eval()
-    kls: dict[int, float] = {}
-    index = {id(s): i for i, s in enumerate(samples)}
-    fsdp.check_gathered(model, "scoring the sampled KL")   # each process scores its own number of batches
-    try:
-        for batch in sibling_batches(list(samples), batch_size or len(samples)):
-            prompts = [s.prompt_ids for s in batch]
-            completions = [s.completion_ids for s in batch]
-            token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
-            values = k3_kl(token_logps, mask, reference, prompts, completions, pad_id).float().cpu().tolist()
-            kls.update({index[id(s)]: v for s, v in zip(batch, values)})
-    finally:
-        model.train(training)
-    return [kls[i] for i in range(len(samples))]
+    def score(batch: list[TrainSample]) -> list[float]:
+        prompts = [s.prompt_ids for s in batch]
+        completions = [s.completion_ids for s in batch]
+        token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
+        return k3_kl(token_logps, mask, reference, prompts, completions, pad_id).float().cpu().tolist()
+
+    return _scored_in_eval(model, samples, batch_size, score)
 
 
 def kl_penalized(rewards: Sequence[float], kls: Sequence[float], coef: float) -> list[float]:
@@ -113,8 +161,9 @@ def kl_penalized(rewards: Sequence[float], kls: Sequence[float], coef: float) ->
     return [r - coef * kl for r, kl in zip(rewards, kls)]
 
 
-def sibling_batches(samples: Sequence[TrainSample], size: int) -> list[list[TrainSample]]:
-    """Split `samples` into batches of at most `size`, keeping samples with the same prompt together.
+def sibling_batches(samples: Sequence[Any], size: int) -> list[list[Any]]:
+    """Split `samples` (TrainSamples or Completions) into batches of at most `size`, keeping samples with the same
+    prompt together.
 
     Groups come in order of first appearance and are cut only when larger than `size`; a batch takes whole
     groups while they fit. Zero-advantage samples dropped from a group would otherwise shift plain
@@ -146,7 +195,10 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
                          extra_backward: Callable[[], float] | None = None,
                          extra_samples: int = 0) -> dict[str, float]:
     """Apply one optimizer step on `samples`; return metrics (loss, grad_norm, skipped, extra_loss; kl when the KL
-    term is on: `kl_coef` > 0 with a `reference`, the loss form of `reference_kl_form`).
+    term is on: `kl_coef` > 0 with a `reference`, the loss form of `reference_kl_form`; is_weight_mean and
+    is_weight_max over the tokens of `samples` when they carry importance weights).
+
+    A sample's loss is -sum_t w_t log pi(token_t) x its advantage, w_t its `importance_weights` (1 without them).
 
     `extra_backward`, when given, backpropagates a second loss into parameters of the same optimizer after
     the policy loss and before the clipped step (the actor-critic's value loss: a value head sharing the
@@ -159,6 +211,9 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     metrics = {"loss": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}
     if kl_on:   # reported only when it is a term of this loss (the reward form reports the sampled KL instead)
         metrics["kl"] = 0.0
+    weighted = any(s.importance_weights is not None for s in samples or ())
+    if weighted:
+        metrics.update(_weight_metrics(samples))
     # under data-parallel training every rank reaches the guarded step, which averages the ranks' gradients
     data_parallel = distributed.is_data_parallel(optimizer)
     if not active and extra_backward is None and not data_parallel:
@@ -183,7 +238,8 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
         completions = [s.completion_ids for s in batch]
         token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
         adv = torch.tensor([s.advantage for s in batch], dtype=token_logps.dtype, device=token_logps.device)
-        loss = -(token_logps.sum(-1) * adv).sum() / max(denominator, 1)
+        weighted_logps = token_logps * _token_weights(batch, token_logps) if weighted else token_logps
+        loss = -(weighted_logps.sum(-1) * adv).sum() / max(denominator, 1)
         if kl_on:
             kl = k3_kl(token_logps, mask, reference, prompts, completions, pad_id)
             loss = loss + kl_coef * kl.sum() / max(denominator, 1)
@@ -219,3 +275,21 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
         return {**metrics, "skipped_nonfinite": 1.0}
     metrics["grad_norm"] = norm
     return metrics
+
+
+def _token_weights(batch: Sequence[TrainSample], like: torch.Tensor) -> torch.Tensor:
+    """Return the batch's importance weights laid out as `like` ([batch, tokens]): row i holds sample i's weights
+    (ones without them), zero past its completion (where `like`, the log-probs, is zero too)."""
+    weights = torch.zeros_like(like)
+    for row, s in enumerate(batch):
+        n = len(s.completion_ids)
+        weights[row, :n] = 1.0 if s.importance_weights is None else s.importance_weights.to(like)
+    return weights
+
+
+def _weight_metrics(samples: Sequence[TrainSample]) -> dict[str, float]:
+    """Return is_weight_mean and is_weight_max over the tokens of the samples that carry importance weights."""
+    tokens = torch.cat([s.importance_weights for s in samples if s.importance_weights is not None])
+    if not tokens.numel():
+        return {}
+    return {"is_weight_mean": tokens.mean().item(), "is_weight_max": tokens.max().item()}

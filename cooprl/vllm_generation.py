@@ -23,17 +23,24 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   next `sample` wakes it first. vLLM allows one such engine per process.
 - Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
   saved before and restored after, so a run samples and initializes the same with or without this backend.
+- Sampler log-probs (`sampler_logprobs=True`, from `agent_model.vllm_importance_cap`): vLLM returns each sampled
+  token's log-prob (`SamplingParams(logprobs=0)`) after its temperature, top-k and top-p (the engine's
+  `logprobs_mode="processed_logprobs"`, vLLM >= 0.10.2), i.e. under the distribution it drew the token from. They are
+  cut and joined exactly as the ids are (`finish` keeps a prefix; a continued sample appends its next round) and
+  land in `Completion.sampler_logprobs`, for the trainers' truncated importance weights (cooprl.policy_update).
 
 vLLM is imported only when this backend is chosen; the tests run against a fake `vllm` module (no GPU in
-this repository's CI), so the calls into vLLM are written against its documented API (0.8-0.11 and later
-releases keep them) but have not been run against a real engine here.
+this repository's CI), so the calls into vLLM are written against its documented API (0.20-0.33, the range the
+`vllm` extra pins) but have not been run against a real engine here.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -108,11 +115,28 @@ def watch_optimizer(optimizer: torch.optim.Optimizer, generator: "VLLMGenerator"
 
 
 # ----------------------------------------------------------------------------------------------- generator
+@dataclass
+class SampledTokens:
+    """What vLLM sampled for one sample: its token ids, their log-probs under vLLM's sampler (None unless asked
+    for; NaN for a token vLLM gave none), and whether vLLM stopped it at a stop string."""
+
+    ids: list[int]
+    logprobs: list[float] | None
+    at_string: bool
+
+    def extended(self, more: "SampledTokens") -> "SampledTokens":
+        """Return this sample continued by `more` (the next round's tokens of the same sample)."""
+        logprobs = None if self.logprobs is None else self.logprobs + more.logprobs
+        return SampledTokens(self.ids + more.ids, logprobs, more.at_string)
+
+
 class VLLMGenerator:
     """Samples completions with an in-process vLLM engine; same interface and Completions as HFGenerator.
 
     `model` is the trained HF model (the source of the weights), `model_path` what vLLM loads at start (a
-    hub id or folder with the same architecture). `max_model_len` bounds prompt + completion in the engine.
+    hub id or folder with the same architecture). `max_model_len` bounds prompt + completion in the engine;
+    `max_num_seqs` and `max_num_batched_tokens` (None: vLLM's defaults) bound what it runs in one step.
+    `sampler_logprobs`: fill `Completion.sampler_logprobs` with vLLM's log-prob of each sampled token.
     """
 
     _sleeping_engines = 0   # built in this process with sleep mode (vLLM allows one)
@@ -120,7 +144,8 @@ class VLLMGenerator:
     def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_prompt_tokens: int, max_model_len: int,
                  chat_template: bool = False, gpu_memory_utilization: float = 0.3, seed: int = 0,
                  weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
-                 adapter_dir: str | None = None, vllm_module: Any = None):
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                 sampler_logprobs: bool = False, adapter_dir: str | None = None, vllm_module: Any = None):
         vllm = vllm_module if vllm_module is not None else check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
@@ -130,7 +155,7 @@ class VLLMGenerator:
         if sleep and VLLMGenerator._sleeping_engines:
             raise ConfigError("agent_model.vllm_sleep: vLLM lets one engine per process sleep, and this process "
                               "builds a second one (one per agent); drop vllm_sleep, or run one agent per process")
-        self.weight_sync, self.sleep = weight_sync, sleep
+        self.weight_sync, self.sleep, self.sampler_logprobs = weight_sync, sleep, sampler_logprobs
         self.model = model
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
@@ -149,8 +174,13 @@ class VLLMGenerator:
         options: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=_dtype_name(model), seed=seed,
                                        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                                        tensor_parallel_size=tensor_parallel_size, enable_prefix_caching=True)
+        # the engine's batch limits, only when set: None leaves vLLM's own defaults
+        limits = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+        options.update({name: value for name, value in limits.items() if value is not None})
         if sleep:
             options["enable_sleep_mode"] = True
+        if sampler_logprobs:   # the log-probs of the distribution tokens are drawn from, not the raw model's
+            options["logprobs_mode"] = "processed_logprobs"
         if weight_sync == "lora":
             options.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
         with _kept_random_state():
@@ -257,34 +287,37 @@ class VLLMGenerator:
         greedy = params.temperature == 0
         # Greedy samples of one prompt are all the same sequence: generate it once and repeat it (as HF's
         # greedy `num_return_sequences` does), which also avoids vLLM versions that refuse n > 1 when greedy.
-        rows = self.generate_ids([ids.tolist() for ids in prompt_ids], 1 if greedy else num_samples, params)
+        rows = self.generate_tokens([ids.tolist() for ids in prompt_ids], 1 if greedy else num_samples, params)
         completions = []
         for p, samples in enumerate(rows):
             per_prompt = []
-            for ids in samples * num_samples if greedy else samples:
-                text, kept, truncated = self.finish(ids, params)
-                per_prompt.append(Completion(text, prompt_ids[p], kept, truncated))
+            for sampled in samples * num_samples if greedy else samples:
+                text, kept, truncated = self.finish(sampled.ids, params)
+                # `finish` keeps a prefix of the ids: the first len(kept) log-probs are the kept tokens'
+                logprobs = (None if sampled.logprobs is None
+                            else torch.tensor(sampled.logprobs[:len(kept)], dtype=torch.float32))
+                per_prompt.append(Completion(text, prompt_ids[p], kept, truncated, logprobs))
             completions.append(per_prompt)
         return completions
 
-    def generate_ids(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[list[int]]]:
-        """Return the token ids vLLM samples for each prompt (n each), each long enough for `finish` to cut.
+    def generate_tokens(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[SampledTokens]]:
+        """Return what vLLM samples for each prompt (n each), each sample long enough for `finish` to cut.
 
         A sample that vLLM stopped at a stop string that `first_stop` ignores (blank text before it) is
         continued from where it stopped, with the rest of the budget, until a real stop, EOS or the budget.
         Sampling the continuation from prompt + tokens so far draws from the same distribution.
         """
-        outputs = self._generate([(ids, n, params.max_new_tokens) for ids in prompts], params)
-        samples = [[ids for ids, _ in per_prompt] for per_prompt in outputs]
-        pending = [(p, g) for p, per_prompt in enumerate(outputs) for g, (ids, at_string) in enumerate(per_prompt)
-                   if at_string and self._stopped_too_early(ids, params)]
+        samples = self._generate([(ids, n, params.max_new_tokens) for ids in prompts], params)
+        pending = [(p, g) for p, per_prompt in enumerate(samples) for g, sampled in enumerate(per_prompt)
+                   if sampled.at_string and self._stopped_too_early(sampled.ids, params)]
         while pending:  # every round adds at least one token to each pending sample, so this ends
-            requests = [(prompts[p] + samples[p][g], 1, params.max_new_tokens - len(samples[p][g])) for p, g in pending]
+            requests = [(prompts[p] + samples[p][g].ids, 1, params.max_new_tokens - len(samples[p][g].ids))
+                        for p, g in pending]
             outputs = self._generate(requests, params)
             still = []
-            for (p, g), [(ids, at_string)] in zip(pending, outputs):
-                samples[p][g] = samples[p][g] + ids
-                if at_string and self._stopped_too_early(samples[p][g], params):
+            for (p, g), [more] in zip(pending, outputs):
+                samples[p][g] = samples[p][g].extended(more)
+                if more.at_string and self._stopped_too_early(samples[p][g].ids, params):
                     still.append((p, g))
             pending = still
         return samples
@@ -295,11 +328,8 @@ class VLLMGenerator:
         return first_stop(text, params.stop_strings) is None and len(ids) < params.max_new_tokens
 
     def _generate(self, requests: list[tuple[list[int], int, int]], params: SamplingParams
-                  ) -> list[list[tuple[list[int], bool]]]:
-        """Run one vLLM `generate` over (prompt ids, n, max_tokens) requests.
-
-        Returns, per request, n pairs (sampled token ids, stopped at a stop string).
-        """
+                  ) -> list[list[SampledTokens]]:
+        """Run one vLLM `generate` over (prompt ids, n, max_tokens) requests; return, per request, its n samples."""
         greedy = params.temperature == 0
         # One seed per request, drawn from torch's RNG: runs seeded alike sample alike, whatever the batching.
         seeds = [None] * len(requests) if greedy else torch.randint(0, 2**31 - 1, (len(requests),)).tolist()
@@ -315,11 +345,16 @@ class VLLMGenerator:
             per_prompt = []
             for sample in sorted(result.outputs, key=lambda o: o.index):
                 ids = list(sample.token_ids)
+                # one {token id: Logprob} per sampled token (a list, or vLLM's FlatLogprobs, indexed alike)
+                logprobs = ([position[token].logprob for token, position in zip(ids, sample.logprobs)]
+                            if self.sampler_logprobs else None)
                 at_string = sample.finish_reason == "stop" and isinstance(sample.stop_reason, str)
                 if (sample.finish_reason == "stop" and isinstance(sample.stop_reason, int)
                         and (not ids or ids[-1] != sample.stop_reason)):
                     ids.append(sample.stop_reason)  # a stop token the model sampled, should a version leave it out
-                per_prompt.append((ids, at_string))
+                    if logprobs is not None:
+                        logprobs.append(math.nan)   # ... and then its log-prob is unknown
+                per_prompt.append(SampledTokens(ids, logprobs, at_string))
             out.append(per_prompt)
         return out
 
@@ -333,7 +368,8 @@ class VLLMGenerator:
             top_k=-1 if greedy or not params.top_k else params.top_k,   # -1: no top-k (HF's top_k=0)
             stop=list(params.stop_strings) or None, include_stop_str_in_output=True,
             ignore_eos=True, stop_token_ids=list(self.eos_ids),         # only the tokenizer's EOS ends a sample
-            skip_special_tokens=True)
+            skip_special_tokens=True,
+            logprobs=0 if self.sampler_logprobs else None)              # 0: the sampled token's own log-prob only
 
     def finish(self, ids: Sequence[int], params: SamplingParams) -> tuple[str, torch.Tensor, bool]:
         """Return (text, completion ids, truncated) of sampled tokens `ids`, as HFGenerator would for them.
@@ -437,4 +473,7 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          chat_template=model_cfg.chat_template,
                          gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed,
                          weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
-                         tensor_parallel_size=model_cfg.vllm_tensor_parallel_size, vllm_module=vllm)
+                         tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
+                         max_num_seqs=model_cfg.vllm_max_num_seqs,
+                         max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
+                         sampler_logprobs=model_cfg.vllm_importance_cap is not None, vllm_module=vllm)

@@ -143,6 +143,7 @@ def test_the_allowed_values_in_docs_config_md_are_enforced():
     (["grpo.parallel_training=fsdp", "grpo.update_schedule=items", "grpo.reference_kl_coef=0.1",
       "agent_model.lora=null"], "agent_model.lora"),
     ("agent_model.vllm_tensor_parallel_size=2", "agent_model.vllm_weight_sync=lora"),
+    ("agent_model.vllm_importance_cap=2.0", "agent_model.vllm_importance_cap"),
 ])
 def test_rules_between_keys_are_enforced_at_load(override, key):
     with pytest.raises(ConfigError, match=re.escape(key)):

@@ -4,12 +4,15 @@ The fake engine plays scripted token streams (what "the model" would sample at e
 vLLM documents: at a stop token id (kept in token_ids), after the token that completes a stop string
 anywhere in the generated text (kept, finish_reason 'stop', stop_reason the string), or at max_tokens. The
 HF reference for the same stream is HF's own stopping rule (`_StopOnStrings` and EOS, as `generate` applies
-them) followed by `HFGenerator._trim`.
+them) followed by `HFGenerator._trim`. Asked for log-probs (`SamplingParams(logprobs=0)`), it returns one
+{token id: Logprob} per sampled token, whose value `fake_logprob(k)` names the token's position k in its stream
+(continued rounds included), so a test sees which sampled token each kept log-prob belongs to.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import os
 import sys
 import types
@@ -19,7 +22,7 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, load_config
-from cooprl.generation import HFGenerator, SamplingParams, _StopOnStrings
+from cooprl.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.vllm_generation import VLLMGenerator, adapters_enabled, check_vllm_backend, merged_weights, watch_optimizer
 
@@ -33,6 +36,17 @@ class FakeOutput:
     token_ids: list
     finish_reason: str
     stop_reason: object
+    logprobs: list | None = None
+
+
+@dataclass
+class FakeLogprob:   # vllm.logprobs.Logprob
+    logprob: float
+
+
+def fake_logprob(position: int) -> float:
+    """The fake engine's log-prob of the token at `position` of its stream."""
+    return -(position + 1) / 100
 
 
 @dataclass
@@ -94,35 +108,45 @@ class FakeLLM:
         self.events.append("generate")
         self.calls.append((prompts, sampling_params))
         self.lora_requests = getattr(self, "lora_requests", []) + ([options["lora_request"]] if options else [])
-        return [FakeRequestOutput([self._play(stream, params, g)
-                                   for g, stream in enumerate(self._streams(p["prompt_token_ids"], params.n))])
-                for p, params in zip(prompts, sampling_params)]
+        outputs = []
+        for p, params in zip(prompts, sampling_params):
+            streams, offset = self._streams(p["prompt_token_ids"], params.n)
+            outputs.append(FakeRequestOutput([self._play(stream, params, g, offset) for g, stream in enumerate(streams)]))
+        return outputs
 
     def _streams(self, prompt, n):
-        """Return n streams for `prompt`: scripted ones (continuations included), else letters seeded by the prompt."""
+        """Return (n streams for `prompt`, where they start in their whole streams): scripted ones (continuations
+        included), else letters seeded by the prompt."""
         for start, streams in self.script.items():
             start = list(start)
             if prompt[:len(start)] == start:
                 done = prompt[len(start):]
                 found = [s[len(done):] for s in streams if s[:len(done)] == done]
                 if found:
-                    return (found * n)[:n] if done else streams[:n]
+                    return ((found * n)[:n] if done else streams[:n]), len(done)
         letters = self.tokenizer("a b c d e f g", add_special_tokens=False)["input_ids"]
         rng = torch.Generator().manual_seed(sum(prompt))
-        return [[letters[i] for i in torch.randint(len(letters), (64,), generator=rng).tolist()] for _ in range(n)]
+        return [[letters[i] for i in torch.randint(len(letters), (64,), generator=rng).tolist()] for _ in range(n)], 0
 
-    def _play(self, stream, params, index):
+    def _play(self, stream, params, index, offset=0):
         out = []
+
+        def output(finish_reason, stop_reason):
+            logprobs = None
+            if getattr(params, "logprobs", None) is not None:
+                logprobs = [{t: FakeLogprob(fake_logprob(offset + k))} for k, t in enumerate(out)]
+            return FakeOutput(index, out, finish_reason, stop_reason, logprobs)
+
         for token in stream[:params.max_tokens]:
             out.append(token)
             if token in (params.stop_token_ids or ()):
-                return FakeOutput(index, out, "stop", token)
+                return output("stop", token)
             text = self.tokenizer.decode(out, skip_special_tokens=True)
             hit = [s for s in (params.stop or ()) if s in text]
             if hit:
-                return FakeOutput(index, out, "stop", hit[0])
+                return output("stop", hit[0])
         assert len(out) == params.max_tokens, "scripted stream too short"
-        return FakeOutput(index, out, "length", None)
+        return output("length", None)
 
 
 @dataclass
@@ -189,6 +213,21 @@ def test_engine_is_created_in_process_with_the_configured_memory_share(tiny, fak
     assert llm.kwargs["model"] == "/models/tiny" and llm.kwargs["dtype"] == "float32"
     assert llm.kwargs["gpu_memory_utilization"] == 0.25 and llm.kwargs["max_model_len"] == 64
     assert llm.kwargs["seed"] == 7
+    assert "max_num_seqs" not in llm.kwargs and "max_num_batched_tokens" not in llm.kwargs  # vLLM's defaults
+
+
+def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
+    import cooprl.vllm_generation as backend
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
+    backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
+    kwargs = FakeLLM.instances[-1].kwargs
+    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == (16, 4096)
+    backend.build_vllm_generator(*tiny, load_config(None, []).agent_model, "/models/tiny", 32, 8, seed=0)
+    assert not {"max_num_seqs", "max_num_batched_tokens"} & set(FakeLLM.instances[-1].kwargs)   # null: not passed
+    for key in ("vllm_max_num_seqs", "vllm_max_num_batched_tokens"):
+        with pytest.raises(ConfigError, match=f"agent_model.{key}"):
+            load_config(None, [f"agent_model.{key}=0"])
 
 
 def test_sampling_params_are_mapped(tiny, fake_vllm):
@@ -279,7 +318,7 @@ def test_finish_cuts_uncut_streams_like_hf(tiny, fake_vllm, index):
 
 def test_an_early_stop_is_continued_from_where_it_stopped(tiny, fake_vllm):
     model, tokenizer = tiny
-    gen = make_generator(tiny, fake_vllm)
+    gen = make_generator(tiny, fake_vllm, sampler_logprobs=True)
     llm = FakeLLM.instances[-1]
     head = enc(tokenizer, "\ndef", " f(x):")       # vLLM stops here; first_stop does not (blank before it)
     rest = enc(tokenizer, "\n    return x", "\nclass", " A:") + enc(tokenizer, " x = 1\n") * 12
@@ -295,6 +334,9 @@ def test_an_early_stop_is_continued_from_where_it_stopped(tiny, fake_vllm):
     # ... and ends after the token that completes the first stop that follows code ("\nclass " by " A")
     assert completion.text == "\ndef f(x):\n    return x\nclass A" and not completion.truncated
     assert completion.completion_ids.tolist() == head + enc(tokenizer, "\n    return x", "\nclass") + enc(tokenizer, " A:")[:1]
+    # the two rounds' log-probs joined and cut as the ids: one per kept token, each its own token's
+    kept = len(completion.completion_ids)
+    assert completion.sampler_logprobs.tolist() == pytest.approx([fake_logprob(k) for k in range(kept)])
 
 
 def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_vllm, monkeypatch, tmp_path):
@@ -537,3 +579,262 @@ def test_the_default_backend_is_still_transformers():
     [agent] = build_team(config, config.grpo, 1)
     assert type(agent.generator) is HFGenerator
     assert agent.generator.max_prompt_tokens == config.agent_model.max_length - config.grpo.max_new_tokens
+
+
+# ----------------------------------------------------------------------------------------------- off-policy correction
+def test_sampler_logprobs_are_asked_for_only_with_the_option(tiny, fake_vllm):
+    params = SamplingParams(max_new_tokens=4, temperature=1.0)
+    off = make_generator(tiny, fake_vllm)
+    assert "logprobs_mode" not in FakeLLM.instances[-1].kwargs
+    assert all(c.sampler_logprobs is None for c in off.sample(["x"], 2, params)[0])
+    assert FakeLLM.instances[-1].calls[-1][1][0].logprobs is None
+    on = make_generator(tiny, fake_vllm, sampler_logprobs=True)
+    engine = FakeLLM.instances[-1]
+    assert engine.kwargs["logprobs_mode"] == "processed_logprobs"   # after temperature, top-k and top-p
+    [group] = on.sample(["x"], 2, params)
+    assert engine.calls[-1][1][0].logprobs == 0   # the sampled token's own log-prob only
+    for c in group:
+        assert c.sampler_logprobs.dtype == torch.float32 and len(c.sampler_logprobs) == len(c.completion_ids)
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_sampler_logprobs_are_cut_with_the_ids(tiny, fake_vllm, index):
+    # every way a completion ends: EOS, budget, a stop string (cut by `finish`), a stop at the start (continued)
+    model, tokenizer = tiny
+    name, stream = cases(tokenizer)[index]
+    gen = make_generator(tiny, fake_vllm, sampler_logprobs=True)
+    prompt = gen.encode_prompts(["def f(x):"])[0].tolist()
+    FakeLLM.instances[-1].script[tuple(prompt)] = [stream, stream]
+    for c in gen.sample(["def f(x):"], 2, SamplingParams(max_new_tokens=16, temperature=1.0, stop_strings=STOPS))[0]:
+        assert c.completion_ids.tolist() == stream[:len(c.completion_ids)], name
+        assert c.sampler_logprobs.tolist() == pytest.approx([fake_logprob(k) for k in range(len(c.completion_ids))]), name
+
+
+def test_greedy_repeats_carry_the_same_logprobs(tiny, fake_vllm):
+    gen = make_generator(tiny, fake_vllm, sampler_logprobs=True)
+    [group] = gen.sample(["x"], 3, SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert all(torch.equal(c.sampler_logprobs, group[0].sampler_logprobs) for c in group)
+
+
+def test_a_stop_token_vllm_left_out_has_an_unknown_logprob(tiny, fake_vllm, monkeypatch):
+    eos = tiny[1].eos_token_id
+    gen = make_generator(tiny, fake_vllm, sampler_logprobs=True)
+    engine = FakeLLM.instances[-1]
+    a = enc(tiny[1], "a")[0]
+    # a vLLM version that reports the stop token as stop_reason without keeping it in token_ids
+    monkeypatch.setattr(engine, "generate", lambda prompts, params, **kw: [FakeRequestOutput(
+        [FakeOutput(0, [a, a], "stop", eos, [{a: FakeLogprob(-0.5)}, {a: FakeLogprob(-0.25)}])])])
+    [[c]] = gen.sample(["x"], 1, SamplingParams(max_new_tokens=4, temperature=1.0))
+    assert c.completion_ids.tolist() == [a, a, eos]
+    assert c.sampler_logprobs[:2].tolist() == [-0.5, -0.25] and torch.isnan(c.sampler_logprobs[2])
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, None, 1.0), (0.6, 10, 1.0), (1.3, None, 0.6),
+                                                       (0.6, 5, 0.9), (0.0, 5, 0.5)])
+def test_sampling_logits_are_those_hf_generate_samples_from(temperature, top_k, top_p):
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    from cooprl.generation import sampling_logits
+    torch.manual_seed(0)
+    logits = torch.randn(6, 50) * 3
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    warpers = []
+    if temperature > 0:   # greedy: generate samples the argmax of the unchanged logits
+        warpers.append(TemperatureLogitsWarper(temperature))
+        if top_k:
+            warpers.append(TopKLogitsWarper(top_k))
+        if top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p))
+    expected = LogitsProcessorList(warpers)(torch.zeros(6, 1, dtype=torch.long), logits.clone())
+    assert torch.equal(sampling_logits(logits, params), expected)
+
+
+def sampled_completions(tokenizer, lengths=(5, 3, 6)):
+    """Return completions of two prompts (the first two share theirs) with the given numbers of tokens."""
+    torch.manual_seed(1)
+    prompts = [torch.tensor(enc(tokenizer, "def f(x):")), torch.tensor(enc(tokenizer, "def f(x):")),
+               torch.tensor(enc(tokenizer, "class A:"))]
+    return [Completion("", p, torch.randint(5, 200, (n,)), False) for p, n in zip(prompts, lengths)]
+
+
+def model_sampler_logprobs(model, tokenizer, completions, params) -> list[torch.Tensor]:
+    """Return each completion's log-probs under `model`'s own sampler (eval mode, one batch)."""
+    from cooprl.generation import sampling_logits
+    from cooprl.logprobs import completion_logprobs
+    model.eval()
+    with torch.no_grad():
+        logps, _ = completion_logprobs(model, [c.prompt_ids for c in completions],
+                                       [c.completion_ids for c in completions], tokenizer.pad_token_id,
+                                       warp=lambda logits: sampling_logits(logits, params))
+    return [row[:len(c.completion_ids)].clone() for row, c in zip(logps, completions)]
+
+
+def test_warped_logprobs_are_the_samplers_in_every_layout(tiny):
+    from cooprl.generation import sampling_logits
+    from cooprl.logprobs import _padded_logprobs, completion_logprobs
+    from cooprl.models import set_memory_options
+    model, tokenizer = tiny
+    completions = sampled_completions(tokenizer)
+    params = SamplingParams(temperature=0.7, top_p=0.95)
+    prompts, ids = [c.prompt_ids for c in completions], [c.completion_ids for c in completions]
+    warp = lambda logits: sampling_logits(logits, params)
+    model.eval()
+    with torch.no_grad():
+        expected = []   # each sequence alone, all its logits, then the sampler's log-softmax
+        for p, c in zip(prompts, ids):
+            logits = model(input_ids=torch.cat([p, c])[None]).logits[0, len(p) - 1:-1].float()
+            expected.append(torch.log_softmax(warp(logits), -1).gather(-1, c[:, None]).squeeze(-1))
+        trie, _ = completion_logprobs(model, prompts, ids, tokenizer.pad_token_id, warp=warp)
+        padded, _ = _padded_logprobs(model, prompts, ids, tokenizer.pad_token_id, warp=warp)
+        set_memory_options(model, logprob_chunk_size=2)
+        try:
+            chunked, _ = completion_logprobs(model, prompts, ids, tokenizer.pad_token_id, warp=warp)
+        finally:
+            set_memory_options(model, logprob_chunk_size=None)
+        raw, _ = completion_logprobs(model, prompts, ids, tokenizer.pad_token_id)
+    for i, e in enumerate(expected):
+        n = len(e)
+        for layout in (trie, padded, chunked):
+            assert torch.allclose(layout[i, :n], e, atol=1e-5)
+            assert (layout[i, n:] == 0).all()   # padding stays 0 (never NaN) though the warp puts it at -inf
+    assert not torch.allclose(trie, raw, atol=1e-3)   # temperature and top-p change the log-probs
+
+
+def test_importance_weights_compare_the_models_sampler_with_vllms(tiny):
+    from cooprl.policy_update import importance_weights
+    model, tokenizer = tiny
+    params = SamplingParams(temperature=0.7)
+    completions = sampled_completions(tokenizer)
+    own = model_sampler_logprobs(model, tokenizer, completions, params)
+    # vLLM's log-probs: equal (weight 1), log 1.5 lower (1.5), log 3 lower (3, capped at 2), unknown (1)
+    offsets = [torch.zeros(5), torch.full((3,), math.log(1.5)), torch.tensor([math.log(3), 0, math.nan, 0, 0, 0])]
+    for c, logps, offset in zip(completions, own, offsets):
+        c.sampler_logprobs = logps - offset
+    model.train()
+    weights = importance_weights(model, completions, tokenizer.pad_token_id, params, cap=2.0)
+    assert model.training   # scored in eval mode, the mode restored
+    assert torch.allclose(weights[0], torch.ones(5), atol=1e-5)
+    assert torch.allclose(weights[1], torch.full((3,), 1.5), atol=1e-5)
+    assert torch.allclose(weights[2], torch.tensor([2.0, 1, 1, 1, 1, 1]), atol=1e-5)
+    with pytest.raises(ValueError, match="sampler_logprobs"):
+        importance_weights(model, [Completion("", completions[0].prompt_ids, completions[0].completion_ids, False)],
+                           tokenizer.pad_token_id, params, cap=2.0)
+    # a token the model's own sampler would never draw (outside its top-k) weighs 0
+    top1 = SamplingParams(temperature=0.7, top_k=1)
+    for c in completions:
+        c.sampler_logprobs = torch.zeros(len(c.completion_ids))
+    weights = torch.cat(importance_weights(model, completions, tokenizer.pad_token_id, top1, cap=2.0))
+    kept = torch.cat(model_sampler_logprobs(model, tokenizer, completions, top1)) == 0   # log 1: the argmax
+    assert torch.equal(weights, kept.float()) and not kept.all()
+
+
+def policy_step(model, samples, lr=1.0):
+    """Return (the step's metrics, each parameter's change) of one plain SGD policy_gradient_step on `samples`."""
+    from cooprl.policy_update import policy_gradient_step
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    metrics = policy_gradient_step(model, optimizer, samples, 0, max_grad_norm=None)
+    return metrics, {n: p.detach() - before[n] for n, p in model.named_parameters()}
+
+
+def test_policy_gradient_step_weights_each_tokens_term():
+    from cooprl.logprobs import completion_logprobs
+    from cooprl.policy_update import TrainSample
+    tokenizer = load_tokenizer(TINY_RANDOM)
+    completions = sampled_completions(tokenizer)
+    advantages = [1.0, -0.5, 2.0]
+
+    def samples(weights):
+        return [TrainSample(c.prompt_ids, c.completion_ids, a, w)
+                for c, a, w in zip(completions, advantages, weights)]
+
+    # weights of 1 take exactly the uncorrected step
+    plain_metrics, plain = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"), samples([None] * 3))
+    ones_metrics, ones = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"),
+                                     samples([torch.ones(len(c.completion_ids)) for c in completions]))
+    assert all(torch.equal(plain[n], ones[n]) for n in plain)
+    assert ones_metrics["loss"] == plain_metrics["loss"] and "is_weight_mean" not in plain_metrics
+    assert (ones_metrics["is_weight_mean"], ones_metrics["is_weight_max"]) == (1.0, 1.0)
+
+    # known weights: the loss is -sum_i A_i sum_t w_it log pi(token_it) / N, by hand, and so is its gradient
+    weights = [torch.tensor([0.5, 1.0, 2.0, 1.5, 0.0]), torch.tensor([2.0, 2.0, 0.25]), torch.linspace(0.2, 1.2, 6)]
+    metrics, step = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"), samples(weights))
+    model = load_causal_lm(TINY_RANDOM, device="cpu")
+    model.train()
+    logps, _ = completion_logprobs(model, [c.prompt_ids for c in completions],
+                                   [c.completion_ids for c in completions], 0)
+    loss = -sum(a * (w * logps[i, :len(w)]).sum() for i, (a, w) in enumerate(zip(advantages, weights))) / 3
+    loss.backward()
+    assert metrics["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    for name, p in model.named_parameters():
+        assert torch.allclose(step[name], -p.grad, atol=1e-6), name
+    tokens = torch.cat(weights)
+    assert metrics["is_weight_mean"] == pytest.approx(tokens.mean().item()) and metrics["is_weight_max"] == 2.0
+
+
+def test_magrpo_trains_with_importance_weights_from_the_vllm_sampler(fake_vllm, monkeypatch, tmp_path):
+    from cooprl.trainers.loop import seed_everything
+    from cooprl.trainers.magrpo import build_magrpo
+    from tests.scripted import scripted_task
+
+    import cooprl.vllm_generation as backend
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
+        "agent_model.vllm_importance_cap=2.0", "agent_model.vllm_gpu_memory_utilization=0.2",
+        "magrpo.max_new_tokens=4", "magrpo.num_generations=2", "magrpo.num_turns=1", "agent_model.temperature=1.0",
+        "wandb.mode=disabled", "magrpo.rollout_buffer_size=1", f"output.base_dir={tmp_path}"])
+    seed_everything(config.seed)
+    algo = build_magrpo(config, "magrpo", scripted_task(num_agents=2))
+    seen = []
+    algo.update = lambda: seen.append([list(g.samples) for g in algo.buffer[0]]) or {}   # look before the update
+    algo.train_step(algo.task.train_items[0], 0)
+    del algo.update
+    [[samples]] = seen
+    agent = algo.team[0]   # not updated yet: the model that sampled
+    completions = [Completion("", s.prompt_ids, s.completion_ids, False) for s in samples]
+    own = model_sampler_logprobs(agent.model, agent.tokenizer, completions, agent.params)
+    for s, logps in zip(samples, own):   # the agent's own sampler over the fake engine's log-probs, capped
+        vllm_logps = torch.tensor([fake_logprob(k) for k in range(len(s.completion_ids))])
+        assert torch.allclose(s.importance_weights, torch.exp(logps - vllm_logps).clamp(max=2.0), atol=1e-6)
+    metrics = algo.train_step(algo.task.train_items[1], 1)
+    for a in range(2):
+        assert 0 <= metrics[f"agent_{a}/is_weight_mean"] <= metrics[f"agent_{a}/is_weight_max"] <= 2.0
+
+
+def test_actor_critic_carries_the_weights_into_its_actor_steps(fake_vllm, monkeypatch, tmp_path):
+    from cooprl.trainers.actor_critic import build_iac
+    from cooprl.trainers.loop import seed_everything
+    from tests.scripted import scripted_task
+
+    import cooprl.vllm_generation as backend
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
+        "agent_model.vllm_importance_cap=2.0", "agent_model.vllm_gpu_memory_utilization=0.2",
+        "iac.max_new_tokens=4", "iac.num_generations=2", "iac.num_turns=2", "agent_model.temperature=1.0",
+        "iac.update_schedule=turns", "iac.rollout_buffer_size=2", "iac.use_separate_critic=false",
+        "wandb.mode=disabled", f"output.base_dir={tmp_path}"])
+    seed_everything(config.seed)
+    algo = build_iac(config, "iac", scripted_task(num_agents=1))
+    root_steps = algo.episode_steps(rollout_root(algo))
+    assert all(len(step.actions[0].importance_weights) == len(step.actions[0].completion_ids) for step in root_steps)
+    metrics = algo.train_step(algo.task.train_items[0], 0)
+    assert 0 <= metrics["agent_0/is_weight_mean"] <= metrics["agent_0/is_weight_max"] <= 2.0
+
+
+def rollout_root(algo):
+    from cooprl.rollout import rollout
+    return rollout([algo.task.train_items[0]], algo.task, algo._sample, algo.rollout_settings())[0]
+
+
+def test_importance_cap_config_rules():
+    config = load_config(None, ["agent_model.generation_backend=vllm", "agent_model.vllm_importance_cap=2.0"])
+    assert config.agent_model.vllm_importance_cap == 2.0 and load_config(None, []).agent_model.vllm_importance_cap is None
+    with pytest.raises(ConfigError, match="agent_model.vllm_importance_cap.*generation_backend=vllm"):
+        load_config(None, ["agent_model.vllm_importance_cap=2.0"])   # the hf backend samples from the model itself
+    with pytest.raises(ConfigError, match="vllm_importance_cap: 0.5 is out of range"):
+        load_config(None, ["agent_model.generation_backend=vllm", "agent_model.vllm_importance_cap=0.5"])
+    from cooprl.trainers.madpo import build_madpo
+    for trainer in ("madpo", "madpo_iter"):   # a DPO loss has no per-token policy-gradient term to weight
+        with pytest.raises(ConfigError, match=f"agent_model.vllm_importance_cap: {trainer} trains a DPO loss"):
+            build_madpo(config, trainer, None)

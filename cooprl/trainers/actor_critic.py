@@ -26,7 +26,9 @@ One training step on one dataset item:
      centralized critic steps with every agent's batches, on that agent's targets, as upstream's MAAC);
    - `episodes`: `rollout_buffer_size` counts episodes; the whole buffer is one group, stepped in buffer order.
    What a buffer holds at the end of an epoch is trained then (`end_epoch`), as upstream flushes it.
-   Actor loss: -sum log pi(completion) * A (`policy_gradient_step`). Critic loss: value_loss_coef * (y - V)^2,
+   Actor loss: -sum log pi(completion) * A (`policy_gradient_step`; with `agent_model.vllm_importance_cap` each token's
+   term weighted by its truncated importance weight against vLLM's sampler, scored in `episode_steps`, see
+   cooprl.policy_update). Critic loss: value_loss_coef * (y - V)^2,
    averaged over the step's samples; a value head on the actor clips it PPO-style with `value_clip_range`.
 Critics: `use_separate_critic: true` gives every agent (MAAC: the team) a value model of its own (`critics:`,
 else `critic_model.name`, else the agent's model) with its own AdamW at `critic_learning_rate`. `false` (IAC and
@@ -192,8 +194,13 @@ class ActorCritic(TeamAlgorithm):
         row = {(id(node), j): k for k, (node, j) in enumerate(turns)}
         # an episode's next turn is the child node's only joint action (one sample per agent after the first turn)
         following = [None if node.children[j] is None else row[(id(node.children[j]), 0)] for node, j in turns]
-        steps = [Step([TrainSample(node.samples[a][g].prompt_ids, node.samples[a][g].completion_ids, 0.0)
-                       for a, g in enumerate(node.joint[j])], [], turn=node.turn, targets=[0.0] * len(self.team))
+        # each agent's completions of the whole tree as TrainSamples at once (one scoring pass for importance weights)
+        actions = []
+        for a in range(len(self.team)):
+            completions = [c for node in iter_nodes(root) for c in node.samples[a]]
+            actions.append(dict(zip(map(id, completions), self.train_samples(a, completions))))
+        steps = [Step([actions[a][id(node.samples[a][g])] for a, g in enumerate(node.joint[j])], [], turn=node.turn,
+                      targets=[0.0] * len(self.team))
                  for node, j in turns]
         penalties = self.kl_penalties(steps)
         for c, critic in enumerate(self.critics):
@@ -329,8 +336,7 @@ class ActorCritic(TeamAlgorithm):
         on the actor is trained in the same step on `value_targets` (None: its critic samples' targets). Return the
         step's metrics, prefixed `agent_<i>/`."""
         s, actor = self.section, self.team[agent]
-        samples = [TrainSample(self.buffer[k].actions[agent].prompt_ids, self.buffer[k].actions[agent].completion_ids,
-                               adv[k]) for k in chunk]
+        samples = [replace(self.buffer[k].actions[agent], advantage=adv[k]) for k in chunk]
         head = self.critics[agent] if not self.centralized and self.critics[agent].optimizer is None else None
         extra = None
         if head is not None:

@@ -8,7 +8,7 @@ reference-KL term, sampling from the agents, evaluation on the task, and the opt
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -16,7 +16,8 @@ from cooprl import fsdp
 from cooprl.agents import Agent, AgentRunner
 from cooprl.config import Config
 from cooprl.evaluation import evaluate_team
-from cooprl.policy_update import frozen_reference
+from cooprl.generation import Completion
+from cooprl.policy_update import TrainSample, frozen_reference, importance_weights
 from cooprl.rollout import iter_nodes
 from cooprl.task import Task
 from cooprl.text import safe_print
@@ -46,6 +47,19 @@ class TeamAlgorithm:
 
     def _sample(self, agent: int, prompts: list[str], n: int):
         return self.team[agent].sample(prompts, n)
+
+    def train_samples(self, agent: int, completions: Sequence[Completion]) -> list[TrainSample]:
+        """Return a TrainSample per completion `agent` sampled (advantage 0, set later); with
+        agent_model.vllm_importance_cap each carries its truncated importance weights against vLLM's sampler, scored
+        now: call it after the rollout, before the agent's next optimizer step (cooprl.policy_update)."""
+        samples = [TrainSample(c.prompt_ids, c.completion_ids, 0.0) for c in completions]
+        cap = self.config.agent_model.vllm_importance_cap
+        if cap is not None:
+            member = self.team[agent]
+            weights = importance_weights(member.model, completions, member.tokenizer.pad_token_id, member.params, cap)
+            for sample, w in zip(samples, weights):
+                sample.importance_weights = w
+        return samples
 
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:

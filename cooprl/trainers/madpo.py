@@ -316,6 +316,11 @@ def _completion_ids(tokenizer: Any, text: str, ids: list[int] | None) -> torch.T
 def build_madpo(config: Config, trainer: str, task: Task) -> MADPO:
     """Return MADPO (or MADPO_ITER) with one agent per policy of the task and the section's comparator."""
     section = config.trainer(trainer)
+    if config.agent_model.vllm_importance_cap is not None:
+        # the correction weights the per-token policy-gradient term; a DPO loss on preference pairs has none
+        raise ConfigError(f"agent_model.vllm_importance_cap: {trainer} trains a DPO loss on preference pairs, which has "
+                          "no per-token policy-gradient term to weight; set it to null (it is for magrpo, grpo, the "
+                          "actor-critics and marlhf)")
     if task.agent_rewards:
         # a preference pair ranks two joint answers by one reward: agents rewarded apart would rank them differently
         raise ConfigError(f"{trainer}: MADPO ranks joint answers by the team's one reward, and this task gives each "

@@ -18,13 +18,15 @@ One training step on one dataset item:
 With `reference_kl_coef` > 0 in the `reward` form (upstream's), each sample's return at its node is lowered by
 coef x its k3 KL to the frozen start model (scored once after the rollout, no gradient) before the group baseline;
 in the `loss` form the KL is a term of the policy loss instead.
+With `agent_model.vllm_importance_cap` each sample's tokens carry truncated importance weights against vLLM's sampler,
+scored when its group is built (before any update of the step): `cooprl.policy_update`.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -104,7 +106,7 @@ class MAGRPO(TeamAlgorithm):
         the reference KL each sample's return is first lowered by coef x its sampled KL (appended to `kls[agent]`)."""
         s, groups = self.section, []
         for a in range(len(self.team)):
-            samples = [TrainSample(c.prompt_ids, c.completion_ids, 0.0) for c in node.samples[a]]
+            samples = self.train_samples(a, node.samples[a])
             returns = sample_returns(node, a, s.cross_return)
             if self.kl_in_reward:
                 agent = self.team[a]
@@ -186,18 +188,26 @@ def node_batches(groups: list[NodeGroup], size: int) -> list[list[NodeGroup]]:
 
 def merge_step_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
     """Return the metrics of several optimizer steps of one agent as one: counts summed (`trained_samples`,
-    `skipped_nonfinite`), the rest averaged, plus `optimizer_steps`."""
+    `skipped_nonfinite`), `is_weight_max` the largest, the rest averaged, plus `optimizer_steps`."""
     summed = ("trained_samples", "skipped_nonfinite")
-    merged = {k: (sum if k in summed else _mean)([m[k] for m in steps if k in m]) for k in steps[0]} if steps else {}
+    merged = {k: _merger(k, summed)([m[k] for m in steps if k in m]) for k in steps[0]} if steps else {}
     return {**merged, "optimizer_steps": float(len(steps))}
 
 
 def merge_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
     """Return the metrics of the updates one training step took (update_schedule nodes can take 0, 1 or more):
-    per key the mean, except `optimizer_steps`, `trained_samples` and `skipped_nonfinite`, which are summed."""
+    per key the mean, except `optimizer_steps`, `trained_samples` and `skipped_nonfinite`, which are summed, and
+    `is_weight_max`, the largest."""
     summed = ("optimizer_steps", "trained_samples", "skipped_nonfinite")
     keys = dict.fromkeys(k for update in updates for k in update)
-    return {k: (sum if k.endswith(summed) else _mean)([u[k] for u in updates if k in u]) for k in keys}
+    return {k: _merger(k, summed)([u[k] for u in updates if k in u]) for k in keys}
+
+
+def _merger(key: str, summed: tuple[str, ...]) -> Callable[[list[float]], float]:
+    """Return how the values of metric `key` (agent-prefixed or not) over several steps merge into one."""
+    if key.endswith(summed):
+        return sum
+    return max if key.endswith("is_weight_max") else _mean
 
 
 def _mean(values: list[float]) -> float:
