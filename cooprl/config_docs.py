@@ -40,8 +40,9 @@ RULES = [
     "lists one device for all "
     "or one per model (`agent_devices`: per agent, `critic_devices`: per critic, `comparator_devices`: per role; "
     "the format checked at load, the count when the trainer is built).",
-    "`<trainer>.parallel_training: fsdp` is magrpo's and grpo's, with ddp's rules; it samples with the HF backend "
-    "(not `generation_backend: vllm`), and a `reference_kl_coef` above 0 needs `agent_model.lora` (checked at load).",
+    "`<trainer>.parallel_training: fsdp` is magrpo's, grpo's and the actor-critics' (with `use_separate_critic: "
+    "true`), with ddp's rules; it samples with the HF backend (not `generation_backend: vllm`), and a "
+    "`reference_kl_coef` above 0 needs `agent_model.lora` (checked at load).",
     "`agent_model.vllm_weight_sync: lora` needs `agent_model.lora`; `agent_model.vllm_tensor_parallel_size` above 1 "
     "needs `vllm_weight_sync: lora` (checked at load); `agent_model.vllm_sleep` needs one vLLM engine per process, "
     "i.e. one agent per process (checked when the engines are built).",

@@ -370,7 +370,9 @@ def test_marlhf_checks_its_rl_algorithms_ddp_rules():
 
 # ---------------------------------------------------------------------------------------------- fsdp
 @pytest.mark.parametrize("override,message", [
-    ("iac.parallel_training=fsdp", "iac.parallel_training: fsdp is supported by magrpo, grpo"),
+    ("madpo.parallel_training=fsdp", "madpo.parallel_training: fsdp is supported by magrpo, grpo, iac, maac, ac"),
+    (["iac.parallel_training=fsdp", "iac.update_schedule=episodes", "iac.train_batch_size=null",
+      "iac.use_separate_critic=false"], "iac.use_separate_critic=false with parallel_training fsdp"),
     (["magrpo.parallel_training=fsdp", "magrpo.update_schedule=items", "agent_model.generation_backend=vllm"],
      "magrpo.parallel_training: fsdp samples with the gathered HF model"),
     (["grpo.parallel_training=fsdp", "grpo.update_schedule=items", "grpo.reference_kl_coef=0.1"],
@@ -447,3 +449,19 @@ def test_fsdp_checkpoint_refuses_a_resume_without_sharding(tmp_path):
     assert result.returncode != 0
     assert "optimizers are sharded (parallel_training fsdp); resume with the parallel_training that wrote it" in \
         result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_iac_fsdp_two_processes_equal_one_process(tmp_path):
+    # IAC with sharded actors and replicated separate critics: as the ddp test above, 2 ranks x 2 episodes per update
+    # equal 1 process x 4 episodes
+    fsdp_overrides = [o.replace("parallel_training=ddp", "parallel_training=fsdp") for o in IAC_DDP_OVERRIDES]
+    launch(tmp_path, "two", 2, ["iac.rollout_buffer_size=2", "iac.max_steps=2"], "iac", fsdp_overrides)
+    launch(tmp_path, "one", 1, ["iac.rollout_buffer_size=4", "iac.max_steps=4"], "iac", IAC_DDP_OVERRIDES)
+    two = model_weights(tmp_path / "two/checkpoints/checkpoint-2")
+    one = model_weights(tmp_path / "one/checkpoints/checkpoint-4")
+    assert sorted(two) == sorted(one) and len(two) == 4, sorted(two)   # two actors, two critics
+    for name in two:
+        assert sorted(two[name]) == sorted(one[name]), name
+        assert max((two[name][k] - one[name][k]).abs().max().item() for k in two[name]) < 5e-5, name

@@ -44,9 +44,9 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl import distributed
+from cooprl import distributed, fsdp
 from cooprl.agents import Agent, build_team
-from cooprl.config import Config, ConfigError, model_devices
+from cooprl.config import Config, ConfigError, is_data_parallel, model_devices
 from cooprl.evaluation import tree_metrics
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.policy_update import TrainSample, policy_gradient_step, sampled_kls
@@ -235,8 +235,9 @@ class ActorCritic(TeamAlgorithm):
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
         """Roll out one item's episodes, buffer their turns, update when the buffer is full; return metrics."""
-        root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
-        steps = self.episode_steps(root)
+        with fsdp.full_weights(*self.models):   # sharded actors are gathered for the rollout and its scoring
+            root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
+            steps = self.episode_steps(root)
         self.buffer.extend(steps)
         self.buffered_episodes += len(root.joint)
         metrics = tree_metrics([root], self.section.num_turns)
@@ -421,7 +422,7 @@ def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: b
     model = ValueModel(lm)
     optimizer = torch.optim.AdamW(model.head_parameters() + model.trunk_parameters(),
                                   lr=section.critic_learning_rate, weight_decay=section.weight_decay)
-    if section.parallel_training == "ddp":
+    if is_data_parallel(section):   # (under fsdp too: critics are not sharded)
         distributed.mark_data_parallel(optimizer)   # its gradients are averaged over the processes, as the actors'
     return Critic(model, load_tokenizer(name, config.agent_model.special_tokens), optimizer, reuses_agent_ids)
 
