@@ -7,10 +7,13 @@ per problem, 1 torch thread per process. Rows:
   turns  seconds per problem for 1, 2, 3 turns (2 agents, G = 4: 1, 1 + 4, 1 + 4 + 16 nodes)
 for cooprl and, when it is installed (the `bench` extra: comlrl==1.4.3), comlrl's MAGRPOTrainer on the same
 settings; then items/s of cooprl's `parallel_training: ddp` with 1 and 2 processes (torchrun, gloo, the same global
-order of items; each process rolls out and updates on its own item, gradients averaged).
+order of items; each process rolls out and updates on its own item, gradients averaged); then ddp vs fsdp with 2
+processes: items/s and the bytes rank 0 holds for the agents between steps (parameters and Adam states: a full copy
+under ddp, a shard under fsdp).
 
     python bench/scale.py                 # everything (a few minutes on 2 cores)
-    python bench/scale.py --only cooprl   # cooprl rows only; --only comlrl, --only ddp
+    python bench/scale.py --only cooprl   # cooprl rows only; --only comlrl, --only ddp, --only fsdp
+    python bench/scale.py --only fsdp --model offline:smollm2-135m   # ddp vs fsdp on the embedded SmolLM2
     python bench/scale.py --problems 2    # fewer problems per point
 
 Each point runs in its own process; the first problem of a point is a warm-up and is not timed.
@@ -127,10 +130,26 @@ def run_comlrl(G: int, turns: int, n: int) -> dict:
     return {"side": "comlrl", "G": G, "turns": turns, "per_problem_s": times[1:]}
 
 
-# ============================================================================================ ddp
-def run_ddp_worker(n: int) -> None:
-    """One process of the ddp point (started by torchrun): train n steps of the benchmark task through
-    cooprl.train.train; rank 0 prints items/s over the steps after the first as one JSON line."""
+# ============================================================================================ ddp / fsdp
+def held_bytes(team) -> int:
+    """Return the bytes this process holds for the agents between steps: its parameters (a sharded model: its shards)
+    and its optimizer states (Adam's two moments; a sharded model's: their shards)."""
+    def local(t):
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+    total = 0
+    for agent in team:
+        total += sum(local(p) for p in agent.model.parameters())
+        total += sum(local(v) for slots in agent.optimizer.state.values() for v in slots.values()
+                     if hasattr(v, "numel"))
+    return total
+
+
+def run_ddp_worker(mode: str, n: int, model: str) -> None:
+    """One process of the ddp/fsdp point (started by torchrun): train n + 1 steps of the benchmark task through
+    cooprl.train.train with `parallel_training: mode`; rank 0 prints items/s over the steps after the first and the
+    bytes it holds for the agents, as one JSON line."""
+    import resource
     import torch
     from cooprl.config import load_config
     from cooprl.trainers import magrpo as magrpo_mod
@@ -139,34 +158,40 @@ def run_ddp_worker(n: int) -> None:
     torch.set_num_threads(1)
     world = distributed.launched_world_size()
     stamps: list[float] = []
+    held: list[int] = []
     original = magrpo_mod.MAGRPO.train_step
 
     def timed(self, item, step):
         out = original(self, item, step)
         stamps.append(time.perf_counter())
+        held[:] = [held_bytes(self.team)]
         return out
 
     magrpo_mod.MAGRPO.train_step = timed
     out = Path(os.environ["SCALE_OUT"])
-    config = load_config(None, [*cooprl_overrides(4, 1), "magrpo.parallel_training=ddp", f"magrpo.max_steps={n + 1}",
-                                f"output.base_dir={out}", f"output.run_name=ddp{world}", "magrpo.eval_num_samples=1"])
+    overrides = [o for o in cooprl_overrides(4, 1) if not o.startswith("agent_model.name=")]
+    config = load_config(None, [*overrides, f"agent_model.name={model}", f"magrpo.parallel_training={mode}",
+                                f"magrpo.max_steps={n + 1}", f"output.base_dir={out}",
+                                f"output.run_name={mode}{world}", "magrpo.eval_num_samples=1"])
     train(config, "magrpo", bench_task(world * (n + 1)))
     if int(os.environ.get("RANK", "0")) == 0:
         seconds = stamps[-1] - stamps[0]   # the steps after the first (each step: world items)
-        print("SCALE_RESULT " + json.dumps({"side": "ddp", "processes": world, "items": world * n, "seconds": seconds,
-                                             "items_per_s": world * n / seconds}), flush=True)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        print("SCALE_RESULT " + json.dumps({"side": mode, "processes": world, "items": world * n, "seconds": seconds,
+                                             "items_per_s": world * n / seconds, "held_bytes": held[0],
+                                             "peak_rss_bytes": peak}), flush=True)
 
 
-def run_ddp(processes: int, n: int, out: Path) -> dict:
-    """Return items/s of ddp with `processes` processes (torchrun --standalone)."""
+def run_ddp(processes: int, n: int, out: Path, mode: str = "ddp", model: str = MODEL) -> dict:
+    """Return items/s (and held bytes) of `mode` (ddp or fsdp) with `processes` processes (torchrun --standalone)."""
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "SCALE_OUT": str(out), "WANDB_MODE": "disabled"}
-    command = [str(torchrun), "--standalone", f"--nproc_per_node={processes}", __file__, "--ddp-worker",
-               "--problems", str(n)]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=C.ROOT, timeout=1200)
+    command = [str(torchrun), "--standalone", f"--nproc_per_node={processes}", __file__, "--ddp-worker", mode,
+               "--problems", str(n), "--model", model]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=C.ROOT, timeout=3600)
     line = next((l for l in result.stdout.splitlines() if l.startswith("SCALE_RESULT ")), None)
     if result.returncode != 0 or line is None:
-        raise RuntimeError(f"ddp with {processes} processes failed:\n{result.stderr[-2000:]}")
+        raise RuntimeError(f"{mode} with {processes} processes failed:\n{result.stderr[-2000:]}")
     return json.loads(line.removeprefix("SCALE_RESULT "))
 
 
@@ -189,14 +214,15 @@ def comlrl_installed() -> bool:
     return importlib.util.find_spec("comlrl") is not None
 
 
-def print_table(rows: list[dict], ddp: list[dict]) -> None:
-    """Print seconds per problem for each grid point and side, then ddp's items/s."""
+def print_table(rows: list[dict], ddp: list[dict], sharded: list[dict]) -> None:
+    """Print seconds per problem for each grid point and side, then ddp's items/s, then ddp vs fsdp."""
     def mean(values):
         return sum(values) / len(values) if values else float("nan")
 
     by_point = {(r["side"], r["G"], r["turns"]): mean(r["per_problem_s"]) for r in rows}
-    print(f"{'point':<16}{'nodes':>6}{'cooprl s/problem':>18}{'comlrl s/problem':>18}{'comlrl/cooprl':>15}")
-    for kind, G, turns in GRID:
+    if rows:
+        print(f"{'point':<16}{'nodes':>6}{'cooprl s/problem':>18}{'comlrl s/problem':>18}{'comlrl/cooprl':>15}")
+    for kind, G, turns in GRID if rows else ():
         a, b = by_point.get(("cooprl", G, turns)), by_point.get(("comlrl", G, turns))
         ratio = f"{b / a:.2f}" if a and b else "-"
         print(f"{f'{kind}: G={G} T={turns}':<16}{nodes_per_problem(G, turns):>6}"
@@ -206,17 +232,24 @@ def print_table(rows: list[dict], ddp: list[dict]) -> None:
               f"{r['seconds']:.1f} s)")
     if len(ddp) == 2:
         print(f"ddp_speedup_2_vs_1: {ddp[1]['items_per_s'] / ddp[0]['items_per_s']:.2f}")
+    for r in sharded:
+        print(f"{r['side']} {r['processes']} processes: {r['items_per_s']:.3f} items/s, agents' parameters + optimizer "
+              f"states held by rank 0: {r['held_bytes'] / 2**20:.1f} MiB (peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB)")
+    if len(sharded) == 2:
+        print(f"fsdp_held_vs_ddp: {sharded[1]['held_bytes'] / sharded[0]['held_bytes']:.2f}, "
+              f"fsdp_speed_vs_ddp: {sharded[1]['items_per_s'] / sharded[0]['items_per_s']:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("cooprl", "comlrl", "ddp"))
+    parser.add_argument("--only", choices=("cooprl", "comlrl", "ddp", "fsdp"))
     parser.add_argument("--problems", type=int, default=3, help="timed problems per point (one more is a warm-up)")
+    parser.add_argument("--model", default=MODEL, help="the model of the ddp/fsdp points (e.g. offline:smollm2-135m)")
     parser.add_argument("--point", nargs=3, metavar=("SIDE", "G", "TURNS"), help=argparse.SUPPRESS)
-    parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-worker", choices=("ddp", "fsdp"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ddp_worker:
-        run_ddp_worker(args.problems)
+        run_ddp_worker(args.ddp_worker, args.problems, args.model)
         return
     if args.point:
         side, G, turns = args.point[0], int(args.point[1]), int(args.point[2])
@@ -230,12 +263,14 @@ def main() -> None:
     points = list(dict.fromkeys((G, turns) for _, G, turns in GRID))   # G=4, 1 turn is in both rows: run once
     rows = [r for side in sides for G, turns in points
             if (r := point_in_subprocess(side, G, turns, args.problems)) is not None]
-    ddp = []
-    if args.only in (None, "ddp"):
-        import tempfile
-        with tempfile.TemporaryDirectory() as out:
-            ddp = [run_ddp(p, args.problems * 2, Path(out)) for p in (1, 2)]
-    print_table(rows, ddp)
+    import tempfile
+    ddp, sharded = [], []
+    with tempfile.TemporaryDirectory() as out:
+        if args.only in (None, "ddp"):
+            ddp = [run_ddp(p, args.problems * 2, Path(out), model=args.model) for p in (1, 2)]
+        if args.only in (None, "fsdp"):   # 2 processes each: a full copy per process vs a shard per process
+            sharded = [run_ddp(2, args.problems * 2, Path(out), mode, args.model) for mode in ("ddp", "fsdp")]
+    print_table(rows, ddp, sharded)
 
 
 if __name__ == "__main__":

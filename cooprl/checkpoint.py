@@ -2,7 +2,9 @@
 
 A checkpoint is a folder `checkpoint-<step>/` holding `agent_<i>/` (HF `save_pretrained` output, LoRA
 adapters only when peft wraps the model; a value model adds its head), `trainer_state.pt` (optimizer states, RNG states, counters,
-anything else the trainer passes) and `done` (written last). It is written under a temporary name and
+anything else the trainer passes), under data-parallel training `rank_<r>.pt` per process (what differs between
+them: buffers, counters, a sharded optimizer's shard; written as rank 0 receives them one at a time) and `done`
+(written last). It is written under a temporary name and
 renamed, so a crash mid-save leaves the previous checkpoints intact and never a half-written one.
 
 Loading never runs code from a checkpoint: `trainer_state.pt` is read with `torch.load(weights_only=True)`, which
@@ -27,7 +29,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -173,9 +175,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[str, Any],
-                    keep_last: int | None = None, weights: Sequence[dict[str, Any] | None] = ()) -> Path:
+                    keep_last: int | None = None, weights: Sequence[dict[str, Any] | None] = (),
+                    rank_states: Iterable[dict[str, Any]] = ()) -> Path:
     """Write checkpoint-<step> atomically under `directory`, prune to the newest `keep_last`; return its path.
-    `weights[i]`, when given and not None, is model i's whole state dict (a sharded model's, gathered)."""
+    `weights[i]`, when given and not None, is model i's whole state dict (a sharded model's, gathered);
+    `rank_states` yields each data-parallel process's own state in rank order (`rank_<r>.pt`)."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"checkpoint-{step}"
     tmp = Path(tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=directory))
@@ -183,6 +187,8 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
         for i, model in enumerate(models):
             save_model(model, tmp / f"agent_{i}", weights[i] if i < len(weights) else None)
         torch.save(to_plain({**state, "rng": rng_state(), "step": step}), tmp / STATE_FILE)
+        for rank, rank_state in enumerate(rank_states):
+            torch.save(to_plain(rank_state), tmp / rank_file(rank))
         (tmp / "done").write_text(str(step))
         if final.exists():  # re-saving the same step (e.g. the final save right after an interval save)
             shutil.rmtree(final)
@@ -257,7 +263,11 @@ def _newest_undamaged(found: list[Path]) -> Path:
 def check_checkpoint(checkpoint: Path) -> None:
     """Raise CheckpointError when `checkpoint`'s files do not load: its trainer state is read (tensor data
     memory-mapped, not read) and every agent's safetensors header and length are checked."""
-    _read_state(checkpoint, mmap=True)
+    state = _read_state(checkpoint, mmap=True)
+    world = state.get("world_size", 1)
+    if "ranks" not in state and isinstance(world, int) and world > 1:   # a data-parallel run's per-process files
+        for rank in range(world):
+            _read_plain(checkpoint, rank_file(rank), mmap=True)
     agents = sorted(p for p in checkpoint.glob("agent_*") if p.name[6:].isdigit())
     if not agents:
         raise damaged(checkpoint, "no agent_<i>/ folder")
@@ -265,30 +275,51 @@ def check_checkpoint(checkpoint: Path) -> None:
         _check_agent_folder(checkpoint, i)
 
 
+def rank_file(rank: int) -> str:
+    """Return the name of data-parallel process `rank`'s own state file in a checkpoint."""
+    return f"rank_{rank}.pt"
+
+
+def load_rank_state(checkpoint: Path, rank: int) -> dict[str, Any]:
+    """Return process `rank`'s own state saved in `checkpoint` (plain data only); CheckpointError when its file is
+    missing or damaged. Checkpoints written before these files kept every rank's state in the trainer state."""
+    state = _read_state(checkpoint, mmap=True)
+    if "ranks" in state:
+        return state["ranks"][rank]
+    return _read_plain(checkpoint, rank_file(rank))
+
+
 def _read_state(checkpoint: Path, mmap: bool = False) -> dict[str, Any]:
-    path = checkpoint / STATE_FILE
+    state = _read_plain(checkpoint, STATE_FILE, mmap)
+    for key, kind in (("step", int), ("rng", dict)):
+        if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
+            raise damaged(checkpoint, f"{STATE_FILE} has no valid {key!r}")
+    return state
+
+
+def _read_plain(checkpoint: Path, name: str, mmap: bool = False) -> dict[str, Any]:
+    """Return the plain-data dict of file `name` in `checkpoint`; CheckpointError when it is missing, truncated,
+    garbage or holds anything but plain data."""
+    path = checkpoint / name
     if not path.is_file():
-        raise damaged(checkpoint, f"{STATE_FILE} is missing")
+        raise damaged(checkpoint, f"{name} is missing")
     try:
         raw = torch.load(path, weights_only=True, map_location=None, mmap=mmap)
     except pickle.UnpicklingError as err:
         # weights_only refuses any global it does not know: a crafted file, or one written by an older cooprl
         found = re.search(r"GLOBAL ([\w.]+)", str(err))
         what = f"it names {found.group(1)}" if found else " ".join(str(err).split())[:120]
-        raise damaged(checkpoint, f"{STATE_FILE} holds more than plain data and is refused ({what}; a crafted file, "
+        raise damaged(checkpoint, f"{name} holds more than plain data and is refused ({what}; a crafted file, "
                                   "or one written before cooprl saved plain data)") from None
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, KeyError, IndexError, TypeError) as err:
-        raise damaged(checkpoint, f"{STATE_FILE} cannot be read ({type(err).__name__}: "
+        raise damaged(checkpoint, f"{name} cannot be read ({type(err).__name__}: "
                                   f"{str(err).splitlines()[0][:200] if str(err) else 'truncated'})") from None
     try:
         state = from_plain(raw)
     except (ValueError, TypeError, KeyError, AttributeError, ImportError, RuntimeError) as err:  # RecursionError too
-        raise damaged(checkpoint, f"{STATE_FILE}: {type(err).__name__}: {str(err)[:200]}") from None
+        raise damaged(checkpoint, f"{name}: {type(err).__name__}: {str(err)[:200]}") from None
     if not isinstance(state, dict):
-        raise damaged(checkpoint, f"{STATE_FILE} holds a {type(state).__name__}, expected the trainer state")
-    for key, kind in (("step", int), ("rng", dict)):
-        if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
-            raise damaged(checkpoint, f"{STATE_FILE} has no valid {key!r}")
+        raise damaged(checkpoint, f"{name} holds a {type(state).__name__}, expected the trainer state")
     return state
 
 

@@ -15,7 +15,8 @@ LOCAL_RANK, MASTER_ADDR, MASTER_PORT); `setup` joins the process group (nccl on 
   the trainable gradients (LoRA's adapters only) right before the step works whatever ran before it: trie or padded
   log-probs, gradient checkpointing, a value loss added through `extra_backward`;
 - outputs: rank 0 alone writes the run folder (config, metrics.jsonl, W&B, checkpoints, summary, plot); every rank
-  resumes from the same checkpoint, which holds each rank's own buffers (`gather`).
+  resumes from the same checkpoint, which holds each rank's own buffers (sent to rank 0 one rank at a time:
+  `send_to_main`, `receive_in_rank_order`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import logging
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 
@@ -186,6 +187,21 @@ def gather(value: Any) -> list[Any]:
     values: list[Any] = [None] * ranks.world_size
     torch.distributed.all_gather_object(values, value)
     return values
+
+
+def send_to_main(value: Any) -> None:
+    """Send `value` (picklable) to rank 0, which takes it in `receive_in_rank_order`; waits until it is received."""
+    torch.distributed.send_object_list([value], dst=0)
+
+
+def receive_in_rank_order(own: Any) -> Iterator[Any]:
+    """On rank 0: yield `own`, then every other rank's value sent by `send_to_main`, one at a time in rank order, so
+    rank 0 holds at most one other rank's value at once (a checkpoint's optimizer shards, written as they come)."""
+    yield own
+    for rank in range(1, current().world_size):
+        box: list[Any] = [None]
+        torch.distributed.recv_object_list(box, src=rank)
+        yield box[0]
 
 
 def broadcast(value: Any) -> Any:

@@ -199,6 +199,8 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     is_weight_max over the tokens of `samples` when they carry importance weights).
 
     A sample's loss is -sum_t w_t log pi(token_t) x its advantage, w_t its `importance_weights` (1 without them).
+    A sharded `model` (parallel_training fsdp) runs as many forward/backward passes on every process, the shorter
+    lists padded with zero-weight passes, and a non-finite loss on any process skips the step on all (cooprl.fsdp).
 
     `extra_backward`, when given, backpropagates a second loss into parameters of the same optimizer after
     the policy loss and before the clipped step (the actor-critic's value loss: a value head sharing the

@@ -465,3 +465,24 @@ def test_iac_fsdp_two_processes_equal_one_process(tmp_path):
     for name in two:
         assert sorted(two[name]) == sorted(one[name]), name
         assert max((two[name][k] - one[name][k]).abs().max().item() for k in two[name]) < 5e-5, name
+
+
+def test_every_ranks_state_is_its_own_file_and_a_missing_one_is_damage(tmp_path):
+    # rank 0 writes each process's state (buffers, optimizer shards) as it receives it: rank_<r>.pt; a resume reads
+    # its own; a checkpoint that lacks one is damaged, named as such (and `latest` falls back past it)
+    from safetensors.torch import save_file
+    from cooprl import checkpoint as ckpt
+    model = torch.nn.Linear(2, 2)
+
+    def save_pretrained(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        save_file(model.state_dict(), folder / "model.safetensors")
+    model.save_pretrained = save_pretrained
+    state = {"algorithm": {}, "env_step": 3, "world_size": 2}
+    path = ckpt.save_checkpoint(tmp_path, 5, [model], state, rank_states=iter([{"buffer": [1]}, {"buffer": [2, 3]}]))
+    assert sorted(p.name for p in path.glob("rank_*.pt")) == ["rank_0.pt", "rank_1.pt"]
+    assert ckpt.load_rank_state(path, 1) == {"buffer": [2, 3]}
+    ckpt.check_checkpoint(path)
+    (path / "rank_1.pt").unlink()
+    with pytest.raises(ckpt.CheckpointError, match="checkpoint-5 is damaged: rank_1.pt is missing"):
+        ckpt.check_checkpoint(path)

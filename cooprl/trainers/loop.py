@@ -134,8 +134,8 @@ def _resume(checkpoint: Path, algorithm: Algorithm, ranks: distributed.Ranks = d
         ckpt.load_agent_weights(model, checkpoint, i)
     try:
         algorithm.load_state_dict(state["algorithm"])
-        if ranks.world_size > 1:   # this rank's own buffers and counters (weights and optimizers are the same)
-            algorithm.load_rank_state(state["ranks"][ranks.rank])
+        if ranks.world_size > 1:   # this rank's own buffers and counters (and a sharded optimizer's shard)
+            algorithm.load_rank_state(ckpt.load_rank_state(checkpoint, ranks.rank))
         ckpt.set_rng_state(state["rng"])
         position = (state["step"], state["env_step"], state.get("wandb_id"))
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in position[:2]):
@@ -201,15 +201,18 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
                if ranks.is_main else _NoTracker())
 
     def save(step: int) -> None:
-        rank_states = distributed.gather(algorithm.rank_state()) if ranks.world_size > 1 else None
         weights = full_weights(algorithm.models)   # sharded models are gathered on rank 0 (every rank takes part)
         if ranks.is_main:
             state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
-            if rank_states is not None:   # every rank's own buffers, for a resume with as many processes
-                state.update(world_size=ranks.world_size, ranks=rank_states)
+            rank_states: Any = ()
+            if ranks.world_size > 1:   # every rank's own buffers (and optimizer shards), for a resume with as many
+                state["world_size"] = ranks.world_size
+                rank_states = distributed.receive_in_rank_order(algorithm.rank_state())
             path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state,
-                                        config.checkpoint.checkpoint_total_limit, weights)
+                                        config.checkpoint.checkpoint_total_limit, weights, rank_states)
             log.info("checkpoint saved: %s", path)
+        elif ranks.world_size > 1:
+            distributed.send_to_main(algorithm.rank_state())
         distributed.barrier()   # the other ranks wait until the checkpoint is written
 
     def evaluate(step: int) -> dict[str, float]:
