@@ -161,10 +161,13 @@ def run_ddp_worker(mode: str, n: int, model: str) -> None:
     held: list[int] = []
     original = magrpo_mod.MAGRPO.train_step
 
+    training_peak: list[int] = []
+
     def timed(self, item, step):
         out = original(self, item, step)
         stamps.append(time.perf_counter())
         held[:] = [held_bytes(self.team)]
+        training_peak[:] = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]   # before the final save
         return out
 
     magrpo_mod.MAGRPO.train_step = timed
@@ -179,7 +182,8 @@ def run_ddp_worker(mode: str, n: int, model: str) -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         print("SCALE_RESULT " + json.dumps({"side": mode, "processes": world, "items": world * n, "seconds": seconds,
                                              "items_per_s": world * n / seconds, "held_bytes": held[0],
-                                             "peak_rss_bytes": peak}), flush=True)
+                                             "training_peak_rss_bytes": training_peak[0], "peak_rss_bytes": peak}),
+              flush=True)
 
 
 def run_ddp(processes: int, n: int, out: Path, mode: str = "ddp", model: str = MODEL) -> dict:
@@ -234,7 +238,9 @@ def print_table(rows: list[dict], ddp: list[dict], sharded: list[dict]) -> None:
         print(f"ddp_speedup_2_vs_1: {ddp[1]['items_per_s'] / ddp[0]['items_per_s']:.2f}")
     for r in sharded:
         print(f"{r['side']} {r['processes']} processes: {r['items_per_s']:.3f} items/s, agents' parameters + optimizer "
-              f"states held by rank 0: {r['held_bytes'] / 2**20:.1f} MiB (peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB)")
+              f"states held by rank 0: {r['held_bytes'] / 2**20:.1f} MiB; rank 0's peak RSS while training "
+              f"{r['training_peak_rss_bytes'] / 2**20:.0f} MiB, with the final checkpoint "
+              f"{r['peak_rss_bytes'] / 2**20:.0f} MiB")
     if len(sharded) == 2:
         print(f"fsdp_held_vs_ddp: {sharded[1]['held_bytes'] / sharded[0]['held_bytes']:.2f}, "
               f"fsdp_speed_vs_ddp: {sharded[1]['items_per_s'] / sharded[0]['items_per_s']:.2f}")

@@ -229,7 +229,7 @@ class TrainerSection:
         "(every trainer: iac, maac, ac with update_schedule episodes; madpo, madpo_iter with one DPO step per "
         "training step; marlhf, marlhf_iter with a MAGRPO-family rl_algorithm; see README Scaling out); fsdp: ddp "
         "with each agent's parameters, gradients and optimizer states sharded over the processes (torch FSDP2, the "
-        "ZeRO-3 layout; magrpo, grpo, and iac, maac, ac with use_separate_critic)",
+        "ZeRO-3 layout; every trainer, the actor-critics with use_separate_critic)",
         choices=("none", "auto", "mp", "ddp", "fsdp"))
     agent_devices: Union[str, list[str], None] = option(
         None, "the agents' devices: one device (cpu, cuda, cuda:N, mps) for every agent, or a list with one device "
@@ -974,8 +974,8 @@ def read_old_madpo_preference(data: dict[str, Any]) -> dict[str, Any]:
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
 DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
 MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
-# parallel_training fsdp: sharded agents (cooprl.fsdp), whose policy-gradient update pads its passes
-FSDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac")
+# parallel_training fsdp: sharded agents (cooprl.fsdp), whose updates run as many passes on every process
+FSDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter")
 DATA_PARALLEL_MODES = ("ddp", "fsdp")   # one process per device, items sharded over them (cooprl.distributed)
 
 
@@ -1028,6 +1028,13 @@ def check_parallel_training(name: str, section: Any) -> None:
     if mode == "fsdp" and name not in FSDP_TRAINERS:
         raise ConfigError(f"{name}.parallel_training: fsdp is supported by {', '.join(FSDP_TRAINERS)}; {name} trains "
                           "data-parallel with ddp (a full copy of each model per process)")
+    if mode == "fsdp" and isinstance(section, ActorCriticSection) and not section.use_separate_critic:
+        raise ConfigError(f"{name}.use_separate_critic=false with parallel_training fsdp: a value head on the sharded "
+                          "actor would run its own forward/backward passes on it; set it true (critics are not "
+                          "sharded)")
+    if mode == "fsdp" and getattr(section, "comparator_policy", None) in ("current_copy", "history"):
+        raise ConfigError(f"{name}.comparator_policy: {section.comparator_policy} keeps frozen copies of the policies, "
+                          "which are not sharded; with parallel_training fsdp use current, copy, model or api")
     if mode == "mp" and name not in MP_TRAINERS:
         raise ConfigError(f"{name}.parallel_training: mp is supported by {', '.join(MP_TRAINERS)}; {name} runs its "
                           "agents one after the other (none), its models placed with the *_devices keys")
@@ -1060,10 +1067,13 @@ def _check_fsdp(config: Config, name: str, section: Any) -> None:
     if config.agent_model.generation_backend == "vllm":
         raise ConfigError(f"{name}.parallel_training: fsdp samples with the gathered HF model; vLLM's engine would "
                           "need every shard pushed to it: set agent_model.generation_backend=hf or use ddp")
-    if isinstance(section, ActorCriticSection) and not section.use_separate_critic:
-        raise ConfigError(f"{name}.use_separate_critic=false with parallel_training fsdp: a value head on the sharded "
-                          "actor would run its own forward/backward passes on it; set it true (critics are not "
-                          "sharded)")
+    if getattr(section, "comparator_policy", None) == "copy" and config.agent_model.lora is None:
+        raise ConfigError(f"{name}.comparator_policy: copy with parallel_training fsdp needs agent_model.lora (the "
+                          "start policies are then the policies with their adapters off; a full copy cannot be "
+                          "sharded alongside)")
+    if getattr(section, "reference_model", False) and config.agent_model.lora is None:
+        raise ConfigError(f"{name}.reference_model with parallel_training fsdp needs agent_model.lora: the reference "
+                          "is then the model with its adapters off (a full copy cannot be sharded alongside)")
     if getattr(section, "reference_kl_coef", 0.0) > 0 and config.agent_model.lora is None:
         raise ConfigError(f"{name}.reference_kl_coef > 0 with parallel_training fsdp needs agent_model.lora: the "
                           "frozen start model is then the model with its adapters off (a full copy cannot be sharded "

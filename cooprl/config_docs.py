@@ -40,9 +40,11 @@ RULES = [
     "lists one device for all "
     "or one per model (`agent_devices`: per agent, `critic_devices`: per critic, `comparator_devices`: per role; "
     "the format checked at load, the count when the trainer is built).",
-    "`<trainer>.parallel_training: fsdp` is magrpo's, grpo's and the actor-critics' (with `use_separate_critic: "
-    "true`), with ddp's rules; it samples with the HF backend (not `generation_backend: vllm`), and a "
-    "`reference_kl_coef` above 0 needs `agent_model.lora` (checked at load).",
+    "`<trainer>.parallel_training: fsdp` is every trainer's, with ddp's rules; the actor-critics need "
+    "`use_separate_critic: true`, madpo_iter and marlhf_iter a `comparator_policy` other than current_copy and "
+    "history (and `copy` needs `agent_model.lora`); it samples with the HF backend (not `generation_backend: vllm`), "
+    "and a `reference_kl_coef` above 0 or madpo's `reference_model` needs `agent_model.lora` (checked at load; "
+    "MARLHF's RL section when the trainer is built).",
     "`agent_model.vllm_weight_sync: lora` needs `agent_model.lora`; `agent_model.vllm_tensor_parallel_size` above 1 "
     "needs `vllm_weight_sync: lora` (checked at load); `agent_model.vllm_sleep` needs one vLLM engine per process, "
     "i.e. one agent per process (checked when the engines are built).",

@@ -134,6 +134,12 @@ def full_state_dict(model: Any) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def whole_state_dicts(models: Sequence[Any]) -> list[dict[str, torch.Tensor] | None]:
+    """Return the whole state dict of each sharded model of `models`, on rank 0 (see `full_state_dict`), or None for
+    a model that is not sharded (it saves itself). Every process must call it together."""
+    return [full_state_dict(model) if is_sharded(model) else None for model in models]
+
+
 def load_full_state_dict(model: Any, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
     """Load a whole (unsharded) state dict into the sharded `model`, each process keeping its shard of every tensor;
     return (the model's keys `state` lacks, the keys of `state` the model lacks). Every process passes the same
@@ -144,10 +150,11 @@ def load_full_state_dict(model: Any, state: dict[str, torch.Tensor]) -> tuple[li
 
 
 def local_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Return `optimizer.state_dict()` with every sharded tensor replaced by this process's shard (a plain tensor)."""
+    """Return `optimizer.state_dict()` with every sharded tensor replaced by a CPU copy of this process's shard (a
+    plain tensor: a checkpoint's copy never takes device memory)."""
     from torch.distributed.tensor import DTensor
     state = optimizer.state_dict()   # (its per-parameter dicts are the optimizer's own: copied, not changed)
-    state["state"] = {index: {key: value.to_local().clone() if isinstance(value, DTensor) else value
+    state["state"] = {index: {key: value.to_local().to("cpu", copy=True) if isinstance(value, DTensor) else value
                               for key, value in slots.items()}
                       for index, slots in state["state"].items()}
     return state

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from cooprl import distributed
-from cooprl.config import IterativeFields
+from cooprl import distributed, fsdp
+from cooprl.checkpoint import save_model
+from cooprl.config import IterativeFields, is_data_parallel
 from cooprl.errors import UserError
 from cooprl.rollout import Node, RolloutSettings, Sampler, rollout
 
@@ -237,7 +238,7 @@ def plan_chunks(task: Any, section: Any, seed: int, steps_per_round: int) -> lis
     training every process's first `steps_per_round` (cooprl.distributed.shard_order)."""
     from cooprl.trainers.loop import data_order   # lazily: importing cooprl.trainers imports this module
     order = data_order(len(task.train_items), section.num_train_epochs, seed)
-    world = distributed.current().world_size if section.parallel_training == "ddp" else 1
+    world = distributed.current().world_size if is_data_parallel(section) else 1
     positions = sorted(position for rank in range(world) for position in distributed.shard_order(
         order, len(task.train_items), distributed.Ranks(rank, world))[1][:steps_per_round])
     items = [task.train_items[i] for i in dict.fromkeys(order[position] for position in positions)]
@@ -429,14 +430,16 @@ class RewardDistribution:
 def save_policy_checkpoint(section: Any, models: Sequence[Any], label: str) -> Path | None:
     """policy_checkpoint_dir: save every policy (`save_pretrained`: the LoRA adapters, or the whole model) in
     `<policy_checkpoint_dir>/<label>/agent_<i>` (label `initial` or `iteration_<k>`, as upstream); a snapshot that
-    is already there (a resumed run) is kept. Return its folder, or None when the key is not set."""
+    is already there (a resumed run) is kept; rank 0 writes. Every process calls it (sharded policies are gathered).
+    Return its folder, or None when the key is not set."""
     folder = getattr(section, "policy_checkpoint_dir", None)
     if not folder:
         return None
     target = Path(folder) / label
-    if not all((target / f"agent_{i}").is_dir() for i in range(len(models))):
+    weights = fsdp.whole_state_dicts(models)   # sharded policies are gathered (every process takes part)
+    if distributed.current().is_main and not all((target / f"agent_{i}").is_dir() for i in range(len(models))):
         for i, model in enumerate(models):
-            model.save_pretrained(target / f"agent_{i}")
+            save_model(model, target / f"agent_{i}", weights[i])
     return target
 
 

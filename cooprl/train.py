@@ -6,12 +6,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cooprl import distributed
+from cooprl import distributed, fsdp
 from cooprl.config import DATA_PARALLEL_MODES, Config, ConfigError
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm
 from cooprl.checkpoint import save_model
-from cooprl.trainers.loop import full_weights, run_folder, seed_everything, train_loop
+from cooprl.trainers.loop import run_folder, seed_everything, train_loop
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
     try:
         summary = train_loop(config, trainer, task, algorithm, run_dir)
         # sharded models (fsdp) are gathered on rank 0 while the processes are still together
-        weights = full_weights(algorithm.models) if config.output.save_final_model else []
+        weights = fsdp.whole_state_dicts(algorithm.models) if config.output.save_final_model else []
     finally:
         distributed.shutdown()   # leave the process group (a no-op in a single process)
     if not ranks.is_main:

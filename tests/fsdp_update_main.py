@@ -5,7 +5,7 @@ Rank 0 holds 3 samples with 3 prompts (3 forward batches of one), rank 1 one sam
 `idle`, only zero-advantage samples (no batch at all): the sharded update must pad rank 1's passes, and its
 summed gradient must equal one process's update on all 4 samples. Case `kl` adds the loss-form KL to the frozen start
 model (LoRA adapters off: one more forward per pass); case `nonfinite` makes rank 1's loss infinite: both ranks skip
-the step and keep their weights."""
+the step and keep their weights. Case `dpo_idle`: MADPO's DPO step with pairs on rank 0 only (rank 1 pads)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,49 @@ def samples_of_every_rank(case: str) -> list[list[TrainSample]]:
     return [rank0, rank1]
 
 
+def dpo_idle(out: Path) -> None:
+    """MADPO's DPO step under fsdp with pairs on rank 0 only: rank 1 runs a padding pass; the sharded step equals one
+    process's step on rank 0's pairs."""
+    from cooprl.config import load_config
+    from cooprl.preferences import PreferencePair
+    from cooprl.trainers.loop import seed_everything
+    from cooprl.trainers.madpo import build_madpo
+    from tests.learnable import build_char_model, lowercase_task
+
+    model = out.parent / "char"
+    if distributed.current().rank == 0:
+        build_char_model(model)
+    torch.distributed.barrier()
+    overrides = [f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
+                 "madpo.num_agents=2", "madpo.num_turns=1", "madpo.max_new_tokens=6", "madpo.learning_rate=1e-2",
+                 "madpo.max_grad_norm=1.0", "madpo.train_batch_size=null", "madpo.rollout_buffer_size=null",
+                 "wandb.mode=disabled"]
+    task = lowercase_task(2, items=4)
+    pairs = [PreferencePair(f"item{i}", ["Say:", "Say:"], ["abc", "xyz"], ["ABC", "X!Z"], 1.0, 0.0)
+             for i in range(2)] + [PreferencePair("item2", ["Go", "Go"], ["hello", "world"], ["HeLLo", "W0rld"], 1.0, 0.5)]
+    mine = pairs if distributed.current().rank == 0 else []
+    seed_everything(0)
+    sharded = build_madpo(load_config(None, [*overrides, "madpo.parallel_training=fsdp"]), "madpo", task)
+    metrics = sharded.update(mine, [1.0, 2.0, 0.5][:len(mine)])
+    weights = fsdp.whole_state_dicts(sharded.models)
+    if distributed.current().rank == 0:
+        seed_everything(0)
+        single = build_madpo(load_config(None, overrides), "madpo", task)
+        start = [{k: v.clone() for k, v in m.state_dict().items()} for m in single.models]
+        single.update(pairs, [1.0, 2.0, 0.5])
+        result = {"difference": max((w[k] - m.state_dict()[k]).abs().max().item()
+                                    for w, m in zip(weights, single.models) for k in w),
+                  "moved": max((w[k] - s0[k]).abs().max().item() for w, s0 in zip(weights, start) for k in w),
+                  "metrics": metrics}
+        out.write_text(json.dumps(result))
+
+
 def main(case: str, out: Path) -> None:
     torch.distributed.init_process_group("gloo")
+    if case == "dpo_idle":
+        dpo_idle(out)
+        torch.distributed.destroy_process_group()
+        return
     rank = distributed.current().rank
     lora = case in ("kl", "lora")
     every = samples_of_every_rank(case)

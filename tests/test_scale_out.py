@@ -230,14 +230,17 @@ def model_weights(checkpoint: Path) -> dict[str, dict[str, torch.Tensor]]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-def test_iac_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path):
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_iac_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path, mode):
     # one update per 2 items either way: 2 ranks x 2 episodes (2 steps) vs 1 process x 4 episodes (4 steps); the actors
-    # and the separate critics take the ranks' sample-weighted mean gradient
-    launch(tmp_path, "two", 2, ["iac.rollout_buffer_size=2", "iac.max_steps=2"], "iac", IAC_DDP_OVERRIDES)
+    # and the separate critics take the ranks' sample-weighted mean gradient (fsdp: sharded actors, replicated critics)
+    launch(tmp_path, "two", 2, ["iac.rollout_buffer_size=2", "iac.max_steps=2", f"iac.parallel_training={mode}"], "iac",
+           IAC_DDP_OVERRIDES)
     launch(tmp_path, "one", 1, ["iac.rollout_buffer_size=4", "iac.max_steps=4"], "iac", IAC_DDP_OVERRIDES)
     two = model_weights(tmp_path / "two/checkpoints/checkpoint-2")
     one = model_weights(tmp_path / "one/checkpoints/checkpoint-4")
     assert sorted(two) == sorted(one) and len(two) == 4, sorted(two)   # two actors, two critics
+    assert all(sorted(two[name]) == sorted(one[name]) for name in two)
     # Adam's sign-like first steps (see above) on advantages that pass through the critic's values, computed in batches
     # of 2 rows on each rank and of 4 in one process: the last bits differ, so weights agree to a fraction of lr (1e-4)
     for name in two:
@@ -284,8 +287,9 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-@pytest.mark.parametrize("collection", ["online", "offline"])
-def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collection):
+@pytest.mark.parametrize("collection,mode", [("online", "ddp"), ("offline", "ddp"), ("online", "fsdp"),
+                                             ("offline", "fsdp")])
+def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collection, mode):
     from cooprl.config import load_config
     from cooprl.preferences import read_pairs
     from cooprl.trainers.loop import seed_everything
@@ -293,7 +297,8 @@ def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collec
     from tests.learnable import lowercase_task
 
     common = [f"madpo.pair_collection={collection}", "madpo.train_batch_size=null", "madpo.rollout_buffer_size=null"]
-    two = learnable_launch(tmp_path, "madpo", "two", 2, *common, "madpo.max_steps=1", "madpo.learning_rate=1e-4")
+    two = learnable_launch(tmp_path, "madpo", "two", 2, *common, "madpo.max_steps=1", "madpo.learning_rate=1e-4",
+                           f"madpo.parallel_training={mode}")
     # one process, learning rate 0: its 2 steps sample the same 2 items with the start weights, as the 2 ranks did
     one = learnable_launch(tmp_path, "madpo", "one", 1, *common, "madpo.max_steps=2", "madpo.learning_rate=0.0")
     pairs = read_pairs(two / "preferences" / "iteration_0.jsonl")
@@ -324,34 +329,40 @@ def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collec
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-def test_marlhf_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path):
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_marlhf_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path, mode):
     # the pairs (collected before the first step, split over the processes), the reward model trained on them, and the
     # RL step (MAGRPO on the learned reward: 2 ranks x 1 item vs 1 process x 2 items; raw advantages, no per-rank
-    # normalization) all come out as in one process
+    # normalization) all come out as in one process; under fsdp the policies are sharded (gathered for the collection,
+    # where the processes sample different numbers of chunks) and the reward model is replicated
     from cooprl.preferences import read_pairs
     common = ["marlhf.num_generations=2", "marlhf.update_schedule=items", "marlhf.learning_rate=1e-4",
               "marlhf.advantage_mode=raw", "marlhf.advantage_normalization=false", "marlhf.reward_model_epochs=2",
               "marlhf.reward_model_learning_rate=1e-3"]
-    two = learnable_launch(tmp_path, "marlhf", "two", 2, *common, "marlhf.max_steps=1", "marlhf.rollout_buffer_size=1")
+    two = learnable_launch(tmp_path, "marlhf", "two", 2, *common, "marlhf.max_steps=1", "marlhf.rollout_buffer_size=1",
+                           f"marlhf.parallel_training={mode}")
     one = learnable_launch(tmp_path, "marlhf", "one", 1, *common, "marlhf.max_steps=2", "marlhf.rollout_buffer_size=2")
     pairs = read_pairs(two / "preferences" / "iteration_0.jsonl")
     assert len(pairs) == 4 and pairs == read_pairs(one / "preferences" / "iteration_0.jsonl")
     a, b = model_weights(two / "checkpoints" / "checkpoint-1"), model_weights(one / "checkpoints" / "checkpoint-2")
     assert sorted(a) == sorted(b) == ["agent_0", "agent_1", "agent_2"]   # the two policies, the reward model
     for name in a:
+        assert sorted(a[name]) == sorted(b[name]), name
         assert max((a[name][k] - b[name][k]).abs().max().item() for k in a[name]) < 1e-5, name
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-def test_marlhf_with_iac_two_processes_equal_one(tmp_path):
-    # MARLHF's RL algorithm IAC under ddp (its own section's episodes schedule, one step per model per update; raw
-    # advantages): 2 processes x 1 item per step (2 steps) equal 1 process x 2 items per update (4 steps)
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_marlhf_with_iac_two_processes_equal_one(tmp_path, mode):
+    # MARLHF's RL algorithm IAC under ddp or fsdp (its own section's episodes schedule, one step per model per update;
+    # raw advantages): 2 processes x 1 item per step (2 steps) equal 1 process x 2 items per update (4 steps)
     common = ["marlhf.rl_algorithm=iac", "marlhf.learning_rate=1e-4", "marlhf.reward_model_epochs=2",
               "marlhf.reward_model_learning_rate=1e-3", "iac.num_generations=2", "iac.update_schedule=episodes",
               "iac.train_batch_size=null", "iac.critic_learning_rate=1e-4", "iac.advantage_normalization=false",
               "iac.use_separate_critic=true"]
-    learnable_launch(tmp_path, "marlhf", "two", 2, *common, "marlhf.max_steps=2", "iac.rollout_buffer_size=2")
+    learnable_launch(tmp_path, "marlhf", "two", 2, *common, "marlhf.max_steps=2", "iac.rollout_buffer_size=2",
+                     f"marlhf.parallel_training={mode}")
     learnable_launch(tmp_path, "marlhf", "one", 1, *common, "marlhf.max_steps=4", "iac.rollout_buffer_size=4")
     two = model_weights(tmp_path / "two" / "checkpoints" / "checkpoint-2")
     one = model_weights(tmp_path / "one" / "checkpoints" / "checkpoint-4")
@@ -370,7 +381,8 @@ def test_marlhf_checks_its_rl_algorithms_ddp_rules():
 
 # ---------------------------------------------------------------------------------------------- fsdp
 @pytest.mark.parametrize("override,message", [
-    ("madpo.parallel_training=fsdp", "madpo.parallel_training: fsdp is supported by magrpo, grpo, iac, maac, ac"),
+    (["madpo.parallel_training=fsdp", "madpo.train_batch_size=null", "madpo.rollout_buffer_size=null",
+      "madpo.reference_model=true", "agent_model.lora=null"], "madpo.reference_model with parallel_training fsdp"),
     (["iac.parallel_training=fsdp", "iac.update_schedule=episodes", "iac.train_batch_size=null",
       "iac.use_separate_critic=false"], "iac.use_separate_critic=false with parallel_training fsdp"),
     (["magrpo.parallel_training=fsdp", "magrpo.update_schedule=items", "agent_model.generation_backend=vllm"],
@@ -386,7 +398,7 @@ def test_fsdp_rules_are_config_errors(override, message):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-@pytest.mark.parametrize("case", ["plain", "idle", "kl", "nonfinite"])
+@pytest.mark.parametrize("case", ["plain", "idle", "kl", "nonfinite", "dpo_idle"])
 def test_sharded_update_equals_one_process_update(tmp_path, case):
     # tests/fsdp_update_main.py: rank 0 runs 3 forward/backward batches, rank 1 one (or none: `idle`), so rank 1's
     # update is padded; the summed sharded gradient equals one process's update on all 4 samples
@@ -397,10 +409,11 @@ def test_sharded_update_equals_one_process_update(tmp_path, case):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["difference"] < 1e-6, report
+    skipped = report["metrics"]["dpo/skipped_nonfinite" if case == "dpo_idle" else "skipped_nonfinite"]
     if case == "nonfinite":   # rank 1's infinite loss: every rank skips the step
-        assert report["moved"] == 0.0 and report["metrics"]["skipped_nonfinite"] == 1.0
+        assert report["moved"] == 0.0 and skipped == 1.0
     else:
-        assert report["moved"] > 1e-3 and report["metrics"]["skipped_nonfinite"] == 0.0
+        assert report["moved"] > 1e-3 and skipped == 0.0
     if case == "kl":
         assert report["metrics"]["kl"] > 0
 
@@ -451,22 +464,6 @@ def test_fsdp_checkpoint_refuses_a_resume_without_sharding(tmp_path):
         result.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-def test_iac_fsdp_two_processes_equal_one_process(tmp_path):
-    # IAC with sharded actors and replicated separate critics: as the ddp test above, 2 ranks x 2 episodes per update
-    # equal 1 process x 4 episodes
-    fsdp_overrides = [o.replace("parallel_training=ddp", "parallel_training=fsdp") for o in IAC_DDP_OVERRIDES]
-    launch(tmp_path, "two", 2, ["iac.rollout_buffer_size=2", "iac.max_steps=2"], "iac", fsdp_overrides)
-    launch(tmp_path, "one", 1, ["iac.rollout_buffer_size=4", "iac.max_steps=4"], "iac", IAC_DDP_OVERRIDES)
-    two = model_weights(tmp_path / "two/checkpoints/checkpoint-2")
-    one = model_weights(tmp_path / "one/checkpoints/checkpoint-4")
-    assert sorted(two) == sorted(one) and len(two) == 4, sorted(two)   # two actors, two critics
-    for name in two:
-        assert sorted(two[name]) == sorted(one[name]), name
-        assert max((two[name][k] - one[name][k]).abs().max().item() for k in two[name]) < 5e-5, name
-
-
 def test_every_ranks_state_is_its_own_file_and_a_missing_one_is_damage(tmp_path):
     # rank 0 writes each process's state (buffers, optimizer shards) as it receives it: rank_<r>.pt; a resume reads
     # its own; a checkpoint that lacks one is damaged, named as such (and `latest` falls back past it)
@@ -486,3 +483,4 @@ def test_every_ranks_state_is_its_own_file_and_a_missing_one_is_damage(tmp_path)
     (path / "rank_1.pt").unlink()
     with pytest.raises(ckpt.CheckpointError, match="checkpoint-5 is damaged: rank_1.pt is missing"):
         ckpt.check_checkpoint(path)
+

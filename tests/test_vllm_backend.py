@@ -771,18 +771,25 @@ def test_policy_gradient_step_weights_each_tokens_term():
     assert metrics["is_weight_mean"] == pytest.approx(tokens.mean().item()) and metrics["is_weight_max"] == 2.0
 
 
+def importance_config(fake_vllm, monkeypatch, tmp_path, trainer: str, *overrides: str):
+    """Return a config sampling with the fake vLLM engine with importance weights capped at 2 (`trainer`: 4 new
+    tokens, 2 generations), plus `overrides`."""
+    import cooprl.vllm_generation as backend
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    return load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
+        "agent_model.vllm_importance_cap=2.0", "agent_model.vllm_gpu_memory_utilization=0.2",
+        f"{trainer}.max_new_tokens=4", f"{trainer}.num_generations=2", "agent_model.temperature=1.0",
+        "wandb.mode=disabled", f"output.base_dir={tmp_path}", *overrides])
+
+
 def test_magrpo_trains_with_importance_weights_from_the_vllm_sampler(fake_vllm, monkeypatch, tmp_path):
     from cooprl.trainers.loop import seed_everything
     from cooprl.trainers.magrpo import build_magrpo
     from tests.scripted import scripted_task
 
-    import cooprl.vllm_generation as backend
-    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
-    config = load_config(None, [
-        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
-        "agent_model.vllm_importance_cap=2.0", "agent_model.vllm_gpu_memory_utilization=0.2",
-        "magrpo.max_new_tokens=4", "magrpo.num_generations=2", "magrpo.num_turns=1", "agent_model.temperature=1.0",
-        "wandb.mode=disabled", "magrpo.rollout_buffer_size=1", f"output.base_dir={tmp_path}"])
+    config = importance_config(fake_vllm, monkeypatch, tmp_path, "magrpo", "magrpo.num_turns=1",
+                               "magrpo.rollout_buffer_size=1")
     seed_everything(config.seed)
     algo = build_magrpo(config, "magrpo", scripted_task(num_agents=2))
     seen = []
@@ -806,14 +813,8 @@ def test_actor_critic_carries_the_weights_into_its_actor_steps(fake_vllm, monkey
     from cooprl.trainers.loop import seed_everything
     from tests.scripted import scripted_task
 
-    import cooprl.vllm_generation as backend
-    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
-    config = load_config(None, [
-        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
-        "agent_model.vllm_importance_cap=2.0", "agent_model.vllm_gpu_memory_utilization=0.2",
-        "iac.max_new_tokens=4", "iac.num_generations=2", "iac.num_turns=2", "agent_model.temperature=1.0",
-        "iac.update_schedule=turns", "iac.rollout_buffer_size=2", "iac.use_separate_critic=false",
-        "wandb.mode=disabled", f"output.base_dir={tmp_path}"])
+    config = importance_config(fake_vllm, monkeypatch, tmp_path, "iac", "iac.num_turns=2", "iac.update_schedule=turns",
+                               "iac.rollout_buffer_size=2", "iac.use_separate_critic=false")
     seed_everything(config.seed)
     algo = build_iac(config, "iac", scripted_task(num_agents=1))
     root_steps = algo.episode_steps(rollout_root(algo))

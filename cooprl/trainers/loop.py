@@ -115,12 +115,6 @@ def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
         raise ConfigError(f"checkpoint.resume_from_checkpoint: {err}") from None
 
 
-def full_weights(models: list[Any]) -> list[dict[str, Any] | None]:
-    """Return the whole state dict of each sharded model (parallel_training fsdp), on rank 0, or None for a model that
-    is not sharded (it saves itself). Every rank must call it together."""
-    return [fsdp.full_state_dict(model) if fsdp.is_sharded(model) else None for model in models]
-
-
 def _resume(checkpoint: Path, algorithm: Algorithm, ranks: distributed.Ranks = distributed.Ranks()) -> dict[str, Any]:
     """Load `checkpoint` into the algorithm's models and state and restore the RNG states; return the trainer
     state. CheckpointError when a file is damaged or the checkpoint does not fit this run (other agents, other
@@ -201,7 +195,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
                if ranks.is_main else _NoTracker())
 
     def save(step: int) -> None:
-        weights = full_weights(algorithm.models)   # sharded models are gathered on rank 0 (every rank takes part)
+        weights = fsdp.whole_state_dicts(algorithm.models)   # sharded models are gathered on rank 0 (every rank takes part)
         if ranks.is_main:
             state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
             rank_states: Any = ()

@@ -36,10 +36,10 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from cooprl import distributed
+from cooprl import distributed, fsdp
 from cooprl.agents import Agent, build_team
 from cooprl.comparators import Comparator, build_comparator
-from cooprl.config import Config, ConfigError
+from cooprl.config import Config, ConfigError, is_data_parallel
 from cooprl.evaluation import tree_metrics
 from cooprl.logprobs import completion_logprobs
 from cooprl.policy_update import k3_kl
@@ -101,8 +101,8 @@ class MADPO(TeamAlgorithm):
 
     @property
     def data_parallel(self) -> bool:
-        """Whether this run trains data-parallel (`parallel_training: ddp`, even with one process)."""
-        return self.section.parallel_training == "ddp"
+        """Whether this run trains data-parallel (`parallel_training: ddp` or `fsdp`, even with one process)."""
+        return is_data_parallel(self.section)
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
@@ -110,8 +110,7 @@ class MADPO(TeamAlgorithm):
         update on them and the replayed ones; return metrics."""
         item_id = self.task.item_id(item)
         iteration = (step - 1) // self.steps_per_round
-        if distributed.current().is_main:
-            policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=True)
+        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=True)   # rank 0 writes
         if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
             self.comparator.start_iteration(iteration)
         if self.section.pair_collection == "online":
@@ -133,8 +132,7 @@ class MADPO(TeamAlgorithm):
             metrics["env_steps"] = self.section.environment_steps_per_pair * len(weighted)
         if self.reward_dist is not None:
             metrics.update(self.reward_dist.metrics(iteration))
-        if distributed.current().is_main:
-            policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=False)
+        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=False)
         return metrics
 
     def train_pairs(self, pairs: Sequence[PreferencePair], weights: Sequence[float], step: int) -> dict[str, float]:
@@ -154,8 +152,10 @@ class MADPO(TeamAlgorithm):
 
     def sample_pairs(self, item: Any, iteration: int, step: int) -> tuple[list[PreferencePair], dict[str, float]]:
         """Online: sample, score and pair `item`'s candidates now, store the pairs; return them and the rollout's metrics."""
-        roots, candidates = collect_candidates([item], self.task, self._sample, self.section.preference_num_candidates,
-                                               self.comparator, self.process_reward)
+        with fsdp.full_weights(*self.models):   # sharded policies are gathered while they sample
+            roots, candidates = collect_candidates([item], self.task, self._sample,
+                                                   self.section.preference_num_candidates, self.comparator,
+                                                   self.process_reward)
         # under ddp the pair choice draws from the item's own seeded generator (the loop seeds torch per item), so
         # which process pairs an item changes nothing
         rng = random.Random(int(torch.randint(0, 2**62, ()))) if self.data_parallel else self.rng
@@ -182,7 +182,8 @@ class MADPO(TeamAlgorithm):
                      candidate_metrics(root, cands), len(cands)) for item, root, cands in zip(chunk, roots, candidates)]
 
         # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes
-        results = distributed.run_sharded(chunks, self.config.seed * 1000 + 777 + iteration, collect)
+        with fsdp.full_weights(*self.models):   # (the processes sample different numbers of chunks)
+            results = distributed.run_sharded(chunks, self.config.seed * 1000 + 777 + iteration, collect)
         sampled = sum(count for c in distributed.own_shares(len(results)) for *_, count in results[c])   # by this process
         pairs_of_iteration, metrics_by_item = [], {}
         for rows in results:
@@ -236,17 +237,27 @@ class MADPO(TeamAlgorithm):
         return delta, kl
 
     def update(self, pairs: Sequence[PreferencePair], weights: Sequence[float]) -> dict[str, float]:
-        """Take one optimizer step per agent on the weighted pairs (one backward for all); return DPO metrics."""
+        """Take one optimizer step per agent on the weighted pairs (one backward for all); return DPO metrics.
+
+        Under fsdp every process runs the same forward and backward (collectives of the sharded policies): one without
+        pairs runs them on a one-token padding pair whose loss counts zero, and each loss is scaled by the process's
+        share of all processes' pair weights, since the sharded backward sums the gradients (cooprl.fsdp)."""
         metrics = {"dpo/pairs": float(len(pairs)), "dpo/skipped_nonfinite": 0.0}
         if not pairs and not self.data_parallel:
             return metrics
         for agent in self.team:
             agent.model.train()
             agent.optimizer.zero_grad(set_to_none=True)
-        if not pairs:   # ddp: the other processes may have pairs; this one joins their step with weight 0
+        padding = not pairs and self.sharded
+        if not pairs and not padding:   # ddp: the other processes may have pairs; this one joins with weight 0
             for agent in self.team:
                 guarded_step(agent.optimizer, self.section.max_grad_norm, weight=0.0)
             return metrics
+        share = 1.0   # this process's part of the summed sharded gradient
+        if self.sharded:
+            share = sum(weights) / (fsdp.global_count(sum(weights)) or 1.0)
+        if padding:
+            pairs, weights = [self._padding_pair()], [1.0]
         scored = [self.margins_and_kl(a, pairs) for a in range(len(self.team))]
         deltas = torch.stack([d.to(scored[0][0].device) for d, _ in scored])
         weights = torch.tensor(weights, device=deltas.device, dtype=deltas.dtype)
@@ -255,16 +266,18 @@ class MADPO(TeamAlgorithm):
             kls = torch.stack([kl.to(deltas.device) for _, kl in scored])
             losses = losses + self.section.reference_kl_coef * (kls * weights).sum(-1) / weights.sum()
             metrics["dpo/kl"] = ((kls.detach() * weights).sum(-1) / weights.sum()).mean().item()
-        metrics["dpo/joint_accuracy"] = (deltas.detach().sum(0) > 0).float().mean().item()
-        metrics["dpo/loss"] = losses[0].item()   # the joint margin's loss (the same for every agent, KL aside)
-        for a in range(len(self.team)):
-            metrics[f"agent_{a}/reward_accuracy"] = (deltas[a].detach() > 0).float().mean().item()
-            metrics[f"agent_{a}/margin_mean"] = deltas[a].detach().mean().item()
+        if not padding:
+            metrics["dpo/joint_accuracy"] = (deltas.detach().sum(0) > 0).float().mean().item()
+            metrics["dpo/loss"] = losses[0].item()   # the joint margin's loss (the same for every agent, KL aside)
+            for a in range(len(self.team)):
+                metrics[f"agent_{a}/reward_accuracy"] = (deltas[a].detach() > 0).float().mean().item()
+                metrics[f"agent_{a}/margin_mean"] = deltas[a].detach().mean().item()
         finite = bool(torch.isfinite(losses).all())
         if not finite and not self.data_parallel:
             return {**metrics, "dpo/skipped_nonfinite": 1.0}
-        if finite:
-            losses.sum().backward()   # agent i's parameters get gradient from loss_i only (see madpo_losses)
+        if finite or self.sharded:   # (a sharded backward runs on every process; a non-finite one is then skipped)
+            # agent i's parameters get gradient from loss_i only (see madpo_losses)
+            (losses.sum() * (0.0 if padding or not finite else share)).backward()
         for a, agent in enumerate(self.team):
             # under ddp: the processes' gradients weighted by their pairs' weights (each loss is a weighted mean)
             norm = guarded_step(agent.optimizer, self.section.max_grad_norm, weight=float(weights.sum()),
@@ -273,6 +286,11 @@ class MADPO(TeamAlgorithm):
             if norm is None:
                 metrics["dpo/skipped_nonfinite"] = 1.0
         return metrics
+
+    def _padding_pair(self) -> PreferencePair:
+        """Return a pair of one-token answers to a one-character prompt: a sharded update's padding (weight 0)."""
+        roles = len(self.team)
+        return PreferencePair("padding", ["."] * roles, ["a"] * roles, ["b"] * roles, 0.0, 0.0)
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from cooprl import distributed
+from cooprl import distributed, fsdp
 from cooprl.config import Config, ConfigError, TrainerSection, check_parallel_training, trainer_device
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
@@ -131,9 +131,8 @@ class MARLHF:
     def train_step(self, item: Any, step: int) -> dict[str, float]:
         """Learn the iteration's reward model first if needed, then one RL step on the learned reward; return metrics."""
         iteration = (step - 1) // self.steps_per_round
-        main = distributed.current().is_main
-        if main:
-            policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round, before=True)
+        policies = self.rl.models[:len(self.rl.team)]
+        policy_checkpoints(self.section, policies, step, self.steps_per_round, before=True)   # rank 0 writes
         if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
             self.comparator.start_iteration(iteration)
         if iteration > self.trained_iteration:
@@ -144,9 +143,7 @@ class MARLHF:
                     self.reward_metrics.update(self.reward_dist.metrics(iteration))
             self.trained_iteration = iteration
         metrics = {**self.rl.train_step(item, step), **self.reward_metrics}
-        if main:
-            policy_checkpoints(self.section, self.rl.models[:len(self.rl.team)], step, self.steps_per_round,
-                               before=False)
+        policy_checkpoints(self.section, policies, step, self.steps_per_round, before=False)
         return metrics
 
     def end_epoch(self, metrics: dict[str, float]) -> None:
@@ -212,9 +209,11 @@ class MARLHF:
             return collect_pairs(chunk, task, sample, self.section, iteration, rng, self.comparator, step=step,
                                  record=(lambda c: self.reward_dist.add(iteration, c)) if self.reward_dist else None)
 
-        # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes
-        return [pair for chunk_pairs in distributed.run_sharded(chunks, self._seed(iteration), collect_chunk)
-                for pair in chunk_pairs]
+        # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes;
+        # sharded policies are gathered for the whole collection (processes sample different numbers of chunks)
+        with fsdp.full_weights(*self.rl.models):
+            chunk_pairs = distributed.run_sharded(chunks, self._seed(iteration), collect_chunk)
+        return [pair for pairs in chunk_pairs for pair in pairs]
 
     def scoring_task(self, iteration: int) -> Task:
         """Return the task whose reward scores iteration's candidates: the task reward, or with
