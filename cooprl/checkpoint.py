@@ -29,7 +29,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -175,17 +175,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[str, Any],
-                    keep_last: int | None = None, weights: Sequence[dict[str, Any] | None] = (),
+                    keep_last: int | None = None, weights: Iterable[dict[str, Any] | None] = (),
                     rank_states: Iterable[dict[str, Any]] = ()) -> Path:
     """Write checkpoint-<step> atomically under `directory`, prune to the newest `keep_last`; return its path.
-    `weights[i]`, when given and not None, is model i's whole state dict (a sharded model's, gathered);
-    `rank_states` yields each data-parallel process's own state in rank order (`rank_<r>.pt`)."""
+    `weights` yields, model by model, a whole state dict (a sharded model's, gathered: taken one at a time) or None
+    (the model saves its own); `rank_states` yields each data-parallel process's own state in rank order
+    (`rank_<r>.pt`)."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"checkpoint-{step}"
     tmp = Path(tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=directory))
     try:
+        whole = iter(weights)
         for i, model in enumerate(models):
-            save_model(model, tmp / f"agent_{i}", weights[i] if i < len(weights) else None)
+            save_model(model, tmp / f"agent_{i}", next(whole, None))
         torch.save(to_plain({**state, "rng": rng_state(), "step": step}), tmp / STATE_FILE)
         for rank, rank_state in enumerate(rank_states):
             torch.save(to_plain(rank_state), tmp / rank_file(rank))

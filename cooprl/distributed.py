@@ -76,6 +76,9 @@ def setup(device: str) -> Ranks:
     if cuda:
         torch.cuda.set_device(local_rank)
     torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT)
+    global _HOST_GROUP
+    # checkpoint transfers go through host memory: under nccl they would be staged on the GPU
+    _HOST_GROUP = torch.distributed.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT) if cuda else None
     ranks = current()
     log.info("data-parallel rank %d of %d (%s)", ranks.rank, ranks.world_size, "nccl" if cuda else "gloo")
     return ranks
@@ -189,9 +192,27 @@ def gather(value: Any) -> list[Any]:
     return values
 
 
+_HOST_GROUP = None   # a gloo group beside an nccl one (`setup`); None: the default group is gloo already
+
+
+@dataclass(frozen=True)
+class _TensorSlot:
+    """Where `send_to_main` took a tensor out of a value: its place in the sending order, shape and dtype."""
+
+    index: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
 def send_to_main(value: Any) -> None:
-    """Send `value` (picklable) to rank 0, which takes it in `receive_in_rank_order`; waits until it is received."""
-    torch.distributed.send_object_list([value], dst=0)
+    """Send `value` (picklable) to rank 0, which takes it in `receive_in_rank_order`; waits until it is received.
+    The tensors of its dicts, lists and tuples travel as tensors after the rest (pickled), through host memory, so
+    neither side holds a pickled copy of them (a checkpoint's optimizer shards)."""
+    tensors: list[torch.Tensor] = []
+    skeleton = _take_tensors(value, tensors)
+    torch.distributed.send_object_list([skeleton], dst=0, group=_HOST_GROUP)
+    for tensor in tensors:
+        torch.distributed.send(tensor.detach().cpu().contiguous(), dst=0, group=_HOST_GROUP)
 
 
 def receive_in_rank_order(own: Any) -> Iterator[Any]:
@@ -200,8 +221,34 @@ def receive_in_rank_order(own: Any) -> Iterator[Any]:
     yield own
     for rank in range(1, current().world_size):
         box: list[Any] = [None]
-        torch.distributed.recv_object_list(box, src=rank)
-        yield box[0]
+        torch.distributed.recv_object_list(box, src=rank, group=_HOST_GROUP)
+        yield _put_tensors(box[0], rank)
+
+
+def _take_tensors(value: Any, tensors: list[torch.Tensor]) -> Any:
+    """Return `value` with each tensor in its dicts, lists and tuples replaced by a _TensorSlot (appended to
+    `tensors`); other objects are kept whole."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return _TensorSlot(len(tensors) - 1, tuple(value.shape), value.dtype)
+    if isinstance(value, dict):
+        return {k: _take_tensors(v, tensors) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_take_tensors(v, tensors) for v in value)
+    return value
+
+
+def _put_tensors(value: Any, source: int) -> Any:
+    """Return `value` with each _TensorSlot replaced by the tensor received from rank `source` (in slot order)."""
+    if isinstance(value, _TensorSlot):
+        tensor = torch.empty(value.shape, dtype=value.dtype)
+        torch.distributed.recv(tensor, src=source, group=_HOST_GROUP)
+        return tensor
+    if isinstance(value, dict):
+        return {k: _put_tensors(v, source) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_put_tensors(v, source) for v in value)
+    return value
 
 
 def broadcast(value: Any) -> Any:

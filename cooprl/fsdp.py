@@ -134,10 +134,13 @@ def full_state_dict(model: Any) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def whole_state_dicts(models: Sequence[Any]) -> list[dict[str, torch.Tensor] | None]:
-    """Return the whole state dict of each sharded model of `models`, on rank 0 (see `full_state_dict`), or None for
-    a model that is not sharded (it saves itself). Every process must call it together."""
-    return [full_state_dict(model) if is_sharded(model) else None for model in models]
+def whole_state_dicts(models: Sequence[Any]) -> Iterator[dict[str, torch.Tensor] | None]:
+    """Yield, model by model, the whole state dict of each sharded model of `models` on rank 0 (see
+    `full_state_dict`), or None for a model that is not sharded (it saves itself). Each is gathered when asked for,
+    so a writer that saves one before asking for the next holds one model's weights at a time; every process must
+    run it through together (the other ranks: `list(...)`)."""
+    for model in models:
+        yield full_state_dict(model) if is_sharded(model) else None
 
 
 def load_full_state_dict(model: Any, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
@@ -150,11 +153,12 @@ def load_full_state_dict(model: Any, state: dict[str, torch.Tensor]) -> tuple[li
 
 
 def local_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Return `optimizer.state_dict()` with every sharded tensor replaced by a CPU copy of this process's shard (a
-    plain tensor: a checkpoint's copy never takes device memory)."""
+    """Return `optimizer.state_dict()` with every sharded tensor replaced by this process's shard in CPU memory (a
+    plain tensor: a GPU shard is copied, so a checkpoint takes no device memory; a CPU shard is the live tensor,
+    written before the next step changes it)."""
     from torch.distributed.tensor import DTensor
     state = optimizer.state_dict()   # (its per-parameter dicts are the optimizer's own: copied, not changed)
-    state["state"] = {index: {key: value.to_local().to("cpu", copy=True) if isinstance(value, DTensor) else value
+    state["state"] = {index: {key: value.to_local().cpu() if isinstance(value, DTensor) else value
                               for key, value in slots.items()}
                       for index, slots in state["state"].items()}
     return state

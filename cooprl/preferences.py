@@ -436,7 +436,7 @@ def save_policy_checkpoint(section: Any, models: Sequence[Any], label: str) -> P
     if not folder:
         return None
     target = Path(folder) / label
-    weights = fsdp.whole_state_dicts(models)   # sharded policies are gathered (every process takes part)
+    weights = list(fsdp.whole_state_dicts(models))   # sharded policies are gathered (every process takes part)
     if distributed.current().is_main and not all((target / f"agent_{i}").is_dir() for i in range(len(models))):
         for i, model in enumerate(models):
             save_model(model, target / f"agent_{i}", weights[i])

@@ -30,7 +30,7 @@ def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
     try:
         summary = train_loop(config, trainer, task, algorithm, run_dir)
         # sharded models (fsdp) are gathered on rank 0 while the processes are still together
-        weights = fsdp.whole_state_dicts(algorithm.models) if config.output.save_final_model else []
+        weights = list(fsdp.whole_state_dicts(algorithm.models)) if config.output.save_final_model else []
     finally:
         distributed.shutdown()   # leave the process group (a no-op in a single process)
     if not ranks.is_main:

@@ -195,7 +195,8 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
                if ranks.is_main else _NoTracker())
 
     def save(step: int) -> None:
-        weights = fsdp.whole_state_dicts(algorithm.models)   # sharded models are gathered on rank 0 (every rank takes part)
+        # sharded models are gathered on rank 0 one at a time, as it writes them (every rank takes part)
+        weights = fsdp.whole_state_dicts(algorithm.models)
         if ranks.is_main:
             state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
             rank_states: Any = ()
@@ -206,6 +207,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
                                         config.checkpoint.checkpoint_total_limit, weights, rank_states)
             log.info("checkpoint saved: %s", path)
         elif ranks.world_size > 1:
+            list(weights)
             distributed.send_to_main(algorithm.rank_state())
         distributed.barrier()   # the other ranks wait until the checkpoint is written
 
