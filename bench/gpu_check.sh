@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared check for a lent GPU (issue 16 §5); prints every figure. The stages' limits add up to 460 s, so it
+# One prepared check for a lent GPU (issue 16 §5); prints every figure. The stages' limits add up to 475 s, so it
 # finishes in under 8 minutes even when a stage hangs.
 #
 #   bash bench/gpu_check.sh                 # PY=/path/to/python to pick the interpreter (default .venv/bin/python)
@@ -12,6 +12,9 @@
 #   3. vLLM tokens/s on the same prompts (cooprl's VLLMGenerator), and the time of one weight push
 #   4. one bf16 MAGRPO step (2 agents, G=4, 64 new tokens, update_schedule items), the agents on cuda:0 and cuda:1
 #      with parallel_training mp when there are two GPUs, else both on cuda:0; its seconds and each GPU's peak memory
+#   5. one bf16 GRPO step sampled by vLLM with the options no GPU has run yet: LoRA adapters synced as LoRA
+#      requests (vllm_weight_sync lora), the engine asleep during the update (vllm_sleep), the importance
+#      correction against vLLM's log-probs (vllm_importance_cap); its seconds, the weights' mean/max, peak memory
 set -u
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -37,7 +40,7 @@ except Exception as err:
     print("vllm not importable:", err)
 EOF
 
-stage "build the random Qwen2.5-0.5B-shaped model" 80 <<'EOF'
+stage "build the random Qwen2.5-0.5B-shaped model" 60 <<'EOF'
 import os, shutil, torch
 from pathlib import Path
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
@@ -84,7 +87,7 @@ def rate(name, sample):
     print(f"{name} peak memory: {torch.cuda.max_memory_allocated(0) / 2**30:.2f} GiB")
 EOF
 
-stage "HF generate tokens/s" 80 <<'EOF'
+stage "HF generate tokens/s" 70 <<'EOF'
 import sys, os; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 from common import load, rate
 from cooprl.generation import HFGenerator
@@ -92,7 +95,7 @@ model, tokenizer = load()
 rate("hf_generate", HFGenerator(model, tokenizer, max_prompt_tokens=512).sample)
 EOF
 
-stage "vLLM tokens/s and one weight push" 150 <<'EOF'
+stage "vLLM tokens/s and one weight push" 115 <<'EOF'
 import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 import torch
 from common import MODEL, load, rate
@@ -111,7 +114,7 @@ generator.sample(["def f(x):"], 1, __import__("common").params())
 print(f"vllm weight push + one short sample: {time.perf_counter() - t:.2f} s")
 EOF
 
-stage "one bf16 MAGRPO step, 2 agents" 120 <<'EOF'
+stage "one bf16 MAGRPO step, 2 agents" 100 <<'EOF'
 import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 import torch
 from common import MODEL, PROMPTS
@@ -142,6 +145,37 @@ print(f"magrpo bf16 step (2 agents, G=4, 64 new tokens): {time.perf_counter() - 
       f"loss {metrics.get('agent_0/loss')}, {metrics.get('agent_1/loss')}")
 for d in range(torch.cuda.device_count()):
     print(f"magrpo step peak memory cuda:{d}: {torch.cuda.max_memory_allocated(d) / 2**30:.2f} GiB")
+EOF
+
+stage "one bf16 GRPO step on vLLM: LoRA requests, sleep, importance correction" 100 <<'EOF'
+import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
+import torch
+from common import MODEL, PROMPTS
+from cooprl.config import load_config
+from cooprl.task import Score, Task
+from cooprl.trainers.magrpo import build_magrpo
+config = load_config(None, [f"agent_model.name={MODEL}", "agent_model.torch_dtype=bfloat16", "agent_model.device=cuda:0",
+                            "wandb.mode=disabled", "agent_model.generation_backend=vllm", "agent_model.lora.r=8",
+                            "agent_model.vllm_weight_sync=lora", "agent_model.vllm_sleep=true",
+                            "agent_model.vllm_importance_cap=2.0", "agent_model.vllm_gpu_memory_utilization=0.3",
+                            "grpo.num_turns=1", "grpo.num_generations=4", "grpo.max_new_tokens=64",
+                            "grpo.update_schedule=items", "grpo.rollout_buffer_size=1",
+                            "agent_model.temperature=1.0", "agent_model.top_p=1.0"])
+task = Task(name="check", num_agents=1, train_items=PROMPTS, eval_items=[], first_prompts=lambda item: [item],
+            score=lambda items, joints: [Score(sum(t.count("x") for t in joint) / 10) for joint in joints],
+            next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories], max_reward=1.0)
+t = time.perf_counter()
+algorithm = build_magrpo(config, "grpo", task)
+print(f"grpo on vLLM (lora sync, sleep): built in {time.perf_counter() - t:.1f} s")
+algorithm.train_step(PROMPTS[0], 1)   # warm-up, and the first adapter version
+torch.cuda.reset_peak_memory_stats(0)
+torch.cuda.synchronize(); t = time.perf_counter()
+metrics = algorithm.train_step(PROMPTS[1], 2)   # samples adapter version 2 after the wake-up
+torch.cuda.synchronize()
+print(f"grpo vLLM step (G=4, 64 new tokens): {time.perf_counter() - t:.2f} s, loss {metrics.get('agent_0/loss')}, "
+      f"is_weight_mean {metrics.get('agent_0/is_weight_mean')}, is_weight_max {metrics.get('agent_0/is_weight_max')}")
+print(f"grpo vLLM step peak memory cuda:0 (torch's allocations; vLLM's pool apart): "
+      f"{torch.cuda.max_memory_allocated(0) / 2**30:.2f} GiB")
 EOF
 
 echo "=== done in $(( $(date +%s) - START ))s"

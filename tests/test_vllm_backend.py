@@ -839,3 +839,28 @@ def test_importance_cap_config_rules():
     for trainer in ("madpo", "madpo_iter"):   # a DPO loss has no per-token policy-gradient term to weight
         with pytest.raises(ConfigError, match=f"agent_model.vllm_importance_cap: {trainer} trains a DPO loss"):
             build_madpo(config, trainer, None)
+
+
+def test_grpo_trains_with_lora_requests_sleep_and_importance_weights_together(fake_vllm, monkeypatch, tmp_path):
+    # bench/gpu_check.sh's last stage on the fake engine: LoRA adapters sampled as LoRA requests (a new version after
+    # the update), the engine asleep outside sampling, importance weights against the engine's log-probs
+    from cooprl.trainers.loop import seed_everything
+    from cooprl.trainers.magrpo import build_magrpo
+    from tests.scripted import scripted_task
+
+    config = importance_config(fake_vllm, monkeypatch, tmp_path, "grpo", "agent_model.lora.r=8",
+                               "agent_model.vllm_weight_sync=lora", "agent_model.vllm_sleep=true", "grpo.num_turns=1",
+                               "grpo.update_schedule=items", "grpo.rollout_buffer_size=1", "grpo.advantage_mode=raw",
+                               "grpo.advantage_normalization=false")   # raw: every sample trains
+    seed_everything(config.seed)
+    algo = build_magrpo(config, "grpo", scripted_task(num_agents=1))
+    [engine] = FakeLLM.instances
+    assert engine.kwargs["enable_lora"] and engine.kwargs["enable_sleep_mode"]
+    for step in (1, 2):
+        metrics = algo.train_step(algo.task.train_items[step - 1], step)
+        assert engine.events[-1] == "sleep1"   # asleep again once the step's sampling is over
+        assert 0 <= metrics["agent_0/is_weight_mean"] <= metrics["agent_0/is_weight_max"] <= 2.0
+        assert metrics["agent_0/optimizer_steps"] == 1.0
+    assert "load" not in engine.events   # LoRA requests: no weights pushed into the engine
+    versions = [request.lora_int_id for request in engine.lora_requests]
+    assert versions[0] < versions[-1]   # the second step sampled the adapter the first step trained
