@@ -37,14 +37,16 @@ T = TypeVar("T")
 def shard_model(model: torch.nn.Module) -> torch.nn.Module:
     """Shard `model` over the processes in place and return it: each transformer block (the classes the model names
     in `_no_split_modules`, as accelerate's FSDP policy does) is one unit gathered on its own, the rest (embeddings,
-    final norm, LM head) the root unit. Gradients are summed over the processes, not averaged (see the module
-    docstring)."""
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    final norm, LM head) the root unit. Gradients are summed over the processes in float32, not averaged (see the
+    module docstring)."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    # gradients are summed in float32 whatever the weights' dtype: bf16 sums over many processes lose bits
+    precision = MixedPrecisionPolicy(reduce_dtype=torch.float32)
     block_names = set(_no_split_modules(model))
     for module in model.modules():
         if type(module).__name__ in block_names:
-            fully_shard(module)
-    fully_shard(model)
+            fully_shard(module, mp_policy=precision)
+    fully_shard(model, mp_policy=precision)
     for unit in model.modules():
         if isinstance(unit, FSDPModule):
             unit.set_gradient_divide_factor(1.0)

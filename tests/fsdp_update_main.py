@@ -74,7 +74,7 @@ def dpo_idle(out: Path) -> None:
     seed_everything(0)
     sharded = build_madpo(load_config(None, [*overrides, "madpo.parallel_training=fsdp"]), "madpo", task)
     metrics = sharded.update(mine, [1.0, 2.0, 0.5][:len(mine)])
-    weights = fsdp.whole_state_dicts(sharded.models)
+    weights = list(fsdp.whole_state_dicts(sharded.models))
     if distributed.current().rank == 0:
         seed_everything(0)
         single = build_madpo(load_config(None, overrides), "madpo", task)
