@@ -156,11 +156,17 @@ IAC_DDP_OVERRIDES = [
     "iac.critic_learning_rate=1e-4", "iac.advantage_normalization=false", "iac.use_separate_critic=true"]
 
 
+ACCELERATE = Path(sys.executable).with_name("accelerate")
+
+
 def launch(tmp_path: Path, name: str, processes: int, overrides: list[str], trainer: str = "magrpo",
-           base: list[str] = DDP_OVERRIDES) -> subprocess.CompletedProcess:
+           base: list[str] = DDP_OVERRIDES, launcher: str = "torchrun") -> subprocess.CompletedProcess:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
            "WANDB_MODE": "disabled"}
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
+    if launcher == "accelerate":   # --multi_gpu: accelerate's torch.distributed launcher (on CPU too, with gloo)
+        command = [str(ACCELERATE), "launch", "--multi_gpu", f"--num_processes={processes}", "--num_machines=1",
+                   "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={29600 + len(name)}"]
     args = [f"train_{trainer}.py", "--config", f"configs/{trainer}_che_config.yaml", "--override", *base,
             f"output.base_dir={tmp_path}", f"output.run_name={name}", *overrides]
     result = subprocess.run(command + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -484,3 +490,18 @@ def test_every_ranks_state_is_its_own_file_and_a_missing_one_is_damage(tmp_path)
     with pytest.raises(ckpt.CheckpointError, match="checkpoint-5 is damaged: rank_1.pt is missing"):
         ckpt.check_checkpoint(path)
 
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ACCELERATE.exists(), reason="accelerate is not in the interpreter's folder")
+def test_accelerate_launch_trains_as_torchrun_does(tmp_path):
+    # `accelerate launch --multi_gpu --num_processes 2` starts the same processes as torchrun (it runs
+    # torch.distributed.run): the same sharded run gives the same weights, bit for bit
+    common = ["magrpo.rollout_buffer_size=1", "magrpo.max_steps=1"]
+    result = launch(tmp_path, "accelerated", 2, common, base=FSDP_OVERRIDES, launcher="accelerate")
+    launch(tmp_path, "torchrun", 2, common, base=FSDP_OVERRIDES)
+    assert "data-parallel rank 1 of 2 (gloo)" in result.stderr
+    for agent in (0, 1):
+        a = agent_weights(tmp_path / "accelerated/checkpoints/checkpoint-1", agent)
+        b = agent_weights(tmp_path / "torchrun/checkpoints/checkpoint-1", agent)
+        assert all(torch.equal(a[k], b[k]) for k in a)
