@@ -5,7 +5,8 @@ Rank 0 holds 3 samples with 3 prompts (3 forward batches of one), rank 1 one sam
 `idle`, only zero-advantage samples (no batch at all): the sharded update must pad rank 1's passes, and its
 summed gradient must equal one process's update on all 4 samples. Case `kl` adds the loss-form KL to the frozen start
 model (LoRA adapters off: one more forward per pass); case `nonfinite` makes rank 1's loss infinite: both ranks skip
-the step and keep their weights. Case `dpo_idle`: MADPO's DPO step with pairs on rank 0 only (rank 1 pads)."""
+the step and keep their weights; case `checkpointing` recomputes activations in the backward (gradient
+checkpointing: each block's forward runs again, gathering its shards again). Case `dpo_idle`: MADPO's DPO step with pairs on rank 0 only (rank 1 pads)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,8 @@ def main(case: str, out: Path) -> None:
     kl_coef = 0.5 if case == "kl" else 0.0
 
     model = tiny_model(lora)
+    if case == "checkpointing":   # recomputed activations: every block runs its forward again in the backward
+        model.gradient_checkpointing_enable()
     single = copy.deepcopy(model)   # the same start, trained in this process alone on every sample
     start = {k: v.clone() for k, v in model.state_dict().items()}
     fsdp.shard_model(model)

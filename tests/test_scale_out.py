@@ -404,7 +404,7 @@ def test_fsdp_rules_are_config_errors(override, message):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-@pytest.mark.parametrize("case", ["plain", "idle", "kl", "nonfinite", "dpo_idle"])
+@pytest.mark.parametrize("case", ["plain", "idle", "kl", "nonfinite", "checkpointing", "dpo_idle"])
 def test_sharded_update_equals_one_process_update(tmp_path, case):
     # tests/fsdp_update_main.py: rank 0 runs 3 forward/backward batches, rank 1 one (or none: `idle`), so rank 1's
     # update is padded; the summed sharded gradient equals one process's update on all 4 samples
@@ -429,20 +429,24 @@ FSDP_OVERRIDES = [o.replace("=ddp", "=fsdp") for o in DDP_OVERRIDES]
 
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-def test_fsdp_two_processes_equal_one_process_and_resume(tmp_path):
-    # sharded agents (full fine-tuning, tied embeddings): 2 ranks x 1 item per step equal 1 process x 2 items; the
-    # checkpoint holds whole weights in the usual layout; a run resumed from step 1 (each rank's optimizer shard)
-    # ends where the uninterrupted one does
-    common = ["magrpo.rollout_buffer_size=1", "checkpoint.checkpoint_interval=1"]
+@pytest.mark.parametrize("lora", [False, True])
+def test_fsdp_two_processes_equal_one_process_and_resume(tmp_path, lora):
+    # sharded agents (full fine-tuning with tied embeddings, or LoRA adapters): 2 ranks x 1 item per step equal
+    # 1 process x 2 items; the checkpoint holds whole weights (or the adapters) in the usual layout; a run resumed
+    # from step 1 (each rank's optimizer shard) ends where the uninterrupted one does
+    # (LoRA dropout off: its masks draw from each process's generator, which differs between 2 processes and 1)
+    adapters = ["agent_model.lora.r=4", "agent_model.lora.dropout=0.0", "magrpo.learning_rate=1e-3"] if lora else []
+    common = ["magrpo.rollout_buffer_size=1", "checkpoint.checkpoint_interval=1", *adapters]
     launch(tmp_path, "two", 2, [*common, "magrpo.max_steps=2", "output.save_final_model=true"], base=FSDP_OVERRIDES)
-    launch(tmp_path, "one", 1, ["magrpo.rollout_buffer_size=2", "magrpo.max_steps=4"])   # ddp with one process
+    launch(tmp_path, "one", 1, ["magrpo.rollout_buffer_size=2", "magrpo.max_steps=4", *adapters])   # ddp, 1 process
     launch(tmp_path, "resumed", 2, [*common, "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
     launch(tmp_path, "resumed", 2, [*common, "magrpo.max_steps=2", "checkpoint.resume_from_checkpoint=latest"],
            base=FSDP_OVERRIDES)
     for agent in (0, 1):
         two = agent_weights(tmp_path / "two/checkpoints/checkpoint-2", agent)
         one = agent_weights(tmp_path / "one/checkpoints/checkpoint-4", agent)
-        assert sorted(two) == sorted(one)   # the layout of an unsharded save (the tied LM head once)
+        assert sorted(two) == sorted(one)   # the layout of an unsharded save (the tied LM head once; the adapters)
+        assert all("lora_" in k for k in two) == lora
         assert max((two[k] - one[k]).abs().max().item() for k in one) < 1e-5
         resumed = agent_weights(tmp_path / "resumed/checkpoints/checkpoint-2", agent)
         assert all(torch.equal(two[k], resumed[k]) for k in two)
