@@ -84,6 +84,14 @@ def setup(device: str) -> Ranks:
     return ranks
 
 
+def collective_device() -> torch.device:
+    """Return where a small tensor for a collective must live: this process's GPU under nccl (which takes CUDA
+    tensors only), else the CPU."""
+    if torch.distributed.is_initialized() and torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def rank_device(device: str, ranks: Ranks) -> str:
     """Return the device of this rank's models: its local GPU (cuda:LOCAL_RANK) when `device` is CUDA or auto with
     CUDA present, else `device`."""
@@ -134,7 +142,7 @@ def agree_to_step(params: Iterable[torch.Tensor], weight: float = 1.0, skip: boo
     """Return (the ranks' summed `weight`, "skip" when any rank asked to `skip`, "empty" when no rank has a gradient,
     else "step"): what every rank must decide alike before an optimizer step. Every rank must call it together."""
     params = list(params)
-    device = params[0].device if params else torch.device("cpu")
+    device = params[0].device if params else collective_device()
     has_gradient = any(p.grad is not None for p in params)
     control = torch.tensor([float(weight), float(skip), float(has_gradient)], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(control)

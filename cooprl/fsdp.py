@@ -7,17 +7,19 @@ parameters from all processes, and every backward scatters the gradients back: b
 process must run the same number of forwards and backwards in the same order. Ours do not on their own: sampling
 stops when a process's own samples end, and the update's forward batches follow a process's own samples (grouped by
 prompt; none when all its advantages are zero). So:
-- sampling, and every forward without gradient (the reward-form KL), runs inside `full_weights`, entered by every
-  process together around a whole phase (a training step's rollout, an evaluation): each block is gathered once,
-  kept whole while the process samples as long as it needs, and cut back to its shard afterwards (TRL and verl
-  gather the same way before generating);
+- sampling, and every forward without gradient (the reward-form KL, importance weights), runs inside
+  `full_weights`, entered by every process together around a whole phase (a training step's rollout, a preference
+  collection, an evaluation): each block is gathered once, kept whole while the process samples as long as it
+  needs, and cut back to its shard afterwards (TRL and verl gather the same way before generating). Sampling a
+  sharded model outside it raises (`check_gathered`) instead of hanging;
 - the update pads every process's list of forward/backward batches to the longest one with zero-weight batches
   (`pad_batches`): a zero-weight batch runs the same code on a one-token sample and adds exact zeros to the
-  gradients. The gradients are summed over the processes (no division), and each process's loss is divided by the
-  sample count of all processes (`global_count`), so the summed gradient is the mean over every sample, as ddp's;
-- checkpoints and the final models are written from full weights gathered on rank 0 (`full_state_dict`); each
-  process keeps its own optimizer-state shard in the checkpoint's per-rank part (`local_optimizer_state`), which is
-  why a resume needs the same number of processes (as under ddp).
+  gradients. The gradients are summed over the processes in float32 (no division), and each process's loss is
+  divided by the sample count of all processes (`global_count`), so the summed gradient is the mean over every
+  sample, as ddp's (MADPO's DPO step does the same with its pairs: cooprl.trainers.madpo);
+- checkpoints and the final models are written from whole weights gathered on rank 0 one model at a time
+  (`whole_state_dicts`); each process's optimizer-state shard (`local_optimizer_state`) is its own file in the
+  checkpoint, which is why a resume needs the same number of processes (as under ddp).
 
 One process (no launcher) trains unsharded, as under ddp.
 """
@@ -115,7 +117,7 @@ def global_count(count: float) -> float:
     """Return the sum of every process's `count` (this process's when not distributed)."""
     if distributed.current().world_size == 1:
         return count
-    total = torch.tensor([float(count)], dtype=torch.float64)
+    total = torch.tensor([float(count)], dtype=torch.float64, device=distributed.collective_device())
     torch.distributed.all_reduce(total)
     return total.item()
 
@@ -123,7 +125,7 @@ def global_count(count: float) -> float:
 def pad_batches(batches: Sequence[T], padding: T) -> tuple[list[T], int]:
     """Return (`batches` followed by as many `padding` batches as make every process's list as long as the longest,
     how many real batches come first)."""
-    longest = torch.tensor([len(batches)], dtype=torch.int64)
+    longest = torch.tensor([len(batches)], dtype=torch.int64, device=distributed.collective_device())
     if distributed.current().world_size > 1:
         torch.distributed.all_reduce(longest, op=torch.distributed.ReduceOp.MAX)
     return list(batches) + [padding] * (int(longest.item()) - len(batches)), len(batches)
