@@ -282,10 +282,10 @@ def rank_file(rank: int) -> str:
     return f"rank_{rank}.pt"
 
 
-def load_rank_state(checkpoint: Path, rank: int) -> dict[str, Any]:
-    """Return process `rank`'s own state saved in `checkpoint` (plain data only); CheckpointError when its file is
-    missing or damaged. Checkpoints written before these files kept every rank's state in the trainer state."""
-    state = _read_state(checkpoint, mmap=True)
+def load_rank_state(checkpoint: Path, state: dict[str, Any], rank: int) -> dict[str, Any]:
+    """Return process `rank`'s own state saved in `checkpoint`, whose trainer state `state` was read already (plain
+    data only); CheckpointError when its file is missing or damaged. Checkpoints written before these files kept
+    every rank's state in the trainer state."""
     if "ranks" in state:
         return state["ranks"][rank]
     return _read_plain(checkpoint, rank_file(rank))

@@ -205,9 +205,8 @@ _HOST_GROUP = None   # a gloo group beside an nccl one (`setup`); None: the defa
 
 @dataclass(frozen=True)
 class _TensorSlot:
-    """Where `send_to_main` took a tensor out of a value: its place in the sending order, shape and dtype."""
+    """Where `send_to_main` took a tensor out of a value (the tensors follow in the order of their slots)."""
 
-    index: int
     shape: tuple[int, ...]
     dtype: torch.dtype
 
@@ -238,7 +237,7 @@ def _take_tensors(value: Any, tensors: list[torch.Tensor]) -> Any:
     `tensors`); other objects are kept whole."""
     if isinstance(value, torch.Tensor):
         tensors.append(value)
-        return _TensorSlot(len(tensors) - 1, tuple(value.shape), value.dtype)
+        return _TensorSlot(tuple(value.shape), value.dtype)
     if isinstance(value, dict):
         return {k: _take_tensors(v, tensors) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and type(value) in (list, tuple):

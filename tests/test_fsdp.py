@@ -118,7 +118,7 @@ def test_every_ranks_state_is_its_own_file_and_a_missing_one_is_damage(tmp_path)
     state = {"algorithm": {}, "env_step": 3, "world_size": 2}
     path = ckpt.save_checkpoint(tmp_path, 5, [model], state, rank_states=iter([{"buffer": [1]}, {"buffer": [2, 3]}]))
     assert sorted(p.name for p in path.glob("rank_*.pt")) == ["rank_0.pt", "rank_1.pt"]
-    assert ckpt.load_rank_state(path, 1) == {"buffer": [2, 3]}
+    assert ckpt.load_rank_state(path, ckpt.load_trainer_state(path), 1) == {"buffer": [2, 3]}
     ckpt.check_checkpoint(path)
     (path / "rank_1.pt").unlink()
     with pytest.raises(ckpt.CheckpointError, match="checkpoint-5 is damaged: rank_1.pt is missing"):

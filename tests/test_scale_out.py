@@ -234,6 +234,15 @@ def model_weights(checkpoint: Path) -> dict[str, dict[str, torch.Tensor]]:
             for folder in sorted(checkpoint.iterdir()) if folder.is_dir() and any(folder.glob("*.safetensors"))}
 
 
+def assert_same_models(a: dict[str, dict[str, torch.Tensor]], b: dict[str, dict[str, torch.Tensor]],
+                       tolerance: float) -> None:
+    """Assert that two checkpoints' models (`model_weights`) hold the same tensors, each within `tolerance`."""
+    assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+    for name in a:
+        assert sorted(a[name]) == sorted(b[name]), name
+        assert max((a[name][k] - b[name][k]).abs().max().item() for k in a[name]) < tolerance, name
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
@@ -245,12 +254,10 @@ def test_iac_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path, 
     launch(tmp_path, "one", 1, ["iac.rollout_buffer_size=4", "iac.max_steps=4"], "iac", IAC_DDP_OVERRIDES)
     two = model_weights(tmp_path / "two/checkpoints/checkpoint-2")
     one = model_weights(tmp_path / "one/checkpoints/checkpoint-4")
-    assert sorted(two) == sorted(one) and len(two) == 4, sorted(two)   # two actors, two critics
-    assert all(sorted(two[name]) == sorted(one[name]) for name in two)
+    assert len(two) == 4, sorted(two)   # two actors, two critics
     # Adam's sign-like first steps (see above) on advantages that pass through the critic's values, computed in batches
     # of 2 rows on each rank and of 4 in one process: the last bits differ, so weights agree to a fraction of lr (1e-4)
-    for name in two:
-        assert max((two[name][k] - one[name][k]).abs().max().item() for k in two[name]) < 5e-5, name
+    assert_same_models(two, one, 5e-5)
     two_updates, one_updates = update_events(tmp_path / "two"), update_events(tmp_path / "one")
     assert [e["step"] for e in two_updates] == [1, 2] and [e["step"] for e in one_updates] == [2, 4]
     for x, y in zip(two_updates, one_updates):
@@ -351,10 +358,8 @@ def test_marlhf_two_processes_of_one_item_equal_one_process_of_two_items(tmp_pat
     pairs = read_pairs(two / "preferences" / "iteration_0.jsonl")
     assert len(pairs) == 4 and pairs == read_pairs(one / "preferences" / "iteration_0.jsonl")
     a, b = model_weights(two / "checkpoints" / "checkpoint-1"), model_weights(one / "checkpoints" / "checkpoint-2")
-    assert sorted(a) == sorted(b) == ["agent_0", "agent_1", "agent_2"]   # the two policies, the reward model
-    for name in a:
-        assert sorted(a[name]) == sorted(b[name]), name
-        assert max((a[name][k] - b[name][k]).abs().max().item() for k in a[name]) < 1e-5, name
+    assert sorted(a) == ["agent_0", "agent_1", "agent_2"]   # the two policies, the reward model
+    assert_same_models(a, b, 1e-5)
 
 
 @pytest.mark.slow
@@ -372,9 +377,9 @@ def test_marlhf_with_iac_two_processes_equal_one(tmp_path, mode):
     learnable_launch(tmp_path, "marlhf", "one", 1, *common, "marlhf.max_steps=4", "iac.rollout_buffer_size=4")
     two = model_weights(tmp_path / "two" / "checkpoints" / "checkpoint-2")
     one = model_weights(tmp_path / "one" / "checkpoints" / "checkpoint-4")
-    assert sorted(two) == sorted(one) and len(two) == 5, sorted(two)   # 2 actors, 2 critics, the reward model
-    for name in two:   # as the IAC test: Adam's sign-like first steps on values computed in batches of 2 vs 4 rows
-        assert max((two[name][k] - one[name][k]).abs().max().item() for k in two[name]) < 5e-5, name
+    assert len(two) == 5, sorted(two)   # 2 actors, 2 critics, the reward model
+    # as the IAC test: Adam's sign-like first steps on values computed in batches of 2 vs 4 rows
+    assert_same_models(two, one, 5e-5)
 
 
 def test_marlhf_checks_its_rl_algorithms_ddp_rules():

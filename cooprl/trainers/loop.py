@@ -129,7 +129,7 @@ def _resume(checkpoint: Path, algorithm: Algorithm, ranks: distributed.Ranks = d
     try:
         algorithm.load_state_dict(state["algorithm"])
         if ranks.world_size > 1:   # this rank's own buffers and counters (and a sharded optimizer's shard)
-            algorithm.load_rank_state(ckpt.load_rank_state(checkpoint, ranks.rank))
+            algorithm.load_rank_state(ckpt.load_rank_state(checkpoint, state, ranks.rank))
         ckpt.set_rng_state(state["rng"])
         position = (state["step"], state["env_step"], state.get("wandb_id"))
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in position[:2]):
