@@ -216,3 +216,12 @@ def execution_reward_aux(aux_list: Sequence[str], main_list: Sequence[str], test
     results = code_rewards_batch(problems, list(aux_list), list(main_list), single_agent=single_agent,
                                  timeout_s=timeout_s, max_timeouts=max_timeouts)
     return [r.total for r in results]
+
+
+def scored_program(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False
+                   ) -> str | CodeType | None:
+    """Return the program `code_reward` runs for a pair: the cleaned completions (compiled, or the source when only
+    the prompt's part fails to compile), or None when scoring stops before the tests (no entry point with a
+    return value, a syntax error). What other judges of a coder's code (a tester's tests) must run too."""
+    prep = _prepare(problem, aux, main, single_agent)
+    return None if prep.done is not None else prep.program

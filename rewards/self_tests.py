@@ -1,10 +1,15 @@
 """Generated tests as a reward signal: the execution matrix, a code reward that needs no hidden tests, and the
 tester's reward against a reference solution.
 
-Execution matrix: M[i][j] = 1 when code i passes generated test j. The tests are `TestSuite(trusted=False)`: they
-run inside the sandboxed child as untrusted code (a test is an assert a model wrote), never in the judge.
+Generated tests are judged tests (`rewards.judged_tests`): the sandbox's judge evaluates each assert itself, on the
+plain-data values of the candidate's calls, in a namespace that holds only the candidate (and pure builtins). An
+assert it cannot decide that way (one that inspects the program, say) is no test: it never joins a pool, and the
+tester who wrote it is paid nothing for it. Every code is run as the program the coder is scored on
+(`rewards.code_rewards.scored_program`: the cleaned completion).
 
-Self-tests reward (`self_tests_rewards`), for the G codes c_1..c_G of one node and a pool of T generated tests:
+Execution matrix: M[i][j] = 1 when code i passes judged test j.
+
+Self-tests reward (`self_tests_rewards`), for the G codes c_1..c_G of one node and a pool of T judged tests:
     reliability of test j:  w_j = (1/G) * sum_i M[i][j]        (the share of the group that agrees with it; a test
                                                                 no code passes weighs 0: it is wrong or too hard)
     support of code i:      s_i = sum_j w_j M[i][j] / sum_j w_j (0 when every w_j is 0 or there is no test)
@@ -14,11 +19,16 @@ s_i in place of the hidden pass fraction. A code that does not parse is never ru
 It is CodeT's dual agreement without the code clusters: a test many codes pass is likely right, and a code that
 passes the tests the group trusts is likely right.
 
-Tester reward (`discrimination_reward`), for tests T of one tester, the reference solution R and the group's wrong codes W
-(codes that fail some hidden test):
-    score(t) = 0.5 + 0.5 * kill(t)   if R passes t,   kill(t) = |{w in W : w fails t}| / |W|  (0 when W is empty)
-    score(t) = -1                    if R fails t (the test rejects a correct program)
+Tester reward (`discrimination_reward`), for the tests T of one tester, the reference solution R (built as a coder's
+code is), two stubs that return junk whatever they are given (`judged_tests.stub_program`) and the group's wrong
+codes W (codes that fail some hidden test and load: a program that does not load is not a caught bug):
+    score(t) = 0                       if t is not a judged test (it inspects the program, runs other code, ...)
+    score(t) = -1                      if R fails t (the test rejects a correct program)
+    score(t) = 0                       if both stubs pass t (it holds whatever the code returns: a tautology)
+    score(t) = kill(t)                 otherwise,  kill(t) = |{w in W : w fails t}| / |W|  (0 when W is empty)
     tester reward = mean of score(t) over T,  or 0 when T is empty.          range [-1, 1]
+A test is paid for the wrong codes it tells apart from the reference, never for being true of it: passing the
+reference is a gate, a test every code of the group passes pays 0.
 """
 
 from __future__ import annotations
@@ -27,14 +37,16 @@ import ast
 from typing import Any, Sequence
 
 from rewards.code_cleaning import PARSE_ERRORS
+from rewards.judged_tests import STUB_VALUES, judged_test, stub_program
 from rewards.problem import Problem
-from rewards.sandbox import TestSuite
+from rewards.sandbox import RunReport, TestSuite
 
 W_DEFINED, W_SYNTAX = 0.6, 0.5   # the single-agent reward's levels 1 and 2 (rewards.code_rewards)
 
 
 def untrusted_suite(problem: Problem, tests: Sequence[str]) -> TestSuite:
-    """Return generated `tests` as a suite that runs as untrusted code in the sandboxed child."""
+    """Return generated `tests` as a suite that runs as untrusted code in the sandboxed child (the test-time
+    strategies' execution; the rewards judge generated tests with `judged_suite`)."""
     return TestSuite(problem.entry_point, tuple(("test", t, t) for t in tests), (), "candidate", trusted=False)
 
 
@@ -50,7 +62,8 @@ def pass_matrix(sandbox: Any, problem: Problem, codes: Sequence[str], tests: Seq
 
 def reference_code(problem: Problem) -> str | None:
     """Return a correct program for `problem` from its record (HumanEval's canonical solution, the cooperative
-    set's reference aux + main), or None. Never shown to a policy: it judges generated tests."""
+    set's reference aux + main), or None. Never shown to a policy: the test-time strategies judge generated tests
+    with it (the rewards run the reference as a coder's code is built: `envs.code_generation.self_tests`)."""
     extra = problem.extra
     if extra.get("canonical_solution"):
         return problem.prompt + extra["canonical_solution"]
@@ -129,18 +142,59 @@ def levels_reward(main_defined: bool, syntax_ok: bool) -> float:
     return (W_DEFINED if main_defined else 0.0) + (W_SYNTAX if main_defined and syntax_ok else 0.0)
 
 
-def generated_test_score(reference_passes: bool, wrong_failed: int, wrong_total: int) -> float:
-    """Return one generated test's score for the tester (see the module docstring)."""
-    if not reference_passes:
-        return -1.0
-    return 0.5 + 0.5 * (wrong_failed / wrong_total if wrong_total else 0.0)
+def judged_pool(entry_point: str, tests: Sequence[str], pool: list[str] | None = None) -> list[int | None]:
+    """Add the judged form of each of `tests` to `pool` (once) and return each test's column in it (None: not a
+    judged test)."""
+    pool = [] if pool is None else pool
+    columns: list[int | None] = []
+    for test in tests:
+        judged = judged_test(entry_point, test)
+        if judged is not None and judged not in pool:
+            pool.append(judged)
+        columns.append(None if judged is None else pool.index(judged))
+    return columns
 
 
-def discrimination_reward(reference_row: Sequence[int], wrong_rows: Sequence[Sequence[int]]) -> float:
-    """Return a tester's reward: the mean `generated_test_score` of its tests, given the reference's pass row over them and
-    each wrong code's pass row (0 when it wrote no test)."""
-    if not reference_row:
+def stub_programs(entry_point: str) -> list[str]:
+    """Return the programs that answer junk (`judged_tests.STUB_VALUES`): a test both pass is vacuous."""
+    return [stub_program(entry_point, value) for value in STUB_VALUES]
+
+
+def run_judged(sandbox: Any, jobs: Sequence[tuple[Any, TestSuite]], timeout_s: float = 2.0,
+               max_timeouts: int = 2) -> list[RunReport]:
+    """Return the report of each (program, judged suite) job, run in parallel on the sandbox's workers."""
+    return sandbox.map_detailed(lambda job: sandbox.run_detailed(job[0], job[1], timeout_s, max_timeouts), list(jobs))
+
+
+def pass_row(report: RunReport) -> list[int]:
+    """Return a report's verdicts as 0/1."""
+    return [int(o.passed) for o in report.outcomes]
+
+
+def loaded(report: RunReport) -> bool:
+    """Return whether the program of a report loaded and was judged (no load error, no sandbox error)."""
+    return report.load_error is None and report.error is None
+
+
+def generated_test_score(column: int | None, reference_row: Sequence[int], stub_rows: Sequence[Sequence[int]],
+                         wrong_rows: Sequence[Sequence[int]]) -> float:
+    """Return one generated test's score for the tester (see the module docstring): `column` is its column in the
+    pool's rows (None: not a judged test), the rows the verdicts of the reference, the stubs and each wrong code
+    that loads."""
+    if column is None:
         return 0.0
-    scores = [generated_test_score(bool(ref), sum(1 for row in wrong_rows if not row[j]), len(wrong_rows))
-              for j, ref in enumerate(reference_row)]
+    if not reference_row[column]:
+        return -1.0
+    if all(row[column] for row in stub_rows):
+        return 0.0
+    return sum(1 for row in wrong_rows if not row[column]) / len(wrong_rows) if wrong_rows else 0.0
+
+
+def discrimination_reward(columns: Sequence[int | None], reference_row: Sequence[int],
+                          stub_rows: Sequence[Sequence[int]], wrong_rows: Sequence[Sequence[int]]) -> float:
+    """Return a tester's reward: the mean `generated_test_score` of its tests (`columns`: each test's column in
+    the rows), 0 when it wrote no test."""
+    if not columns:
+        return 0.0
+    scores = [generated_test_score(j, reference_row, stub_rows, wrong_rows) for j in columns]
     return round(sum(scores) / len(scores), 6)

@@ -61,9 +61,14 @@ def test_self_tests_formula_on_a_known_matrix():
     # a code that does not parse neither runs nor counts in the reliabilities: weights 1, 0, 1/2
     assert self_tests_rewards([1.1, 1.1, 0.6], matrix, [True, True, False]) == [2.1, 1.766667, 0.6]
     assert support([[0, 0], [0, 0]]) == [0.0, 0.0] and support([[], []]) == [0.0, 0.0]
-    # tester: a valid test that kills the one wrong code (1.0), one it lets pass (0.5), one the reference fails (-1)
-    assert discrimination_reward([1, 1, 0], [[0, 1, 1]]) == round((1.0 + 0.5 - 1.0) / 3, 6)
-    assert discrimination_reward([1], []) == 0.5 and discrimination_reward([], [[1]]) == 0.0
+    # tester (rows over a pool of 4 tests; columns: each of its tests' column, None: not judged): column 0 kills the
+    # one wrong code (1.0), column 1 it lets pass (0.0), column 2 rejects the reference (-1), column 3 both junk
+    # stubs pass (a tautology: 0), an unjudged test 0
+    reference, stubs, wrong = [1, 1, 0, 1], [[0, 0, 0, 1], [0, 0, 0, 1]], [[0, 1, 1, 1]]
+    assert discrimination_reward([0, 1, None, 3], reference, stubs, wrong) == 0.25
+    assert discrimination_reward([0, 2], reference, stubs, wrong) == 0.0
+    assert discrimination_reward([2, None], reference, stubs, wrong) == -0.5
+    assert discrimination_reward([1], reference, stubs, []) == 0.0 and discrimination_reward([], reference, [], []) == 0.0
 
 
 def test_planner_coder_scripted_rewards(data):
@@ -197,11 +202,11 @@ def test_coder_tester_scripted_rewards(data, sharing):
                      f"coder_tester.reward_sharing={sharing}")
     task = build_coder_tester_task(config, "magrpo")
     problem = task.train_items[0]
-    sample = scripted({0: [RIGHT, ALMOST], 1: [TESTS, "0, 0) == 0\n"]})
+    sample = scripted({0: [RIGHT, ALMOST], 1: [TESTS, "0, 0) == 0\nassert add(-1, 1) == 0\n"]})
     root = rollout([problem], task, sample, RolloutSettings(num_turns=1, samples_per_turn=[2]))[0]
-    # tester 1: add(1,2)==3 valid, ALMOST passes it: 0.5; add(2,2)==5 rejects the reference: -1; add(-1,1)==0 valid,
-    # kills ALMOST: 1.0 -> 0.5/3. Tester 2: add(0,0)==0 valid, ALMOST passes: 0.5
-    tester = [round(0.5 / 3, 6), 0.5]
+    # tester 1: add(1,2)==3 valid, ALMOST passes it: 0; add(2,2)==5 rejects the reference: -1; add(-1,1)==0 valid,
+    # kills ALMOST: 1.0 -> 0/3. Tester 2: add(0,0)==0 valid, ALMOST passes: 0; add(-1,1)==0: 1.0 -> 0.5
+    tester = [0.0, 0.5]
     assert [s.metrics["tester_reward"] for s in root.scores] == tester
     assert [s.metrics["coder_reward"] for s in root.scores] == [2.1, 1.85]
     assert [s.total for s in root.scores] == [round(2.1 + tester[0], 6), round(1.85 + tester[1], 6)]

@@ -3,8 +3,9 @@ environments whose team writes one function (a single agent, planner_coder's cod
 
 `self_tests` needs a node's whole group: the rollout hands a node's joint actions to `Task.score` in a row with the
 same item object (cooprl/task.py), so `groups` cuts the batch where the item object changes. A group's pool is the
-problem's examples (`example_asserts`) plus the generated tests given for the group (a tester's); its execution
-matrix runs in one sandbox batch with every other group's, and each code's reward is `rewards.self_tests`'s.
+judged form (`rewards.judged_tests`) of the problem's examples (`example_asserts`) and of the generated tests given
+for the group (a tester's); each code runs as the program the hidden-test reward would run (`coder_programs`), its
+execution matrix in one sandbox batch with every other group's, and each code's reward is `rewards.self_tests`'s.
 The hidden-test reward is still computed when the problem has tests, for the logs only (`hidden_reward`,
 `success`): in self_tests mode no hidden verdict reaches the reward.
 """
@@ -12,13 +13,18 @@ The hidden-test reward is still computed when the problem has tests, for the log
 from __future__ import annotations
 
 from dataclasses import replace
+from types import CodeType
 from typing import Sequence
 
 from cooprl.task import Score
+from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.task import score_code_pairs
+from rewards.code_rewards import scored_program
+from rewards.judged_tests import judged_suite
 from rewards.problem import Problem
 from rewards.sandbox import default_sandbox
-from rewards.self_tests import example_asserts, levels_reward, self_tests_rewards, untrusted_suite
+from rewards.self_tests import (example_asserts, judged_pool, levels_reward, pass_row, run_judged,
+                                self_tests_rewards)
 
 REWARD_TYPES = ("hidden_tests", "self_tests")
 
@@ -31,6 +37,26 @@ def groups(items: Sequence[object]) -> list[range]:
             runs.append(range(start, k))
             start = k
     return runs
+
+
+def coder_programs(items: Sequence[Problem], codes: Sequence[str]) -> list[str | CodeType | None]:
+    """Return the program the hidden-test reward runs for each single-agent code (cleaned; None when its scoring
+    stops before the tests): what every other judge of the code runs too."""
+    return [scored_program(problem, "", code, single_agent=True) for problem, code in zip(items, codes)]
+
+
+def reference_program(problem: Problem) -> str | CodeType | None:
+    """Return the problem's reference solution built as a coder's code is (the coder's prefix + the canonical body,
+    or the cooperative set's reference aux + main as a pair, then cleaned), or None when the record has none."""
+    extra = problem.extra
+    if extra.get("canonical_solution"):
+        body = extra["canonical_solution"]
+        if not code_prefix("single", problem).endswith("\n"):   # an open-body prompt ends with the indentation
+            body = body.lstrip(" \t")
+        return scored_program(problem, "", completion_to_code("single", problem, body), single_agent=True)
+    if extra.get("reference_main"):
+        return scored_program(problem, extra.get("reference_aux", ""), extra["reference_main"], single_agent=False)
+    return None
 
 
 def score_functions(items: Sequence[Problem], codes: Sequence[str], reward_type: str,
@@ -57,27 +83,23 @@ def levels_of(score: Score) -> float:
 def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Sequence[Score],
                      group_tests: Sequence[Sequence[str]] | None) -> list[float]:
     """Return each code's self-tests reward: levels 1-2 + its support in its group's execution matrix."""
+    programs = coder_programs(items, codes)
     jobs, plans = [], []
     for run in groups(items):
         problem = items[run.start]
-        pool = list(example_asserts(problem))
+        pool: list[str] = []
+        judged_pool(problem.entry_point, example_asserts(problem), pool)
         for k in run:
-            for test in (group_tests[k] if group_tests else ()):
-                if test not in pool:
-                    pool.append(test)
-        runnable = [hidden[k].details[2].syntax_ok for k in run]
-        rows = [k for k, ok in zip(run, runnable) if ok]
-        if pool:
-            suite = untrusted_suite(problem, pool)
-            jobs += [(codes[k], suite, 2.0, 2) for k in rows]
+            judged_pool(problem.entry_point, group_tests[k] if group_tests else (), pool)
+        runnable = [programs[k] is not None for k in run]
+        rows = [k for k in run if programs[k] is not None] if pool else []
+        suite = judged_suite(problem.entry_point, pool)
+        jobs += [(programs[k], suite) for k in rows]
         plans.append((run, runnable, rows, len(pool)))
-    outcomes = default_sandbox().run_many(jobs) if jobs else []
-    totals, at = [0.0] * len(codes), 0
+    reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
+    totals = [0.0] * len(codes)
     for run, runnable, rows, width in plans:
-        matrix_rows = {}
-        for k in rows:
-            matrix_rows[k] = [int(o.passed) for o in outcomes[at]] if width else []
-            at += 1 if width else 0
+        matrix_rows = {k: pass_row(next(reports)) for k in rows}
         matrix = [matrix_rows.get(k, [0] * width) for k in run]
         levels = [levels_of(hidden[k]) for k in run]
         for k, total in zip(run, self_tests_rewards(levels, matrix, runnable)):

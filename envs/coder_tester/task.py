@@ -3,18 +3,23 @@
 The coder answers the single-agent code prompt (it ends with the problem's code). The tester answers
 `tester_prompt`, which ends with `assert <entry>(`: its tests are the first `coder_tester.max_tests` one-line asserts
 calling the entry point in `assert <entry>(` + its completion (`rewards.self_tests.generated_asserts`). Generated
-tests run in the sandbox as untrusted code (`TestSuite(trusted=False)`).
+tests are judged tests: the sandbox's judge evaluates them on the plain-data values of the candidate's calls.
 
 Rewards of joint action k of a node (its group: the node's G joint actions, consecutive in the scoring batch):
     coder_k  = the single-agent code reward of the coder's code (max 2.1): hidden tests, or with
                `code_reward.type: self_tests` its support among the problem's examples and every tester test of the
                group, weighted by reliability (rewards/self_tests.py); no hidden verdict then.
-    tester_k = mean over its tests t of   0.5 + 0.5 * kill(t)  when the reference solution passes t,
-                                          -1                   when the reference fails t,
-               kill(t) = share of the group's wrong codes (codes that parse and fail some hidden test) that fail t
-               (0 when the group has none); 0 when it wrote no test or the problem has no reference solution
-               (HumanEval's canonical_solution, the coop set's reference_aux + reference_main). Range [-1, 1]. The
-               tester's reward always uses the reference and the hidden verdicts: ground truth, never shown.
+    tester_k = mean over its tests t of   0        when t is not a judged test (rewards/judged_tests.py: an assert
+                                                   on the values of calls, not one that inspects the program),
+                                          -1       when the reference solution fails t,
+                                          0        when a stub that returns junk passes t (a tautology),
+                                          kill(t)  otherwise,
+               kill(t) = share of the group's wrong codes (codes that fail some hidden test, run as the cleaned program
+               the coder is scored on, and load) that fail t (0 when the group has none); 0 when it wrote no test or
+               the problem has no reference solution (HumanEval's canonical_solution, the coop set's reference_aux +
+               reference_main, built as a coder's code is). Range [-1, 1]. The tester's reward always uses the
+               reference and the hidden verdicts: ground truth, never shown. A test is paid for the wrong codes it
+               catches, not for being true of the reference (README: "What a tester is paid" has the shapes).
 `reward_sharing: shared`: both agents are trained on total = coder_k + tester_k (max 3.1).
 `reward_sharing: individual`: Score.agent_rewards = [coder_k, tester_k] (each agent its own; total as in shared, for
 the logs and early termination). MADPO and MARLHF refuse it; MAAC takes it single-turn only (cooprl/ says why).
@@ -36,11 +41,13 @@ from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn, task_problems
-from envs.code_generation.self_tests import groups, score_functions
+from envs.code_generation.self_tests import coder_programs, groups, reference_program, score_functions
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from rewards.code_rewards import code_reward
 from rewards.sandbox import default_sandbox
-from rewards.self_tests import discrimination_reward, generated_asserts, reference_code, untrusted_suite
+from rewards.judged_tests import STUB_VALUES, judged_suite
+from rewards.self_tests import (discrimination_reward, generated_asserts, judged_pool, loaded, pass_row, run_judged,
+                                stub_programs)
 
 CODER_MAX, TESTER_MAX = 2.1, 1.0
 TESTER_STOPS = ("```", "\ndef ", "\n\n\n", "\nprint(")
@@ -49,17 +56,34 @@ JOINT_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n\n
 
 @dataclass
 class TesterVerdict:
-    """What the tester's tests did: the tests, the reference's pass row, each wrong code's pass row."""
+    """What the tester's tests did: the tests, each one's column in the rows (None: not a judged test), and the
+    rows of verdicts of the reference, the junk stubs and each wrong code of the group that loads."""
 
     tests: list[str]
+    columns: list[int | None]
     reference_row: list[int]
+    stub_rows: list[list[int]]
     wrong_rows: list[list[int]]
     has_reference: bool
 
     @property
     def reward(self) -> float:
         """Return the tester's reward (module docstring); 0 without a reference."""
-        return discrimination_reward(self.reference_row, self.wrong_rows) if self.has_reference else 0.0
+        if not self.has_reference:
+            return 0.0
+        return discrimination_reward(self.columns, self.reference_row, self.stub_rows, self.wrong_rows)
+
+    def judged(self) -> list[int]:
+        """Return the columns of its judged tests."""
+        return [j for j in self.columns if j is not None]
+
+    def valid(self) -> list[int]:
+        """Return the columns of its judged tests that the reference passes."""
+        return [j for j in self.judged() if self.reference_row and self.reference_row[j]]
+
+    def vacuous(self) -> list[int]:
+        """Return the columns of its valid tests that every junk stub passes."""
+        return [j for j in self.valid() if self.stub_rows and all(row[j] for row in self.stub_rows)]
 
 
 def tester_prompt(problem: Problem, max_tests: int) -> str:
@@ -84,37 +108,47 @@ def is_wrong(score: Score) -> bool:
 
 def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores: Sequence[Score],
                     tests: Sequence[list[str]]) -> list[TesterVerdict]:
-    """Return each joint action's TesterVerdict: its tests run (untrusted) on the reference and on its group's
-    wrong codes, every group's runs in one sandbox batch."""
+    """Return each joint action's TesterVerdict. A group's judged tests (every tester's, once) run on the reference,
+    the junk stubs and the group's wrong codes, each code as the cleaned program the coder is scored on; every
+    group's runs go in one sandbox batch."""
+    programs = coder_programs(items, codes)
     jobs, plans = [], []
     for run in groups(items):
         problem = items[run.start]
-        reference = reference_code(problem)
-        wrong = [codes[k] for k in run if is_wrong(coder_scores[k])]
-        for k in run:
-            if reference is None or not tests[k]:
-                plans.append((k, 0, reference is not None))
-                continue
-            suite = untrusted_suite(problem, tests[k])
-            jobs += [(program, suite, 2.0, 2) for program in [reference] + wrong]
-            plans.append((k, 1 + len(wrong), True))
-    outcomes = default_sandbox().run_many(jobs) if jobs else []
-    verdicts, at = [], 0
-    for k, width, has_reference in plans:
-        rows = [[int(o.passed) for o in outcomes[at + i]] for i in range(width)]
+        pool: list[str] = []
+        columns = {k: judged_pool(problem.entry_point, tests[k], pool) for k in run}
+        reference = reference_program(problem)
+        wrong = [programs[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None]
+        judged = [reference, *stub_programs(problem.entry_point), *wrong] if reference is not None and pool else []
+        suite = judged_suite(problem.entry_point, pool)
+        jobs += [(program, suite) for program in judged]
+        plans.append((run, columns, len(judged), reference is not None))
+    reports = run_judged(default_sandbox(), jobs) if jobs else []
+    verdicts, at = [None] * len(items), 0
+    for run, columns, width, has_reference in plans:
+        group = reports[at:at + width]
         at += width
-        verdicts.append(TesterVerdict(tests[k], rows[0] if rows else [], rows[1:], has_reference))
+        # a reference that does not load judges nothing; a wrong code that does not load is no caught bug
+        has_reference = has_reference and (not group or loaded(group[0]))
+        rows = [pass_row(r) for r in group]
+        wrong_rows = [pass_row(r) for r in group[1 + len(STUB_VALUES):] if loaded(r)]
+        for k in run:
+            verdicts[k] = TesterVerdict(tests[k], columns[k], rows[0] if rows else [], rows[1:1 + len(STUB_VALUES)],
+                                        wrong_rows, has_reference)
     return verdicts
 
 
 def tester_metrics(verdict: TesterVerdict) -> dict[str, float]:
-    """Return the tester's numbers for the logs: tests written, share the reference passes, mean kill of those."""
-    n = len(verdict.tests)
-    valid = [j for j, ok in enumerate(verdict.reference_row) if ok]
+    """Return the tester's numbers for the logs: tests written, the share judged, the share of the judged ones the
+    reference passes, the share of them that junk stubs pass too (vacuous), the mean kill of the other valid ones."""
+    n, judged, valid, vacuous = len(verdict.tests), verdict.judged(), verdict.valid(), verdict.vacuous()
+    useful = [j for j in valid if j not in vacuous]
     kills = [sum(1 for row in verdict.wrong_rows if not row[j]) / len(verdict.wrong_rows)
-             for j in valid] if verdict.wrong_rows else []
+             for j in useful] if verdict.wrong_rows else []
     return {"tester_reward": verdict.reward, "tests_written": float(n),
-            "tests_valid": len(valid) / n if n and verdict.reference_row else 0.0,
+            "tests_judged": len(judged) / n if n else 0.0,
+            "tests_valid": len(valid) / len(judged) if judged and verdict.reference_row else 0.0,
+            "tests_vacuous": len(vacuous) / len(judged) if judged else 0.0,
             "tests_kill": sum(kills) / len(kills) if kills else 0.0,
             "tester_no_reference": float(not verdict.has_reference)}
 
@@ -197,9 +231,11 @@ def tester_feedback(problem: Problem, history: Sequence[tuple[str, str]], verdic
     last_prompt, _ = history[-1]
     start = f"assert {problem.entry_point}("
     context = last_prompt[:-len(start)] if last_prompt.endswith(start) else last_prompt + "\n"
-    n, valid = len(verdict.tests), sum(verdict.reference_row)
-    caught = sum(1 for row in verdict.wrong_rows if not all(row))
+    n, judged, valid = len(verdict.tests), len(verdict.judged()), verdict.valid()
+    caught = sum(1 for row in verdict.wrong_rows if not all(row[j] for j in valid))
     said = "\n".join(verdict.tests) or "(no test)"
-    return (f"{context}{said}\n\nFeedback: {valid} of your {n} tests accept a correct solution; "
-            f"they catch {caught} of {len(verdict.wrong_rows)} wrong solutions. Write the tests again, fixing wrong "
-            f"expected values and adding tests that catch mistakes.\n{start}")
+    unjudged = (f" {n - judged} could not be checked: call `{problem.entry_point}` and compare its value with a "
+                f"literal." if judged < n else "")
+    return (f"{context}{said}\n\nFeedback: {len(valid)} of your {n} tests accept a correct solution; "
+            f"they catch {caught} of {len(verdict.wrong_rows)} wrong solutions.{unjudged} Write the tests again, "
+            f"fixing wrong expected values and adding tests that catch mistakes.\n{start}")

@@ -1,0 +1,177 @@
+"""Generated asserts that the judge decides on plain data: which ones, and the suite that runs them.
+
+A test a model wrote is untrusted code. Run next to the candidate (in the sandboxed child) it shares the process
+with the program it judges, so the program decides its verdict: an object whose `__eq__` is always True, a
+function that reads the expected value from its caller's frame, a program that patches the child's protocol
+(`__main__.frame`) all pass. And the test sees the program's globals, so it can inspect the program instead of
+calling it (`'aux' in globals()`, `f.__doc__ is None`).
+
+So a generated assert counts only when it is a *judged test*: an expression over the values of candidate calls
+that the judge (the sandbox worker) evaluates itself, every call of the candidate being a remote call whose value
+comes back as plain data (exact builtin types; `rewards._sandbox_worker`), in a namespace that holds the
+candidate, a few pure builtins and `math`, and nothing of the program. `judged_test` accepts an assert when its
+expression is built only from
+- literals and displays (list, tuple, set, dict), and constant arithmetic the compiler folds (`3 * 19`),
+- calls of the entry point (positional and keyword arguments, themselves judged expressions),
+- the pure builtins of `SAFE_CALLS` and the `math` functions of `SAFE_MATH`, and the type names of `SAFE_TYPES`
+  (as arguments: `isinstance(f(x), int)`),
+- comparisons, `and` / `or` / `not`, unary `-` / `+` / `~`, conditional expressions, subscripts and slices,
+- `+ - / // & | ^` on computed values (not `*`, `**`, `%`, `<<`: a value of the program times a big number, or
+  a format string of the program, is a memory or CPU bomb in the judge),
+and calls the entry point at least once. Anything else (attributes other than `math.<name>`, other names,
+lambdas, comprehensions, f-strings, walrus, `*args`) is refused: the judge runs in the worker, shared by every
+program of its slot, and what it evaluates must stay small, fast and pure. The assert's message is dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Sequence
+
+from rewards.code_cleaning import PARSE_ERRORS
+from rewards.sandbox import TestSuite
+
+MAX_TEST_CHARS = 4000   # a generated assert longer than this is not judged (the judge compiles and runs it)
+SAFE_CALLS = frozenset({"abs", "len", "sorted", "round", "sum", "min", "max", "all", "any", "bool", "int", "float",
+                        "str", "list", "tuple", "isinstance"})
+SAFE_TYPES = frozenset({"int", "float", "str", "bool", "list", "tuple", "dict", "set", "frozenset", "bytes",
+                        "complex"})
+SAFE_MATH = frozenset({"isclose", "isnan", "isinf", "isfinite", "fabs", "floor", "ceil", "sqrt", "pi", "e", "inf",
+                       "nan"})
+# keyword arguments of the safe calls (none of the others takes any: no `key=`, which would take a function)
+SAFE_KEYWORDS = {"sorted": {"reverse"}, "isclose": {"rel_tol", "abs_tol"}}
+# operators on computed values; any operator is fine between literals the compiler folds to one constant
+SAFE_BINOPS = (ast.Add, ast.Sub, ast.Div, ast.FloorDiv, ast.BitAnd, ast.BitOr, ast.BitXor)
+SAFE_UNARY = (ast.Not, ast.USub, ast.UAdd, ast.Invert)
+JUDGE_CONTEXT = ("import math",)
+_ONE_CONSTANT = compile("0", "<c>", "eval").co_code   # the code of an expression folded to one constant
+
+
+class _Refused(Exception):
+    """The assert holds something the judge does not evaluate."""
+
+
+def judged_test(entry_point: str, test: str) -> str | None:
+    """Return the source of `test` (one `assert` statement) as the judge runs it, its message dropped, or None when
+    the judge cannot decide it on plain data (module docstring: what is accepted)."""
+    if len(test) > MAX_TEST_CHARS or entry_point in SAFE_CALLS | SAFE_TYPES | {"math"}:
+        return None
+    try:
+        module = ast.parse(test)
+        if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):
+            return None
+        expr = module.body[0].test
+        if not _Checker(entry_point).calls(expr):
+            return None
+        return ast.unparse(ast.Assert(test=expr, msg=None))
+    except (_Refused, *PARSE_ERRORS):
+        return None
+
+
+def judged_suite(problem_entry_point: str, tests: Sequence[str]) -> TestSuite:
+    """Return judged tests (sources from `judged_test`) as a trusted suite: the judge evaluates each one, the
+    candidate's calls being remote calls answered with plain data."""
+    return TestSuite(problem_entry_point, tuple(("test", t, t) for t in tests), JUDGE_CONTEXT, "candidate",
+                     trusted=True)
+
+
+def stub_program(entry_point: str, value: object) -> str:
+    """Return a program whose entry point ignores its arguments and returns `value` (a literal): a test that such
+    a program passes for two different values proves nothing about a code (a tautology, say)."""
+    return f"def {entry_point}(*args, **kwargs):\n    return {value!r}\n"
+
+
+STUB_VALUES = (None, "\x00not an answer")
+
+
+class _Checker:
+    """Walks an assert's expression; raises _Refused at the first node the judge does not take."""
+
+    def __init__(self, entry_point: str):
+        self.entry_point = entry_point
+        self.n_calls = 0
+
+    def calls(self, expr: ast.expr) -> int:
+        """Return how many calls of the entry point `expr` makes (raise _Refused when it is not judged)."""
+        self.check(expr)
+        return self.n_calls
+
+    def check(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Constant):
+            return
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return self.each(node.elts)
+        if isinstance(node, ast.Dict):
+            if any(k is None for k in node.keys):
+                raise _Refused("** in a dict")
+            return self.each(node.keys + node.values)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, ast.Name):
+            if node.id not in SAFE_TYPES:    # the candidate and the safe functions are only called
+                raise _Refused(node.id)
+            return
+        if isinstance(node, ast.Attribute):
+            return self.math_name(node)
+        if isinstance(node, ast.BinOp):
+            if not isinstance(node.op, SAFE_BINOPS) and not _folds(node):
+                raise _Refused("operator")
+            return self.each([node.left, node.right])
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, SAFE_UNARY):
+            return self.check(node.operand)
+        if isinstance(node, ast.BoolOp):
+            return self.each(node.values)
+        if isinstance(node, ast.Compare):
+            return self.each([node.left, *node.comparators])
+        if isinstance(node, ast.IfExp):
+            return self.each([node.test, node.body, node.orelse])
+        if isinstance(node, ast.Subscript):
+            return self.each([node.value, node.slice])
+        if isinstance(node, ast.Slice):
+            return self.each([part for part in (node.lower, node.upper, node.step) if part is not None])
+        raise _Refused(type(node).__name__)
+
+    def each(self, nodes: Sequence[ast.AST]) -> None:
+        for node in nodes:
+            self.check(node)
+
+    def math_name(self, node: ast.Attribute) -> str:
+        if not (isinstance(node.value, ast.Name) and node.value.id == "math" and node.attr in SAFE_MATH):
+            raise _Refused("attribute")
+        return node.attr
+
+    def call(self, node: ast.Call) -> None:
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            raise _Refused("*args")
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == self.entry_point:
+            self.n_calls += 1
+        else:
+            name = self.math_name(func) if isinstance(func, ast.Attribute) else (
+                func.id if isinstance(func, ast.Name) and func.id in SAFE_CALLS else None)
+            if name is None:
+                raise _Refused("call")
+            if any(k.arg not in SAFE_KEYWORDS.get(name, ()) for k in node.keywords):
+                raise _Refused("keyword")
+            if name == "round" and len(node.args) > 1 and not _small_int(node.args[1]):
+                raise _Refused("round's digits")   # round(x, -10**9) computes 10**(10**9)
+            if name in ("int", "float", "str", "list", "tuple", "bool", "sum") and len(node.args) > 1:
+                raise _Refused("two arguments")    # sum(lists, []) is quadratic; int(s, base) is not needed
+        self.each([*node.args, *(k.value for k in node.keywords)])
+
+
+def _folds(node: ast.expr) -> bool:
+    """Return True when the compiler folds `node` to one constant (it does so only within its size limits)."""
+    try:
+        code = compile(ast.fix_missing_locations(ast.Expression(node)), "<c>", "eval")
+    except PARSE_ERRORS:
+        return False
+    return code.co_code == _ONE_CONSTANT and not code.co_names
+
+
+def _small_int(node: ast.expr) -> bool:
+    try:
+        value = ast.literal_eval(node)
+    except PARSE_ERRORS + (TypeError,):
+        return False
+    return type(value) is int and abs(value) <= 64
