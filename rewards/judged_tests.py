@@ -75,13 +75,15 @@ def judged_suite(problem_entry_point: str, tests: Sequence[str]) -> TestSuite:
                      trusted=True)
 
 
-def stub_program(entry_point: str, value: object) -> str:
-    """Return a program whose entry point ignores its arguments and returns `value` (a literal): a test that such
-    a program passes for two different values proves nothing about a code (a tautology, say)."""
-    return f"def {entry_point}(*args, **kwargs):\n    return {value!r}\n"
+# The bodies of the junk stubs: None for every call, and a string naming the call's arguments (a different value for
+# different arguments, so a test comparing two different calls, `f(a, b) == f(b, a)`, is not vacuous).
+STUB_BODIES = ("return None", "return 'junk' + repr((args, kwargs))")
 
 
-STUB_VALUES = (None, "\x00not an answer")
+def stub_programs(entry_point: str) -> list[str]:
+    """Return the programs whose entry point answers junk whatever it is given (`STUB_BODIES`): a test that both
+    pass holds whatever the code computes (`f(x) == f(x)`), so it proves nothing about a code."""
+    return [f"def {entry_point}(*args, **kwargs):\n    {body}\n" for body in STUB_BODIES]
 
 
 class _Checker:

@@ -20,7 +20,7 @@ It is CodeT's dual agreement without the code clusters: a test many codes pass i
 passes the tests the group trusts is likely right.
 
 Tester reward (`discrimination_reward`), for the tests T of one tester, the reference solution R (built as a coder's
-code is), two stubs that return junk whatever they are given (`judged_tests.stub_program`) and the group's wrong
+code is), two stubs that return junk whatever they are given (`judged_tests.stub_programs`) and the group's wrong
 codes W (codes that fail some hidden test and load: a program that does not load is not a caught bug):
     score(t) = 0                       if t is not a judged test (it inspects the program, runs other code, ...)
     score(t) = -1                      if R fails t (the test rejects a correct program)
@@ -37,7 +37,7 @@ import ast
 from typing import Any, Sequence
 
 from rewards.code_cleaning import PARSE_ERRORS
-from rewards.judged_tests import STUB_VALUES, judged_test, stub_program
+from rewards.judged_tests import judged_test
 from rewards.problem import Problem
 from rewards.sandbox import RunReport, TestSuite
 
@@ -153,11 +153,6 @@ def judged_pool(entry_point: str, tests: Sequence[str], pool: list[str] | None =
             pool.append(judged)
         columns.append(None if judged is None else pool.index(judged))
     return columns
-
-
-def stub_programs(entry_point: str) -> list[str]:
-    """Return the programs that answer junk (`judged_tests.STUB_VALUES`): a test both pass is vacuous."""
-    return [stub_program(entry_point, value) for value in STUB_VALUES]
 
 
 def run_judged(sandbox: Any, jobs: Sequence[tuple[Any, TestSuite]], timeout_s: float = 2.0,

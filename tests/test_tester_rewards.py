@@ -86,6 +86,14 @@ def test_a_tautology_pays_nothing_even_when_a_wrong_code_crashes(tmp_path):
         assert testers == [0.0, 0.0, 0.0], tautology   # was 0.5, and 1.0 for catching the crash
 
 
+def test_a_property_test_that_catches_a_wrong_code_is_paid(tmp_path):
+    # comparing two different calls is no tautology: junk that differs with the arguments fails it
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    lopsided = "    return a + b if a < 2 else a - b\n"    # add(2, 5) == -3: wrong, and add(2, 1) != add(1, 2)
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, "1, 2) == add(2, 1)\n"], [lopsided, WEAK]])
+    assert testers == [1.0, 0.0]
+
+
 def test_a_test_every_candidate_passes_pays_nothing_and_the_reference_is_a_gate(tmp_path):
     task, problem = _task(tmp_path, HUMANEVAL_LIKE)
     testers, _ = _tester_rewards(task, problem, [[RIGHT, WEAK], [ALMOST, WEAK]])

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from cooprl.config import Config, ConfigError
 from cooprl.task import JointFormat, Score, Task, centralized_task
@@ -44,10 +44,9 @@ from envs.code_generation.task import check_single_turn, task_problems
 from envs.code_generation.self_tests import coder_programs, groups, reference_program, score_functions
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from rewards.code_rewards import code_reward
+from rewards.judged_tests import judged_suite, stub_programs
 from rewards.sandbox import default_sandbox
-from rewards.judged_tests import STUB_VALUES, judged_suite
-from rewards.self_tests import (discrimination_reward, generated_asserts, judged_pool, loaded, pass_row, run_judged,
-                                stub_programs)
+from rewards.self_tests import discrimination_reward, generated_asserts, judged_pool, loaded, pass_row, run_judged
 
 CODER_MAX, TESTER_MAX = 2.1, 1.0
 TESTER_STOPS = ("```", "\ndef ", "\n\n\n", "\nprint(")
@@ -106,35 +105,51 @@ def is_wrong(score: Score) -> bool:
     return bool(b.syntax_ok and b.tests_total and b.tests_passed < b.tests_total)
 
 
+@dataclass
+class _GroupRuns:
+    """The runs one group asks for: each tester's judged tests (its pool) on the reference and the wrong codes, and
+    the union of the pools on the junk stubs."""
+
+    run: range
+    pools: dict[int, list[str]]
+    columns: dict[int, list[int | None]]
+    union: list[str]
+    judges: list[Any]          # the reference, then the wrong codes' programs; empty without a reference
+    stubs: list[str]
+
+
 def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores: Sequence[Score],
                     tests: Sequence[list[str]]) -> list[TesterVerdict]:
-    """Return each joint action's TesterVerdict. A group's judged tests (every tester's, once) run on the reference,
-    the junk stubs and the group's wrong codes, each code as the cleaned program the coder is scored on; every
-    group's runs go in one sandbox batch."""
-    programs = coder_programs(items, codes)
-    jobs, plans = [], []
+    """Return each joint action's TesterVerdict: its judged tests run on the reference and its group's wrong codes,
+    each code as the cleaned program the coder is scored on, in a process of its own per tester (one tester's slow
+    test never skips another's); the junk stubs, pure and instant, run once per group on all its testers' tests.
+    Every run of the batch goes in one sandbox batch."""
+    programs, plans, jobs = coder_programs(items, codes), [], []
     for run in groups(items):
         problem = items[run.start]
-        pool: list[str] = []
-        columns = {k: judged_pool(problem.entry_point, tests[k], pool) for k in run}
-        reference = reference_program(problem)
+        entry, reference = problem.entry_point, reference_program(problem)
         wrong = [programs[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None]
-        judged = [reference, *stub_programs(problem.entry_point), *wrong] if reference is not None and pool else []
-        suite = judged_suite(problem.entry_point, pool)
-        jobs += [(program, suite) for program in judged]
-        plans.append((run, columns, len(judged), reference is not None))
-    reports = run_judged(default_sandbox(), jobs) if jobs else []
-    verdicts, at = [None] * len(items), 0
-    for run, columns, width, has_reference in plans:
-        group = reports[at:at + width]
-        at += width
-        # a reference that does not load judges nothing; a wrong code that does not load is no caught bug
-        has_reference = has_reference and (not group or loaded(group[0]))
-        rows = [pass_row(r) for r in group]
-        wrong_rows = [pass_row(r) for r in group[1 + len(STUB_VALUES):] if loaded(r)]
+        plan = _GroupRuns(run, {k: [] for k in run}, {}, [], [] if reference is None else [reference, *wrong], [])
         for k in run:
-            verdicts[k] = TesterVerdict(tests[k], columns[k], rows[0] if rows else [], rows[1:1 + len(STUB_VALUES)],
-                                        wrong_rows, has_reference)
+            plan.columns[k] = judged_pool(entry, tests[k], plan.pools[k])
+            judged_pool(entry, plan.pools[k], plan.union)
+            if plan.pools[k]:
+                jobs += [(program, judged_suite(entry, plan.pools[k])) for program in plan.judges]
+        plan.stubs = stub_programs(entry) if plan.judges and plan.union else []
+        jobs += [(stub, judged_suite(entry, plan.union)) for stub in plan.stubs]
+        plans.append(plan)
+    reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
+    verdicts = []
+    for plan in plans:
+        runs = {k: [next(reports) for _ in plan.judges] if plan.pools[k] else [] for k in plan.run}
+        stub_rows = [pass_row(next(reports)) for _ in plan.stubs]
+        for k in plan.run:
+            own, at_union = runs[k], [plan.union.index(test) for test in plan.pools[k]]
+            verdicts.append(TesterVerdict(
+                tests[k], plan.columns[k], pass_row(own[0]) if own else [],
+                [[row[j] for j in at_union] for row in stub_rows],
+                [pass_row(r) for r in own[1:] if loaded(r)],     # a wrong code that does not load is no caught bug
+                bool(plan.judges) and (not own or loaded(own[0]))))   # nor does a reference that does not load judge
     return verdicts
 
 
