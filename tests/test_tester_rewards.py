@@ -139,6 +139,10 @@ def test_tester_metrics_say_what_each_test_was(tmp_path):
     assert score.metrics["tests_valid"] == pytest.approx(2 / 3)
     assert score.metrics["tests_vacuous"] == pytest.approx(1 / 3)
     assert score.metrics["tester_reward"] == round((1.0 + 0.0 - 1.0 + 0.0) / 4, 6)
+    prompts = task.first_prompts(problem)
+    feedback = task.next_prompts(problem, [[(prompts[0], RIGHT)], [(prompts[1], tests)]], [RIGHT, tests], score)[1]
+    assert "Feedback: 2 of your 4 tests accept a correct solution; they catch 1 of 1 wrong solutions. 1 could not " \
+           "be checked" in feedback and feedback.endswith("assert add(")
 
 
 # ------------------------------------------------------------------------ which asserts the judge decides
@@ -152,6 +156,20 @@ def test_tester_metrics_say_what_each_test_was(tmp_path):
                                   "assert isinstance(add(1, 2), int)"])
 def test_asserts_on_plain_values_are_judged(test):
     assert judged_test("add", test) is not None
+
+
+def test_judged_tests_run_in_the_judge_on_the_calls_values():
+    from rewards.judged_tests import judged_suite
+    from rewards.sandbox import default_sandbox
+    from rewards.self_tests import pass_row, run_judged
+    tests = ["assert math.isclose(add(0.1, 0.2), 0.3)", "assert sorted(add([3], [1, 2])) == [1, 2, 3]",
+             "assert isinstance(add(1, 2), int) and add('a', 'b')[-1] == 'b'", "assert add(add(1, 1), -2) == 0",
+             "assert len(add([1], [2])) == 2 and abs(add(-5, 2)) == 3 and not add(0, 0)", "assert add(b=1, a=2) == 3"]
+    judged = [judged_test("add", t) for t in tests]
+    suite = judged_suite("add", judged)
+    programs = [PROMPT + RIGHT, PROMPT + "    return a\n", PROMPT + ALWAYS_EQUAL]
+    assert [pass_row(r) for r in run_judged(default_sandbox(), [(p, suite) for p in programs])] == [
+        [1] * 6, [0, 0, 0, 0, 0, 0], [0] * 6]
 
 
 @pytest.mark.parametrize("test", ["assert 'aux' in globals() and add(1, 2) == 3", "assert add.__doc__ is None",
