@@ -7,7 +7,8 @@ assert it cannot decide that way (one that inspects the program, say) is no test
 tester who wrote it is paid nothing for it. Every code is run as the program the coder is scored on
 (`rewards.code_rewards.scored_program`: the cleaned completion).
 
-Execution matrix: M[i][j] = 1 when code i passes judged test j.
+Execution matrix: M[i][j] = 1 when code i passes judged test j (a test both junk stubs pass is left out: it holds
+whatever a code returns).
 
 Self-tests reward (`self_tests_rewards`), for the G codes c_1..c_G of one node and a pool of T judged tests:
     reliability of test j:  w_j = (1/G) * sum_i M[i][j]        (the share of the group that agrees with it; a test

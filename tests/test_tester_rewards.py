@@ -211,6 +211,15 @@ def test_self_tests_pay_a_hostile_coder_nothing(hostile):
     assert scores[0].total == 2.1
 
 
+def test_self_tests_drop_the_tests_that_junk_passes():
+    problem = Problem("T/0", PROMPT, CHECK, "add")
+    codes = [PROMPT + RIGHT, PROMPT + "    return a\n"]
+    tautologies = ["assert add(1, 2) == add(1, 2)", "assert add(3, 4) is None or add(3, 4) is not None"]
+    scores = score_functions([problem, problem], codes, "self_tests", group_tests=[tautologies, tautologies])
+    # pool: the example add(1, 2) == 3 (the wrong code fails it); the tautologies lent it 2/2.5 before
+    assert [s.total for s in scores] == [2.1, 1.1]
+
+
 def test_self_tests_score_the_cleaned_program():
     problem = Problem("T/0", PROMPT, CHECK, "add")
     codes = [PROMPT + RIGHT + "This returns the sum.\n", PROMPT + ALMOST]

@@ -4,8 +4,9 @@ environments whose team writes one function (a single agent, planner_coder's cod
 `self_tests` needs a node's whole group: the rollout hands a node's joint actions to `Task.score` in a row with the
 same item object (cooprl/task.py), so `groups` cuts the batch where the item object changes. A group's pool is the
 judged form (`rewards.judged_tests`) of the problem's examples (`example_asserts`) and of the generated tests given
-for the group (a tester's); each code runs as the program the hidden-test reward would run (`coder_programs`), its
-execution matrix in one sandbox batch with every other group's, and each code's reward is `rewards.self_tests`'s.
+for the group (a tester's), less the tests that junk passes (`rewards.judged_tests.stub_programs`); each code runs
+as the program the hidden-test reward would run (`coder_programs`), its execution matrix in one sandbox batch with
+every other group's, and each code's reward is `rewards.self_tests`'s.
 The hidden-test reward is still computed when the problem has tests, for the logs only (`hidden_reward`,
 `success`): in self_tests mode no hidden verdict reaches the reward.
 """
@@ -20,7 +21,7 @@ from cooprl.task import Score
 from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.task import score_code_pairs
 from rewards.code_rewards import scored_program
-from rewards.judged_tests import judged_suite
+from rewards.judged_tests import judged_suite, stub_programs
 from rewards.problem import Problem
 from rewards.sandbox import default_sandbox
 from rewards.self_tests import (example_asserts, judged_pool, levels_reward, pass_row, run_judged,
@@ -82,7 +83,9 @@ def levels_of(score: Score) -> float:
 
 def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Sequence[Score],
                      group_tests: Sequence[Sequence[str]] | None) -> list[float]:
-    """Return each code's self-tests reward: levels 1-2 + its support in its group's execution matrix."""
+    """Return each code's self-tests reward: levels 1-2 + its support in its group's execution matrix, whose tests
+    are the group's judged tests less the vacuous ones (both junk stubs pass them: `f(x) == f(x)` would lend
+    every code that runs the same support)."""
     programs = coder_programs(items, codes)
     jobs, plans = [], []
     for run in groups(items):
@@ -93,14 +96,17 @@ def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Seq
             judged_pool(problem.entry_point, group_tests[k] if group_tests else (), pool)
         runnable = [programs[k] is not None for k in run]
         rows = [k for k in run if programs[k] is not None] if pool else []
+        stubs = stub_programs(problem.entry_point) if rows else []
         suite = judged_suite(problem.entry_point, pool)
-        jobs += [(programs[k], suite) for k in rows]
-        plans.append((run, runnable, rows, len(pool)))
+        jobs += [(program, suite) for program in [programs[k] for k in rows] + stubs]
+        plans.append((run, runnable, rows, len(stubs), len(pool)))
     reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
     totals = [0.0] * len(codes)
-    for run, runnable, rows, width in plans:
+    for run, runnable, rows, n_stubs, width in plans:
         matrix_rows = {k: pass_row(next(reports)) for k in rows}
-        matrix = [matrix_rows.get(k, [0] * width) for k in run]
+        stub_rows = [pass_row(next(reports)) for _ in range(n_stubs)]
+        kept = [j for j in range(width) if not (stub_rows and all(row[j] for row in stub_rows))]
+        matrix = [[row[j] for j in kept] for row in (matrix_rows.get(k, [0] * width) for k in run)]
         levels = [levels_of(hidden[k]) for k in run]
         for k, total in zip(run, self_tests_rewards(levels, matrix, runnable)):
             totals[k] = total
