@@ -143,10 +143,9 @@ def levels_reward(main_defined: bool, syntax_ok: bool) -> float:
     return (W_DEFINED if main_defined else 0.0) + (W_SYNTAX if main_defined and syntax_ok else 0.0)
 
 
-def judged_pool(entry_point: str, tests: Sequence[str], pool: list[str] | None = None) -> list[int | None]:
+def judged_pool(entry_point: str, tests: Sequence[str], pool: list[str]) -> list[int | None]:
     """Add the judged form of each of `tests` to `pool` (once) and return each test's column in it (None: not a
     judged test)."""
-    pool = [] if pool is None else pool
     columns: list[int | None] = []
     for test in tests:
         judged = judged_test(entry_point, test)
@@ -181,7 +180,7 @@ def generated_test_score(column: int | None, reference_row: Sequence[int], stub_
         return 0.0
     if not reference_row[column]:
         return -1.0
-    if all(row[column] for row in stub_rows):
+    if stub_rows and all(row[column] for row in stub_rows):
         return 0.0
     return sum(1 for row in wrong_rows if not row[column]) / len(wrong_rows) if wrong_rows else 0.0
 
