@@ -199,8 +199,16 @@ PATCHED_MAIN = ("    import __main__\n    if not getattr(__main__, 'patched', Fa
                 "        __main__.patched = True\n    return -1\n")
 
 
-@pytest.mark.parametrize("hostile", [ALWAYS_EQUAL, FRAME_READER, INSPECT_READER, PATCHED_MAIN],
-                         ids=["always-equal", "frame", "inspect", "patched-main"])
+EQUAL_INT = ("    class Same(int):\n        def __eq__(self, other):\n            return True\n"
+             "        __hash__ = int.__hash__\n    return Same(0)\n")
+GLOBALS_READER = ("    import sys\n    frame = sys._getframe(1)\n"
+                  "    return [v for v in frame.f_code.co_consts if type(v) is int][-1] if frame.f_code.co_name == "
+                  "'<module>' else 0\n")
+
+
+@pytest.mark.parametrize("hostile", [ALWAYS_EQUAL, EQUAL_INT, FRAME_READER, INSPECT_READER, GLOBALS_READER,
+                                     PATCHED_MAIN],
+                         ids=["always-equal", "equal-int", "frame", "inspect", "module-frame", "patched-main"])
 def test_self_tests_pay_a_hostile_coder_nothing(hostile):
     problem = Problem("T/0", PROMPT, CHECK, "add", {"canonical_solution": "    return a + b\n"})
     codes = [PROMPT + RIGHT, PROMPT + hostile]
