@@ -21,6 +21,9 @@ expression is built only from
 and calls the entry point at least once. Anything else (attributes other than `math.<name>`, other names,
 lambdas, comprehensions, f-strings, walrus, `*args`) is refused: the judge runs in the worker, shared by every
 program of its slot, and what it evaluates must stay small, fast and pure. The assert's message is dropped.
+
+`stub_programs` are the junk the rewards hold tests against: a test that a function returning junk passes (for two
+kinds of junk) holds whatever a code computes (`f(x) == f(x)`), so it is vacuous.
 """
 
 from __future__ import annotations
