@@ -461,8 +461,15 @@ def test_unlisted_classes_are_refused_on_save_and_on_load(tmp_path):
     class Unlisted:
         x: int
 
-    with pytest.raises(TypeError, match="STATE_DATACLASSES"):
+    with pytest.raises(TypeError, match=r"state_dataclasses\(\)"):
         ckpt.to_plain({"a": [Unlisted(1)]})
+    # a class of the same name as a listed one is not the listed one
+    Unlisted.__module__, Unlisted.__qualname__ = "cooprl.trainers.magrpo", "NodeGroup"
+    with pytest.raises(TypeError, match=r"state_dataclasses\(\)"):
+        ckpt.to_plain(Unlisted(1))
+    assert set(ckpt.state_dataclasses()) == {"cooprl.policy_update:TrainSample", "cooprl.trainers.magrpo:NodeGroup",
+                                             "cooprl.trainers.actor_critic:Step",
+                                             "cooprl.trainers.actor_critic:CriticSample"}
     with pytest.raises(ValueError, match="unknown class"):
         ckpt.from_plain({ckpt._TAG: "dataclass", "class": "os:system", "fields": {}})
 
