@@ -310,6 +310,6 @@ def test_each_team_config_trains_through_the_command_line(tmp_path, trainer):
                 "agent_model.name=offline:tiny-random", "critic_model.name=null", f"{trainer}.max_steps=1",
                 f"{trainer}.max_new_tokens=8", f"{trainer}.eval_num_samples=1", "dataset.eval_split=test[:1]",
                 "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={team}-{trainer}", *extra]
-        assert main(trainer, f"configs/{team}_cpu.yaml", argv) == 0, (team, trainer)
+        assert main(trainer, argv) == 0, (team, trainer)
         events = [json.loads(line) for line in (tmp_path / f"{team}-{trainer}" / "metrics.jsonl").read_text().splitlines()]
         assert any(e.get("step") == 1 and "turn_1/reward_mean" in e for e in events), (team, trainer)
