@@ -2,7 +2,7 @@
 
     python evaluate.py --run runs/RUN                       # the run's config and its newest checkpoint
     python evaluate.py --config FILE --checkpoint DIR       # a checkpoint-N folder, or a checkpoints folder (newest)
-    python evaluate.py --config FILE                        # no checkpoint: the untrained models (the baseline)
+    python evaluate.py [--config FILE]                      # no checkpoint: the untrained models (the baseline)
     ... [--samples N|all] [--generations K] [--pass-k 1 5] [--trainer NAME] [--override ...] [--output FILE.json]
 
 Rolls out the eval split with the trainer's evaluation settings and prints the per-turn metrics (reward levels,
@@ -23,37 +23,64 @@ from pathlib import Path
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.cli import print_user_error
-from cooprl.config import ConfigError, load_config, trainer_of_file
+from cooprl.cli import check_trainer, print_user_error
+from cooprl.config import Config, ConfigError, config_from_data, read_yaml, trainer_of_data
 from cooprl.errors import UserError
+from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import evaluation_seed
-from envs.code_generation import train as code_train
+from envs import environment_for, environment_of
+from envs.launch import default_config
+
+DEFAULT_TRAINER = "magrpo"
 
 
-def evaluate_checkpoint(config_path: str, checkpoint: str | None, trainer: str, overrides: list[str],
+def read_evaluation_config(config_path: str, trainer: str | None, overrides: list[str], generations: int | None = None,
+                           pass_k: list[int] | None = None) -> tuple[Config, str]:
+    """Return (config, trainer) for an evaluation: the file read once through the hardened reader, with the
+    environment its sections name; the trainer is `trainer`, else the one whose section the file holds (a run
+    folder's config.yaml holds only its trainer's sections: evaluating it as magrpo would use magrpo's defaults),
+    else magrpo. `generations` and `pass_k` set that trainer's eval_num_generations and eval_pass_k."""
+    data = read_yaml(config_path)
+    trainer = trainer or trainer_of_data(data, config_path) or DEFAULT_TRAINER
+    check_trainer(trainer)
+    overrides = list(overrides)
+    if generations is not None:
+        overrides.append(f"{trainer}.eval_num_generations={generations}")
+    if pass_k:
+        overrides.append(f"{trainer}.eval_pass_k={json.dumps(pass_k)}")
+    return config_from_data(data, overrides, environment_of(data).config), trainer
+
+
+def eval_items(items: list, samples: str | None, default: int) -> list:
+    """Return the first `samples` of `items` ("all": every one; None: `default`); ConfigError for another value."""
+    if samples is None:
+        return items[:default]
+    if samples == "all":
+        return items
+    if samples.isdigit() and int(samples) > 0:
+        return items[:int(samples)]
+    raise ConfigError(f"--samples {samples!r}: expected a positive number or all")
+
+
+def evaluate_checkpoint(config: Config, trainer: str, checkpoint: str | None,
                         samples: str | None = None) -> dict[str, float]:
     """Return the evaluation metrics of the agents saved in `checkpoint` (None: the starting models) on the first
-    `samples` eval problems ("all": every one; None: the trainer's eval_num_samples)."""
-    config = load_config(config_path, overrides)
+    `samples` eval problems ("all": every one; None: the trainer's eval_num_samples). The task and the algorithm
+    are built as training builds them (`Environment.prepare_task`, `build_algorithm` with its checks)."""
+    eval_items([], samples, 0)   # a bad --samples fails before any model is loaded
     folder = None
     if checkpoint is not None:
         try:
             folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
         except FileNotFoundError as err:
             raise ConfigError(f"--checkpoint: {err}") from None
-    task, algorithm = code_train.build_task_and_algorithm(config, trainer)
+    task = environment_for(config).prepare_task(config, trainer)
+    algorithm = build_algorithm(config, trainer, task)
     if folder is not None:
         for i, model in enumerate(algorithm.models):
             ckpt.load_agent_weights(model, folder, i)
     torch.manual_seed(evaluation_seed(config.seed))  # the same evaluation stream as during training
-    if samples is None:
-        items = task.eval_items[:config.trainer(trainer).eval_num_samples]
-    elif samples == "all":
-        items = task.eval_items
-    elif samples.isdigit() and int(samples) > 0:
-        items = task.eval_items[:int(samples)]
-    else:
-        raise ConfigError(f"--samples {samples!r}: expected a positive number or all")
+    items = eval_items(task.eval_items, samples, config.trainer(trainer).eval_num_samples)
     print(f"evaluating {'the starting models' if folder is None else folder} on {len(items)} problems",
           file=sys.stderr)
     return algorithm.evaluate(items)
@@ -63,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, evaluate, print; return the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", help="a run folder: its config.yaml and (unless --checkpoint) its newest checkpoint")
-    parser.add_argument("--config", help="YAML config (required without --run)")
+    parser.add_argument("--config", help="YAML config (default: the run's config.yaml with --run, else the "
+                                         "trainer's reference config, configs/<trainer>_che_config.yaml)")
     parser.add_argument("--checkpoint", help="checkpoint-N folder, or a checkpoints folder (newest); "
                                              "none: the starting models, as a baseline")
     parser.add_argument("--trainer", help="trainer section to use (default: the config's only trainer, else magrpo)")
@@ -78,16 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.run:
             config_path = config_path or str(Path(args.run) / "config.yaml")
             checkpoint = checkpoint or str(Path(args.run) / "checkpoints")
-        if not config_path:
-            raise ConfigError("--config or --run is required")
-        # a run's config.yaml holds only its trainer's section: evaluating it as magrpo would use magrpo's defaults
-        trainer = args.trainer or trainer_of_file(config_path) or "magrpo"
-        overrides = list(args.override)
-        if args.generations is not None:
-            overrides.append(f"{trainer}.eval_num_generations={args.generations}")
-        if args.pass_k:
-            overrides.append(f"{trainer}.eval_pass_k={json.dumps(args.pass_k)}")
-        metrics = evaluate_checkpoint(config_path, checkpoint, trainer, overrides, args.samples)
+        config_path = config_path or default_config(args.trainer or DEFAULT_TRAINER)
+        config, trainer = read_evaluation_config(config_path, args.trainer, args.override, args.generations,
+                                                 args.pass_k)
+        metrics = evaluate_checkpoint(config, trainer, checkpoint, args.samples)
     except UserError as err:  # a bad config, dataset, model name or checkpoint: one line, exit 2
         return print_user_error(err)
     for key in sorted(metrics):

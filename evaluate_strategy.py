@@ -1,12 +1,14 @@
 """Run a test-time strategy on the eval split and score it on the hidden tests.
 
-  python evaluate_strategy.py --strategy direct|codet|collabcoder|cosplay --config CONFIG [--checkpoint RUN]
+  python evaluate_strategy.py --strategy direct|codet|collabcoder|cosplay [--config CONFIG] [--checkpoint RUN]
                               [--endpoint URL [--endpoint-model NAME] [--endpoint-api completions|chat]]
                               [--override KEY=VALUE ...]
 
-The config is a trainer config (agent_model, dataset, output, seed are read; `--override` works as in
-train_*.py). Overrides of `budget.*` and of the strategy's own section (`codet.num_codes=8`,
-`cosplay.num_tests=4`, ...) set the Budget and the strategy's config (strategies/*.py document every key).
+The config is a trainer config of a code environment (default: configs/magrpo_che_config.yaml; agent_model,
+dataset, output, seed and reward are read; `--override` works as in train_*.py), read as training reads it
+(`cooprl.cli.read_config`, the environment its sections name, whose setup starts the reward's executor).
+Overrides of `budget.*` and of the strategy's own section (`codet.num_codes=8`, `cosplay.num_tests=4`, ...) set
+the Budget and the strategy's config, typed keys checked like every config key (docs/config.md lists them).
 With `--checkpoint` (a run folder, its checkpoints folder or one checkpoint) the trained agents are the LLM:
 one agent, or a two-agent team (aux + main) as the coder. With `--endpoint URL` an OpenAI-compatible server is
 the LLM (`vllm serve`, `transformers serve`, llama.cpp, a hosted API; `--endpoint-api chat` for chat-only APIs).
@@ -28,9 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cooprl.cli import print_user_error
-from cooprl.config import ConfigError, apply_overrides, build_section, load_config
+from cooprl.cli import print_user_error, read_config
+from cooprl.config import Config, ConfigError, apply_overrides, build_section
 from cooprl.errors import UserError
+from envs import environment_for, task_config_of
+from envs.code_generation.config import CodeTaskConfig
 from strategies import STRATEGIES
 from strategies.base import Budget
 from strategies.llm import OpenAILLM
@@ -38,6 +42,21 @@ from strategies.llm import OpenAILLM
 OPENAI_APIS = OpenAILLM.APIS
 
 RESULTS = "strategy_results.jsonl"
+DEFAULT_CONFIG = "configs/magrpo_che_config.yaml"
+
+
+def read_strategy_config(config_path: str, overrides: list[str]) -> Config:
+    """Return the config of a strategy run, read and set up as training does it (the file read once through the
+    hardened reader, the environment its sections name, that environment's setup: the reward's executor);
+    ConfigError for an environment without the code task's problems (a strategy writes code)."""
+    config = read_config(config_path, overrides, task_config_of)
+    env = environment_for(config)
+    if not issubclass(env.config, CodeTaskConfig):
+        raise ConfigError(f"config file {config_path!r} is for the {env.name} environment; a strategy solves the code "
+                          "task's problems: give a code environment's config (dataset, external, code_reward)")
+    if env.setup is not None:
+        env.setup(config)
+    return config
 
 
 def split_overrides(strategy: str, overrides: list[str]) -> tuple[list[str], Budget, Any]:
@@ -138,7 +157,7 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
     from strategies.llm import build_llm
 
     rest, budget, strategy_config = split_overrides(strategy, overrides)
-    config = load_config(config_path, rest)
+    config = read_strategy_config(config_path, rest)
     problems = load_problems(config.task.dataset, config.task.dataset.eval_split)
     dataset = config.task.run_label()
     run_dir = Path(config.output.base_dir) / (config.output.run_name or f"strategy-{strategy}-{dataset}")
@@ -195,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line, evaluate, print the summary; return the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", required=True, choices=sorted(STRATEGIES))
-    parser.add_argument("--config", required=True, help="a trainer YAML config (agent_model, dataset, output)")
+    parser.add_argument("--config", default=DEFAULT_CONFIG,
+                        help=f"a trainer YAML config (agent_model, dataset, output; default: {DEFAULT_CONFIG})")
     parser.add_argument("--checkpoint", help="a run folder, checkpoints folder or checkpoint-N folder")
     parser.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server's base URL (e.g. "
                         "http://localhost:8000/v1 of `vllm serve` or `transformers serve`) as the LLM")

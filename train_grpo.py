@@ -1,7 +1,7 @@
-"""Train with GRPO: python train_grpo.py --config configs/grpo_he_config.yaml [--override key.path=value ...]"""
+"""Train with GRPO: python train_grpo.py [--config configs/grpo_he_config.yaml] [--override key.path=value ...]"""
 import sys
 
-from envs.train import main
+from envs.launch import train_main
 
 if __name__ == "__main__":
-    sys.exit(main("grpo", "configs/grpo_he_config.yaml"))
+    sys.exit(train_main("grpo", default="configs/grpo_he_config.yaml"))

@@ -1,7 +1,7 @@
-"""Train with IAC: python train_iac.py --config configs/iac_che_config.yaml [--override key.path=value ...]"""
+"""Train with IAC: python train_iac.py [--config configs/iac_che_config.yaml] [--override key.path=value ...]"""
 import sys
 
-from envs.train import main
+from envs.launch import train_main
 
 if __name__ == "__main__":
-    sys.exit(main("iac", "configs/iac_che_config.yaml"))
+    sys.exit(train_main("iac", default="configs/iac_che_config.yaml"))

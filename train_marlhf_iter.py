@@ -1,7 +1,7 @@
-"""Train with MARLHF_ITER: python train_marlhf_iter.py --config configs/marlhf_iter_che_config.yaml [--override key.path=value ...]"""
+"""Train with MARLHF_ITER: python train_marlhf_iter.py [--config configs/marlhf_iter_che_config.yaml] [--override key.path=value ...]"""
 import sys
 
-from envs.train import main
+from envs.launch import train_main
 
 if __name__ == "__main__":
-    sys.exit(main("marlhf_iter", "configs/marlhf_iter_che_config.yaml"))
+    sys.exit(train_main("marlhf_iter", default="configs/marlhf_iter_che_config.yaml"))

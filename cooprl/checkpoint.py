@@ -10,7 +10,7 @@ renamed, so a crash mid-save leaves the previous checkpoints intact and never a 
 Loading never runs code from a checkpoint: `trainer_state.pt` is read with `torch.load(weights_only=True)`, which
 builds tensors and plain containers only. What a trainer's state holds beyond that is converted to plain data on
 save (`to_plain`) and back on load (`from_plain`): numpy arrays and scalars become tagged bytes, dataclasses
-become tagged field dicts, and only the dataclasses named in STATE_DATACLASSES are rebuilt. A checkpoint whose
+become tagged field dicts, and only the dataclasses of `state_dataclasses()` are rebuilt. A checkpoint whose
 files are missing, truncated or garbage raises `CheckpointError` ("checkpoint X is damaged: ..."); resuming
 from `latest` (or from a checkpoints folder) skips damaged checkpoints with a warning and takes the newest
 undamaged one.
@@ -19,7 +19,7 @@ undamaged one.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import functools
 import json
 import logging
 import pickle
@@ -40,13 +40,6 @@ from cooprl.errors import UserError
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
-# the dataclasses a trainer's state may hold (its rollout buffer): only these are rebuilt from a checkpoint
-STATE_DATACLASSES = frozenset({
-    "cooprl.policy_update:TrainSample",
-    "cooprl.trainers.magrpo:NodeGroup",
-    "cooprl.trainers.actor_critic:Step",
-    "cooprl.trainers.actor_critic:CriticSample",
-})
 _TAG = "__cooprl_plain__"          # marks a dict that stands for a non-plain value
 _NUMPY_KINDS = "biufc"             # bool, ints, floats, complex: numpy dtypes a state may hold
 _MAX_SAFETENSORS_HEADER = 100 << 20
@@ -66,9 +59,20 @@ def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+@functools.cache
+def state_dataclasses() -> dict[str, type]:
+    """Return the dataclasses a trainer's state may hold (its rollout buffer), by the name a checkpoint stores
+    (`module:qualname`): only these are saved and rebuilt, the registry being these class objects, never a name
+    looked up in a file. (Imported when first asked for: the trainers import this module.)"""
+    from cooprl.policy_update import TrainSample
+    from cooprl.trainers.actor_critic import CriticSample, Step
+    from cooprl.trainers.magrpo import NodeGroup
+    return {_class_name(cls): cls for cls in (TrainSample, NodeGroup, Step, CriticSample)}
+
+
 def to_plain(value: Any, where: str = "state") -> Any:
     """Return `value` as data `torch.load(weights_only=True)` reads back: tensors, numbers, strings, bytes, None
-    and lists/tuples/dicts/sets of them; numpy values and the dataclasses of STATE_DATACLASSES as tagged dicts.
+    and lists/tuples/dicts/sets of them; numpy values and the dataclasses of `state_dataclasses()` as tagged dicts.
     TypeError (naming `where`) for anything else, so an unsupported state fails at save, not at resume."""
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes, torch.Tensor, torch.dtype,
                                            torch.device, torch.Size)):
@@ -84,8 +88,8 @@ def to_plain(value: Any, where: str = "state") -> Any:
         return {_TAG: "numpy", "dtype": value.dtype.str, "data": value.tobytes()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         name = _class_name(type(value))
-        if name not in STATE_DATACLASSES:
-            raise TypeError(f"{where}: dataclass {name} is not in cooprl.checkpoint.STATE_DATACLASSES")
+        if state_dataclasses().get(name) is not type(value):
+            raise TypeError(f"{where}: dataclass {name} is not one of cooprl.checkpoint.state_dataclasses()")
         return {_TAG: "dataclass", "class": name,
                 "fields": {f.name: to_plain(getattr(value, f.name), f"{where}.{f.name}") for f in dataclasses.fields(value)}}
     if isinstance(value, dict):
@@ -105,12 +109,9 @@ def to_plain(value: Any, where: str = "state") -> Any:
 
 
 def _dataclass_type(name: Any) -> type:
-    if name not in STATE_DATACLASSES:  # never import or build anything a file names, only the listed classes
+    cls = state_dataclasses().get(name) if isinstance(name, str) else None
+    if cls is None:   # never import or build anything a file names, only the listed classes
         raise ValueError(f"unknown class {str(name)[:80]!r}")
-    module, qualname = name.split(":")
-    cls: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
     return cls
 
 

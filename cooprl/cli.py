@@ -12,10 +12,14 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from cooprl.config import Config, ConfigError, load_config
+from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, config_from_data, read_yaml
 from cooprl.errors import UserError
+
+# the environment's config sections class for a config file's mapping (None: the registered one); the library
+# names no environment, so the command line's caller (envs.launch) says which a file's sections name
+ChooseTaskConfig = Callable[[dict[str, Any]], "type | None"]
 
 
 def print_user_error(err: UserError) -> int:
@@ -47,17 +51,30 @@ def _quoted(value: object) -> str:
     return json.dumps(str(value))   # a YAML string, whatever the path holds
 
 
-def _has_checkpoint(run_dir: Path, task_config: type | None = None) -> bool:
+def read_config(path: str | Path, overrides: Sequence[str], choose: ChooseTaskConfig | None = None) -> Config:
+    """Return the Config of the file at `path` plus `overrides`, the file read once through the hardened reader
+    (`cooprl.config.read_yaml`); `choose` picks the environment's sections from the file's mapping."""
+    data = read_yaml(path)
+    return config_from_data(data, list(overrides), choose(data) if choose is not None else None)
+
+
+def check_trainer(trainer: str) -> None:
+    """Raise ConfigError naming the choices when `trainer` is no trainer's name."""
+    if trainer not in TRAINER_SECTIONS:
+        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_SECTIONS)}")
+
+
+def _has_checkpoint(run_dir: Path, choose: ChooseTaskConfig | None = None) -> bool:
     from cooprl import checkpoint as ckpt
     try:
-        saved = load_config(run_dir / "config.yaml", [], task_config)
+        saved = read_config(run_dir / "config.yaml", [], choose)
         ckpt.find_checkpoint("latest", Path(saved.checkpoint.checkpoint_dir or run_dir / "checkpoints"))
         return True
     except (UserError, FileNotFoundError, OSError):
         return False
 
 
-def find_latest_run(trainer: str, config: Config, task_config: type | None = None) -> Path:
+def find_latest_run(trainer: str, config: Config, choose: ChooseTaskConfig | None = None) -> Path:
     """Return the newest run folder under `config.output.base_dir` of `trainer` on `config`'s dataset (its
     `output.run_name` when that is set) that holds a complete checkpoint; ConfigError when there is none."""
     from cooprl.trainers.loop import run_prefix
@@ -67,18 +84,18 @@ def find_latest_run(trainer: str, config: Config, task_config: type | None = Non
     else:
         prefix = run_prefix(config, trainer)
         candidates = [p for p in base.glob(f"{prefix}*") if p.is_dir()] if base.is_dir() else []
-    runs = [p for p in candidates if (p / "config.yaml").is_file() and _has_checkpoint(p, task_config)]
+    runs = [p for p in candidates if (p / "config.yaml").is_file() and _has_checkpoint(p, choose)]
     if not runs:
         raise ConfigError(f"--resume latest: no run of {trainer} with a complete checkpoint under {base} "
                           f"(looked for {', '.join(p.name for p in candidates) or 'none'})")
     return max(runs, key=lambda p: (p / "config.yaml").stat().st_mtime)
 
 
-def resume_config(trainer: str, args: argparse.Namespace, task_config: type | None = None) -> Config:
+def resume_config(trainer: str, args: argparse.Namespace, choose: ChooseTaskConfig | None = None) -> Config:
     """The config that continues the run `args.resume` names: that run's config.yaml, then the --override values,
     then its own folder and its newest complete checkpoint."""
     if args.resume == "latest":
-        run_dir = find_latest_run(trainer, load_config(Path(args.config), args.override, task_config), task_config)
+        run_dir = find_latest_run(trainer, read_config(args.config, args.override, choose), choose)
     else:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
@@ -87,19 +104,21 @@ def resume_config(trainer: str, args: argparse.Namespace, task_config: type | No
     where = [f"output.base_dir={_quoted(run_dir.parent)}", f"output.run_name={_quoted(run_dir.name)}",
              "checkpoint.resume_from_checkpoint=latest"]
     logging.getLogger(__name__).info("resuming %s", run_dir)
-    return load_config(run_dir / "config.yaml", list(args.override) + where, task_config)
+    return read_config(run_dir / "config.yaml", list(args.override) + where, choose)
 
 
 def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | None = None,
-                      task_config: type | None = None) -> Config | None:
+                      choose: ChooseTaskConfig | None = None) -> Config | None:
     """Return the Config a trainer script's command line asks for (None when it asked for --print-config, which
-    this prints); UserError for bad input. The script then trains with it. `task_config`: the environment's config
-    sections (default: the registered ones, see cooprl.config.register_task_config)."""
+    this prints); UserError for bad input, an unknown trainer included. The script then trains with it. `choose`:
+    the environment's config sections for the file's mapping (default: the registered ones, see
+    cooprl.config.register_task_config); each config file is read once."""
     args = parse_args(trainer, default_config, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    config = (resume_config(trainer, args, task_config) if args.resume
-              else load_config(Path(args.config), args.override, task_config))
+    check_trainer(trainer)   # before any file is read or any problem is loaded
+    config = (resume_config(trainer, args, choose) if args.resume
+              else read_config(args.config, args.override, choose))
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
         return None

@@ -151,7 +151,10 @@ class RewardSection:
                            "extra)", choices=("local", "ray"))
     ray_address: Optional[str] = option(None, "the Ray cluster to join (null = RAY_ADDRESS, else a local Ray)")
     ray_actors: int = option(2, "executor ray: worker pools (Ray actors) spread over the cluster's nodes", min=1)
-    ray_workers_per_actor: int = option(4, "executor ray: workers (CPUs) per pool", min=1)
+    ray_workers_per_actor: int = option(4, "executor ray: workers (CPUs) per pool (a local Ray: fewer or smaller "
+                                        "pools when they do not fit its free CPUs, logged)", min=1)
+    ray_placement_timeout_s: float = option(45.0, "executor ray: the run stops with an error when the cluster has "
+                                            "not placed every pool within this many seconds", min=1.0)
     require_full_isolation: bool = option(False, "refuse to train when the reward's executor cannot isolate its "
                                           "work fully (no namespaces, no separate uid: its start-up warning says "
                                           "what lacks)")
@@ -876,8 +879,15 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Return the validated Config from a YAML file (optional) plus `--override` strings.
 
     The top-level sections of `task_config` (default: the one the environment registered) go to `config.task`."""
+    return config_from_data(read_yaml(path) if path is not None else {}, overrides, task_config)
+
+
+def config_from_data(data: dict[str, Any], overrides: list[str] | None = None,
+                     task_config: type | None = None) -> Config:
+    """Return the validated Config from a config file's mapping (as `read_yaml` returns it) plus `--override`
+    strings: what `load_config` does once the file is read, for a caller that looked at the mapping first (the
+    environment a file names by its sections)."""
     task_config = task_config or _TASK_CONFIG
-    data = read_yaml(path) if path is not None else {}
     data = apply_overrides(data, overrides or [], task_config)
     data = read_old_madpo_preference(lift_reward_shift(data))
     task_names = {f.name for f in dataclasses.fields(task_config)} if task_config is not None else set()
@@ -904,7 +914,11 @@ def trainer_of_file(path: str | Path) -> str | None:
     A run folder's config.yaml holds only the sections its trainer reads: one section, or a MARLHF section plus
     the section of its `rl_algorithm`. ConfigError when the file holds several unrelated trainer sections.
     """
-    data = read_yaml(path)
+    return trainer_of_data(read_yaml(path), path)
+
+
+def trainer_of_data(data: dict[str, Any], path: str | Path = "") -> str | None:
+    """Return the trainer the config file `path`, read as the mapping `data`, is for (see `trainer_of_file`)."""
     present = [name for name in TRAINER_SECTIONS if name in data]
     # sections read as another's rl_algorithm (MAGRPO under MARLHF reads the MARLHF section, not its own)
     helpers = {data[name].get("rl_algorithm") for name in present if isinstance(data[name], dict)} - {"magrpo"}
@@ -1117,21 +1131,3 @@ def field_doc(f: Any) -> str:
     doc = f.metadata.get("doc", "")
     aliases = f.metadata.get("aliases", ())
     return doc + (f" (also read as upstream's {', '.join(aliases)})" if aliases else "")
-
-
-def describe_fields(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
-    """Return (key, default, doc) for every leaf key, recursively; used for the README's config reference."""
-    rows = []
-    instance = cls()
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.metadata.get("task"):   # the registered task's sections, described as the top-level sections they are
-            rows.extend(describe_fields(_TASK_CONFIG) if _TASK_CONFIG is not None else [])
-            continue
-        key = f"{prefix}.{f.name}" if prefix else f.name
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp):
-            rows.extend(describe_fields(tp, key))
-        else:
-            rows.append((key, getattr(instance, f.name), field_doc(f)))
-    return rows

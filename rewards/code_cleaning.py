@@ -503,12 +503,6 @@ def _root_name(e: ast.AST) -> str | None:
     return e.id if isinstance(e, ast.Name) else None
 
 
-def _stored_names(node: ast.AST):
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            yield n.id
-
-
 def _aux_names(fn: ast.AST, aux: str) -> frozenset:
     """`aux` and the names bound only to it in `fn` (`f = aux`); empty when `fn` binds the name `aux` itself."""
     params = {n.arg for n in ast.walk(fn) if isinstance(n, ast.arg)}

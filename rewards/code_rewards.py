@@ -208,16 +208,6 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
     return sb.map_detailed(one, list(zip(problems, aux_list, main_list)))
 
 
-def execution_reward_aux(aux_list: Sequence[str], main_list: Sequence[str], tests: Sequence[str],
-                         entry_points: Sequence[str], prompts: Sequence[str], *, single_agent: bool = False,
-                         timeout_s: float = 10.0, max_timeouts: int = 3) -> list[float]:
-    """Batch form with the reference's argument order; returns the totals. Pairs run in parallel."""
-    problems = [Problem(f"item/{i}", p, t, e) for i, (p, t, e) in enumerate(zip(prompts, tests, entry_points))]
-    results = code_rewards_batch(problems, list(aux_list), list(main_list), single_agent=single_agent,
-                                 timeout_s=timeout_s, max_timeouts=max_timeouts)
-    return [r.total for r in results]
-
-
 def scored_program(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False
                    ) -> str | CodeType | None:
     """Return the program `code_reward` runs for a pair: the cleaned completions (compiled, or the source when only

@@ -10,6 +10,10 @@ program retried, `retries` times, so a lost node costs retries, not a crashed ru
 
 Ray is an optional dependency (`pip install cooprl[ray]`); it is imported when a `RaySandbox` is made.
 
+Pools that cannot be placed never leave a run waiting in silence: on a local Ray (one node, this machine) the pools
+are fitted to its free CPUs, with a log line saying so; on a cluster, pools that are not all placed within
+`placement_timeout_s` are a `PlacementError` (the command line's one `error:` line names the config keys).
+
     ray.init(address="auto")                  # or let RaySandbox start/join one (RAY_ADDRESS is honoured)
     pool = RaySandbox(actors=8, workers_per_actor=4)
     use_sandbox(pool)                         # every reward of this process now runs on the cluster
@@ -29,6 +33,27 @@ from rewards import sandbox as local
 from rewards.sandbox import RunReport, TestOutcome, TestSuite
 
 logger = logging.getLogger("cooprl.sandbox")
+
+PLACEMENT_TIMEOUT_S = 45.0   # a cluster that has not placed every pool by then will not (the run stops, not waits)
+
+
+class PlacementError(RuntimeError):
+    """The Ray cluster could not place the sandbox pools (too few CPUs on its nodes)."""
+
+
+def fit_pools(actors: int, workers_per_actor: int, cpus: int) -> tuple[int, int]:
+    """Return (actors, workers per actor) that fit `cpus` CPUs: each pool keeps as many of its workers as fit, then
+    as many pools as fit; the request itself when it fits. PlacementError when there is no CPU at all."""
+    if cpus < 1:
+        raise PlacementError("the local Ray has no free CPU for a sandbox pool")
+    workers = min(workers_per_actor, cpus)
+    return min(actors, cpus // workers), workers
+
+
+def _local_ray(ray: Any) -> bool:
+    """Return whether the Ray this process is connected to is this machine alone (one node, at this address)."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return len(nodes) == 1 and nodes[0].get("NodeManagerAddress") == ray.util.get_node_ip_address()
 
 
 class _SandboxActor:
@@ -51,16 +76,28 @@ class RaySandbox:
     workers each (Ray reserves that many CPUs per actor and spreads the actors over the nodes); `in_flight`
     programs at most per actor at once; `retries` reruns of a program whose actor died; `options` go to each
     actor's `Sandbox` (memory_mb, nproc, ...). `address`: the cluster to join when Ray is not initialized yet
-    (None: RAY_ADDRESS, else a local Ray started here)."""
+    (None: RAY_ADDRESS, else a local Ray started here). `fit_local`: on a local Ray, fewer or smaller pools when
+    the request does not fit its free CPUs (logged); `placement_timeout_s`: PlacementError when the pools are not
+    all placed by then (a cluster without the CPUs, or a local Ray with fitting off)."""
 
     def __init__(self, actors: int = 2, workers_per_actor: int = 1, *, in_flight: int | None = None,
-                 retries: int = 2, address: str | None = None, **options: Any):
+                 retries: int = 2, address: str | None = None, fit_local: bool = True,
+                 placement_timeout_s: float = PLACEMENT_TIMEOUT_S, **options: Any):
         import ray   # optional: only the ray executor needs it
 
         self._ray = ray
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        self.workers_per_actor = int(workers_per_actor)
+        actors, workers_per_actor = int(actors), int(workers_per_actor)
+        if fit_local and _local_ray(ray):
+            cpus = int(ray.available_resources().get("CPU", 0))
+            fitted = fit_pools(actors, workers_per_actor, cpus)
+            if fitted != (actors, workers_per_actor):
+                logger.warning("ray sandbox: %d pools x %d workers need %d CPUs, the local Ray has %d free: using %d "
+                               "pool(s) x %d workers (reward.ray_actors, reward.ray_workers_per_actor)", actors,
+                               workers_per_actor, actors * workers_per_actor, cpus, *fitted)
+            actors, workers_per_actor = fitted
+        self.workers_per_actor = workers_per_actor
         self.workers = int(actors) * self.workers_per_actor
         self.in_flight = int(in_flight or 2 * self.workers_per_actor)
         self.retries = int(retries)
@@ -72,10 +109,23 @@ class RaySandbox:
         self._free = threading.Condition()
         self._closed = False
         self._pid = os.getpid()   # `rewards.sandbox.default_sandbox` checks both
-        self.isolation = ray.get(self._actors[0].isolation.remote())
         self._executor = ThreadPoolExecutor(len(self._actors) * self.in_flight, thread_name_prefix="ray-sandbox")
+        self.isolation = self._placed(placement_timeout_s)
         logger.info("ray sandbox: %d actors x %d workers on %d nodes", len(self._actors), self.workers_per_actor,
                     len({n["NodeID"] for n in ray.nodes() if n.get("Alive")}))
+
+    def _placed(self, timeout_s: float) -> dict:
+        """Return the isolation of the pools once every one is placed and started; PlacementError (the actors
+        stopped) when they are not all placed within `timeout_s`."""
+        try:
+            return self._ray.get([actor.isolation.remote() for actor in self._actors], timeout=timeout_s)[0]
+        except self._ray.exceptions.GetTimeoutError:
+            cpus = [int(n.get("Resources", {}).get("CPU", 0)) for n in self._ray.nodes() if n.get("Alive")]
+            self.close()
+            raise PlacementError(
+                f"{len(self._actors)} pool(s) of {self.workers_per_actor} CPUs were not placed within {timeout_s:g} s "
+                f"(the cluster's nodes have {', '.join(map(str, cpus)) or 'no'} CPUs, "
+                f"{int(self._ray.available_resources().get('CPU', 0))} free)") from None
 
     def _new_actor(self):
         return self._remote.remote(self.workers_per_actor, self._options)
@@ -178,3 +228,26 @@ def use_sandbox(pool) -> None:
     if previous is not None and previous is not pool and previous._pid == os.getpid():
         previous.close()
 
+
+
+def use_configured_executor(reward: Any) -> None:
+    """Make the process-wide executor of the reward as a config's `reward` section says: local or on Ray, refused
+    (ConfigError naming the key) when `require_full_isolation` is set and the sandbox cannot isolate fully, or when
+    Ray is missing."""
+    from cooprl.config import ConfigError
+    from rewards.sandbox import IsolationError
+    options: dict[str, Any] = {"require_full_isolation": reward.require_full_isolation}
+    if reward.executor == "ray":
+        options.update(actors=reward.ray_actors, address=reward.ray_address,
+                       workers_per_actor=reward.ray_workers_per_actor,
+                       placement_timeout_s=reward.ray_placement_timeout_s)
+    try:
+        use_sandbox(make_sandbox(reward.executor, **options))
+    except ImportError as e:
+        raise ConfigError(f"reward.executor: ray needs the ray extra (pip install 'cooprl[ray]'): {e}") from None
+    except PlacementError as e:
+        raise ConfigError(f"reward.ray_actors={reward.ray_actors} x reward.ray_workers_per_actor="
+                          f"{reward.ray_workers_per_actor}: the Ray cluster cannot place these sandbox pools: {e}; "
+                          "lower them, or add CPU nodes (reward.ray_placement_timeout_s: how long to wait)") from None
+    except IsolationError as e:
+        raise ConfigError(f"reward.require_full_isolation: {e}") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence
 
+from cooprl.config import option
 from cooprl.generation import SamplingParams
 
 
@@ -42,12 +43,12 @@ class Budget:
     with what it has.
     """
 
-    max_calls: int = 200            # sampled answers per problem
-    max_tokens: int | None = None   # tokens in + out per problem (None = no limit)
-    max_new_tokens: int = 256       # longest answer of one call (caps every strategy's own lengths)
-    temperature: float = 0.8        # CoSPlay's setting (CollabCoder does not say)
-    top_p: float = 0.95
-    top_k: int | None = 40
+    max_calls: int = option(200, "sampled answers per problem (n samples of one prompt are n calls)", min=0)
+    max_tokens: int | None = option(None, "tokens in + out per problem (null = no limit)", min=1)
+    max_new_tokens: int = option(256, "longest answer of one call (caps every strategy's own lengths)", min=1)
+    temperature: float = option(0.8, "sampling temperature (CoSPlay's setting; CollabCoder does not say)", min=0.0)
+    top_p: float = option(0.95, "nucleus sampling mass", min=0.0, max=1.0)
+    top_k: int | None = option(40, "top-k sampling (null = off)", min=0)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from cooprl.config import option
 from envs.code_generation.prompts import problem_code
 from rewards.problem import Problem
 from strategies.base import LLM, Budget, Session, Solution
@@ -19,11 +20,11 @@ from strategies.text import CODE_STOP, code_prompt, entry, extract_code, parse_a
 
 @dataclass
 class CodeTConfig:
-    num_codes: int = 100            # CodeT samples 100 programs ...
-    num_test_samples: int = 100     # ... and 100 test-writing answers
-    tests_per_sample: int = 5       # of which the first 5 asserts are kept
-    test_max_new_tokens: int = 300  # the test answers' length
-    timeout_s: float = 2.0          # per generated test
+    num_codes: int = option(100, "programs sampled (CodeT's 100)", min=1)
+    num_test_samples: int = option(100, "test-writing answers sampled (CodeT's 100)", min=0)
+    tests_per_sample: int = option(5, "asserts kept from each test-writing answer (its first ones)", min=1)
+    test_max_new_tokens: int = option(300, "longest test-writing answer in tokens", min=1)
+    timeout_s: float = option(2.0, "seconds per generated test run", min=0.01)
 
 
 def test_prompt(problem: Problem) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from cooprl.config import option
 from envs.code_generation.prompts import problem_code
 from rewards.problem import Problem
 from strategies.base import LLM, Budget, Session, Solution
@@ -30,16 +31,17 @@ from strategies.text import CODE_STOP, code_prompt, doctest_asserts, entry, extr
 
 @dataclass
 class CollabCoderConfig:
-    max_iterations: int = 5          # debugging iterations (not in the seed; MapCoder's t = 5)
-    trust_confidence: float = 0.5    # trust weight of the confidence scores Phi in a module's score
-    trust_consistency: float = 0.5   # trust weight of the consistency scores Psi
-    default_score: float = 0.5       # a score the CDM answer leaves out
-    use_cdm: bool = True             # False: the ablation "w/o CDM" (always patch the code)
-    use_rt: bool = True              # False: the ablation "w/o RT" (no reasoning trajectory)
-    rt_max_entries: int = 5          # trajectory entries shown to the agents (the newest)
-    text_max_new_tokens: int = 192   # plans, analyses, trajectory entries
-    generated_tests: int = 5         # asserts asked for when the statement has no examples
-    timeout_s: float = 2.0           # per visible test
+    max_iterations: int = option(5, "debugging iterations (not in the seed; MapCoder's t = 5)", min=0)
+    trust_confidence: float = option(0.5, "trust weight of the confidence scores (Phi) in a module's score", min=0.0)
+    trust_consistency: float = option(0.5, "trust weight of the consistency scores (Psi) in a module's score",
+                                      min=0.0)
+    default_score: float = option(0.5, "the score of one the CDM answer leaves out", min=0.0, max=1.0)
+    use_cdm: bool = option(True, "false: the ablation \"w/o CDM\" (always patch the code)")
+    use_rt: bool = option(True, "false: the ablation \"w/o RT\" (no reasoning trajectory)")
+    rt_max_entries: int = option(5, "reasoning-trajectory entries shown to the agents (the newest)", min=0)
+    text_max_new_tokens: int = option(192, "longest plan, analysis or trajectory entry in tokens", min=1)
+    generated_tests: int = option(5, "asserts asked for when the statement has no examples", min=1)
+    timeout_s: float = option(2.0, "seconds per visible test run", min=0.01)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from cooprl.config import option
 from envs.code_generation.prompts import problem_code
 from rewards.problem import Problem
 from strategies.base import LLM, Budget, Session, Solution
@@ -35,23 +36,25 @@ from strategies.text import (CODE_STOP, LINE_STOP, args_from_line, call_of, code
 
 @dataclass
 class CoSPlayConfig:
-    num_hints: int = 4             # |H| (not in the seed)
-    max_subset_size: int = 2       # hint subsets of size 1..2
-    plans_per_subset: int = 1      # |S_omega|
-    ideas_per_plan: int = 2        # |A_s| (not in the seed)
-    num_codes: int = 16            # N_c
-    num_tests: int = 16            # N_t
-    random_fraction: float = 0.5   # half of the UT inputs random valid ones, half from attack ideas
-    output_samples: int = 4        # expected outputs sampled per input ...
-    min_agree: int = 3             # ... the UT is kept when at least 3 agree
-    input_attempts: int = 2        # tries per UT (each costs 1 + output_samples calls)
-    max_rounds: int = 5            # T_max
-    refresh_per_round: int = 1     # UTs refreshed by step 2
-    cluster_inputs: int = 10       # R (not in the seed)
-    use_cluster: bool = True       # False: plain BoN over the final pool
-    text_max_new_tokens: int = 160  # hints, plans, ideas
-    timeout_s: float = 2.0         # per UT
-    seed: int = 0                  # the shuffles of plans and ideas
+    num_hints: int = option(4, "hints |H| about the problem (not in the seed)", min=1)
+    max_subset_size: int = option(2, "hint subsets of size 1 to this are expanded into plans", min=1)
+    plans_per_subset: int = option(1, "plans |S_omega| per hint subset", min=1)
+    ideas_per_plan: int = option(2, "attack ideas |A_s| per plan (not in the seed)", min=0)
+    num_codes: int = option(16, "codes in the pool (N_c)", min=1)
+    num_tests: int = option(16, "unit tests in the pool (N_t)", min=0)
+    random_fraction: float = option(0.5, "share of the unit tests' inputs that are random valid ones (the rest come "
+                                    "from attack ideas)", min=0.0, max=1.0)
+    output_samples: int = option(4, "expected outputs sampled per unit-test input", min=1)
+    min_agree: int = option(3, "a unit test is kept when at least this many of its sampled outputs agree", min=1)
+    input_attempts: int = option(2, "tries per unit test (each costs 1 + output_samples calls)", min=1)
+    max_rounds: int = option(5, "self-play rounds (T_max)", min=0)
+    refresh_per_round: int = option(1, "unit tests refreshed by step 2 of each round", min=0)
+    cluster_inputs: int = option(10, "random valid inputs R the top codes run on for clustering (not in the seed)",
+                                 min=1)
+    use_cluster: bool = option(True, "false: plain best-of-N over the final pool instead of cluster selection")
+    text_max_new_tokens: int = option(160, "longest hint, plan or idea in tokens", min=1)
+    timeout_s: float = option(2.0, "seconds per unit-test run", min=0.01)
+    seed: int = option(0, "seed of the shuffles of plans and ideas", min=0)
 
 
 @dataclass(frozen=True)

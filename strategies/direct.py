@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cooprl.config import option
 from strategies.base import LLM, Budget, Session, Solution
 from strategies.text import CODE_STOP, code_prompt, extract_code
 
 
 @dataclass
 class DirectConfig:
-    temperature: float | None = None   # None = the budget's temperature; 0 = greedy
+    temperature: float | None = option(None, "sampling temperature (null = budget.temperature; 0 = greedy)", min=0.0)
 
 
 def solve(problem: Any, llm: LLM, sandbox: Any, budget: Budget, config: DirectConfig | None = None) -> Solution:

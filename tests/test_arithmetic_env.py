@@ -10,7 +10,7 @@ import pytest
 from cooprl.config import ConfigError, load_config
 from envs.arithmetic.config import ArithmeticConfig
 from envs.arithmetic.task import build_arithmetic_task, joint_reward, said_number
-from envs.arithmetic.train import main
+from envs.launch import train_main as main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "arithmetic_cpu.yaml"

@@ -1,6 +1,6 @@
 """Bad input gets one clear `error:` line and exit status 2, never a traceback; resume never runs code (issue 13).
 
-The command line is called in-process (`envs.code_generation.train.main`, what every train_*.py script runs, and
+The command line is called in-process (`envs.launch.train_main`, what every train_*.py script runs, and
 `evaluate.main`), except for the YAML alias bomb, which runs in a child process with a memory limit.
 """
 
@@ -27,7 +27,7 @@ from cooprl.policy_update import TrainSample
 from cooprl.trainers.magrpo import NodeGroup
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
-from envs.code_generation import train as code_train
+from envs.launch import train_main
 from tests.scripted import scripted_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def base_config(folder: Path) -> Path:
 def cli(capsys, config: Path | str, *overrides: str) -> tuple[int, str]:
     """Run train_magrpo.py's command line in-process; return (exit status, stderr)."""
     capsys.readouterr()
-    code = code_train.main("magrpo", "configs/magrpo_che_config.yaml", ["--config", str(config), "--override", *overrides])
+    code = train_main("magrpo", ["--config", str(config), "--override", *overrides])
     return code, capsys.readouterr().err
 
 
@@ -102,8 +102,8 @@ def billion_laughs() -> str:
 def run_limited(args: list[str]) -> subprocess.CompletedProcess:
     """Run the command line in a child limited to 1 GiB of address space and 60 s (the bomb used to eat all
     memory: the limit turns that into a quick failure of this test instead of a stuck machine)."""
-    code = ("import sys; import envs.code_generation; from cooprl.cli import exit_status, read_command_line; "
-            "sys.exit(exit_status(lambda: read_command_line('magrpo', 'configs/magrpo_che_config.yaml', sys.argv[1:])))")
+    code = ("import sys; from envs.launch import train_main; "
+            "sys.exit(train_main('magrpo', sys.argv[1:] + ['--print-config']))")
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
@@ -129,6 +129,69 @@ def test_yaml_alias_bomb_is_refused_without_printing_it(tmp_path, where):
     line = assert_one_error(result.returncode, result.stderr, "refused")
     assert "expand to more than" in line or "aliases" in line
     assert result.stderr.count("lol") <= 9 and len(result.stderr) < 2000  # never an expanded value
+
+
+# every command line reads its config once, through the hardened reader (issue 27 section 4: the environment
+# sniffing of the train_*.py scripts read it with plain yaml first, so a binary or UTF-16 file was a traceback)
+ENTRY_SCRIPTS = sorted(p.name for p in ROOT.glob("train_*.py")) + ["evaluate.py", "evaluate_strategy.py"]
+SCRIPT_ARGS = {"evaluate_strategy.py": ["--strategy", "direct"]}
+
+
+def run_script(name: str, argv: list[str], monkeypatch, capsys) -> tuple[int, str]:
+    """Run the script `name` as `python name argv` does, in-process; return (exit status, stderr)."""
+    import runpy
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [name, *SCRIPT_ARGS.get(name, []), *argv])
+    capsys.readouterr()
+    try:
+        runpy.run_path(str(ROOT / name), run_name="__main__")
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    return code, capsys.readouterr().err
+
+
+def bad_config(kind: str, folder: Path) -> tuple[Path, tuple[str, ...]]:
+    """Return (a config file of `kind`, the fragments its error line names)."""
+    path = folder / f"{kind}.yaml"
+    if kind == "binary":
+        path.write_bytes(bytes(range(256)) * 8)
+        return path, ("binary.yaml", "is not UTF-8 text", "binary data")
+    if kind == "utf16":
+        path.write_text(BASE, encoding="utf-16")
+        return path, ("utf16.yaml", "is not UTF-8 text", "UTF-16")
+    if kind == "huge":
+        path.write_text("seed: 1\n" + "# padding\n" * 150_000, encoding="utf-8")
+        return path, ("huge.yaml", "larger than 1 MiB")
+    if kind == "bomb":
+        path.write_text(billion_laughs() + "seed: *i\n", encoding="utf-8")
+        return path, ("bomb.yaml", "refused", "expand to more than")
+    return path, ("missing.yaml", "not found")   # kind == "missing": never written
+
+
+@pytest.mark.parametrize("kind", ["binary", "utf16", "huge", "bomb", "missing"])
+@pytest.mark.parametrize("script", ENTRY_SCRIPTS)
+def test_every_command_line_reads_its_config_through_the_hardened_reader(script, kind, tmp_path, monkeypatch,
+                                                                         capsys):
+    path, fragments = bad_config(kind, tmp_path)
+    assert_one_error(*run_script(script, ["--config", str(path)], monkeypatch, capsys), *fragments)
+
+
+def test_resume_reads_the_run_config_through_the_hardened_reader(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(BASE, encoding="utf-16")
+    assert_one_error(*run_script("train_magrpo.py", ["--resume", str(run)], monkeypatch, capsys),
+                     "config.yaml", "is not UTF-8 text", "UTF-16")
+
+
+def test_the_default_configs_exist(monkeypatch):
+    # evaluate.py and evaluate_strategy.py have a default config, as every train_*.py has
+    import evaluate_strategy
+    from envs.launch import default_config
+    for name in ENTRY_SCRIPTS[:-2]:
+        assert (ROOT / default_config(name.removeprefix("train_").removesuffix(".py"))).is_file(), name
+    assert (ROOT / evaluate_strategy.DEFAULT_CONFIG).is_file()
 
 
 @pytest.mark.slow
@@ -398,8 +461,15 @@ def test_unlisted_classes_are_refused_on_save_and_on_load(tmp_path):
     class Unlisted:
         x: int
 
-    with pytest.raises(TypeError, match="STATE_DATACLASSES"):
+    with pytest.raises(TypeError, match=r"state_dataclasses\(\)"):
         ckpt.to_plain({"a": [Unlisted(1)]})
+    # a class of the same name as a listed one is not the listed one
+    Unlisted.__module__, Unlisted.__qualname__ = "cooprl.trainers.magrpo", "NodeGroup"
+    with pytest.raises(TypeError, match=r"state_dataclasses\(\)"):
+        ckpt.to_plain(Unlisted(1))
+    assert set(ckpt.state_dataclasses()) == {"cooprl.policy_update:TrainSample", "cooprl.trainers.magrpo:NodeGroup",
+                                             "cooprl.trainers.actor_critic:Step",
+                                             "cooprl.trainers.actor_critic:CriticSample"}
     with pytest.raises(ValueError, match="unknown class"):
         ckpt.from_plain({ckpt._TAG: "dataclass", "class": "os:system", "fields": {}})
 

@@ -58,9 +58,8 @@ def test_train_grpo_two_steps(tmp_path):
     assert "turn_1/uses_aux" not in train[0]  # single agent: no cooperation terms
 
 
-def test_unregistered_trainer_is_a_clear_error():
+def test_unregistered_trainer_is_a_clear_error(capsys):
     # every trainer of the config is registered now: an unknown name still gets a clear message
-    from cooprl.config import ConfigError, load_config
-    from envs.code_generation.train import build_task_and_algorithm
-    with pytest.raises(ConfigError, match="unknown trainer 'nope'; choose one of magrpo, grpo"):
-        build_task_and_algorithm(load_config(None, []), "nope")
+    from envs.launch import train_main
+    assert train_main("nope", ["--config", "configs/magrpo_che_cpu.yaml"]) == 2
+    assert "error: unknown trainer 'nope'; choose one of magrpo, grpo" in capsys.readouterr().err

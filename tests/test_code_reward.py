@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envs.code_generation.data import Problem, load_problems  # noqa: E402
 from rewards.code_cleaning import clean_completion, defines_with_return, ignores_aux_return, is_thin_wrapper  # noqa: E402
-from rewards.code_rewards import RewardBreakdown, code_reward, code_rewards_batch, execution_reward_aux  # noqa: E402
+from rewards.code_rewards import RewardBreakdown, code_reward, code_rewards_batch  # noqa: E402
 from rewards.sandbox import Sandbox  # noqa: E402
 
 PROMPT = 'from typing import List\n\n\ndef add_all(xs: List[int]) -> int:\n    """Sum of xs."""\n'
@@ -162,9 +162,9 @@ def test_problem_object_and_dict_agree(sb):
 
 
 def test_batch_forms():
-    totals = execution_reward_aux([AUX, AUX, ""], [MAIN_GOOD, "def add_all(xs):\n    return aux(xs)\n", ""],
-                                  [TEST] * 3, ["add_all"] * 3, [PROMPT] * 3)
-    assert totals == [4.0, 3.0, 0.0]
+    problems = [Problem(f"item/{i}", PROMPT, TEST, "add_all") for i in range(3)]
+    results = code_rewards_batch(problems, [AUX, AUX, ""], [MAIN_GOOD, "def add_all(xs):\n    return aux(xs)\n", ""])
+    assert [r.total for r in results] == [4.0, 3.0, 0.0]
 
 
 def test_cleaning_helpers():

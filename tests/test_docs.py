@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cooprl.cli import parse_args
-from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, load_config
+from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, load_config, read_yaml
 from cooprl.config_docs import config_reference, default_configs, task_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +29,8 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
 
 def code_task_configs(pattern: str) -> list[Path]:
     """Return the config files matching `pattern` that run the code task (not another environment's)."""
-    from envs.train import DEFAULT_ENV, environment_of
-    return sorted(p for p in (ROOT / "configs").glob(pattern) if environment_of(p) == DEFAULT_ENV)
+    from envs import DEFAULT_ENVIRONMENT, environment_of
+    return sorted(p for p in (ROOT / "configs").glob(pattern) if environment_of(read_yaml(p)) is DEFAULT_ENVIRONMENT)
 
 
 def dataset_of(config: Config):
@@ -63,7 +63,9 @@ def number(cell: str) -> float:
 # ------------------------------------------------------------------------------------------ docs/config.md
 def test_config_reference_is_up_to_date():
     written = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
-    assert written == config_reference(), "docs/config.md is stale: run python -m cooprl.config_docs envs.code_generation > docs/config.md"
+    from strategies import CONFIG_SECTIONS
+    assert written == config_reference(CONFIG_SECTIONS), \
+        "docs/config.md is stale: run python -m cooprl.config_docs envs.code_generation strategies > docs/config.md"
 
 
 def test_config_reference_lists_every_trainer_and_its_own_keys():
@@ -205,9 +207,8 @@ def test_what_every_reference_config_shares():
 
 def test_cpu_config_table_matches_every_cpu_config():
     rows = table_rows(README, "cpu-configs")
-    from envs.train import DEFAULT_ENV, environment_of
     # the code task's configs; the other environments' (arithmetic, planner_coder, coder_tester) have their own docs
-    names = {p.stem for p in (ROOT / "configs").glob("*_cpu.yaml") if environment_of(p) == DEFAULT_ENV}
+    names = {p.stem for p in code_task_configs("*_cpu.yaml")}
     assert {r[0].strip("`") for r in rows} == names
     for name, scripts, turns, g, candidates, lr, steps, lora_r in rows:
         name = name.strip("`")

@@ -31,8 +31,13 @@ def test_baseline_whole_split_with_pass_at_k(tmp_path, capsys):
 
 
 def test_bad_samples_and_missing_config_are_one_line(capsys):
-    assert evaluate.main(["--samples", "3"]) == 2
-    assert "--config or --run is required" in capsys.readouterr().err
+    assert evaluate.main(["--config", "configs/no_such.yaml", "--samples", "3"]) == 2
+    assert "config file 'configs/no_such.yaml' not found" in capsys.readouterr().err
+    # no --config: the default config (magrpo's reference config), read and checked like any other
+    assert evaluate.main(["--samples", "3", "--override", "magrpo.num_generatoins=2"]) == 2
+    assert "magrpo.num_generatoins: unknown key; did you mean magrpo.num_generations" in capsys.readouterr().err
+    assert evaluate.main(["--trainer", "iac", "--samples", "3", "--override", "iac.num_turns=0"]) == 2
+    assert "iac.num_turns" in capsys.readouterr().err
     assert evaluate.main(["--config", "configs/magrpo_che_config.yaml", "--samples", "-1", "--override", *TINY]) == 2
     assert "--samples" in capsys.readouterr().err
     assert evaluate.main(["--config", "configs/magrpo_che_config.yaml", "--generations", "1", "--pass-k", "5",
@@ -41,11 +46,11 @@ def test_bad_samples_and_missing_config_are_one_line(capsys):
 
 
 def test_a_run_folder_with_its_newest_checkpoint(tmp_path, capsys):
-    from envs.code_generation import train as code_train
+    from envs.launch import train_main
     run_args = ["--config", "configs/magrpo_che_config.yaml", "--override", *TINY, "magrpo.max_steps=1",
                 "magrpo.num_generations=2", "magrpo.eval_num_samples=1", f"output.base_dir={tmp_path}",
                 "output.run_name=r"]
-    assert code_train.main("magrpo", "configs/magrpo_che_config.yaml", run_args) == 0
+    assert train_main("magrpo", run_args) == 0
     capsys.readouterr()
     assert evaluate.main(["--run", str(tmp_path / "r"), "--samples", "2"]) == 0
     captured = capsys.readouterr()

@@ -126,10 +126,10 @@ def test_executor_choice_and_process_default(pools):
 
 def test_the_config_chooses_the_executor(pools):
     from cooprl.config import load_config
-    from envs.code_generation.train import use_reward_executor
     from rewards import sandbox as local
-    use_reward_executor(load_config(None, ["reward.executor=ray", "reward.ray_actors=1",
-                                           "reward.ray_workers_per_actor=1"]))
+    from rewards.ray_pool import use_configured_executor
+    use_configured_executor(load_config(None, ["reward.executor=ray", "reward.ray_actors=1",
+                                               "reward.ray_workers_per_actor=1"]).reward)
     try:
         pool = default_sandbox()
         assert isinstance(pool, RaySandbox) and pool.workers == 1

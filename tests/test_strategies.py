@@ -282,6 +282,9 @@ def test_cli_runs_and_resumes(tmp_path, capsys):
     ("budget.nope=1", "budget.nope: unknown key"),
     ("codet.num_codes=4", "another strategy"),
     ("direct.temperature=hot", "direct.temperature"),
+    ("direct.temprature=0", "direct.temprature: unknown key; did you mean direct.temperature?"),
+    ("budget.max_calss=3", "budget.max_calss: unknown key; did you mean budget.max_calls?"),
+    ("budget.top_p=2", "budget.top_p: 2.0 is out of range; expected a value in [0.0, 1.0]"),
     ("dataset.eval_split=nosuch[", "nosuch["),
 ])
 def test_cli_bad_input_is_one_error_line(tmp_path, capsys, override, needle):
@@ -296,3 +299,27 @@ def test_cli_missing_checkpoint_is_one_error_line(tmp_path, capsys):
     assert evaluate_strategy.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --checkpoint")
+
+
+def test_strategy_settings_are_typed_options_checked_and_documented():
+    # the budget and every strategy's section are option() fields: a doc each, bounds and did-you-mean at load,
+    # and a row each in the generated docs/config.md
+    import dataclasses
+    from pathlib import Path
+    from cooprl.config import ConfigError
+    from strategies import CONFIG_SECTIONS
+    assert set(CONFIG_SECTIONS) == {"budget", "direct", "codet", "collabcoder", "cosplay"}
+    page = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text(encoding="utf-8")
+    for name, cls in CONFIG_SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("doc"), f"{name}.{f.name} has no doc"
+            assert f"| `{name}.{f.name}` |" in page, f"{name}.{f.name} is not in docs/config.md"
+    with pytest.raises(ConfigError, match=r"cosplay.num_codez: unknown key; did you mean cosplay.num_codes\?"):
+        evaluate_strategy.split_overrides("cosplay", ["cosplay.num_codez=3"])
+    with pytest.raises(ConfigError, match=r"cosplay.random_fraction: 1.5 is out of range"):
+        evaluate_strategy.split_overrides("cosplay", ["cosplay.random_fraction=1.5"])
+    with pytest.raises(ConfigError, match=r"codet.num_codes: 0 is out of range"):
+        evaluate_strategy.split_overrides("codet", ["codet.num_codes=0"])
+    _, budget, config = evaluate_strategy.split_overrides("collabcoder", ["budget.max_calls=7",
+                                                                          "collabcoder.use_rt=false"])
+    assert budget.max_calls == 7 and config.use_rt is False and config.max_iterations == 5

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, load_config, read_yaml
 from cooprl.generation import Completion
 from cooprl.rollout import RolloutSettings, rollout, sample_returns
 from cooprl.trainers import build_algorithm
@@ -17,7 +17,8 @@ from envs.coder_tester.config import CoderTesterConfig
 from envs.coder_tester.task import build_coder_tester_task
 from envs.planner_coder.config import PlannerCoderConfig
 from envs.planner_coder.task import build_planner_coder_task, plan_text, revise_target, with_plan
-from envs.train import environment_of
+from envs import ENVIRONMENTS, environment_of
+from envs.arithmetic.config import ArithmeticConfig
 from rewards.self_tests import discrimination_reward, example_asserts, reliability, self_tests_rewards, support
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,10 +245,13 @@ def test_trainers_that_need_one_reward_refuse_individual_rewards(data):
 
 
 def test_the_config_names_its_environment():
-    assert environment_of(ROOT / "configs" / "planner_coder_cpu.yaml") == "envs.planner_coder.train"
-    assert environment_of(ROOT / "configs" / "coder_tester_cpu.yaml") == "envs.coder_tester.train"
-    assert environment_of(ROOT / "configs" / "arithmetic_cpu.yaml") == "envs.arithmetic.train"
-    assert environment_of(ROOT / "configs" / "magrpo_che_cpu.yaml") == "envs.code_generation.train"
+    def named(name: str) -> str:
+        return environment_of(read_yaml(ROOT / "configs" / name)).name
+    assert named("planner_coder_cpu.yaml") == "planner_coder"
+    assert named("coder_tester_cpu.yaml") == "coder_tester"
+    assert named("arithmetic_cpu.yaml") == "arithmetic"
+    assert named("magrpo_che_cpu.yaml") == "code_generation"
+    assert ENVIRONMENTS["arithmetic"].config is ArithmeticConfig
 
 
 # ---------------------------------------------------------------------------------------------- learnable variants
@@ -303,7 +307,7 @@ def test_a_learnable_variant_of_each_team_learns(tmp_path, kind):
 @pytest.mark.parametrize("trainer", ["magrpo", "iac", "maac", "madpo"])
 def test_each_team_config_trains_through_the_command_line(tmp_path, trainer):
     # the README's commands, on the tiny random model for one step: each team with each trainer it names
-    from envs.train import main
+    from envs.launch import train_main as main
     torch.set_num_threads(1)
     for team in ("planner_coder", "coder_tester"):
         extra = [f"{trainer}.num_generations=2"] if trainer != "madpo" else [f"{trainer}.preference_num_candidates=2"]
@@ -311,6 +315,6 @@ def test_each_team_config_trains_through_the_command_line(tmp_path, trainer):
                 "agent_model.name=offline:tiny-random", "critic_model.name=null", f"{trainer}.max_steps=1",
                 f"{trainer}.max_new_tokens=8", f"{trainer}.eval_num_samples=1", "dataset.eval_split=test[:1]",
                 "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={team}-{trainer}", *extra]
-        assert main(trainer, f"configs/{team}_cpu.yaml", argv) == 0, (team, trainer)
+        assert main(trainer, argv) == 0, (team, trainer)
         events = [json.loads(line) for line in (tmp_path / f"{team}-{trainer}" / "metrics.jsonl").read_text().splitlines()]
         assert any(e.get("step") == 1 and "turn_1/reward_mean" in e for e in events), (team, trainer)

@@ -2,7 +2,7 @@
 matching train_*.py with their values where they belong, and run.
 
 The commands are the seed document's (the README of OpenMLRL/LLM_Collab_Code_Generation as the project received
-it), copied literally; each runs in-process through the real command line (`envs.code_generation.train.main`) with only
+it), copied literally; each runs in-process through the real command line (`envs.launch.train_main`) with only
 `--override` additions: the tiny offline model, the shipped coop set, two steps, small candidate counts.
 Upstream's configs are test data in tests/data/upstream_configs/ (sources in the README there).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cooprl.config import ConfigError, load_config
-from envs.code_generation import train as code_train
+from envs.launch import train_main
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
@@ -70,7 +70,7 @@ def run_command(command: str, additions: list[str]) -> int:
         args.append("--override")
     args = args + additions if args[-1] == "--override" or "--override" in args else args
     default = f"configs/{trainer}_{'he' if trainer == 'grpo' else 'che'}_config.yaml"
-    return code_train.main(trainer, default, args)
+    return train_main(trainer, args, default)
 
 
 def train_events(run_dir: Path) -> list[dict]:
@@ -165,7 +165,7 @@ def test_upstream_config_loads_and_its_values_land_in_our_fields(trainer, datase
 
 def test_print_config_of_an_upstream_config_shows_our_names(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    assert code_train.main("madpo_iter", "x", ["--config", str(upstream("madpo_iter", "che")), "--print-config"]) == 0
+    assert train_main("madpo_iter", ["--config", str(upstream("madpo_iter", "che")), "--print-config"]) == 0
     out = capsys.readouterr().out
     assert "replay_lambda: 0.5" in out and "preference_replay_lambda" not in out
     assert "comparator_model: null" in out and "comparator_model_name" not in out
@@ -175,8 +175,8 @@ def test_print_config_of_an_upstream_config_shows_our_names(tmp_path, monkeypatc
                                              ("marlhf_iter", "che")])
 def test_upstream_config_runs_end_to_end(trainer, dataset, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    code = code_train.main(trainer, "x", ["--config", str(upstream(trainer, dataset)), "--override", *OFFLINE,
-                                         *few_steps(trainer, tmp_path, "up")])
+    code = train_main(trainer, ["--config", str(upstream(trainer, dataset)), "--override", *OFFLINE,
+                                *few_steps(trainer, tmp_path, "up")])
     assert code == 0
     assert train_events(tmp_path / "up")[-1]["step"] == 2   # upstream logs every logging_steps (50) and at the end
 

@@ -237,10 +237,10 @@ def test_an_override_of_ours_wins_over_the_older_key_and_num_iterations_stays_on
 
 
 def test_the_older_madpo_config_runs(tmp_path, monkeypatch):
-    from envs.code_generation import train as code_train
+    from envs.launch import train_main
     monkeypatch.chdir(ROOT)
-    code = code_train.main("madpo", "x", ["--config", str(OLD_MADPO), "--override", *OFFLINE,
-                                         *few_steps("madpo", tmp_path, "old")])
+    code = train_main("madpo", ["--config", str(OLD_MADPO), "--override", *OFFLINE,
+                                *few_steps("madpo", tmp_path, "old")])
     assert code == 0
     lines = [json.loads(line) for line in (tmp_path / "old" / "metrics.jsonl").read_text().splitlines()]
     assert max(e.get("step", 0) for e in lines) == 2

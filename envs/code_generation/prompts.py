@@ -111,12 +111,6 @@ def agent_prompts(problem: Problem, num_agents: int) -> list[str]:
     raise ValueError(f"num_agents={num_agents!r}: code generation supports 1 (single) or 2 (aux + main) agents")
 
 
-def prompt_for(role: str, problem: Problem) -> str:
-    """Return the first-turn prompt of `role` ("aux", "main" or "single")."""
-    _check_role(role)
-    return {"aux": aux_prompt, "main": main_prompt, "single": single_prompt}[role](problem)
-
-
 # ---------------------------------------------------------------- from completion to code
 
 def code_prefix(role: str, problem: Problem) -> str:

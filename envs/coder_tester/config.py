@@ -1,6 +1,6 @@
 """The coder_tester task's config sections: the code task's `dataset`, `external` and `code_reward`, and its own
 `coder_tester`. Passed to the loader explicitly (`task_config=CoderTesterConfig`); a config file's top-level
-`coder_tester:` section is what makes the train_*.py scripts pick this environment (envs/train.py)."""
+`coder_tester:` section is what makes the train_*.py scripts pick this environment (envs.environment_of)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The planner_coder task's config sections: the code task's `dataset`, `external` and `code_reward`, and its own
 `planner_coder`. Passed to the loader explicitly (`task_config=PlannerCoderConfig`); a config file's top-level
-`planner_coder:` section is what makes the train_*.py scripts pick this environment (envs/train.py)."""
+`planner_coder:` section is what makes the train_*.py scripts pick this environment (envs.environment_of)."""
 
 from __future__ import annotations
 

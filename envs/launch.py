@@ -1,0 +1,36 @@
+"""The command line every `train_*.py` script runs, and `python -m envs TRAINER [--config FILE] [...]`.
+
+One path: read the config file once through the hardened reader (`cooprl.cli.read_config`), pick the environment
+its sections name (`envs.ENVIRONMENTS`), set it up and build its task (`Environment.prepare_task`), train
+(`cooprl.train.train`, which checks that the trainer fits the task). `evaluate.py` builds through the same
+`prepare_task`.
+
+Bad input (DatasetError, ModelError, ConfigError, CheckpointError, ...: `cooprl.errors.UserError`) prints one
+`error:` line and exits 2. torch, transformers and the trainers are imported only once the config has been read:
+a typo, a missing file or `--print-config` answers in a fraction of a second instead of after ~5 s of imports.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from cooprl.cli import exit_status, read_command_line
+from envs import environment_for, task_config_of
+
+
+def default_config(trainer: str) -> str:
+    """Return the config file `python -m envs TRAINER` and evaluate.py read without --config: the trainer's
+    reference config on CoopHumanEval (each train_*.py names its own, `default=`)."""
+    return f"configs/{trainer}_che_config.yaml"
+
+
+def train_main(trainer: str, argv: Sequence[str] | None = None, default: str | None = None) -> int:
+    """Train `trainer` as the command line `argv` (default: sys.argv) says, on the environment its config names;
+    return the exit code (2 after a one-line error for bad input). `default`: the config without --config."""
+    def read_then_train() -> None:
+        config = read_command_line(trainer, default or default_config(trainer), argv, task_config_of)
+        if config is None:   # --print-config
+            return
+        from cooprl.train import train
+        train(config, trainer, environment_for(config).prepare_task(config, trainer))
+    return exit_status(read_then_train)
