@@ -1,0 +1,252 @@
+"""Verified cooperation (`code_reward.cooperation: verified`): the bonus is paid for what runs, not for what the
+text of main says.
+
+The seed's rule (`rewards.code_cleaning.cooperation`) reads main's code: it pays an aux that does no work (an
+identity, a constant `''` joined to the answer, an aux that always raises inside main's `try`, a call in a branch
+that never runs). Here the pair is run again with aux changed, and every verdict is a test verdict, decided in the
+sandbox's worker from plain data (`rewards.sandbox`), never a record the program could write:
+
+1. raise: aux replaced by a stub that raises. Some test that passed must now fail: aux is called while a
+   passing test runs, and main cannot do without it (a `try` that falls back to main's own answer pays nothing).
+2. passthrough: aux replaced by a stub that returns its k-th parameter (each of its first `MAX_PARAMS`). Some
+   test that passed must fail each time: aux's results are not a passthrough of one of its arguments.
+3. constant: aux's real results replaced by its first result, for every call of the run. Some test that passed
+   must fail: aux's results are not one value for every call.
+4. other values: each result replaced by another value of the same kind (`other` in `_WRAPPER`: a number
+   scrambled, another string, the sequence reversed with each item changed, a bool negated). Some test that passed must fail: main needs
+   what aux computes, not only that it was called.
+
+The stubs of 1 and 2 behave exactly like the degenerate auxes they stand for (an identity aux and its
+passthrough stub are the same function), so no program can tell them apart; 3 and 4 wrap the real aux, and a
+wrapper that cannot copy or change a value (a structure too deep, a type it does not know) returns it unchanged,
+which makes the check fail, never pass. What a program could use to see the probes at all (reading aux as an
+object rather than calling it, introspection, frames, dunders, `is` between two computed values, imports outside
+a plain-computation allow-list) is refused up front by `probe_gate`: no bonus. The bonus is then scaled by the
+share of tests passed, so a main that passes 1 test of 8 while branching on aux cannot outscore a correct main
+that does not call aux.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Callable, Sequence
+
+from rewards.code_cleaning import PARSE_ERRORS
+
+MODES = ("seed", "verified")
+MAX_PARAMS = 3          # passthrough stubs tried: aux's first parameters
+
+# Modules a main or aux may import and still be probed: plain computation only (no frames, no introspection,
+# no process, file or clock access).
+SAFE_MODULES = frozenset({
+    "math", "cmath", "re", "string", "collections", "itertools", "functools", "heapq", "bisect", "typing",
+    "statistics", "fractions", "decimal", "copy", "datetime", "calendar", "numbers", "unicodedata", "textwrap",
+    "array", "random", "hashlib", "enum", "dataclasses", "json", "difflib", "fnmatch", "operator", "string"})
+# Names that read or change the program from inside (namespaces, attributes by name, code, objects' identity).
+_INTROSPECTIVE = frozenset({
+    "globals", "locals", "vars", "dir", "eval", "exec", "compile", "open", "getattr", "setattr", "delattr",
+    "hasattr", "breakpoint", "id", "memoryview", "input", "help", "attrgetter", "methodcaller", "sys", "os",
+    "gc", "inspect", "builtins", "ctypes", "importlib", "traceback", "types", "time", "threading", "signal",
+    "weakref", "marshal", "pickle", "dis", "resource", "subprocess", "io", "atexit", "faulthandler"})
+_FRAME_PREFIXES = ("_", "f_", "tb_", "gi_", "cr_", "ag_", "co_")
+_HIGHER_ORDER = frozenset({"map", "filter", "sorted", "min", "max", "reduce"})
+
+
+def probe_gate(aux_src: str, main_src: str, imports: Sequence[str], aux: str = "aux") -> str:
+    """Return why the probes cannot be trusted on this pair ('' when they can): either function, or an import
+    line of the completions, uses something a program could tell the probes apart with (see the module doc)."""
+    trees = []
+    for src in (aux_src, main_src, "\n".join(imports)):
+        try:
+            trees.append(ast.parse(src))
+        except PARSE_ERRORS:
+            return "the code does not parse"
+    aux_tree, main_tree, import_tree = trees
+    for label, tree in (("aux", aux_tree), ("main", main_tree), ("imports", import_tree)):
+        why = _introspection(tree)
+        if why:
+            return f"{label} {why}"
+    if not any(isinstance(n, ast.Name) and n.id == aux for n in ast.walk(main_tree)):
+        return f"main never names {aux}"
+    parents = {child: node for node in ast.walk(main_tree) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(main_tree):
+        if isinstance(node, ast.Name) and node.id == aux and not _calls_only(node, parents):
+            return f"main uses {aux} as an object (line {node.lineno}), not only by calling it"
+    return ""
+
+
+def _introspection(tree: ast.AST) -> str:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            bad = [m for m in modules if m.split(".")[0] not in SAFE_MODULES]
+            if bad:
+                return f"imports {bad[0]}"
+        elif isinstance(node, ast.Name) and (node.id in _INTROSPECTIVE or node.id.startswith("__")):
+            return f"uses {node.id}"
+        elif isinstance(node, ast.Attribute) and (node.attr.startswith(_FRAME_PREFIXES) or node.attr in _INTROSPECTIVE):
+            return f"reads .{node.attr}"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "__" in node.value:
+            return "holds a dunder name in a string"
+        elif isinstance(node, ast.ClassDef):
+            return f"defines a class ({node.name})"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("__"):
+            return f"defines {node.name}"
+        elif isinstance(node, ast.Compare):
+            sides = [node.left] + node.comparators
+            for op, a, b in zip(node.ops, sides, sides[1:]):
+                if isinstance(op, (ast.Is, ast.IsNot)) and not (isinstance(a, ast.Constant) or isinstance(b, ast.Constant)):
+                    return "compares two values with `is`"
+    return ""
+
+
+def _calls_only(name: ast.Name, parents: dict) -> bool:
+    """True when this occurrence of aux is a call of it, or an argument of map/filter/sorted/min/max/reduce."""
+    parent = parents.get(name)
+    if isinstance(parent, ast.Call) and parent.func is name:
+        return True
+    if isinstance(parent, ast.keyword):
+        parent = parents.get(parent)
+    if isinstance(parent, ast.Call) and name is not parent.func:
+        func = parent.func
+        callee = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        return callee in _HIGHER_ORDER
+    return False
+
+
+# ------------------------------------------------------------------------------------------------ the probes
+
+# Defined in the program after aux (so it rebinds the name `aux` that main and aux itself call). Plain Python run
+# inside the sandboxed child; it decides nothing: the verdicts of the tests do.
+_WRAPPER = '''
+def _coop_probe_wrap(real, mode):
+    first = []
+
+    def plain_copy(v, depth=0):
+        t = type(v)
+        if depth > 50:
+            raise ValueError
+        if t is list:
+            return [plain_copy(x, depth + 1) for x in v]
+        if t is dict:
+            return {k: plain_copy(x, depth + 1) for k, x in v.items()}
+        if t is set:
+            return {plain_copy(x, depth + 1) for x in v}
+        if t is tuple:
+            return tuple(plain_copy(x, depth + 1) for x in v)
+        return v
+
+    def other(v, depth=0):
+        # another value of the same kind that no shift, reordering or renaming undoes: numbers are scrambled
+        # (not monotone, not one-to-one), a string becomes one of three short strings, containers change item
+        # by item; None stays None (a marker inside a sequence)
+        t = type(v)
+        if depth > 50:
+            raise ValueError
+        if v is None:
+            return None
+        if t is bool:
+            return not v
+        if t is int:
+            w = (v * 7 + 3) % 11 - 5
+            return w if w != v else v + 1
+        if t is float:
+            if v != v or v in (float("inf"), float("-inf")):
+                return 0.0
+            w = (v * 7.0 + 3.0) % 11.0 - 5.0
+            return w if w != v else v + 1.0
+        if t is complex:
+            return v + 1
+        if t is str:
+            return "Zq" + "xyz"[len(v) % 3]
+        if t is bytes:
+            return b"Zq" + b"xyz"[len(v) % 3:len(v) % 3 + 1]
+        if t is list:
+            return [other(x, depth + 1) for x in reversed(v)] or [0]
+        if t is tuple:
+            return tuple(other(x, depth + 1) for x in reversed(v)) or (0,)
+        if t is set or t is frozenset:
+            return t(other(x, depth + 1) for x in v) or t((0,))
+        if t is dict:
+            return {k: other(x, depth + 1) for k, x in v.items()} or {0: 0}
+        raise ValueError
+
+    def aux(*args, **kwargs):
+        value = real(*args, **kwargs)
+        try:
+            if mode == "constant":
+                if not first:
+                    first.append(plain_copy(value))
+                return plain_copy(first[0])
+            return other(value)
+        except BaseException:
+            return value
+    return aux
+
+
+aux = _coop_probe_wrap(aux, MODE)
+'''
+
+
+def _stub(aux_src: str, aux: str, body: str) -> str | None:
+    """aux's definition with the same parameters and `body` as its only statement; None when aux has no def."""
+    try:
+        tree = ast.parse(aux_src)
+    except PARSE_ERRORS:
+        return None
+    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == aux), None)
+    if node is None:
+        return None
+    node.body, node.decorator_list, node.returns = ast.parse(body).body, [], None
+    return ast.unparse(node)
+
+
+def _params(aux_src: str, aux: str) -> list[str]:
+    node = next((n for n in ast.parse(aux_src).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == aux), None)
+    if node is None:
+        return []
+    return [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs][:MAX_PARAMS]
+
+
+def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, Callable[[str], str] | str]]:
+    """The probes of one aux, in the order they run: (name, what replaces aux's source in the program)."""
+    probes: list[tuple[str, str]] = []
+    raising = _stub(aux_src, aux, "raise RuntimeError('aux failed')")
+    if raising is None:
+        return []
+    probes.append(("raise", raising))
+    for k, param in enumerate(_params(aux_src, aux)):
+        probes.append((f"passthrough of argument {k + 1} ({param})", _stub(aux_src, aux, f"return {param}")))
+    for mode in ("constant", "other values"):
+        wrapped = aux_src.rstrip("\n") + "\n\n" + _WRAPPER.replace("MODE", repr(mode.split()[0]))
+        probes.append((mode, wrapped))
+    return probes
+
+
+REASONS = {
+    "raise": "aux is not needed: the tests that pass still pass when aux raises",
+    "constant": "aux's results are one value for every call, as far as the tests tell",
+    "other": "main does not need what aux computes: the tests that pass still pass with other values",
+}
+
+
+def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence[bool],
+           run: Callable[[str], Sequence[bool]], aux: str = "aux") -> str:
+    """Run the probes of one pair whose normal run passed the tests marked in `passed`; return '' when the
+    cooperation is verified, else why not. `run(aux_source)` runs the program with aux's source replaced and
+    returns the test verdicts (from the worker); probes stop at the first one that denies the bonus."""
+    why = probe_gate(aux_src, main_src, imports, aux)
+    if why:
+        return f"not probed: {why}"
+    probes = probe_programs(aux_src, aux)
+    if not probes:
+        return "not probed: aux has no def"
+    for name, replacement in probes:
+        verdicts = run(replacement)
+        if len(verdicts) != len(passed):
+            return f"probe {name}: the run did not finish"
+        if not any(was and not now for was, now in zip(passed, verdicts)):
+            return REASONS.get(name.split()[0], f"aux's results are a {name}, as far as the tests tell")
+    return ""
