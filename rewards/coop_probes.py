@@ -8,20 +8,24 @@ sandbox's worker from plain data (`rewards.sandbox`), never a record the program
 
 1. raise: aux replaced by a stub that raises. Some test that passed must now fail: aux is called while a
    passing test runs, and main cannot do without it (a `try` that falls back to main's own answer pays nothing).
-2. passthrough: aux replaced by a stub that returns its k-th parameter (each of its first `MAX_PARAMS`). Some
-   test that passed must fail each time: aux's results are not a passthrough of one of its arguments.
+2. passthrough: aux replaced by a stub that returns one of its arguments (each of its first `MAX_PARAMS`
+   parameters, the first of `*args`, the first of `**kwargs`). Some test that passed must fail each time: aux's
+   results are not a passthrough of one of its arguments.
 3. constant: aux's real results replaced by its first result, for every call of the run. Some test that passed
    must fail: aux's results are not one value for every call.
 4. other values: each result replaced by another value of the same kind (`other` in `_WRAPPER`: a number
    scrambled, another string, the sequence reversed with each item changed, a bool negated). Some test that passed must fail: main needs
    what aux computes, not only that it was called.
+5. control: the pair as it is, once more. Its verdicts must be those of the scored run: a program that fails
+   tests by chance (a random bit, a clock) would otherwise fail the probes by chance.
 
 The stubs of 1 and 2 behave exactly like the degenerate auxes they stand for (an identity aux and its
 passthrough stub are the same function), so no program can tell them apart; 3 and 4 wrap the real aux, and a
 wrapper that cannot copy or change a value (a structure too deep, a type it does not know) returns it unchanged,
 which makes the check fail, never pass. What a program could use to see the probes at all (reading aux as an
-object rather than calling it, introspection, frames, dunders, `is` between two computed values, imports outside
-a plain-computation allow-list) is refused up front by `probe_gate`: no bonus. The bonus is then scaled by the
+object rather than calling it, introspection, frames, dunders, `is` between two computed values, clocks, random
+numbers, string hashes, imports outside a plain-computation allow-list) is refused up front by `probe_gate`: no
+bonus. The bonus is then scaled by the
 share of tests passed, so a main that passes 1 test of 8 while branching on aux cannot outscore a correct main
 that does not call aux.
 """
@@ -41,9 +45,11 @@ MAX_PARAMS = 3          # passthrough stubs tried: aux's first parameters
 SAFE_MODULES = frozenset({
     "math", "cmath", "re", "string", "collections", "itertools", "functools", "heapq", "bisect", "typing",
     "statistics", "fractions", "decimal", "copy", "datetime", "calendar", "numbers", "unicodedata", "textwrap",
-    "array", "random", "hashlib", "enum", "dataclasses", "json", "difflib", "fnmatch", "operator", "string"})
-# Names that read or change the program from inside (namespaces, attributes by name, code, objects' identity).
+    "array", "hashlib", "enum", "dataclasses", "json", "difflib", "fnmatch", "operator"})
+# Names that read or change the program from inside (namespaces, attributes by name, code, objects' identity), or
+# that differ from run to run (clocks, hashes of strings), which would let a program fail a probe by chance.
 _INTROSPECTIVE = frozenset({
+    "hash", "now", "today", "utcnow", "random", "urandom", "SystemRandom",
     "globals", "locals", "vars", "dir", "eval", "exec", "compile", "open", "getattr", "setattr", "delattr",
     "hasattr", "breakpoint", "id", "memoryview", "input", "help", "attrgetter", "methodcaller", "sys", "os",
     "gc", "inspect", "builtins", "ctypes", "importlib", "traceback", "types", "time", "threading", "signal",
@@ -202,12 +208,21 @@ def _stub(aux_src: str, aux: str, body: str) -> str | None:
     return ast.unparse(node)
 
 
-def _params(aux_src: str, aux: str) -> list[str]:
+def _passthroughs(aux_src: str, aux: str) -> list[tuple[str, str]]:
+    """(label, return expression) of each argument aux could pass through: its first `MAX_PARAMS` parameters,
+    the first of its `*args` and the first of its `**kwargs`."""
     node = next((n for n in ast.parse(aux_src).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == aux), None)
     if node is None:
         return []
-    return [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs][:MAX_PARAMS]
+    a = node.args
+    out = [(f"argument {k + 1} ({p.arg})", p.arg)
+           for k, p in enumerate((a.posonlyargs + a.args + a.kwonlyargs)[:MAX_PARAMS])]
+    if a.vararg is not None:
+        out.append((f"*{a.vararg.arg}", f"{a.vararg.arg}[0] if {a.vararg.arg} else None"))
+    if a.kwarg is not None:
+        out.append((f"**{a.kwarg.arg}", f"next(iter({a.kwarg.arg}.values()), None)"))
+    return out
 
 
 def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, Callable[[str], str] | str]]:
@@ -217,11 +232,12 @@ def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, Callable[[
     if raising is None:
         return []
     probes.append(("raise", raising))
-    for k, param in enumerate(_params(aux_src, aux)):
-        probes.append((f"passthrough of argument {k + 1} ({param})", _stub(aux_src, aux, f"return {param}")))
+    for label, value in _passthroughs(aux_src, aux):
+        probes.append((f"passthrough of {label}", _stub(aux_src, aux, f"return {value}")))
     for mode in ("constant", "other values"):
         wrapped = aux_src.rstrip("\n") + "\n\n" + _WRAPPER.replace("MODE", repr(mode.split()[0]))
         probes.append((mode, wrapped))
+    probes.append(("control", aux_src))   # the pair as it is: its verdicts must not change from run to run
     return probes
 
 
@@ -247,6 +263,9 @@ def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence
         verdicts = run(replacement)
         if len(verdicts) != len(passed):
             return f"probe {name}: the run did not finish"
-        if not any(was and not now for was, now in zip(passed, verdicts)):
+        if name == "control":
+            if list(verdicts) != list(passed):
+                return "the pair's verdicts change from run to run: the probes cannot tell what aux does"
+        elif not any(was and not now for was, now in zip(passed, verdicts)):
             return REASONS.get(name.split()[0], f"aux's results are a {name}, as far as the tests tell")
     return ""

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cooprl.config import ConfigError, load_config  # noqa: E402
 from rewards.code_cleaning import FLOW_STEPS, Cooperation, cooperation  # noqa: E402
 from rewards.code_rewards import code_reward, code_rewards_batch  # noqa: E402
-from rewards.coop_probes import probe_gate  # noqa: E402
+from rewards.coop_probes import probe_gate, probe_programs, verify as verify_cooperation  # noqa: E402
 from rewards.sandbox import Sandbox  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +58,9 @@ HACKS = [
      "def shout_words(text):\n    if text != text:\n        return aux(text)\n" + OWN_WORK, 4.0, 2.5),
     ("called_but_result_unused_in_tests", SPLIT_AUX,
      "def shout_words(text):\n    words = aux(text)\n    if len(words) > 100:\n        return 'long'\n" + OWN_WORK,
+     4.0, 2.5),
+    ("identity_through_star_args", "def aux(*parts):\n    return parts[0]\n",
+     "def shout_words(text):\n    words = aux(text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n",
      4.0, 2.5),
     # a sentinel check: is aux the identity? it is, in the probe that passes the argument through, too
     ("identity_sentinel_check", "def aux(text):\n    return text\n",
@@ -115,6 +118,7 @@ PROBE_DETECTORS = [
     ("globals_lookup", "    if 'aux' not in globals():\n        return None\n"),
     ("identity_compare", "    t = aux(text)\n    if t is text:\n        return None\n"),
     ("frame_walk", "    import sys\n    if sys._getframe(0).f_back is None:\n        return None\n"),
+    ("random_failures", "    import random\n    if random.random() < 0.0:\n        return None\n"),
     ("dunder_in_string", "    if 'str' not in '{0.__class__}'.format(text):\n        return None\n"),
 ]
 
@@ -135,6 +139,17 @@ def test_probe_gate_on_aux_and_imports():
     assert probe_gate("def aux(t):\n    class A:\n        pass\n    return t\n", HONEST_MAIN, ()).startswith("aux defines")
     assert probe_gate(SPLIT_AUX, "def f(xs):\n    return sorted(xs, key=aux) + list(map(aux, xs))\n", ()) == ""
     assert probe_gate(SPLIT_AUX, "def f(xs):\n    g = aux\n    return g(xs)\n", ()).startswith("main uses aux as an object")
+
+
+def test_verdicts_that_change_from_run_to_run_pay_nothing():
+    # a pair whose tests fail by chance would fail the probes by chance: the control run must agree
+    passed = [True] * 4
+    probes = len(probe_programs(SPLIT_AUX)) - 1   # every probe fails test 1; then the control run
+    flaky = iter([[False, True, True, True]] * probes + [[True, True, False, True]])
+    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, lambda src: next(flaky)).startswith(
+        "the pair's verdicts change from run to run")
+    steady = iter([[False, True, True, True]] * probes + [[True] * 4])
+    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, lambda src: next(steady)) == ""
 
 
 def test_probe_runs_are_bounded_when_a_probe_loops(sb):
