@@ -273,9 +273,9 @@ def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: 
 
 def execution_reward_aux(aux_list: Sequence[str], main_list: Sequence[str], tests: Sequence[str],
                          entry_points: Sequence[str], prompts: Sequence[str], *, single_agent: bool = False,
-                         timeout_s: float = 10.0, max_timeouts: int = 3) -> list[float]:
+                         timeout_s: float = 10.0, max_timeouts: int = 3, cooperation: str = "seed") -> list[float]:
     """Batch form with the reference's argument order; returns the totals. Pairs run in parallel."""
     problems = [Problem(f"item/{i}", p, t, e) for i, (p, t, e) in enumerate(zip(prompts, tests, entry_points))]
     results = code_rewards_batch(problems, list(aux_list), list(main_list), single_agent=single_agent,
-                                 timeout_s=timeout_s, max_timeouts=max_timeouts)
+                                 timeout_s=timeout_s, max_timeouts=max_timeouts, cooperation=cooperation)
     return [r.total for r in results]

@@ -8,9 +8,10 @@ sandbox's worker from plain data (`rewards.sandbox`), never a record the program
 
 1. raise: aux replaced by a stub that raises. Some test that passed must now fail: aux is called while a
    passing test runs, and main cannot do without it (a `try` that falls back to main's own answer pays nothing).
-2. passthrough: aux replaced by a stub that returns one of its arguments (each of its first `MAX_PARAMS`
-   parameters, the first of `*args`, the first of `**kwargs`). Some test that passed must fail each time: aux's
-   results are not a passthrough of one of its arguments.
+2. passthrough: aux runs as it is, but main gets one of its arguments back instead of its result (each of its
+   first `MAX_PARAMS` parameters, the first of `*args`, the first of `**kwargs`). Some test that passed must fail
+   each time: aux's results are not a passthrough of one of its arguments (aux's side effects still happen, so a
+   side channel from aux to main does not count as a result).
 3. constant: aux's real results replaced by its first result, for every call of the run. Some test that passed
    must fail: aux's results are not one value for every call.
 4. other values: each result replaced by another value of the same kind (`other` in `_WRAPPER`: a number
@@ -19,10 +20,11 @@ sandbox's worker from plain data (`rewards.sandbox`), never a record the program
 5. control: the pair as it is, once more. Its verdicts must be those of the scored run: a program that fails
    tests by chance (a random bit, a clock) would otherwise fail the probes by chance.
 
-The stubs of 1 and 2 behave exactly like the degenerate auxes they stand for (an identity aux and its
-passthrough stub are the same function), so no program can tell them apart; 3 and 4 wrap the real aux, and a
-wrapper that cannot copy or change a value (a structure too deep, a type it does not know) returns it unchanged,
-which makes the check fail, never pass. What a program could use to see the probes at all (reading aux as an
+Probes 2 and 3 behave exactly like the degenerate auxes they stand for (with an identity aux, the passthrough
+probe returns the very object aux would), so no program can tell them apart. Probes 2-4 wrap the real aux: only
+the results main sees are replaced (aux's calls of itself get the real ones), and a wrapper that cannot copy or
+change a value (a structure too deep, a type it does not know) returns it unchanged, which makes the check fail,
+never pass. What a program could use to see the probes at all (reading aux as an
 object rather than calling it, introspection, frames, dunders, `is` between two computed values, clocks, random
 numbers, string hashes, imports outside a plain-computation allow-list) is refused up front by `probe_gate`: no
 bonus. The bonus is then scaled by the
@@ -88,7 +90,7 @@ def _introspection(tree: ast.AST) -> str:
             bad = [m for m in modules if m.split(".")[0] not in SAFE_MODULES]
             if bad:
                 return f"imports {bad[0]}"
-        elif isinstance(node, ast.Name) and (node.id in _INTROSPECTIVE or node.id.startswith("__")):
+        elif isinstance(node, ast.Name) and (node.id in _INTROSPECTIVE or node.id.startswith(("__", "_coop"))):
             return f"uses {node.id}"
         elif isinstance(node, ast.Attribute) and (node.attr.startswith(_FRAME_PREFIXES) or node.attr in _INTROSPECTIVE):
             return f"reads .{node.attr}"
@@ -177,13 +179,41 @@ def _coop_probe_wrap(real, mode):
             return {k: other(x, depth + 1) for k, x in v.items()} or {0: 0}
         raise ValueError
 
+    def argument(args, kwargs):
+        # the argument `mode` names, as the real aux received it (defaults included)
+        kind = mode[1]
+        if kind == "positional":
+            index, name, npos = mode[2:]
+            if index < len(args):
+                return args[index]
+            if name in kwargs:
+                return kwargs[name]
+            defaults = real.__defaults__ or ()
+            return defaults[index - (npos - len(defaults))]
+        if kind == "keyword":
+            return kwargs[mode[2]] if mode[2] in kwargs else (real.__kwdefaults__ or {})[mode[2]]
+        if kind == "star":
+            return args[mode[2]] if len(args) > mode[2] else None
+        return next((v for k, v in kwargs.items() if k not in mode[2]), None)
+
+    depth = [0]
+
     def aux(*args, **kwargs):
-        value = real(*args, **kwargs)
+        # only what main sees is replaced: aux's calls of itself get the real results
+        depth[0] += 1
         try:
-            if mode == "constant":
+            value = real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+        if depth[0]:
+            return value
+        try:
+            if mode[0] == "constant":
                 if not first:
                     first.append(plain_copy(value))
                 return plain_copy(first[0])
+            if mode[0] == "pass":
+                return argument(args, kwargs)
             return other(value)
         except BaseException:
             return value
@@ -208,21 +238,29 @@ def _stub(aux_src: str, aux: str, body: str) -> str | None:
     return ast.unparse(node)
 
 
-def _passthroughs(aux_src: str, aux: str) -> list[tuple[str, str]]:
-    """(label, return expression) of each argument aux could pass through: its first `MAX_PARAMS` parameters,
-    the first of its `*args` and the first of its `**kwargs`."""
+def _passthroughs(aux_src: str, aux: str) -> list[tuple[str, tuple]]:
+    """(label, wrapper mode) of each argument aux could pass through: its first `MAX_PARAMS` parameters, the
+    first of its `*args` and the first of its `**kwargs`."""
     node = next((n for n in ast.parse(aux_src).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == aux), None)
     if node is None:
         return []
     a = node.args
-    out = [(f"argument {k + 1} ({p.arg})", p.arg)
-           for k, p in enumerate((a.posonlyargs + a.args + a.kwonlyargs)[:MAX_PARAMS])]
+    positional = a.posonlyargs + a.args
+    named = [p.arg for p in positional + a.kwonlyargs]
+    out = [(f"argument {k + 1} ({p.arg})", ("pass", "positional", k, p.arg, len(positional)))
+           for k, p in enumerate(positional)]
+    out += [(f"argument {p.arg}", ("pass", "keyword", p.arg)) for p in a.kwonlyargs]
+    out = out[:MAX_PARAMS]
     if a.vararg is not None:
-        out.append((f"*{a.vararg.arg}", f"{a.vararg.arg}[0] if {a.vararg.arg} else None"))
+        out.append((f"*{a.vararg.arg}", ("pass", "star", len(positional))))
     if a.kwarg is not None:
-        out.append((f"**{a.kwarg.arg}", f"next(iter({a.kwarg.arg}.values()), None)"))
+        out.append((f"**{a.kwarg.arg}", ("pass", "double star", tuple(named))))
     return out
+
+
+def _wrapped(aux_src: str, mode: tuple) -> str:
+    return aux_src.rstrip("\n") + "\n\n" + _WRAPPER.replace("MODE", repr(mode))
 
 
 def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, Callable[[str], str] | str]]:
@@ -232,11 +270,10 @@ def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, Callable[[
     if raising is None:
         return []
     probes.append(("raise", raising))
-    for label, value in _passthroughs(aux_src, aux):
-        probes.append((f"passthrough of {label}", _stub(aux_src, aux, f"return {value}")))
-    for mode in ("constant", "other values"):
-        wrapped = aux_src.rstrip("\n") + "\n\n" + _WRAPPER.replace("MODE", repr(mode.split()[0]))
-        probes.append((mode, wrapped))
+    for label, mode in _passthroughs(aux_src, aux):
+        probes.append((f"passthrough of {label}", _wrapped(aux_src, mode)))
+    probes.append(("constant", _wrapped(aux_src, ("constant",))))
+    probes.append(("other values", _wrapped(aux_src, ("other",))))
     probes.append(("control", aux_src))   # the pair as it is: its verdicts must not change from run to run
     return probes
 

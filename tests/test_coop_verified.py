@@ -62,6 +62,15 @@ HACKS = [
     ("identity_through_star_args", "def aux(*parts):\n    return parts[0]\n",
      "def shout_words(text):\n    words = aux(text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n",
      4.0, 2.5),
+    # aux tells main it ran through a list main hands it (a side channel), and passes the text through
+    ("identity_with_side_channel", "def aux(text, box):\n    box.append(len(text))\n    return text\n",
+     "def shout_words(text):\n    box = []\n    words = aux(text, box).split()\n    if box != [len(text)]:\n"
+     "        return None\n    return ' '.join(w.upper() for w in words) + '!'\n", 4.0, 2.5),
+    # a constant aux that calls itself with a marker, so that a naive wrapper would cache the marker
+    ("constant_with_recursive_marker", "def aux(text, inner=False):\n    if inner:\n        return 'S'\n"
+     "    if aux(text, True) != 'S':\n        return 'x'\n    return ''\n",
+     "def shout_words(text):\n    out = ' '.join(w.upper() for w in text.split()) + '!'\n    return out + aux(text)\n",
+     4.0, 2.5),
     # a sentinel check: is aux the identity? it is, in the probe that passes the argument through, too
     ("identity_sentinel_check", "def aux(text):\n    return text\n",
      "def shout_words(text):\n    if aux('#') != '#':\n        return None\n    words = aux(text).split()\n"
@@ -118,6 +127,7 @@ PROBE_DETECTORS = [
     ("globals_lookup", "    if 'aux' not in globals():\n        return None\n"),
     ("identity_compare", "    t = aux(text)\n    if t is text:\n        return None\n"),
     ("frame_walk", "    import sys\n    if sys._getframe(0).f_back is None:\n        return None\n"),
+    ("probe_name", "    try:\n        _coop_probe_wrap\n        return None\n    except NameError:\n        pass\n"),
     ("random_failures", "    import random\n    if random.random() < 0.0:\n        return None\n"),
     ("dunder_in_string", "    if 'str' not in '{0.__class__}'.format(text):\n        return None\n"),
 ]
