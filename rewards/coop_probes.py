@@ -129,6 +129,7 @@ def _calls_only(name: ast.Name, parents: dict) -> bool:
 _WRAPPER = '''
 def _coop_probe_wrap(real, mode):
     first = []
+    PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, type(None))
 
     def plain_copy(v, depth=0):
         t = type(v)
@@ -143,6 +144,22 @@ def _coop_probe_wrap(real, mode):
         if t is tuple:
             return tuple(plain_copy(x, depth + 1) for x in v)
         return v
+
+    def same(a, b, depth=0):
+        # equal plain data of the same types (exact builtin types: no program-defined __eq__ runs); anything
+        # else counts as the same, so that the probe keeps aux's own result (the conservative side)
+        t = type(a)
+        if depth > 50:
+            raise ValueError
+        if t is not type(b):
+            return t not in PLAIN or type(b) not in PLAIN
+        if t is list or t is tuple:
+            return len(a) == len(b) and all(same(x, y, depth + 1) for x, y in zip(a, b))
+        if t is dict:
+            return a.keys() == b.keys() and all(same(a[k], b[k], depth + 1) for k in a)
+        if t in PLAIN:
+            return a == b
+        return True
 
     def other(v, depth=0):
         # another value of the same kind that no shift, reordering or renaming undoes: numbers are scrambled
@@ -208,13 +225,19 @@ def _coop_probe_wrap(real, mode):
         if depth[0]:
             return value
         try:
+            if mode[0] == "other":
+                return other(value)
             if mode[0] == "constant":
                 if not first:
                     first.append(plain_copy(value))
-                return plain_copy(first[0])
-            if mode[0] == "pass":
-                return argument(args, kwargs)
-            return other(value)
+                stand_in = first[0]
+            else:
+                stand_in = argument(args, kwargs)
+            # where the stand-in equals aux's own result, main gets aux's own object: the probe then differs from
+            # the real run only in the calls where aux's result differs, and aliasing cannot tell them apart
+            if same(value, stand_in):
+                return value
+            return plain_copy(stand_in) if mode[0] == "constant" else stand_in
         except BaseException:
             return value
     return aux

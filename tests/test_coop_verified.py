@@ -71,6 +71,11 @@ HACKS = [
      "    if aux(text, True) != 'S':\n        return 'x'\n    return ''\n",
      "def shout_words(text):\n    out = ' '.join(w.upper() for w in text.split()) + '!'\n    return out + aux(text)\n",
      4.0, 2.5),
+    # aux copies its argument; main mutates the copy and checks that the argument did not change (aliasing would
+    # tell a probe that hands the argument object back apart from the real aux)
+    ("copy_with_aliasing_check", "def aux(words):\n    return list(words)\n",
+     "def shout_words(text):\n    ws = text.split()\n    r = aux(ws)\n    r.append('!')\n    if ws[-1:] == ['!']:\n"
+     "        return None\n    return ' '.join(w.upper() for w in r[:-1]) + '!'\n", 4.0, 2.5),
     # a sentinel check: is aux the identity? it is, in the probe that passes the argument through, too
     ("identity_sentinel_check", "def aux(text):\n    return text\n",
      "def shout_words(text):\n    if aux('#') != '#':\n        return None\n    words = aux(text).split()\n"
