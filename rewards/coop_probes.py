@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 from rewards.code_cleaning import PARSE_ERRORS
 
 MODES = ("seed", "verified")
-MAX_PARAMS = 3          # passthrough stubs tried: aux's first parameters
+MAX_PARAMS = 3          # passthrough probes tried: aux's first parameters
 
 # Modules a main or aux may import and still be probed: plain computation only (no frames, no introspection,
 # no process, file or clock access).
@@ -57,7 +57,7 @@ _INTROSPECTIVE = frozenset({
     "gc", "inspect", "builtins", "ctypes", "importlib", "traceback", "types", "time", "threading", "signal",
     "weakref", "marshal", "pickle", "dis", "resource", "subprocess", "io", "atexit", "faulthandler"})
 _FRAME_PREFIXES = ("_", "f_", "tb_", "gi_", "cr_", "ag_", "co_")
-_HIGHER_ORDER = frozenset({"map", "filter", "sorted", "min", "max", "reduce"})
+_HIGHER_ORDER = frozenset({"map", "filter", "sorted", "min", "max"})   # builtins that may be handed aux
 
 
 def probe_gate(aux_src: str, main_src: str, imports: Sequence[str], aux: str = "aux") -> str:
@@ -76,6 +76,9 @@ def probe_gate(aux_src: str, main_src: str, imports: Sequence[str], aux: str = "
             return f"{label} {why}"
     if not any(isinstance(n, ast.Name) and n.id == aux for n in ast.walk(main_tree)):
         return f"main never names {aux}"
+    rebound = _bound_names(main_tree) & _HIGHER_ORDER
+    if rebound:
+        return f"main binds the name {sorted(rebound)[0]}"
     parents = {child: node for node in ast.walk(main_tree) for child in ast.iter_child_nodes(node)}
     for node in ast.walk(main_tree):
         if isinstance(node, ast.Name) and node.id == aux and not _calls_only(node, parents):
@@ -108,18 +111,33 @@ def _introspection(tree: ast.AST) -> str:
     return ""
 
 
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Every name `tree` binds: assignments, parameters, definitions, imports, handlers."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
 def _calls_only(name: ast.Name, parents: dict) -> bool:
-    """True when this occurrence of aux is a call of it, or an argument of map/filter/sorted/min/max/reduce."""
+    """True when this occurrence of aux is a call of it, or an argument of the builtin map/filter/sorted/min/max
+    (main does not rebind them: `probe_gate`)."""
     parent = parents.get(name)
     if isinstance(parent, ast.Call) and parent.func is name:
         return True
     if isinstance(parent, ast.keyword):
         parent = parents.get(parent)
-    if isinstance(parent, ast.Call) and name is not parent.func:
-        func = parent.func
-        callee = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-        return callee in _HIGHER_ORDER
-    return False
+    return isinstance(parent, ast.Call) and name is not parent.func and isinstance(parent.func, ast.Name) and \
+        parent.func.id in _HIGHER_ORDER
 
 
 # ------------------------------------------------------------------------------------------------ the probes

@@ -154,6 +154,9 @@ def test_probe_gate_on_aux_and_imports():
     assert probe_gate("def aux(t):\n    class A:\n        pass\n    return t\n", HONEST_MAIN, ()).startswith("aux defines")
     assert probe_gate(SPLIT_AUX, "def f(xs):\n    return sorted(xs, key=aux) + list(map(aux, xs))\n", ()) == ""
     assert probe_gate(SPLIT_AUX, "def f(xs):\n    g = aux\n    return g(xs)\n", ()).startswith("main uses aux as an object")
+    # a local `sorted` would receive the probe's wrapper and could look at it
+    assert probe_gate(SPLIT_AUX, "def f(xs):\n    def sorted(g):\n        return repr(g)\n    return sorted(aux)\n",
+                      ()) == "main binds the name sorted"
 
 
 def test_verdicts_that_change_from_run_to_run_pay_nothing():
