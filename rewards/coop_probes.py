@@ -76,13 +76,14 @@ def probe_gate(aux_src: str, main_src: str, imports: Sequence[str], aux: str = "
             return f"{label} {why}"
     if not any(isinstance(n, ast.Name) and n.id == aux for n in ast.walk(main_tree)):
         return f"main never names {aux}"
-    rebound = _bound_names(main_tree) & _HIGHER_ORDER
-    if rebound:
-        return f"main binds the name {sorted(rebound)[0]}"
-    parents = {child: node for node in ast.walk(main_tree) for child in ast.iter_child_nodes(node)}
-    for node in ast.walk(main_tree):
-        if isinstance(node, ast.Name) and node.id == aux and not _calls_only(node, parents):
-            return f"main uses {aux} as an object (line {node.lineno}), not only by calling it"
+    for label, tree in (("main", main_tree), ("aux", aux_tree)):   # aux may call itself, and only that
+        rebound = _bound_names(tree) & (_HIGHER_ORDER | {aux})
+        if rebound - ({aux} if label == "aux" else set()):
+            return f"{label} binds the name {sorted(rebound)[0]}"
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == aux and not _calls_only(node, parents):
+                return f"{label} uses {aux} as an object (line {node.lineno}), not only by calling it"
     return ""
 
 
