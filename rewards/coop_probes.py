@@ -102,6 +102,8 @@ def _introspection(tree: ast.AST) -> str:
             return "holds a dunder name in a string"
         elif isinstance(node, ast.ClassDef):
             return f"defines a class ({node.name})"
+        elif isinstance(node, ast.Global):
+            return f"declares global {', '.join(node.names)}"
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("__"):
             return f"defines {node.name}"
         elif isinstance(node, ast.Compare):
@@ -146,7 +148,11 @@ def _calls_only(name: ast.Name, parents: dict) -> bool:
 # Defined in the program after aux (so it rebinds the name `aux` that main and aux itself call). Plain Python run
 # inside the sandboxed child; it decides nothing: the verdicts of the tests do.
 _WRAPPER = '''
-def _coop_probe_wrap(real, mode):
+def _coop_probe_wrap(real, mode, type=type, len=len, reversed=reversed, tuple=tuple, list=list, all=all, zip=zip,
+                     next=next, float=float, bool=bool, int=int, str=str, bytes=bytes, dict=dict, set=set,
+                     frozenset=frozenset, complex=complex, ValueError=ValueError, BaseException=BaseException):
+    # the builtins it uses are bound here, when the program loads: a main that rebinds a global `type` later
+    # cannot change what the wrapper does
     first = []
     PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, type(None))
 

@@ -133,6 +133,7 @@ PROBE_DETECTORS = [
     ("identity_compare", "    t = aux(text)\n    if t is text:\n        return None\n"),
     ("frame_walk", "    import sys\n    if sys._getframe(0).f_back is None:\n        return None\n"),
     ("probe_name", "    try:\n        _coop_probe_wrap\n        return None\n    except NameError:\n        pass\n"),
+    ("rebinds_a_builtin", "    global type\n    type = lambda v: list\n"),
     ("random_failures", "    import random\n    if random.random() < 0.0:\n        return None\n"),
     ("dunder_in_string", "    if 'str' not in '{0.__class__}'.format(text):\n        return None\n"),
 ]
