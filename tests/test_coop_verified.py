@@ -270,3 +270,40 @@ def test_degenerate_main_earns_no_bonus_in_either_mode(sb):
         result = code_reward(problem, aux, main, sandbox=sb, timeout_s=2.0, cooperation=mode)
         assert result.tests_passed == 1 and result.total == 2.5
     assert time.process_time() - t0 < 2.0
+
+
+# ------------------------------------------------------------------------------ docs/rewards.md says what runs
+
+BRANCHING_MAIN = "def shout_words(text):\n    if aux(text) == ['one']:\n        return 'ONE!'\n    return 'no'\n"
+HACK = {h[0]: (h[1], h[2]) for h in HACKS}
+DOC_ROWS = [   # the table of docs/rewards.md, row by row: (the row's first cell, aux, main)
+    ("honest: aux splits the text, main upper-cases and joins", SPLIT_AUX, HONEST_MAIN),
+    ("a correct main that does not call aux", SPLIT_AUX, NO_AUX_MAIN),
+    ("identity aux (`def aux(text): return text`), main does everything", *HACK["identity_aux"]),
+    ("identity by copy (`return str(text[:])`)", *HACK["identity_by_copy"]),
+    ("aux passes its second argument through", *HACK["passthrough_of_second_argument"]),
+    ("identity through `*args`", *HACK["identity_through_star_args"]),
+    ("identity, and aux appends to a list main hands it (a side channel main checks)",
+     *HACK["identity_with_side_channel"]),
+    ("a constant `''` from an aux that first calls itself with a marker", *HACK["constant_with_recursive_marker"]),
+    ("aux returns a copy of its argument; main mutates it and checks that the argument did not change",
+     *HACK["copy_with_aliasing_check"]),
+    ("identity with a sentinel check in main (`if aux('#') != '#': return None`)", *HACK["identity_sentinel_check"]),
+    ("a constant joined to the answer (`out + aux(text)`, aux returns `''`)", *HACK["empty_string_joined"]),
+    ("a constant zero added (`text.split()[aux(text):]`, aux returns 0)", *HACK["zero_added"]),
+    ("aux always raises inside main's `try`, main falls back to its own answer", *HACK["always_raises_inside_try"]),
+    ("aux called only in a branch that never runs (`if text != text: return aux(text)`)", *HACK["dead_branch"]),
+    ("aux's result read only in a branch the tests never take", *HACK["called_but_result_unused_in_tests"]),
+    ("main passes 1 test of 8, branching on aux's result", SPLIT_AUX, BRANCHING_MAIN),
+]
+
+
+def test_the_docs_table_is_what_the_reward_pays(sb):
+    table = [line for line in (ROOT / "docs" / "rewards.md").read_text(encoding="utf-8").splitlines()
+             if line.startswith("| ") and not line.startswith(("| pair", "|---"))]
+    assert len(table) == len(DOC_ROWS)
+    assert set(HACK.values()) <= {(aux, main) for _, aux, main in DOC_ROWS}   # every hack shape is in the table
+    for line, (label, aux, main) in zip(table, DOC_ROWS):
+        seed, verified = both(sb, aux, main)
+        row = f"| {label} | {seed.tests_passed}/{seed.tests_total} | {seed.total:g} | {verified.total:g} |"
+        assert line.replace(".0 |", " |").startswith(row), (line, row)
