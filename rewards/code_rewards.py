@@ -209,7 +209,8 @@ def _verified_bonus(prep: _Prepared, parts: dict, coop, passed: list[bool], prob
     probe runs show that aux does work main needs, and scaled by the share of tests passed."""
     bonus = W_USES_AUX + W_NOT_WRAPPER * (not coop.thin_wrapper) + W_IGNORED * coop.ignores_return
     if bonus <= 0:
-        parts["coop_check"] = "main is a thin wrapper that ignores aux's return (nothing to pay)"
+        parts["coop_check"] = ("nothing to pay: main's code is a thin wrapper that ignores aux's return, or its "
+                               "data-flow analysis gave up")
         return 0.0
     why = verify_cooperation(prep.aux_src, prep.main_src, prep.completion_imports, passed, probe, AUX_NAME)
     if why:
