@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence
 
 from rewards.problem import Problem
 from rewards.code_cleaning import PARSE_ERRORS, clean_completion, cooperation, prompt_helpers, prompt_imports
-from rewards.coop_probes import MODES as COOPERATION_MODES, verify as verify_cooperation
+from rewards.coop_probes import MODES as COOPERATION_MODES, scored_aux, verify as verify_cooperation
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
 AUX_NAME = "aux"
@@ -115,7 +115,8 @@ def _round(x: float) -> float:
     return round(x + 0.0, 6)
 
 
-def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_agent: bool) -> _Prepared:
+def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_agent: bool,
+             cooperation_mode: str = "seed") -> _Prepared:
     problem = Problem.coerce(problem)
     prompt, test, entry_point = problem.prompt, problem.test, problem.entry_point
     main_clean = clean_completion(main or "", entry_point)
@@ -143,7 +144,9 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
         return "\n\n".join(parts + [main_clean.function]) + "\n"
 
     code_parts = ([head] if head else []) + ([aux_src] if aux_src else []) + [main_clean.function]
-    source = assemble(aux_src)
+    # verified mode scores aux behind the probes' wrapper (passing results through): same frames as the probes
+    verified = cooperation_mode == "verified" and aux_defined
+    source = assemble(scored_aux(aux_src, AUX_NAME) if verified else aux_src)
     # Level 2 is judged on `code` (the completions' parts), but compiling the whole program is the same check
     # when it succeeds (the helpers are whole statements of a prompt that parses), and the sandbox then runs
     # this code object as is: one compile instead of a parse here and a compile in the worker.
@@ -247,7 +250,7 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
 
     def one(item) -> RewardBreakdown:
         # cleaning and the AST checks run on the pool's threads too, overlapping with the workers' runs
-        prep = _prepare(*item, single_agent)
+        prep = _prepare(*item, single_agent, cooperation)
         if prep.done is not None:
             return prep.done
         started = time.monotonic()

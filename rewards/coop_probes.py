@@ -24,7 +24,8 @@ Probes 2 and 3 behave exactly like the degenerate auxes they stand for (with an 
 probe returns the very object aux would), so no program can tell them apart. Probes 2-4 wrap the real aux: only
 the results main sees are replaced (aux's calls of itself get the real ones), and a wrapper that cannot copy or
 change a value (a structure too deep, a type it does not know) returns it unchanged, which makes the check fail,
-never pass. What a program could use to see the probes at all (reading aux as an
+never pass. The scored run of verified mode runs aux behind the same wrapper, passing every result through
+(`scored_aux`), so that the probes and the scored run have the same frames and names. What a program could use to see the probes at all (reading aux as an
 object rather than calling it, introspection, frames, dunders, `is` between two computed values, clocks, random
 numbers, string hashes, imports outside a plain-computation allow-list) is refused up front by `probe_gate`: no
 bonus. The bonus is then scaled by the
@@ -247,7 +248,7 @@ def _coop_probe_wrap(real, mode, type=type, len=len, reversed=reversed, tuple=tu
             value = real(*args, **kwargs)
         finally:
             depth[0] -= 1
-        if depth[0]:
+        if depth[0] or mode[0] == "real":
             return value
         try:
             if mode[0] == "other":
@@ -311,18 +312,27 @@ def _wrapped(aux_src: str, mode: tuple) -> str:
     return aux_src.rstrip("\n") + "\n\n" + _WRAPPER.replace("MODE", repr(mode))
 
 
-def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, Callable[[str], str] | str]]:
+def scored_aux(aux_src: str, aux: str = "aux") -> str:
+    """aux's source as verified mode's scored run uses it: behind the probes' wrapper, passing every result
+    through unchanged, so that the scored run and every probe have the same frames, names and call path (a
+    program that measured them, say by its recursion depth, would see no difference). aux_src itself when it
+    has no top-level `def aux` (nothing to wrap)."""
+    return _wrapped(aux_src, ("real",)) if _stub(aux_src, aux, "pass") is not None else aux_src
+
+
+def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, str]]:
     """The probes of one aux, in the order they run: (name, what replaces aux's source in the program)."""
     probes: list[tuple[str, str]] = []
     raising = _stub(aux_src, aux, "raise RuntimeError('aux failed')")
     if raising is None:
         return []
-    probes.append(("raise", raising))
+    probes.append(("raise", _wrapped(raising, ("real",))))
     for label, mode in _passthroughs(aux_src, aux):
         probes.append((f"passthrough of {label}", _wrapped(aux_src, mode)))
     probes.append(("constant", _wrapped(aux_src, ("constant",))))
     probes.append(("other values", _wrapped(aux_src, ("other",))))
-    probes.append(("control", aux_src))   # the pair as it is: its verdicts must not change from run to run
+    # the pair as scored, once more: its verdicts must not change from run to run
+    probes.append(("control", scored_aux(aux_src, aux)))
     return probes
 
 

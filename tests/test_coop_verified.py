@@ -143,9 +143,11 @@ PROBE_DETECTORS = [
 @pytest.mark.parametrize("name,head", PROBE_DETECTORS, ids=[p[0] for p in PROBE_DETECTORS])
 def test_programs_that_could_tell_the_probes_apart_are_not_probed(sb, name, head):
     main = "def shout_words(text):\n" + head + HONEST_MAIN.split("\n", 1)[1]
+    assert probe_gate(SPLIT_AUX, main, ()).startswith("main ")
     verified = code_reward(PROBLEM, SPLIT_AUX, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
-    assert verified.tests_passed == 8
-    assert verified.coop_check.startswith("not probed: main "), verified.coop_check
+    # the scored run of verified mode has aux behind the probes' wrapper too: a detector that looks at the wrapper
+    # fails its own tests; one that does not is not probed
+    assert verified.tests_passed < 8 or verified.coop_check.startswith("not probed: main "), verified
     assert not verified.uses_aux and verified.total <= 2.5
 
 
