@@ -541,14 +541,28 @@ def _aux_names(fn: ast.AST, aux: str) -> frozenset:
     return frozenset(names)
 
 
+class FlowBudgetExceeded(Exception):
+    """The data-flow analysis of one main ran past its budget of steps (`FLOW_STEPS`)."""
+
+
+# Steps (statements and expressions evaluated) the data-flow analysis of one main may take, its nested functions
+# included. Loops run to a fixpoint of at most 10 passes each, so nested loops multiply: a degenerate main with
+# 11-name chains at 5 nested levels took 11.7 CPU s before the cap. 50,000 steps are under 0.1 s here, and no
+# main of HumanEval or the coop set comes near (the largest takes under 300); past it, `cooperation` gives up and
+# returns the conservative verdict (no bonus).
+FLOW_STEPS = 50_000
+
+
 class _Flow:
     """A small abstract interpreter over one function: for every name, (holds exactly an aux result,
-    depends on an aux result); it collects the same pair for every value the function can return."""
+    depends on an aux result); it collects the same pair for every value the function can return.
+    `budget` is a one-item list of the steps left, shared by every _Flow of one analysis."""
 
     NONE = (False, False)
 
-    def __init__(self, aux: frozenset, local: dict):
+    def __init__(self, aux: frozenset, local: dict, budget: list | None = None):
         self.aux, self.local = aux, local
+        self.budget = budget if budget is not None else [FLOW_STEPS]
         self.returns: list[tuple[bool, bool]] = []
         self.pc = False              # control flow depends on an aux result
         self.loops: list[tuple[list, list]] = []
@@ -563,9 +577,15 @@ class _Flow:
         return self.returns
 
     # -- expressions
+    def spend(self) -> None:
+        self.budget[0] -= 1
+        if self.budget[0] < 0:
+            raise FlowBudgetExceeded(f"the data-flow analysis took more than {FLOW_STEPS} steps")
+
     def eval(self, e: ast.AST | None, st: dict) -> tuple[bool, bool]:
         if e is None:
             return self.NONE
+        self.spend()
         if isinstance(e, ast.Name):
             if e.id in self.aux:
                 return (False, True)     # aux itself, passed on (map(aux, xs), sorted(key=aux))
@@ -691,6 +711,7 @@ class _Flow:
         return out
 
     def stmt(self, s: ast.stmt, st: dict):
+        self.spend()
         if isinstance(s, ast.Return):
             v = self.eval(s.value, st)
             self.returns.append((v[0], v[1] or self.pc))
@@ -822,7 +843,7 @@ def _free_loads(fn: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def _local_functions(fn: ast.AST, aux: frozenset) -> dict:
+def _local_functions(fn: ast.AST, aux: frozenset, budget: list | None = None) -> dict:
     """Live nested functions and name-bound lambdas of `fn`: name -> (returns only aux results, calls aux,
     names it reads)."""
     found = {}
@@ -839,7 +860,7 @@ def _local_functions(fn: ast.AST, aux: frozenset) -> dict:
             pure = calls = False
             free: set[str] = set()
             for i, node in enumerate(nodes):
-                returns = _Flow(aux, {k: v for k, v in local.items() if k != name}).run(node)
+                returns = _Flow(aux, {k: v for k, v in local.items() if k != name}, budget).run(node)
                 p = bool(returns) and all(r[0] for r in returns)
                 c = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in aux
                         for n in ast.walk(node))
@@ -887,9 +908,10 @@ def cooperation(main_src: str, name: str, aux: str = "aux") -> Cooperation:
     try:
         names = _aux_names(node, aux)
         uses = _calls_aux(node, main_src, names)
-        returns = _Flow(names, _local_functions(node, names)).run(node)
+        budget = [FLOW_STEPS]
+        returns = _Flow(names, _local_functions(node, names, budget), budget).run(node)
         return Cooperation(uses, _thin_wrapper(node, names, returns), _ignores_return(node, names, returns))
-    except RecursionError:
+    except (RecursionError, FlowBudgetExceeded):   # the conservative verdict: no bonus
         return Cooperation(False, True, True)
 
 

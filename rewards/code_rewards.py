@@ -22,6 +22,11 @@ Per (aux completion, main completion) pair:
    when main is not a thin wrapper, and −0.5 when it ignores aux's return value. All three are judged on the
    code of main that can run (dead branches, code after a return, nested functions never called are dropped)
    and on data flow; `rewards.code_cleaning` states the rules.
+   With `cooperation="verified"` (`code_reward.cooperation: verified`) the bonus is paid only for what runs: the
+   pair is run again with aux raising, passing an argument through, returning one value for every call, and
+   returning other values of the same kind, and each time some test that passed must fail
+   (`rewards.coop_probes` states the rules); the bonus is then scaled by the share of tests passed. The seed's
+   rule (`cooperation="seed"`, the default) reproduces the paper; docs/rewards.md compares the two.
 Single agent (GRPO/AC baselines): no aux term, no bonus: 0.6 + 0.5 + pass fraction = 2.1 at most.
 Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 """
@@ -29,6 +34,7 @@ Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 from __future__ import annotations
 
 import ast
+import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from types import CodeType
@@ -36,11 +42,13 @@ from typing import Any, Mapping, Sequence
 
 from rewards.problem import Problem
 from rewards.code_cleaning import PARSE_ERRORS, clean_completion, cooperation, prompt_helpers, prompt_imports
+from rewards.coop_probes import MODES as COOPERATION_MODES, scored_aux, verify as verify_cooperation
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
 AUX_NAME = "aux"
 W_AUX_DEF, W_MAIN_DEF, W_SYNTAX, W_TESTS = 0.4, 0.6, 0.5, 1.0
 W_USES_AUX, W_NOT_WRAPPER, W_IGNORED = 0.5, 1.0, -0.5
+PROBE_TIMEOUT_FLOOR_S = 1.0   # verified cooperation: the least time a test of a probe run gets
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,8 @@ class RewardBreakdown:
     calls_aux: bool = False       # main's code calls aux (on code that can run), whatever the tests say
     not_wrapper: bool = False
     ignored_aux_return: bool = False
+    cooperation: str = "seed"     # how the bonus was judged: "seed" (main's code) or "verified" (probe runs)
+    coop_check: str = ""          # verified mode: why the bonus was refused ('' when it was paid or not probed)
     reason: str = ""
     failures: tuple[str, ...] = field(default_factory=tuple)
 
@@ -78,6 +88,10 @@ class _Prepared:
     entry_point: str = ""
     single_agent: bool = False
     done: RewardBreakdown | None = None
+    aux_src: str = ""                                # what verified cooperation needs to rebuild the program
+    completion_imports: tuple[str, ...] = ()
+    assemble: Any = None                             # aux source -> program source
+
 
 
 @lru_cache(maxsize=2048)
@@ -101,7 +115,8 @@ def _round(x: float) -> float:
     return round(x + 0.0, 6)
 
 
-def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_agent: bool) -> _Prepared:
+def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_agent: bool,
+             cooperation_mode: str = "seed") -> _Prepared:
     problem = Problem.coerce(problem)
     prompt, test, entry_point = problem.prompt, problem.test, problem.entry_point
     main_clean = clean_completion(main or "", entry_point)
@@ -121,12 +136,17 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     if aux_clean is not None:
         pieces += list(aux_clean.imports)
     head = "\n".join(dict.fromkeys(pieces))
-    code_parts = [head] if head else []
-    if aux_clean is not None and aux_clean.function:
-        code_parts.append(aux_clean.function)
-    code_parts.append(main_clean.function)
-    # prompt helpers first, so that the completions' own definitions win
-    source = "\n\n".join(([head] if head else []) + list(helpers) + code_parts[1 if head else 0:]) + "\n"
+    aux_src = aux_clean.function if aux_clean is not None else ""
+
+    def assemble(aux_function: str) -> str:
+        # prompt helpers first, so that the completions' own definitions win
+        parts = ([head] if head else []) + list(helpers) + ([aux_function] if aux_function else [])
+        return "\n\n".join(parts + [main_clean.function]) + "\n"
+
+    code_parts = ([head] if head else []) + ([aux_src] if aux_src else []) + [main_clean.function]
+    # verified mode scores aux behind the probes' wrapper (passing results through): same frames as the probes
+    verified = cooperation_mode == "verified" and aux_defined
+    source = assemble(scored_aux(aux_src, AUX_NAME) if verified else aux_src)
     # Level 2 is judged on `code` (the completions' parts), but compiling the whole program is the same check
     # when it succeeds (the helpers are whole statements of a prompt that parses), and the sandbox then runs
     # this code object as is: one compile instead of a parse here and a compile in the worker.
@@ -144,11 +164,16 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
         # the completions parse and the prompt's part does not: the run reports the load error
     parts["syntax_ok"] = True
     suite = _suite(test, entry_point, prompt)
+    completion_imports = main_clean.imports + (aux_clean.imports if aux_clean is not None else ())
     return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
-                     entry_point=entry_point, single_agent=single_agent)
+                     entry_point=entry_point, single_agent=single_agent, aux_src=aux_src,
+                     completion_imports=completion_imports, assemble=assemble)
 
 
-def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "") -> RewardBreakdown:
+def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "", cooperation_mode: str = "seed",
+            probe: Any = None) -> RewardBreakdown:
+    """The breakdown of a pair after its test run. In verified mode `probe(aux_source)` runs the program with
+    aux's source replaced and returns the test verdicts (`_probe_runner`)."""
     parts = dict(prep.parts)
     total = (W_AUX_DEF if parts["aux_defined"] else 0.0) + W_MAIN_DEF + W_SYNTAX
     n = len(outcomes)
@@ -161,37 +186,63 @@ def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "") 
         reason = "no tests: no assert of the check exercises the candidate"
     if timeouts:
         reason = reason or f"{timeouts} timeout(s)"
+    parts["cooperation"] = cooperation_mode
     if not prep.single_agent and passed > 0 and parts["aux_defined"]:
         coop = cooperation(prep.main_src, prep.entry_point, AUX_NAME)
-        parts["uses_aux"] = coop.uses_aux
-        if coop.uses_aux:
-            total += W_USES_AUX
-            parts["not_wrapper"] = not coop.thin_wrapper
-            if parts["not_wrapper"]:
-                total += W_NOT_WRAPPER
-            parts["ignored_aux_return"] = coop.ignores_return
-            if parts["ignored_aux_return"]:
-                total += W_IGNORED
+        if cooperation_mode == "verified":
+            total += _verified_bonus(prep, parts, coop, [o.passed for o in outcomes], probe)
+        else:
+            total += _seed_bonus(parts, coop)
     return RewardBreakdown(total=_round(total), tests_passed=passed, tests_total=n, timeouts=timeouts,
                            reason=reason, failures=failures, **parts)
 
 
+def _seed_bonus(parts: dict, coop) -> float:
+    """The seed's bonus, judged on main's code (sets the breakdown's cooperation fields in `parts`)."""
+    parts["uses_aux"] = coop.uses_aux
+    if not coop.uses_aux:
+        return 0.0
+    parts["not_wrapper"] = not coop.thin_wrapper
+    parts["ignored_aux_return"] = coop.ignores_return
+    return W_USES_AUX + W_NOT_WRAPPER * parts["not_wrapper"] + W_IGNORED * parts["ignored_aux_return"]
+
+
+def _verified_bonus(prep: _Prepared, parts: dict, coop, passed: list[bool], probe: Any) -> float:
+    """The bonus of verified mode: the seed's parts (main's own work, aux's return used), paid only when the
+    probe runs show that aux does work main needs, and scaled by the share of tests passed."""
+    bonus = W_USES_AUX + W_NOT_WRAPPER * (not coop.thin_wrapper) + W_IGNORED * coop.ignores_return
+    if bonus <= 0:
+        parts["coop_check"] = ("nothing to pay: main's code is a thin wrapper that ignores aux's return, or its "
+                               "data-flow analysis gave up")
+        return 0.0
+    why = verify_cooperation(prep.aux_src, prep.main_src, prep.completion_imports, passed, probe, AUX_NAME)
+    if why:
+        parts["coop_check"] = why
+        return 0.0
+    parts.update(uses_aux=True, not_wrapper=not coop.thin_wrapper, ignored_aux_return=coop.ignores_return)
+    return bonus * sum(passed) / len(passed)
+
+
 def code_reward(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False,
-                timeout_s: float = 10.0, max_timeouts: int = 3, sandbox: Sandbox | None = None
-                ) -> RewardBreakdown:
+                timeout_s: float = 10.0, max_timeouts: int = 3, sandbox: Sandbox | None = None,
+                cooperation: str = "seed") -> RewardBreakdown:
     """The reward of one (aux, main) pair for `problem` (a Problem or a dict with prompt, test, entry_point).
 
     `single_agent=True` scores `main` alone (aux ignored; maximum 2.1). `sandbox` defaults to the process-wide
-    pool (`rewards.sandbox.default_sandbox()`).
+    pool (`rewards.sandbox.default_sandbox()`). `cooperation` is how the bonus is judged: "seed" (main's code,
+    the paper's rule) or "verified" (probe runs, scaled by the share of tests passed; `rewards.coop_probes`).
     """
     return code_rewards_batch([problem], [aux], [main], single_agent=single_agent, timeout_s=timeout_s,
-                              max_timeouts=max_timeouts, sandbox=sandbox)[0]
+                              max_timeouts=max_timeouts, sandbox=sandbox, cooperation=cooperation)[0]
 
 
 def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list: Sequence[str],
                        main_list: Sequence[str], *, single_agent: bool = False, timeout_s: float = 10.0,
-                       max_timeouts: int = 3, sandbox: Sandbox | None = None) -> list[RewardBreakdown]:
+                       max_timeouts: int = 3, sandbox: Sandbox | None = None, cooperation: str = "seed"
+                       ) -> list[RewardBreakdown]:
     """`code_reward` for many pairs; the programs run in parallel on the sandbox's workers."""
+    if cooperation not in COOPERATION_MODES:
+        raise ValueError(f"cooperation {cooperation!r}: expected one of {', '.join(COOPERATION_MODES)}")
     if not (len(problems) == len(aux_list) == len(main_list)):
         raise ValueError(f"batch lengths differ: {len(problems)} problems, {len(aux_list)} aux, "
                          f"{len(main_list)} main completions")
@@ -199,13 +250,30 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
 
     def one(item) -> RewardBreakdown:
         # cleaning and the AST checks run on the pool's threads too, overlapping with the workers' runs
-        prep = _prepare(*item, single_agent)
+        prep = _prepare(*item, single_agent, cooperation)
         if prep.done is not None:
             return prep.done
+        started = time.monotonic()
         report = sb.run_detailed(prep.program, prep.suite, timeout_s, max_timeouts)
-        return _finish(prep, report.outcomes, report.error or "")
+        probe = None
+        if cooperation == "verified":
+            # a probe that changes aux may send main into a loop: its tests get a few times the whole normal
+            # run, and one timeout more than it had (a timeout is already a passing test that failed)
+            probe_timeout = min(timeout_s, max(PROBE_TIMEOUT_FLOOR_S, 3 * (time.monotonic() - started)))
+            timeouts = sum(o.timed_out for o in report.outcomes)
+            probe = _probe_runner(sb, prep, probe_timeout, timeouts + 1)
+        return _finish(prep, report.outcomes, report.error or "", cooperation, probe)
 
     return sb.map_detailed(one, list(zip(problems, aux_list, main_list)))
+
+
+def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: int):
+    """run(aux source) -> the test verdicts of the pair's program with aux's source replaced (verified mode)."""
+    def run(aux_function: str) -> list[bool]:
+        report = sb.run_detailed(prep.assemble(aux_function), prep.suite, timeout_s, max_timeouts)
+        return [] if report.error else [o.passed for o in report.outcomes]
+    return run
+
 
 
 def scored_program(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False

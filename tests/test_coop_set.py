@@ -191,6 +191,16 @@ def test_reference_scores_the_maximum_reward(problem):
     assert result.total == pytest.approx(4.0), f"{problem.task_id}: {result}"
 
 
+def test_every_reference_scores_the_maximum_in_verified_mode():
+    """Every reference aux does work main needs: the probe runs of `code_reward.cooperation: verified` (aux
+    raising, passing an argument through, one value for every call, other values) each fail a test."""
+    from rewards.code_rewards import code_rewards_batch
+    results = code_rewards_batch(PROBLEMS, [p.extra["reference_aux"] for p in PROBLEMS],
+                                 [p.extra["reference_main"] for p in PROBLEMS], cooperation="verified")
+    short = [f"{p.task_id} {r.total} {r.coop_check}" for p, r in zip(PROBLEMS, results) if r.total != 4.0]
+    assert not short, short
+
+
 # ------------------------------------------------------------------------------------------------ mutants
 
 _COMPARE_FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,

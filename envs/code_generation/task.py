@@ -67,19 +67,21 @@ def parse_metrics(answer: JointAnswer) -> dict[str, float]:
             "parse_missing_main": float(not answer.main)}
 
 
-def score_code_pairs(items: Sequence[Problem], codes: Sequence[tuple[str, str]], single_agent: bool) -> list[Score]:
+def score_code_pairs(items: Sequence[Problem], codes: Sequence[tuple[str, str]], single_agent: bool,
+                     cooperation: str = "seed") -> list[Score]:
     """Return the Score of each (aux code, main code) pair for its problem, all scored in one sandbox batch.
 
-    `details` is (aux code, main code, reward breakdown): what the transitions need for feedback.
+    `details` is (aux code, main code, reward breakdown): what the transitions need for feedback. `cooperation`
+    is `code_reward.cooperation` (seed or verified).
     """
     breakdowns = code_rewards_batch(items, [aux for aux, _ in codes], [main for _, main in codes],
-                                    single_agent=single_agent)
+                                    single_agent=single_agent, cooperation=cooperation)
     return [Score(b.total, breakdown_metrics(b, single_agent), b.tests_total > 0 and b.tests_passed == b.tests_total,
                   details=(aux, main, b)) for (aux, main), b in zip(codes, breakdowns)]
 
 
 def score_joint_answers(items: Sequence[Problem], answers: Sequence[str], answer_style: str = "open",
-                        prompt_style: str = "concat") -> list[Score]:
+                        prompt_style: str = "concat", cooperation: str = "seed") -> list[Score]:
     """Return the Score of each joint answer (one text holding aux and main) for its problem.
 
     The answer is split by `parse_joint_answer` (`answer_style` "bounded" when its prompt ended with the start
@@ -88,7 +90,7 @@ def score_joint_answers(items: Sequence[Problem], answers: Sequence[str], answer
     the split went.
     """
     parsed = [parse_joint_answer(text, problem, answer_style, prompt_style) for problem, text in zip(items, answers)]
-    scores = score_code_pairs(items, [(p.aux, p.main) for p in parsed], single_agent=False)
+    scores = score_code_pairs(items, [(p.aux, p.main) for p in parsed], single_agent=False, cooperation=cooperation)
     for score, joint in zip(scores, parsed):
         score.metrics.update(parse_metrics(joint))
     return scores
@@ -149,7 +151,7 @@ def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
     external = config.task.external
     expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
 
-    reward_type = config.task.code_reward.type
+    reward_type, cooperation = config.task.code_reward.type, config.task.code_reward.cooperation
     if reward_type == "self_tests" and not single:
         raise ConfigError("code_reward.type=self_tests scores one function (a single agent): the aux/main team's "
                           "cooperation bonus needs hidden-test verdicts; use num_agents 1 or hidden_tests")
@@ -159,7 +161,7 @@ def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
         if reward_type == "self_tests":
             from envs.code_generation.self_tests import score_functions   # it imports this module
             return score_functions(items, [main for _, main in codes], reward_type)
-        return score_code_pairs(items, codes, single)
+        return score_code_pairs(items, codes, single, cooperation)
 
     def next_prompts(problem: Problem, histories: Sequence[Sequence[tuple[str, str]]], joint: Sequence[str],
                      score_: Score) -> list[str]:
@@ -168,7 +170,7 @@ def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
             # the feedback shows (and runs) only the chosen asserts; re-score only when some were dropped
             sliced = feedback_problem(problem, external.sandbox_slice)
             if sliced.test != problem.test:
-                breakdown = code_reward(sliced, aux, main, single_agent=single)
+                breakdown = code_reward(sliced, aux, main, single_agent=single, cooperation=cooperation)
         partner = {"aux": main, "main": aux, "single": ""}  # shown to the expert only, never to the agents
         return [next_prompt(external.mode, problem, role, list(history), breakdown, expert_client=expert,
                             sandbox_slice=external.sandbox_slice, passthrough=external.external_prompt_passthrough,
@@ -189,9 +191,11 @@ def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
 
 def _centralized_task(config: Config, section: Any) -> Task:
     style, answer_style = section.centralized_prompt, section.centralized_answer
+    cooperation = config.task.code_reward.cooperation
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
-        return score_joint_answers(items, [joint[0] for joint in joints], answer_style, style)  # the one policy's
+        return score_joint_answers(items, [joint[0] for joint in joints], answer_style, style,  # the one policy's
+                                   cooperation)
 
     def no_next_turn(*args: Any) -> list[str]:
         raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")

@@ -2284,18 +2284,16 @@ def island_count(grid: List[str]) -> int:
     0
     """
 ''', '''
-def aux(grid, seen, row, col):
+def aux(grid, row, col):
+    island = {(row, col)}
     stack = [(row, col)]
-    seen.add((row, col))
-    size = 0
     while stack:
         r, c = stack.pop()
-        size += 1
         for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
-            if 0 <= nr < len(grid) and 0 <= nc < len(grid[nr]) and grid[nr][nc] == "#" and (nr, nc) not in seen:
-                seen.add((nr, nc))
+            if 0 <= nr < len(grid) and 0 <= nc < len(grid[nr]) and grid[nr][nc] == "#" and (nr, nc) not in island:
+                island.add((nr, nc))
                 stack.append((nr, nc))
-    return size
+    return island
 ''', '''
 def island_count(grid):
     seen = set()
@@ -2303,8 +2301,8 @@ def island_count(grid):
     for r in range(len(grid)):
         for c in range(len(grid[r])):
             if grid[r][c] == "#" and (r, c) not in seen:
-                if aux(grid, seen, r, c) > 0:
-                    islands += 1
+                seen |= aux(grid, r, c)
+                islands += 1
     return islands
 ''', '''
 assert candidate(["#..#", "#..#", "..#."]) == 3
