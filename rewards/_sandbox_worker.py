@@ -288,8 +288,8 @@ def _child(cfg, cmd_r, res_w, out_w):
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(fd, b"1000")
             os.close(fd)
-        elif cfg["one_process"] is not None:
-            _install_seccomp(cfg["one_process"])   # no cgroup: one process, bounded by RLIMIT_AS
+        elif cfg["fallback_filter"] is not None:
+            _install_seccomp(cfg["fallback_filter"])   # no cgroup: no memfds (see FALLBACK_RULES)
         if cfg["uid"] is not None:
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
@@ -396,7 +396,7 @@ def _child(cfg, cmd_r, res_w, out_w):
 # ----------------------------------------------------------------------------------------- privileges
 
 # seccomp. The zygote installs `ZYGOTE_RULES` (inherited by every program); where no cgroup bounds a program as a
-# whole, each child adds `ONE_PROCESS_RULES` (the fallback: a program is one process, bounded by RLIMIT_AS).
+# whole, each child adds `FALLBACK_RULES`.
 # Per architecture: the audit number and the syscall numbers by name (aarch64 has no fork/vfork syscalls).
 SYSCALLS = {
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "clone": 56, "fork": 57,
@@ -419,10 +419,11 @@ ZYGOTE_RULES = (
     # a slot is pinned to one CPU: a program may not widen its affinity and take its neighbours' CPUs
     ("sched_setaffinity", EPERM, None),
 )
-ONE_PROCESS_RULES = (   # threads stay (clone with CLONE_THREAD), so does everything RLIMIT_AS sees
-    ("fork", EAGAIN, None), ("vfork", EAGAIN, None), ("clone", EAGAIN, ("clear", CLONE_THREAD)),
-    ("memfd_create", EPERM, None),   # its pages are not in RLIMIT_AS until mapped
-)
+# Without a cgroup, memory is bounded per process (RLIMIT_AS) and processes per slot (RLIMIT_NPROC: the slot's
+# uid, or the worker's user namespace, where the kernel counts per namespace since Linux 5.14): a program may hold
+# up to NPROC x AS, plus its scratch tmpfs. memfds, whose pages no address space holds until mapped, are refused
+# (honest programs do not use them; multiprocessing and subprocess work as before).
+FALLBACK_RULES = (("memfd_create", EPERM, None),)
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_SECUREBITS = 22, 2, 28
 
 
@@ -579,23 +580,25 @@ def _zygote(sock, cfg):
     if cfg["uid"] is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]),) * 2)
         os.setgroups([])
+    elif cfg["drop_caps"]:   # our own user namespace: counted per namespace (Linux >= 5.14), worker and zygote too
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]) + 2,) * 2)
     try:
         cfg["cgroup"] = _join_cgroup(cfg)
     except OSError as e:
         cfg["cgroup"] = False
         report["missing"].append(f"the slot's cgroup ({e.strerror})")
-    cfg["one_process"] = None
+    cfg["fallback_filter"] = None
     if cfg["cgroup"]:
         report["have"].append(f"memory and processes per program as a whole: {cfg['cgroup_kind']}")
     else:
-        try:   # the fallback: each child installs this filter (the zygote itself must fork)
-            cfg["one_process"] = _seccomp_program(ONE_PROCESS_RULES)
-            report["missing"].append(
-                f"a cgroup ({cfg.get('cgroup_why') or 'none'}); fallback: a program is one process (fork and "
-                f"memfd_create refused, threads allowed) bounded by RLIMIT_AS, plus its scratch tmpfs")
-        except OSError as e:
-            report["missing"].append(f"a cgroup ({cfg.get('cgroup_why') or 'none'}) and the one-process "
-                                     f"fallback ({e.strerror}): memory is bounded per process only")
+        try:   # installed by each child (`_child`), not here: the zygote's own filter binds the worker's side too
+            cfg["fallback_filter"] = _seccomp_program(FALLBACK_RULES)
+        except OSError:
+            pass
+        report["missing"].append(
+            f"a cgroup ({cfg.get('cgroup_why') or 'none'}); fallback: memory per process (RLIMIT_AS) times "
+            f"processes (RLIMIT_NPROC), not per program as a whole; plus the scratch tmpfs; memfd_create "
+            f"{'refused' if cfg['fallback_filter'] is not None else 'allowed'}")
     sock.sendall(json.dumps(report).encode())
     import gc
     gc.collect()

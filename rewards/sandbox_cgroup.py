@@ -8,8 +8,9 @@ against one `pids.max`. The trainer (root) makes one cgroup per worker slot belo
 the memory and pids controllers are there, else the v1 hierarchies of those controllers) and hands the worker
 the cgroup's `cgroup.procs`, opened; the zygote enters it at the end of its set-up, so that every program,
 born from it, is inside (`_sandbox_worker._join_cgroup`). Where there is no cgroup to use (not root; a v2
-cgroup that holds processes and whose parent we may not write), the worker falls back to one process per
-program (see `_sandbox_worker.ONE_PROCESS_RULES`); the start-up line says which is in force.
+cgroup that holds processes and whose parent we may not write), the fallback bounds memory per process
+(RLIMIT_AS) times processes (RLIMIT_NPROC) and refuses memfds (`_sandbox_worker.FALLBACK_RULES`); the
+start-up line says which is in force.
 """
 
 from __future__ import annotations
