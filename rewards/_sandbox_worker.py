@@ -483,26 +483,86 @@ def _drop_capabilities():
 
 # ----------------------------------------------------------------------------------------- the zygote
 
-def _fresh_scratch(cfg):
-    """In the zygote, before each child: a fresh tmpfs on every scratch dir (the last program's processes are
-    gone) and the child's temp dir in it, owned by the slot's uid. Always a new file system, never an emptied
-    one: what a program leaves is gone whatever it made (a million files, dirs nested past any recursion limit,
-    a fifo in place of its temp dir), and so is every trace of it in the metadata, which a program may set or
-    move and the next one read (the times of a scratch dir, inode numbers, the file system's birth time and
-    mount id). Without a private root the only scratch is the slot's temp dir on the host's /tmp."""
-    tmpdir = cfg["tmpdir"]
-    if cfg["private_root"]:
-        for top in cfg["scratch"]:
-            _libc.umount2(top.encode(), MNT_DETACH)
-            _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, cfg["scratch_options"])
-    elif os.path.lexists(tmpdir):
-        try:
-            shutil.rmtree(tmpdir) if os.path.isdir(tmpdir) and not os.path.islink(tmpdir) else os.unlink(tmpdir)
-        except BaseException:   # noqa: BLE001 - e.g. RecursionError on deep nesting: move it out of the way
-            os.rename(tmpdir, f"{tmpdir}.left-{time.monotonic_ns()}")
-    os.mkdir(tmpdir, 0o700)
-    if cfg["uid"] is not None:
-        os.chown(tmpdir, cfg["uid"], cfg["gid"])
+class _Scratch:
+    """The programs' scratch dirs, fresh for each: the zygote makes every child in a mount namespace of its own,
+    a copy of the zygote's with a new tmpfs on each scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock) and the
+    child's temp dir (cwd, HOME, TMPDIR) in it, owned by the slot's uid. Always a new file system, never an
+    emptied one: what a program leaves is gone whatever it made (a million files, dirs nested past any recursion
+    limit, a fifo in place of its temp dir), and so is every trace of it in the metadata, which a program may set
+    or move and the next one read (the times of a scratch dir, inode numbers, a file system's birth time and
+    mount id).
+
+    Unmounting waits for an RCU grace period (about 0.1 ms each here), which would delay every program; instead the
+    last program's namespace is dropped after the next child is made, while that child runs, unless the program
+    left data in its scratch dirs (then first, so that its pages are not charged to the next one's cgroup).
+    Without a private root the only scratch is the slot's temp dir on the host's /tmp, emptied by hand."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.private = cfg["private_root"]
+        self.flags = CLONE_NEWNS | (CLONE_NEWIPC if cfg["ipc_ns"] else 0)
+        self.proc = cfg.get("worker_proc")
+        self.private = self.private and self.proc is not None
+        self.home = self._namespace() if self.private else None
+        self.held = []   # the last child's namespace and scratch roots (fds), with what the roots held when made
+        self.last = []   # the one before, dropped after the next fork
+
+    def enter(self):
+        """Enter a new namespace with fresh scratch (and a fresh IPC namespace for the child): call before fork,
+        then `leave` in the parent."""
+        tmpdir = self.cfg["tmpdir"]
+        if not self.private:
+            if os.path.lexists(tmpdir):
+                try:
+                    shutil.rmtree(tmpdir) if os.path.isdir(tmpdir) and not os.path.islink(tmpdir) else os.unlink(
+                        tmpdir)
+                except BaseException:   # noqa: BLE001 - e.g. RecursionError on deep nesting: move it out of the way
+                    os.rename(tmpdir, f"{tmpdir}.left-{time.monotonic_ns()}")
+            if self.cfg["ipc_ns"]:
+                _unshare(CLONE_NEWIPC)
+        else:
+            if self.held and self._used():
+                self.drop()
+            _unshare(self.flags)
+            for top in self.cfg["scratch"]:   # on top of the zygote's own (never written) scratch mounts
+                _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, self.cfg["scratch_options"])
+        os.mkdir(tmpdir, 0o700)
+        if self.cfg["uid"] is not None:
+            os.chown(tmpdir, self.cfg["uid"], self.cfg["gid"])
+
+    def leave(self):
+        """Back in the zygote's own namespace (in the parent, after fork); the child keeps the new one, which the
+        zygote holds too (so that the child's exit does not wait for its unmounting)."""
+        if not self.private:
+            return
+        self.last, self.held = self.held, []
+        self.held = [(fd, self._usage(fd)) for fd in
+                     [self._namespace()] + [os.open(t, os.O_PATH) for t in self.cfg["scratch"]]]
+        if _libc.setns(self.home, CLONE_NEWNS) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), "setns")
+
+    def drop_last(self):
+        """Drop the namespace of the program before the last child (its unmounting waits here, off the path of a
+        job: the worker is already running the next program)."""
+        for fd, _ in self.last:
+            os.close(fd)
+        self.last = []
+
+    def _namespace(self):
+        return os.open("self/ns/mnt", os.O_RDONLY, dir_fd=self.proc)
+
+    def _usage(self, fd):
+        st = os.fstatvfs(fd)
+        return st.f_bfree, st.f_ffree
+
+    def _used(self):
+        return any(self._usage(fd) != usage for fd, usage in self.held[1:])
+
+    def drop(self):
+        for fd, _ in self.held:
+            os.close(fd)
+        self.held = []
 
 
 def _join_cgroup(cfg):
@@ -603,12 +663,11 @@ def _zygote(sock, cfg):
     import gc
     gc.collect()
     gc.freeze()   # the children's collections skip the zygote's objects (fewer copy-on-write page faults)
+    scratch = _Scratch(cfg)
     while True:
         if not sock.recv(1):   # one byte per child asked for; nothing when the worker is gone
             os._exit(0)
-        _fresh_scratch(cfg)
-        if cfg["ipc_ns"]:
-            _unshare(CLONE_NEWIPC)   # the child is born in a fresh IPC namespace (SysV objects, POSIX queues)
+        scratch.enter()   # fresh scratch; a fresh IPC namespace too (SysV objects, POSIX queues)
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -627,9 +686,13 @@ def _zygote(sock, cfg):
         except (OSError, AttributeError):
             pidfd = None
         fds = [cmd_w, res_r, out_r] + ([pidfd] if pidfd is not None else [])
-        socket.send_fds(sock, [struct.pack("<i", pid)], fds)
-        for x in (cmd_r, res_w, out_w, *fds):
+        for x in (cmd_r, res_w, out_w):
             os.close(x)
+        scratch.leave()   # (the child's pipe ends are closed first: the mount fds opened here must not clash)
+        socket.send_fds(sock, [struct.pack("<i", pid)], fds)
+        for x in fds:
+            os.close(x)
+        scratch.drop_last()
 
 
 # ----------------------------------------------------------------------------------------- pipelined calls
@@ -1348,7 +1411,7 @@ def _isolate(cfg):
         have.append(f"uid {cfg['uid']}")
     else:
         cfg["uid"] = cfg["gid"] = None
-        missing.append("separate uid (not root): programs share the worker's uid, RLIMIT_NPROC is per user")
+        missing.append("separate uid (not root): programs share the worker's uid")
     cfg["drop_caps"] = "user-ns" in have   # uid 0 inside our user namespace: the child drops every capability
     return {"have": have, "missing": missing}
 
@@ -1358,6 +1421,9 @@ def _programs_proc(cfg):
     worker keeps the host's). Returns the line for the isolation report."""
     _unshare(CLONE_NEWNS)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    # the worker's /proc, kept open: the zygote names its mount namespaces through it (`_Scratch`), even where the
+    # programs get no /proc at all
+    cfg["worker_proc"] = os.open("/proc", os.O_PATH | os.O_DIRECTORY)
     _libc.umount2(b"/proc", MNT_DETACH)
     try:
         if not cfg["pidns"]:

@@ -220,7 +220,7 @@ MARK = 1_234_567_890_123_456_789   # ns: an unlikely time
 def test_no_timestamps_cross_from_one_program_to_the_next(box):
     # program A marks every path it can reach (an explicit time where it may, else "now" where it may write);
     # program B, next on the same slot, must find none of those times
-    mark = ("import os\ndef f(x):\n"
+    mark = ("import os, time\ndef f(x):\n"
             "    done = {}\n"
             f"    for p in {PATHS!r}:\n"
             "        for times in ({'ns': (MARK, MARK)}, {}):\n"
@@ -231,6 +231,7 @@ def test_no_timestamps_cross_from_one_program_to_the_next(box):
             "                break\n"
             "            except OSError:\n"
             "                pass\n"
+            "    time.sleep(0.1)\n"   # file times are coarse (a clock tick): "now" must be a past tick for B
             "    return done\n").replace("MARK", str(MARK))
     look = ("import os\ndef f(x):\n"
             f"    return {{p: [s.st_atime_ns, s.st_mtime_ns, s.st_ctime_ns, s.st_ino] for p in {PATHS!r} "
