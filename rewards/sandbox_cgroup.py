@@ -57,31 +57,29 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def _hierarchies() -> dict[str, str]:
-    """This process's cgroup directories: {"v2": dir} and/or {"memory": dir, "pids": dir} (v1), from
-    /proc/self/cgroup and /proc/self/mountinfo."""
+def hierarchies(cgroup: str, mountinfo: str) -> dict[str, str]:
+    """This process's cgroup directories: {"v2": dir} and/or {"memory": dir, "pids": dir, ...} (v1), from the
+    text of /proc/self/cgroup and /proc/self/mountinfo."""
     own = {}
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            number, controllers, path = line.rstrip("\n").split(":", 2)
-            for name in (["v2"] if number == "0" else controllers.split(",")):
-                own[name] = path
+    for line in cgroup.splitlines():
+        number, controllers, path = line.split(":", 2)
+        for name in (["v2"] if number == "0" else controllers.split(",")):
+            own[name] = path
     found = {}
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            sep = fields.index("-")
-            root, mountpoint, fstype, options = fields[3], fields[4], fields[sep + 1], fields[sep + 3]
-            names = ["v2"] if fstype == "cgroup2" else options.split(",") if fstype == "cgroup" else []
-            for name in names:
-                path = own.get(name)
-                if name in found or path is None or not (path == root or path.startswith(root.rstrip("/") + "/")):
-                    continue
-                found[name] = mountpoint + path[len(root.rstrip("/")):]
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        sep = fields.index("-")
+        root, mountpoint, fstype, options = fields[3], fields[4], fields[sep + 1], fields[sep + 3]
+        names = ["v2"] if fstype == "cgroup2" else options.split(",") if fstype == "cgroup" else []
+        for name in names:
+            path = own.get(name)
+            if name in found or path is None or not (path == root or path.startswith(root.rstrip("/") + "/")):
+                continue
+            found[name] = (mountpoint + path[len(root.rstrip("/")):]).rstrip("/") or "/"
     return found
 
 
-def _v2(own: str, name: str, workers: int, memory_mb: int, pids: int) -> SlotCgroups:
+def v2_cgroups(own: str, name: str, workers: int, memory_mb: int, pids: int) -> SlotCgroups:
     with open(os.path.join(own, "cgroup.controllers")) as f:
         if not set(CONTROLLERS) <= set(f.read().split()):
             raise OSError(0, f"cgroup v2 {own} lacks the memory and pids controllers")
@@ -106,15 +104,16 @@ def _v2(own: str, name: str, workers: int, memory_mb: int, pids: int) -> SlotCgr
         os.makedirs(d, exist_ok=True)
         _write(os.path.join(d, "memory.max"), str(memory_mb << 20))
         _write(os.path.join(d, "pids.max"), str(pids))
-        for key, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):   # where the kernel has them
-            if os.path.exists(os.path.join(d, key)):
-                _write(os.path.join(d, key), value)
+        # no swap where the kernel has it; not memory.oom.group: it would kill the zygote too, unless its OOM
+        # score is -1000, which a container without CAP_SYS_RESOURCE cannot set
+        if os.path.exists(os.path.join(d, "memory.swap.max")):
+            _write(os.path.join(d, "memory.swap.max"), "0")
         slots.append([d])
     return SlotCgroups(f"cgroup v2 {base}/slot-N (memory.max {memory_mb} MiB, no swap, pids.max {pids})",
                        [base], slots)
 
 
-def _v1(dirs: dict[str, str], name: str, workers: int, memory_mb: int, pids: int) -> SlotCgroups:
+def v1_cgroups(dirs: dict[str, str], name: str, workers: int, memory_mb: int, pids: int) -> SlotCgroups:
     if not all(c in dirs for c in CONTROLLERS):
         raise OSError(0, "no cgroup v1 hierarchy of memory and pids")
     base = {c: os.path.join(dirs[c], name) for c in CONTROLLERS}
@@ -140,17 +139,18 @@ def make_slot_cgroups(name: str, workers: int, memory_mb: int, pids: int) -> tup
     if os.geteuid() != 0:
         return None, "not root"
     try:
-        found = _hierarchies()
+        with open("/proc/self/cgroup") as f, open("/proc/self/mountinfo") as g:
+            found = hierarchies(f.read(), g.read())
     except (OSError, ValueError) as e:
         return None, f"cannot read this process's cgroups ({e})"
     reasons = []
     if "v2" in found:
         try:
-            return _v2(found["v2"], name, workers, memory_mb, pids), ""
+            return v2_cgroups(found["v2"], name, workers, memory_mb, pids), ""
         except OSError as e:
             reasons.append(e.strerror or str(e))
     try:
-        return _v1(found, name, workers, memory_mb, pids), ""
+        return v1_cgroups(found, name, workers, memory_mb, pids), ""
     except OSError as e:
         reasons.append(e.strerror or str(e))
     return None, "; ".join(reasons)
