@@ -284,7 +284,7 @@ def _child(cfg, cmd_r, res_w, out_w):
         os.closerange(hi + 1, 1 << 30)
         os.chdir(cfg["tmpdir"])   # made afresh by the worker for each child (`_Worker.fork_child`)
         signal.signal(signal.SIGINT, signal.default_int_handler)   # the zygote's is SIG_DFL (see `_zygote`)
-        if cfg["cgroup"]:   # the OOM killer takes this program's processes first, never the zygote (-1000)
+        if cfg["cgroup"]:   # the OOM killer takes this program's processes first, not the zygote (`_join_cgroup`)
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(fd, b"1000")
             os.close(fd)
