@@ -486,30 +486,42 @@ def _drop_capabilities():
 class _Scratch:
     """The programs' scratch dirs, fresh for each: the zygote makes every child in a mount namespace of its own,
     a copy of the zygote's with a new tmpfs on each scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock) and the
-    child's temp dir (cwd, HOME, TMPDIR) in it, owned by the slot's uid. Always a new file system, never an
-    emptied one: what a program leaves is gone whatever it made (a million files, dirs nested past any recursion
-    limit, a fifo in place of its temp dir), and so is every trace of it in the metadata, which a program may set
-    or move and the next one read (the times of a scratch dir, inode numbers, a file system's birth time and
-    mount id).
+    child's temp dir (cwd, HOME, TMPDIR) in it, owned by the slot's uid, and a fresh IPC namespace. Always a new
+    file system, never an emptied one: what a program leaves is gone whatever it made (a million files, dirs
+    nested past any recursion limit, a fifo in place of its temp dir), and so is every trace of it in the
+    metadata, which a program may set or move and the next one read (the times of a scratch dir, inode numbers,
+    a file system's birth time and mount id).
 
-    Unmounting waits for an RCU grace period (about 0.1 ms each here), which would delay every program; instead the
-    last program's namespace is dropped after the next child is made, while that child runs, unless the program
-    left data in its scratch dirs (then first, so that its pages are not charged to the next one's cgroup).
+    Unmounting waits for an RCU grace period (about 0.1 ms per mount here): a program's namespace is dropped after
+    the fork of the child after it, while that child runs, unless the program left data in its scratch dirs (then
+    before that fork, so that its pages are not charged to the next program's cgroup). The new namespace is made
+    before the fork: after it, every page the zygote writes would first be copied (the child shares them).
     Without a private root the only scratch is the slot's temp dir on the host's /tmp, emptied by hand."""
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.private = cfg["private_root"]
-        self.flags = CLONE_NEWNS | (CLONE_NEWIPC if cfg["ipc_ns"] else 0)
-        self.proc = cfg.get("worker_proc")
-        self.private = self.private and self.proc is not None
+        self.proc = cfg.get("worker_proc")   # the worker's /proc: names our mount namespaces (see _programs_proc)
+        self.private = cfg["private_root"] and self.proc is not None
         self.home = self._namespace() if self.private else None
-        self.held = []   # the last child's namespace and scratch roots (fds), with what the roots held when made
-        self.last = []   # the one before, dropped after the next fork
+        self.ready = []    # the namespace prepared for the next child, and its scratch roots (fds)
+        self.running = []  # the last child's
+        self.fresh = None  # what a fresh scratch root holds (free blocks, free inodes), per root
 
-    def enter(self):
-        """Enter a new namespace with fresh scratch (and a fresh IPC namespace for the child): call before fork,
-        then `leave` in the parent."""
+    def _namespace(self):
+        return os.open("self/ns/mnt", os.O_RDONLY, dir_fd=self.proc)
+
+    @staticmethod
+    def _usage(fd):
+        st = os.fstatvfs(fd)
+        return st.f_bfree, st.f_ffree
+
+    @staticmethod
+    def _close(fds):
+        for fd in fds:
+            os.close(fd)
+
+    def prepare(self):
+        """Enter a new mount and IPC namespace with fresh scratch for the next child."""
         tmpdir = self.cfg["tmpdir"]
         if not self.private:
             if os.path.lexists(tmpdir):
@@ -521,48 +533,34 @@ class _Scratch:
             if self.cfg["ipc_ns"]:
                 _unshare(CLONE_NEWIPC)
         else:
-            if self.held and self._used():
-                self.drop()
-            _unshare(self.flags)
+            _unshare(CLONE_NEWNS | (CLONE_NEWIPC if self.cfg["ipc_ns"] else 0))
             for top in self.cfg["scratch"]:   # on top of the zygote's own (never written) scratch mounts
                 _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, self.cfg["scratch_options"])
         os.mkdir(tmpdir, 0o700)
         if self.cfg["uid"] is not None:
             os.chown(tmpdir, self.cfg["uid"], self.cfg["gid"])
+        if self.private:
+            self.ready = [self._namespace()] + [os.open(t, os.O_PATH) for t in self.cfg["scratch"]]
+            if self.fresh is None:
+                self.fresh = [self._usage(fd) for fd in self.ready[1:]]
 
-    def leave(self):
-        """Back in the zygote's own namespace (in the parent, after fork); the child keeps the new one, which the
-        zygote holds too (so that the child's exit does not wait for its unmounting)."""
-        if not self.private:
-            return
-        self.last, self.held = self.held, []
-        self.held = [(fd, self._usage(fd)) for fd in
-                     [self._namespace()] + [os.open(t, os.O_PATH) for t in self.cfg["scratch"]]]
-        if _libc.setns(self.home, CLONE_NEWNS) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), "setns")
+    def before_fork(self):
+        """The last program's processes are gone: drop its namespace now if it left data in its scratch; enter the
+        next child's."""
+        if self.running and any(self._usage(fd) != usage for fd, usage in zip(self.running[1:], self.fresh)):
+            self._close(self.running)
+            self.running = []
+        self.prepare()
 
-    def drop_last(self):
-        """Drop the namespace of the program before the last child (its unmounting waits here, off the path of a
-        job: the worker is already running the next program)."""
-        for fd, _ in self.last:
-            os.close(fd)
-        self.last = []
-
-    def _namespace(self):
-        return os.open("self/ns/mnt", os.O_RDONLY, dir_fd=self.proc)
-
-    def _usage(self, fd):
-        st = os.fstatvfs(fd)
-        return st.f_bfree, st.f_ffree
-
-    def _used(self):
-        return any(self._usage(fd) != usage for fd, usage in self.held[1:])
-
-    def drop(self):
-        for fd, _ in self.held:
-            os.close(fd)
-        self.held = []
+    def after_fork(self):
+        """In the zygote after the fork: back to its own namespace, holding the child's (so that the child's exit
+        does not wait for its unmounting), and drop the last program's (the wait is here, while the child runs)."""
+        if self.private:
+            if _libc.setns(self.home, CLONE_NEWNS) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), "setns")
+            self._close(self.running)
+            self.running, self.ready = self.ready, []
 
 
 def _join_cgroup(cfg):
@@ -669,7 +667,7 @@ def _zygote(sock, cfg):
     while True:
         if not sock.recv(1):   # one byte per child asked for; nothing when the worker is gone
             os._exit(0)
-        scratch.enter()   # fresh scratch; a fresh IPC namespace too (SysV objects, POSIX queues)
+        scratch.before_fork()
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -688,13 +686,10 @@ def _zygote(sock, cfg):
         except (OSError, AttributeError):
             pidfd = None
         fds = [cmd_w, res_r, out_r] + ([pidfd] if pidfd is not None else [])
-        for x in (cmd_r, res_w, out_w):
-            os.close(x)
-        scratch.leave()   # (the child's pipe ends are closed first: the mount fds opened here must not clash)
         socket.send_fds(sock, [struct.pack("<i", pid)], fds)
-        for x in fds:
+        for x in (cmd_r, res_w, out_w, *fds):
             os.close(x)
-        scratch.drop_last()
+        scratch.after_fork()
 
 
 # ----------------------------------------------------------------------------------------- pipelined calls
