@@ -14,10 +14,11 @@ all below the trainer:
   memory is limited, so no result can take the worker down.
 - the *zygote*: forked once at start-up, *before* the worker has seen any job, so its memory never holds a test
   or an expected value. It is PID 1 of the programs' PID namespace (when it dies, every program dies) with a
-  /proc of that namespace only, installs a seccomp filter that refuses the keyring syscalls, pre-imports
-  common modules and forks one child per program on request, each in a fresh IPC namespace and with every
-  scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock) emptied first (`_fresh_scratch`). It reaps automatically
-  (SIGCHLD ignored), so a program's orphans are reaped too.
+  /proc of that namespace only, installs a seccomp filter (no keyring syscalls, no user namespace, no
+  sched_setaffinity; `ZYGOTE_RULES`), enters the slot's cgroup (`_join_cgroup`), pre-imports common modules and
+  forks one child per program on request, each in fresh mount and IPC namespaces with a fresh tmpfs on every
+  scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock; `_Scratch`). It reaps automatically (SIGCHLD ignored), so a
+  program's orphans are reaped too; its SIGINT is the default action, so no program's signal can end it.
 - the *child*: new session, rlimits, fresh temp dir, scrubbed environment, an unprivileged uid of its own slot
   (so RLIMIT_NPROC applies and the trainer/worker/zygote, all root, are out of reach; in a user namespace,
   where there is one uid only, it drops every capability instead), no new privileges, all
@@ -1139,12 +1140,12 @@ class _Worker:
         return child or self.fork_child()
 
     def fork_child(self):
-        """Ask the zygote for a fresh, fully set-up child waiting for its program, with every scratch dir empty.
+        """Ask the zygote for a fresh, fully set-up child waiting for its program, with fresh scratch dirs.
 
-        One child runs on a slot at a time, and the last one's processes are gone (`tidy`) before the next one's
-        scratch is emptied, so each program finds /tmp, /var/tmp, /dev/shm and /run/lock as new and its own temp
-        dir (cwd, HOME, TMPDIR: one path per slot) made afresh."""
-        self.zsock.sendall(b"F")   # the zygote empties the scratch dirs first (`_fresh_scratch`)
+        One child runs on a slot at a time, and the last one's processes are gone (`tidy`) before the next one is
+        made, so each program finds /tmp, /var/tmp, /dev/shm and /run/lock new (`_Scratch`) and its own temp
+        dir (cwd, HOME, TMPDIR: one path per slot) in them."""
+        self.zsock.sendall(b"F")
         msg, fds, _, _ = socket.recv_fds(self.zsock, 16, 4)
         if len(msg) != 4 or len(fds) < 3:
             raise OSError("the zygote is gone")

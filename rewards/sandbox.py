@@ -7,10 +7,11 @@ Each worker enters its own network namespace (no interfaces, not even loopback),
 a private root file system holding only what `interpreter_view` allows (the interpreter, its standard library and
 shared libraries, read-only), forks a *zygote* before it sees any job, and asks the zygote for one fresh child per
 program. The child runs in its own session with rlimits (address space, CPU, processes, file size, open files, no
-core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, no keyring syscalls
-and, when we are root, its own unprivileged uid per worker slot, so it cannot signal, ptrace or read the worker,
-the zygote or the trainer (all root), and RLIMIT_NPROC applies. The README's "What a program can see" table sums
-this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
+core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
+keyring syscalls, no user namespace, no widening of its CPU affinity) and, when we are root, its own unprivileged
+uid per worker slot, so it cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a
+cgroup per slot that bounds its memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per
+process). The README's "What a program can see" table and docs/sandbox.md sum this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
 from plain data (exact builtin types), never from what the program prints or how it exits.
 
 When we are not root the worker tries a user namespace (`unshare(CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS)`),
@@ -157,7 +158,7 @@ with open("/proc/self/maps") as f:
             mapped.add(parts[5].strip().removesuffix(" (deleted)"))
 print(json.dumps({"stdlib": stdlib, "mapped": sorted(mapped)}))
 """
-SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # fresh tmpfs mounts, emptied between programs
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # a fresh tmpfs on each, for each program
 
 
 @dataclass(frozen=True)
