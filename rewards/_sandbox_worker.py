@@ -14,10 +14,11 @@ all below the trainer:
   memory is limited, so no result can take the worker down.
 - the *zygote*: forked once at start-up, *before* the worker has seen any job, so its memory never holds a test
   or an expected value. It is PID 1 of the programs' PID namespace (when it dies, every program dies) with a
-  /proc of that namespace only, installs a seccomp filter that refuses the keyring syscalls, pre-imports
-  common modules and forks one child per program on request, each in a fresh IPC namespace and with every
-  scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock) emptied first (`_fresh_scratch`). It reaps automatically
-  (SIGCHLD ignored), so a program's orphans are reaped too.
+  /proc of that namespace only, installs a seccomp filter (no keyring syscalls, no user namespace, no
+  sched_setaffinity; `ZYGOTE_RULES`), enters the slot's cgroup (`_join_cgroup`), pre-imports common modules and
+  forks one child per program on request, each in fresh mount and IPC namespaces with a fresh tmpfs on every
+  scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock; `_Scratch`). It reaps automatically (SIGCHLD ignored), so a
+  program's orphans are reaped too; its SIGINT is the default action, so no program's signal can end it.
 - the *child*: new session, rlimits, fresh temp dir, scrubbed environment, an unprivileged uid of its own slot
   (so RLIMIT_NPROC applies and the trainer/worker/zygote, all root, are out of reach; in a user namespace,
   where there is one uid only, it drops every capability instead), no new privileges, all
@@ -146,6 +147,7 @@ class Msg:
     LOADED = "loaded"          # child -> worker: the program ran and defines the entry point
     LOAD_ERROR = "load_error"  # child -> worker: it raised or lacks the entry point (with the error)
     OK = "ok"                  # child -> worker: a call's encoded result (or True for an EXEC)
+    BAD = "bad"                # child -> worker: the call returned something that is not plain data
     ERR = "err"                # child -> worker: the call raised (with the error)
 
 
@@ -282,6 +284,13 @@ def _child(cfg, cmd_r, res_w, out_w):
         os.closerange(lo + 1, hi)
         os.closerange(hi + 1, 1 << 30)
         os.chdir(cfg["tmpdir"])   # made afresh by the worker for each child (`_Worker.fork_child`)
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # the zygote's is SIG_DFL (see `_zygote`)
+        if cfg["cgroup"]:   # the OOM killer takes this program's processes first, not the zygote (`_join_cgroup`)
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(fd, b"1000")
+            os.close(fd)
+        elif cfg["fallback_filter"] is not None:
+            _install_seccomp(cfg["fallback_filter"])   # no cgroup: no memfds (see FALLBACK_RULES)
         if cfg["uid"] is not None:
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
@@ -292,7 +301,7 @@ def _child(cfg, cmd_r, res_w, out_w):
         _exit(70)
 
     read, write, loads, dumps, enc = os.read, os.write, marshal.loads, json.dumps, _encode
-    OK, ERR = Msg.OK, Msg.ERR
+    OK, ERR, BAD = Msg.OK, Msg.ERR, Msg.BAD
 
     def send(*message):
         data = frame(dumps(message).encode())
@@ -339,10 +348,25 @@ def _child(cfg, cmd_r, res_w, out_w):
         try:
             args, kwargs = loads(payload)
             result = candidate(*args, **kwargs)
-            send(OK, enc(result))
         except BaseException as e:
             try:
                 send(ERR, describe(e))
+            except BaseException:
+                _exit(0)
+            return
+        try:   # a value that cannot be sent is not the call raising: the worker fails the test (`_NotPlainData`)
+            tree = enc(result)
+        except BaseException as e:
+            try:
+                send(BAD, describe(e))
+            except BaseException:
+                _exit(0)
+            return
+        try:
+            send(OK, tree)
+        except BaseException as e:   # e.g. an int past the str conversion limit
+            try:
+                send(BAD, describe(e))
             except BaseException:
                 _exit(0)
 
@@ -372,37 +396,76 @@ def _child(cfg, cmd_r, res_w, out_w):
 
 # ----------------------------------------------------------------------------------------- privileges
 
-# seccomp: the architecture's audit number and its keyring syscalls (add_key, request_key, keyctl)
-KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+# seccomp. The zygote installs `ZYGOTE_RULES` (inherited by every program); where no cgroup bounds a program as a
+# whole, each child adds `FALLBACK_RULES`.
+# Per architecture: the audit number and the syscall numbers by name (aarch64 has no fork/vfork syscalls).
+SYSCALLS = {
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "clone": 56, "fork": 57,
+                            "vfork": 58, "unshare": 272, "clone3": 435, "sched_setaffinity": 203,
+                            "memfd_create": 319}),
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "clone": 220, "unshare": 97,
+                             "clone3": 435, "sched_setaffinity": 122, "memfd_create": 279}),
+}
+EPERM, EAGAIN, ENOSYS = 1, 11, 38
+CLONE_THREAD = 0x00010000
+# (syscall, errno, flag test on the first argument: None = always, ("set", bits) or ("clear", bits))
+ZYGOTE_RULES = (
+    # the per-uid keyrings outlive a program: no program may leave a key for the next one
+    ("add_key", EPERM, None), ("request_key", EPERM, None), ("keyctl", EPERM, None),
+    # no user namespace, hence no CAP_SYS_ADMIN/CAP_NET_ADMIN over new namespaces (the kernel surface behind
+    # many privilege escalations); clone3 passes its flags in memory, out of a filter's reach: ENOSYS makes
+    # the C library fall back to clone, whose flags are checked here
+    ("unshare", EPERM, ("set", CLONE_NEWUSER)), ("clone", EPERM, ("set", CLONE_NEWUSER)),
+    ("clone3", ENOSYS, None),
+    # a slot is pinned to one CPU: a program may not widen its affinity and take its neighbours' CPUs
+    ("sched_setaffinity", EPERM, None),
+)
+# Without a cgroup, memory is bounded per process (RLIMIT_AS) and processes per slot (RLIMIT_NPROC: the slot's
+# uid, or the worker's user namespace, where the kernel counts per namespace since Linux 5.14): a program may hold
+# up to NPROC x AS, plus its scratch tmpfs. memfds, whose pages no address space holds until mapped, are refused
+# (honest programs do not use them; multiprocessing and subprocess work as before).
+FALLBACK_RULES = (("memfd_create", EPERM, None),)
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_SECUREBITS = 22, 2, 28
 
 
-def _deny_keyrings():
-    """Install a seccomp filter (inherited by every child) under which the keyring syscalls fail with EPERM, so
-    that no program can leave a key for the next one (the per-uid keyrings outlive a program), and syscalls of
-    another ABI (32-bit, x32) end the process. Needs no_new_privs."""
-    arch = KEYRING_SYSCALLS.get(os.uname().machine)
-    if arch is None:
-        raise OSError(0, f"no syscall table for {os.uname().machine}")
-    audit, numbers = arch
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
-    prog = [(ld, 0, 0, 4),              # 0: the ABI of the call
-            (jeq, 1, 0, audit),         # 1: ours -> 3
-            (ret, 0, 0, kill),          # 2: another ABI ends the process
-            (ld, 0, 0, 0),              # 3: the syscall number
-            (jge, 0, 1, 0x40000000),    # 4: x32 (bit 30) -> 5, else -> 6
-            (ret, 0, 0, kill)]          # 5
-    deny = len(prog) + len(numbers) + 1
-    for number in numbers:
-        prog.append((jeq, deny - len(prog) - 1, 0, number))
-    prog += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
-    filters = (ctypes.c_ubyte * (8 * len(prog)))(*b"".join(struct.pack("<HBBI", *ins) for ins in prog))
+def _seccomp_program(rules):
+    """Compile `rules` to a classic BPF program (a ctypes array; kept alive by the caller). Syscalls of another
+    ABI (32-bit, x32) end the process; a syscall this architecture lacks (fork on aarch64) is left out."""
+    machine = os.uname().machine
+    if machine not in SYSCALLS:
+        raise OSError(0, f"no syscall table for {machine}")
+    audit, numbers = SYSCALLS[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    prog = [(ld, 0, 0, 4),              # the ABI of the call
+            (jeq, 1, 0, audit),         # ours: skip the kill
+            (ret, 0, 0, kill),
+            (ld, 0, 0, 0),              # the syscall number
+            (jge, 0, 1, 0x40000000),    # x32 (bit 30): kill
+            (ret, 0, 0, kill)]
+    for name, errno, test in rules:
+        if name not in numbers:
+            continue
+        deny = (ret, 0, 0, 0x00050000 | errno)
+        if test is None:
+            prog += [(jeq, 0, 1, numbers[name]), deny]
+        else:
+            how, bits = test
+            prog += [(jeq, 0, 4, numbers[name]),   # another syscall: on past this rule's 5 instructions
+                     (ld, 0, 0, 16),    # the low 32 bits of the first argument (the flags)
+                     (jset, 0, 1, bits) if how == "set" else (jset, 1, 0, bits),
+                     deny, (ret, 0, 0, allow)]
+    prog.append((ret, 0, 0, allow))
+    return (ctypes.c_ubyte * (8 * len(prog)))(*b"".join(struct.pack("<HBBI", *ins) for ins in prog))
 
-    class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    fprog = Prog(len(prog), ctypes.addressof(filters))
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _install_seccomp(filters):
+    """Install a BPF program from `_seccomp_program` (needs no_new_privs); it binds this process and its children."""
+    fprog = _SockFprog(len(filters) // 8, ctypes.addressof(filters))
     if _prctl_int(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
@@ -421,38 +484,115 @@ def _drop_capabilities():
 
 # ----------------------------------------------------------------------------------------- the zygote
 
-def _fresh_scratch(cfg):
-    """In the zygote, before each child: make every scratch dir empty (the last program's processes are gone)
-    and the child's temp dir anew, owned by the slot's uid. The usual program leaves
-    only its own empty temp dir; any other content is dropped by mounting a fresh tmpfs in place (constant
-    time, whatever the program made: a million files, dirs nested past any recursion limit, a fifo in place
-    of its temp dir). Without a private root the only scratch is the slot's temp dir on the host's /tmp."""
-    tmpdir = cfg["tmpdir"]
+class _Scratch:
+    """The programs' scratch dirs, fresh for each: the zygote makes every child in a mount namespace of its own,
+    a copy of the zygote's with a new tmpfs on each scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock) and the
+    child's temp dir (cwd, HOME, TMPDIR) in it, owned by the slot's uid, and a fresh IPC namespace. Always a new
+    file system, never an emptied one: what a program leaves is gone whatever it made (a million files, dirs
+    nested past any recursion limit, a fifo in place of its temp dir), and so is every trace of it in the
+    metadata, which a program may set or move and the next one read (the times of a scratch dir, inode numbers,
+    a file system's birth time and mount id).
+
+    Unmounting waits for an RCU grace period (about 0.1 ms per mount here): a program's namespace is dropped after
+    the fork of the child after it, while that child runs, unless the program left data in its scratch dirs (then
+    before that fork, so that its pages are not charged to the next program's cgroup). The new namespace is made
+    before the fork: after it, every page the zygote writes would first be copied (the child shares them).
+    Without a private root the only scratch is the slot's temp dir on the host's /tmp, emptied by hand."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.proc = cfg.get("worker_proc")   # the worker's /proc: names our mount namespaces (see _programs_proc)
+        self.private = cfg["private_root"] and self.proc is not None
+        self.home = self._namespace() if self.private else None
+        self.ready = []    # the namespace prepared for the next child, and its scratch roots (fds)
+        self.running = []  # the last child's
+        self.fresh = None  # what a fresh scratch root holds (free blocks, free inodes), per root
+
+    def _namespace(self):
+        return os.open("self/ns/mnt", os.O_RDONLY, dir_fd=self.proc)
+
+    @staticmethod
+    def _usage(fd):
+        st = os.fstatvfs(fd)
+        return st.f_bfree, st.f_ffree
+
+    @staticmethod
+    def _close(fds):
+        for fd in fds:
+            os.close(fd)
+
+    def prepare(self):
+        """Enter a new mount and IPC namespace with fresh scratch for the next child."""
+        tmpdir = self.cfg["tmpdir"]
+        if not self.private:
+            if os.path.lexists(tmpdir):
+                try:
+                    shutil.rmtree(tmpdir) if os.path.isdir(tmpdir) and not os.path.islink(tmpdir) else os.unlink(
+                        tmpdir)
+                except BaseException:   # noqa: BLE001 - e.g. RecursionError on deep nesting: move it out of the way
+                    os.rename(tmpdir, f"{tmpdir}.left-{time.monotonic_ns()}")
+            if self.cfg["ipc_ns"]:
+                _unshare(CLONE_NEWIPC)
+        else:
+            _unshare(CLONE_NEWNS | (CLONE_NEWIPC if self.cfg["ipc_ns"] else 0))
+            for top in self.cfg["scratch"]:   # on top of the zygote's own (never written) scratch mounts
+                _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, self.cfg["scratch_options"])
+        os.mkdir(tmpdir, 0o700)
+        if self.cfg["uid"] is not None:
+            os.chown(tmpdir, self.cfg["uid"], self.cfg["gid"])
+        if self.private:
+            self.ready = [self._namespace()] + [os.open(t, os.O_PATH) for t in self.cfg["scratch"]]
+            if self.fresh is None:
+                self.fresh = [self._usage(fd) for fd in self.ready[1:]]
+
+    def before_fork(self):
+        """The last program's processes are gone: drop its namespace now if it left data in its scratch; enter the
+        next child's."""
+        if self.running and any(self._usage(fd) != usage for fd, usage in zip(self.running[1:], self.fresh)):
+            self._close(self.running)
+            self.running = []
+        self.prepare()
+
+    def after_fork(self):
+        """In the zygote after the fork: back to its own namespace, holding the child's (so that the child's exit
+        does not wait for its unmounting), and drop the last program's (the wait is here, while the child runs)."""
+        if self.private:
+            if _libc.setns(self.home, CLONE_NEWNS) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), "setns")
+            self._close(self.running)
+            self.running, self.ready = self.ready, []
+
+
+def _join_cgroup(cfg):
+    """In the zygote, at the end of its set-up: enter the slot's cgroup(s) (the trainer made them and passed their
+    `cgroup.procs` open), so that every program, born from here, is bounded as a whole (memory with what it
+    writes to tmpfs and memfds, processes). The zygote's own pages stay charged where they were made; its OOM
+    score is -1000 where we may lower it and each child's is 1000 (`_child`): the kernel's OOM killer takes a
+    program's process, not the zygote. Returns True when joined; False (the fallback) when there is no cgroup."""
+    fds = cfg.get("cgroup_fds") or []
+    if not fds:
+        return False
     try:
-        os.rmdir(tmpdir)
-    except OSError:
-        pass
-    if cfg["private_root"]:
-        for top in cfg["scratch"]:
-            try:
-                if not os.listdir(top):
-                    continue
-            except OSError:
-                pass
-            _libc.umount2(top.encode(), MNT_DETACH)
-            _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, cfg["scratch_options"])
-    elif os.path.lexists(tmpdir):
         try:
-            shutil.rmtree(tmpdir) if os.path.isdir(tmpdir) and not os.path.islink(tmpdir) else os.unlink(tmpdir)
-        except BaseException:   # noqa: BLE001 - e.g. RecursionError on deep nesting: move it out of the way
-            os.rename(tmpdir, f"{tmpdir}.left-{time.monotonic_ns()}")
-    os.mkdir(tmpdir, 0o700)
-    if cfg["uid"] is not None:
-        os.chown(tmpdir, cfg["uid"], cfg["gid"])
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("-1000")
+        except OSError:   # needs CAP_SYS_RESOURCE, which a container may lack: the children's 1000 still comes first
+            pass
+        for fd in fds:
+            os.write(fd, b"0")   # 0: the writer itself
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _zygote(sock, cfg):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children and adopted orphans are reaped by the kernel
+    # SIGINT: Python's handler (KeyboardInterrupt) would let a program end the zygote with os.kill(1, SIGINT)
+    # where they share a uid (a user namespace); with the default action, the kernel drops every signal a
+    # program sends to its PID namespace's init
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:
@@ -471,11 +611,12 @@ def _zygote(sock, cfg):
             report["missing"].append(f"a /proc of their own ({e.strerror}): programs see the worker's /proc")
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     try:
-        _deny_keyrings()
-        report["have"].append("seccomp: no keyring syscalls (add_key, keyctl, request_key)")
+        _install_seccomp(_seccomp_program(ZYGOTE_RULES))
+        report["have"].append("seccomp: no keyring syscalls, no user namespace (clone3: ENOSYS), "
+                              "no sched_setaffinity")
     except OSError as e:
-        report["missing"].append(f"seccomp ({e.strerror}): programs may use the kernel keyrings")
-    sock.sendall(json.dumps(report).encode())
+        report["missing"].append(f"seccomp ({e.strerror}): programs may use the kernel keyrings, create user "
+                                 f"namespaces and widen their CPU affinity")
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
@@ -498,15 +639,36 @@ def _zygote(sock, cfg):
     if cfg["uid"] is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]),) * 2)
         os.setgroups([])
+    elif cfg["drop_caps"]:   # our own user namespace: counted per namespace (Linux >= 5.14), worker and zygote too
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]) + 2,) * 2)
+    try:
+        cfg["cgroup"] = _join_cgroup(cfg)
+    except OSError as e:
+        cfg["cgroup"] = False
+        cfg["cgroup_why"] = f"the slot's cgroup cannot be entered: {e.strerror}"
+    cfg["fallback_filter"] = None
+    if cfg["cgroup"]:
+        report["have"].append(f"memory and processes per program as a whole: {cfg['cgroup_kind']}")
+    else:
+        try:   # installed by each child (`_child`), not here: the zygote's own filter binds the worker's side too
+            cfg["fallback_filter"] = _seccomp_program(FALLBACK_RULES)
+        except OSError:
+            pass
+        # said in the start-up line, not counted as missing isolation: a root container whose cgroup file system
+        # is read-only (Docker's default) keeps every other layer, and `require_full_isolation` still starts
+        report["have"].append(
+            f"no cgroup ({cfg.get('cgroup_why') or 'none'}); fallback: memory per process (RLIMIT_AS) times "
+            f"processes (RLIMIT_NPROC), not per program as a whole; plus the scratch tmpfs; memfd_create "
+            f"{'refused' if cfg['fallback_filter'] is not None else 'allowed'}")
+    sock.sendall(json.dumps(report).encode())
     import gc
     gc.collect()
     gc.freeze()   # the children's collections skip the zygote's objects (fewer copy-on-write page faults)
+    scratch = _Scratch(cfg)
     while True:
         if not sock.recv(1):   # one byte per child asked for; nothing when the worker is gone
             os._exit(0)
-        _fresh_scratch(cfg)
-        if cfg["ipc_ns"]:
-            _unshare(CLONE_NEWIPC)   # the child is born in a fresh IPC namespace (SysV objects, POSIX queues)
+        scratch.before_fork()
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -528,6 +690,7 @@ def _zygote(sock, cfg):
         socket.send_fds(sock, [struct.pack("<i", pid)], fds)
         for x in (cmd_r, res_w, out_w, *fds):
             os.close(x)
+        scratch.after_fork()
 
 
 # ----------------------------------------------------------------------------------------- pipelined calls
@@ -704,7 +867,7 @@ class _Job:
         self.child = None            # the _Child running the program
         self.load_error = None
         self.deadline = 0.0
-        self.flag = None             # "timeout" / "gone" / "desync" raised during the current unit
+        self.flag = None             # "timeout" / "gone" / "desync" / "bad" (not plain data) in the current unit
         self.output = bytearray()
         self.calls = _CallPlan()     # call prediction and the calls sent ahead (none until `run` plans them)
         self.unit = 0                # index of the unit running
@@ -850,6 +1013,9 @@ class _Job:
             return msg[1]
         if msg[0] == Msg.ERR and len(msg) == 2:
             raise _ProgramError(str(msg[1])[:400])
+        if msg[0] == Msg.BAD and len(msg) == 2:
+            self.flag = "bad"
+            raise _NotPlainData(f"result is not plain data ({str(msg[1])[:300]})")
         self.flag = "gone"
         raise _Gone("protocol error")
 
@@ -866,7 +1032,8 @@ class _Job:
             self.flag = "timeout"
             raise
         except (ValueError, TypeError, RecursionError, MemoryError) as e:
-            raise _ProgramError(f"result is not plain data ({e})") from None
+            self.flag = "bad"
+            raise _NotPlainData(f"result is not plain data ({e})") from None
 
     # -- running the suite
     def run(self):
@@ -916,7 +1083,7 @@ class _Job:
                 pass
             except _Gone as e:
                 error = str(e)
-            except _ProgramError as e:
+            except (_ProgramError, _NotPlainData) as e:
                 error = str(e)
             except AssertionError as e:
                 error = "AssertionError" + (f": {e}" if str(e) else "")
@@ -934,13 +1101,20 @@ class _Job:
             if self.flag == "gone":
                 self.kill()
                 error = error or "the program's process ended"
+            if self.flag == "bad":   # whatever the test made of it (it may catch every exception)
+                error = error or "result is not plain data"
             if kind == "test":
                 outcomes.append([text, not error, error, False])
         return outcomes
 
 
 class _ProgramError(Exception):
-    """The candidate raised (or returned something that is not plain data)."""
+    """The candidate raised: an Exception, which a test may expect and catch."""
+
+
+class _NotPlainData(BaseException):
+    """The candidate returned something that is not plain data (builtin types only): its test fails, even when
+    the test catches every exception (a BaseException, and the unit's flag is set: see `_Job.run_units`)."""
 
 
 def _host_pid(pidfd):
@@ -966,12 +1140,12 @@ class _Worker:
         return child or self.fork_child()
 
     def fork_child(self):
-        """Ask the zygote for a fresh, fully set-up child waiting for its program, with every scratch dir empty.
+        """Ask the zygote for a fresh, fully set-up child waiting for its program, with fresh scratch dirs.
 
-        One child runs on a slot at a time, and the last one's processes are gone (`tidy`) before the next one's
-        scratch is emptied, so each program finds /tmp, /var/tmp, /dev/shm and /run/lock as new and its own temp
-        dir (cwd, HOME, TMPDIR: one path per slot) made afresh."""
-        self.zsock.sendall(b"F")   # the zygote empties the scratch dirs first (`_fresh_scratch`)
+        One child runs on a slot at a time, and the last one's processes are gone (`tidy`) before the next one is
+        made, so each program finds /tmp, /var/tmp, /dev/shm and /run/lock new (`_Scratch`) and its own temp
+        dir (cwd, HOME, TMPDIR: one path per slot) in them."""
+        self.zsock.sendall(b"F")
         msg, fds, _, _ = socket.recv_fds(self.zsock, 16, 4)
         if len(msg) != 4 or len(fds) < 3:
             raise OSError("the zygote is gone")
@@ -1177,8 +1351,10 @@ def _build_root(cfg, have, missing):
             os.makedirs(os.path.dirname(new + path), exist_ok=True)
             os.symlink(target, new + path)
     for name, fd in devices:
+        # read-only, with devices allowed: a device node is read and written on a read-only mount all the same,
+        # but its times cannot be set (a program could otherwise leave a mark on /dev/null for the next one)
         _bind(fd, f"{new}/dev/{name}", False)
-        _mount(None, f"{new}/dev/{name}", None, MS_REMOUNT | MS_BIND | MS_NOSUID, None)   # writable, like /dev/null
+        _mount(None, f"{new}/dev/{name}", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
         os.close(fd)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
@@ -1194,7 +1370,7 @@ def _build_root(cfg, have, missing):
     os.close(proc)
     have.append(f"private root: read-only {len(sources)} paths (interpreter, standard library, shared libraries)"
                 f" + /dev/{{{','.join(d for d, _ in devices)}}}; nothing else of the host's files")
-    have.append(f"scratch {','.join(cfg['scratch'])} (tmpfs {cfg['tmpfs_mb']} MiB each, emptied between programs)")
+    have.append(f"scratch {','.join(cfg['scratch'])} (tmpfs {cfg['tmpfs_mb']} MiB each, a fresh one for each program)")
     return new
 
 
@@ -1233,7 +1409,7 @@ def _isolate(cfg):
         have.append(f"uid {cfg['uid']}")
     else:
         cfg["uid"] = cfg["gid"] = None
-        missing.append("separate uid (not root): programs share the worker's uid, RLIMIT_NPROC is per user")
+        missing.append("separate uid (not root): programs share the worker's uid")
     cfg["drop_caps"] = "user-ns" in have   # uid 0 inside our user namespace: the child drops every capability
     return {"have": have, "missing": missing}
 
@@ -1243,6 +1419,9 @@ def _programs_proc(cfg):
     worker keeps the host's). Returns the line for the isolation report."""
     _unshare(CLONE_NEWNS)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    # the worker's /proc, kept open: the zygote names its mount namespaces through it (`_Scratch`), even where the
+    # programs get no /proc at all
+    cfg["worker_proc"] = os.open("/proc", os.O_PATH | os.O_DIRECTORY)
     _libc.umount2(b"/proc", MNT_DETACH)
     try:
         if not cfg["pidns"]:
@@ -1286,6 +1465,8 @@ def main():
         finally:
             os._exit(0)
     b.close()
+    for fd in cfg.get("cgroup_fds") or []:   # the zygote's: it joins the slot's cgroup with them
+        os.close(fd)
     worker.zsock = a
     worker.zygote_pid = pid
     a.settimeout(60)

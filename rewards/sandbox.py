@@ -7,10 +7,11 @@ Each worker enters its own network namespace (no interfaces, not even loopback),
 a private root file system holding only what `interpreter_view` allows (the interpreter, its standard library and
 shared libraries, read-only), forks a *zygote* before it sees any job, and asks the zygote for one fresh child per
 program. The child runs in its own session with rlimits (address space, CPU, processes, file size, open files, no
-core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, no keyring syscalls
-and, when we are root, its own unprivileged uid per worker slot, so it cannot signal, ptrace or read the worker,
-the zygote or the trainer (all root), and RLIMIT_NPROC applies. The README's "What a program can see" table sums
-this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
+core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
+keyring syscalls, no user namespace, no widening of its CPU affinity) and, when we are root, its own unprivileged
+uid per worker slot, so it cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a
+cgroup per slot that bounds its memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per
+process). The README's "What a program can see" table and docs/sandbox.md sum this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
 from plain data (exact builtin types), never from what the program prints or how it exits.
 
 When we are not root the worker tries a user namespace (`unshare(CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS)`),
@@ -48,6 +49,7 @@ from typing import Any, Iterable, Sequence
 
 from rewards._sandbox_worker import frame, unframe
 from rewards.code_cleaning import PARSE_ERRORS
+from rewards.sandbox_cgroup import SlotCgroups, make_slot_cgroups
 
 logger = logging.getLogger("cooprl.sandbox")
 
@@ -156,7 +158,7 @@ with open("/proc/self/maps") as f:
             mapped.add(parts[5].strip().removesuffix(" (deleted)"))
 print(json.dumps({"stdlib": stdlib, "mapped": sorted(mapped)}))
 """
-SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # fresh tmpfs mounts, emptied between programs
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # a fresh tmpfs on each, for each program
 
 
 @dataclass(frozen=True)
@@ -329,6 +331,13 @@ class Sandbox:
                 self.workers = UIDS_PER_BLOCK
             self._uid_base, self._uid_lock = _claim_uid_block()
         self._cpus = _slot_cpus(allowed, self.workers, self._uid_base) if pin_cpus else [None] * self.workers
+        # memory and processes per program as a whole (a cgroup per slot; `rewards.sandbox_cgroup`)
+        self._cgroups: SlotCgroups | None = None
+        self._cgroup_why = "not root"
+        if self._uid_base is not None:
+            block = (self._uid_base - UID_BASE) // UIDS_PER_BLOCK
+            self._cgroups, self._cgroup_why = make_slot_cgroups(f"cooprl-sandbox-b{block}", self.workers,
+                                                                int(memory_mb), int(nproc) + 1)   # + the zygote
         self.isolation: dict[str, Any] = {}
         self._slots = [_Slot(i) for i in range(self.workers)]
         self._idle: queue.Queue[_Slot] = queue.Queue()
@@ -343,8 +352,9 @@ class Sandbox:
         have = "; ".join(self.isolation.get("have", [])) or "none"
         missing = "; ".join(self.isolation.get("missing", [])) or "nothing"
         pinned = f", pinned to CPUs {','.join(map(str, self._cpus))}" if self._cpus[0] is not None else ""
-        line = (f"sandbox: {self.workers} workers{pinned}, isolation: {have}; rlimits AS {memory_mb} MiB, CPU, "
-                f"NPROC {nproc}, FSIZE {fsize_mb} MiB, NOFILE {nofile}, no core; missing: {missing}")
+        line = (f"sandbox: {self.workers} workers{pinned}, isolation: {have}; rlimits AS "
+                f"{memory_mb} MiB, CPU, NPROC {nproc}, FSIZE {fsize_mb} MiB, NOFILE {nofile}, no core; "
+                f"missing: {missing}")
         (logger.warning if self.isolation.get("missing") else logger.info)(line)
         if require_full_isolation and self.isolation.get("missing"):
             self.close()
@@ -357,15 +367,27 @@ class Sandbox:
         cfg = {"slot": slot.index, "cpu": self._cpus[slot.index], "uid": uid, "gid": uid,
                "expose": list(self.view.expose), "cover": list(self.view.cover),
                "links": [list(link) for link in self.view.links], "scratch": list(SCRATCH_DIRS),
-               "tmpfs_mb": self.tmpfs_mb, "tmpfs_inodes": self.tmpfs_inodes, "limits": self.limits}
+               "tmpfs_mb": self.tmpfs_mb, "tmpfs_inodes": self.tmpfs_inodes, "limits": self.limits,
+               "cgroup_kind": self._cgroups.kind if self._cgroups else None, "cgroup_why": self._cgroup_why}
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LD_BIND_NOW": "1"}
-        with self._lock:   # `close` sees every worker that was started: none starts after it
-            if self._closed:
-                raise RuntimeError("the sandbox is closed")
-            slot.proc = subprocess.Popen([INTERPRETER, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=None if self.debug else subprocess.DEVNULL,
-                                         env=env, close_fds=True, start_new_session=True)
+        fds: list[int] = []
+        try:
+            with self._lock:   # `close` sees every worker that was started: none starts after it
+                if self._closed:
+                    raise RuntimeError("the sandbox is closed")
+                if self._cgroups is not None:
+                    try:
+                        fds = self._cgroups.open_procs(slot.index)
+                    except OSError as e:   # gone since the start (removed by hand?): the fallback, said in the log
+                        cfg["cgroup_why"] = f"the slot's cgroup cannot be opened ({e.strerror})"
+                cfg["cgroup_fds"] = fds
+                slot.proc = subprocess.Popen([INTERPRETER, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=None if self.debug else subprocess.DEVNULL,
+                                             env=env, close_fds=True, pass_fds=fds, start_new_session=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
         slot.buf = bytearray()
         ready = self._read_reply(slot, time.monotonic() + 60)
         if not ready or not ready.get("ready"):
@@ -514,6 +536,8 @@ class Sandbox:
                 except (OSError, ValueError, subprocess.TimeoutExpired):
                     pass   # a busy one is killed
             self._kill(slot)
+        if self._cgroups is not None:
+            self._cgroups.remove()
         if self._uid_lock is not None:
             self._uid_lock.close()
 

@@ -3,7 +3,8 @@
 Without root the workers cannot give each slot its own uid; they enter a user namespace instead (one uid, every
 capability dropped in the programs) and the same isolation table holds otherwise (no /proc for the programs where
 the host's /proc is partly masked, as in containers). When the suite already runs unprivileged, its own sandbox
-tests cover this; as root, this test reruns `test_sandbox.py` and `test_sandbox_leaks.py` as `nobody`
+tests cover this; as root, this test reruns `test_sandbox.py`, `test_sandbox_leaks.py`
+and `test_sandbox_round3.py` as `nobody`
 (setpriv), with the interpreter reached through a bind mount in a private mount namespace when it sits below a
 directory nobody may enter (e.g. pyenv under /root)."""
 
@@ -48,7 +49,7 @@ def test_hostile_suites_pass_as_an_unprivileged_user():
     script = (f"set -e\nmount --bind {base} {py_mount}\nmount --bind {repo} {repo_mount}\ncd {repo_mount}\n"
               f"exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups env -i HOME={home} "
               f"PATH=/usr/bin:/bin PYTHONPATH={site}:{repo_mount} {py_mount}/bin/{python} -m pytest "
-              f"-p no:cacheprovider -o addopts= -q tests/test_sandbox.py tests/test_sandbox_leaks.py\n")
+              f"-p no:cacheprovider -o addopts= -q tests/test_sandbox.py tests/test_sandbox_leaks.py tests/test_sandbox_round3.py\n")
     mode = os.stat(repo).st_mode
     os.chmod(repo, mode | 0o005)   # a checkout made by mktemp is 700: let nobody in for the run, then restore
     try:
