@@ -279,13 +279,20 @@ def own_shares(count: int) -> range:
     return range(ranks.rank, count, ranks.world_size)
 
 
+def fork_generators() -> Any:
+    """Return a context that saves torch's generators, the CPU's and every CUDA device's, and restores them on exit:
+    `torch.manual_seed` inside it reseeds every CUDA generator too, which would otherwise stay reseeded (GPU sampling
+    draws from the CUDA generator)."""
+    return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_available() else [])
+
+
 def run_sharded(tasks: Sequence[T], seed: int, work: Callable[[T, random.Random], R]) -> list[R]:
     """Return `work(task, rng)` for every task, in order; each task runs in one process (task i on rank i mod W)
     with torch's generator and `rng` seeded by `seed` (task 0) or `item_seed(seed, i)`, and every process receives
     every result. So the results do not depend on the number of processes, and one process's task 0 draws exactly
-    as an unsharded run seeded by `seed` would. torch's CPU generator is restored afterwards."""
+    as an unsharded run seeded by `seed` would. torch's generators (CPU and CUDA) are restored afterwards."""
     mine: dict[int, R] = {}
-    with torch.random.fork_rng(devices=[]):
+    with fork_generators():
         for i in own_shares(len(tasks)):
             task_seed = seed if i == 0 else item_seed(seed, i)
             torch.manual_seed(task_seed)

@@ -61,3 +61,71 @@ def test_loading_reads_into_cpu_memory(tmp_path, monkeypatch):
     ckpt.check_checkpoint(path)
     ckpt.load_trainer_state(path)
     assert seen and set(seen) == {"cpu"}
+
+
+# ------------------------------------------------------------------------------------------------- generators
+class FakeCudaGenerators:
+    """Two CUDA devices' generator states, kept as torch keeps them (get/set_rng_state, seeded by manual_seed_all),
+    on a machine without CUDA."""
+
+    def __init__(self, monkeypatch):
+        self.states = {0: torch.tensor([10]), 1: torch.tensor([11])}
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": self.states[self.index(device)].clone())
+        monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": self.states.update(
+            {self.index(device): state.clone()}))
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [s.clone() for s in self.states.values()])
+        monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: self.states.update(
+            {d: torch.tensor([seed]) for d in self.states}))
+
+    @staticmethod
+    def index(device) -> int:
+        return device if isinstance(device, int) else (torch.device(device).index or 0)
+
+
+def test_evaluation_leaves_every_cuda_generator_as_it_was(tmp_path, monkeypatch):
+    """The loop's evaluation seeds torch (every CUDA generator too) and must restore them all: GPU sampling draws from
+    the CUDA generators, so a reseeded one would restart training's samples from the evaluation seed."""
+    from types import SimpleNamespace
+
+    from cooprl.config import load_config
+    from cooprl.task import Score, Task
+    from cooprl.trainers.loop import train_loop
+    cuda = FakeCudaGenerators(monkeypatch)
+    seen = []
+
+    class Algorithm:
+        models: list = []
+
+        def train_step(self, item, step):
+            seen.append(("train", [int(s) for s in cuda.states.values()]))
+            return {"turn_1/reward_mean": 0.0}
+
+        def evaluate(self, items):
+            seen.append(("eval", [int(s) for s in cuda.states.values()]))
+            return {"eval/turn_1/reward_mean": 0.0}
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    task = Task(name="t", num_agents=1, train_items=["a", "b"], eval_items=["c"], first_prompts=lambda item: [item],
+                score=lambda items, joints: [Score(0.0) for _ in joints], max_reward=1.0,
+                next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories])
+    config = load_config(None, ["wandb.mode=disabled", f"output.base_dir={tmp_path}", "magrpo.max_steps=2",
+                                "magrpo.eval_interval=1", "magrpo.eval_at_start=true"])
+    train_loop(config, "magrpo", task, Algorithm(), tmp_path / "run")
+    assert [kind for kind, _ in seen] == ["eval", "train", "eval", "train", "eval"]
+    assert all(states == [10, 11] for kind, states in seen if kind == "train")   # as training left them
+    assert all(states[0] == states[1] != 10 for kind, states in seen if kind == "eval")   # the evaluation seed
+    assert [int(s) for s in cuda.states.values()] == [10, 11]
+
+
+def test_sharded_work_restores_the_cuda_generators(monkeypatch):
+    from cooprl import distributed
+    cuda = FakeCudaGenerators(monkeypatch)
+    assert distributed.run_sharded([1, 2], 7, lambda task, rng: int(cuda.states[0])) == [7, distributed.item_seed(7, 1)]
+    assert [int(s) for s in cuda.states.values()] == [10, 11]
