@@ -129,3 +129,29 @@ def test_sharded_work_restores_the_cuda_generators(monkeypatch):
     cuda = FakeCudaGenerators(monkeypatch)
     assert distributed.run_sharded([1, 2], 7, lambda task, rng: int(cuda.states[0])) == [7, distributed.item_seed(7, 1)]
     assert [int(s) for s in cuda.states.values()] == [10, 11]
+
+
+# ---------------------------------------------------------------------------------------------------- sampling
+def test_hf_sampling_ignores_the_extras_of_a_models_generation_config():
+    """A model whose generation_config.json adds a repetition penalty, an n-gram ban, a minimum length, typical
+    sampling and a top-k samples exactly what the same model without them samples, for the same seed: only the
+    configured temperature, top-k and top-p shape the distribution (as the update and vLLM assume)."""
+    from cooprl.generation import HFGenerator, SamplingParams
+    from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
+    tokenizer = load_tokenizer(TINY_RANDOM)
+    plain = load_causal_lm(TINY_RANDOM, device="cpu", torch_dtype="float32")
+    extras = load_causal_lm(TINY_RANDOM, device="cpu", torch_dtype="float32")
+    extras.generation_config.update(repetition_penalty=3.0, no_repeat_ngram_size=1, min_new_tokens=12,
+                                    typical_p=0.5, top_k=5)
+    prompts = ["def add(a, b):", "Write a function"]
+
+    for params in (SamplingParams(max_new_tokens=12, temperature=1.0, top_p=1.0),
+                   SamplingParams(max_new_tokens=12, temperature=0.0, top_p=1.0)):   # and greedy
+        samples = []
+        for model in (plain, extras):
+            torch.manual_seed(3)
+            out = HFGenerator(model, tokenizer, max_prompt_tokens=64).sample(prompts, 4, params)
+            samples.append([c.completion_ids.tolist() for group in out for c in group])
+        assert samples[0] == samples[1]
+        if params.temperature:
+            assert len({tuple(s) for s in samples[0]}) > 1   # (sampled, not all alike)
