@@ -31,8 +31,14 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 
+from cooprl.errors import UserError
+
 log = logging.getLogger(__name__)
 T, R = TypeVar("T"), TypeVar("R")
+
+class DistributedError(UserError, RuntimeError):
+    """Models placed where data-parallel processes cannot train them; the message names the fix."""
+
 
 # how long a rank waits at a collective for the others: rank 0 evaluates and saves alone while the rest wait
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=3)
@@ -75,7 +81,9 @@ def setup(device: str) -> Ranks:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         torch.cuda.set_device(local_rank)
-    torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT)
+    # device_id binds this process's GPU to the group (nccl's barrier and communicators use it, not a guess)
+    torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT,
+                                         device_id=torch.device("cuda", local_rank) if cuda else None)
     global _HOST_GROUP
     # checkpoint transfers go through host memory: under nccl they would be staged on the GPU
     _HOST_GROUP = torch.distributed.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT) if cuda else None
@@ -94,10 +102,26 @@ def collective_device() -> torch.device:
 
 def rank_device(device: str, ranks: Ranks) -> str:
     """Return the device of this rank's models: its local GPU (cuda:LOCAL_RANK) when `device` is CUDA or auto with
-    CUDA present, else `device`."""
+    CUDA present, else `device`. DistributedError for a CPU model in processes joined over nccl, which takes CUDA
+    tensors only (its gradients could not be averaged)."""
     if ranks.world_size > 1 and (device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())):
         return f"cuda:{ranks.local_rank}"
+    if ranks.world_size > 1 and device == "cpu" and _backend() == "nccl":
+        raise DistributedError("a model on cpu under data-parallel training on GPUs: the processes' collectives run "
+                               "over nccl, which takes CUDA tensors only; leave its device key null or give cuda")
     return device
+
+
+def process_devices(devices: Iterable[str]) -> list[str]:
+    """Return where this process puts the models configured for `devices` (critics, comparators, the reward model):
+    under data-parallel training with several processes, a CUDA device (cuda, cuda:N, auto with CUDA) is this
+    process's own GPU, so no two ranks share one (see rank_device)."""
+    ranks = current()
+    return [rank_device(device, ranks) for device in devices]
+
+
+def _backend() -> str | None:
+    return torch.distributed.get_backend() if torch.distributed.is_initialized() else None
 
 
 def shard_order(order: list[int], epoch_length: int, ranks: Ranks) -> tuple[list[int], list[int], int]:
@@ -270,7 +294,8 @@ def broadcast(value: Any) -> Any:
 def barrier() -> None:
     """Wait until every rank arrives here (nothing in a single process)."""
     if current().world_size > 1:
-        torch.distributed.barrier()
+        # nccl's barrier names this process's GPU: without it torch guesses one from the current device
+        torch.distributed.barrier(device_ids=[torch.cuda.current_device()] if _backend() == "nccl" else None)
 
 
 def own_shares(count: int) -> range:

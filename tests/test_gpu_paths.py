@@ -155,3 +155,65 @@ def test_hf_sampling_ignores_the_extras_of_a_models_generation_config():
         assert samples[0] == samples[1]
         if params.temperature:
             assert len({tuple(s) for s in samples[0]}) > 1   # (sampled, not all alike)
+
+
+# ------------------------------------------------------------------------------------------ devices under ddp
+
+def as_second_of_two_processes(monkeypatch):
+    """Make cooprl see itself as rank 1 of 2 (LOCAL_RANK 1): what each model's device resolves to is observed."""
+    from cooprl import distributed
+    monkeypatch.setattr(distributed, "current", lambda: distributed.Ranks(rank=1, world_size=2, local_rank=1))
+
+
+def test_rank_device_gives_each_process_its_own_gpu(monkeypatch):
+    from cooprl import distributed
+    ranks = distributed.Ranks(rank=1, world_size=2, local_rank=1)
+    assert [distributed.rank_device(d, ranks) for d in ("cuda", "cuda:0", "cuda:3", "cpu")] == \
+        ["cuda:1", "cuda:1", "cuda:1", "cpu"]
+    assert distributed.rank_device("cuda:0", distributed.Ranks()) == "cuda:0"   # one process: as configured
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert distributed.rank_device("auto", ranks) == "cuda:1"
+    # a CPU model among processes joined over nccl could not average its gradients: refused, saying why
+    monkeypatch.setattr(distributed, "_backend", lambda: "nccl")
+    with pytest.raises(distributed.DistributedError, match="on cpu under data-parallel training on GPUs.*nccl"):
+        distributed.rank_device("cpu", ranks)
+
+
+def test_critic_comparator_and_reward_model_follow_each_processs_gpu(monkeypatch, tmp_path):
+    """Configured on cuda:0, each lands on this rank's GPU (cuda:1 on rank 1): loading fails on this CPU machine,
+    naming the device it was sent to."""
+    from cooprl.comparators import _model_generators
+    from cooprl.config import load_config
+    from cooprl.models import ModelError
+    from cooprl.trainers import actor_critic, marlhf
+    as_second_of_two_processes(monkeypatch)
+    base = ["agent_model.name=offline:tiny-random", "agent_model.device=cpu", "wandb.mode=disabled"]
+    config = load_config(None, [*base, "iac.critic_devices=cuda:0", "marlhf.reward_model_device=cuda:0",
+                                "madpo_iter.comparator_devices=cuda:0"])
+    monkeypatch.setattr(actor_critic, "build_team", lambda *args: [type("Agent", (), {"name": "offline:tiny-random"})()])
+    with pytest.raises(ModelError, match="device 'cuda:1'"):
+        actor_critic.build_iac(config, "iac", type("Task", (), {"num_agents": 1, "agent_rewards": False,
+                                                              "stop_strings": ()})())
+    with pytest.raises(ModelError, match="device 'cuda:1'"):
+        marlhf.build_reward_model(config, config.marlhf)
+    with pytest.raises(ModelError, match="device 'cuda:1'"):
+        _model_generators(config, config.madpo_iter, "madpo_iter", ["offline:tiny-random"], 16)
+
+
+def test_processes_join_with_their_gpu_bound_and_barriers_name_it(monkeypatch):
+    from cooprl import distributed
+    joined, barriers = [], []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, **kwargs: joined.append((backend, kwargs)))
+    monkeypatch.setattr(torch.distributed, "new_group", lambda **kwargs: None)
+    distributed.setup("cuda")
+    assert joined[0][0] == "nccl" and joined[0][1]["device_id"] == torch.device("cuda", 1)
+    as_second_of_two_processes(monkeypatch)
+    monkeypatch.setattr(distributed, "_backend", lambda: "nccl")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.distributed, "barrier", lambda **kwargs: barriers.append(kwargs))
+    distributed.barrier()
+    assert barriers == [{"device_ids": [1]}]

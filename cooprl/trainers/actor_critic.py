@@ -453,7 +453,8 @@ def _build(config: Config, trainer: str, task: Task, centralized: bool) -> Actor
     if not section.use_separate_critic:
         return ActorCritic(config, section, task, team, [head_on_actor(section, agent) for agent in team], centralized)
     names = critic_model_names(config, team, 1 if centralized else len(team))
-    devices = model_devices(section, "critic_devices", len(names), config.agent_model.device)  # one per critic
+    # one per critic; under ddp each process's own GPU
+    devices = distributed.process_devices(model_devices(section, "critic_devices", len(names), config.agent_model.device))
     critics = [separate_critic(config, section, name, reuses_agent_ids=not centralized and name == team[i].name,
                                device=devices[i]) for i, name in enumerate(names)]
     return ActorCritic(config, section, task, team, critics, centralized)

@@ -263,7 +263,7 @@ class MARLHF:
 def build_reward_model(config: Config, section: Any) -> RewardModel:
     """Return a fresh reward model on `reward_model_name` (null = the agents' model), on the agents' device."""
     name = section.reward_model_name or config.agent_model.name
-    device = trainer_device(section, "reward_model_device", config.agent_model.device)
+    device, = distributed.process_devices([trainer_device(section, "reward_model_device", config.agent_model.device)])
     lm = load_causal_lm(name, torch_dtype=config.agent_model.torch_dtype, device=device)
     model = ValueModel(lm)
     if section.reward_freeze_backbone:  # upstream's reward_freeze_backbone: only the linear head learns
