@@ -217,3 +217,16 @@ def test_processes_join_with_their_gpu_bound_and_barriers_name_it(monkeypatch):
     monkeypatch.setattr(torch.distributed, "barrier", lambda **kwargs: barriers.append(kwargs))
     distributed.barrier()
     assert barriers == [{"device_ids": [1]}]
+
+
+# ------------------------------------------------------------------------------------------- bench/gpu_check.sh
+def test_gpu_check_fits_eight_minutes_and_parses():
+    """Every stage runs under `timeout -k 5 LIMIT`: the limits and the kill grace add up to under 8 minutes."""
+    import re
+    import subprocess
+    script = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.sh"
+    text = script.read_text()
+    limits = [int(s) for s in re.findall(r'^stage "[^"]+" (\d+) <<', text, re.M)]
+    assert len(limits) == 7 and 'timeout -k 5 "$limit"' in text
+    assert sum(limits) + 5 * len(limits) <= 480
+    subprocess.run(["bash", "-n", str(script)], check=True)
