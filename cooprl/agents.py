@@ -25,6 +25,7 @@ from cooprl import distributed, fsdp
 from cooprl.config import Config, ConfigError, is_data_parallel, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
+from cooprl.optim import build_adamw
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -97,7 +98,8 @@ def build_team(config: Config, section: Any, num_agents: int,
             fsdp.shard_model(model)
         max_prompt_tokens = max(model_cfg.max_length - section.max_new_tokens, 8)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(trainable, lr=section.learning_rate, weight_decay=section.weight_decay)
+        optimizer = build_adamw(trainable, lr=section.learning_rate, weight_decay=section.weight_decay,
+                                bf16_optimizer=model_cfg.bf16_optimizer)
         if data_parallel:   # its gradients are averaged over the processes (summed by a sharded backward)
             distributed.mark_data_parallel(optimizer, sharded=sharded)
         if model_cfg.generation_backend == "vllm":

@@ -307,7 +307,9 @@ def _read_plain(checkpoint: Path, name: str, mmap: bool = False) -> dict[str, An
     if not path.is_file():
         raise damaged(checkpoint, f"{name} is missing")
     try:
-        raw = torch.load(path, weights_only=True, map_location=None, mmap=mmap)
+        # into CPU memory: a GPU run's optimizer states load on a machine without its GPUs (evaluate.py on a CPU),
+        # and a resume holds no second copy of them on the GPU (load_state_dict moves each to its parameter)
+        raw = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
     except pickle.UnpicklingError as err:
         # weights_only refuses any global it does not know: a crafted file, or one written by an older cooprl
         found = re.search(r"GLOBAL ([\w.]+)", str(err))

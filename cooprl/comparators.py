@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from cooprl import distributed
 from cooprl.config import Config, ConfigError, model_devices, trainer_device
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.preferences import Candidate
@@ -253,8 +254,8 @@ def _model_generators(config: Config, section: Any, trainer: str, names: Sequenc
     role's device), on `comparator_devices` (one for all, or one per role; else the first agent's device)."""
     from cooprl.models import load_causal_lm, load_tokenizer
     cfg = config.agent_model
-    devices = model_devices(section, "comparator_devices", len(names),
-                            trainer_device(section, "agent_devices", cfg.device))
+    devices = distributed.process_devices(model_devices(section, "comparator_devices", len(names),
+                                                        trainer_device(section, "agent_devices", cfg.device)))
     loaded: dict[str, Any] = {}
     for name, device in zip(names, devices):
         if name in loaded:   # a model two roles share stays on its first role's device

@@ -119,6 +119,12 @@ class AgentModelSection:
     autocast: str = option("none", "bf16: the agents' forward passes (update and HF generation) run under bfloat16 "
                            "autocast, on CPU too; weights stay in torch_dtype; log-softmax in float32",
                            choices=("none", "bf16"))
+    bf16_optimizer: str = option(
+        "kahan", "how bfloat16 weights are trained (agents, critics, reward model): kahan (torch-optimi's AdamW with "
+        "Kahan summation: a bf16 buffer per weight keeps what rounding dropped, so updates below a bf16 ulp add up as "
+        "in float32; 2 more bytes per weight) or pure (torch.optim.AdamW on the bf16 weights, as upstream: most "
+        "updates at lr 2e-5 round away); float32 weights and LoRA adapters always get torch.optim.AdamW",
+        choices=("kahan", "pure"))
 
 
 @dataclass

@@ -31,8 +31,14 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 
+from cooprl.errors import UserError
+
 log = logging.getLogger(__name__)
 T, R = TypeVar("T"), TypeVar("R")
+
+class DistributedError(UserError, RuntimeError):
+    """Models placed where data-parallel processes cannot train them; the message names the fix."""
+
 
 # how long a rank waits at a collective for the others: rank 0 evaluates and saves alone while the rest wait
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=3)
@@ -75,7 +81,9 @@ def setup(device: str) -> Ranks:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         torch.cuda.set_device(local_rank)
-    torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT)
+    # device_id binds this process's GPU to the group (nccl's barrier and communicators use it, not a guess)
+    torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=COLLECTIVE_TIMEOUT,
+                                         device_id=torch.device("cuda", local_rank) if cuda else None)
     global _HOST_GROUP
     # checkpoint transfers go through host memory: under nccl they would be staged on the GPU
     _HOST_GROUP = torch.distributed.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT) if cuda else None
@@ -94,10 +102,26 @@ def collective_device() -> torch.device:
 
 def rank_device(device: str, ranks: Ranks) -> str:
     """Return the device of this rank's models: its local GPU (cuda:LOCAL_RANK) when `device` is CUDA or auto with
-    CUDA present, else `device`."""
+    CUDA present, else `device`. DistributedError for a CPU model in processes joined over nccl, which takes CUDA
+    tensors only (its gradients could not be averaged)."""
     if ranks.world_size > 1 and (device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())):
         return f"cuda:{ranks.local_rank}"
+    if ranks.world_size > 1 and device == "cpu" and _backend() == "nccl":
+        raise DistributedError("a model on cpu under data-parallel training on GPUs: the processes' collectives run "
+                               "over nccl, which takes CUDA tensors only; leave its device key null or give cuda")
     return device
+
+
+def process_devices(devices: Iterable[str]) -> list[str]:
+    """Return where this process puts the models configured for `devices` (critics, comparators, the reward model):
+    under data-parallel training with several processes, a CUDA device (cuda, cuda:N, auto with CUDA) is this
+    process's own GPU, so no two ranks share one (see rank_device)."""
+    ranks = current()
+    return [rank_device(device, ranks) for device in devices]
+
+
+def _backend() -> str | None:
+    return torch.distributed.get_backend() if torch.distributed.is_initialized() else None
 
 
 def shard_order(order: list[int], epoch_length: int, ranks: Ranks) -> tuple[list[int], list[int], int]:
@@ -270,7 +294,8 @@ def broadcast(value: Any) -> Any:
 def barrier() -> None:
     """Wait until every rank arrives here (nothing in a single process)."""
     if current().world_size > 1:
-        torch.distributed.barrier()
+        # nccl's barrier names this process's GPU: without it torch guesses one from the current device
+        torch.distributed.barrier(device_ids=[torch.cuda.current_device()] if _backend() == "nccl" else None)
 
 
 def own_shares(count: int) -> range:
@@ -279,13 +304,20 @@ def own_shares(count: int) -> range:
     return range(ranks.rank, count, ranks.world_size)
 
 
+def fork_generators() -> Any:
+    """Return a context that saves torch's generators, the CPU's and every CUDA device's, and restores them on exit:
+    `torch.manual_seed` inside it reseeds every CUDA generator too, which would otherwise stay reseeded (GPU sampling
+    draws from the CUDA generator)."""
+    return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_available() else [])
+
+
 def run_sharded(tasks: Sequence[T], seed: int, work: Callable[[T, random.Random], R]) -> list[R]:
     """Return `work(task, rng)` for every task, in order; each task runs in one process (task i on rank i mod W)
     with torch's generator and `rng` seeded by `seed` (task 0) or `item_seed(seed, i)`, and every process receives
     every result. So the results do not depend on the number of processes, and one process's task 0 draws exactly
-    as an unsharded run seeded by `seed` would. torch's CPU generator is restored afterwards."""
+    as an unsharded run seeded by `seed` would. torch's generators (CPU and CUDA) are restored afterwards."""
     mine: dict[int, R] = {}
-    with torch.random.fork_rng(devices=[]):
+    with fork_generators():
         for i in own_shares(len(tasks)):
             task_seed = seed if i == 0 else item_seed(seed, i)
             torch.manual_seed(task_seed)

@@ -14,6 +14,7 @@ like the update's forward passes, so the policy samples with the numerics it is 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -142,6 +143,7 @@ class HFGenerator:
         # processes; ours samples with its gathered weights alone (cooprl.fsdp.full_weights)
         kwargs = dict(do_sample=not greedy, max_new_tokens=params.max_new_tokens, num_return_sequences=num_samples,
                       pad_token_id=pad_id, eos_token_id=self.tokenizer.eos_token_id, synced_gpus=False)
+        kwargs.update(_plain_sampling())
         if not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0)
         if params.stop_strings:
@@ -197,6 +199,27 @@ class HFGenerator:
             # the EOS-looking token is generate's padding, which the model never sampled.)
             ids = row[:end + 1]
         return text, ids, end == len(tokens) and not stopped
+
+
+# generate() fills every option it is not given from the model's generation_config.json (Qwen2.5 Instruct sets
+# repetition_penalty 1.05): sampling would then draw from another distribution than the one the update's log-probs
+# and vLLM's SamplingParams assume (temperature, top-k and top-p alone). Each logits processor and stopping rule
+# that such a file can switch on is given here, switched off.
+_PLAIN_SAMPLING = dict(
+    repetition_penalty=1.0, no_repeat_ngram_size=0, typical_p=1.0, min_p=None, top_h=None, epsilon_cutoff=0.0,
+    eta_cutoff=0.0, min_length=0, min_new_tokens=None, bad_words_ids=None, suppress_tokens=None,
+    begin_suppress_tokens=None, sequence_bias=None, forced_bos_token_id=None, forced_eos_token_id=None,
+    exponential_decay_length_penalty=None, renormalize_logits=False, guidance_scale=None, watermarking_config=None,
+    num_beams=1, max_time=None, stop_strings=None)
+
+
+@functools.lru_cache(maxsize=1)
+def _plain_sampling() -> dict[str, Any]:
+    """Return the generate() options that switch off what a model's generation_config may add to plain sampling,
+    those this transformers version knows (top_h is recent)."""
+    from transformers import GenerationConfig
+    known = GenerationConfig()
+    return {key: value for key, value in _PLAIN_SAMPLING.items() if hasattr(known, key)}
 
 
 def _cache_argument(model: Any) -> str:

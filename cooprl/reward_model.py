@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from cooprl.optim import guarded_step
+from cooprl.optim import build_adamw, guarded_step
 from cooprl.value_model import ValueModel
 
 log = logging.getLogger(__name__)
@@ -123,19 +123,21 @@ def pair_accuracy(reward_model: RewardModel, pairs: Sequence[Any]) -> tuple[floa
 
 def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learning_rate: float, epochs: int,
                        eval_fraction: float, seed: int, weights: Sequence[float] | None = None,
-                       max_grad_norm: float | None = 1.0, batch_size: int = PAIRS_PER_BATCH) -> dict[str, float]:
+                       max_grad_norm: float | None = 1.0, batch_size: int = PAIRS_PER_BATCH,
+                       bf16_optimizer: str = "kahan") -> dict[str, float]:
     """Train on the pairs with the Bradley-Terry loss (one AdamW step per `batch_size` pairs); return the metrics.
 
     A seeded `eval_fraction` of the pairs is held out; `weights` (one per pair, e.g. replay weights) scale
     each pair's loss. Metrics: pair counts, the last epoch's training loss and accuracy, and the held-out
-    accuracy and loss (when any pair is held out).
+    accuracy and loss (when any pair is held out). `bf16_optimizer`: how bf16 weights are updated
+    (cooprl.optim.build_adamw).
     """
     train_idx, eval_idx = split_pairs(len(pairs), eval_fraction, seed)
     weights = list(weights) if weights is not None else [1.0] * len(pairs)
     model = reward_model.model
     # a frozen backbone (reward_freeze_backbone) has requires_grad off: only the head is trained
     params = [p for p in model.head_parameters() + model.trunk_parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=learning_rate)
+    optimizer = build_adamw(params, lr=learning_rate, bf16_optimizer=bf16_optimizer)
     metrics = {"reward_model/train_pairs": float(len(train_idx)), "reward_model/eval_pairs": float(len(eval_idx))}
     for epoch in range(epochs):
         model.train()

@@ -337,7 +337,8 @@ def test_memory_estimate_counts():
 
     total = sum(p.numel() for p in model().parameters())
     assert round(total / 1e9, 3) == 3.086 and "3.086 billion parameters" in README
-    assert f"{2 * total * 8 / 1e9:.1f} GB" == "49.4 GB" and "49.4 GB (46.0 GiB)" in README
+    assert f"{2 * total * 8 / 1e9:.1f} GB" == "49.4 GB" and "49.4 GB (46.0 GiB)" in README   # bf16_optimizer: pure
+    assert f"{2 * total * 10 / 1e9:.1f} GB" == "61.7 GB" and "61.7 GB (57.5 GiB)" in README   # kahan: + 2 bytes
     for modules, millions in ((["q_proj", "k_proj", "v_proj", "o_proj"], "7.4M"),
                               (["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "29.9M")):
         peft_model = get_peft_model(model(), LoraConfig(r=16, lora_alpha=32, target_modules=modules, task_type="CAUSAL_LM"))
@@ -346,6 +347,9 @@ def test_memory_estimate_counts():
         assert {p.dtype for p in trained} == {torch.float32}
     weight = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
     weight.grad = torch.ones(2, dtype=torch.bfloat16)
-    optimizer = torch.optim.AdamW([weight])
-    optimizer.step()
-    assert optimizer.state[weight]["exp_avg"].dtype == optimizer.state[weight]["exp_avg_sq"].dtype == torch.bfloat16
+    from cooprl.optim import build_adamw
+    for mode, slots in (("pure", ("exp_avg", "exp_avg_sq")), ("kahan", ("exp_avg", "exp_avg_sq", "kahan_comp"))):
+        optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=mode)
+        optimizer.step()
+        state = {k: v for k, v in optimizer.state[weight].items() if isinstance(v, torch.Tensor) and v.numel() == 2}
+        assert sorted(state) == sorted(slots) and {v.dtype for v in state.values()} == {torch.bfloat16}

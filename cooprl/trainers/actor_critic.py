@@ -49,6 +49,7 @@ from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError, is_data_parallel, model_devices
 from cooprl.evaluation import tree_metrics
 from cooprl.models import load_causal_lm, load_tokenizer
+from cooprl.optim import build_adamw
 from cooprl.policy_update import TrainSample, policy_gradient_step, sampled_kls
 from cooprl.rollout import Node, RolloutSettings, iter_nodes, rollout
 from cooprl.task import Task
@@ -420,8 +421,8 @@ def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: b
     device = device or config.agent_model.device
     lm = load_causal_lm(name, torch_dtype=config.critic_model.torch_dtype, device=device, lora=config.critic_model.lora)
     model = ValueModel(lm)
-    optimizer = torch.optim.AdamW(model.head_parameters() + model.trunk_parameters(),
-                                  lr=section.critic_learning_rate, weight_decay=section.weight_decay)
+    optimizer = build_adamw(model.head_parameters() + model.trunk_parameters(), lr=section.critic_learning_rate,
+                            weight_decay=section.weight_decay, bf16_optimizer=config.agent_model.bf16_optimizer)
     if is_data_parallel(section):   # (under fsdp too: critics are not sharded)
         distributed.mark_data_parallel(optimizer)   # its gradients are averaged over the processes, as the actors'
     return Critic(model, load_tokenizer(name, config.agent_model.special_tokens), optimizer, reuses_agent_ids)
@@ -452,7 +453,8 @@ def _build(config: Config, trainer: str, task: Task, centralized: bool) -> Actor
     if not section.use_separate_critic:
         return ActorCritic(config, section, task, team, [head_on_actor(section, agent) for agent in team], centralized)
     names = critic_model_names(config, team, 1 if centralized else len(team))
-    devices = model_devices(section, "critic_devices", len(names), config.agent_model.device)  # one per critic
+    # one per critic; under ddp each process's own GPU
+    devices = distributed.process_devices(model_devices(section, "critic_devices", len(names), config.agent_model.device))
     critics = [separate_critic(config, section, name, reuses_agent_ids=not centralized and name == team[i].name,
                                device=devices[i]) for i, name in enumerate(names)]
     return ActorCritic(config, section, task, team, critics, centralized)

@@ -221,7 +221,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
                      section.eval_num_generations, f" over {ranks.world_size} processes" if ranks.world_size > 1 else "")
         # Evaluation draws from its own seeded generator: it neither disturbs nor depends on training's RNG,
         # so resumed runs match uninterrupted ones and evaluations at different steps are comparable.
-        with torch.random.fork_rng(devices=[]):
+        with distributed.fork_generators():   # the CUDA generators too: manual_seed reseeds them
             torch.manual_seed(evaluation_seed(config.seed))
             metrics = algorithm.evaluate(items) if items else {}
         if not ranks.is_main:

@@ -181,7 +181,8 @@ class MARLHF:
             self.reward_model, [p for p, _ in weighted], weights=[w for _, w in weighted],
             learning_rate=s.reward_model_learning_rate, epochs=s.reward_model_epochs,
             eval_fraction=s.reward_eval_fraction, seed=self._seed(iteration), max_grad_norm=s.max_grad_norm,
-            batch_size=s.reward_train_batch_size or PAIRS_PER_BATCH))
+            batch_size=s.reward_train_batch_size or PAIRS_PER_BATCH,
+            bf16_optimizer=self.config.agent_model.bf16_optimizer))
         distributed.broadcast_parameters(self.reward_model.model)   # every rank trained it alike: keep rank 0's
         if s.normalize_reward:
             # A fresh head scores about +-0.01: next to the reward processor's shift (-4 by default) such a reward
@@ -262,7 +263,7 @@ class MARLHF:
 def build_reward_model(config: Config, section: Any) -> RewardModel:
     """Return a fresh reward model on `reward_model_name` (null = the agents' model), on the agents' device."""
     name = section.reward_model_name or config.agent_model.name
-    device = trainer_device(section, "reward_model_device", config.agent_model.device)
+    device, = distributed.process_devices([trainer_device(section, "reward_model_device", config.agent_model.device)])
     lm = load_causal_lm(name, torch_dtype=config.agent_model.torch_dtype, device=device)
     model = ValueModel(lm)
     if section.reward_freeze_backbone:  # upstream's reward_freeze_backbone: only the linear head learns
