@@ -32,7 +32,7 @@ def test_fsdp_rules_are_config_errors(override, message):
         load_config(None, override if isinstance(override, list) else [override])
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 @pytest.mark.parametrize("case", ["plain", "idle", "kl", "nonfinite", "checkpointing", "dpo_idle"])
 def test_sharded_update_equals_one_process_update(tmp_path, case):
@@ -57,7 +57,7 @@ def test_sharded_update_equals_one_process_update(tmp_path, case):
 FSDP_OVERRIDES = [o.replace("=ddp", "=fsdp") for o in DDP_OVERRIDES]
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 @pytest.mark.parametrize("lora", [False, True])
 def test_fsdp_two_processes_equal_one_process_and_resume(tmp_path, lora):
@@ -88,7 +88,7 @@ def test_fsdp_two_processes_equal_one_process_and_resume(tmp_path, lora):
         assert x["agent_0/grad_norm"] == pytest.approx(y["agent_0/grad_norm"], rel=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_fsdp_checkpoint_refuses_a_resume_without_sharding(tmp_path):
     launch(tmp_path, "run", 2, ["magrpo.rollout_buffer_size=1", "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
@@ -126,7 +126,7 @@ def test_every_ranks_state_is_its_own_file_and_a_missing_one_is_damage(tmp_path)
 
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not ACCELERATE.exists(), reason="accelerate is not in the interpreter's folder")
 def test_accelerate_launch_trains_as_torchrun_does(tmp_path):
     # `accelerate launch --multi_gpu --num_processes 2` starts the same processes as torchrun (it runs

@@ -183,7 +183,7 @@ def update_events(run_dir: Path) -> list[dict]:
     return [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "agent_0/loss" in e]
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path):
     # the same global batch: 2 ranks x 1 item per optimizer step (2 steps) vs 1 process x 2 items (4 steps); the
@@ -212,7 +212,7 @@ def test_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path):
         assert x["agent_0/grad_norm"] > 0
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_ddp_resume_restores_every_ranks_buffer(tmp_path):
     # rollout_buffer_size 2: the checkpoint of step 1 holds one buffered item on each rank
@@ -243,7 +243,7 @@ def assert_same_models(a: dict[str, dict[str, torch.Tensor]], b: dict[str, dict[
         assert max((a[name][k] - b[name][k]).abs().max().item() for k in a[name]) < tolerance, name
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_iac_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path, mode):
@@ -255,15 +255,18 @@ def test_iac_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path, 
     two = model_weights(tmp_path / "two/checkpoints/checkpoint-2")
     one = model_weights(tmp_path / "one/checkpoints/checkpoint-4")
     assert len(two) == 4, sorted(two)   # two actors, two critics
-    # Adam's sign-like first steps (see above) on advantages that pass through the critic's values, computed in batches
-    # of 2 rows on each rank and of 4 in one process: the last bits differ, so weights agree to a fraction of lr (1e-4)
-    assert_same_models(two, one, 5e-5)
+    # The equality is on the gradients: every model's averaged gradient (its norm) and loss at every update. The
+    # weights cannot carry it: Adam's sign-like first steps (see above), on advantages that pass through the critic's
+    # values computed in batches of 2 rows on each rank and of 4 in one process, turn last-bit differences of a ~0
+    # gradient into up to 2 lr per step (measured 5.8e-5 on a fresh machine), so they are held to that bound only.
+    assert_same_models(two, one, 2 * 2 * 1e-4)
     two_updates, one_updates = update_events(tmp_path / "two"), update_events(tmp_path / "one")
     assert [e["step"] for e in two_updates] == [1, 2] and [e["step"] for e in one_updates] == [2, 4]
     for x, y in zip(two_updates, one_updates):
-        for key in ("agent_0/grad_norm", "agent_1/grad_norm", "critic_0/grad_norm", "critic_1/grad_norm"):
+        for key in ("agent_0/grad_norm", "agent_1/grad_norm", "critic_0/grad_norm", "critic_1/grad_norm",
+                    "agent_0/loss", "agent_1/loss", "critic_0/value_loss", "critic_1/value_loss"):
             assert x[key] == pytest.approx(y[key], rel=1e-4), key
-            assert x[key] > 0, key
+            assert x[key] != 0, key
 
 
 def test_ddp_actor_critic_needs_one_step_per_update():
@@ -298,7 +301,7 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
     return tmp_path / name
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 @pytest.mark.parametrize("collection,mode", [("online", "ddp"), ("offline", "ddp"), ("online", "fsdp"),
                                              ("offline", "fsdp")])
@@ -340,7 +343,7 @@ def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collec
             f"agent_{i}"].items())   # the step did move the weights (lr 0 left the reference's at the start)
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_marlhf_two_processes_of_one_item_equal_one_process_of_two_items(tmp_path, mode):
@@ -362,7 +365,7 @@ def test_marlhf_two_processes_of_one_item_equal_one_process_of_two_items(tmp_pat
     assert_same_models(a, b, 1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_marlhf_with_iac_two_processes_equal_one(tmp_path, mode):
