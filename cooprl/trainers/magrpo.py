@@ -148,7 +148,8 @@ class MAGRPO(TeamAlgorithm):
         if s.update_schedule == "nodes":
             # all of a step's samples in one forward: the token trie runs each shared prefix once (a node's prompt
             # for its G samples, the turn-1 prompt that turn-2 prompts start with), and the step's gradient is the
-            # same however its samples are batched; one forward per node took 1.46x the update time of `items`
+            # same however its samples are batched (one forward per node before). What still separates it from
+            # `items`: a step per turn, so the turn-1 prompt runs in each and the optimizer steps twice.
             return [(batch, sum(len(g.samples) for g in batch))
                     for batch in node_batches(self.buffer[a], s.train_batch_size or s.rollout_buffer_size)]
         # One step on everything. Default forward batch: all of an agent's samples of one item (its whole tree, items in
