@@ -2,8 +2,8 @@
 
 Samples are scored in batches of at most `batch_size` (one forward each, `completion_logprobs`), the loss
 is averaged over all samples of the buffer, and the update engine (cooprl.engine) accumulates the gradients across
-batches and takes the one optimizer step; this module is the loss it is handed. Samples that share a prompt (a sibling group) go into the same batch, where `completion_logprobs`
-packs the batch as a token trie and runs each shared prefix once: a sibling group's prompt, and with a batch
+batches and takes the one optimizer step; this module is the loss it is handed. Samples that share a prompt
+(a sibling group) go into the same batch, where `completion_logprobs` packs the batch as a token trie and runs each shared prefix once: a sibling group's prompt, and with a batch
 that holds a whole multi-turn tree, the turn-1 prompt that every turn-2 prompt starts with.
 Samples with a zero advantage are skipped when there is no KL term: their gradient is exactly zero.
 A non-finite loss skips the whole update (counted in the metrics), never a silent substitute value.

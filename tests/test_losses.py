@@ -12,7 +12,7 @@ from cooprl import losses
 
 def test_sft_loss_is_the_summed_negative_log_likelihood_of_the_real_tokens():
     logps = torch.log(torch.tensor([[0.5, 0.25, 0.9], [0.1, 1.0, 1.0]]))
-    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])   # the third token of row 0 and the tail of row 1 are padding
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])   # row 0's third token and row 1's tail: padding
     expected = -(math.log(0.5) + math.log(0.25)) - math.log(0.1)
     assert losses.sft_loss(logps, mask).item() == pytest.approx(expected, rel=1e-6)
     weighted = -(math.log(0.5) + math.log(0.25)) * 2.0 - math.log(0.1) * 0.5

@@ -170,7 +170,8 @@ class MADPO(TeamAlgorithm):
         # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes
         with self.parallel.sampling(*self.models):   # (the processes sample different numbers of chunks)
             results = self.parallel.run_seeded(chunks, self.config.seed * 1000 + 777 + iteration, collect)
-        sampled = sum(count for c in self.parallel.own_shares(len(results)) for *_, count in results[c])   # by this process
+        # sampled by this process
+        sampled = sum(count for c in self.parallel.own_shares(len(results)) for *_, count in results[c])
         pairs_of_iteration, metrics_by_item = [], {}
         for rows in results:
             for item_id, pairs, item_metrics, _ in rows:

@@ -168,7 +168,7 @@ class MARLHF:
             if main:
                 write_pairs(path, pairs)
                 log.info("iteration %d: %d preference pairs written to %s", iteration, len(pairs), path)
-        history = self.parallel.broadcast({k: read_pairs(self.store.path(k)) for k in range(iteration)} if main else None)
+        history = self.parallel.from_main(lambda: {k: read_pairs(self.store.path(k)) for k in range(iteration)})
         weighted = self.plan.replayed({**history, iteration: pairs}, iteration, random.Random(self._seed(iteration)))
         metrics = {"reward_model/iteration": float(iteration), "preferences/new_pairs": float(len(pairs))}
         if pairs:
