@@ -27,15 +27,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml
 
-# one pytest worker per core (pytest-xdist), whole test files per worker so that a module's shared fixtures are
-# built once: about 8 minutes on 2 cores instead of 11 in one process (most tests wait on subprocesses: command
-# lines, sandboxed programs, torchrun). `.venv/bin/python -m pytest tests/test_x.py` runs one file in one process.
+# Every test is in one cost lane (tests/conftest.py): unit, integration, distributed, sandbox, cli. `make test` runs
+# them all, as CI does (one pytest worker per core, whole files per worker so that a module's shared fixtures are
+# built once; the 15 slowest tests are listed at the end); `make test-fast` the unit lane only, the inner loop.
+# `.venv/bin/python -m pytest tests/test_x.py -m unit` runs one file's unit tests in one process.
 test: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadfile
 
-# the inner loop: unit tests only (no trainer runs, command lines or SmolLM2; those are marked `slow`), about a minute
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" -n auto --dist loadfile
+	$(PY) -m pytest -m unit -n auto --dist loadfile
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"

@@ -14,8 +14,8 @@ left padding, generate, decode) to give the overhead ratio of cooprl's sampler.
     python bench/magrpo_step.py --quick         # 1 problem per side
     python bench/magrpo_step.py --only cooprl   # one side (cooprl = cooprl_magrpo + cooprl_grpo)
     python bench/magrpo_step.py --report        # print the comparison from saved results only
-    python bench/magrpo_step.py --only cooprl_magrpo --schedule nodes --results runs/bench_nodes
-                                                # cooprl with upstream's update schedule (default: items)
+    python bench/magrpo_step.py --only cooprl_magrpo --schedule items --results runs/bench_items
+                                                # cooprl with the items schedule (default: nodes, the config's)
 
 Each side writes <results>/<side>.json; the comparison is printed from those files, and its last three lines
 are `speedup_vs_comlrl`, `update_speedup_vs_comlrl` and `speed_vs_trl_grpo` (cooprl rate / peer rate).
@@ -40,7 +40,7 @@ DEFAULT_RESULTS = C.ROOT / "runs" / "bench_magrpo_step"
 
 
 # ============================================================================================ cooprl
-def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = True, schedule: str = "items") -> dict:
+def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = True, schedule: str = "nodes") -> dict:
     import torch
 
     from cooprl import policy_update
@@ -264,7 +264,7 @@ def run_trl(n_problems: int, results_dir: Path) -> dict:
 
 
 # ============================================================================================ driver
-def child(side: str, n_problems: int, out: Path, threads: int, bare: bool = True, schedule: str = "items") -> None:
+def child(side: str, n_problems: int, out: Path, threads: int, bare: bool = True, schedule: str = "nodes") -> None:
     import torch
     torch.set_num_threads(threads)
     if side == "cooprl_magrpo":
@@ -344,8 +344,8 @@ def main() -> None:
                              "cores slows generation down by an order of magnitude)")
     parser.add_argument("--no-bare", action="store_true",
                         help="skip replaying cooprl's sampling calls as bare `generate` (quicker A/B runs)")
-    parser.add_argument("--schedule", choices=("items", "nodes"), default="items",
-                        help="cooprl's magrpo.update_schedule (default items: one update per problem)")
+    parser.add_argument("--schedule", choices=("items", "nodes"), default="nodes",
+                        help="cooprl's magrpo.update_schedule (default nodes, every reference config's)")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     n = args.problems or (1 if args.quick else C.NUM_PROBLEMS)

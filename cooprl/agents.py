@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import torch
 
 from cooprl import distributed, fsdp
-from cooprl.config import Config, ConfigError, is_data_parallel, model_devices
+from cooprl.config import Config, ConfigError, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 from cooprl.optim import build_adamw
@@ -83,7 +83,6 @@ def build_team(config: Config, section: Any, num_agents: int,
                                   "memory, leaving too little for training; lower it (e.g. 0.3 per engine) or put the "
                                   "agents on separate devices")
             check_vllm_backend(device)  # before any model is loaded: fail fast with the fix
-    data_parallel = is_data_parallel(section)
     # fsdp with several processes: each process keeps a shard of every agent (cooprl.fsdp); one process: unsharded
     sharded = getattr(section, "parallel_training", "none") == "fsdp" and distributed.current().world_size > 1
     team = []
@@ -100,8 +99,6 @@ def build_team(config: Config, section: Any, num_agents: int,
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = build_adamw(trainable, lr=section.learning_rate, weight_decay=section.weight_decay,
                                 bf16_optimizer=model_cfg.bf16_optimizer)
-        if data_parallel:   # its gradients are averaged over the processes (summed by a sharded backward)
-            distributed.mark_data_parallel(optimizer, sharded=sharded)
         if model_cfg.generation_backend == "vllm":
             from cooprl.vllm_generation import build_vllm_generator, watch_optimizer
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,

@@ -7,13 +7,14 @@ LOCAL_RANK, MASTER_ADDR, MASTER_PORT); `setup` joins the process group (nccl on 
 - random numbers: under ddp each item's rollout draws from torch's generator seeded by (seed, the item's position in
   the data order) (`item_seed`), so which process rolls an item out changes nothing: 2 processes x 1 item per step
   equal 1 process x 2 items per step;
-- gradients: every optimizer the team trains is marked (`mark_data_parallel`) and the one guarded step
-  (cooprl.optim) sums the ranks' gradients weighted by their sample counts before clipping (`average_gradients`).
+- gradients: the update engine's guarded step (cooprl.engine), told by the trainer's parallel context
+  (cooprl.parallel) that a model is replicated over the processes, sums the ranks' gradients weighted by their
+  sample counts before clipping (`average_gradients`).
   We do not wrap the models in DistributedDataParallel: its all-reduce runs inside `backward`, so every rank would
   have to call backward the same number of times, yet an update's forward batches follow each rank's own samples
   (the token trie groups them by shared prompt; a rank whose advantages are all zero runs none). One all-reduce of
   the trainable gradients (LoRA's adapters only) right before the step works whatever ran before it: trie or padded
-  log-probs, gradient checkpointing, a value loss added through `extra_backward`;
+  log-probs, gradient checkpointing, a value loss as a second term of the step;
 - outputs: rank 0 alone writes the run folder (config, metrics.jsonl, W&B, checkpoints, summary, plot); every rank
   resumes from the same checkpoint, which holds each rank's own buffers (sent to rank 0 one rank at a time:
   `send_to_main`, `receive_in_rank_order`).
@@ -143,23 +144,6 @@ def item_seed(seed: int, position: int) -> int:
     """Return the seed of the item at `position` of the data order (a hash of both, below 2^63)."""
     digest = hashlib.sha256(f"{seed}:{position}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
-
-
-def mark_data_parallel(optimizer: torch.optim.Optimizer, sharded: bool = False) -> None:
-    """Mark `optimizer` as trained by every rank: the guarded step averages its gradients over the ranks first, or,
-    `sharded` (its model is sharded by cooprl.fsdp, whose backward already sums the ranks' gradients), only agrees
-    with the other ranks on whether to step."""
-    optimizer.cooprl_data_parallel = "sharded" if sharded else "replicated"
-
-
-def is_data_parallel(optimizer: torch.optim.Optimizer) -> bool:
-    """Return whether `optimizer` is stepped by every rank together (marked, and several ranks running)."""
-    return bool(getattr(optimizer, "cooprl_data_parallel", False)) and current().world_size > 1
-
-
-def is_sharded(optimizer: torch.optim.Optimizer) -> bool:
-    """Return whether `optimizer` trains a sharded model, whose gradients arrive summed over the ranks."""
-    return getattr(optimizer, "cooprl_data_parallel", None) == "sharded" and current().world_size > 1
 
 
 def agree_to_step(params: Iterable[torch.Tensor], weight: float = 1.0, skip: bool = False) -> tuple[float, str]:

@@ -16,7 +16,7 @@ prompt; none when all its advantages are zero). So:
   (`pad_batches`): a zero-weight batch runs the same code on a one-token sample and adds exact zeros to the
   gradients. The gradients are summed over the processes in float32 (no division), and each process's loss is
   divided by the sample count of all processes (`global_count`), so the summed gradient is the mean over every
-  sample, as ddp's (MADPO's DPO step does the same with its pairs: cooprl.trainers.madpo);
+  sample, as ddp's (cooprl.engine does this for every update: policy gradient, DPO);
 - checkpoints and the final models are written from whole weights gathered on rank 0 one model at a time
   (`whole_state_dicts`); each process's optimizer-state shard (`local_optimizer_state`) is its own file in the
   checkpoint, which is why a resume needs the same number of processes (as under ddp).

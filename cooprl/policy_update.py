@@ -1,9 +1,9 @@
 """The policy-gradient update shared by the trainers: loss = -sum_t log pi(token_t) * advantage.
 
 Samples are scored in batches of at most `batch_size` (one forward each, `completion_logprobs`), the loss
-is averaged over all samples of the buffer, gradients are accumulated across batches, and one optimizer step
-follows. Samples that share a prompt (a sibling group) go into the same batch, where `completion_logprobs`
-packs the batch as a token trie and runs each shared prefix once: a sibling group's prompt, and with a batch
+is averaged over all samples of the buffer, and the update engine (cooprl.engine) accumulates the gradients across
+batches and takes the one optimizer step; this module is the loss it is handed. Samples that share a prompt
+(a sibling group) go into the same batch, where `completion_logprobs` packs the batch as a token trie and runs each shared prefix once: a sibling group's prompt, and with a batch
 that holds a whole multi-turn tree, the turn-1 prompt that every turn-2 prompt starts with.
 Samples with a zero advantage are skipped when there is no KL term: their gradient is exactly zero.
 A non-finite loss skips the whole update (counted in the metrics), never a silent substitute value.
@@ -32,18 +32,18 @@ KL term of the loss form is not weighted.
 
 from __future__ import annotations
 
-import logging
-import math
 import copy
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl import distributed, fsdp
+from cooprl import fsdp, losses
+from cooprl.engine import Sync, Term, train_step
 from cooprl.generation import Completion, SamplingParams, sampling_logits
 from cooprl.logprobs import completion_logprobs, group_by_prompt
-from cooprl.optim import guarded_step
+from cooprl.losses import kl_penalized  # noqa: F401  (the reward form's penalty, where the trainers look for it)
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +133,11 @@ class _AdapterOffView:
 def k3_kl(token_logps: torch.Tensor, mask: torch.Tensor, reference: Any, prompts: Sequence[torch.Tensor],
           completions: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
     """Return the k3 estimate of KL(policy || reference) per sequence, shape [batch], differentiable through the
-    policy's `token_logps` ([batch, tokens], `mask` marking real tokens): sum over tokens of exp(d) - d - 1 with
-    d = log p_ref - log p_policy (>= 0 per token). The reference scores the same completions without gradient."""
+    policy's `token_logps` ([batch, tokens], `mask` marking real tokens): the reference scores the same completions
+    without gradient, then cooprl.losses.k3_kl."""
     with torch.no_grad():
         ref_logps, _ = completion_logprobs(reference, prompts, completions, pad_id)
-    delta = (ref_logps.to(token_logps.device) - token_logps) * mask
-    return ((torch.exp(delta) - delta - 1) * mask).sum(-1)
+    return losses.k3_kl(token_logps, ref_logps, mask)
 
 
 @torch.no_grad()
@@ -154,11 +153,6 @@ def sampled_kls(model: Any, reference: Any, samples: Sequence[TrainSample], pad_
         return k3_kl(token_logps, mask, reference, prompts, completions, pad_id).float().cpu().tolist()
 
     return _scored_in_eval(model, samples, batch_size, score)
-
-
-def kl_penalized(rewards: Sequence[float], kls: Sequence[float], coef: float) -> list[float]:
-    """Return each reward (or return) minus coef x the KL of its sample: upstream's reward-form reference KL."""
-    return [r - coef * kl for r, kl in zip(rewards, kls)]
 
 
 def sibling_batches(samples: Sequence[Any], size: int) -> list[list[Any]]:
@@ -191,23 +185,18 @@ def _padding_sample(pad_id: int) -> TrainSample:
 
 def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
                          *, batch_size: int | None = None, max_grad_norm: float | None = 1.0,
-                         kl_coef: float = 0.0, reference: Any = None,
-                         extra_backward: Callable[[], float] | None = None,
-                         extra_samples: int = 0) -> dict[str, float]:
-    """Apply one optimizer step on `samples`; return metrics (loss, grad_norm, skipped, extra_loss; kl when the KL
-    term is on: `kl_coef` > 0 with a `reference`, the loss form of `reference_kl_form`; is_weight_mean and
-    is_weight_max over the tokens of `samples` when they carry importance weights).
+                         kl_coef: float = 0.0, reference: Any = None, extra_terms: Sequence[Term] = (),
+                         extra_samples: int = 0, sync: Sync = Sync.NONE) -> dict[str, float]:
+    """Apply one optimizer step on `samples` through the update engine (cooprl.engine); return metrics (loss,
+    grad_norm, skipped_nonfinite, trained_samples; extra_loss with `extra_terms`; kl when the KL term is on:
+    `kl_coef` > 0 with a `reference`, the loss form of `reference_kl_form`; is_weight_mean and is_weight_max over the
+    tokens of `samples` when they carry importance weights).
 
-    A sample's loss is -sum_t w_t log pi(token_t) x its advantage, w_t its `importance_weights` (1 without them).
-    A sharded `model` (parallel_training fsdp) runs as many forward/backward passes on every process, the shorter
-    lists padded with zero-weight passes, and a non-finite loss on any process skips the step on all (cooprl.fsdp).
-
-    `extra_backward`, when given, backpropagates a second loss into parameters of the same optimizer after
-    the policy loss and before the clipped step (the actor-critic's value loss: a value head sharing the
-    actor's trunk, or a separate critic trained with no policy samples); it returns that loss's value.
-    `extra_samples`: how many samples that loss averages over, when there are no policy `samples` (a separate
-    critic's step): under data-parallel training it weighs this rank's gradient (cooprl.optim.guarded_step).
-    """
+    A sample's loss is -sum_t w_t log pi(token_t) x its advantage, w_t its `importance_weights` (1 without them),
+    averaged over all of `samples` (zero-advantage ones are not run without a KL term: their gradient is zero).
+    `extra_terms`: more losses of the same optimizer step, averaged over the same count (the actor-critic's value
+    loss on a head sharing the actor's trunk); with no policy `samples` (a separate critic's step) `extra_samples`
+    is that count. `sync`: how the step meets the other processes (cooprl.parallel.Parallel.sync_of)."""
     kl_on = kl_coef > 0 and reference is not None
     active = [s for s in samples if s.advantage != 0.0 or kl_on] if samples else []
     metrics = {"loss": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}
@@ -216,66 +205,31 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     weighted = any(s.importance_weights is not None for s in samples or ())
     if weighted:
         metrics.update(_weight_metrics(samples))
-    # under data-parallel training every rank reaches the guarded step, which averages the ranks' gradients
-    data_parallel = distributed.is_data_parallel(optimizer)
-    if not active and extra_backward is None and not data_parallel:
-        return metrics
     total = len(samples)
-    weight = total or extra_samples   # this rank's share of the ranks' averaged gradient
-    size = batch_size or max(len(active), 1)
-    batches = sibling_batches(active, size)
-    real_batches, denominator = len(batches), total
-    sharded = fsdp.is_sharded(model)
-    if sharded:
-        # every process runs as many forward/backward passes (each is a collective of the sharded model): the
-        # shorter lists end with zero-weight one-token batches; gradients are summed over the processes, so each
-        # loss is divided by every process's sample count (cooprl.fsdp)
-        batches, real_batches = fsdp.pad_batches(batches, [_padding_sample(pad_id)])
-        denominator = fsdp.global_count(total)
-    nonfinite = False
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    for index, batch in enumerate(batches):
+
+    def loss(batch: list[TrainSample], denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
         prompts = [s.prompt_ids for s in batch]
         completions = [s.completion_ids for s in batch]
         token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
         adv = torch.tensor([s.advantage for s in batch], dtype=token_logps.dtype, device=token_logps.device)
-        weighted_logps = token_logps * _token_weights(batch, token_logps) if weighted else token_logps
-        loss = -(weighted_logps.sum(-1) * adv).sum() / max(denominator, 1)
-        if kl_on:
-            kl = k3_kl(token_logps, mask, reference, prompts, completions, pad_id)
-            loss = loss + kl_coef * kl.sum() / max(denominator, 1)
-            if index < real_batches:
-                metrics["kl"] += kl.sum().item() / total
-        if index >= real_batches or nonfinite:
-            loss = loss * 0.0   # a padding pass (or the rest of a skipped update): same collectives, no gradient
-        elif not torch.isfinite(loss):
-            log.warning("non-finite loss (%s): this update is skipped", loss.item())
-            nonfinite = True
-            if not sharded:
-                optimizer.zero_grad(set_to_none=True)
-                if data_parallel:   # the other ranks skip this step too
-                    guarded_step(optimizer, max_grad_norm, weight=weight, skip=True)
-                return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
-            loss = loss * 0.0   # the sharded passes go on (every process runs them all); the step is skipped
-        else:   # reported as this process's mean, as without sharding
-            metrics["loss"] += loss.item() * denominator / total if sharded else loss.item()
-        loss.backward()
-    if nonfinite:
-        guarded_step(optimizer, max_grad_norm, weight=weight, skip=True)
-        return {**metrics, "loss": float("nan"), "skipped_nonfinite": 1.0}
-    if extra_backward is not None:
-        metrics["extra_loss"] = extra_backward()
-        if not math.isfinite(metrics["extra_loss"]):
-            log.warning("non-finite extra loss (%s): this update is skipped", metrics["extra_loss"])
-            optimizer.zero_grad(set_to_none=True)
-            if data_parallel:
-                guarded_step(optimizer, max_grad_norm, weight=weight, skip=True)
-            return {**metrics, "skipped_nonfinite": 1.0}
-    norm = guarded_step(optimizer, max_grad_norm, weight=weight)
-    if norm is None:
-        return {**metrics, "skipped_nonfinite": 1.0}
-    metrics["grad_norm"] = norm
+        token_weights = _token_weights(batch, token_logps) if weighted else None
+        value = losses.policy_gradient_loss(token_logps, adv, token_weights) / max(denominator, 1)
+        if not kl_on:
+            return value, {}
+        kl = k3_kl(token_logps, mask, reference, prompts, completions, pad_id)
+        return value + kl_coef * kl.sum() / max(denominator, 1), {"kl": kl.sum().item() / total}
+
+    terms = [Term(sibling_batches(active, batch_size or max(len(active), 1)), loss), *extra_terms]
+    result = train_step([optimizer], terms, weight=total or extra_samples, max_grad_norm=max_grad_norm, sync=sync,
+                        padding=Term([[_padding_sample(pad_id)]], loss), models=[model])
+    metrics.update(result.metrics)
+    metrics["loss"] = result.losses["loss"]
+    if extra_terms:
+        metrics["extra_loss"] = sum(value for name, value in result.losses.items() if name != "loss")
+    if result.skipped:
+        metrics["skipped_nonfinite"] = 1.0
+    elif result.grad_norms:
+        metrics["grad_norm"] = result.grad_norms[0]
     return metrics
 
 

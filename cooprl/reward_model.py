@@ -15,14 +15,14 @@ scores on the pairs' answers, which MARLHF uses to standardize the learned rewar
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 
-from cooprl.optim import build_adamw, guarded_step
+from cooprl.engine import Term, train_step
+from cooprl.losses import bradley_terry_loss, bradley_terry_losses
+from cooprl.optim import build_adamw
 from cooprl.value_model import ValueModel
 
 log = logging.getLogger(__name__)
@@ -50,15 +50,6 @@ def reward_input(prompts: Sequence[str], outputs: Sequence[str]) -> tuple[str, s
     else:
         answer = "\n".join(f"### Output of agent {i + 1}\n{o.strip()}\n" for i, o in enumerate(outputs))
     return prompt, answer
-
-
-def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor,
-                       weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Return the mean (optionally weighted) of -log sigmoid(r_chosen - r_rejected) over the pairs."""
-    losses = F.softplus(rejected - chosen)  # = -log sigmoid(chosen - rejected), stable for large gaps
-    if weights is None:
-        return losses.mean()
-    return (losses * weights).sum() / weights.sum().clamp(min=1e-12)
 
 
 def split_pairs(num_pairs: int, eval_fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -139,6 +130,15 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
     params = [p for p in model.head_parameters() + model.trunk_parameters() if p.requires_grad]
     optimizer = build_adamw(params, lr=learning_rate, bf16_optimizer=bf16_optimizer)
     metrics = {"reward_model/train_pairs": float(len(train_idx)), "reward_model/eval_pairs": float(len(eval_idx))}
+
+    def loss(chunk: list[int], denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
+        chosen, rejected = _pair_examples([pairs[i] for i in chunk])
+        values = reward_model._values(chosen + rejected)  # one forward for both sides
+        r_w, r_l = values[:len(chunk)], values[len(chunk):]
+        w = torch.tensor([weights[i] for i in chunk], device=values.device)
+        # this chunk's share of the batch's weighted mean loss: the summed gradients are the batch's
+        return (bradley_terry_losses(r_w, r_l) * w).sum() / denominator, {"correct": float((r_w > r_l).sum().item())}
+
     for epoch in range(epochs):
         model.train()
         generator = torch.Generator().manual_seed(seed * 1000 + epoch)
@@ -146,29 +146,15 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
         loss_sum, correct = 0.0, 0
         for start in range(0, len(order), batch_size):
             indices = order[start:start + batch_size]
-            total_weight = max(sum(weights[i] for i in indices), 1e-12)
-            optimizer.zero_grad(set_to_none=True)
-            batch_loss, batch_correct = 0.0, 0
-            for part in range(0, len(indices), PAIRS_PER_FORWARD):
-                chunk = indices[part:part + PAIRS_PER_FORWARD]
-                chosen, rejected = _pair_examples([pairs[i] for i in chunk])
-                values = reward_model._values(chosen + rejected)  # one forward for both sides
-                r_w, r_l = values[:len(chunk)], values[len(chunk):]
-                w = torch.tensor([weights[i] for i in chunk], device=values.device)
-                # this chunk's share of the batch's weighted mean loss: the summed gradients are the batch's
-                loss = (F.softplus(r_l - r_w) * w).sum() / total_weight
-                loss.backward()
-                batch_loss += loss.item()
-                batch_correct += int((r_w > r_l).sum().item())
-            if not math.isfinite(batch_loss):
-                log.warning("reward model: non-finite loss, batch skipped")
-                optimizer.zero_grad(set_to_none=True)
-                continue
-            if guarded_step(optimizer, max_grad_norm) is None:
+            parts = [indices[part:part + PAIRS_PER_FORWARD] for part in range(0, len(indices), PAIRS_PER_FORWARD)]
+            # every process trains this model alike on the same pairs (MARLHF): a plain step, no sync
+            result = train_step([optimizer], [Term(parts, loss)], weight=max(sum(weights[i] for i in indices), 1e-12),
+                                max_grad_norm=max_grad_norm)
+            if result.skipped:
                 continue
             metrics["reward_model/optimizer_steps"] = metrics.get("reward_model/optimizer_steps", 0.0) + 1
-            loss_sum += batch_loss * len(indices)
-            correct += batch_correct
+            loss_sum += result.losses["loss"] * len(indices)
+            correct += int(result.metrics["correct"])
         if order:
             metrics["reward_model/train_loss"] = loss_sum / len(order)
             metrics["reward_model/train_accuracy"] = correct / len(order)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl.generation import Completion
+from cooprl.losses import group_advantages as advantages  # noqa: F401  (where the trainers import it from)
 from cooprl.task import Score, Task
 
 # sample(agent, prompts, n) -> for each prompt, n completions
@@ -265,27 +266,3 @@ def sample_returns(node: Node, agent: int, reduce: str = "mean") -> list[float]:
     if reduce == "sum":
         return totals
     return [t / c if c else 0.0 for t, c in zip(totals, counts)]
-
-
-def advantages(returns: Sequence[float], mode: str = "mean", normalize: bool = False, eps: float = 1e-6) -> list[float]:
-    """Return each sibling's advantage: return minus a group baseline (mean, max, leave-one-out) or raw.
-
-    With `normalize`, the advantages are then standardized within the group: centered on their own mean and divided
-    by their std (population std, at least `eps`). Centering matters for `raw` and `max`, whose advantages would
-    otherwise keep one sign (all <= 0 for `max`); for `mean` and `rloo` they are centered already.
-    """
-    values = torch.tensor(list(returns), dtype=torch.float64)
-    n = len(values)
-    if mode == "mean":
-        adv = values - values.mean()
-    elif mode == "raw":
-        adv = values.clone()
-    elif mode == "max":
-        adv = values - values.max()
-    elif mode == "rloo":
-        adv = values - (values.sum() - values) / (n - 1) if n > 1 else torch.zeros_like(values)
-    else:
-        raise ValueError(f"advantage_mode {mode!r}: expected mean, raw, max or rloo")
-    if normalize and n > 1:
-        adv = (adv - adv.mean()) / adv.std(unbiased=False).clamp(min=eps)
-    return adv.tolist()

@@ -54,3 +54,29 @@ def test_the_architecture_page_names_every_module():
     missing = [str(path.relative_to(ROOT)) for package in ALLOWED for path in sorted((ROOT / package).rglob("*.py"))
                if path.name != "__init__.py" and path.name not in page and "data" not in path.parts]
     assert missing == []
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Return the dotted names of every module `path` imports (`from a import b` gives a and a.b)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_trainers_reach_other_processes_only_through_the_parallel_context():
+    # the trainers (and their loop) ask the other processes through cooprl.parallel and step through cooprl.engine;
+    # the collectives and the sharding stay behind those two
+    wrong = {str(path.relative_to(ROOT)): sorted(_module_imports(path) & {"cooprl.distributed", "cooprl.fsdp"})
+             for path in (ROOT / "cooprl" / "trainers").glob("*.py")}
+    assert {path: names for path, names in wrong.items() if names} == {}
+
+
+def test_the_losses_are_pure_tensor_math():
+    # cooprl/losses.py: no model call, no process group, no optimizer: torch alone
+    imported = {name.split(".")[0] for name in _module_imports(ROOT / "cooprl" / "losses.py")}
+    assert imported <= {"__future__", "typing", "torch"}, imported

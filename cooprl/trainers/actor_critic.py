@@ -44,9 +44,11 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl import distributed, fsdp
 from cooprl.agents import Agent, build_team
-from cooprl.config import Config, ConfigError, is_data_parallel, model_devices
+from cooprl.config import Config, ConfigError, model_devices
+from cooprl.engine import Term, train_step
+from cooprl.parallel import Parallel
+from cooprl.losses import actor_advantages, td_target, value_errors
 from cooprl.evaluation import tree_metrics
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.optim import build_adamw
@@ -98,22 +100,6 @@ def critic_input_text(prompts: Sequence[str], completions: Sequence[str] | None 
     return "\n\n".join(parts)
 
 
-def td_target(reward: float, next_value: float | None, discount: float) -> float:
-    """Return the TD target r + discount * next value, or r when there is no next turn (None)."""
-    return reward if next_value is None else reward + discount * next_value
-
-
-def actor_advantages(targets: Sequence[float], values: Sequence[float], critic_type: str, normalize: bool,
-                     eps: float = 1e-8) -> list[float]:
-    """Return a group's advantages: target - V (v) or target - mean Q (q), then normalized when asked."""
-    y = torch.tensor(list(targets), dtype=torch.float64)
-    v = torch.tensor(list(values), dtype=torch.float64)
-    adv = y - v if critic_type == "v" else y - v.mean()
-    if normalize and len(adv) > 1:  # one sample has no spread: left as is
-        adv = (adv - adv.mean()) / (adv.std(unbiased=False) + eps)
-    return adv.tolist()
-
-
 def turn_groups(steps: Sequence[Step]) -> list[list[int]]:
     """Return the buffer's indices grouped by turn, turn 1 first, each group in buffer order (upstream's update
     groups: one agent's samples of one turn)."""
@@ -129,16 +115,6 @@ def shuffled(indices: Sequence[int]) -> list[int]:
 def chunks(indices: Sequence[int], size: int) -> list[list[int]]:
     """Return `indices` cut into consecutive chunks of at most `size`."""
     return [list(indices[start:start + size]) for start in range(0, len(indices), size)]
-
-
-def value_errors(values: torch.Tensor, targets: torch.Tensor, old_values: torch.Tensor,
-                 clip_range: float | None) -> torch.Tensor:
-    """Return each squared TD error; with `clip_range`, the PPO-style max over the unclipped and clipped values."""
-    errors = (values - targets) ** 2
-    if clip_range is None:
-        return errors
-    clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
-    return torch.maximum(errors, (clipped - targets) ** 2)
 
 
 class ActorCritic(TeamAlgorithm):
@@ -236,7 +212,7 @@ class ActorCritic(TeamAlgorithm):
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> dict[str, float]:
         """Roll out one item's episodes, buffer their turns, update when the buffer is full; return metrics."""
-        with fsdp.full_weights(*self.models):   # sharded actors are gathered for the rollout and its scoring
+        with self.parallel.sampling(*self.models):   # sharded actors are gathered for the rollout and its scoring
             root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
             steps = self.episode_steps(root)
         self.buffer.extend(steps)
@@ -340,44 +316,42 @@ class ActorCritic(TeamAlgorithm):
         s, actor = self.section, self.team[agent]
         samples = [replace(self.buffer[k].actions[agent], advantage=adv[k]) for k in chunk]
         head = self.critics[agent] if not self.centralized and self.critics[agent].optimizer is None else None
-        extra = None
+        extra = []
         if head is not None:
             part = [self.buffer[k].critics[agent] for k in chunk]
             if value_targets is not None:
                 part = [replace(x, target=t) for x, t in zip(part, value_targets)]
-            extra = lambda: self.value_loss_backward(head, part)
+            extra = [self.value_term(head, part)]
         kl_in_loss = self.references is not None and not self.kl_in_reward
         result = policy_gradient_step(
             actor.model, actor.optimizer, samples, actor.tokenizer.pad_token_id,
             batch_size=s.rollout_buffer_size, max_grad_norm=s.max_grad_norm,
             kl_coef=s.reference_kl_coef if kl_in_loss else 0.0, reference=self.references[agent] if kl_in_loss else None,
-            extra_backward=extra)
+            extra_terms=extra, sync=self.parallel.sync_of(actor.model))
         return _prefixed(f"agent_{agent}", result)
 
     def critic_step(self, c: int, part: Sequence[CriticSample]) -> dict[str, float]:
         """Take one optimizer step of separate critic `c` on its value loss over `part`; return its metrics."""
         critic = self.critics[c]
-        # the optimizer step of policy_gradient_step with no policy term: only the value loss
-        result = policy_gradient_step(critic.model, critic.optimizer, [], critic.tokenizer.pad_token_id,
-                                      max_grad_norm=self.section.max_grad_norm,
-                                      extra_backward=lambda: self.value_loss_backward(critic, part),
-                                      extra_samples=len(part))
-        kept = ("extra_loss", "grad_norm", "skipped_nonfinite")
-        return _prefixed(f"critic_{c}", {k: result[k] for k in kept})
+        result = train_step([critic.optimizer], [self.value_term(critic, part)], weight=len(part),
+                            max_grad_norm=self.section.max_grad_norm, sync=self.parallel.sync_of(critic.model),
+                            models=[critic.model])
+        norm = result.grad_norms[0] if not result.skipped else 0.0
+        return _prefixed(f"critic_{c}", {"value_loss": result.losses["value_loss"], "grad_norm": norm,
+                                         "skipped_nonfinite": float(result.skipped)})
 
-    def value_loss_backward(self, critic: Critic, samples: Sequence[CriticSample]) -> float:
-        """Backpropagate value_loss_coef x the mean squared TD error of `critic` on `samples`; return that loss."""
+    def value_term(self, critic: Critic, samples: Sequence[CriticSample]) -> Term:
+        """Return the value loss of `critic` on `samples` for the update engine: value_loss_coef x the squared TD
+        errors, in forward batches of VALUE_BATCH (the engine divides by the step's sample count)."""
         clip = self.section.value_clip_range if critic.optimizer is None else None  # clipping: shared-head mode only
-        total, loss_sum = len(samples), 0.0
-        for start in range(0, total, VALUE_BATCH):
-            batch = samples[start:start + VALUE_BATCH]
+
+        def loss(batch: Sequence[CriticSample], denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
             values = critic.model.values([x.ids for x in batch], None, critic.tokenizer.pad_token_id)
             targets = torch.tensor([x.target for x in batch], device=values.device)
             old = torch.tensor([x.value for x in batch], device=values.device)
-            loss = self.section.value_loss_coef * value_errors(values, targets, old, clip).sum() / total
-            loss.backward()
-            loss_sum += loss.item()
-        return loss_sum
+            return self.section.value_loss_coef * value_errors(values, targets, old, clip).sum() / denominator, {}
+        batches = [samples[start:start + VALUE_BATCH] for start in range(0, len(samples), VALUE_BATCH)]
+        return Term(batches, loss, name="value_loss")
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:
@@ -401,7 +375,7 @@ def _values(critic: Critic, ids: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _prefixed(prefix: str, result: dict[str, float]) -> dict[str, float]:
-    names = {"extra_loss": "value_loss"}  # the second loss of policy_gradient_step is the value loss here
+    names = {"extra_loss": "value_loss"}  # the extra term of policy_gradient_step is the value loss here
     return {f"{prefix}/{names.get(k, k)}": v for k, v in result.items()}
 
 
@@ -423,8 +397,6 @@ def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: b
     model = ValueModel(lm)
     optimizer = build_adamw(model.head_parameters() + model.trunk_parameters(), lr=section.critic_learning_rate,
                             weight_decay=section.weight_decay, bf16_optimizer=config.agent_model.bf16_optimizer)
-    if is_data_parallel(section):   # (under fsdp too: critics are not sharded)
-        distributed.mark_data_parallel(optimizer)   # its gradients are averaged over the processes, as the actors'
     return Critic(model, load_tokenizer(name, config.agent_model.special_tokens), optimizer, reuses_agent_ids)
 
 
@@ -454,7 +426,7 @@ def _build(config: Config, trainer: str, task: Task, centralized: bool) -> Actor
         return ActorCritic(config, section, task, team, [head_on_actor(section, agent) for agent in team], centralized)
     names = critic_model_names(config, team, 1 if centralized else len(team))
     # one per critic; under ddp each process's own GPU
-    devices = distributed.process_devices(model_devices(section, "critic_devices", len(names), config.agent_model.device))
+    devices = Parallel.devices(model_devices(section, "critic_devices", len(names), config.agent_model.device))
     critics = [separate_critic(config, section, name, reuses_agent_ids=not centralized and name == team[i].name,
                                device=devices[i]) for i, name in enumerate(names)]
     return ActorCritic(config, section, task, team, critics, centralized)

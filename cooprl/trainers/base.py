@@ -12,11 +12,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl import fsdp
 from cooprl.agents import Agent, AgentRunner
 from cooprl.config import Config
 from cooprl.evaluation import evaluate_team
 from cooprl.generation import Completion
+from cooprl.parallel import Parallel
 from cooprl.policy_update import TrainSample, frozen_reference, importance_weights
 from cooprl.rollout import iter_nodes
 from cooprl.task import Task
@@ -44,6 +44,8 @@ class TeamAlgorithm:
         self.references = [frozen_reference(agent.model) for agent in team] if references else None
         # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.agents.AgentRunner)
         self.runner = AgentRunner(team, getattr(section, "parallel_training", "none"))
+        # ddp/fsdp: what this process asks of the others (gathers, broadcasts, the engine's sync of each model)
+        self.parallel = Parallel.of(section)
 
     def _sample(self, agent: int, prompts: list[str], n: int):
         return self.team[agent].sample(prompts, n)
@@ -64,7 +66,7 @@ class TeamAlgorithm:
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:
         """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team on `items`."""
-        with fsdp.full_weights(*self.models):   # sharded agents are gathered for the whole evaluation
+        with self.parallel.sampling(*self.models):   # sharded agents are gathered for the whole evaluation
             return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
 
     def state_dict(self) -> dict[str, Any]:
@@ -86,7 +88,7 @@ class TeamAlgorithm:
     @property
     def sharded(self) -> bool:
         """Whether the agents are sharded over the processes (parallel_training fsdp with several processes)."""
-        return any(fsdp.is_sharded(model) for model in self.models)
+        return self.parallel.sharded
 
     def extra_state(self) -> dict[str, Any]:
         """Return the algorithm's own checkpoint state (buffers, counters, RNG states); plain data."""
@@ -101,14 +103,14 @@ class TeamAlgorithm:
         every rank."""
         state = self.extra_state()
         if self.sharded:
-            state["optimizer_shards"] = [fsdp.local_optimizer_state(agent.optimizer) for agent in self.team]
+            state["optimizer_shards"] = [self.parallel.optimizer_state(agent.optimizer) for agent in self.team]
         return state
 
     def load_rank_state(self, state: dict[str, Any]) -> None:
         """Restore this rank's part saved by `rank_state`."""
         if self.sharded:
             for agent, shard in zip(self.team, state["optimizer_shards"], strict=True):
-                fsdp.load_local_optimizer_state(agent.optimizer, shard)
+                self.parallel.load_optimizer_state(agent.optimizer, shard)
         self.load_extra_state(state)
 
     def print_tree(self, root: Any) -> None:

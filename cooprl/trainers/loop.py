@@ -28,8 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from cooprl import checkpoint as ckpt
-from cooprl import distributed, fsdp
 from cooprl.config import Config, is_data_parallel
+from cooprl.parallel import Parallel, Ranks, item_seed, mean_metrics, shard_order
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
 
@@ -115,7 +115,7 @@ def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
         raise ConfigError(f"checkpoint.resume_from_checkpoint: {err}") from None
 
 
-def _resume(checkpoint: Path, algorithm: Algorithm, ranks: distributed.Ranks = distributed.Ranks()) -> dict[str, Any]:
+def _resume(checkpoint: Path, algorithm: Algorithm, ranks: Ranks = Ranks()) -> dict[str, Any]:
     """Load `checkpoint` into the algorithm's models and state and restore the RNG states; return the trainer
     state. CheckpointError when a file is damaged or the checkpoint does not fit this run (other agents, other
     optimizers, another number of data-parallel processes): nothing is written before everything is loaded."""
@@ -169,13 +169,14 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
     epoch_length, positions = len(task.train_items), None
     data_parallel = is_data_parallel(section)
-    ranks = distributed.current()
+    parallel = Parallel.of(section)
+    ranks = parallel.ranks
     if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.distributed)
         if epoch_length < ranks.world_size:
             from cooprl.config import ConfigError
             raise ConfigError(f"{trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least as "
                               f"many training items; the training split has {epoch_length}")
-        order, positions, epoch_length = distributed.shard_order(order, epoch_length, ranks)
+        order, positions, epoch_length = shard_order(order, epoch_length, ranks)
     steps_per_round = min(len(order), section.max_steps or len(order))
     rounds = getattr(algorithm, "rounds", 1)
     total_steps = steps_per_round * rounds
@@ -196,20 +197,20 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
 
     def save(step: int) -> None:
         # sharded models are gathered on rank 0 one at a time, as it writes them (every rank takes part)
-        weights = fsdp.whole_state_dicts(algorithm.models)
+        weights = parallel.whole_state_dicts(algorithm.models)
         if ranks.is_main:
             state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
             rank_states: Any = ()
             if ranks.world_size > 1:   # every rank's own buffers (and optimizer shards), for a resume with as many
                 state["world_size"] = ranks.world_size
-                rank_states = distributed.receive_in_rank_order(algorithm.rank_state())
+                rank_states = parallel.receive_in_rank_order(algorithm.rank_state())
             path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state,
                                         config.checkpoint.checkpoint_total_limit, weights, rank_states)
             log.info("checkpoint saved: %s", path)
         elif ranks.world_size > 1:
             list(weights)
-            distributed.send_to_main(algorithm.rank_state())
-        distributed.barrier()   # the other ranks wait until the checkpoint is written
+            parallel.send_to_main(algorithm.rank_state())
+        parallel.barrier()   # the other ranks wait until the checkpoint is written
 
     def evaluate(step: int) -> dict[str, float]:
         # under data-parallel training every rank holds the same weights: each evaluates its share of the problems
@@ -221,7 +222,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
                      section.eval_num_generations, f" over {ranks.world_size} processes" if ranks.world_size > 1 else "")
         # Evaluation draws from its own seeded generator: it neither disturbs nor depends on training's RNG,
         # so resumed runs match uninterrupted ones and evaluations at different steps are comparable.
-        with distributed.fork_generators():   # the CUDA generators too: manual_seed reseeds them
+        with parallel.forked_generators():   # the CUDA generators too: manual_seed reseeds them
             torch.manual_seed(evaluation_seed(config.seed))
             metrics = algorithm.evaluate(items) if items else {}
         if not ranks.is_main:
@@ -240,7 +241,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     with _InterruptFlag() as interrupt:
         for step in range(start_step + 1, total_steps + 1):
             metrics = _train_step(config, task, algorithm, order, positions, step, steps_per_round, epoch_length,
-                                  rounds)
+                                  rounds, parallel)
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:
                 tracker.log(metrics, step, env_step)
@@ -249,7 +250,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
             if section.eval_interval and step % section.eval_interval == 0 and step < total_steps:
                 evaluate(step)
             interval = config.checkpoint.checkpoint_interval
-            stop = _stop_requested(interrupt.requested, ranks)
+            stop = _stop_requested(interrupt.requested, parallel)
             if stop or (interval and step % interval == 0 and step < total_steps):
                 save(step)
             if stop:
@@ -290,7 +291,8 @@ def _open_run_folder(config: Config, trainer: str, run_dir: Path, resumed_at: in
 
 
 def _train_step(config: Config, task: Task, algorithm: Algorithm, order: list[int], positions: list[int] | None,
-                step: int, steps_per_round: int, epoch_length: int, rounds: int) -> dict[str, float]:
+                step: int, steps_per_round: int, epoch_length: int, rounds: int,
+                parallel: Parallel = Parallel()) -> dict[str, float]:
     """Train on step `step`'s item (this rank's, under data-parallel training), flush the buffers at an epoch's end;
     return the step's metrics (under data-parallel training: the ranks' mean, env_steps summed)."""
     index = (step - 1) % steps_per_round
@@ -299,21 +301,21 @@ def _train_step(config: Config, task: Task, algorithm: Algorithm, order: list[in
         metrics = algorithm.train_step(item, step)
     else:
         # the item's own seed: its samples do not depend on which rank rolls it out, nor on the items before it
-        torch.manual_seed(distributed.item_seed(config.seed, positions[index]))
+        torch.manual_seed(item_seed(config.seed, positions[index]))
         metrics = algorithm.train_step(item, step)
     if hasattr(algorithm, "end_epoch") and ends_epoch(step, steps_per_round, epoch_length, rounds):
         algorithm.end_epoch(metrics)
-    if positions is not None and distributed.current().world_size > 1:
-        metrics = distributed.mean_metrics(distributed.gather(metrics), summed=("env_steps", "trained_samples"))
+    if positions is not None and parallel.data_parallel:
+        metrics = mean_metrics(parallel.gather(metrics), summed=("env_steps", "trained_samples"))
     return metrics
 
 
-def _stop_requested(requested: bool, ranks: distributed.Ranks) -> bool:
+def _stop_requested(requested: bool, parallel: Parallel) -> bool:
     """Return whether to stop after this step: this process was interrupted, or, under data-parallel training, any
     rank was (they stop together, at the same step)."""
-    if ranks.world_size == 1:
+    if not parallel.data_parallel:
         return requested
-    return any(distributed.gather(requested))
+    return any(parallel.gather(requested))
 
 
 class _NoTracker:

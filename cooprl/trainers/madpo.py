@@ -34,36 +34,22 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 
-from cooprl import distributed, fsdp
 from cooprl.agents import Agent, build_team
 from cooprl.comparators import Comparator, build_comparator
 from cooprl.config import Config, ConfigError, is_data_parallel
+from cooprl.engine import Term, train_step
 from cooprl.evaluation import tree_metrics
 from cooprl.logprobs import completion_logprobs
+from cooprl.losses import madpo_losses
 from cooprl.policy_update import k3_kl
 from cooprl.text import safe_print
 from cooprl.preferences import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
                                 plan_chunks,
                                 open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.task import Task
-from cooprl.optim import guarded_step
 from cooprl.trainers.base import TeamAlgorithm
 
-
-
-def madpo_losses(deltas: torch.Tensor, beta: float, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Return each agent's multi-agent DPO loss, shape [agents], from the log-ratio margins `deltas` [agents, pairs].
-
-    loss_i = weighted mean over pairs of -log σ(β (Δ_i + Σ_{k≠i} sg(Δ_k))): the pair is judged on the joint
-    margin, but agent i's gradient flows only through its own Δ_i (the others' terms are detached).
-    """
-    total = deltas.detach().sum(0, keepdim=True)
-    joint = deltas + (total - deltas.detach())          # value: joint margin; gradient: own term only
-    if weights is None:
-        weights = torch.ones(deltas.shape[1], dtype=deltas.dtype, device=deltas.device)
-    return -(F.logsigmoid(beta * joint) * weights).sum(-1) / weights.sum()
 
 
 class MADPO(TeamAlgorithm):
@@ -89,12 +75,12 @@ class MADPO(TeamAlgorithm):
         """Open the run's pair files; read back the pairs of the steps up to `step` (the resumed position). Under
         data-parallel training rank 0 alone opens and writes them, and sends every rank what it read."""
         self.steps_per_round = steps_per_round
-        main = distributed.current().is_main
+        main = self.parallel.is_main
         if main:
             self.store = open_pair_store(run_dir, step)
             if getattr(self.section, "log_reward_distribution", False):
                 self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
-        stored = distributed.broadcast(self.store.load(up_to_step=step) if main else None)
+        stored = self.parallel.broadcast(self.store.load(up_to_step=step) if main else None)
         for iteration, pairs in stored.items():
             for pair in pairs:
                 self.history[iteration][pair.item_id].append(pair)
@@ -152,7 +138,7 @@ class MADPO(TeamAlgorithm):
 
     def sample_pairs(self, item: Any, iteration: int, step: int) -> tuple[list[PreferencePair], dict[str, float]]:
         """Online: sample, score and pair `item`'s candidates now, store the pairs; return them and the rollout's metrics."""
-        with fsdp.full_weights(*self.models):   # sharded policies are gathered while they sample
+        with self.parallel.sampling(*self.models):   # sharded policies are gathered while they sample
             roots, candidates = collect_candidates([item], self.task, self._sample,
                                                    self.section.preference_num_candidates, self.comparator,
                                                    self.process_reward)
@@ -160,7 +146,7 @@ class MADPO(TeamAlgorithm):
         # which process pairs an item changes nothing
         rng = random.Random(int(torch.randint(0, 2**62, ()))) if self.data_parallel else self.rng
         pairs = self._pairs(item, candidates[0], iteration, step, rng)
-        everyone = [p for rank_pairs in distributed.gather(pairs) for p in rank_pairs]   # the step's items in order
+        everyone = [p for rank_pairs in self.parallel.gather(pairs) for p in rank_pairs]   # the step's items in order
         if self.store is not None:
             self.store.append(iteration, everyone)
         for pair in everyone:
@@ -182,9 +168,10 @@ class MADPO(TeamAlgorithm):
                      candidate_metrics(root, cands), len(cands)) for item, root, cands in zip(chunk, roots, candidates)]
 
         # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes
-        with fsdp.full_weights(*self.models):   # (the processes sample different numbers of chunks)
-            results = distributed.run_sharded(chunks, self.config.seed * 1000 + 777 + iteration, collect)
-        sampled = sum(count for c in distributed.own_shares(len(results)) for *_, count in results[c])   # by this process
+        with self.parallel.sampling(*self.models):   # (the processes sample different numbers of chunks)
+            results = self.parallel.run_seeded(chunks, self.config.seed * 1000 + 777 + iteration, collect)
+        # sampled by this process
+        sampled = sum(count for c in self.parallel.own_shares(len(results)) for *_, count in results[c])
         pairs_of_iteration, metrics_by_item = [], {}
         for rows in results:
             for item_id, pairs, item_metrics, _ in rows:
@@ -237,54 +224,50 @@ class MADPO(TeamAlgorithm):
         return delta, kl
 
     def update(self, pairs: Sequence[PreferencePair], weights: Sequence[float]) -> dict[str, float]:
-        """Take one optimizer step per agent on the weighted pairs (one backward for all); return DPO metrics.
+        """Take one optimizer step per agent on the weighted pairs (one forward and backward for all, through the
+        update engine); return DPO metrics.
 
-        Under fsdp every process runs the same forward and backward (collectives of the sharded policies): one without
-        pairs runs them on a one-token padding pair whose loss counts zero, and each loss is scaled by the process's
-        share of all processes' pair weights, since the sharded backward sums the gradients (cooprl.fsdp)."""
+        The loss is the weighted mean over pairs of every agent's `madpo_losses`; under data parallelism the engine
+        weighs each process by its pairs' summed weight (a process without pairs joins with weight 0; under fsdp it
+        runs a padding pair whose loss counts zero: cooprl.engine)."""
         metrics = {"dpo/pairs": float(len(pairs)), "dpo/skipped_nonfinite": 0.0}
-        if not pairs and not self.data_parallel:
+        if not pairs and not self.parallel.data_parallel:
             return metrics
-        for agent in self.team:
-            agent.model.train()
-            agent.optimizer.zero_grad(set_to_none=True)
-        padding = not pairs and self.sharded
-        if not pairs and not padding:   # ddp: the other processes may have pairs; this one joins with weight 0
-            for agent in self.team:
-                guarded_step(agent.optimizer, self.section.max_grad_norm, weight=0.0)
-            return metrics
-        share = 1.0   # this process's part of the summed sharded gradient
-        if self.sharded:
-            share = sum(weights) / (fsdp.global_count(sum(weights)) or 1.0)
-        if padding:
-            pairs, weights = [self._padding_pair()], [1.0]
-        scored = [self.margins_and_kl(a, pairs) for a in range(len(self.team))]
-        deltas = torch.stack([d.to(scored[0][0].device) for d, _ in scored])
-        weights = torch.tensor(weights, device=deltas.device, dtype=deltas.dtype)
-        losses = madpo_losses(deltas, self.section.dpo_beta, weights)
-        if self.section.reference_kl_coef > 0:   # each agent's own KL (its own parameters only), weighted like the pairs
-            kls = torch.stack([kl.to(deltas.device) for _, kl in scored])
-            losses = losses + self.section.reference_kl_coef * (kls * weights).sum(-1) / weights.sum()
-            metrics["dpo/kl"] = ((kls.detach() * weights).sum(-1) / weights.sum()).mean().item()
-        if not padding:
-            metrics["dpo/joint_accuracy"] = (deltas.detach().sum(0) > 0).float().mean().item()
-            metrics["dpo/loss"] = losses[0].item()   # the joint margin's loss (the same for every agent, KL aside)
+        weight = float(sum(weights))
+        s = self.section
+
+        def loss(batch: tuple[Sequence[PreferencePair], Sequence[float]],
+                 denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
+            batch_pairs, batch_weights = batch
+            scored = [self.margins_and_kl(a, batch_pairs) for a in range(len(self.team))]
+            deltas = torch.stack([d.to(scored[0][0].device) for d, _ in scored])
+            w = torch.tensor(batch_weights, device=deltas.device, dtype=deltas.dtype)
+            losses = madpo_losses(deltas, s.dpo_beta, w)
+            out = {"dpo/joint_accuracy": (deltas.detach().sum(0) > 0).float().mean().item()}
+            if s.reference_kl_coef > 0:   # each agent's own KL (its own parameters only), weighted like the pairs
+                kls = torch.stack([kl.to(deltas.device) for _, kl in scored])
+                losses = losses + s.reference_kl_coef * (kls * w).sum(-1) / w.sum()
+                out["dpo/kl"] = ((kls.detach() * w).sum(-1) / w.sum()).mean().item()
+            out["dpo/loss"] = losses[0].item()   # the joint margin's loss (the same for every agent, KL aside)
             for a in range(len(self.team)):
-                metrics[f"agent_{a}/reward_accuracy"] = (deltas[a].detach() > 0).float().mean().item()
-                metrics[f"agent_{a}/margin_mean"] = deltas[a].detach().mean().item()
-        finite = bool(torch.isfinite(losses).all())
-        if not finite and not self.data_parallel:
-            return {**metrics, "dpo/skipped_nonfinite": 1.0}
-        if finite or self.sharded:   # (a sharded backward runs on every process; a non-finite one is then skipped)
-            # agent i's parameters get gradient from loss_i only (see madpo_losses)
-            (losses.sum() * (0.0 if padding or not finite else share)).backward()
-        for a, agent in enumerate(self.team):
-            # under ddp: the processes' gradients weighted by their pairs' weights (each loss is a weighted mean)
-            norm = guarded_step(agent.optimizer, self.section.max_grad_norm, weight=float(weights.sum()),
-                                skip=not finite)
-            metrics[f"agent_{a}/grad_norm"] = norm if norm is not None else float("nan")
-            if norm is None:
-                metrics["dpo/skipped_nonfinite"] = 1.0
+                out[f"agent_{a}/reward_accuracy"] = (deltas[a].detach() > 0).float().mean().item()
+                out[f"agent_{a}/margin_mean"] = deltas[a].detach().mean().item()
+            # agent i's parameters get gradient from loss_i only (see madpo_losses); this process's share of the
+            # processes' summed weight (1 unsharded, where the engine averages the processes' gradients)
+            return losses.sum() * (weight / denominator if denominator else 0.0), out
+
+        result = train_step([agent.optimizer for agent in self.team], [Term([(pairs, weights)] if pairs else [], loss)],
+                            weight=weight, max_grad_norm=s.max_grad_norm,
+                            sync=self.parallel.sync_of(self.team[0].model), models=self.models,
+                            padding=Term([([self._padding_pair()], [1.0])], loss))
+        metrics.update(result.metrics)
+        if result.skipped:
+            metrics["dpo/skipped_nonfinite"] = 1.0
+        if pairs and result.skipped and not self.parallel.data_parallel:
+            return metrics
+        if pairs or self.parallel.sharded:
+            for a, norm in enumerate(result.grad_norms):
+                metrics[f"agent_{a}/grad_norm"] = norm if norm is not None else float("nan")
         return metrics
 
     def _padding_pair(self) -> PreferencePair:

@@ -11,7 +11,7 @@ One training step on one dataset item:
    an optimizer step, optional k3 KL to the start model), on one of two schedules (`update_schedule`):
    - `nodes` (upstream's): `rollout_buffer_size` counts nodes (an agent's sibling group at one node); each time an
      agent's buffer holds that many, it is trained turn by turn (turn 1's nodes first), the nodes of a turn in a
-     shuffled order, one optimizer step per `train_batch_size` nodes;
+     shuffled order, one optimizer step per `train_batch_size` nodes, its samples in one forward;
    - `items`: `rollout_buffer_size` counts dataset items; one optimizer step per agent on all of their samples, the
      samples of one item's whole tree in one forward (its shared turn-1 prompt runs once: the faster update).
    What the buffer holds at the end of an epoch is trained then (`end_epoch`), as upstream flushes it.
@@ -30,12 +30,12 @@ from typing import Any, Callable
 
 import torch
 
-from cooprl import fsdp
 from cooprl.agents import Agent, build_team
 from cooprl.config import Config, ConfigError
 from cooprl.evaluation import evaluation_settings, tree_metrics
-from cooprl.policy_update import TrainSample, kl_penalized, policy_gradient_step, sampled_kls
-from cooprl.rollout import RolloutSettings, advantages, iter_nodes, pipeline_settings, rollout, sample_returns
+from cooprl.losses import group_advantages, kl_penalized
+from cooprl.policy_update import TrainSample, policy_gradient_step, sampled_kls
+from cooprl.rollout import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
 
@@ -79,7 +79,7 @@ class MAGRPO(TeamAlgorithm):
         # every node's groups first: their advantages (and reward-form KLs) come from the policy that sampled them,
         # as upstream's, which buffers a whole tree before it trains; sharded agents are gathered meanwhile
         node_groups, kls = [], [[] for _ in self.team]
-        with fsdp.full_weights(*self.models):
+        with self.parallel.sampling(*self.models):
             root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
             for node in iter_nodes(root):
                 node_groups.append(self.sibling_groups(node, kls))
@@ -114,7 +114,7 @@ class MAGRPO(TeamAlgorithm):
                 returns = kl_penalized(returns, sampled, s.reference_kl_coef)
                 if kls is not None:
                     kls[a].extend(sampled)
-            adv = advantages(returns, s.advantage_mode, s.advantage_normalization)
+            adv = group_advantages(returns, s.advantage_mode, s.advantage_normalization)
             for sample, value in zip(samples, adv):
                 sample.advantage = value
             groups.append(NodeGroup(node.turn, samples))
@@ -145,8 +145,12 @@ class MAGRPO(TeamAlgorithm):
     def _optimizer_batches(self, a: int) -> list[tuple[list[NodeGroup], int]]:
         """Return agent `a`'s optimizer steps of this update: (the node groups of each step, its forward batch)."""
         s = self.section
-        if s.update_schedule == "nodes":   # one forward per node: its G samples share their prompt
-            return [(batch, max(len(g.samples) for g in batch))
+        if s.update_schedule == "nodes":
+            # all of a step's samples in one forward: the token trie runs each shared prefix once (a node's prompt
+            # for its G samples, the turn-1 prompt that turn-2 prompts start with), and the step's gradient is the
+            # same however its samples are batched (one forward per node before). What still separates it from
+            # `items`: a step per turn, so the turn-1 prompt runs in each and the optimizer steps twice.
+            return [(batch, sum(len(g.samples) for g in batch))
                     for batch in node_batches(self.buffer[a], s.train_batch_size or s.rollout_buffer_size)]
         # One step on everything. Default forward batch: all of an agent's samples of one item (its whole tree, items in
         # buffer order), so the token trie of completion_logprobs runs the prefixes shared across the tree (the turn-1
@@ -163,7 +167,7 @@ class MAGRPO(TeamAlgorithm):
             agent.model, agent.optimizer, [x for group in groups for x in group.samples], agent.tokenizer.pad_token_id,
             batch_size=forward_batch, max_grad_norm=self.section.max_grad_norm,
             kl_coef=self.section.reference_kl_coef if kl_in_loss else 0.0,
-            reference=self.references[agent_index] if kl_in_loss else None)
+            reference=self.references[agent_index] if kl_in_loss else None, sync=self.parallel.sync_of(agent.model))
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from cooprl import distributed, fsdp
+from cooprl.parallel import Parallel
 from cooprl.config import Config, ConfigError, TrainerSection, check_parallel_training, trainer_device
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
@@ -117,12 +117,13 @@ class MARLHF:
         self.store: PairStore | None = None
         self.steps_per_round = 1
         self.reward_dist: RewardDistribution | None = None   # log_reward_distribution (opened in start_run)
+        self.parallel = Parallel.of(section)
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
         """Open the run's pair files (the loop calls this on every rank once the run folder and the resumed step are
         known; rank 0 alone reads and writes them)."""
         self.steps_per_round = steps_per_round
-        if distributed.current().is_main:
+        if self.parallel.is_main:
             self.store = open_pair_store(run_dir, step)
             if getattr(self.section, "log_reward_distribution", False):
                 self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
@@ -158,7 +159,7 @@ class MARLHF:
         """Get iteration's pairs (read back, or collected and written), train the reward model; return its metrics."""
         main = self.store is not None   # rank 0 (every rank of a single process run)
         path = self.store.path(iteration) if main else None
-        saved = distributed.broadcast(read_pairs(path) if main and path.is_file() else None)
+        saved = self.parallel.broadcast(read_pairs(path) if main and path.is_file() else None)
         if saved is not None:
             pairs = saved
             log.info("iteration %d: %d preference pairs read from %s", iteration, len(pairs), path)
@@ -167,7 +168,7 @@ class MARLHF:
             if main:
                 write_pairs(path, pairs)
                 log.info("iteration %d: %d preference pairs written to %s", iteration, len(pairs), path)
-        history = distributed.broadcast({k: read_pairs(self.store.path(k)) for k in range(iteration)} if main else None)
+        history = self.parallel.from_main(lambda: {k: read_pairs(self.store.path(k)) for k in range(iteration)})
         weighted = self.plan.replayed({**history, iteration: pairs}, iteration, random.Random(self._seed(iteration)))
         metrics = {"reward_model/iteration": float(iteration), "preferences/new_pairs": float(len(pairs))}
         if pairs:
@@ -183,11 +184,11 @@ class MARLHF:
             eval_fraction=s.reward_eval_fraction, seed=self._seed(iteration), max_grad_norm=s.max_grad_norm,
             batch_size=s.reward_train_batch_size or PAIRS_PER_BATCH,
             bf16_optimizer=self.config.agent_model.bf16_optimizer))
-        distributed.broadcast_parameters(self.reward_model.model)   # every rank trained it alike: keep rank 0's
+        self.parallel.broadcast_parameters(self.reward_model.model)   # every rank trained it alike: keep rank 0's
         if s.normalize_reward:
             # A fresh head scores about +-0.01: next to the reward processor's shift (-4 by default) such a reward
             # is nearly invisible, and IAC's critic would learn targets on the shift's scale, not the reward's.
-            self.learned.mean, self.learned.std = distributed.broadcast(
+            self.learned.mean, self.learned.std = self.parallel.broadcast(
                 score_stats(self.reward_model, [p for p, _ in weighted]))
             metrics.update({"reward_model/score_mean": self.learned.mean, "reward_model/score_std": self.learned.std})
         log.info("iteration %d reward model: %s", iteration,
@@ -212,8 +213,8 @@ class MARLHF:
 
         # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes;
         # sharded policies are gathered for the whole collection (processes sample different numbers of chunks)
-        with fsdp.full_weights(*self.rl.models):
-            chunk_pairs = distributed.run_sharded(chunks, self._seed(iteration), collect_chunk)
+        with self.parallel.sampling(*self.rl.models):
+            chunk_pairs = self.parallel.run_seeded(chunks, self._seed(iteration), collect_chunk)
         return [pair for pairs in chunk_pairs for pair in pairs]
 
     def scoring_task(self, iteration: int) -> Task:
@@ -263,7 +264,7 @@ class MARLHF:
 def build_reward_model(config: Config, section: Any) -> RewardModel:
     """Return a fresh reward model on `reward_model_name` (null = the agents' model), on the agents' device."""
     name = section.reward_model_name or config.agent_model.name
-    device, = distributed.process_devices([trainer_device(section, "reward_model_device", config.agent_model.device)])
+    device, = Parallel.devices([trainer_device(section, "reward_model_device", config.agent_model.device)])
     lm = load_causal_lm(name, torch_dtype=config.agent_model.torch_dtype, device=device)
     model = ValueModel(lm)
     if section.reward_freeze_backbone:  # upstream's reward_freeze_backbone: only the linear head learns

@@ -1,0 +1,151 @@
+"""The parallel context: everything a trainer asks of the other processes, through one object (TRL's `accelerator`,
+verl's worker group). Trainers hold a `Parallel` and import neither cooprl.distributed nor cooprl.fsdp
+(tests/test_layers.py); the update engine (cooprl.engine) is told by `sync_of` how a model's gradients meet.
+
+A `Parallel` is built from the trainer's section (`Parallel.of`): `parallel_training` ddp or fsdp under a launcher
+with several processes; otherwise it is the single process (`SINGLE`), where every method is the plain local thing
+(gather returns [value], from_main runs the function, sampling gathers nothing). Nothing is stored on torch objects:
+whether an optimizer's step is a collective follows from this object and the model (`sync_of`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import torch
+
+from cooprl import distributed, fsdp
+from cooprl.engine import Sync
+
+T, R = TypeVar("T"), TypeVar("R")
+DATA_PARALLEL_MODES = ("ddp", "fsdp")
+# the pure parts of the data order, for the loop (cooprl.distributed holds them beside the collectives)
+Ranks, shard_order, item_seed, mean_metrics = (distributed.Ranks, distributed.shard_order, distributed.item_seed,
+                                               distributed.mean_metrics)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """This process's place in a data-parallel run: `mode` (none, ddp, fsdp) and its `ranks`."""
+
+    mode: str = "none"
+    ranks: distributed.Ranks = field(default_factory=distributed.Ranks)
+
+    @classmethod
+    def of(cls, section: Any) -> "Parallel":
+        """Return the context of a run of trainer `section`: its parallel_training when that is ddp or fsdp and
+        the launcher started several processes, else the single process."""
+        ranks = distributed.current()
+        mode = getattr(section, "parallel_training", "none")
+        if mode not in DATA_PARALLEL_MODES or ranks.world_size == 1:
+            return SINGLE
+        return cls(mode, ranks)
+
+    # -------------------------------------------------------------------------------------- where we stand
+    @property
+    def data_parallel(self) -> bool:
+        """Return whether several processes train together (ddp or fsdp)."""
+        return self.mode in DATA_PARALLEL_MODES and self.ranks.world_size > 1
+
+    @property
+    def sharded(self) -> bool:
+        """Return whether the trained policies are sharded over the processes (fsdp)."""
+        return self.mode == "fsdp" and self.data_parallel
+
+    @property
+    def is_main(self) -> bool:
+        """Return whether this process writes the run's outputs (rank 0)."""
+        return self.ranks.is_main
+
+    def sync_of(self, model: Any) -> Sync:
+        """Return how the gradients of `model`'s optimizer step meet the other processes': summed by its sharded
+        backward, averaged before the step (a replicated model of a data-parallel run), or not at all."""
+        if fsdp.is_sharded(model):
+            return Sync.SHARDED
+        return Sync.REPLICATED if self.data_parallel else Sync.NONE
+
+    # -------------------------------------------------------------------------------------- models
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Return `model` sharded over the processes in place under fsdp (cooprl.fsdp.shard_model), else as is."""
+        return fsdp.shard_model(model) if self.sharded else model
+
+    @contextlib.contextmanager
+    def sampling(self, *models: Any) -> Iterator[None]:
+        """Within this context the sharded `models` hold their whole weights, for a phase of forwards without
+        gradient whose number differs between processes (a rollout, an evaluation, a collection): every process
+        enters it together (cooprl.fsdp.full_weights). Nothing happens to unsharded models."""
+        with fsdp.full_weights(*models):
+            yield
+
+    def whole_state_dicts(self, models: Sequence[Any]) -> Iterator[dict[str, torch.Tensor] | None]:
+        """Yield each sharded model's whole state dict on rank 0 (None for an unsharded one); every process runs it
+        through together (cooprl.fsdp.whole_state_dicts)."""
+        return fsdp.whole_state_dicts(models)
+
+    @staticmethod
+    def devices(devices: Sequence[str]) -> list[str]:
+        """Return where this process puts models configured for `devices` (critics, comparators, the reward model):
+        under data-parallel training a CUDA device is this process's own GPU (cooprl.distributed.process_devices)."""
+        return distributed.process_devices(devices)
+
+    @staticmethod
+    def forked_generators() -> contextlib.AbstractContextManager:
+        """Return a context that restores torch's CPU and CUDA generators on exit (an evaluation's own seeding)."""
+        return distributed.fork_generators()
+
+    def broadcast_parameters(self, model: torch.nn.Module) -> None:
+        """Overwrite `model`'s trainable parameters with rank 0's: for a model every process trains alike, so that
+        the last bits of nondeterministic kernels cannot make the copies drift apart."""
+        distributed.broadcast_parameters(model)
+
+    # -------------------------------------------------------------------------------------- python objects
+    def gather(self, value: Any) -> list[Any]:
+        """Return every process's `value` (picklable) in rank order; [value] in a single process."""
+        return distributed.gather(value)
+
+    def broadcast(self, value: Any) -> Any:
+        """Return rank 0's `value` on every process."""
+        return distributed.broadcast(value)
+
+    def from_main(self, make: Callable[[], R]) -> R:
+        """Return `make()` run on rank 0 alone, on every process (a file only rank 0 reads, a folder it creates)."""
+        return distributed.broadcast(make() if self.is_main else None)
+
+    def run_seeded(self, tasks: Sequence[T], seed: int, work: Callable[[T, random.Random], R]) -> list[R]:
+        """Return `work(task, rng)` for every task, each run on one process with generators seeded by its index, so
+        the results do not depend on the number of processes (cooprl.distributed.run_sharded)."""
+        return distributed.run_sharded(tasks, seed, work)
+
+    def own_shares(self, count: int) -> range:
+        """Return the indices of `count` shared tasks this process runs in `run_seeded`."""
+        return distributed.own_shares(count)
+
+    def barrier(self) -> None:
+        """Wait until every process arrives here (nothing in a single process)."""
+        distributed.barrier()
+
+    def send_to_main(self, value: Any) -> None:
+        """Send `value` to rank 0, which takes it in `receive_in_rank_order` (a checkpoint's per-process state)."""
+        distributed.send_to_main(value)
+
+    def receive_in_rank_order(self, own: Any) -> Iterator[Any]:
+        """On rank 0: yield `own`, then every other process's value sent by `send_to_main`, one at a time."""
+        return distributed.receive_in_rank_order(own)
+
+    # -------------------------------------------------------------------------------------- optimizer state
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Return this process's optimizer state for its checkpoint file: the local shards under fsdp."""
+        return fsdp.local_optimizer_state(optimizer) if self.sharded else optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Load what `optimizer_state` returned (of as many processes) into `optimizer`."""
+        if self.sharded:
+            fsdp.load_local_optimizer_state(optimizer, state)
+        else:
+            optimizer.load_state_dict(state)
+
+
+SINGLE = Parallel()

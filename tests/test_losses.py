@@ -1,0 +1,36 @@
+"""The algorithms' math (cooprl.losses) on hand-computed numbers: the pieces the engine's loss functions are built
+from. Most are also pinned where their algorithm is tested (test_rollout, test_actor_critic, test_madpo,
+test_reward_model); these cover the ones that are new with the module."""
+
+import math
+
+import pytest
+import torch
+
+from cooprl import losses
+
+
+def test_sft_loss_is_the_summed_negative_log_likelihood_of_the_real_tokens():
+    logps = torch.log(torch.tensor([[0.5, 0.25, 0.9], [0.1, 1.0, 1.0]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])   # row 0's third token and row 1's tail: padding
+    expected = -(math.log(0.5) + math.log(0.25)) - math.log(0.1)
+    assert losses.sft_loss(logps, mask).item() == pytest.approx(expected, rel=1e-6)
+    weighted = -(math.log(0.5) + math.log(0.25)) * 2.0 - math.log(0.1) * 0.5
+    assert losses.sft_loss(logps, mask, torch.tensor([2.0, 0.5])).item() == pytest.approx(weighted, rel=1e-6)
+
+
+def test_policy_gradient_loss_weighs_each_token_and_each_advantage():
+    logps = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
+    loss = losses.policy_gradient_loss(logps, torch.tensor([2.0, -1.0]), torch.tensor([[1.0, 0.5], [1.0, 0.0]]))
+    assert loss.item() == pytest.approx(-(2.0 * (-1.0 - 1.0) + -1.0 * -0.5))   # -sum_i adv_i sum_t w_t logp_t
+    loss.backward()
+    assert logps.grad.tolist() == [[-2.0, -1.0], [1.0, 0.0]]
+
+
+def test_k3_kl_is_zero_at_the_reference_and_positive_elsewhere():
+    policy = torch.tensor([[-1.0, -2.0]])
+    mask = torch.ones(1, 2)
+    assert losses.k3_kl(policy, policy.clone(), mask).item() == 0.0
+    d = -0.5 - -1.0   # reference -0.5 against policy -1.0 on the first token, the second masked out
+    value = losses.k3_kl(policy, torch.tensor([[-0.5, 5.0]]), torch.tensor([[1.0, 0.0]])).item()
+    assert value == pytest.approx(math.exp(d) - d - 1)
