@@ -18,6 +18,9 @@ from cooprl.config_docs import config_reference, default_configs, task_config
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BENCH = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+RESULTS = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")   # every measurement the README used to hold
+SCALING = (ROOT / "docs" / "scaling.md").read_text(encoding="utf-8")   # reference configs, memory, parallel rules
+TEAMS = (ROOT / "docs" / "teams.md").read_text(encoding="utf-8")
 ALGORITHMS = (ROOT / "docs" / "algorithms.md").read_text(encoding="utf-8")
 UPSTREAM = (ROOT / "docs" / "upstream.md").read_text(encoding="utf-8")
 CPU_CONFIG = ROOT / "configs" / "magrpo_che_cpu.yaml"
@@ -165,11 +168,41 @@ def test_magrpo_needs_two_generations_unless_raw():
         build_magrpo(load_config(CPU_CONFIG, ["magrpo.num_generations=1"]), "magrpo", None)
 
 
-# ------------------------------------------------------------------------------------ the README's configs
+# ------------------------------------------------------------------------------------ the README and its docs
+def section_of(text: str, heading: str) -> str:
+    """Return the Markdown section under `heading` (a whole heading line), up to the next heading of its level."""
+    level = heading.split(" ")[0]
+    start = text.index(heading + "\n") + len(heading)
+    ends = [m.start() for m in re.finditer(rf"^{level} ", text[start:], flags=re.M)]
+    return text[start:start + ends[0]] if ends else text[start:]
+
+
+def test_readme_is_for_users_and_its_docs_map_names_every_doc():
+    assert len(README.splitlines()) <= 300, "the README is for users: measurements go to docs/results.md"
+    docs_map = section_of(README, "## Docs map")
+    for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]:
+        name = str(path.relative_to(ROOT))
+        assert f"`{name}`" in docs_map, f"the README's docs map does not name {name}"
+    for link in re.findall(r"\]\(((?:docs|bench)/[^)#]+)", README):   # every link of the README leads to a file
+        assert (ROOT / link).exists(), link
+    for text, base in ((RESULTS, ROOT / "docs"), (SCALING, ROOT / "docs"), (TEAMS, ROOT / "docs")):
+        for link in re.findall(r"\]\(([^)#:]+)", text):
+            assert (base / link).exists(), link
+
+
+def test_readme_quickstart_says_what_each_command_gives():
+    quickstart = section_of(README, "## Quickstart (CPU, offline)")
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("demo", "test", "test-fast"):
+        assert re.search(rf"^make {target} +# .+", quickstart, flags=re.M), target   # one line of expected outcome
+        assert re.search(rf"^{target}:", makefile, flags=re.M), target
+
+
 def test_reference_config_table_matches_every_reference_config():
-    rows = table_rows(README, "reference-configs")
+    rows = table_rows(SCALING, "reference-configs")
     names = {p.stem for p in code_task_configs("*_config.yaml")}   # the teams' GPU configs: the README's Teams section
-    assert {r[0].strip("`") for r in rows} == names, "the README's table lists every reference config"
+    assert {r[0].strip("`") for r in rows} == names, "docs/scaling.md's table lists every reference config"
+    assert "docs/scaling.md#the-reference-configs" in README
     for name, script, dataset, turns, g, candidates, lr, epochs, shift, early in rows:
         name = name.strip("`")
         trainer = trainer_of(name)
@@ -194,7 +227,7 @@ def test_reference_config_table_matches_every_reference_config():
 
 
 def test_what_every_reference_config_shares():
-    """README: Qwen/Qwen2.5-Coder-3B in bfloat16, temperature 0.6, top_p 0.6 and 256 new tokens."""
+    """docs/scaling.md: Qwen/Qwen2.5-Coder-3B in bfloat16, temperature 0.6, top_p 0.6 and 256 new tokens."""
     for path in code_task_configs("*_config.yaml"):
         config = load(path.stem)
         section = config.trainer(trainer_of(path.stem))
@@ -202,7 +235,7 @@ def test_what_every_reference_config_shares():
         assert config.agent_model.torch_dtype == "bfloat16", path.name
         assert (config.agent_model.temperature, config.agent_model.top_p) == (0.6, 0.6), path.name
         assert section.max_new_tokens == 256, path.name
-    assert "Qwen/Qwen2.5-Coder-3B in bfloat16,\ntemperature 0.6, top_p 0.6 and 256 new tokens" in README
+    assert "Qwen/Qwen2.5-Coder-3B in bfloat16,\ntemperature 0.6, top_p 0.6 and 256 new tokens" in SCALING
 
 
 def test_cpu_config_table_matches_every_cpu_config():
@@ -242,13 +275,18 @@ def test_the_demo_is_what_the_readme_says():
     assert (config.agent_model.lora.r, section.max_steps, section.eval_num_samples) == (16, 32, 4)
     assert config.output.run_name == "demo-magrpo-coop-cpu" and dataset_of(config).name == "coop"
     for claim in ("two agents, one turn, G = 4 samples per agent, LoRA r = 16, 32 steps",
-                  "`runs/demo-magrpo-coop-cpu/`", "the evaluation on 4 held-out problems", "docs/demo_rewards.png"):
+                  "`runs/demo-magrpo-coop-cpu/`"):
         assert claim in README.replace("\n", " "), claim
-    assert (ROOT / "docs" / "demo_rewards.png").stat().st_size > 10_000   # the curve the README shows
+        assert claim in RESULTS.replace("\n", " "), claim
+    demo = section_of(RESULTS, "## The demo (`make demo`)").replace("\n", " ")
+    for claim in ("the evaluation on 4 held-out problems", "](demo_rewards.png)"):
+        assert claim in demo, claim
+    assert "docs/results.md#the-demo-make-demo" in README
+    assert (ROOT / "docs" / "demo_rewards.png").stat().st_size > 10_000   # the curve docs/results.md shows
 
 
 def test_trainer_table_names_every_script_and_the_madpo_candidates():
-    section = README[README.index("## Choosing a trainer"):README.index("## Datasets")]
+    section = section_of(README, "## Choosing a trainer")
     for script in ROOT.glob("train_*.py"):
         assert f"| `{script.name}` |" in section, script.name
     assert "80 candidates per problem in `madpo_che_config`" in section
@@ -259,16 +297,16 @@ def test_trainer_table_names_every_script_and_the_madpo_candidates():
 
 
 def test_lora_override_and_its_defaults():
-    """README: `agent_model.lora.r=16` alone switches LoRA on with alpha 32, dropout 0.05, q/k/v/o."""
+    """docs/scaling.md: `agent_model.lora.r=16` alone switches LoRA on with alpha 32, dropout 0.05, q/k/v/o."""
     lora = load("magrpo_he_config", ["agent_model.lora.r=16"]).agent_model.lora
     assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (16, 32, 0.05, ["q_proj", "k_proj", "v_proj", "o_proj"])
-    assert "`agent_model.lora.r=16` alone switches LoRA on with the section's defaults (alpha 32, dropout 0.05, q/k/v/o)" in README
+    assert "`agent_model.lora.r=16` alone switches LoRA on with the section's defaults (alpha 32, dropout 0.05, q/k/v/o)" in SCALING
 
 
 def _readme_train_commands() -> list[list[str]]:
     """Return the argv of every `train_*.py` command in the README's and docs' shell blocks (continuations joined)."""
     commands = []
-    for text in (README, ALGORITHMS):
+    for text in (README, ALGORITHMS, SCALING, RESULTS, TEAMS):
         for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
             for line in block.replace("\\\n", " ").splitlines():
                 if "train_" not in line or " ... " in line:
@@ -281,7 +319,7 @@ def _readme_train_commands() -> list[list[str]]:
 
 def test_every_train_command_in_the_docs_loads_its_config():
     commands = _readme_train_commands()
-    assert len(commands) >= 6
+    assert len(commands) >= 18   # README 11 (train 4, resume 2, scaling 5), docs/scaling.md 7
     for argv in commands:
         trainer = argv[0][len("train_"):-len(".py")]
         args = parse_args(trainer, f"configs/{trainer}_che_config.yaml", argv[1:])
@@ -310,20 +348,27 @@ def test_docs_claims_about_update_schedules_and_upstream_settings():
 
 
 # ------------------------------------------------------------------------------------------- measurements
-def test_speed_figures_in_the_readme_are_those_of_bench_readme():
-    rows = table_rows(README, "speed-table")
+def test_learning_table_in_the_results_has_a_row_per_trainer():
+    rows = table_rows(RESULTS, "learning-table")
+    assert {script.stem[len("train_"):] for script in ROOT.glob("train_*.py")} <= {r[0] for r in rows}
+    assert "<!-- /learning-table -->" in RESULTS
+    assert "docs/results.md#what-each-trainer-learns-on-the-embedded-model" in README
+
+
+def test_speed_figures_in_the_results_are_those_of_bench_readme():
+    rows = table_rows(RESULTS, "speed-table")
     figures = [cell for row in rows for cell in row[1:] if re.fullmatch(r"[\d.]+ s", cell)]
     assert len(figures) == 4
-    section = README[README.index("## Speed"):README.index("## Relation")]
+    section = section_of(RESULTS, "## Speed")
     figures += re.findall(r"\b\d+\.\d+(?= s\b)", section) + re.findall(r"\d+(?:\.\d+)?-\d+(?:\.\d+)?x?", section)
     figures.append("1.55x")
     for figure in figures:
-        assert figure.rstrip(" s") in BENCH, f"README's {figure} is not in bench/README.md"
+        assert figure.rstrip(" s") in BENCH, f"docs/results.md's {figure} is not in bench/README.md"
 
 
 @pytest.mark.slow
 def test_memory_estimate_counts():
-    """README's memory table: Qwen2.5-Coder-3B's parameter count from its architecture, the LoRA counts, bf16
+    """docs/scaling.md's memory table: Qwen2.5-Coder-3B's parameter count from its architecture, the LoRA counts, bf16
     AdamW moments for bf16 weights, float32 LoRA adapters."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -336,14 +381,14 @@ def test_memory_estimate_counts():
             return AutoModelForCausalLM.from_config(arch, dtype=torch.bfloat16)
 
     total = sum(p.numel() for p in model().parameters())
-    assert round(total / 1e9, 3) == 3.086 and "3.086 billion parameters" in README
-    assert f"{2 * total * 8 / 1e9:.1f} GB" == "49.4 GB" and "49.4 GB (46.0 GiB)" in README   # bf16_optimizer: pure
-    assert f"{2 * total * 10 / 1e9:.1f} GB" == "61.7 GB" and "61.7 GB (57.5 GiB)" in README   # kahan: + 2 bytes
+    assert round(total / 1e9, 3) == 3.086 and "3.086 billion parameters" in SCALING
+    assert f"{2 * total * 8 / 1e9:.1f} GB" == "49.4 GB" and "49.4 GB (46.0 GiB)" in SCALING   # bf16_optimizer: pure
+    assert f"{2 * total * 10 / 1e9:.1f} GB" == "61.7 GB" and "61.7 GB (57.5 GiB)" in SCALING   # kahan: + 2 bytes
     for modules, millions in ((["q_proj", "k_proj", "v_proj", "o_proj"], "7.4M"),
                               (["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "29.9M")):
         peft_model = get_peft_model(model(), LoraConfig(r=16, lora_alpha=32, target_modules=modules, task_type="CAUSAL_LM"))
         trained = [p for p in peft_model.parameters() if p.requires_grad]
-        assert f"{sum(p.numel() for p in trained) / 1e6:.1f}M" == millions and f"2 x {millions}" in README
+        assert f"{sum(p.numel() for p in trained) / 1e6:.1f}M" == millions and f"2 x {millions}" in SCALING
         assert {p.dtype for p in trained} == {torch.float32}
     weight = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
     weight.grad = torch.ones(2, dtype=torch.bfloat16)

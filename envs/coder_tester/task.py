@@ -19,7 +19,7 @@ Rewards of joint action k of a node (its group: the node's G joint actions, cons
                the problem has no reference solution (HumanEval's canonical_solution, the coop set's reference_aux +
                reference_main, built as a coder's code is). Range [-1, 1]. The tester's reward always uses the
                reference and the hidden verdicts: ground truth, never shown. A test is paid for the wrong codes it
-               catches, not for being true of the reference (README: "What a tester is paid" has the shapes).
+               catches, not for being true of the reference (docs/teams.md: "What a tester is paid" has the shapes).
 `reward_sharing: shared`: both agents are trained on total = coder_k + tester_k (max 3.1).
 `reward_sharing: individual`: Score.agent_rewards = [coder_k, tester_k] (each agent its own; total as in shared, for
 the logs and early termination). MADPO and MARLHF refuse it; MAAC takes it single-turn only (cooprl/ says why).
