@@ -1,0 +1,151 @@
+"""Rules between keys: devices, `parallel_training` (mp, ddp, fsdp) against the trainer and its other keys,
+vLLM options, pass@k; `check_consistency` runs them all when a config is loaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cooprl.config.fields import ConfigError, show
+from cooprl.config.schema import AgentModelSection, Config
+from cooprl.config.trainer_sections import TRAINER_SECTIONS, ActorCriticSection, MADPOSection
+
+
+_DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
+DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
+MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
+# parallel_training fsdp: sharded agents (cooprl.fsdp), whose updates run as many passes on every process
+FSDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter")
+DATA_PARALLEL_MODES = ("ddp", "fsdp")   # one process per device, items sharded over them (cooprl.distributed)
+
+
+def is_data_parallel(section: Any) -> bool:
+    """Return whether `section` trains data-parallel: one process per device (`parallel_training` ddp or fsdp)."""
+    return getattr(section, "parallel_training", "none") in DATA_PARALLEL_MODES
+
+
+def device_list(value: Any, key: str) -> list[str]:
+    """Return the devices `value` names (a device or a list of them, in order; [] for null); ConfigError for a
+    malformed device or an empty list."""
+    if value is None:
+        return []
+    devices = [value] if isinstance(value, str) else list(value)
+    if not devices:
+        raise ConfigError(f"{key}: an empty list names no device; give a device, a list of devices, or null")
+    for device in devices:
+        kind, _, index = str(device).partition(":")
+        if kind not in _DEVICE_NAMES or (index and not index.isdigit()) or (index and kind not in ("cuda", "mps")):
+            raise ConfigError(f"{key}: {show(device)} is not a device; expected cpu, cuda, cuda:N or mps")
+    return devices
+
+
+def model_devices(section: Any, key: str, count: int, fallback: str) -> list[str]:
+    """Return the device of each of `count` models from `section`'s `key` (e.g. agent_devices): one device for all (a
+    device, or a list naming one device, repeated or not: upstream writes [cuda:0]), or one per model; `fallback`
+    (e.g. agent_model.device) when the key is null. ConfigError for a list of several devices of another length,
+    naming the key."""
+    devices = device_list(getattr(section, key, None), key)
+    if not devices:
+        return [fallback] * count
+    if len(set(devices)) == 1:
+        return devices[:1] * count
+    if len(devices) != count:
+        raise ConfigError(f"{key}: {len(devices)} devices given for {count} model(s); give one device for all, or "
+                          f"one per model")
+    return devices
+
+
+def trainer_device(section: Any, key: str, fallback: str) -> str:
+    """Return the first device `section`'s `key` (e.g. agent_devices) names, else `fallback` (e.g.
+    agent_model.device)."""
+    devices = device_list(getattr(section, key, None), key)
+    return devices[0] if devices else fallback
+
+
+def check_parallel_training(name: str, section: Any) -> None:
+    """ConfigError when `section`'s parallel_training does not fit the trainer or its other keys."""
+    mode = section.parallel_training
+    if mode == "fsdp" and name not in FSDP_TRAINERS:
+        raise ConfigError(f"{name}.parallel_training: fsdp is supported by {', '.join(FSDP_TRAINERS)}; {name} trains "
+                          "data-parallel with ddp (a full copy of each model per process)")
+    if mode == "fsdp" and isinstance(section, ActorCriticSection) and not section.use_separate_critic:
+        raise ConfigError(f"{name}.use_separate_critic=false with parallel_training fsdp: a value head on the sharded "
+                          "actor would run its own forward/backward passes on it; set it true (critics are not "
+                          "sharded)")
+    if mode == "fsdp" and getattr(section, "comparator_policy", None) in ("current_copy", "history"):
+        raise ConfigError(f"{name}.comparator_policy: {section.comparator_policy} keeps frozen copies of the policies, "
+                          "which are not sharded; with parallel_training fsdp use current, copy, model or api")
+    if mode == "mp" and name not in MP_TRAINERS:
+        raise ConfigError(f"{name}.parallel_training: mp is supported by {', '.join(MP_TRAINERS)}; {name} runs its "
+                          "agents one after the other (none), its models placed with the *_devices keys")
+    if mode in DATA_PARALLEL_MODES and isinstance(section, MADPOSection) and (
+            section.train_batch_size is not None or section.rollout_buffer_size is not None):
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
+                          f"set {name}.train_batch_size=null and {name}.rollout_buffer_size=null (one DPO step per "
+                          "training step on the step's pairs of every process); a step's pair count differs between "
+                          "processes")
+    if mode in DATA_PARALLEL_MODES and getattr(section, "log_reward_distribution", False):
+        raise ConfigError(f"{name}.log_reward_distribution: not with parallel_training {mode} (each process sees only "
+                          "its own problems' candidates); set it to false")
+    if mode in DATA_PARALLEL_MODES and getattr(section, "update_schedule", None) == "nodes" and section.num_turns > 1:
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
+                          f"set {name}.update_schedule=items (or num_turns 1): with nodes, a multi-turn tree's node "
+                          "count depends on early termination, so ranks would update at different steps")
+    if mode in DATA_PARALLEL_MODES and isinstance(section, ActorCriticSection) and (
+            section.update_schedule != "episodes" or section.train_batch_size is not None):
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
+                          f"set {name}.update_schedule=episodes and {name}.train_batch_size=null (one step per model "
+                          "per update); a turns buffer, or batches of turns, count turn samples, which early "
+                          "termination makes differ between processes")
+    if mode in DATA_PARALLEL_MODES and len(set(device_list(section.agent_devices, f"{name}.agent_devices"))) > 1:
+        raise ConfigError(f"{name}.agent_devices: {mode} places a process's models on its own device (cuda:LOCAL_RANK); "
+                          "several agent devices are parallel_training mp's")
+
+
+def _check_fsdp(config: Config, name: str, section: Any) -> None:
+    """ConfigError when the agent_model does not fit `name`'s sharded training (parallel_training fsdp)."""
+    if config.agent_model.generation_backend == "vllm":
+        raise ConfigError(f"{name}.parallel_training: fsdp samples with the gathered HF model; vLLM's engine would "
+                          "need every shard pushed to it: set agent_model.generation_backend=hf or use ddp")
+    if getattr(section, "comparator_policy", None) == "copy" and config.agent_model.lora is None:
+        raise ConfigError(f"{name}.comparator_policy: copy with parallel_training fsdp needs agent_model.lora (the "
+                          "start policies are then the policies with their adapters off; a full copy cannot be "
+                          "sharded alongside)")
+    if getattr(section, "reference_model", False) and config.agent_model.lora is None:
+        raise ConfigError(f"{name}.reference_model with parallel_training fsdp needs agent_model.lora: the reference "
+                          "is then the model with its adapters off (a full copy cannot be sharded alongside)")
+    if getattr(section, "reference_kl_coef", 0.0) > 0 and config.agent_model.lora is None:
+        raise ConfigError(f"{name}.reference_kl_coef > 0 with parallel_training fsdp needs agent_model.lora: the "
+                          "frozen start model is then the model with its adapters off (a full copy cannot be sharded "
+                          "alongside)")
+
+
+def _check_vllm(model_cfg: AgentModelSection) -> None:
+    """ConfigError when the agent_model's vLLM options do not fit each other (the backend itself is checked when the
+    engines are built)."""
+    if model_cfg.vllm_weight_sync == "lora" and model_cfg.lora is None:
+        raise ConfigError("agent_model.vllm_weight_sync: lora samples the trained LoRA adapter as a vLLM LoRA request; "
+                          "set agent_model.lora (r, alpha, ...) or use vllm_weight_sync: merged")
+    if model_cfg.vllm_tensor_parallel_size > 1 and model_cfg.vllm_weight_sync != "lora":
+        raise ConfigError("agent_model.vllm_tensor_parallel_size > 1 runs the engine's shards in worker processes, "
+                          "where merged weights cannot be pushed from here; set agent_model.vllm_weight_sync=lora")
+    if model_cfg.vllm_importance_cap is not None and model_cfg.generation_backend != "vllm":
+        raise ConfigError("agent_model.vllm_importance_cap corrects for vLLM's sampler: it needs "
+                          "agent_model.generation_backend=vllm (the hf backend samples from the trained model itself); "
+                          "set it to null")
+
+
+def check_consistency(config: Config) -> None:
+    """Raise ConfigError for values that are fine alone but not together."""
+    if hasattr(config.task, "validate"):
+        config.task.validate()
+    _check_vllm(config.agent_model)
+    for name in TRAINER_SECTIONS:
+        section = config.trainer(name)
+        check_parallel_training(name, section)
+        if section.parallel_training == "fsdp":
+            _check_fsdp(config, name, section)
+        for key in DEVICE_KEYS:
+            device_list(getattr(section, key, None), f"{name}.{key}")
+        if any(k < 1 or k > section.eval_num_generations for k in section.eval_pass_k):
+            raise ConfigError(f"{name}.eval_pass_k: every k must be in [1, {name}.eval_num_generations="
+                              f"{section.eval_num_generations}], got {section.eval_pass_k}")
