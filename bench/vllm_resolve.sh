@@ -8,7 +8,6 @@ cd "$(dirname "$0")/.."
 PY=${1:-.venv/bin/python}
 report=$(mktemp --suffix=.json)
 trap 'rm -f "$report"' EXIT
-"$PY" -m pip install --dry-run --quiet --ignore-installed --no-deps -e . >/dev/null   # the project itself resolves
 "$PY" -m pip install --dry-run --quiet --report "$report" -e ".[vllm]"
 "$PY" - "$report" <<'PY'
 import json, sys

@@ -89,7 +89,8 @@ def coop_prompts(count: int) -> list[str]:
 @pytest.mark.parametrize("chat_template", [False, True])
 def test_greedy_texts_and_stops_are_hfs(smollm2, chat_template):
     model, tokenizer, folder = smollm2
-    prompts = coop_prompts(4) + ["def add(a, b):\n    return a + b\n\n"]
+    # the coop task's prompts (aux and main) and two that SmolLM2 continues with a blank line and a new `def`
+    prompts = coop_prompts(3) + ["def add(a, b):\n    return a + b\n\n", "def add(a, b):\n    return a + b\n\n\n"]
     params = SamplingParams(max_new_tokens=64, temperature=0.0, stop_strings=tuple(stop_strings("main")))
     hf = HFGenerator(model, tokenizer, max_prompt_tokens=448, chat_template=chat_template).sample(prompts, 1, params)
     generator = VLLMGenerator(model, tokenizer, model_path=folder, max_prompt_tokens=448, max_model_len=512,
@@ -101,4 +102,5 @@ def test_greedy_texts_and_stops_are_hfs(smollm2, chat_template):
     for [h], [v] in zip(hf, ours):
         assert (v.text, v.completion_ids.tolist(), v.truncated) == (h.text, h.completion_ids.tolist(), h.truncated)
     assert any(not v.truncated for [v] in ours)   # some stopped at a stop string or EOS, not only at the budget
-    return rounds
+    # vLLM stopped some at a stop string that opens the completion, which ours skip: they went on in a second round
+    assert len(rounds) >= 2 and rounds[0] == len(prompts)
