@@ -1108,8 +1108,8 @@ def _check_vllm(config: Config) -> None:
 def check_vllm_lora_rank(rank: int) -> None:
     """ConfigError when vLLM has no LoRA slot of size `rank` (vllm_weight_sync: lora serves the adapter in one)."""
     if rank not in VLLM_LORA_RANKS:
-        raise ConfigError(f"agent_model.lora.r={rank} with agent_model.vllm_weight_sync=lora: vLLM serves LoRA adapters "
-                          f"of rank {', '.join(map(str, VLLM_LORA_RANKS))} only; pick one of those, or use "
+        raise ConfigError(f"agent_model.lora.r={rank} with agent_model.vllm_weight_sync=lora: vLLM serves LoRA "
+                          f"adapters of rank {', '.join(map(str, VLLM_LORA_RANKS))} only; pick one of those, or use "
                           "vllm_weight_sync: merged (any rank)")
 
 

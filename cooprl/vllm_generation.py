@@ -304,7 +304,8 @@ class VLLMGenerator:
             self._asleep = False
 
     def _sleep_for_update(self, module: Any, args: Any) -> None:
-        """Forward pre-hook on the trained model: put the engine to sleep before a forward with gradients (an update)."""
+        """Forward pre-hook on the trained model: put the engine to sleep before a forward with gradients (an
+        update)."""
         if torch.is_grad_enabled() and not self._asleep:
             self.llm.sleep(level=1)   # level 1 keeps the weights (in CPU memory): what the next wake_up restores
             self._asleep = True
