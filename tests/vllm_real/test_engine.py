@@ -102,5 +102,6 @@ def test_greedy_texts_and_stops_are_hfs(smollm2, chat_template):
     for [h], [v] in zip(hf, ours):
         assert (v.text, v.completion_ids.tolist(), v.truncated) == (h.text, h.completion_ids.tolist(), h.truncated)
     assert any(not v.truncated for [v] in ours)   # some stopped at a stop string or EOS, not only at the budget
-    # vLLM stopped some at a stop string that opens the completion, which ours skip: they went on in a second round
-    assert len(rounds) >= 2 and rounds[0] == len(prompts)
+    assert rounds[0] == len(prompts)
+    if not chat_template:   # vLLM stopped some at a stop string opening the completion (ours skip it): a second round
+        assert len(rounds) >= 2
