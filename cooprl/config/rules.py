@@ -119,12 +119,19 @@ def _check_fsdp(config: Config, name: str, section: Any) -> None:
                           "alongside)")
 
 
-def _check_vllm(model_cfg: AgentModelSection) -> None:
-    """ConfigError when the agent_model's vLLM options do not fit each other (the backend itself is checked when the
-    engines are built)."""
+# the adapter ranks vLLM's LoRA slots come in (vllm.config.lora.MaxLoRARanks, 0.20-0.33)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _check_vllm(config: Config) -> None:
+    """ConfigError when the agent_model's vLLM options do not fit each other or the trainers' devices (the backend
+    itself is checked when the engines are built)."""
+    model_cfg = config.agent_model
     if model_cfg.vllm_weight_sync == "lora" and model_cfg.lora is None:
         raise ConfigError("agent_model.vllm_weight_sync: lora samples the trained LoRA adapter as a vLLM LoRA request; "
                           "set agent_model.lora (r, alpha, ...) or use vllm_weight_sync: merged")
+    if model_cfg.generation_backend == "vllm" and model_cfg.vllm_weight_sync == "lora":
+        check_vllm_lora_rank(model_cfg.lora.r)
     if model_cfg.vllm_tensor_parallel_size > 1 and model_cfg.vllm_weight_sync != "lora":
         raise ConfigError("agent_model.vllm_tensor_parallel_size > 1 runs the engine's shards in worker processes, "
                           "where merged weights cannot be pushed from here; set agent_model.vllm_weight_sync=lora")
@@ -132,13 +139,43 @@ def _check_vllm(model_cfg: AgentModelSection) -> None:
         raise ConfigError("agent_model.vllm_importance_cap corrects for vLLM's sampler: it needs "
                           "agent_model.generation_backend=vllm (the hf backend samples from the trained model itself); "
                           "set it to null")
+    if model_cfg.generation_backend == "vllm":
+        _check_vllm_devices(config)
+
+
+def check_vllm_lora_rank(rank: int) -> None:
+    """ConfigError when vLLM has no LoRA slot of size `rank` (vllm_weight_sync: lora serves the adapter in one)."""
+    if rank not in VLLM_LORA_RANKS:
+        raise ConfigError(f"agent_model.lora.r={rank} with agent_model.vllm_weight_sync=lora: vLLM serves LoRA "
+                          f"adapters of rank {', '.join(map(str, VLLM_LORA_RANKS))} only; pick one of those, or use "
+                          "vllm_weight_sync: merged (any rank)")
+
+
+def _check_vllm_devices(config: Config) -> None:
+    """ConfigError for devices an in-process vLLM engine cannot follow: vLLM's single-process executor takes a device
+    without index and sets cuda:0, so an agent on another GPU (mp's agent_devices) would sample on cuda:0, and under
+    ddp every rank's engine would land on cuda:0 and join the trainers' process group."""
+    for name in TRAINER_SECTIONS:
+        section = config.trainer(name)
+        if section.parallel_training == "ddp":
+            raise ConfigError(f"{name}.parallel_training: ddp with agent_model.generation_backend=vllm: every "
+                              "process's in-process vLLM engine would run on cuda:0 (vLLM sets the first GPU) and join "
+                              "the processes' group; untested on several GPUs, so refused: use "
+                              "generation_backend: hf under ddp, or one process")
+        devices = [config.agent_model.device, *device_list(getattr(section, "agent_devices", None),
+                                                           f"{name}.agent_devices")]
+        other = [device for device in devices if device.startswith("cuda:") and device != "cuda:0"]
+        if other:
+            raise ConfigError(f"{name}: a device {other[0]} with agent_model.generation_backend=vllm: vLLM's "
+                              "in-process engine always runs on the first GPU (cuda:0), not on the agent's device; put "
+                              "the agents on cuda:0, or pick the GPU with CUDA_VISIBLE_DEVICES")
 
 
 def check_consistency(config: Config) -> None:
     """Raise ConfigError for values that are fine alone but not together."""
     if hasattr(config.task, "validate"):
         config.task.validate()
-    _check_vllm(config.agent_model)
+    _check_vllm(config)
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
         check_parallel_training(name, section)

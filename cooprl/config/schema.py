@@ -39,7 +39,8 @@ class AgentModelSection:
     chat_template: bool = option(False, "wrap prompts in the tokenizer's chat template")
     lora: Optional[LoraSection] = option(None, "LoRA adapters ({r, alpha, dropout, target_modules}); null = full fine-tuning")
     generation_backend: str = option("hf", "who samples completions: hf (transformers generate) or vllm "
-                                     "(CUDA GPU only; pip install -e .[vllm])", choices=("hf", "vllm"))
+                                     "(a CUDA GPU, or the CPU with vLLM's CPU build, docs/vllm.md)",
+                                     choices=("hf", "vllm"))
     vllm_gpu_memory_utilization: float = option(
         0.3, "share of the GPU's memory each agent's vLLM engine takes (weights + KV cache); training needs the rest",
         min=0.01, max=0.95)
