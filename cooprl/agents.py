@@ -138,7 +138,7 @@ class AgentRunner:
         devices = [next(agent.model.parameters()).device for agent in team] if self.concurrent else []
         own_generators = all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
         # vLLM engines in one process share vLLM's process-wide forward context: never two generate calls at once
-        engines = any(isinstance(agent.generator, VLLMGenerator) for agent in team)
+        engines = self.concurrent and any(isinstance(agent.generator, VLLMGenerator) for agent in team)
         self.concurrent_sampling = self.concurrent and own_generators and not engines
         self.concurrent_updates = self.concurrent and (own_generators or
                                                        not any(has_dropout(agent.model) for agent in team))
