@@ -119,6 +119,10 @@ class AgentModelSection:
     autocast: str = option("none", "bf16: the agents' forward passes (update and HF generation) run under bfloat16 "
                            "autocast, on CPU too; weights stay in torch_dtype; log-softmax in float32",
                            choices=("none", "bf16"))
+    init_from: Optional[str] = option(
+        None, "start every agent from a finished run's agents: a run folder (its final/ models, else its newest "
+        "checkpoint) or a checkpoint folder; each agent loads its own saved weights, or its LoRA adapters, which it "
+        "then trains on (the tokenizer stays agent_model.name's); null = the models as agent_model names them")
 
 
 @dataclass
@@ -454,10 +458,24 @@ class MARLHFIterSection(IterativeFields, MARLHFSection):
                                             choices=("task", "reward_model"))
 
 
+@dataclass
+class SFTSection(TrainerSection):
+    """Supervised fine-tuning of every agent on demonstrations (train_sft.py)."""
+    num_turns: int = option(1, "turns of the evaluation rollouts (the demonstrations are first-turn answers)", min=1)
+    learning_rate: float = option(1e-4, "AdamW learning rate", min=0.0)
+    demonstrations: str = option(
+        "reference", "what each agent imitates: reference (the task's own, built from its training split only: aux+main "
+        "the reference pairs, planner+coder a plan derived from the reference then the reference, coder+tester the "
+        "reference and asserts from the problem's tests) or a .jsonl file of {\"prompts\": [one per agent], "
+        "\"completions\": [one per agent]} records")
+    batch_size: int = option(4, "demonstrations per training step (each agent takes one optimizer step on its own "
+                             "completions of them)", min=1)
+
+
 TRAINER_SECTIONS: dict[str, type] = {
     "magrpo": MAGRPOSection, "grpo": GRPOSection, "iac": ActorCriticSection, "maac": ActorCriticSection,
     "ac": ACSection, "madpo": MADPOSection, "madpo_iter": MADPOIterSection, "marlhf": MARLHFSection,
-    "marlhf_iter": MARLHFIterSection,
+    "marlhf_iter": MARLHFIterSection, "sft": SFTSection,
 }
 
 
@@ -483,6 +501,7 @@ class Config:
     madpo_iter: MADPOIterSection = option(MADPOIterSection(), "iterative multi-agent DPO")
     marlhf: MARLHFSection = option(MARLHFSection(), "reward model + online RL")
     marlhf_iter: MARLHFIterSection = option(MARLHFIterSection(), "iterative MARLHF")
+    sft: SFTSection = option(SFTSection(), "supervised fine-tuning on demonstrations")
     # The task's own sections (e.g. the code task's `dataset` and `external`), read from the top level of the file
     # into one dataclass that the environment registers (`register_task_config`); None when no task is registered.
     task: Any = field(default=None, metadata={"task": True})
