@@ -35,8 +35,7 @@ TAG ?= coop
 COOP_RL_STEPS ?= 16
 OVERRIDES ?=
 demo-coop: $(STAMP)
-	$(PY) train_sft.py --config configs/sft_che_cpu.yaml --override sft.eval_at_start=false \
-	    output.run_name=demo-sft-$(TAG)-cpu $(OVERRIDES)
+	$(PY) train_sft.py --config configs/sft_che_cpu.yaml --override output.run_name=demo-sft-$(TAG)-cpu $(OVERRIDES)
 	$(PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml --override agent_model.init_from=runs/demo-sft-$(TAG)-cpu \
 	    magrpo.max_steps=$(COOP_RL_STEPS) magrpo.max_new_tokens=128 magrpo.eval_num_samples=16 magrpo.eval_num_generations=2 \
 	    output.run_name=demo-$(TAG)-magrpo-cpu $(OVERRIDES)

@@ -464,10 +464,9 @@ class SFTSection(TrainerSection):
     num_turns: int = option(1, "turns of the evaluation rollouts (the demonstrations are first-turn answers)", min=1)
     learning_rate: float = option(1e-4, "AdamW learning rate", min=0.0)
     demonstrations: str = option(
-        "reference", "what each agent imitates: reference (the task's own, built from its training split only: aux+main "
-        "the reference pairs, planner+coder a plan derived from the reference then the reference, coder+tester the "
-        "reference and asserts from the problem's tests) or a .jsonl file of {\"prompts\": [one per agent], "
-        "\"completions\": [one per agent]} records")
+        "reference", "what each agent imitates: reference (the task's own demonstrations, built from the reference "
+        "solutions of its training split only; each environment's demonstrations.py) or a .jsonl file of "
+        "{\"prompts\": [one per agent], \"completions\": [one per agent]} records (none may be an eval problem's)")
     batch_size: int = option(4, "demonstrations per training step (each agent takes one optimizer step on its own "
                              "completions of them)", min=1)
 

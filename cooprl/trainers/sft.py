@@ -8,7 +8,7 @@ trainer, and its run folder is what `agent_model.init_from` starts the RL traine
 Why the project's own update and not TRL's SFTTrainer per agent: TRL's trainer owns a loop, a run folder and
 checkpoints per model, so a team of N agents would be N runs with N folders and no team evaluation between them;
 here one loop trains the agents side by side, evaluates them as a team on the task (the same rollouts and metrics as
-the RL trainers: calls_aux, uses_aux, pass@k) and saves them in the checkpoint layout the other trainers resume and
+the RL trainers: the task's reward parts, pass@k) and saves them in the checkpoint layout the other trainers resume and
 start from. The update is `nll_loss` (a pure function of log-probs and mask) in `sft_step`, the one place where an
 optimizer step is taken, so moving it onto another update engine is one call.
 
