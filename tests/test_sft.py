@@ -311,3 +311,44 @@ def test_humaneval_planner_demonstrations_come_from_the_canonical_solution():
     plan, code = planner_coder_demonstrations(problem)
     assert plan == " Return `number % 1.0`.\n"
     assert code == "    return number % 1.0\n"
+
+
+# ------------------------------------------------------------------------------------------ the bench and the demo
+def write_run(folder: Path, lines: list[dict]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+def test_learning_table_rows_for_sft_and_its_rl_run_keep_the_earlier_rows(tmp_path, monkeypatch):
+    import bench.learning as learning
+    monkeypatch.setattr(learning, "OUT", tmp_path)
+    (tmp_path / "results.md").write_text(learning.table([]) + "| magrpo | 16 | 0.4 → 1.0 | 0.4 → 1.5 | 0.09 | 0.000 | "
+                                         "0.000 | 11.5 | 2766 |\n")
+    write_run(tmp_path / "sft", [{"step": 1, "nll_mean": 2.0}, {"step": 2, "nll_mean": 1.0},
+                                 {"step": 2, "eval/turn_1/reward_mean": 2.5, "eval/turn_1/pass_rate": 0.2,
+                                  "eval/turn_1/calls_aux": 0.75, "eval/turn_1/uses_aux": 0.5}])
+    train = [{"step": s, "turn_1/reward_mean": float(s), "turn_1/calls_aux": s / 4, "turn_1/uses_aux": 0.25}
+             for s in range(1, 5)]
+    write_run(tmp_path / "sft+magrpo", [{"step": 0, "eval/turn_1/reward_mean": 2.5}, *train,
+                                        {"step": 4, "eval/turn_1/reward_mean": 3.0, "eval/turn_1/pass_rate": 0.3}])
+    text = learning.report(["sft", "sft+magrpo"])
+    rows = text.splitlines()[2:]
+    assert [r.split("|")[1].strip() for r in rows] == ["magrpo", "sft", "sft+magrpo"]   # ROWS order, magrpo kept
+    assert rows[0].startswith("| magrpo | 16 | 0.4 → 1.0")
+    # SFT: its steps, no training reward, its last evaluation's aux figures
+    assert rows[1] == "| sft | 2 | – → – | – → 2.500 | 0.200 | 0.750 | 0.500 | – | – |"
+    # RL from SFT: the last quarter (one step of four) of training
+    assert rows[2] == "| sft+magrpo | 4 | 1.000 → 4.000 | 2.500 → 3.000 | 0.300 | 1.000 | 0.250 | – | – |"
+
+
+def test_the_demo_verdict_holds_only_when_every_claim_does(tmp_path):
+    from bench.demo_coop import verdict
+    def evaluation(step, reward, calls, uses, bonus):
+        return {"step": step, "eval/turn_1/reward_mean": reward, "eval/turn_1/calls_aux": calls,
+                "eval/turn_1/uses_aux": uses, "eval/turn_1/cooperation_bonus": bonus, "eval/turn_1/pass_rate": 0.1}
+    write_run(tmp_path / "good", [evaluation(0, 2.0, 0.8, 0.3, 0.4), evaluation(16, 2.4, 0.9, 0.5, 0.6)])
+    text, held = verdict(tmp_path / "good")
+    assert held and "calls_aux          0.800 -> 0.900" in text
+    write_run(tmp_path / "worse", [evaluation(0, 2.0, 0.8, 0.3, 0.4), evaluation(16, 1.9, 0.9, 0.5, 0.6)])
+    text, held = verdict(tmp_path / "worse")
+    assert not held and "NO   eval reward after RL above after SFT" in text
