@@ -23,13 +23,22 @@ def evaluations(run_dir: Path) -> list[dict]:
     return [e for e in map(json.loads, lines) if "eval/turn_1/reward_mean" in e]
 
 
+def start_run(rl_dir: Path) -> Path:
+    """Return the run folder the run in `rl_dir` started from (its config's agent_model.init_from)."""
+    import yaml
+    config = yaml.safe_load((rl_dir / "config.yaml").read_text(encoding="utf-8"))
+    return Path(config["agent_model"]["init_from"])
+
+
 def verdict(rl_dir: Path) -> tuple[str, bool]:
     """Return the verdict's text and whether every claim holds, from the MAGRPO run in `rl_dir`."""
     evals = evaluations(rl_dir)
-    if len(evals) < 2 or evals[0]["step"] != 0:
-        return f"{rl_dir}: needs the evaluation before the first step and after the last", False
+    if evals and evals[0]["step"] != 0:   # it skipped evaluating its start policy: the SFT run's last evaluation
+        evals = evaluations(start_run(rl_dir))[-1:] + evals
+    if len(evals) < 2:
+        return f"{rl_dir}: needs the evaluation of its start policy (or its SFT run's last) and its last", False
     start, end = evals[0], evals[-1]
-    lines = [f"held-out problems, {rl_dir.name}: after SFT (step 0) -> after MAGRPO (step {end['step']})"]
+    lines = [f"held-out problems, {rl_dir.name}: after SFT -> after MAGRPO (step {end['step']})"]
     lines += [f"  {key:18s} {start[f'eval/turn_1/{key}']:.3f} -> {end[f'eval/turn_1/{key}']:.3f}" for key in KEYS]
     claims = {"main calls aux in most samples": end["eval/turn_1/calls_aux"] > 0.5,
               "uses_aux above zero": end["eval/turn_1/uses_aux"] > 0,

@@ -46,9 +46,10 @@ _AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", 
        "ac.learning_rate=3e-4", "ac.critic_learning_rate=1e-3", "ac.max_new_tokens=80", "ac.eval_interval=0",
        "ac.eval_num_samples=4", "ac.weight_decay=0.0", "ac.max_grad_norm=1.0", "ac.discount=0.9",
        "ac.early_termination_threshold=-0.2", "code_prompt.open_body=true"]
-# the RL rows started from the SFT row evaluate as it does (16 problems x 2 samples, 128 new tokens), so their
-# evaluation before the first step is the SFT row's last one
-_FROM_SFT = ["eval_num_samples=16", "eval_num_generations=2", "max_new_tokens=128"]
+# the RL rows started from the SFT row evaluate as it does (16 problems x 2 samples, 128 new tokens): their start
+# policy is the SFT row's final one, whose evaluation with the same settings and seed gives the same numbers
+# (tests/test_sft.py), so they skip their own: the row's "before" is the SFT row's last evaluation
+_FROM_SFT = ["eval_num_samples=16", "eval_num_generations=2", "max_new_tokens=128", "eval_at_start=false"]
 RUNS = {
     "magrpo": ("configs/magrpo_che_cpu.yaml", []),
     "grpo": ("configs/magrpo_che_cpu.yaml", _GRPO),
@@ -87,8 +88,9 @@ def finished(trainer: str) -> bool:
     return (run_folder(trainer) / "bench.json").is_file()
 
 
-def run(name: str, steps: int) -> dict:
-    """Run (or continue) row `name` for `steps` steps; return its wall seconds and peak memory, also kept on file."""
+def run(name: str, steps: int, extra: list[str] = ()) -> dict:
+    """Run (or continue) row `name` for `steps` steps, `extra` overrides last; return its wall seconds and peak memory,
+    also kept on file."""
     folder = run_folder(name)
     trainer = trainer_of(name)
     config, overrides = RUNS[name]
@@ -101,7 +103,8 @@ def run(name: str, steps: int) -> dict:
         overrides = [*overrides, f"{trainer}.max_steps={budget}"]
     command = [sys.executable, f"train_{trainer}.py", "--config", config, "--override", *overrides,
                f"output.base_dir={OUT}", f"output.run_name={name}",
-               "checkpoint.checkpoint_interval=1", "checkpoint.checkpoint_total_limit=1", "wandb.mode=disabled"]
+               "checkpoint.checkpoint_interval=1", "checkpoint.checkpoint_total_limit=1", "wandb.mode=disabled",
+               *[item.replace("<trainer>", trainer) for item in extra]]
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         command = [sys.executable, f"train_{trainer}.py", "--resume", str(folder)]   # continue where it stopped
     start = time.time()
@@ -140,13 +143,21 @@ def row(trainer: str) -> dict:
     return {
         "trainer": trainer, "steps": len(train) or len([e for e in all_events if "nll_mean" in e]),
         "train_first": _mean([e[reward] for e in train[:quarter]]), "train_last": _mean([e[reward] for e in last]),
-        "eval_before": evals[0]["eval/turn_1/reward_mean"] if evals and evals[0]["step"] == 0 else float("nan"),
+        "eval_before": (evals[0]["eval/turn_1/reward_mean"] if evals and evals[0]["step"] == 0 else
+                        start_evaluation(trainer)),
         "eval_after": evals[-1]["eval/turn_1/reward_mean"] if evals else float("nan"),
         "eval_pass_rate": evals[-1].get("eval/turn_1/pass_rate", float("nan")) if evals else float("nan"),
         "calls_aux": _mean([e[prefix + "calls_aux"] for e in aux if prefix + "calls_aux" in e]),
         "uses_aux": _mean([e[prefix + "uses_aux"] for e in aux if prefix + "uses_aux" in e]),
         "minutes": bench.get("seconds", float("nan")) / 60, "peak_mb": bench.get("peak_mb", float("nan")),
     }
+
+
+def start_evaluation(name: str) -> float:
+    """Return the eval reward of row `name`'s start policy when it did not evaluate it itself: the last evaluation of
+    the row it starts from (the same policy), else NaN."""
+    parent = [e for e in events(STARTS_FROM[name]) if "eval/turn_1/reward_mean" in e] if name in STARTS_FROM else []
+    return parent[-1]["eval/turn_1/reward_mean"] if parent else float("nan")
 
 
 def table(rows: list[dict]) -> str:
@@ -230,6 +241,9 @@ def main() -> None:
                         help=f"comma-separated rows (default: the nine trainers; also {', '.join(EXTRA_ROWS)})")
     parser.add_argument("--steps", type=int, default=16, help="training steps per trainer (iterative: in all)")
     parser.add_argument("--report", action="store_true", help="only rebuild the table and figure")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides for every run started here, <trainer> standing for its section, e.g. "
+                             "'<trainer>.eval_num_samples=8'")
     args = parser.parse_args()
     trainers = [t.strip() for t in args.trainers.split(",") if t.strip()]
     unknown = sorted(set(trainers) - set(RUNS))
@@ -241,7 +255,7 @@ def main() -> None:
                 print(f"{trainer}: finished earlier ({run_folder(trainer)})")
                 continue
             print(f"{trainer}: running {args.steps} steps in {run_folder(trainer)}", flush=True)
-            result = run(trainer, args.steps)
+            result = run(trainer, args.steps, args.override)
             print(f"{trainer}: {result['seconds'] / 60:.1f} min, peak {result['peak_mb']:.0f} MB", flush=True)
     print(report(trainers))
 

@@ -329,7 +329,8 @@ def test_learning_table_rows_for_sft_and_its_rl_run_keep_the_earlier_rows(tmp_pa
                                   "eval/turn_1/calls_aux": 0.75, "eval/turn_1/uses_aux": 0.5}])
     train = [{"step": s, "turn_1/reward_mean": float(s), "turn_1/calls_aux": s / 4, "turn_1/uses_aux": 0.25}
              for s in range(1, 5)]
-    write_run(tmp_path / "sft+magrpo", [{"step": 0, "eval/turn_1/reward_mean": 2.5}, *train,
+    # (no evaluation at step 0: its start policy is the SFT run's last, evaluated there)
+    write_run(tmp_path / "sft+magrpo", [*train,
                                         {"step": 4, "eval/turn_1/reward_mean": 3.0, "eval/turn_1/pass_rate": 0.3}])
     text = learning.report(["sft", "sft+magrpo"])
     rows = text.splitlines()[2:]
@@ -352,3 +353,16 @@ def test_the_demo_verdict_holds_only_when_every_claim_does(tmp_path):
     write_run(tmp_path / "worse", [evaluation(0, 2.0, 0.8, 0.3, 0.4), evaluation(16, 1.9, 0.9, 0.5, 0.6)])
     text, held = verdict(tmp_path / "worse")
     assert not held and "NO   eval reward after RL above after SFT" in text
+
+
+def test_the_demo_verdict_takes_the_sft_runs_last_evaluation_when_rl_skipped_its_own(tmp_path):
+    from bench.demo_coop import verdict
+    write_run(tmp_path / "sft", [{"step": 18, "eval/turn_1/reward_mean": 2.0, "eval/turn_1/calls_aux": 0.8,
+                                  "eval/turn_1/uses_aux": 0.3, "eval/turn_1/cooperation_bonus": 0.4,
+                                  "eval/turn_1/pass_rate": 0.1}])
+    write_run(tmp_path / "rl", [{"step": 16, "eval/turn_1/reward_mean": 1.5, "eval/turn_1/calls_aux": 0.9,
+                                 "eval/turn_1/uses_aux": 0.5, "eval/turn_1/cooperation_bonus": 0.6,
+                                 "eval/turn_1/pass_rate": 0.1}])
+    (tmp_path / "rl" / "config.yaml").write_text(f"agent_model:\n  init_from: {tmp_path / 'sft'}\n")
+    text, held = verdict(tmp_path / "rl")
+    assert "reward_mean        2.000 -> 1.500" in text and not held
