@@ -32,7 +32,7 @@ demo: $(STAMP)
 # is; bench/demo_coop.py prints the verdict (main calls aux, uses_aux, the bonus, the reward after RL vs after SFT).
 # OVERRIDES go to both runs, e.g. make demo-coop OVERRIDES=code_reward.cooperation=verified TAG=verified
 TAG ?= coop
-COOP_RL_STEPS ?= 16
+COOP_RL_STEPS ?= 8
 OVERRIDES ?=
 demo-coop: $(STAMP)
 	$(PY) train_sft.py --config configs/sft_che_cpu.yaml --override output.run_name=demo-sft-$(TAG)-cpu $(OVERRIDES)
