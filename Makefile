@@ -37,7 +37,7 @@ OVERRIDES ?=
 demo-coop: $(STAMP)
 	$(PY) train_sft.py --config configs/sft_che_cpu.yaml --override output.run_name=demo-sft-$(TAG)-cpu $(OVERRIDES)
 	$(PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml --override agent_model.init_from=runs/demo-sft-$(TAG)-cpu \
-	    magrpo.max_steps=$(COOP_RL_STEPS) magrpo.max_new_tokens=128 magrpo.eval_num_samples=16 magrpo.eval_num_generations=2 \
+	    magrpo.max_steps=$(COOP_RL_STEPS) magrpo.max_new_tokens=128 magrpo.eval_num_samples=8 magrpo.eval_num_generations=2 \
 	    magrpo.eval_at_start=false output.run_name=demo-$(TAG)-magrpo-cpu $(OVERRIDES)
 	$(PY) bench/demo_coop.py runs/demo-$(TAG)-magrpo-cpu
 

@@ -46,10 +46,10 @@ _AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", 
        "ac.learning_rate=3e-4", "ac.critic_learning_rate=1e-3", "ac.max_new_tokens=80", "ac.eval_interval=0",
        "ac.eval_num_samples=4", "ac.weight_decay=0.0", "ac.max_grad_norm=1.0", "ac.discount=0.9",
        "ac.early_termination_threshold=-0.2", "code_prompt.open_body=true"]
-# the RL rows started from the SFT row evaluate as it does (16 problems x 2 samples, 128 new tokens): their start
+# the RL rows started from the SFT row evaluate as it does (8 problems x 2 samples, 128 new tokens): their start
 # policy is the SFT row's final one, whose evaluation with the same settings and seed gives the same numbers
 # (tests/test_sft.py), so they skip their own: the row's "before" is the SFT row's last evaluation
-_FROM_SFT = ["eval_num_samples=16", "eval_num_generations=2", "max_new_tokens=128", "eval_at_start=false"]
+_FROM_SFT = ["eval_num_samples=8", "eval_num_generations=2", "max_new_tokens=128", "eval_at_start=false"]
 RUNS = {
     "magrpo": ("configs/magrpo_che_cpu.yaml", []),
     "grpo": ("configs/magrpo_che_cpu.yaml", _GRPO),
