@@ -7,7 +7,7 @@ TORCH_VERSION ?= 2.13.0
 CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 
-.PHONY: demo test test-fast test-vllm bench clean-venv
+.PHONY: demo demo-coop test test-fast test-vllm bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,20 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml
+
+# `make demo-coop`: cooperation learned and shown. SFT of aux and main on the coop set's reference pairs (training
+# problems only), then MAGRPO from those agents (agent_model.init_from), evaluated on the 16 held-out problems as SFT
+# is; bench/demo_coop.py prints the verdict (main calls aux, uses_aux, the bonus, the reward after RL vs after SFT).
+# OVERRIDES go to both runs, e.g. make demo-coop OVERRIDES=code_reward.cooperation=verified TAG=verified
+TAG ?= coop
+COOP_RL_STEPS ?= 8
+OVERRIDES ?=
+demo-coop: $(STAMP)
+	$(PY) train_sft.py --config configs/sft_che_cpu.yaml --override output.run_name=demo-sft-$(TAG)-cpu $(OVERRIDES)
+	$(PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml --override agent_model.init_from=runs/demo-sft-$(TAG)-cpu \
+	    magrpo.max_steps=$(COOP_RL_STEPS) magrpo.max_new_tokens=128 magrpo.eval_num_samples=8 magrpo.eval_num_generations=2 \
+	    magrpo.eval_at_start=false output.run_name=demo-$(TAG)-magrpo-cpu $(OVERRIDES)
+	$(PY) bench/demo_coop.py runs/demo-$(TAG)-magrpo-cpu
 
 # Every test is in one cost lane (tests/conftest.py): unit, integration, distributed, sandbox, cli. `make test` runs
 # them all, as CI does (one pytest worker per core, whole files per worker so that a module's shared fixtures are

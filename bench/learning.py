@@ -16,6 +16,11 @@ of the steps, the evaluation reward before the first step and after the last (`e
 GRPO and AC have no CPU config of their own: they run the MAGRPO and IAC CPU configs' settings with one agent, and
 their prompts end inside the function body (`code_prompt.open_body`: the single-agent prompt otherwise rarely gets a
 function body from the 135M model, see bench/function_rate.py).
+
+Rows that are not one trainer: `sft` (supervised fine-tuning on the coop set's reference pairs, its config's two
+epochs; its calls_aux/uses_aux are its final evaluation's, SFT samples nothing in training), `sft+magrpo` and
+`sft+madpo` (those trainers started from the `sft` row's agents, `agent_model.init_from`; run after it), and the team
+environments `planner_coder` and `coder_tester` (MAGRPO with their CPU configs).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "learning"
 TRAINERS = ["magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter"]
+EXTRA_ROWS = ["sft", "sft+magrpo", "sft+madpo", "planner_coder", "coder_tester"]
+ROWS = TRAINERS + EXTRA_ROWS
 # (config file, overrides) per trainer; the step budget is added by --steps
 _GRPO = ["grpo.learning_rate=3e-4", "grpo.max_new_tokens=80", "grpo.update_schedule=items", "grpo.rollout_buffer_size=1",
          "grpo.eval_interval=0", "grpo.eval_num_samples=4", "grpo.weight_decay=0.0", "grpo.max_grad_norm=1.0",
@@ -39,6 +46,10 @@ _AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", 
        "ac.learning_rate=3e-4", "ac.critic_learning_rate=1e-3", "ac.max_new_tokens=80", "ac.eval_interval=0",
        "ac.eval_num_samples=4", "ac.weight_decay=0.0", "ac.max_grad_norm=1.0", "ac.discount=0.9",
        "ac.early_termination_threshold=-0.2", "code_prompt.open_body=true"]
+# the RL rows started from the SFT row evaluate as it does (8 problems x 2 samples, 128 new tokens): their start
+# policy is the SFT row's final one, whose evaluation with the same settings and seed gives the same numbers
+# (tests/test_sft.py), so they skip their own: the row's "before" is the SFT row's last evaluation
+_FROM_SFT = ["eval_num_samples=8", "eval_num_generations=2", "max_new_tokens=128", "eval_at_start=false"]
 RUNS = {
     "magrpo": ("configs/magrpo_che_cpu.yaml", []),
     "grpo": ("configs/magrpo_che_cpu.yaml", _GRPO),
@@ -49,7 +60,21 @@ RUNS = {
     "madpo_iter": ("configs/madpo_che_cpu.yaml", []),
     "marlhf": ("configs/marlhf_che_cpu.yaml", []),
     "marlhf_iter": ("configs/marlhf_che_cpu.yaml", []),
+    "sft": ("configs/sft_che_cpu.yaml", []),
+    "sft+magrpo": ("configs/magrpo_che_cpu.yaml", [f"magrpo.{key}" for key in _FROM_SFT]),
+    "sft+madpo": ("configs/madpo_che_cpu.yaml", [f"madpo.{key}" for key in _FROM_SFT]),
+    "planner_coder": ("configs/planner_coder_cpu.yaml", []),
+    "coder_tester": ("configs/coder_tester_cpu.yaml", []),
 }
+STARTS_FROM = {"sft+magrpo": "sft", "sft+madpo": "sft"}   # row -> the row whose agents it starts from (init_from)
+FULL_CONFIG = ("sft",)                                     # rows that train their config's epochs, not --steps
+
+
+def trainer_of(row_name: str) -> str:
+    """Return the trainer (train_<trainer>.py, its config section) of table row `row_name`."""
+    if row_name in ("planner_coder", "coder_tester"):
+        return "magrpo"
+    return row_name.split("+")[-1]
 ITERATIVE = ("madpo_iter", "marlhf_iter")   # their budget is steps per iteration (2 iterations)
 
 
@@ -63,14 +88,23 @@ def finished(trainer: str) -> bool:
     return (run_folder(trainer) / "bench.json").is_file()
 
 
-def run(trainer: str, steps: int) -> dict:
-    """Run (or continue) `trainer` for `steps` steps; return its wall seconds and peak memory, also kept on file."""
-    folder = run_folder(trainer)
-    config, overrides = RUNS[trainer]
+def run(name: str, steps: int, extra: list[str] = ()) -> dict:
+    """Run (or continue) row `name` for `steps` steps, `extra` overrides last; return its wall seconds and peak memory,
+    also kept on file."""
+    folder = run_folder(name)
+    trainer = trainer_of(name)
+    config, overrides = RUNS[name]
     budget = steps // 2 if trainer in ITERATIVE else steps
+    if name in STARTS_FROM:
+        if not finished(STARTS_FROM[name]):
+            raise SystemExit(f"{name}: starts from the {STARTS_FROM[name]} row's agents; run that row first")
+        overrides = [*overrides, f"agent_model.init_from={run_folder(STARTS_FROM[name])}"]
+    if name not in FULL_CONFIG:
+        overrides = [*overrides, f"{trainer}.max_steps={budget}"]
     command = [sys.executable, f"train_{trainer}.py", "--config", config, "--override", *overrides,
-               f"{trainer}.max_steps={budget}", f"output.base_dir={OUT}", f"output.run_name={trainer}",
-               "checkpoint.checkpoint_interval=1", "checkpoint.checkpoint_total_limit=1", "wandb.mode=disabled"]
+               f"output.base_dir={OUT}", f"output.run_name={name}",
+               "checkpoint.checkpoint_interval=1", "checkpoint.checkpoint_total_limit=1", "wandb.mode=disabled",
+               *[item.replace("<trainer>", trainer) for item in extra]]
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         command = [sys.executable, f"train_{trainer}.py", "--resume", str(folder)]   # continue where it stopped
     start = time.time()
@@ -78,7 +112,7 @@ def run(trainer: str, steps: int) -> dict:
     _, status, usage = os.wait4(child.pid, 0)   # this child's own resource use (its peak RSS), not all children's
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
-        raise SystemExit(f"{trainer}: exit status {child.returncode} ({' '.join(command)})")
+        raise SystemExit(f"{name}: exit status {child.returncode} ({' '.join(command)})")
     result = {"seconds": time.time() - start, "peak_mb": usage.ru_maxrss / 1024}
     (folder / "bench.json").write_text(json.dumps(result), encoding="utf-8")
     return result
@@ -99,20 +133,31 @@ def row(trainer: str) -> dict:
     all_events = events(trainer)
     train = [e for e in all_events if "turn_1/reward_mean" in e]
     evals = [e for e in all_events if "eval/turn_1/reward_mean" in e]
+    sampled = train or evals[-1:]   # SFT samples nothing in training: its last evaluation's aux figures
     quarter = max(1, len(train) // 4)
     reward = "turn_1/task_reward_mean" if train and "turn_1/task_reward_mean" in train[0] else "turn_1/reward_mean"
     bench = json.loads((run_folder(trainer) / "bench.json").read_text()) if finished(trainer) else {}
     last = train[-quarter:]
+    prefix = "turn_1/" if train else "eval/turn_1/"
+    aux = sampled[-quarter:] if train else sampled
     return {
-        "trainer": trainer, "steps": len(train),
+        "trainer": trainer, "steps": len(train) or len([e for e in all_events if "nll_mean" in e]),
         "train_first": _mean([e[reward] for e in train[:quarter]]), "train_last": _mean([e[reward] for e in last]),
-        "eval_before": evals[0]["eval/turn_1/reward_mean"] if evals and evals[0]["step"] == 0 else float("nan"),
+        "eval_before": (evals[0]["eval/turn_1/reward_mean"] if evals and evals[0]["step"] == 0 else
+                        start_evaluation(trainer)),
         "eval_after": evals[-1]["eval/turn_1/reward_mean"] if evals else float("nan"),
         "eval_pass_rate": evals[-1].get("eval/turn_1/pass_rate", float("nan")) if evals else float("nan"),
-        "calls_aux": _mean([e["turn_1/calls_aux"] for e in last if "turn_1/calls_aux" in e]),
-        "uses_aux": _mean([e["turn_1/uses_aux"] for e in last if "turn_1/uses_aux" in e]),
+        "calls_aux": _mean([e[prefix + "calls_aux"] for e in aux if prefix + "calls_aux" in e]),
+        "uses_aux": _mean([e[prefix + "uses_aux"] for e in aux if prefix + "uses_aux" in e]),
         "minutes": bench.get("seconds", float("nan")) / 60, "peak_mb": bench.get("peak_mb", float("nan")),
     }
+
+
+def start_evaluation(name: str) -> float:
+    """Return the eval reward of row `name`'s start policy when it did not evaluate it itself: the last evaluation of
+    the row it starts from (the same policy), else NaN."""
+    parent = [e for e in events(STARTS_FROM[name]) if "eval/turn_1/reward_mean" in e] if name in STARTS_FROM else []
+    return parent[-1]["eval/turn_1/reward_mean"] if parent else float("nan")
 
 
 def table(rows: list[dict]) -> str:
@@ -131,7 +176,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(trainers: list[str]) -> Path | None:
+def figure(trainers: list[str], path: Path) -> Path | None:
     """Draw each trainer's training reward per step in one figure; return its path (None without matplotlib)."""
     try:
         import matplotlib
@@ -139,7 +184,7 @@ def figure(trainers: list[str]) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    shown = [t for t in trainers if any("turn_1/reward_mean" in e for e in events(t))]
+    shown = [t for t in trainers if any("turn_1/reward_mean" in e for e in events(t))]   # (SFT has no reward curve)
     if not shown:
         return None
     columns = min(5, len(shown))
@@ -159,39 +204,58 @@ def figure(trainers: list[str]) -> Path | None:
     for row in axes:
         row[0].set_ylabel("task reward (line: training,\ndots: eval before/after)", fontsize=8)
     fig.tight_layout()
-    path = OUT / "learning.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
 def report(trainers: list[str]) -> str:
-    """Write results.md and learning.png for the trainers with a run; return the table."""
+    """Write results.md (the rows with a run here, the other rows kept as results.md had them, in ROWS order) and the
+    figure of the rows with a run (learning.png when they are the nine trainers, else learning_<rows>.png); return
+    the table."""
     rows = [row(t) for t in trainers if events(t)]
-    text = table(rows)
     OUT.mkdir(parents=True, exist_ok=True)
+    kept = earlier_rows(OUT / "results.md")
+    fresh = table(rows).splitlines()[2:]
+    for line in fresh:
+        kept[line.split("|")[1].strip()] = line
+    order = ROWS + sorted(set(kept) - set(ROWS))
+    text = "\n".join(table([]).splitlines()[:2] + [kept[name] for name in order if name in kept]) + "\n"
     (OUT / "results.md").write_text(text, encoding="utf-8")
-    figure([r["trainer"] for r in rows])
+    shown = [r["trainer"] for r in rows]
+    figure(shown, OUT / ("learning.png" if set(TRAINERS) <= set(shown) else f"learning_{'_'.join(shown)}.png"))
     return text
+
+
+def earlier_rows(path: Path) -> dict[str, str]:
+    """Return the table lines of `path` (a results.md) by row name; empty when there is none."""
+    if not path.is_file():
+        return {}
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines()[2:] if line.startswith("|")]
+    return {line.split("|")[1].strip(): line for line in lines}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trainers", default=",".join(TRAINERS), help="comma-separated (default: all nine)")
+    parser.add_argument("--trainers", default=",".join(TRAINERS),
+                        help=f"comma-separated rows (default: the nine trainers; also {', '.join(EXTRA_ROWS)})")
     parser.add_argument("--steps", type=int, default=16, help="training steps per trainer (iterative: in all)")
     parser.add_argument("--report", action="store_true", help="only rebuild the table and figure")
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides for every run started here, <trainer> standing for its section, e.g. "
+                             "'<trainer>.eval_num_samples=8'")
     args = parser.parse_args()
     trainers = [t.strip() for t in args.trainers.split(",") if t.strip()]
     unknown = sorted(set(trainers) - set(RUNS))
     if unknown:
-        parser.error(f"unknown trainers {unknown}; choose from {', '.join(TRAINERS)}")
+        parser.error(f"unknown rows {unknown}; choose from {', '.join(ROWS)}")
     if not args.report:
         for trainer in trainers:
             if finished(trainer):
                 print(f"{trainer}: finished earlier ({run_folder(trainer)})")
                 continue
             print(f"{trainer}: running {args.steps} steps in {run_folder(trainer)}", flush=True)
-            result = run(trainer, args.steps)
+            result = run(trainer, args.steps, args.override)
             print(f"{trainer}: {result['seconds'] / 60:.1f} min, peak {result['peak_mb']:.0f} MB", flush=True)
     print(report(trainers))
 

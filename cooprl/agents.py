@@ -24,7 +24,7 @@ import torch
 from cooprl import distributed, fsdp
 from cooprl.config import Config, ConfigError, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
-from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
+from cooprl.models import init_folders, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 from cooprl.optim import build_adamw
 from cooprl.vllm_generation import VLLMGenerator
 
@@ -89,10 +89,13 @@ def build_team(config: Config, section: Any, num_agents: int,
                                   "fewer agents per process")
     # fsdp with several processes: each process keeps a shard of every agent (cooprl.fsdp); one process: unsharded
     sharded = getattr(section, "parallel_training", "none") == "fsdp" and distributed.current().world_size > 1
+    # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
+    inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents
     team = []
     for i, name in enumerate(agent_model_names(config, num_agents)):
         device = devices[i]
-        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device, lora=model_cfg.lora)
+        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device, lora=model_cfg.lora,
+                               init=inits[i])
         set_memory_options(model, logprob_chunk_size=model_cfg.logprob_chunk_size,
                            gradient_checkpointing=model_cfg.gradient_checkpointing, autocast=model_cfg.autocast)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)

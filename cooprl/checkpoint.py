@@ -275,7 +275,7 @@ def check_checkpoint(checkpoint: Path) -> None:
     if not agents:
         raise damaged(checkpoint, "no agent_<i>/ folder")
     for i in range(len(agents)):
-        _check_agent_folder(checkpoint, i)
+        check_agent_folder(checkpoint, i)
 
 
 def rank_file(rank: int) -> str:
@@ -355,7 +355,9 @@ def _check_safetensors(checkpoint: Path, path: Path) -> None:
                                   f"{8 + length + max(ends, default=0)})")
 
 
-def _check_agent_folder(checkpoint: Path, agent: int) -> Path:
+def check_agent_folder(checkpoint: Path, agent: int) -> Path:
+    """Return `checkpoint`'s folder of agent `agent`; CheckpointError when it is missing or a weights file is
+    truncated or garbage."""
     folder = checkpoint / f"agent_{agent}"
     if not folder.is_dir():
         raise damaged(checkpoint, f"agent_{agent}/ is missing")
@@ -372,7 +374,7 @@ def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
 
     CheckpointError when the files are missing, truncated or garbage, or do not fit the model."""
     from safetensors import SafetensorError
-    folder = _check_agent_folder(checkpoint, agent)
+    folder = check_agent_folder(checkpoint, agent)
     try:
         if hasattr(model, "load_weights"):  # a ValueModel (critic or reward model) knows its own layout
             model.load_weights(folder)

@@ -181,8 +181,14 @@ def load_tokenizer(name: str, special_tokens: dict[str, str] | None = None) -> A
     return tokenizer
 
 
-def load_causal_lm(name: str, *, torch_dtype: str = "auto", device: str = "auto", lora: Any = None) -> Any:
-    """Return the causal LM `name` on its device, with fresh LoRA adapters when `lora` (a LoraSection) is given."""
+def load_causal_lm(name: str, *, torch_dtype: str = "auto", device: str = "auto", lora: Any = None,
+                   init: Path | None = None) -> Any:
+    """Return the causal LM `name` on its device, with fresh LoRA adapters when `lora` (a LoraSection) is given.
+
+    `init`: an agent folder a run saved (`agent_<i>/` of its final models or a checkpoint, see `init_folders`) whose
+    weights the model starts from: full weights replace the loaded ones (and get fresh adapters when `lora` is set);
+    saved LoRA adapters are put back on the base model, trainable, with their own LoRA settings (a LoRA run continues
+    with its adapters), or merged into the weights when this run trains without LoRA."""
     from transformers import AutoModelForCausalLM
     target = pick_device(device)
     try:
@@ -190,9 +196,70 @@ def load_causal_lm(name: str, *, torch_dtype: str = "auto", device: str = "auto"
     except (OSError, ValueError) as err:  # a missing folder or hub id; a folder without a model
         raise ModelError(f"model {name!r} could not be loaded: {_reason(err)}") from None
     model.to(target)
+    if init is not None and is_adapter_folder(init):
+        return _with_saved_adapters(model, init, keep=lora is not None)
+    if init is not None:
+        from cooprl.checkpoint import load_agent_weights_from_folder
+        try:
+            load_agent_weights_from_folder(model, init)
+        except (RuntimeError, OSError, ValueError) as err:
+            raise ModelError(f"agent_model.init_from: {init} does not fit model {name!r} ({_reason(err)})") from None
     if lora is not None:
         model = add_lora(model, lora)
     return model
+
+
+def is_adapter_folder(folder: Path) -> bool:
+    """Return whether `folder` (a saved agent) holds LoRA adapters rather than full weights."""
+    return (folder / "adapter_model.safetensors").is_file()
+
+
+def _with_saved_adapters(model: Any, folder: Path, keep: bool) -> Any:
+    """Return `model` with the LoRA adapters saved in `folder`: trainable (`keep`), or merged into its weights."""
+    from peft import PeftModel
+    try:
+        wrapped = PeftModel.from_pretrained(model, str(folder), is_trainable=True)
+    except (RuntimeError, OSError, ValueError, KeyError) as err:
+        raise ModelError(f"agent_model.init_from: the adapters in {folder} do not fit the model ({_reason(err)})") from None
+    if keep:
+        return wrapped
+    merged = wrapped.merge_and_unload()
+    for parameter in merged.parameters():   # peft froze the base weights; a full fine-tuning run trains them all
+        parameter.requires_grad_(True)
+    return merged
+
+
+def init_source(run: str) -> Path:
+    """Return the folder holding the agent_<i>/ folders of `run` (agent_model.init_from): a run folder's final/
+    models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself. ModelError when
+    there is none."""
+    from cooprl import checkpoint as ckpt
+    path = Path(run).expanduser()
+    if not path.is_dir():
+        raise ModelError(f"agent_model.init_from: {run!r} is not a folder (give a finished run's folder)")
+    if (path / "final" / "agent_0").is_dir():
+        return path / "final"
+    try:
+        spec = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        return ckpt.find_checkpoint(str(spec), spec)
+    except (FileNotFoundError, ckpt.CheckpointError) as err:
+        raise ModelError(f"agent_model.init_from: {run!r} has no final/ models and no usable checkpoint "
+                         f"({err})") from None
+
+
+def init_folders(run: str, num_agents: int) -> list[Path]:
+    """Return the saved folder of each of `num_agents` agents in `run` (agent_model.init_from): a run folder's
+    final/ models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself.
+    ModelError naming the problem when there is no such run, it holds another number of agents, or a file is damaged."""
+    from cooprl import checkpoint as ckpt
+    source = init_source(run)
+    saved = sorted(int(p.name[6:]) for p in source.glob("agent_*") if p.name[6:].isdigit())
+    if saved != list(range(num_agents)):
+        raise ModelError(f"agent_model.init_from: {source} holds {len(saved)} agent(s), this run has {num_agents}")
+    try:
+        return [ckpt.check_agent_folder(source, i) for i in range(num_agents)]
+    except ckpt.CheckpointError as err:
+        raise ModelError(f"agent_model.init_from: {err}") from None
 
 
 def add_lora(model: Any, lora: Any) -> Any:

@@ -59,6 +59,11 @@ NextPrompts = Callable[[Any, Sequence[Sequence[tuple[str, str]]], Sequence[str],
 FollowPrompt = Callable[[Any, int, str, Sequence[str]], str]
 
 
+# demonstrations(item) -> the completion each agent should write to its first prompt (agent a > 0 of a sequential team:
+# after the earlier agents' demonstrated texts), built from the item's reference solution; None when it has none
+Demonstrate = Callable[[Any], "list[str] | None"]
+
+
 @dataclass
 class Task:
     """Everything a trainer needs from an environment."""
@@ -79,6 +84,8 @@ class Task:
     agent_rewards: bool = False                            # scores may carry per-agent rewards (Score.agent_rewards);
                                                            # trainers that rank joint answers by one number refuse it
     follow_prompt: FollowPrompt | None = None              # a sequential team (None: the agents act at once)
+    demonstrations: Demonstrate | None = None               # what each agent should answer (supervised fine-tuning;
+                                                           # None: the task has no reference answers)
 
 
 def centralized_task(team: Task) -> Task:
@@ -99,4 +106,4 @@ def centralized_task(team: Task) -> Task:
 
     return replace(team, num_agents=1, first_prompts=lambda item: [joint.prompt(item)], score=score,
                    next_prompts=no_next_turn, stop_strings=[tuple(joint.stop_strings)], agent_rewards=False,
-                   follow_prompt=None)
+                   follow_prompt=None, demonstrations=None)

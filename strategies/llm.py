@@ -194,7 +194,7 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     from cooprl.agents import agent_model_names
     from cooprl.config import ConfigError
     from cooprl.generation import HFGenerator
-    from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path
+    from cooprl.models import init_folders, init_source, load_causal_lm, load_tokenizer, resolve_model_path
 
     model_cfg = config.agent_model
     folder = None
@@ -205,14 +205,19 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
             folder = ckpt.find_checkpoint(spec, Path(spec))
         except FileNotFoundError as err:
             raise ConfigError(f"--checkpoint: {err}") from None
-    num_agents = 2 if folder is not None and (folder / "agent_1").is_dir() else 1
-    names = agent_model_names(config, num_agents) if config.agents is None or folder is not None else config.agents[:1]
+    # agent_model.init_from: the starting weights of the run's agents (a checkpoint, when given, replaces them)
+    start = init_source(model_cfg.init_from) if model_cfg.init_from else None
+    saved = folder if folder is not None else start
+    num_agents = 2 if saved is not None and (saved / "agent_1").is_dir() else 1
+    names = agent_model_names(config, num_agents) if config.agents is None or saved is not None else config.agents[:1]
+    inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
     if model_cfg.generation_backend == "vllm":
         from cooprl.vllm_generation import check_vllm_backend
         check_vllm_backend(model_cfg.device)   # fails fast, with the fix, where vLLM cannot run
     llms = []
     for i, name in enumerate(names):
-        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora)
+        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora,
+                               init=inits[i])
         if folder is not None:
             ckpt.load_agent_weights(model, folder, i)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
@@ -225,5 +230,5 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
                                     chat_template=model_cfg.chat_template)
-        llms.append(GeneratorLLM(generator, f"{name}#{i}" if folder is not None else name))
+        llms.append(GeneratorLLM(generator, f"{name}#{i}" if saved is not None else name))
     return llms[0] if len(llms) == 1 else TeamLLM(llms[0], llms[1], problems)

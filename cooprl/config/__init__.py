@@ -24,7 +24,8 @@ from cooprl.config.yaml_io import (_BoundedLoader, _check_node_graph, _children,
                                    MAX_YAML_DEPTH, MAX_YAML_NODES, read_yaml, _yaml_problem)
 from cooprl.config.trainer_sections import (ACSection, ActorCriticSection, GRPOSection, IterativeFields,
                                             MADPOIterSection, MADPOSection, MAGRPOSection, MARLHFIterSection,
-                                            MARLHFSection, PreferenceFields, TRAINER_SECTIONS, TrainerSection)
+                                            MARLHFSection, PreferenceFields, SFTSection, TRAINER_SECTIONS,
+                                            TrainerSection)
 from cooprl.config.schema import (AgentModelSection, CheckpointSection, Config, CriticModelSection, LoraSection,
                                   OutputSection, RewardProcessorSection, RewardSection, WandbSection)
 from cooprl.config.overrides import (apply_overrides, parse_override, _section_at)

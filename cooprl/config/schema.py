@@ -12,7 +12,7 @@ import yaml
 from cooprl.config.fields import option
 from cooprl.config.trainer_sections import (TRAINER_SECTIONS, ACSection, ActorCriticSection, GRPOSection,
                                             MADPOIterSection, MADPOSection, MAGRPOSection, MARLHFIterSection,
-                                            MARLHFSection)
+                                            MARLHFSection, SFTSection)
 
 
 @dataclass
@@ -78,6 +78,11 @@ class AgentModelSection:
         "in float32; 2 more bytes per weight) or pure (torch.optim.AdamW on the bf16 weights, as upstream: most "
         "updates at lr 2e-5 round away); float32 weights and LoRA adapters always get torch.optim.AdamW",
         choices=("kahan", "pure"))
+    init_from: Optional[str] = option(
+        None, "start every agent from a finished run's agents: a run folder (its final/ models, else its newest "
+        "checkpoint) or a checkpoint folder; each agent loads its own saved weights, or its LoRA adapters, which it "
+        "then trains on (the tokenizer stays agent_model.name's; with LoRA a reference KL's frozen start model is the base "
+        "model, adapters off); null = the models as agent_model names them")
 
 
 @dataclass
@@ -176,6 +181,7 @@ class Config:
     madpo_iter: MADPOIterSection = option(MADPOIterSection(), "iterative multi-agent DPO")
     marlhf: MARLHFSection = option(MARLHFSection(), "reward model + online RL")
     marlhf_iter: MARLHFIterSection = option(MARLHFIterSection(), "iterative MARLHF")
+    sft: SFTSection = option(SFTSection(), "supervised fine-tuning on demonstrations")
     # The task's own sections (e.g. the code task's `dataset` and `external`), read from the top level of the file
     # into one dataclass that the environment registers (`register_task_config`); None when no task is registered.
     task: Any = field(default=None, metadata={"task": True})

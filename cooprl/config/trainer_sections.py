@@ -271,8 +271,21 @@ class MARLHFIterSection(IterativeFields, MARLHFSection):
                                             choices=("task", "reward_model"))
 
 
+@dataclass
+class SFTSection(TrainerSection):
+    """Supervised fine-tuning of every agent on demonstrations (train_sft.py)."""
+    num_turns: int = option(1, "turns of the evaluation rollouts (the demonstrations are first-turn answers)", min=1)
+    learning_rate: float = option(1e-4, "AdamW learning rate", min=0.0)
+    demonstrations: str = option(
+        "reference", "what each agent imitates: reference (the task's own demonstrations, built from the reference "
+        "solutions of its training split only; each environment's demonstrations.py) or a .jsonl file of "
+        "{\"prompts\": [one per agent], \"completions\": [one per agent]} records (none may be an eval problem's)")
+    batch_size: int = option(4, "demonstrations per training step (each agent takes one optimizer step on its own "
+                             "completions of them)", min=1)
+
+
 TRAINER_SECTIONS: dict[str, type] = {
     "magrpo": MAGRPOSection, "grpo": GRPOSection, "iac": ActorCriticSection, "maac": ActorCriticSection,
     "ac": ACSection, "madpo": MADPOSection, "madpo_iter": MADPOIterSection, "marlhf": MARLHFSection,
-    "marlhf_iter": MARLHFIterSection,
+    "marlhf_iter": MARLHFIterSection, "sft": SFTSection,
 }

@@ -18,6 +18,7 @@ from cooprl.trainers.actor_critic import build_iac, build_maac
 from cooprl.trainers.madpo import build_madpo
 from cooprl.trainers.magrpo import build_magrpo
 from cooprl.trainers.marlhf import build_marlhf
+from cooprl.trainers.sft import build_sft
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ _BUILDERS: dict[str, Callable[[Config, str, Task], Any]] = {
     "maac": build_maac,
     "madpo": build_madpo, "madpo_iter": build_madpo,       # the iterative variants: the section's extra keys
     "marlhf": build_marlhf, "marlhf_iter": build_marlhf,
+    "sft": build_sft,                                      # supervised fine-tuning on demonstrations
 }
 if set(_BUILDERS) != set(TRAINER_SECTIONS):
     raise ImportError(f"trainers without a builder or a config section: {sorted(set(_BUILDERS) ^ set(TRAINER_SECTIONS))}")

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from cooprl.config import Config, ConfigError
 from cooprl.task import Score, Task
 from envs.code_generation.comparator import api_client, code_joint_format
+from envs.code_generation.demonstrations import code_demonstrations
 from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import (JointAnswer, agent_prompts, open_body, centralized_prompt, centralized_stop_strings,
                                           completion_to_code, parse_joint_answer, stop_strings, with_aux_code)
@@ -186,7 +187,8 @@ def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
     return _code_task(config, section, num_agents=len(roles), first_prompts=lambda p: agent_prompts(p, len(roles)),
                       score=score, next_prompts=next_prompts, max_reward=MAX_REWARD[len(roles)],
                       stop_strings=[tuple(stop_strings(role)) for role in roles],
-                      follow_prompt=main_reads_aux if sequential else None)
+                      follow_prompt=main_reads_aux if sequential else None,
+                      demonstrations=lambda p: code_demonstrations(p, len(roles)))
 
 
 def _centralized_task(config: Config, section: Any) -> Task:

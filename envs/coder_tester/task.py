@@ -43,6 +43,7 @@ from envs.code_generation.prompts import completion_to_code, problem_code, singl
 from envs.code_generation.task import check_single_turn, task_problems
 from envs.code_generation.self_tests import coder_programs, groups, reference_program, score_functions
 from envs.code_generation.transitions import feedback_problem, next_prompt
+from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
 from rewards.judged_tests import judged_suite, stub_programs
 from rewards.sandbox import default_sandbox
@@ -217,6 +218,7 @@ def build_coder_tester_task(config: Config, trainer: str) -> Task:
                 first_prompts=lambda p: [single_prompt(p), tester_prompt(p, team.max_tests)], score=score,
                 next_prompts=next_prompts, max_reward=CODER_MAX + TESTER_MAX,
                 stop_strings=[tuple(stop_strings("single")), TESTER_STOPS], agent_rewards=individual,
+                demonstrations=lambda p: coder_tester_demonstrations(p, team.max_tests),
                 joint_format=JointFormat(lambda p: joint_prompt(p, team.max_tests), split_joint_answer, JOINT_STOPS))
     return centralized_task(task) if centralized else task
 

@@ -34,6 +34,7 @@ from envs.code_generation.prompts import completion_to_code, problem_code, singl
 from envs.code_generation.task import check_single_turn
 from envs.code_generation.self_tests import score_functions
 from envs.code_generation.transitions import diagnostics, feedback_problem, next_prompt
+from envs.planner_coder.demonstrations import planner_coder_demonstrations
 from rewards.code_rewards import code_reward
 
 MAX_REWARD = 2.1
@@ -132,7 +133,7 @@ def build_planner_coder_task(config: Config, trainer: str) -> Task:
                 eval_items=load_problems(dataset, dataset.eval_split), item_id=lambda p: p.task_id,
                 first_prompts=lambda p: [planner_prompt(p), coder_prompt(p)], score=score, next_prompts=next_prompts,
                 max_reward=MAX_REWARD, stop_strings=[PLANNER_STOPS, tuple(stop_strings("single"))],
-                follow_prompt=follow_prompt,
+                follow_prompt=follow_prompt, demonstrations=planner_coder_demonstrations,
                 joint_format=JointFormat(joint_prompt, split_joint_answer, tuple(stop_strings("single"))))
     return centralized_task(task) if centralized else task
 
