@@ -172,9 +172,7 @@ def test_evaluate_and_strategy_start_from_the_run(sft_run, tmp_path):
     config = magrpo_config(tmp_path, "ev", [f"agent_model.init_from={sft_dir}", *LORA])
     llm = build_llm(config, None, [], max_new_tokens=8)
     assert [type(x).__name__ for x in (llm,)] == ["TeamLLM"]   # the run's two agents
-    path = tmp_path / "c.yaml"
-    path.write_text(config.to_yaml("magrpo"))
-    metrics = evaluate.evaluate_checkpoint(str(path), None, "magrpo", [])
+    metrics = evaluate.evaluate_checkpoint(config, "magrpo", None)
     assert metrics == eval_at(sft_dir, 4)   # the SFT run's last evaluation, same settings and seed
 
 
@@ -282,9 +280,9 @@ def test_reference_demonstrations_never_hold_an_eval_problem_and_earn_the_reward
     for item, d in zip(items, demonstrations):
         assert d.prompts[0] == task.first_prompts(item)[0]
     scores = task.score(items, [d.completions for d in demonstrations])
-    # the demonstrations solve their problems; the tester's asserts all hold on the reference (0.5 each: with no
-    # wrong code in its group, there is nothing for them to catch)
-    full = {"code": 4.0, "planner_coder": 2.1, "coder_tester": 2.1 + 0.5}[env]
+    # the demonstrations solve their problems; the tester's asserts all hold on the reference (a rejected reference
+    # would cost -1) and pay 0: with no wrong code in the group there is nothing for them to catch (issue 27 s2)
+    full = {"code": 4.0, "planner_coder": 2.1, "coder_tester": 2.1}[env]
     assert [s.total for s in scores] == [full] * len(items)
     if env == "coder_tester":
         assert all(s.metrics["tests_valid"] == 1.0 and s.metrics["tests_written"] >= 3 for s in scores)
