@@ -271,13 +271,13 @@ def test_one_dpo_update_raises_the_chosen_log_ratio_against_the_rejected(char_mo
         [p.prompts[a]])[0], [torch.tensor(tok(getattr(p, side)[a], add_special_tokens=False)["input_ids"])])[0]
         for p in pairs]
     with torch.no_grad():
-        margins_before = [algorithm.margins(a, pairs) for a in (0, 1)]
+        margins_before = [algorithm.margins_and_kl(a, pairs)[0] for a in (0, 1)]
     chosen_before = [logp(a, "chosen") for a in (0, 1)]
     rejected_before = [logp(a, "rejected") for a in (0, 1)]
     metrics = algorithm.update(pairs, [1.0, 1.0])
     assert metrics["dpo/pairs"] == 2.0 and metrics["dpo/skipped_nonfinite"] == 0.0
     with torch.no_grad():
-        margins_after = [algorithm.margins(a, pairs) for a in (0, 1)]
+        margins_after = [algorithm.margins_and_kl(a, pairs)[0] for a in (0, 1)]
     for a in (0, 1):
         # Δ = log π(chosen) - log π(rejected) (minus the reference's Δ): rises for every pair, for every agent
         assert (margins_after[a] > margins_before[a] + 0.05).all(), (a, margins_before[a], margins_after[a])

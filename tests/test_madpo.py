@@ -54,7 +54,7 @@ def test_margins_score_texts_like_their_ids_and_accept_empty_answers(tmp_path):
                               chosen_ids=[ids("abc"), ids("def g")], rejected_ids=[[tokenizer.eos_token_id], ids("xyz")])
     for agent in (0, 1):
         with torch.no_grad():
-            a, b = algorithm.margins(agent, [texts]), algorithm.margins(agent, [with_ids, texts])
+            a, b = algorithm.margins_and_kl(agent, [texts])[0], algorithm.margins_and_kl(agent, [with_ids, texts])[0]
         assert torch.allclose(a, b[:1], atol=1e-5) and torch.allclose(b[0], b[1], atol=1e-5)
         assert a.abs().item() < 1e-5       # the policy is still its reference: Δ - Δ_ref = 0
 
@@ -75,7 +75,7 @@ def test_a_losers_own_prompts_score_its_completions(tmp_path):
         return values.sum().item()
 
     with torch.no_grad():
-        margin = algorithm.margins(1, [pair]).item()
+        margin = algorithm.margins_and_kl(1, [pair])[0].item()
     assert margin == pytest.approx(logp("p1 after abc", "def") - logp("p1 after uvw", "xyz"), abs=1e-4)
     assert margin != pytest.approx(logp("p1 after abc", "def") - logp("p1 after abc", "xyz"), abs=1e-4)
 

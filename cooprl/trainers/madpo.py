@@ -61,7 +61,6 @@ class MADPO(TeamAlgorithm):
         self.comparator = comparator
         self.plan = plan = IterationPlan.of(section)
         self.rounds = plan.rounds          # the loop repeats its step plan this often
-        self.replay_mode, self.replay_lambda = plan.replay_mode, plan.replay_lambda
         self.rng = random.Random(config.seed)                        # pair_selection=random (state is checkpointed)
         self.store: PairStore | None = None
         self.steps_per_round = 1
@@ -197,13 +196,10 @@ class MADPO(TeamAlgorithm):
                            f" ({p.source})\n[chosen]\n" + "\n".join(p.chosen) + "\n[rejected]\n" + "\n".join(p.rejected))
         return pairs
 
-    def margins(self, agent: int, pairs: Sequence[PreferencePair]) -> torch.Tensor:
-        """Return agent's Δ per pair: log π(winner) - log π(loser), minus the reference's Δ with `reference_model`."""
-        return self.margins_and_kl(agent, pairs)[0]
-
     def margins_and_kl(self, agent: int, pairs: Sequence[PreferencePair]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return (agent's Δ per pair, see `margins`; with reference_kl_coef > 0 the k3 KL to the start model per pair,
-        summed over the winner's and the loser's completion, else None)."""
+        """Return (agent's Δ per pair: log π(winner) - log π(loser), minus the reference's Δ with `reference_model`;
+        with reference_kl_coef > 0 the k3 KL to the start model per pair, summed over the winner's and the loser's
+        completion, else None)."""
         a = self.team[agent]
         prompts = a.generator.encode_prompts([p.prompts[agent] for p in pairs] + [p.loser_prompts[agent] for p in pairs])
         sides = ([(p.chosen[agent], p.chosen_ids[agent] if p.chosen_ids else None) for p in pairs]

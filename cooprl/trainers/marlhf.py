@@ -111,7 +111,6 @@ class MARLHF:
         self.models = [*rl.models, reward_model.model]
         self.plan = plan = IterationPlan.of(section)
         self.rounds = plan.rounds          # the loop repeats its step plan this often
-        self.replay_mode, self.replay_lambda = plan.replay_mode, plan.replay_lambda
         self.trained_iteration = -1                                # last iteration whose reward model is trained
         self.reward_metrics: dict[str, float] = {}
         self.store: PairStore | None = None
