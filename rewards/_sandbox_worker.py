@@ -19,8 +19,8 @@ all below the trainer:
   no user namespace, no sched_setaffinity; `ZYGOTE_RULES`), enters the slot's cgroup (`_join_cgroup`),
   pre-imports common modules and forks one child per program on request, each in fresh mount and IPC
   namespaces with a fresh tmpfs on every scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock; `_Scratch`). It
-  reaps automatically (SIGCHLD ignored), so a program's orphans are reaped too; its SIGINT is the default action,
-  so no program's signal can end it.
+  reaps its children and a program's orphans (it is their subreaper) as they end; its SIGINT is the default
+  action, so no program's signal can end it.
 - the *child*: new session, rlimits, fresh temp dir, scrubbed environment, an unprivileged uid of its own slot
   (so RLIMIT_NPROC applies and the trainer/worker/zygote, all root, are out of reach; in a user namespace,
   where there is one uid only, it drops every capability instead), no new privileges, all
@@ -277,7 +277,7 @@ def _child(cfg, cmd_r, res_w, out_w):
     _exit = os._exit
     try:
         os.setsid()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # the zygote ignores it (auto-reaping); programs may wait
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # not the zygote's handler, which reaps (`_zygote`)
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         # keep 0-2, the command pipe and the result pipe; close_range closes every other descriptor
@@ -557,6 +557,7 @@ class _Scratch:
     def before_fork(self):
         """The last program's processes are gone: unmount its /proc, drop its namespace now if it left data in its
         scratch; enter the next child's, and have its pids numbered afresh."""
+        self.reap()
         if self.running and self.cfg.get("fresh_proc"):
             self._drop_proc(self.running[0])
         if self.running and any(self._usage(fd) != usage for fd, usage in zip(self.running[1:], self.fresh)):
@@ -564,6 +565,15 @@ class _Scratch:
             self.running = []
         self.prepare()
         self.number_afresh()
+
+    @staticmethod
+    def reap():
+        """Reap the zombies among our children (the last program's processes, all ended: `_Worker.sweep`)."""
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
 
     def _drop_proc(self, namespace):
         """Unmount the last program's /proc, in its mount namespace, now: its entries keep the pid numbers they
@@ -637,7 +647,12 @@ def _join_cgroup(cfg):
 
 
 def _zygote(sock, cfg):
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children and adopted orphans are reaped by the kernel
+    # The zygote reaps its children and adopted orphans itself, as they end and again before each fork
+    # (`_Scratch.reap`): the kernel's own reaping (SIGCHLD ignored) frees a pid number a moment after the process
+    # leaves its parent's list of children, and the next program's pid would depend on that moment; a reaping
+    # zygote is done with it before it reads the next request. (A program may send it SIGCHLD where they share
+    # a uid: it only reaps.)
+    signal.signal(signal.SIGCHLD, lambda *_: _Scratch.reap())
     # SIGINT: Python's handler (KeyboardInterrupt) would let a program end the zygote with os.kill(1, SIGINT)
     # where they share a uid (a user namespace); with the default action, the kernel drops every signal a
     # program sends to its PID namespace's init
@@ -1175,6 +1190,15 @@ def _host_pid(pidfd):
     raise OSError("no Pid in fdinfo")
 
 
+def _zombie(pid):
+    """Whether process `pid` has ended and waits to be reaped (or is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2][1:2] in (b"Z", b"X")
+    except OSError:
+        return True
+
+
 class _Worker:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -1244,11 +1268,13 @@ class _Worker:
         return code
 
     def children(self):
+        """The zygote's children that have not ended (its zombies, which it reaps before its next fork, left out)."""
         try:
             with open(f"/proc/{self.zygote_pid}/task/{self.zygote_pid}/children") as f:
-                return [int(x) for x in f.read().split()]
+                pids = [int(x) for x in f.read().split()]
         except (OSError, ValueError):
             return []
+        return [pid for pid in pids if not _zombie(pid)]
 
     def kill_uid(self):
         """SIGKILL every process of the slot's uid: `kill(-1)` with our real uid set to it."""
