@@ -496,7 +496,7 @@ class _Scratch:
     a file system's birth time and mount id).
 
     With a PID namespace each child also gets a fresh proc mount on /proc (its entries take their times at this
-    program's lookups), unmounted before the next fork (`_drop_proc`, `number_afresh`).
+    program's lookups).
     Unmounting waits for an RCU grace period (about 0.1 ms per mount here): a program's namespace is dropped after
     the fork of the child after it, while that child runs, unless the program left data in its scratch dirs (then
     before that fork, so that its pages are not charged to the next program's cgroup).
@@ -555,11 +555,9 @@ class _Scratch:
                 self.fresh = [self._usage(fd) for fd in self.ready[1:]]
 
     def before_fork(self):
-        """The last program's processes are gone: unmount its /proc, drop its namespace now if it left data in its
-        scratch; enter the next child's, and have its pids numbered afresh."""
+        """The last program's processes are gone: reap them, drop its namespace now if it left data in its scratch;
+        enter the next child's, and have its pids numbered afresh."""
         self.reap()
-        if self.running and self.cfg.get("fresh_proc"):
-            self._drop_proc(self.running[0])
         if self.running and any(self._usage(fd) != usage for fd, usage in zip(self.running[1:], self.fresh)):
             self._close(self.running)
             self.running = []
@@ -575,17 +573,6 @@ class _Scratch:
         except ChildProcessError:
             pass
 
-    def _drop_proc(self, namespace):
-        """Unmount the last program's /proc, in its mount namespace, now: its entries keep the pid numbers they
-        name taken until the proc mount is gone, and dropping the namespace alone frees them only some time later
-        (measured on Linux 6.18), so the next fork would get another pid."""
-        for ns in (namespace, self.home):
-            if _libc.setns(ns, CLONE_NEWNS) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), "setns")
-            if ns == namespace and _libc.umount2(b"/proc", 0) != 0:   # busy (a process left over): detached
-                _libc.umount2(b"/proc", MNT_DETACH)
-
     def number_afresh(self):
         """Make the next fork's pid 2 (the zygote is 1) and so every pid a program sees the same whatever earlier
         programs forked: their processes are gone (`_Worker.tidy`), and the counter of our PID namespace goes back
@@ -595,10 +582,9 @@ class _Scratch:
             os.pwrite(fd, b"1", 0)
 
     def fork(self, tries=100):
-        """os.fork(), with the child's pid 2 where pids are numbered afresh: a process that has left its parent's
-        list of children (all `_Worker.sweep` can see) frees its pid number a moment later (Linux 6.18 frees it
-        after dropping the tasklist lock), so a child that got another pid exits at once and the fork is tried
-        again, a few times (a process the sweep could not end would hold the number for good)."""
+        """os.fork(), with the child's pid 2 where pids are numbered afresh. The last program's processes are
+        reaped (`reap`), so the number is free; should it not be (a process the sweep could not end), a child that
+        got another pid exits at once and the fork is tried again, a few times, then taken as it comes."""
         expect = 2 if self.cfg.get("last_pid_fd") is not None else None
         for attempt in range(tries):
             last = attempt == tries - 1
