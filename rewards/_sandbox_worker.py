@@ -63,6 +63,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
@@ -296,6 +297,9 @@ def _child(cfg, cmd_r, res_w, out_w):
         if cfg["uid"] is not None:
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+            # the uid change made the process undumpable, and /proc (hidepid, `PROC_OPTIONS`) would then hide
+            # the program's own children from it; only its own processes share its uid
+            _prctl(PR_SET_DUMPABLE, 1)
         elif cfg["drop_caps"]:
             _drop_capabilities()   # uid 0 of our user namespace: no capability left, none regained by exec
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)   # after setuid: a credential change clears it
@@ -545,7 +549,7 @@ class _Scratch:
             if self.cfg.get("fresh_proc"):
                 # a new superblock (Linux >= 5.8: one per proc mount), whose inodes take their times at this
                 # program's lookups, not at those of an earlier one
-                _mount("proc", "/proc", "proc", PROC_FLAGS, None)
+                _mount("proc", "/proc", "proc", PROC_FLAGS, PROC_OPTIONS)
         os.mkdir(tmpdir, 0o700)
         if self.cfg["uid"] is not None:
             os.chown(tmpdir, self.cfg["uid"], self.cfg["gid"])
@@ -1476,6 +1480,10 @@ def _isolate(cfg):
 
 
 PROC_FLAGS = MS_NOSUID | MS_NODEV | 8   # 8: MS_NOEXEC
+# A program sees only the processes it may ptrace (its own), not the zygote (/proc/1): the zygote reaps every
+# program, so the children's times and page faults in its /proc/1/stat (cutime, cminflt, ...) add up what earlier
+# programs did
+PROC_OPTIONS = "hidepid=2"
 
 
 def _programs_proc(cfg, report):
@@ -1492,7 +1500,7 @@ def _programs_proc(cfg, report):
             raise OSError(0, "no pid namespace")
         # on top of the worker's /proc, not in place of it: in a user namespace a proc mount is refused unless one
         # is already in view (the worker's stays covered, out of reach of programs, which hold no capability)
-        _mount("proc", "/proc", "proc", PROC_FLAGS, None)
+        _mount("proc", "/proc", "proc", PROC_FLAGS, PROC_OPTIONS)
     except OSError:
         _libc.umount2(b"/proc", MNT_DETACH)
         _mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=555")

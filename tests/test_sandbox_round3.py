@@ -417,3 +417,16 @@ def test_proc_lookup_times_do_not_cross_from_one_program_to_the_next(box):
     second = answer(box, look)
     same = [p for p in first if p in second and second[p] == first[p] and not no_proc]
     assert not same, {p: (first[p], second[p]) for p in same}
+
+
+def test_the_zygote_tells_nothing_of_earlier_programs(box):
+    # the zygote reaps every program: the times and page faults of its reaped children (its /proc/1/stat) must not
+    # be readable by the next program, or a program could pass a number on by the CPU it burns
+    read = ("def f(x):\n    try:\n        with open('/proc/1/stat') as s:\n"
+            "            return s.read().rpartition(')')[2].split()[7:15]\n"
+            "    except OSError:\n        return None\n")
+    burn = "import time\ndef f(x):\n    end = time.process_time() + 0.3\n    while time.process_time() < end:\n" \
+           "        [0] * 1000\n    return 0\n"
+    before = answer(box, read)
+    answer(box, burn)
+    assert answer(box, read) == before
