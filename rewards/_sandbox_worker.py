@@ -13,12 +13,14 @@ all below the trainer:
   decoded within bounds (size, number of values, hash flooding, the test's deadline) and the worker's own
   memory is limited, so no result can take the worker down.
 - the *zygote*: forked once at start-up, *before* the worker has seen any job, so its memory never holds a test
-  or an expected value. It is PID 1 of the programs' PID namespace (when it dies, every program dies) with a
-  /proc of that namespace only, installs a seccomp filter (no keyring syscalls, no user namespace, no
-  sched_setaffinity; `ZYGOTE_RULES`), enters the slot's cgroup (`_join_cgroup`), pre-imports common modules and
-  forks one child per program on request, each in fresh mount and IPC namespaces with a fresh tmpfs on every
-  scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock; `_Scratch`). It reaps automatically (SIGCHLD ignored), so a
-  program's orphans are reaped too; its SIGINT is the default action, so no program's signal can end it.
+  or an expected value. It is PID 1 of the programs' PID namespace (when it dies, every program dies; before each
+  fork it sets the namespace's pid counter back, so every program is pid 2 whatever earlier ones forked) with a
+  /proc of that namespace only (a fresh mount for each program), installs a seccomp filter (no keyring syscalls,
+  no user namespace, no sched_setaffinity; `ZYGOTE_RULES`), enters the slot's cgroup (`_join_cgroup`),
+  pre-imports common modules and forks one child per program on request, each in fresh mount and IPC
+  namespaces with a fresh tmpfs on every scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock; `_Scratch`). It
+  reaps its children and a program's orphans (it is their subreaper) as they end; its SIGINT is the default
+  action, so no program's signal can end it.
 - the *child*: new session, rlimits, fresh temp dir, scrubbed environment, an unprivileged uid of its own slot
   (so RLIMIT_NPROC applies and the trainer/worker/zygote, all root, are out of reach; in a user namespace,
   where there is one uid only, it drops every capability instead), no new privileges, all
@@ -61,6 +63,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
@@ -275,7 +278,7 @@ def _child(cfg, cmd_r, res_w, out_w):
     _exit = os._exit
     try:
         os.setsid()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # the zygote ignores it (auto-reaping); programs may wait
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # not the zygote's handler, which reaps (`_zygote`)
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         # keep 0-2, the command pipe and the result pipe; close_range closes every other descriptor
@@ -294,6 +297,9 @@ def _child(cfg, cmd_r, res_w, out_w):
         if cfg["uid"] is not None:
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+            # the uid change made the process undumpable, and /proc (hidepid, `PROC_OPTIONS`) would then hide
+            # the program's own children from it; only its own processes share its uid
+            _prctl(PR_SET_DUMPABLE, 1)
         elif cfg["drop_caps"]:
             _drop_capabilities()   # uid 0 of our user namespace: no capability left, none regained by exec
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)   # after setuid: a credential change clears it
@@ -493,11 +499,14 @@ class _Scratch:
     metadata, which a program may set or move and the next one read (the times of a scratch dir, inode numbers,
     a file system's birth time and mount id).
 
+    With a PID namespace each child also gets a fresh proc mount on /proc (its entries take their times at this
+    program's lookups).
     Unmounting waits for an RCU grace period (about 0.1 ms per mount here): a program's namespace is dropped after
     the fork of the child after it, while that child runs, unless the program left data in its scratch dirs (then
-    before that fork, so that its pages are not charged to the next program's cgroup). The new namespace is made
-    before the fork: after it, every page the zygote writes would first be copied (the child shares them).
-    Without a private root the only scratch is the slot's temp dir on the host's /tmp, emptied by hand."""
+    before that fork, so that its pages are not charged to the next program's cgroup).
+    The new namespace is made before the fork: after it, every page the zygote writes would first be copied (the
+    child shares them). Without a private root the only scratch is the slot's temp dir on the host's /tmp, emptied
+    by hand."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -537,6 +546,10 @@ class _Scratch:
             _unshare(CLONE_NEWNS | (CLONE_NEWIPC if self.cfg["ipc_ns"] else 0))
             for top in self.cfg["scratch"]:   # on top of the zygote's own (never written) scratch mounts
                 _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, self.cfg["scratch_options"])
+            if self.cfg.get("fresh_proc"):
+                # a new superblock (Linux >= 5.8: one per proc mount), whose inodes take their times at this
+                # program's lookups, not at those of an earlier one
+                _mount("proc", "/proc", "proc", PROC_FLAGS, PROC_OPTIONS)
         os.mkdir(tmpdir, 0o700)
         if self.cfg["uid"] is not None:
             os.chown(tmpdir, self.cfg["uid"], self.cfg["gid"])
@@ -546,12 +559,48 @@ class _Scratch:
                 self.fresh = [self._usage(fd) for fd in self.ready[1:]]
 
     def before_fork(self):
-        """The last program's processes are gone: drop its namespace now if it left data in its scratch; enter the
-        next child's."""
+        """The last program's processes are gone: reap them, drop its namespace now if it left data in its scratch;
+        enter the next child's, and have its pids numbered afresh."""
+        self.reap()
         if self.running and any(self._usage(fd) != usage for fd, usage in zip(self.running[1:], self.fresh)):
             self._close(self.running)
             self.running = []
         self.prepare()
+        self.number_afresh()
+
+    @staticmethod
+    def reap():
+        """Reap the zombies among our children (the last program's processes, all ended: `_Worker.sweep`)."""
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+    def number_afresh(self):
+        """Make the next fork's pid 2 (the zygote is 1) and so every pid a program sees the same whatever earlier
+        programs forked: their processes are gone (`_Worker.tidy`), and the counter of our PID namespace goes back
+        to 1. Its /proc/loadavg's last pid then tells nothing of them either."""
+        fd = self.cfg.get("last_pid_fd")
+        if fd is not None:
+            os.pwrite(fd, b"1", 0)
+
+    def fork(self, tries=100):
+        """os.fork(), with the child's pid 2 where pids are numbered afresh. The last program's processes are
+        reaped (`reap`), so the number is free; should it not be (a process the sweep could not end), a child that
+        got another pid exits at once and the fork is tried again, a few times, then taken as it comes."""
+        expect = 2 if self.cfg.get("last_pid_fd") is not None else None
+        for attempt in range(tries):
+            last = attempt == tries - 1
+            pid = os.fork()
+            if pid == 0:
+                if expect is not None and not last and os.getpid() != expect:
+                    os._exit(0)
+                return 0
+            if expect is None or pid == expect or last:
+                return pid
+            time.sleep(0.0002)
+            self.number_afresh()
 
     def after_fork(self):
         """In the zygote after the fork: back to its own namespace, holding the child's (so that the child's exit
@@ -588,7 +637,12 @@ def _join_cgroup(cfg):
 
 
 def _zygote(sock, cfg):
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children and adopted orphans are reaped by the kernel
+    # The zygote reaps its children and adopted orphans itself, as they end and again before each fork
+    # (`_Scratch.reap`): the kernel's own reaping (SIGCHLD ignored) frees a pid number a moment after the process
+    # leaves its parent's list of children, and the next program's pid would depend on that moment; a reaping
+    # zygote is done with it before it reads the next request. (A program may send it SIGCHLD where they share
+    # a uid: it only reaps.)
+    signal.signal(signal.SIGCHLD, lambda *_: _Scratch.reap())
     # SIGINT: Python's handler (KeyboardInterrupt) would let a program end the zygote with os.kill(1, SIGINT)
     # where they share a uid (a user namespace); with the default action, the kernel drops every signal a
     # program sends to its PID namespace's init
@@ -606,7 +660,7 @@ def _zygote(sock, cfg):
     report = {"have": [], "missing": []}
     if cfg["private_root"]:
         try:
-            report["have"].append(_programs_proc(cfg))
+            _programs_proc(cfg, report)
         except OSError as e:
             report["missing"].append(f"a /proc of their own ({e.strerror}): programs see the worker's /proc")
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
@@ -672,7 +726,7 @@ def _zygote(sock, cfg):
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
-        pid = os.fork()
+        pid = scratch.fork()
         if pid == 0:
             try:
                 sock.close()
@@ -1126,6 +1180,15 @@ def _host_pid(pidfd):
     raise OSError("no Pid in fdinfo")
 
 
+def _zombie(pid):
+    """Whether process `pid` has ended and waits to be reaped (or is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2][1:2] in (b"Z", b"X")
+    except OSError:
+        return True
+
+
 class _Worker:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -1195,11 +1258,13 @@ class _Worker:
         return code
 
     def children(self):
+        """The zygote's children that have not ended (its zombies, which it reaps before its next fork, left out)."""
         try:
             with open(f"/proc/{self.zygote_pid}/task/{self.zygote_pid}/children") as f:
-                return [int(x) for x in f.read().split()]
+                pids = [int(x) for x in f.read().split()]
         except (OSError, ValueError):
             return []
+        return [pid for pid in pids if not _zombie(pid)]
 
     def kill_uid(self):
         """SIGKILL every process of the slot's uid: `kill(-1)` with our real uid set to it."""
@@ -1414,23 +1479,43 @@ def _isolate(cfg):
     return {"have": have, "missing": missing}
 
 
-def _programs_proc(cfg):
+PROC_FLAGS = MS_NOSUID | MS_NODEV | 8   # 8: MS_NOEXEC
+# A program sees only the processes it may ptrace (its own), not the zygote (/proc/1): the zygote reaps every
+# program, so the children's times and page faults in its /proc/1/stat (cutime, cminflt, ...) add up what earlier
+# programs did
+PROC_OPTIONS = "hidepid=2"
+
+
+def _programs_proc(cfg, report):
     """In the zygote, in a mount namespace of its own: the programs' /proc shows their PID namespace only (the
-    worker keeps the host's). Returns the line for the isolation report."""
+    worker keeps the host's). Sets cfg["fresh_proc"] (each child then gets a /proc of its own, `_Scratch`) and
+    cfg["last_pid_fd"] (`_Scratch.number_afresh`); adds what it set up, or could not, to the isolation report."""
     _unshare(CLONE_NEWNS)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     # the worker's /proc, kept open: the zygote names its mount namespaces through it (`_Scratch`), even where the
     # programs get no /proc at all
     cfg["worker_proc"] = os.open("/proc", os.O_PATH | os.O_DIRECTORY)
-    _libc.umount2(b"/proc", MNT_DETACH)
     try:
         if not cfg["pidns"]:
             raise OSError(0, "no pid namespace")
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | 8, None)   # 8: MS_NOEXEC
-        return "/proc of the program's own pid-ns"
+        # on top of the worker's /proc, not in place of it: in a user namespace a proc mount is refused unless one
+        # is already in view (the worker's stays covered, out of reach of programs, which hold no capability)
+        _mount("proc", "/proc", "proc", PROC_FLAGS, PROC_OPTIONS)
     except OSError:
+        _libc.umount2(b"/proc", MNT_DETACH)
         _mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=555")
-        return "no /proc (an empty directory)"
+        report["have"].append("no /proc (an empty directory)")
+        return
+    report["have"].append("/proc of the program's own pid-ns (a fresh mount for each program)")
+    cfg["fresh_proc"] = True
+    try:   # the pid the next fork gets in our PID namespace (writable with CAP_SYS_ADMIN over it: ours)
+        cfg["last_pid_fd"] = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY | os.O_CLOEXEC)
+        os.pwrite(cfg["last_pid_fd"], b"1", 0)
+        report["have"].append("pids numbered afresh for each program")
+    except OSError as e:
+        cfg["last_pid_fd"] = None
+        report["missing"].append(f"pids numbered afresh ({e.strerror}): a program's pid counts the processes of "
+                                 f"earlier programs")
 
 
 def main():

@@ -366,3 +366,67 @@ def test_v2_cgroups_below_our_own_or_beside_it(tmp_path):
     (tmp_path / "none" / "cgroup.controllers").write_text("cpu io\n")
     with pytest.raises(OSError, match="lacks the memory and pids"):
         v2_cgroups(str(tmp_path / "none"), "x", 1, 64, 9)
+
+
+def _pid_after(box, forks: int) -> int:
+    """The pid the program after one that forked (and waited for) `forks` children sees."""
+    fork = ("import os\ndef f(x):\n"
+            f"    for _ in range({forks}):\n"
+            "        pid = os.fork()\n"
+            "        if pid == 0:\n"
+            "            os._exit(0)\n"
+            "        if os.path.isdir('/proc/self'):\n"   # a /proc entry in use would keep its pid number taken
+            "            os.stat(f'/proc/{pid}')\n"
+            "        os.waitpid(pid, 0)\n"
+            "    return os.getpid()\n")
+    answer(box, fork)
+    return answer(box, "import os\ndef f(x):\n    return [os.getpid(), os.path.exists('/proc/loadavg') and "
+                       "open('/proc/loadavg').read().split()[-1]]\n")
+
+
+def test_pid_numbers_do_not_count_earlier_programs(box):
+    # a program that forks many processes must not shift the pids (nor the last pid in /proc/loadavg) the next
+    # program sees: otherwise it could pass a number to it
+    quiet = _pid_after(box, 0)
+    busy = _pid_after(box, 50)
+    assert busy == quiet, (quiet, busy)
+    assert _pid_after(box, 7) == quiet
+
+
+def test_proc_lookup_times_do_not_cross_from_one_program_to_the_next(box):
+    # /proc's inodes take their times at their first lookup: program A looks entries up (at a time of its choosing),
+    # program B, next on the same slot, must find its own lookup times, not A's
+    paths = ["/proc", "/proc/self", "/proc/1", "/proc/1/stat", "/proc/meminfo", "/proc/sys", "/proc/sys/kernel",
+             "/proc/sys/kernel/hostname", "/proc/loadavg", "/proc/uptime", "/proc/self/status"]
+    look = ("import os, time\ndef f(x):\n"
+            "    seen = {}\n"
+            f"    for p in {paths!r}:\n"
+            "        try:\n"
+            "            s = os.lstat(p)\n"
+            "            seen[p] = [s.st_atime_ns, s.st_mtime_ns, s.st_ctime_ns]\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "    time.sleep(0.1)\n"   # file times are coarse (a clock tick): B's lookups fall on a later tick
+            "    return seen\n")
+    first = answer(box, look)
+    no_proc = any("no /proc" in line for line in box.isolation["have"])
+    if no_proc:   # (no PID namespace, or a host /proc partly masked) an empty read-only directory, made once
+        assert list(first) == ["/proc"], first
+    else:
+        assert len(first) >= 6, first
+    second = answer(box, look)
+    same = [p for p in first if p in second and second[p] == first[p] and not no_proc]
+    assert not same, {p: (first[p], second[p]) for p in same}
+
+
+def test_the_zygote_tells_nothing_of_earlier_programs(box):
+    # the zygote reaps every program: the times and page faults of its reaped children (its /proc/1/stat) must not
+    # be readable by the next program, or a program could pass a number on by the CPU it burns
+    read = ("def f(x):\n    try:\n        with open('/proc/1/stat') as s:\n"
+            "            return s.read().rpartition(')')[2].split()[7:15]\n"
+            "    except OSError:\n        return None\n")
+    burn = "import time\ndef f(x):\n    end = time.process_time() + 0.3\n    while time.process_time() < end:\n" \
+           "        [0] * 1000\n    return 0\n"
+    before = answer(box, read)
+    answer(box, burn)
+    assert answer(box, read) == before
