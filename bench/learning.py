@@ -49,7 +49,9 @@ _AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", 
 # the RL rows started from the SFT row evaluate as it does (8 problems x 2 samples, 128 new tokens): their start
 # policy is the SFT row's final one, whose evaluation with the same settings and seed gives the same numbers
 # (tests/test_sft.py), so they skip their own: the row's "before" is the SFT row's last evaluation
-_FROM_SFT = ["eval_num_samples=8", "eval_num_generations=2", "max_new_tokens=128", "eval_at_start=false"]
+# RL from SFT'd agents: a smaller learning rate than the CPU configs' 3e-4, which undid the SFT'd syntax (Makefile demo-coop)
+_FROM_SFT = ["eval_num_samples=8", "eval_num_generations=2", "max_new_tokens=128", "eval_at_start=false",
+             "learning_rate=5e-5"]
 RUNS = {
     "magrpo": ("configs/magrpo_che_cpu.yaml", []),
     "grpo": ("configs/magrpo_che_cpu.yaml", _GRPO),
