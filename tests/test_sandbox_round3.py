@@ -9,7 +9,6 @@ mode from the pool's isolation report."""
 
 from __future__ import annotations
 
-import ast
 import os
 import sys
 from pathlib import Path
@@ -19,11 +18,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rewards.sandbox import SCRATCH_DIRS, Sandbox, TestSuite  # noqa: E402
+# the adversary's probes are round 1's (test_sandbox_leaks): a value read back through the assert's message
+from tests.test_sandbox_leaks import HONEST, ONE, answer, honest_passes  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's isolation is Linux's")
 
-HONEST = "def f(x):\n    return x + 1\n"
-ONE = "def check(candidate):\n    assert candidate(1) == 2\n"
 LIBC = "import ctypes, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 
 
@@ -31,19 +30,6 @@ LIBC = "import ctypes, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 def box():
     with Sandbox(workers=1) as sandbox:
         yield sandbox
-
-
-def answer(box, program: str, timeout_s: float = 20.0):
-    """What `f(0)` returned in the sandbox (the value travels back as the assert's message)."""
-    tests = "def check(candidate):\n    r = candidate(0)\n    assert r == '-never-', repr(r)\n"
-    report = box.run_detailed(program, tests, timeout_s, 1, entry_point="f")
-    error = report.outcomes[0].error
-    assert error.startswith("AssertionError: "), (error, report)
-    return ast.literal_eval(error[len("AssertionError: "):])
-
-
-def honest_passes(box) -> bool:
-    return box.run(HONEST, ONE, 5.0, 1, entry_point="f")[0].passed
 
 
 def has_cgroup(box) -> bool:
