@@ -43,7 +43,7 @@ DEFAULT_RESULTS = C.ROOT / "runs" / "bench_magrpo_step"
 def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = True, schedule: str = "nodes") -> dict:
     import torch
 
-    from cooprl import policy_update
+    from cooprl import logprobs, policy_update
     from cooprl.config import load_config
     from cooprl.generation import HFGenerator
     from cooprl.task import Score, Task
@@ -66,6 +66,22 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
             calls.append((self, list(prompts), num_samples, params, current["problem"], seconds, cpu_seconds))
 
     HFGenerator.sample = sample
+    # The update's forward work, counted where it is laid out: every token-trie row the update builds (its columns,
+    # and the query-key pairs its trie attention computes: each token attends to its path). Under `nodes` a later
+    # turn's optimizer step runs on the weights after the earlier turn's step, so its trie repeats the prompt and the
+    # earlier turn's text that `items` lays out once; these counts say how much of the time ratio that explains.
+    work = {"trie_tokens": 0, "attention_pairs": 0, "tries": 0}
+    original_trie_init = logprobs.TokenTrie.__init__
+
+    def counted_trie_init(self, sequences):
+        original_trie_init(self, sequences)
+        work["tries"] += 1
+        work["trie_tokens"] += self.num_tokens
+        for seg, ancestors in self.segments:
+            n = len(seg.tokens)
+            work["attention_pairs"] += n * sum(len(a.tokens) for a in ancestors) + n * (n + 1) // 2
+
+    logprobs.TokenTrie.__init__ = counted_trie_init
     # magrpo.py imported the function by name: wrap the name it calls
     timers.wrap(magrpo_mod, "policy_gradient_step", "update")
     assert policy_update  # (the module itself is left untouched)
@@ -113,7 +129,7 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
               "problems": n_problems, "setup_s": setup_s, "total_s": total, "per_problem_s": per_problem,
               "generation_s": timers.get("generation"), "generation_calls": timers.calls.get("generation", 0),
               "update_s": timers.get("update"), "generation_cpu_s": timers.get_cpu("generation"),
-              "update_cpu_s": timers.get_cpu("update"), "torch_threads": torch.get_num_threads()}
+              "update_cpu_s": timers.get_cpu("update"), "torch_threads": torch.get_num_threads(), "update_work": work}
     if bare:
         # Replay only the last problem's calls (warm, and it keeps the run short); compare on those calls.
         last = [c for c in calls if c[4] == len(items) - 1]
@@ -306,6 +322,10 @@ def report(results: Path) -> None:
         if r and "update_cpu_s" in r:
             print(f"{side} CPU seconds (this process, steadier than wall time on a shared machine): "
                   f"generation {r['generation_cpu_s']:.1f}, update {r['update_cpu_s']:.1f}")
+        if r and r.get("update_work"):
+            w = r["update_work"]
+            print(f"{side} update work ({r.get('update_schedule')}): {w['tries']} trie forwards, {w['trie_tokens']} "
+                  f"tokens, {w['attention_pairs']} attention pairs")
     for side in ("cooprl_magrpo", "cooprl_grpo"):
         r = data[side]
         if r and r.get("bare_generate_s"):
