@@ -105,17 +105,18 @@ def gpu_executor(index: int) -> type:
     """Return vLLM's single-process executor class set to run its worker on cuda:`index`, for `LLM(...,
     distributed_executor_backend=...)`.
 
-    Why (read in vLLM 0.27.1, 0.30.0 and 0.32.0, the same lines in each): `LLM` cannot be given a device. EngineArgs
-    builds `DeviceConfig(device=current_platform.device_type)`, i.e. "cuda" (0.30.0 vllm/engine/arg_utils.py:2052), and
-    DeviceConfig keeps no index anyway (`self.device = torch.device(self.device_type)`, vllm/config/device.py:78).
-    `UniProcExecutor._distributed_args` reads the worker's local rank from that device's index, so it is 0
-    (vllm/v1/executor/uniproc_executor.py:86-87), and the GPU worker then runs `self.device = cuda:{local_rank};
-    torch.accelerator.set_device_index(self.device)` (vllm/v1/worker/gpu_worker.py:420-424), loads the model on it and
-    measures its memory there. `ParallelConfig.distributed_executor_backend` takes an Executor subclass
-    (`Executor.get_class`, vllm/v1/executor/abstract.py:54): this subclass of the single-process executor returns
-    `index` as the local rank, everything else unchanged. (`external_launcher` reads LOCAL_RANK from the environment
-    and initialises torch.distributed from MASTER_ADDR/PORT, for one engine per torchrun process; vLLM's `device_ids`
-    sets a process-wide GPU list that a second engine on another GPU conflicts with.)
+    Why (read in vLLM 0.27.1, 0.30.0 and 0.32.0, the same code in each; line numbers are 0.30.0's; docs/vllm.md,
+    "Devices"): `LLM` cannot be given a device. EngineArgs builds `DeviceConfig(device=current_platform.device_type)`,
+    i.e. "cuda" (vllm/engine/arg_utils.py:2052), and DeviceConfig keeps no index anyway (`self.device =
+    torch.device(self.device_type)`, vllm/config/device.py:78). `UniProcExecutor._distributed_args` reads the worker's
+    local rank from that device's index, so it is 0 (vllm/v1/executor/uniproc_executor.py:86-87), and the GPU worker
+    then runs `self.device = cuda:{local_rank}; torch.accelerator.set_device_index(self.device)`
+    (vllm/v1/worker/gpu_worker.py:420-424), loads the model on it and measures its memory there.
+    `distributed_executor_backend` takes an Executor subclass (`Executor.get_class`, vllm/v1/executor/abstract.py:54;
+    "for expert use only", vllm/engine/arg_utils.py:469): this subclass of the single-process executor returns `index`
+    as the local rank, everything else unchanged. (`external_launcher` reads LOCAL_RANK from the environment and
+    initialises torch.distributed from MASTER_ADDR/PORT, for one engine per torchrun process; vLLM's `device_ids` sets
+    a process-wide GPU list that a second engine on another GPU conflicts with.)
     """
     from vllm.v1.executor.uniproc_executor import UniProcExecutor
 

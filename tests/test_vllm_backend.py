@@ -1073,7 +1073,7 @@ def test_engines_of_tensor_parallelism_and_on_the_cpu_get_vllms_own_executor(tin
 
 
 def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_vllm, monkeypatch, two_gpus):
-    from cooprl.agents import AgentRunner, build_team
+    from cooprl.agents import build_team
     import cooprl.agents as agents
     import cooprl.vllm_generation as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
@@ -1096,7 +1096,6 @@ def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_v
     assert [engine.local_rank for engine in engines] == [0, 1] and [a.generator.device for a in built] == [
         "cuda:0", "cuda:1"]
     assert two_gpus["current"] == 0
-    assert not AgentRunner(built, "mp").concurrent_sampling   # vLLM's forward context is process-wide
 
 
 def test_agents_with_vllm_engines_never_sample_concurrently():
