@@ -1055,7 +1055,7 @@ def test_an_agents_engine_is_built_and_run_on_the_agents_gpu(tiny, fake_vllm, mo
     assert two_gpus["current"] == 0          # the worker made cuda:1 current: the trainer's cuda:0 is set back
     gen.sample(["x"], 2, SamplingParams(max_new_tokens=2, temperature=1.0))   # syncs the weights, then samples
     assert engine.current == {"build": 1, "reset": 1, "generate": 1} and two_gpus["current"] == 0
-    # the default: without index, the current GPU; vLLM's own executor (local rank 0) on cuda:0
+    # a device without index is torch's current GPU (cuda:0 here), as for the agent's model
     make_generator(tiny, fake_vllm, device="cuda")
     assert FakeLLM.instances[-1].local_rank == 0 and two_gpus["current"] == 0
     two_gpus["current"] = 1                  # the trainer's current device, whichever it is, is the one kept
