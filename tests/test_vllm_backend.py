@@ -149,6 +149,14 @@ class FakeLLM:
         return output("length", None)
 
 
+class FakeUniProcExecutor:
+    """vllm.v1.executor.uniproc_executor.UniProcExecutor: the local rank (the GPU its worker takes) is the index of
+    DeviceConfig's device, which is "cuda" without one."""
+
+    def _distributed_args(self):
+        return "tcp://127.0.0.1:29500", 0, 0
+
+
 @dataclass
 class FakeLoRARequest:   # vllm.lora.request.LoRARequest's positional fields
     lora_name: str
@@ -165,6 +173,9 @@ def fake_vllm(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", module)
     monkeypatch.setitem(sys.modules, "vllm.lora", lora_module)
     monkeypatch.setitem(sys.modules, "vllm.lora.request", request_module)
+    executor_module = types.ModuleType("vllm.v1.executor.uniproc_executor")
+    executor_module.UniProcExecutor = FakeUniProcExecutor
+    monkeypatch.setitem(sys.modules, "vllm.v1.executor.uniproc_executor", executor_module)
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     monkeypatch.setattr(VLLMGenerator, "_sleeping_engines", 0)
     FakeLLM.instances = []
@@ -976,33 +987,115 @@ def test_lora_ranks_vllm_serves_are_accepted(rank):
 
 
 def test_vllm_under_ddp_is_refused_with_the_reason():
-    with pytest.raises(ConfigError, match="magrpo.parallel_training: ddp with .*generation_backend=vllm.*cuda:0"):
+    with pytest.raises(ConfigError, match="magrpo.parallel_training: ddp with .*generation_backend=vllm.*process group"):
         load_config(None, ["agent_model.generation_backend=vllm", "magrpo.parallel_training=ddp",
                            "magrpo.update_schedule=items", "magrpo.num_turns=1"])
     load_config(None, ["magrpo.parallel_training=ddp", "magrpo.update_schedule=items", "magrpo.num_turns=1"])   # hf
 
 
 @pytest.mark.parametrize("devices", ["[cuda:0, cuda:1]", "[cuda:1, cuda:1]"])
-def test_vllm_agents_off_the_first_gpu_are_refused(devices):
-    # vLLM's in-process engine takes a device without index and sets cuda:0: it cannot follow an agent elsewhere
-    with pytest.raises(ConfigError, match="cuda:1 with agent_model.generation_backend=vllm.*cuda:0"):
-        load_config(None, ["agent_model.generation_backend=vllm", "magrpo.parallel_training=mp",
-                           f"magrpo.agent_devices={devices}"])
-    with pytest.raises(ConfigError, match="cuda:1 with agent_model.generation_backend=vllm"):
-        load_config(None, ["agent_model.generation_backend=vllm", "agent_model.device=cuda:1"])
+def test_vllm_agents_on_any_gpu_are_accepted_but_not_off_cuda0_with_tensor_parallelism(devices):
+    # one shard sits on its agent's GPU (gpu_executor); T shards run on cuda:0..T-1, not on the agent's GPU
     config = load_config(None, ["agent_model.generation_backend=vllm", "magrpo.parallel_training=mp",
-                                "magrpo.agent_devices=[cuda:0, cuda]"])
-    assert config.magrpo.agent_devices == ["cuda:0", "cuda"]
+                                f"magrpo.agent_devices={devices}"])
+    assert "cuda:1" in config.magrpo.agent_devices
+    assert load_config(None, ["agent_model.generation_backend=vllm", "agent_model.device=cuda:1"])
+    sharded = ["agent_model.generation_backend=vllm", "agent_model.lora.r=8", "agent_model.vllm_weight_sync=lora",
+               "agent_model.vllm_tensor_parallel_size=2"]
+    with pytest.raises(ConfigError, match="cuda:1 with agent_model.vllm_tensor_parallel_size > 1.*cuda:0..cuda:T-1"):
+        load_config(None, [*sharded, "magrpo.parallel_training=mp", f"magrpo.agent_devices={devices}"])
+    with pytest.raises(ConfigError, match="cuda:1 with agent_model.vllm_tensor_parallel_size > 1"):
+        load_config(None, [*sharded, "agent_model.device=cuda:1"])
+    load_config(None, [*sharded, "magrpo.parallel_training=mp", "magrpo.agent_devices=[cuda:0, cuda]"])
 
 
-def test_the_memory_check_counts_engines_on_the_device_they_really_use(fake_vllm, monkeypatch):
+@pytest.fixture
+def two_gpus(monkeypatch):
+    """torch.cuda as on a machine with two GPUs, cuda:0 current: records every set_device; `state["current"]`."""
+    state = {"current": 0, "set": []}
+
+    def set_device(device):
+        index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
+        state["set"].append(index)
+        state["current"] = index
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: state["current"])
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    return state
+
+
+class GPUWorkerLLM(FakeLLM):
+    """A fake engine that does what vLLM's GPU worker does in this process: takes its GPU from the executor's local
+    rank and makes it current (`torch.accelerator.set_device_index(cuda:local_rank)`), then builds there. Records the
+    current device at each call into it."""
+
+    def __init__(self, **kwargs):
+        executor = kwargs.get("distributed_executor_backend", FakeUniProcExecutor)
+        _, _, self.local_rank = executor()._distributed_args()
+        torch.cuda.set_device(self.local_rank)
+        super().__init__(**kwargs)
+        self.current = {"build": torch.cuda.current_device()}
+
+    def generate(self, *args, **kwargs):
+        self.current["generate"] = torch.cuda.current_device()
+        return super().generate(*args, **kwargs)
+
+    def reset_prefix_cache(self):
+        self.current["reset"] = torch.cuda.current_device()
+        return super().reset_prefix_cache()
+
+
+def test_an_agents_engine_is_built_and_run_on_the_agents_gpu(tiny, fake_vllm, monkeypatch, two_gpus):
+    monkeypatch.setattr(fake_vllm, "LLM", GPUWorkerLLM)
+    gen = make_generator(tiny, fake_vllm, device="cuda:1")
+    engine = FakeLLM.instances[-1]
+    executor = engine.kwargs["distributed_executor_backend"]
+    assert issubclass(executor, FakeUniProcExecutor) and executor()._distributed_args()[1:] == (0, 1)
+    assert gen.device == "cuda:1" and engine.local_rank == 1 and engine.current == {"build": 1}
+    assert two_gpus["current"] == 0          # the worker made cuda:1 current: the trainer's cuda:0 is set back
+    gen.sample(["x"], 2, SamplingParams(max_new_tokens=2, temperature=1.0))   # syncs the weights, then samples
+    assert engine.current == {"build": 1, "reset": 1, "generate": 1} and two_gpus["current"] == 0
+    # a device without index is torch's current GPU (cuda:0 here), as for the agent's model
+    make_generator(tiny, fake_vllm, device="cuda")
+    assert FakeLLM.instances[-1].local_rank == 0 and two_gpus["current"] == 0
+    two_gpus["current"] = 1                  # the trainer's current device, whichever it is, is the one kept
+    make_generator(tiny, fake_vllm, device="cuda:0")
+    assert FakeLLM.instances[-1].local_rank == 0 and two_gpus["current"] == 1
+
+
+def test_engines_of_tensor_parallelism_and_on_the_cpu_get_vllms_own_executor(tiny, fake_vllm, two_gpus):
+    make_generator(tiny, fake_vllm)          # the model is on the CPU: nothing placed, no CUDA device touched
+    gen = VLLMGenerator(lora_model(r=8), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+                        max_model_len=32, weight_sync="lora", tensor_parallel_size=2, device="cuda:0",
+                        vllm_module=fake_vllm)
+    assert all("distributed_executor_backend" not in engine.kwargs for engine in FakeLLM.instances)
+    assert gen.device == "cuda:0" and two_gpus["set"] == []
+
+
+def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_vllm, monkeypatch, two_gpus):
     from cooprl.agents import build_team
+    import cooprl.agents as agents
     import cooprl.vllm_generation as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
-    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm",
-                                "agent_model.vllm_gpu_memory_utilization=0.5", "magrpo.agent_devices=[cuda, cuda:0]"])
+    monkeypatch.setattr(fake_vllm, "LLM", GPUWorkerLLM)
+    cpu_model = agents.load_causal_lm   # the models themselves on the CPU: there is no GPU here
+    monkeypatch.setattr(agents, "load_causal_lm", lambda name, **kw: cpu_model(name, **{**kw, "device": "cpu"}))
+
+    def team(devices: str, share: float):
+        config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm",
+                                    f"agent_model.vllm_gpu_memory_utilization={share}", "magrpo.parallel_training=mp",
+                                    f"magrpo.agent_devices={devices}"])
+        return build_team(config, config.magrpo, 2)
+
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
-        build_team(config, config.magrpo, 2)   # "cuda" and "cuda:0" are one GPU
+        team("[cuda, cuda:0]", 0.5)          # "cuda" and "cuda:0" are one GPU while cuda:0 is current
+    with pytest.raises(ConfigError, match="2 vLLM engines on cuda:1 would reserve 1.00"):
+        team("[cuda:1, cuda:1]", 0.5)
+    built = team("[cuda:0, cuda:1]", 0.5)    # one engine per GPU: 0.5 of each
+    engines = FakeLLM.instances[-2:]
+    assert [engine.local_rank for engine in engines] == [0, 1] and [a.generator.device for a in built] == [
+        "cuda:0", "cuda:1"]
+    assert two_gpus["current"] == 0
 
 
 def test_agents_with_vllm_engines_never_sample_concurrently():

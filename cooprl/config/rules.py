@@ -152,23 +152,29 @@ def check_vllm_lora_rank(rank: int) -> None:
 
 
 def _check_vllm_devices(config: Config) -> None:
-    """ConfigError for devices an in-process vLLM engine cannot follow: vLLM's single-process executor takes a device
-    without index and sets cuda:0, so an agent on another GPU (mp's agent_devices) would sample on cuda:0, and under
-    ddp every rank's engine would land on cuda:0 and join the trainers' process group."""
+    """ConfigError for placements an in-process vLLM engine cannot follow. An engine of one shard sits on its agent's
+    GPU (cooprl.vllm_generation.gpu_executor), also under mp with one GPU per agent. Under ddp every process's engine
+    would find the trainers' process group initialised and take its N ranks as vLLM's own world
+    (vllm.distributed.parallel_state.init_distributed_environment); TRL builds such engines with vLLM's
+    external_launcher executor instead, which has not run here. Shards of tensor parallelism run on cuda:0..T-1
+    (vLLM's multiprocess executor), not on an agent's other GPU."""
+    tensor_parallel = config.agent_model.vllm_tensor_parallel_size > 1
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
         if section.parallel_training == "ddp":
             raise ConfigError(f"{name}.parallel_training: ddp with agent_model.generation_backend=vllm: every "
-                              "process's in-process vLLM engine would run on cuda:0 (vLLM sets the first GPU) and join "
-                              "the processes' group; untested on several GPUs, so refused: use "
-                              "generation_backend: hf under ddp, or one process")
+                              "process's in-process vLLM engine would take the trainers' process group as its own "
+                              "world of ranks (vLLM joins a torch.distributed group it finds initialised); untested on "
+                              "several GPUs, so refused: use generation_backend: hf under ddp, or parallel_training: "
+                              "mp (one process, each agent's engine on its agent's GPU)")
         devices = [config.agent_model.device, *device_list(getattr(section, "agent_devices", None),
                                                            f"{name}.agent_devices")]
         other = [device for device in devices if device.startswith("cuda:") and device != "cuda:0"]
-        if other:
-            raise ConfigError(f"{name}: a device {other[0]} with agent_model.generation_backend=vllm: vLLM's "
-                              "in-process engine always runs on the first GPU (cuda:0), not on the agent's device; put "
-                              "the agents on cuda:0, or pick the GPU with CUDA_VISIBLE_DEVICES")
+        if other and tensor_parallel:
+            raise ConfigError(f"{name}: a device {other[0]} with agent_model.vllm_tensor_parallel_size > 1: the "
+                              "engine's shards run on cuda:0..cuda:T-1 (vLLM's multiprocess executor), not on the "
+                              "agent's device; put the agents on cuda:0, or use vllm_tensor_parallel_size: 1 (each "
+                              "engine then sits on its agent's GPU)")
 
 
 def check_consistency(config: Config) -> None:

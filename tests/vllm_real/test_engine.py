@@ -13,7 +13,7 @@ import torch
 from cooprl.config import LoraSection
 from cooprl.generation import HFGenerator, SamplingParams
 from cooprl.models import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path
-from cooprl.vllm_generation import VLLMGenerator, check_vllm_backend
+from cooprl.vllm_generation import VLLMGenerator, check_vllm_backend, gpu_executor
 from envs.code_generation.data import problem_from_record
 from envs.code_generation.prompts import aux_prompt, main_prompt, stop_strings
 
@@ -74,6 +74,34 @@ def test_sampler_logprobs_are_the_models_and_follow_every_update(tiny32, mode):
 
 
 # ------------------------------------------------------------------------------------- greedy texts and stop strings
+def test_vllm_builds_the_engine_with_the_executor_that_names_its_gpu(tiny32, monkeypatch):
+    """`gpu_executor` (what a GPU engine gets, to sit on its agent's GPU) goes through vLLM's own LLM -> EngineArgs ->
+    ParallelConfig -> Executor.get_class, and vLLM asks it for the worker's local rank. The CPU build has rank 0
+    only: the engine built with it samples greedily what the HF model does."""
+    vllm = check_vllm_backend("cpu")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    asked = []
+
+    class Recorded(gpu_executor(0)):
+        def _distributed_args(self):
+            asked.append(super()._distributed_args())
+            return asked[-1]
+
+    llm = vllm.LLM(model=tiny32, tokenizer=tiny32, dtype="float32", seed=0, max_model_len=128,
+                   distributed_executor_backend=Recorded)
+    assert isinstance(llm.llm_engine.model_executor, Recorded) and [args[1:] for args in asked] == [(0, 0)]
+    tokenizer = load_tokenizer(tiny32)
+    prompt = tokenizer(PROMPTS[0], add_special_tokens=False)["input_ids"]
+    [result] = llm.generate([{"prompt_token_ids": prompt}], vllm.SamplingParams(temperature=0.0, max_tokens=8,
+                                                                                 ignore_eos=True), use_tqdm=False)
+    model = load_causal_lm(tiny32, device="cpu", torch_dtype="float32")
+    ids = list(prompt)
+    with torch.no_grad():   # greedy, EOS or not (as ignore_eos)
+        for _ in range(8):
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    assert list(result.outputs[0].token_ids) == ids[len(prompt):]
+
+
 @pytest.fixture(scope="module")
 def smollm2():
     folder = resolve_model_path(SMOLLM2)   # the embedded SmolLM2-135M-Instruct, converted once per cache
