@@ -173,7 +173,7 @@ def learn(model: Path, tmp_path: Path, trainer: str, overrides: list[str], seed:
     task = lowercase_task(agents)
     if sequential:   # agent 1's prompt ends with the head of agent 0's answer
         task = dataclasses.replace(task, follow_prompt=lambda item, a, prompt, earlier: f"{prompt}{earlier[0][:HEAD]}|")
-    algorithm = _builder(trainer)(config, trainer, task)
+    algorithm = _builder(trainer)(Run.of(config, trainer), task)
     with torch.random.fork_rng(devices=[]):   # as the loop evaluates: its own generator, training's untouched
         torch.manual_seed(evaluation_seed(config.seed))
         before = algorithm.evaluate(task.eval_items)["eval/turn_1/reward_mean"]
@@ -314,7 +314,7 @@ def test_one_trainer_step_raises_the_best_sample_over_the_worst(char_model, tmp_
                                 f"output.base_dir={tmp_path}", *common(trainer, 4, lr=1e-3), *extra])
     seed_everything(config.seed)
     task = lowercase_task(1 if trainer in ("grpo", "ac") else 2)
-    algorithm = _builder(trainer)(config, trainer, task)
+    algorithm = _builder(trainer)(Run.of(config, trainer), task)
     start = [copy.deepcopy(agent.model) for agent in algorithm.team]
     sampled = []
     sample = algorithm._sample

@@ -260,7 +260,7 @@ class MARLHF:
 # ---------------------------------------------------------------------------------------------- building
 def build_reward_model(run: Run[MARLHFSection]) -> RewardModel:
     """Return a fresh reward model on `reward_model_name` (null = the agents' model), on `reward_model_device` (null =
-    the agents' device)."""
+    agent_model.device)."""
     config, section = run.config, run.section
     name = section.reward_model_name or config.agent_model.name
     device, = Parallel.devices([trainer_device(section.reward_model_device, "reward_model_device",
