@@ -12,7 +12,7 @@ import torch
 
 from cooprl.checkpoint import load_trainer_state
 from cooprl.comparators import Comparator, CurrentCopyComparator, HistoryComparator, build_comparator
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from cooprl.preferences import PairStore, split_candidates
 from cooprl.rollout import Completion, Node
 from tests.scripted import scripted_task
@@ -170,7 +170,6 @@ def known_group_node() -> Node:
 ])
 def test_marlhf_rl_algorithm_is_magrpo_with_upstreams_advantage_baseline(algorithm, mode, raw_advantages, tmp_path):
     from cooprl.trainers.magrpo import build_magrpo
-    from cooprl.config import Run
     from cooprl.trainers.marlhf import RL_TRAINERS
     assert RL_TRAINERS[algorithm] == "magrpo"
     for normalize, expected in ((False, raw_advantages),
