@@ -24,7 +24,7 @@ import torch
 
 from cooprl import checkpoint as ckpt
 from cooprl.cli import check_trainer, print_user_error
-from cooprl.config import Config, ConfigError, config_from_data, read_yaml, trainer_of_data
+from cooprl.config import ConfigError, Run, config_from_data, read_yaml, trainer_of_data
 from cooprl.errors import UserError
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import evaluation_seed
@@ -35,11 +35,11 @@ DEFAULT_TRAINER = "magrpo"
 
 
 def read_evaluation_config(config_path: str, trainer: str | None, overrides: list[str], generations: int | None = None,
-                           pass_k: list[int] | None = None) -> tuple[Config, str]:
-    """Return (config, trainer) for an evaluation: the file read once through the hardened reader, with the
-    environment its sections name; the trainer is `trainer`, else the one whose section the file holds (a run
-    folder's config.yaml holds only its trainer's sections: evaluating it as magrpo would use magrpo's defaults),
-    else magrpo. `generations` and `pass_k` set that trainer's eval_num_generations and eval_pass_k."""
+                           pass_k: list[int] | None = None) -> Run:
+    """Return the Run of an evaluation (its config and trainer section): the file read once through the hardened
+    reader, with the environment its sections name; the trainer is `trainer`, else the one whose section the file
+    holds (a run folder's config.yaml holds only its trainer's sections: evaluating it as magrpo would use magrpo's
+    defaults), else magrpo. `generations` and `pass_k` set that trainer's eval_num_generations and eval_pass_k."""
     data = read_yaml(config_path)
     trainer = trainer or trainer_of_data(data, config_path) or DEFAULT_TRAINER
     check_trainer(trainer)
@@ -48,7 +48,7 @@ def read_evaluation_config(config_path: str, trainer: str | None, overrides: lis
         overrides.append(f"{trainer}.eval_num_generations={generations}")
     if pass_k:
         overrides.append(f"{trainer}.eval_pass_k={json.dumps(pass_k)}")
-    return config_from_data(data, overrides, environment_of(data).config), trainer
+    return Run.of(config_from_data(data, overrides, environment_of(data).config), trainer)
 
 
 def eval_items(items: list, samples: str | None, default: int) -> list:
@@ -62,8 +62,7 @@ def eval_items(items: list, samples: str | None, default: int) -> list:
     raise ConfigError(f"--samples {samples!r}: expected a positive number or all")
 
 
-def evaluate_checkpoint(config: Config, trainer: str, checkpoint: str | None,
-                        samples: str | None = None) -> dict[str, float]:
+def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = None) -> dict[str, float]:
     """Return the evaluation metrics of the agents saved in `checkpoint` (None: the starting models) on the first
     `samples` eval problems ("all": every one; None: the trainer's eval_num_samples). The task and the algorithm
     are built as training builds them (`Environment.prepare_task`, `build_algorithm` with its checks)."""
@@ -74,13 +73,13 @@ def evaluate_checkpoint(config: Config, trainer: str, checkpoint: str | None,
             folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
         except FileNotFoundError as err:
             raise ConfigError(f"--checkpoint: {err}") from None
-    task = environment_for(config).prepare_task(config, trainer)
-    algorithm = build_algorithm(config, trainer, task)
+    task = environment_for(run.config).prepare_task(run)
+    algorithm = build_algorithm(run, task)
     if folder is not None:
         for i, model in enumerate(algorithm.models):
             ckpt.load_agent_weights(model, folder, i)
-    torch.manual_seed(evaluation_seed(config.seed))  # the same evaluation stream as during training
-    items = eval_items(task.eval_items, samples, config.trainer(trainer).eval_num_samples)
+    torch.manual_seed(evaluation_seed(run.config.seed))  # the same evaluation stream as during training
+    items = eval_items(task.eval_items, samples, run.section.eval_num_samples)
     print(f"evaluating {'the starting models' if folder is None else folder} on {len(items)} problems",
           file=sys.stderr)
     return algorithm.evaluate(items)
@@ -107,9 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             config_path = config_path or str(Path(args.run) / "config.yaml")
             checkpoint = checkpoint or str(Path(args.run) / "checkpoints")
         config_path = config_path or default_config(args.trainer or DEFAULT_TRAINER)
-        config, trainer = read_evaluation_config(config_path, args.trainer, args.override, args.generations,
-                                                 args.pass_k)
-        metrics = evaluate_checkpoint(config, trainer, checkpoint, args.samples)
+        run = read_evaluation_config(config_path, args.trainer, args.override, args.generations, args.pass_k)
+        metrics = evaluate_checkpoint(run, checkpoint, args.samples)
     except UserError as err:  # a bad config, dataset, model name or checkpoint: one line, exit 2
         return print_user_error(err)
     for key in sorted(metrics):

@@ -179,7 +179,7 @@ stage "one bf16 MAGRPO step, 2 agents" 80 <<'EOF'
 import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 import torch
 from common import CUDA, DEVICE, MODEL, PROMPTS, peaks, reset_peaks, sync
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from cooprl.task import Score, Task
 from cooprl.trainers.magrpo import build_magrpo
 two = CUDA and torch.cuda.device_count() >= 2
@@ -194,7 +194,7 @@ task = Task(name="check", num_agents=2, train_items=PROMPTS, eval_items=[],
             first_prompts=lambda item: [item, item + "    # helper\n"],
             score=lambda items, joints: [Score(sum(len(set(t)) for t in joint) / 100) for joint in joints],
             next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories], max_reward=1.0)
-algorithm = build_magrpo(config, "magrpo", task)
+algorithm = build_magrpo(Run.of(config, "magrpo"), task)
 optimizer = algorithm.team[0].optimizer
 print("agents on", [str(next(m.parameters()).device) for m in algorithm.models], "mp" if two else "one device",
       "| optimizer", type(optimizer).__module__ + "." + type(optimizer).__name__ if optimizer else "?")
@@ -244,7 +244,7 @@ from common import vllm_or_skip
 vllm_or_skip("GRPO on vLLM")
 import torch
 from common import MODEL, PROMPTS
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from cooprl.task import Score, Task
 from cooprl.trainers.magrpo import build_magrpo
 config = load_config(None, [f"agent_model.name={MODEL}", "agent_model.torch_dtype=bfloat16", "agent_model.device=cuda:0",
@@ -258,7 +258,7 @@ task = Task(name="check", num_agents=1, train_items=PROMPTS, eval_items=[], firs
             score=lambda items, joints: [Score(sum(len(set(t)) for t in joint) / 100) for joint in joints],
             next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories], max_reward=1.0)
 t = time.perf_counter()
-algorithm = build_magrpo(config, "grpo", task)
+algorithm = build_magrpo(Run.of(config, "grpo"), task)
 print(f"grpo on vLLM (lora sync, sleep): built in {time.perf_counter() - t:.1f} s")
 algorithm.train_step(PROMPTS[0], 1)   # warm-up, and the first adapter version
 torch.cuda.synchronize(); t = time.perf_counter()

@@ -44,7 +44,7 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
     import torch
 
     from cooprl import logprobs, policy_update
-    from cooprl.config import load_config
+    from cooprl.config import Run, load_config
     from cooprl.generation import HFGenerator
     from cooprl.task import Score, Task
     from cooprl.trainers import magrpo as magrpo_mod
@@ -113,7 +113,7 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
                  f"{trainer}.advantage_normalization=false"]
     config = C_load_config(load_config, overrides)
     t0 = time.perf_counter()
-    algorithm = magrpo_mod.build_magrpo(config, trainer, task)
+    algorithm = magrpo_mod.build_magrpo(Run.of(config, trainer), task)
     setup_s = time.perf_counter() - t0
 
     per_problem = []

@@ -76,7 +76,7 @@ def main() -> None:
 
     import torch
 
-    from cooprl.config import load_config
+    from cooprl.config import Run, load_config
     from cooprl.rollout import iter_nodes, rollout
     from cooprl.trainers.loop import seed_everything
     from cooprl.trainers.magrpo import build_magrpo
@@ -90,8 +90,8 @@ def main() -> None:
                                 f"dataset.train_split=test[:{args.problems}]", "dataset.eval_split=test[:1]",
                                 "magrpo.num_generations=4", f"magrpo.max_new_tokens={args.max_new_tokens}",
                                 "magrpo.num_turns=2", "magrpo.early_termination_threshold=null"])
-    task = build_code_task(config, "magrpo")
-    algorithm = build_magrpo(config, "magrpo", task)
+    task = build_code_task(Run.of(config, "magrpo"))
+    algorithm = build_magrpo(Run.of(config, "magrpo"), task)
     items = task.train_items[:args.problems]
     task.score(items[:1], [["", ""]])   # start the sandbox pool outside the timings
     busy_program = BUSY_PROGRAM.format(seconds=args.busy_ms / 1000)

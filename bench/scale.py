@@ -69,12 +69,12 @@ def cooprl_overrides(G: int, turns: int) -> list[str]:
 def run_cooprl(G: int, turns: int, n: int) -> dict:
     """Return seconds per problem of cooprl's MAGRPO at one point (the first problem untimed)."""
     import torch
-    from cooprl.config import load_config
+    from cooprl.config import Run, load_config
     from cooprl.trainers.magrpo import build_magrpo
     torch.set_num_threads(1)
     C.seed_all()
     task = bench_task(n + 1)
-    algorithm = build_magrpo(load_config(None, cooprl_overrides(G, turns)), "magrpo", task)
+    algorithm = build_magrpo(Run.of(load_config(None, cooprl_overrides(G, turns)), "magrpo"), task)
     times = []
     for step, item in enumerate(task.train_items, 1):
         t = time.perf_counter()
@@ -151,7 +151,7 @@ def run_ddp_worker(mode: str, n: int, model: str) -> None:
     bytes it holds for the agents, as one JSON line."""
     import resource
     import torch
-    from cooprl.config import load_config
+    from cooprl.config import Run, load_config
     from cooprl.trainers import magrpo as magrpo_mod
     from cooprl import distributed
     from cooprl.train import train
@@ -176,7 +176,7 @@ def run_ddp_worker(mode: str, n: int, model: str) -> None:
     config = load_config(None, [*overrides, f"agent_model.name={model}", f"magrpo.parallel_training={mode}",
                                 f"magrpo.max_steps={n + 1}", f"output.base_dir={out}",
                                 f"output.run_name={mode}{world}", "magrpo.eval_num_samples=1"])
-    train(config, "magrpo", bench_task(world * (n + 1)))
+    train(Run.of(config, "magrpo"), bench_task(world * (n + 1)))
     if int(os.environ.get("RANK", "0")) == 0:
         seconds = stamps[-1] - stamps[0]   # the steps after the first (each step: world items)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

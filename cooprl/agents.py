@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import torch
 
 from cooprl import distributed, fsdp
-from cooprl.config import Config, ConfigError, model_devices
+from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.models import init_folders, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 from cooprl.optim import build_adamw
@@ -57,22 +57,23 @@ def agent_model_names(config: Config, num_agents: int) -> list[str]:
     return list(config.agents)
 
 
-def agent_devices(config: Config, section: Any, num_agents: int) -> list[str]:
+def agent_devices(config: Config, section: TrainerSection, num_agents: int) -> list[str]:
     """Return each agent's device: `agent_devices` (one for all, or one per agent), else agent_model.device; under
     data-parallel training with several processes, the process's own GPU when the device is CUDA."""
-    devices = model_devices(section, "agent_devices", num_agents, config.agent_model.device)
+    devices = model_devices(section.agent_devices, "agent_devices", num_agents, config.agent_model.device)
     return [distributed.rank_device(device, distributed.current()) for device in devices]
 
 
-def build_team(config: Config, section: Any, num_agents: int,
-               stop_strings: Sequence[tuple[str, ...]] = ()) -> list[Agent]:
-    """Return one Agent per role with its model, sampler settings and AdamW optimizer."""
+def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]] = ()) -> list[Agent]:
+    """Return one Agent per role of `run` with its model (agent_model), sampler settings and AdamW optimizer (the
+    run's section)."""
+    config, section = run.config, run.section
     model_cfg = config.agent_model
     params = SamplingParams(
         max_new_tokens=section.max_new_tokens,
         temperature=section.temperature if section.temperature is not None else model_cfg.temperature,
         top_p=section.top_p if section.top_p is not None else model_cfg.top_p,
-        top_k=section.top_k if getattr(section, "top_k", None) is not None else model_cfg.top_k)
+        top_k=section.top_k if section.top_k is not None else model_cfg.top_k)
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
         from cooprl.vllm_generation import check_vllm_backend, engine_devices
@@ -89,7 +90,7 @@ def build_team(config: Config, section: Any, num_agents: int,
                                   "memory, leaving too little for training; lower it (e.g. 0.3 per engine) or use "
                                   "fewer agents per process")
     # fsdp with several processes: each process keeps a shard of every agent (cooprl.fsdp); one process: unsharded
-    sharded = getattr(section, "parallel_training", "none") == "fsdp" and distributed.current().world_size > 1
+    sharded = section.parallel_training == "fsdp" and distributed.current().world_size > 1
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
     inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents
     team = []

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, config_from_data, read_yaml
+from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, Run, config_from_data, read_yaml
 from cooprl.errors import UserError
 
 # the environment's config sections class for a config file's mapping (None: the registered one); the library
@@ -74,15 +74,16 @@ def _has_checkpoint(run_dir: Path, choose: ChooseTaskConfig | None = None) -> bo
         return False
 
 
-def find_latest_run(trainer: str, config: Config, choose: ChooseTaskConfig | None = None) -> Path:
-    """Return the newest run folder under `config.output.base_dir` of `trainer` on `config`'s dataset (its
+def find_latest_run(run: Run, choose: ChooseTaskConfig | None = None) -> Path:
+    """Return the newest run folder under `output.base_dir` of `run`'s trainer on its dataset (its
     `output.run_name` when that is set) that holds a complete checkpoint; ConfigError when there is none."""
     from cooprl.trainers.loop import run_prefix
+    config, trainer = run.config, run.trainer
     base = Path(config.output.base_dir)
     if config.output.run_name:
         candidates = [base / config.output.run_name]
     else:
-        prefix = run_prefix(config, trainer)
+        prefix = run_prefix(run)
         candidates = [p for p in base.glob(f"{prefix}*") if p.is_dir()] if base.is_dir() else []
     runs = [p for p in candidates if (p / "config.yaml").is_file() and _has_checkpoint(p, choose)]
     if not runs:
@@ -95,7 +96,7 @@ def resume_config(trainer: str, args: argparse.Namespace, choose: ChooseTaskConf
     """The config that continues the run `args.resume` names: that run's config.yaml, then the --override values,
     then its own folder and its newest complete checkpoint."""
     if args.resume == "latest":
-        run_dir = find_latest_run(trainer, read_config(args.config, args.override, choose), choose)
+        run_dir = find_latest_run(Run.of(read_config(args.config, args.override, choose), trainer), choose)
     else:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
@@ -108,9 +109,10 @@ def resume_config(trainer: str, args: argparse.Namespace, choose: ChooseTaskConf
 
 
 def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | None = None,
-                      choose: ChooseTaskConfig | None = None) -> Config | None:
-    """Return the Config a trainer script's command line asks for (None when it asked for --print-config, which
-    this prints); UserError for bad input, an unknown trainer included. The script then trains with it. `choose`:
+                      choose: ChooseTaskConfig | None = None) -> Run | None:
+    """Return the Run a trainer script's command line asks for: its config and `trainer`'s typed section (None when
+    it asked for --print-config, which this prints); UserError for bad input, an unknown trainer included. The
+    script then trains with it. `choose`:
     the environment's config sections for the file's mapping (default: the registered ones, see
     cooprl.config.register_task_config); each config file is read once."""
     args = parse_args(trainer, default_config, argv)
@@ -122,7 +124,7 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
         return None
-    return config
+    return Run.of(config, trainer)
 
 
 def exit_status(run: Callable[[], object]) -> int:

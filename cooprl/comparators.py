@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl import distributed
-from cooprl.config import Config, ConfigError, model_devices, trainer_device
+from cooprl.config import (ConfigError, IterativeFields, MADPOIterSection, MARLHFIterSection, Run, model_devices,
+                           trainer_device)
 from cooprl.generation import Completion, HFGenerator, SamplingParams
 from cooprl.preferences import Candidate
 from cooprl.task import ApiClientFactory, JointFormat, Task
@@ -93,16 +94,20 @@ def _frozen_generator(agent: Any) -> Any:
                        chat_template=agent.generator.chat_template)
 
 
-def build_comparator(config: Config, trainer: str, task: Task, team: Sequence[Any]) -> Comparator | None:
-    """Return the comparator `trainer`'s section asks for (None: `current` with a shared budget, see the module doc),
+# the sections with a comparator: the iterative preference trainers' (their comparator_* keys: IterativeFields)
+ComparatorSection = MADPOIterSection | MARLHFIterSection
+
+
+def build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[Any]) -> Comparator | None:
+    """Return the comparator `run`'s section asks for (None: `current` with a shared budget, see the module doc),
     with the task's joint answer format and API client; ConfigError when it cannot be built."""
-    comparator = _build_comparator(config, trainer, task, team, task.joint_format, task.api_client)
+    comparator = _build_comparator(run, task, team, task.joint_format, task.api_client)
     if comparator is not None:
-        comparator.num_candidates = comparator_candidate_count(config.trainer(trainer))
+        comparator.num_candidates = comparator_candidate_count(run.section)
     return comparator
 
 
-def comparator_candidate_count(section: Any) -> int | None:
+def comparator_candidate_count(section: IterativeFields) -> int | None:
     """Return how many candidates of its own the comparator writes per problem: `comparator_num_candidates`, else
     (budget `separate`, upstream's) `preference_num_candidates`; None (budget `shared`): up to half of
     `preference_num_candidates` (see cooprl.preferences.split_candidates)."""
@@ -111,9 +116,9 @@ def comparator_candidate_count(section: Any) -> int | None:
     return section.preference_num_candidates if section.comparator_candidate_budget == "separate" else None
 
 
-def _build_comparator(config: Config, trainer: str, task: Task, team: Sequence[Any],
+def _build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[Any],
                       joint_format: JointFormat | None, api_client: ApiClientFactory | None) -> Comparator | None:
-    section = config.trainer(trainer)
+    trainer, section = run.trainer, run.section
     kind = section.comparator_policy
     centralized = section.comparator_generation_mode == "centralized" and task.num_agents > 1
     if kind == "current" and not centralized and comparator_candidate_count(section) is None:
@@ -156,8 +161,8 @@ def _build_comparator(config: Config, trainer: str, task: Task, team: Sequence[A
         generators = [_frozen_generator(agent) for agent in players]
         return Comparator(task, generators, params, joint_format if centralized else None, keep_ids=not centralized)
     if kind == "model":
-        names = comparator_model_names(section, trainer, roles)
-        return Comparator(task, _model_generators(config, section, trainer, names, max_tokens), params,
+        names = comparator_model_names(run, roles)
+        return Comparator(task, _model_generators(run, names, max_tokens), params,
                           joint_format if centralized else None)
     if api_client is None:
         raise ConfigError(f"{trainer}.comparator_policy=api: this task provides no API client")
@@ -239,8 +244,9 @@ class CurrentCopyComparator(HistoryComparator):
         super().__init__(task, players, params, 1, joint_format)
 
 
-def comparator_model_names(section: Any, trainer: str, roles: int) -> list[str]:
+def comparator_model_names(run: Run[ComparatorSection], roles: int) -> list[str]:
     """Return the comparator model of each role: `comparator_agents` (one per role), else `comparator_model`."""
+    trainer, section = run.trainer, run.section
     if section.comparator_agents is None:
         return [section.comparator_model] * roles
     if len(section.comparator_agents) != roles:
@@ -249,13 +255,14 @@ def comparator_model_names(section: Any, trainer: str, roles: int) -> list[str]:
     return list(section.comparator_agents)
 
 
-def _model_generators(config: Config, section: Any, trainer: str, names: Sequence[str], max_tokens: int) -> list[Any]:
+def _model_generators(run: Run[ComparatorSection], names: Sequence[str], max_tokens: int) -> list[Any]:
     """Return one frozen generator per role for `names` (a name used by several roles is loaded once, on its first
     role's device), on `comparator_devices` (one for all, or one per role; else the first agent's device)."""
     from cooprl.models import load_causal_lm, load_tokenizer
-    cfg = config.agent_model
-    devices = distributed.process_devices(model_devices(section, "comparator_devices", len(names),
-                                                        trainer_device(section, "agent_devices", cfg.device)))
+    cfg, section = run.config.agent_model, run.section
+    devices = distributed.process_devices(model_devices(section.comparator_devices, "comparator_devices", len(names),
+                                                        trainer_device(section.agent_devices, "agent_devices",
+                                                                       cfg.device)))
     loaded: dict[str, Any] = {}
     for name, device in zip(names, devices):
         if name in loaded:   # a model two roles share stays on its first role's device

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl import distributed
+from cooprl.config import TrainerSection
 from cooprl.rollout import Node, RolloutSettings, Sampler, iter_nodes, rollout
 from cooprl.task import Task
 
@@ -76,7 +77,7 @@ def chain_pass_at_k(roots: Sequence[Node], num_turns: int, ks: Sequence[int], pr
     return {f"{prefix}turn_{t + 1}/pass@{k}": sum(v) / len(v) for (t, k), v in per_turn.items()}
 
 
-def evaluation_settings(section: Any, process_reward: Callable[[float], float]) -> RolloutSettings:
+def evaluation_settings(section: TrainerSection, process_reward: Callable[[float], float]) -> RolloutSettings:
     """Return the evaluation tree shape of every trainer: n = eval_num_generations chains of single samples."""
     samples = [section.eval_num_generations] + [1] * (section.num_turns - 1)
     return RolloutSettings(num_turns=section.num_turns, samples_per_turn=samples, joint_mode="aligned",
@@ -84,7 +85,7 @@ def evaluation_settings(section: Any, process_reward: Callable[[float], float]) 
                            process_reward=process_reward)
 
 
-def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: Any,
+def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: TrainerSection,
                   process_reward: Callable[[float], float]) -> dict[str, float]:
     """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team's sampler on `items`.
 
@@ -94,7 +95,7 @@ def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: An
     batches rank, rank + W, ... and receives the metrics of all of them: W processes evaluate in 1/W of the time
     and report the numbers of one process (tests/test_scale_out.py)."""
     settings = evaluation_settings(section, process_reward)
-    size = getattr(section, "eval_batch_size", None) or max(len(items), 1)   # problems rolled out together
+    size = section.eval_batch_size or max(len(items), 1)   # problems rolled out together
     batches = [items[start:start + size] for start in range(0, len(items), size)]
 
     def roll_out(batch: Sequence[Any], rng: Any) -> list[Node]:

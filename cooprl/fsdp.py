@@ -27,6 +27,7 @@ One process (no launcher) trains unsharded, as under ddp.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any, Iterator, Sequence, TypeVar
 
 import torch
@@ -34,6 +35,10 @@ import torch
 from cooprl import distributed
 
 T = TypeVar("T")
+
+# The sharded models inside `full_weights` now. This module's own record, not an attribute planted on the model: a
+# weak set, so a model dropped while gathered is not kept alive by it.
+_GATHERED: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
 
 def shard_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -89,7 +94,7 @@ def full_weights(*models: Any) -> Iterator[None]:
         for unit in _units(model):
             unit.unshard()
             unit.set_reshard_after_forward(False)
-        model.cooprl_gathered = True
+        _GATHERED.add(model)
     try:
         yield
     finally:
@@ -97,12 +102,12 @@ def full_weights(*models: Any) -> Iterator[None]:
             for unit in _units(model):
                 unit.reshard()
                 unit.set_reshard_after_forward(True)
-            model.cooprl_gathered = False
+            _GATHERED.discard(model)
 
 
 def is_gathered(model: Any) -> bool:
     """Return whether a sharded `model` holds its whole parameters now (inside `full_weights`)."""
-    return getattr(model, "cooprl_gathered", False)
+    return model in _GATHERED
 
 
 def check_gathered(model: Any, what: str) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 import torch
 
 from cooprl import distributed, fsdp
+from cooprl.config import TrainerSection
 from cooprl.engine import Sync
 
 T, R = TypeVar("T"), TypeVar("R")
@@ -35,11 +36,11 @@ class Parallel:
     ranks: distributed.Ranks = field(default_factory=distributed.Ranks)
 
     @classmethod
-    def of(cls, section: Any) -> "Parallel":
+    def of(cls, section: TrainerSection) -> "Parallel":
         """Return the context of a run of trainer `section`: its parallel_training when that is ddp or fsdp and
         the launcher started several processes, else the single process."""
         ranks = distributed.current()
-        mode = getattr(section, "parallel_training", "none")
+        mode = section.parallel_training
         if mode not in DATA_PARALLEL_MODES or ranks.world_size == 1:
             return SINGLE
         return cls(mode, ranks)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from cooprl import distributed, fsdp
 from cooprl.checkpoint import save_model
-from cooprl.config import IterativeFields, is_data_parallel
+from cooprl.config import IterativeFields, PreferenceFields, TrainerSection, is_data_parallel
 from cooprl.errors import UserError
 from cooprl.rollout import Node, RolloutSettings, Sampler, rollout
 
@@ -137,7 +137,7 @@ def _pair_source(winner: Candidate, loser: Candidate) -> str:
     return winner.source if winner.source == loser.source else f"{winner.source}>{loser.source}"
 
 
-def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence[Candidate], section: Any,
+def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence[Candidate], section: PreferenceFields,
                           iteration: int, step: int, rng: random.Random) -> list[PreferencePair]:
     """Return the preference pairs of one item's scored candidates, picked as `section` says.
 
@@ -214,7 +214,7 @@ def collect_candidates(items: Sequence[Any], task: Any, sample_fn: Sampler, num_
     return roots, candidates
 
 
-def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: Any, iteration: int,
+def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: PreferenceFields, iteration: int,
                   rng: random.Random, comparator: Comparator | None = None, step: int = 0,
                   record: Callable[[Sequence[Candidate]], None] | None = None) -> list[PreferencePair]:
     """Return preference pairs for `items`: `section.preference_num_candidates` scored joint candidates per item
@@ -232,7 +232,7 @@ def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: 
 ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (bounds generation memory)
 
 
-def plan_chunks(task: Any, section: Any, seed: int, steps_per_round: int) -> list[list[Any]]:
+def plan_chunks(task: Any, section: TrainerSection, seed: int, steps_per_round: int) -> list[list[Any]]:
     """Return the training items a preference iteration's step plan takes, each once, in plan order, cut into
     sampling batches of ITEMS_PER_COLLECTION: the first `steps_per_round` of the data order, or under data-parallel
     training every process's first `steps_per_round` (cooprl.distributed.shard_order)."""
@@ -357,7 +357,7 @@ class IterationPlan:
     replay_sample_size: int | None = None   # earlier pairs drawn per iteration (None: every earlier pair)
 
     @classmethod
-    def of(cls, section: Any) -> "IterationPlan":
+    def of(cls, section: TrainerSection) -> "IterationPlan":
         """Return the plan of a trainer section: its iterative keys, or one pass without replay."""
         if not isinstance(section, IterativeFields):
             return cls()
@@ -427,12 +427,12 @@ class RewardDistribution:
         return out
 
 
-def save_policy_checkpoint(section: Any, models: Sequence[Any], label: str) -> Path | None:
+def save_policy_checkpoint(section: TrainerSection, models: Sequence[Any], label: str) -> Path | None:
     """policy_checkpoint_dir: save every policy (`save_pretrained`: the LoRA adapters, or the whole model) in
     `<policy_checkpoint_dir>/<label>/agent_<i>` (label `initial` or `iteration_<k>`, as upstream); a snapshot that
     is already there (a resumed run) is kept; rank 0 writes. Every process calls it (sharded policies are gathered).
-    Return its folder, or None when the key is not set."""
-    folder = getattr(section, "policy_checkpoint_dir", None)
+    Return its folder, or None when the key is not set (or the trainer has none: not an iterative one)."""
+    folder = section.policy_checkpoint_dir if isinstance(section, IterativeFields) else None
     if not folder:
         return None
     target = Path(folder) / label
@@ -443,7 +443,8 @@ def save_policy_checkpoint(section: Any, models: Sequence[Any], label: str) -> P
     return target
 
 
-def policy_checkpoints(section: Any, models: Sequence[Any], step: int, steps_per_round: int, before: bool) -> None:
+def policy_checkpoints(section: TrainerSection, models: Sequence[Any], step: int, steps_per_round: int,
+                       before: bool) -> None:
     """Save the policy snapshots a step boundary calls for: `initial` before the first step of the run, and
     `iteration_<k>` after the last step of iteration k."""
     if before and step == 1:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cooprl import distributed, fsdp
-from cooprl.config import DATA_PARALLEL_MODES, Config, ConfigError
+from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm
 from cooprl.checkpoint import save_model
@@ -16,19 +16,20 @@ from cooprl.trainers.loop import run_folder, seed_everything, train_loop
 log = logging.getLogger(__name__)
 
 
-def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
-    """Train `trainer` (a name of cooprl.trainers.TRAINERS) on `task` as `config` says: seed, build the agents,
-    run the shared loop in the run folder, save the final models when asked; return the run summary.
+def train(run: Run, task: Task) -> dict[str, Any]:
+    """Train `run`'s trainer on `task` as its config says: seed, build the agents, run the shared loop in the run
+    folder, save the final models when asked; return the run summary.
 
     Started by torchrun or accelerate with several processes, it joins their process group first
     (`parallel_training: ddp` or `fsdp`, cooprl.distributed); rank 0 names the run folder and alone saves the final models."""
-    ranks = join_processes(config, trainer)
+    config = run.config
+    ranks = join_processes(run)
     seed_everything(config.seed)
-    algorithm = build_algorithm(config, trainer, task)
-    run_dir = distributed.broadcast(run_folder(config, trainer) if ranks.is_main else None)
+    algorithm = build_algorithm(run, task)
+    run_dir = distributed.broadcast(run_folder(run) if ranks.is_main else None)
     log.info("run folder: %s (%d train / %d eval items)", run_dir, len(task.train_items), len(task.eval_items))
     try:
-        summary = train_loop(config, trainer, task, algorithm, run_dir)
+        summary = train_loop(run, task, algorithm, run_dir)
         # sharded models (fsdp) are gathered on rank 0 while the processes are still together
         weights = list(fsdp.whole_state_dicts(algorithm.models)) if config.output.save_final_model else []
     finally:
@@ -46,13 +47,13 @@ def train(config: Config, trainer: str, task: Task) -> dict[str, Any]:
     return summary
 
 
-def join_processes(config: Config, trainer: str) -> distributed.Ranks:
+def join_processes(run: Run) -> distributed.Ranks:
     """Return this process's Ranks, after joining the launcher's process group when torchrun or accelerate started
     several processes; ConfigError when several processes run a trainer section without `parallel_training: ddp`
     (each would train its own copy into the same run folder)."""
     world = distributed.launched_world_size()
-    mode = getattr(config.trainer(trainer), "parallel_training", "none")
+    trainer, mode = run.trainer, run.section.parallel_training
     if world > 1 and mode not in DATA_PARALLEL_MODES:
         raise ConfigError(f"{trainer}.parallel_training: {mode}, but {world} processes were launched (WORLD_SIZE); "
                           f"set --override {trainer}.parallel_training=ddp (or fsdp), or start one process")
-    return distributed.setup(config.agent_model.device) if mode in DATA_PARALLEL_MODES else distributed.current()
+    return distributed.setup(run.config.agent_model.device) if mode in DATA_PARALLEL_MODES else distributed.current()

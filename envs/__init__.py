@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cooprl.config import Config, ConfigError
+from cooprl.config import Config, ConfigError, Run
 from cooprl.task import Task
 from envs.arithmetic.config import ArithmeticConfig
 from envs.code_generation.config import CodeTaskConfig
@@ -27,40 +27,40 @@ from envs.planner_coder.config import PlannerCoderConfig
 @dataclass(frozen=True)
 class Environment:
     """A task environment: its name, the top-level config section that names it (None: the default environment),
-    its config sections class, its task builder `build_task(config, trainer) -> Task`, and `setup(config)`, what
-    must be in place before the task runs (None: nothing)."""
+    its config sections class, its task builder `build_task(run) -> Task` (the run's config and trainer section), and
+    `setup(config)`, what must be in place before the task runs (None: nothing)."""
 
     name: str
     section: str | None
     config: type
-    build_task: Callable[[Config, str], Task]
+    build_task: Callable[[Run], Task]
     setup: Callable[[Config], None] | None = None
 
-    def prepare_task(self, config: Config, trainer: str) -> Task:
-        """Return the task for `trainer`, after this environment's setup (training and evaluation both come here)."""
+    def prepare_task(self, run: Run) -> Task:
+        """Return the task for `run`, after this environment's setup (training and evaluation both come here)."""
         if self.setup is not None:
-            self.setup(config)
-        return self.build_task(config, trainer)
+            self.setup(run.config)
+        return self.build_task(run)
 
 
-def _code_task(config: Config, trainer: str) -> Task:
+def _code_task(run: Run) -> Task:
     from envs.code_generation.task import build_code_task
-    return build_code_task(config, trainer)
+    return build_code_task(run)
 
 
-def _planner_coder_task(config: Config, trainer: str) -> Task:
+def _planner_coder_task(run: Run) -> Task:
     from envs.planner_coder.task import build_planner_coder_task
-    return build_planner_coder_task(config, trainer)
+    return build_planner_coder_task(run)
 
 
-def _coder_tester_task(config: Config, trainer: str) -> Task:
+def _coder_tester_task(run: Run) -> Task:
     from envs.coder_tester.task import build_coder_tester_task
-    return build_coder_tester_task(config, trainer)
+    return build_coder_tester_task(run)
 
 
-def _arithmetic_task(config: Config, trainer: str) -> Task:
+def _arithmetic_task(run: Run) -> Task:
     from envs.arithmetic.task import build_arithmetic_task
-    return build_arithmetic_task(config, trainer)
+    return build_arithmetic_task(run)
 
 
 def _reward_executor(config: Config) -> None:

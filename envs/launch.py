@@ -28,9 +28,9 @@ def train_main(trainer: str, argv: Sequence[str] | None = None, default: str | N
     """Train `trainer` as the command line `argv` (default: sys.argv) says, on the environment its config names;
     return the exit code (2 after a one-line error for bad input). `default`: the config without --config."""
     def read_then_train() -> None:
-        config = read_command_line(trainer, default or default_config(trainer), argv, task_config_of)
-        if config is None:   # --print-config
+        run = read_command_line(trainer, default or default_config(trainer), argv, task_config_of)
+        if run is None:   # --print-config
             return
         from cooprl.train import train
-        train(config, trainer, environment_for(config).prepare_task(config, trainer))
+        train(run, environment_for(run.config).prepare_task(run))
     return exit_status(read_then_train)

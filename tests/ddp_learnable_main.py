@@ -18,9 +18,9 @@ from tests.learnable import lowercase_task  # noqa: E402
 def main(trainer: str, argv: list[str]) -> int:
     """Train `trainer` on 4 lowercase items as the command line says; return the exit code."""
     def read_then_train() -> None:
-        config = read_command_line(trainer, "", argv)   # --config is given
-        if config is not None:
-            train(config, trainer, lowercase_task(num_agents=config.trainer(trainer).num_agents, items=4))
+        run = read_command_line(trainer, "", argv)   # --config is given
+        if run is not None:
+            train(run, lowercase_task(num_agents=run.section.num_agents, items=4))
     return exit_status(read_then_train)
 
 

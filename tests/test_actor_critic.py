@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from cooprl.generation import Completion
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.rollout import rollout
@@ -80,11 +80,10 @@ def scripted_agent(a):
 def scripted_actor_critic(trainer, *overrides):
     config = load_config(None, [f"{trainer}.discount=0.9", f"{trainer}.num_turns=2", f"{trainer}.num_generations=1",
                                 *overrides])
-    section = config.trainer(trainer)
     critics = [Critic(ConstantValue(), load_tokenizer(TINY_RANDOM), None, reuses_agent_ids=True)
                for _ in range(2 if trainer == "iac" else 1)]
     team = [scripted_agent(0), scripted_agent(1)]
-    return ActorCritic(config, section, scripted_task(), team, critics, centralized=trainer == "maac")
+    return ActorCritic(Run.of(config, trainer), scripted_task(), team, critics, centralized=trainer == "maac")
 
 
 def roll_out_one_item(algorithm):
@@ -146,7 +145,7 @@ def tiny_config(trainer, tmp_path, name, *overrides):
 def test_value_shapes_read_prompt_or_prompt_and_response(tmp_path, critic_type):
     config = tiny_config("iac", tmp_path, "shapes", f"iac.critic_type={critic_type}", "iac.num_generations=2")
     seed_everything(0)
-    algorithm = build_iac(config, "iac", scripted_task())
+    algorithm = build_iac(Run.of(config, "iac"), scripted_task())
     root = roll_out_one_item(algorithm)
     steps = algorithm.episode_steps(root)
     assert len(steps) == 4  # two episodes of two turns
@@ -169,8 +168,9 @@ def run_actor_critic(tmp_path, trainer, name, *overrides):
     config = tiny_config(trainer, tmp_path, name, *overrides)
     seed_everything(config.seed)
     task = scripted_task()
-    algorithm = (build_maac if trainer == "maac" else build_iac)(config, trainer, task)
-    train_loop(config, trainer, task, algorithm, tmp_path / name)
+    run = Run.of(config, trainer)
+    algorithm = (build_maac if trainer == "maac" else build_iac)(run, task)
+    train_loop(run, task, algorithm, tmp_path / name)
     return algorithm
 
 

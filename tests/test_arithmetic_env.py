@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from envs.arithmetic.config import ArithmeticConfig
 from envs.arithmetic.task import build_arithmetic_task, joint_reward, said_number
 from envs.launch import train_main as main
@@ -27,9 +27,9 @@ def test_rewards_of_known_answers():
 def test_its_config_section_is_read_next_to_the_librarys():
     config = load_config(CONFIG, ["arithmetic.num_train=5"], task_config=ArithmeticConfig)
     assert config.task.arithmetic.num_train == 5 and config.magrpo.num_generations == 2
-    task = build_arithmetic_task(config, "magrpo")
+    task = build_arithmetic_task(Run.of(config, "magrpo"))
     assert (len(task.train_items), len(task.eval_items), task.num_agents) == (5, 4, 2)
-    assert task.train_items == build_arithmetic_task(config, "magrpo").train_items   # fixed by arithmetic.seed
+    assert task.train_items == build_arithmetic_task(Run.of(config, "magrpo")).train_items   # fixed by arithmetic.seed
     with pytest.raises(ConfigError, match="arithmetic.num_trian: unknown key; did you mean arithmetic.num_train"):
         load_config(CONFIG, ["arithmetic.num_trian=5"], task_config=ArithmeticConfig)
     # the code task's sections mean nothing here, and this task's nothing to the code task

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from cooprl.policy_update import TrainSample
 from cooprl.trainers.magrpo import NodeGroup
 from cooprl.trainers.loop import seed_everything, train_loop
@@ -315,8 +315,8 @@ def trained_run(tmp_path_factory):
     config = load_config(base_config(folder), ["magrpo.max_steps=3", "magrpo.rollout_buffer_size=2"])
     seed_everything(config.seed)
     task = scripted_task(items=3)
-    algorithm = build_magrpo(config, "magrpo", task)
-    train_loop(config, "magrpo", task, algorithm, folder / "run")
+    algorithm = build_magrpo(Run.of(config, "magrpo"), task)
+    train_loop(Run.of(config, "magrpo"), task, algorithm, folder / "run")
     names = [p.name for p in ckpt.list_checkpoints(folder / "run" / "checkpoints")]
     assert names == ["checkpoint-2", "checkpoint-3"]
     return folder
@@ -403,9 +403,9 @@ def test_latest_falls_back_to_the_newest_undamaged_checkpoint(run_copy, tmp_path
     config = load_config(config_path, ["magrpo.max_steps=3", "checkpoint.resume_from_checkpoint=latest"])
     seed_everything(config.seed)
     task = scripted_task(items=3)
-    algorithm = build_magrpo(config, "magrpo", task)
+    algorithm = build_magrpo(Run.of(config, "magrpo"), task)
     with caplog.at_level(logging.WARNING):
-        summary = train_loop(config, "magrpo", task, algorithm, tmp_path / "run")
+        summary = train_loop(Run.of(config, "magrpo"), task, algorithm, tmp_path / "run")
     assert not marker.exists()
     assert "checkpoint-3 is damaged" in caplog.text and "falling back" in caplog.text
     assert "resuming from" in caplog.text and "checkpoint-2" in caplog.text
@@ -431,7 +431,7 @@ def test_trainer_state_is_plain_data_and_restores_exactly(tmp_path):
     config = load_config(base_config(tmp_path), ["magrpo.max_steps=2", "magrpo.rollout_buffer_size=3"])
     seed_everything(config.seed)
     task = scripted_task(items=2)
-    train_loop(config, "magrpo", task, build_magrpo(config, "magrpo", task), tmp_path / "run")
+    train_loop(Run.of(config, "magrpo"), task, build_magrpo(Run.of(config, "magrpo"), task), tmp_path / "run")
     path = tmp_path / "run" / "checkpoints" / "checkpoint-1"
     raw = torch.load(path / "trainer_state.pt", weights_only=True)  # no globals beyond torch's own
     state = ckpt.load_trainer_state(path)

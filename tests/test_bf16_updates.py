@@ -6,6 +6,7 @@ import io
 import pytest
 import torch
 
+from cooprl.config import Run
 from cooprl.optim import OptimizerError, build_adamw
 
 
@@ -155,14 +156,14 @@ def test_agents_critics_and_reward_models_in_bf16_get_the_kahan_optimizer_unless
     from cooprl.agents import build_team
     from cooprl.trainers.actor_critic import separate_critic
     config = tiny_config("agent_model.torch_dtype=bfloat16", "critic_model.torch_dtype=bfloat16")
-    agent, = build_team(config, config.trainer("magrpo"), 1)
-    critic = separate_critic(config, config.trainer("iac"), "offline:tiny-random", reuses_agent_ids=True)
+    agent, = build_team(Run.of(config, "magrpo"), 1)
+    critic = separate_critic(Run.of(config, "iac"), "offline:tiny-random", reuses_agent_ids=True)
     assert isinstance(agent.optimizer, KahanAdamW) and isinstance(critic.optimizer, KahanAdamW)
     assert next(agent.model.parameters()).dtype == torch.bfloat16
     pure = tiny_config("agent_model.torch_dtype=bfloat16", "agent_model.bf16_optimizer=pure")
-    agent, = build_team(pure, pure.trainer("magrpo"), 1)
+    agent, = build_team(Run.of(pure, "magrpo"), 1)
     assert type(agent.optimizer) is torch.optim.AdamW
-    agent, = build_team(tiny_config("agent_model.torch_dtype=float32"), config.trainer("magrpo"), 1)
+    agent, = build_team(Run.of(tiny_config("agent_model.torch_dtype=float32"), "magrpo"), 1)
     assert type(agent.optimizer) is torch.optim.AdamW
 
 
@@ -194,7 +195,7 @@ def test_a_float16_agent_is_refused_with_one_clear_error():
     from cooprl.errors import UserError
     config = tiny_config("agent_model.torch_dtype=float16")
     with pytest.raises(UserError, match="float16 weights cannot be trained"):
-        build_team(config, config.trainer("magrpo"), 1)
+        build_team(Run.of(config, "magrpo"), 1)
     lora = tiny_config("agent_model.torch_dtype=float16", "agent_model.lora.r=4")
-    agent, = build_team(lora, lora.trainer("magrpo"), 1)   # float32 adapters over frozen float16 weights train
+    agent, = build_team(Run.of(lora, "magrpo"), 1)   # float32 adapters over frozen float16 weights train
     assert {p.dtype for p in agent.model.parameters() if p.requires_grad} == {torch.float32}

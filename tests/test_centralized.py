@@ -10,7 +10,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from cooprl.checkpoint import list_checkpoints
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from cooprl.generation import first_stop
 from cooprl.models import TINY_RANDOM
 from cooprl.trainers.magrpo import build_magrpo
@@ -34,8 +34,8 @@ def centralized_config(*overrides):
 @pytest.mark.parametrize("style", ["concat", "native"])
 @pytest.mark.parametrize("answer", ["open", "bounded"])
 def test_centralized_task_has_one_policy_and_the_joint_prompt(style, answer):
-    task = build_code_task(centralized_config(f"magrpo.centralized_prompt={style}",
-                                              f"magrpo.centralized_answer={answer}"), "magrpo")
+    task = build_code_task(Run.of(centralized_config(f"magrpo.centralized_prompt={style}",
+                                                     f"magrpo.centralized_answer={answer}"), "magrpo"))
     item = task.train_items[0]
     assert task.num_agents == 1 and task.max_reward == 4.0
     assert task.first_prompts(item) == [centralized_prompt(item, style, answer)]
@@ -47,15 +47,15 @@ def test_centralized_task_has_one_policy_and_the_joint_prompt(style, answer):
 def test_centralized_with_more_than_one_turn_is_a_config_error():
     config = load_config(None, ["magrpo.collaboration_mode=centralized", "magrpo.num_turns=2"])
     with pytest.raises(ConfigError, match=r"centralized is single-turn: set magrpo.num_turns=1 \(got 2\)"):
-        build_code_task(config, "magrpo")
+        build_code_task(Run.of(config, "magrpo"))
 
 
 def test_centralized_needs_the_two_roles():
     config = load_config(None, ["grpo.collaboration_mode=centralized", "grpo.num_turns=1"])
     with pytest.raises(ConfigError, match="grpo.num_agents must be 2, got 1"):
-        build_code_task(config, "grpo")
+        build_code_task(Run.of(config, "grpo"))
     with pytest.raises(ConfigError, match="magrpo.num_agents=3"):
-        build_code_task(load_config(None, ["magrpo.num_agents=3"]), "magrpo")
+        build_code_task(Run.of(load_config(None, ["magrpo.num_agents=3"]), "magrpo"))
 
 
 # ---------------------------------------------------------------- scores of hand-built joint answers
@@ -81,7 +81,7 @@ SCORE_CASES = [
 
 @pytest.fixture(scope="module")
 def open_task():
-    return build_code_task(centralized_config(), "magrpo")
+    return build_code_task(Run.of(centralized_config(), "magrpo"))
 
 
 def test_joint_answers_get_the_two_agent_reward_and_parse_metrics(open_task):
@@ -98,7 +98,7 @@ def test_joint_answers_get_the_two_agent_reward_and_parse_metrics(open_task):
 
 
 def test_bounded_answer_is_scored_after_the_prompts_opening_tag():
-    task = build_code_task(centralized_config("magrpo.centralized_answer=bounded"), "magrpo")
+    task = build_code_task(Run.of(centralized_config("magrpo.centralized_answer=bounded"), "magrpo"))
     # the prompt ended with <auxiliary>, so the answer starts inside the aux section
     [score] = task.score([P], [[f"\n{AUX}\n</auxiliary>\n<main>\n{MAIN}\n</main>"]])
     assert score.total == 4.0 and score.metrics["parse_fallback"] == 0.0
@@ -129,8 +129,8 @@ BUDGET = 40
 def forced_samples(answer, monkeypatch):
     """Return the centralized agent, its forced token sequences and two samples for one prompt."""
     config = centralized_config(f"magrpo.centralized_answer={answer}", f"magrpo.max_new_tokens={BUDGET}")
-    task = build_code_task(config, "magrpo")
-    agent = build_magrpo(config, "magrpo", task).team[0]
+    task = build_code_task(Run.of(config, "magrpo"))
+    agent = build_magrpo(Run.of(config, "magrpo"), task).team[0]
     forced = [agent.tokenizer(text, add_special_tokens=False)["input_ids"] for text in FORCED_TEXTS]
     processor = LogitsProcessorList([ForceTokens(forced)])
     monkeypatch.setattr(agent.model, "generate", functools.partial(agent.model.generate, logits_processor=processor))

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cooprl.config import ConfigError, load_config  # noqa: E402
+from cooprl.config import ConfigError, Run, load_config  # noqa: E402
 from rewards.code_cleaning import FLOW_STEPS, Cooperation, cooperation  # noqa: E402
 from rewards.code_rewards import code_reward, code_rewards_batch  # noqa: E402
 from rewards.coop_probes import probe_gate, probe_programs, verify as verify_cooperation  # noqa: E402
@@ -209,7 +209,7 @@ def test_config_key_reaches_the_reward(monkeypatch):
         return code_rewards_batch(items, aux, main, **kw)
 
     monkeypatch.setattr(task_module, "code_rewards_batch", fake_batch)
-    task = task_module.build_code_task(config, "magrpo")
+    task = task_module.build_code_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     task.score([problem], [["def aux(x):\n    return x\n", "return 1\n"]])
     assert seen["cooperation"] == "verified"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cooprl.cli import parse_args
-from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, load_config, read_yaml
+from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, Run, load_config, read_yaml
 from cooprl.config_docs import config_reference, default_configs, task_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,7 +165,7 @@ def test_rules_between_keys_are_enforced_at_load(override, key):
 def test_magrpo_needs_two_generations_unless_raw():
     from cooprl.trainers.magrpo import build_magrpo
     with pytest.raises(ConfigError, match="magrpo.num_generations"):
-        build_magrpo(load_config(CPU_CONFIG, ["magrpo.num_generations=1"]), "magrpo", None)
+        build_magrpo(Run.of(load_config(CPU_CONFIG, ["magrpo.num_generations=1"]), "magrpo"), None)
 
 
 # ------------------------------------------------------------------------------------ the README and its docs

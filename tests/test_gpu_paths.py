@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cooprl import checkpoint as ckpt
+from cooprl.config import Run
 from cooprl.optim import build_adamw
 
 
@@ -117,7 +118,7 @@ def test_evaluation_leaves_every_cuda_generator_as_it_was(tmp_path, monkeypatch)
                 next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories])
     config = load_config(None, ["wandb.mode=disabled", f"output.base_dir={tmp_path}", "magrpo.max_steps=2",
                                 "magrpo.eval_interval=1", "magrpo.eval_at_start=true"])
-    train_loop(config, "magrpo", task, Algorithm(), tmp_path / "run")
+    train_loop(Run.of(config, "magrpo"), task, Algorithm(), tmp_path / "run")
     assert [kind for kind, _ in seen] == ["eval", "train", "eval", "train", "eval"]
     assert all(states == [10, 11] for kind, states in seen if kind == "train")   # as training left them
     assert all(states[0] == states[1] != 10 for kind, states in seen if kind == "eval")   # the evaluation seed
@@ -192,12 +193,12 @@ def test_critic_comparator_and_reward_model_follow_each_processs_gpu(monkeypatch
                                 "madpo_iter.comparator_devices=cuda:0"])
     monkeypatch.setattr(actor_critic, "build_team", lambda *args: [type("Agent", (), {"name": "offline:tiny-random"})()])
     with pytest.raises(ModelError, match="device 'cuda:1'"):
-        actor_critic.build_iac(config, "iac", type("Task", (), {"num_agents": 1, "agent_rewards": False,
+        actor_critic.build_iac(Run.of(config, "iac"), type("Task", (), {"num_agents": 1, "agent_rewards": False,
                                                               "stop_strings": ()})())
     with pytest.raises(ModelError, match="device 'cuda:1'"):
-        marlhf.build_reward_model(config, config.marlhf)
+        marlhf.build_reward_model(Run.of(config, "marlhf"))
     with pytest.raises(ModelError, match="device 'cuda:1'"):
-        _model_generators(config, config.madpo_iter, "madpo_iter", ["offline:tiny-random"], 16)
+        _model_generators(Run.of(config, "madpo_iter"), ["offline:tiny-random"], 16)
 
 
 def test_processes_join_with_their_gpu_bound_and_barriers_name_it(monkeypatch):

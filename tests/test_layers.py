@@ -80,3 +80,37 @@ def test_the_losses_are_pure_tensor_math():
     # cooprl/losses.py: no model call, no process group, no optimizer: torch alone
     imported = {name.split(".")[0] for name in _module_imports(ROOT / "cooprl" / "losses.py")}
     assert imported <= {"__future__", "typing", "torch"}, imported
+
+
+def _project_files() -> list[Path]:
+    return sorted([*ROOT.glob("*.py"), *(path for package in ALLOWED for path in (ROOT / package).rglob("*.py"))])
+
+
+def _is_section(node: ast.AST) -> bool:
+    """Whether `node` names a trainer section: the name `section`, or an attribute `<anything>.section`."""
+    return (isinstance(node, ast.Name) and node.id == "section") or (isinstance(node, ast.Attribute)
+                                                                     and node.attr == "section")
+
+
+def test_no_trainer_section_is_probed_for_a_key():
+    # A run hands its trainer its own typed section (cooprl.config.Run): a key several trainers share is declared on
+    # the section class they share, a key only some have is asked with isinstance. getattr(section, "key", default)
+    # or hasattr(section, "key") would hide a misspelt key, and a section typed Any says nothing of what it holds.
+    found = []
+    for path in _project_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and node.args and _is_section(node.args[0])):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+            if (isinstance(node, ast.arg) and node.arg == "section" and node.annotation is not None
+                    and ast.unparse(node.annotation) == "Any"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: section: Any")
+    assert found == []
+
+
+def test_a_trainer_section_is_looked_up_by_name_only_in_the_config_package():
+    # Run.of (cooprl/config/run.py) looks the run's section up once; the loader's checks go over every section. No
+    # trainer, helper or task threads (config, trainer name) to look it up again.
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in _project_files() if "config" not in path.parent.name
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ".trainer(" in line]
+    assert found == []

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.config import TRAINER_SECTIONS, load_config
+from cooprl.config import TRAINER_SECTIONS, Run, load_config
 from cooprl.logprobs import completion_logprobs
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.policy_update import TrainSample, policy_gradient_step
@@ -173,11 +173,11 @@ def learn(model: Path, tmp_path: Path, trainer: str, overrides: list[str], seed:
     task = lowercase_task(agents)
     if sequential:   # agent 1's prompt ends with the head of agent 0's answer
         task = dataclasses.replace(task, follow_prompt=lambda item, a, prompt, earlier: f"{prompt}{earlier[0][:HEAD]}|")
-    algorithm = _builder(trainer)(config, trainer, task)
+    algorithm = _builder(trainer)(Run.of(config, trainer), task)
     with torch.random.fork_rng(devices=[]):   # as the loop evaluates: its own generator, training's untouched
         torch.manual_seed(evaluation_seed(config.seed))
         before = algorithm.evaluate(task.eval_items)["eval/turn_1/reward_mean"]
-    summary = train_loop(config, trainer, task, algorithm, tmp_path / "run")
+    summary = train_loop(Run.of(config, trainer), task, algorithm, tmp_path / "run")
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     # MARLHF trains on its learned reward: whether the policies learned is the task's reward
     key = "turn_1/task_reward_mean" if trainer.startswith("marlhf") else "turn_1/reward_mean"
@@ -263,7 +263,7 @@ def test_one_dpo_update_raises_the_chosen_log_ratio_against_the_rejected(char_mo
                                 f"{t}.dpo_beta=0.1", *_if_known(t, reference_kl_coef=0.0, train_batch_size="null",
                                                               rollout_buffer_size="null")])
     seed_everything(0)
-    algorithm = build_madpo(config, t, task)
+    algorithm = build_madpo(Run.of(config, t), task)
     pairs = [_pair(task, "Q0", ["abcdef", "ghijkl"], ["#!X%Q9", "ZZ?.10"]),
              _pair(task, "Q1", ["xyzzyq", "mnopqr"], ["A B C ", "$$$$$$"])]
     tok = algorithm.team[0].tokenizer
@@ -314,7 +314,7 @@ def test_one_trainer_step_raises_the_best_sample_over_the_worst(char_model, tmp_
                                 f"output.base_dir={tmp_path}", *common(trainer, 4, lr=1e-3), *extra])
     seed_everything(config.seed)
     task = lowercase_task(1 if trainer in ("grpo", "ac") else 2)
-    algorithm = _builder(trainer)(config, trainer, task)
+    algorithm = _builder(trainer)(Run.of(config, trainer), task)
     start = [copy.deepcopy(agent.model) for agent in algorithm.team]
     sampled = []
     sample = algorithm._sample

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from cooprl.models import TINY_RANDOM
 from cooprl.preferences import PairStore, PreferencePair, read_pairs
 from cooprl.trainers.loop import seed_everything, train_loop
@@ -46,7 +46,8 @@ def test_madpo_loss_weights_and_single_policy():
 
 
 def test_margins_score_texts_like_their_ids_and_accept_empty_answers(tmp_path):
-    algorithm = build_madpo(madpo_config(tmp_path, "x", "madpo", ["madpo.reference_model=true"]), "madpo", scripted_task())
+    config = madpo_config(tmp_path, "x", "madpo", ["madpo.reference_model=true"])
+    algorithm = build_madpo(Run.of(config, "madpo"), scripted_task())
     tokenizer = algorithm.team[0].tokenizer
     ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
     texts = PreferencePair("i", ["p0", "p1"], ["abc", "def g"], ["", "xyz"], 1.0, 0.0)
@@ -62,7 +63,7 @@ def test_margins_score_texts_like_their_ids_and_accept_empty_answers(tmp_path):
 def test_a_losers_own_prompts_score_its_completions(tmp_path):
     # a sequential team's pair: the loser's follower answered another prompt than the winner's, and its margin says so
     from cooprl.logprobs import completion_logprobs
-    algorithm = build_madpo(madpo_config(tmp_path, "x", "madpo", []), "madpo", scripted_task())
+    algorithm = build_madpo(Run.of(madpo_config(tmp_path, "x", "madpo", []), "madpo"), scripted_task())
     pair = PreferencePair("i", ["p0", "p1 after abc"], ["abc", "def"], ["uvw", "xyz"], 1.0, 0.0,
                           rejected_prompts=["p0", "p1 after uvw"])
     agent = algorithm.team[1]
@@ -94,8 +95,8 @@ def run_madpo(tmp_path: Path, name: str, overrides: list[str], trainer: str = "m
     config = madpo_config(tmp_path, name, trainer, overrides)
     seed_everything(config.seed)
     task = task or scripted_task()
-    algorithm = build_madpo(config, trainer, task)
-    summary = train_loop(config, trainer, task, algorithm, tmp_path / name)
+    algorithm = build_madpo(Run.of(config, trainer), task)
+    summary = train_loop(Run.of(config, trainer), task, algorithm, tmp_path / name)
     return algorithm, summary
 
 
@@ -180,7 +181,7 @@ def test_comparator_config_errors(tmp_path):
                                 "no joint answer format"),
                                (["madpo_iter.comparator_policy=api", "madpo_iter.comparator_model=x"], "API client")]:
         with pytest.raises(ConfigError, match=message):
-            build_madpo(madpo_config(tmp_path, "e", "madpo_iter", overrides), "madpo_iter", task)
+            build_madpo(Run.of(madpo_config(tmp_path, "e", "madpo_iter", overrides), "madpo_iter"), task)
 
 
 def cli_overrides(trainer, tmp_path, name):

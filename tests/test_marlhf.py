@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from cooprl.models import TINY_RANDOM
 from cooprl.preferences import PreferencePair, read_pairs, write_pairs
 from cooprl.trainers.loop import seed_everything, train_loop
@@ -55,7 +55,7 @@ def test_evaluation_uses_the_task_reward():
     # an RL algorithm that scores through the (learned-reward) task it was built with
     rl = SimpleNamespace(models=[], team=[], evaluate=lambda items: {"r": learned_task.score(items, [["aaaaaaaa"] * 2])[0].total},
                          train_step=lambda item, step: {"r": learned_task.score([item], [["aaaaaaaa"] * 2])[0].total})
-    algorithm = MARLHF(load_config(), load_config().marlhf, task, rl, CountingRewardModel(), learned)
+    algorithm = MARLHF(Run.of(load_config(), "marlhf"), task, rl, CountingRewardModel(), learned)
     assert algorithm.evaluate(["eval 0:"]) == {"r": letter_reward("aaaaaaaa")}
     algorithm.trained_iteration = 0  # skip the reward-model phase: the RL step sees the learned reward
     assert algorithm.train_step("item 0:", 1)["r"] == 10.0
@@ -85,7 +85,7 @@ def test_learned_reward_is_standardized_over_the_answers_of_the_pairs(tmp_path, 
     config = load_config(None, ["marlhf.reward_model_learning_rate=1e-3", f"marlhf.normalize_reward={normalize}"])
     learned_task, learned = learned_reward_task(task, rm)
     rl = SimpleNamespace(models=[], state_dict=dict, load_state_dict=lambda state: None)
-    algorithm = MARLHF(config, config.marlhf, task, rl, rm, learned)
+    algorithm = MARLHF(Run.of(config, "marlhf"), task, rl, rm, learned)
     algorithm.start_run(tmp_path, 0, len(task.train_items))
     pairs = scripted_pairs(task)
     write_pairs(algorithm.store.path(0), pairs)
@@ -104,7 +104,7 @@ def test_learned_reward_is_standardized_over_the_answers_of_the_pairs(tmp_path, 
     assert metrics["reward_model/score_std"] == pytest.approx(statistics.pstdev(raw), abs=1e-7)
     # a checkpoint keeps mean and std: a resumed run (whose reward model is not retrained) gives the same rewards
     resumed_task, resumed = learned_reward_task(task, rm)
-    MARLHF(config, config.marlhf, task, rl, rm, resumed).load_state_dict(algorithm.state_dict())
+    MARLHF(Run.of(config, "marlhf"), task, rl, rm, resumed).load_state_dict(algorithm.state_dict())
     assert [s.total for s in resumed_task.score(items, joints)] == rewards
 
 
@@ -124,8 +124,8 @@ def run_marlhf(tmp_path: Path, name: str, overrides: list[str], trainer: str = "
     config = marlhf_config(tmp_path, name, trainer, overrides)
     seed_everything(config.seed)
     task = scripted_task()
-    algorithm = build_marlhf(config, trainer, task)
-    train_loop(config, trainer, task, algorithm, tmp_path / name)
+    algorithm = build_marlhf(Run.of(config, trainer), task)
+    train_loop(Run.of(config, trainer), task, algorithm, tmp_path / name)
     return algorithm
 
 

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from cooprl.config import ConfigError, LoraSection, load_config
+from cooprl.config import ConfigError, LoraSection, Run, load_config
 from cooprl.generation import HFGenerator, SamplingParams
 from cooprl.logprobs import _padded_logprobs, completion_logprobs
 from cooprl.models import (TINY_RANDOM, MemoryOptions, add_lora, load_causal_lm, load_tokenizer, memory_options,
@@ -175,7 +175,7 @@ def test_agent_model_fields_reach_the_agents():
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu",
                                 "agent_model.torch_dtype=float32", "agent_model.logprob_chunk_size=64",
                                 "agent_model.gradient_checkpointing=true", "agent_model.autocast=bf16"])
-    model = build_team(config, config.grpo, 1)[0].model
+    model = build_team(Run.of(config, "grpo"), 1)[0].model
     assert memory_options(model) == MemoryOptions(64, "bf16")
     assert all(layer.gradient_checkpointing for layer in model.model.layers)
     default = load_config(None, [])

@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from cooprl.generation import Completion
 from cooprl.rollout import RolloutSettings, iter_nodes, rollout
 from cooprl.task import Score, Task
@@ -113,8 +113,8 @@ def magrpo_run(pipeline, steps=2):
                                 "magrpo.rollout_buffer_size=1", "reward.pipeline_nodes=1",
                                 f"reward.pipeline={str(pipeline).lower()}"])
     seed_everything(config.seed)
-    task = build_code_task(config, "magrpo")
-    algorithm = build_magrpo(config, "magrpo", task)
+    task = build_code_task(Run.of(config, "magrpo"))
+    algorithm = build_magrpo(Run.of(config, "magrpo"), task)
     metrics = [algorithm.train_step(task.train_items[i % len(task.train_items)], i + 1) for i in range(steps)]
     return metrics, {n: p.detach().clone() for n, p in algorithm.models[0].named_parameters()}
 

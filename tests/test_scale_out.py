@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cooprl import distributed
-from cooprl.config import ConfigError, load_config, model_devices
+from cooprl.config import ConfigError, Run, load_config, model_devices
 from cooprl.models import TINY_RANDOM
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
@@ -46,20 +46,20 @@ def test_ddp_refuses_several_agent_devices():
 
 def test_model_devices_one_for_all_or_one_per_model():
     config = load_config(None, ["magrpo.agent_devices=[cuda:0, cuda:1]", "iac.critic_devices=cuda:1"])
-    assert model_devices(config.magrpo, "agent_devices", 2, "cpu") == ["cuda:0", "cuda:1"]
-    assert model_devices(config.iac, "critic_devices", 3, "cpu") == ["cuda:1"] * 3
-    assert model_devices(config.iac, "agent_devices", 2, "cpu") == ["cpu", "cpu"]   # null: the fallback
-    assert model_devices(load_config(None, ["iac.critic_devices=[cuda:0, cuda:0]"]).iac, "critic_devices", 1,
-                         "cpu") == ["cuda:0"]   # upstream's list naming one device: one device for all
+    assert model_devices(config.magrpo.agent_devices, "agent_devices", 2, "cpu") == ["cuda:0", "cuda:1"]
+    assert model_devices(config.iac.critic_devices, "critic_devices", 3, "cpu") == ["cuda:1"] * 3
+    assert model_devices(config.iac.agent_devices, "agent_devices", 2, "cpu") == ["cpu", "cpu"]   # null: the fallback
+    assert model_devices(load_config(None, ["iac.critic_devices=[cuda:0, cuda:0]"]).iac.critic_devices,
+                         "critic_devices", 1, "cpu") == ["cuda:0"]   # upstream's list naming one device: one for all
     with pytest.raises(ConfigError, match="agent_devices: 2 devices given for 3 model"):
-        model_devices(config.magrpo, "agent_devices", 3, "cpu")
+        model_devices(config.magrpo.agent_devices, "agent_devices", 3, "cpu")
 
 
 def test_several_processes_without_ddp_are_a_config_error(monkeypatch):
     from cooprl.train import join_processes
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="magrpo.parallel_training: none, but 2 processes were launched"):
-        join_processes(load_config(None, []), "magrpo")
+        join_processes(Run.of(load_config(None, []), "magrpo"))
 
 
 # ---------------------------------------------------------------------------------------------- ddp pieces
@@ -94,8 +94,8 @@ def run_magrpo(tmp_path: Path, name: str, overrides: list[str]):
         "agent_model.temperature=1.0", "agent_model.top_p=1.0", "magrpo.rollout_buffer_size=1", *overrides])
     seed_everything(config.seed)
     task = scripted_task()
-    algorithm = build_magrpo(config, "magrpo", task)
-    train_loop(config, "magrpo", task, algorithm, tmp_path / name)
+    algorithm = build_magrpo(Run.of(config, "magrpo"), task)
+    train_loop(Run.of(config, "magrpo"), task, algorithm, tmp_path / name)
     return algorithm, [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -111,12 +111,12 @@ def test_agents_go_to_the_devices_named(one_thread):
     from cooprl.agents import build_team
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:7",
                                 "magrpo.agent_devices=[cpu, cpu]", "magrpo.parallel_training=mp"])
-    team = build_team(config, config.magrpo, 2)   # agent_model.device (cuda:7) is overridden per agent
+    team = build_team(Run.of(config, "magrpo"), 2)   # agent_model.device (cuda:7) is overridden per agent
     assert [str(agent.model.device) for agent in team] == ["cpu", "cpu"]
-    assert [str(agent.model.device) for agent in build_team(config, config.magrpo, 1)] == ["cpu"]   # [cpu, cpu]: one
+    assert [str(agent.model.device) for agent in build_team(Run.of(config, "magrpo"), 1)] == ["cpu"]   # [cpu, cpu]: one
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "magrpo.agent_devices=[cpu, cuda:0]"])
     with pytest.raises(ConfigError, match="agent_devices: 2 devices given for 3 model"):
-        build_team(config, config.magrpo, 3)   # before any model is loaded
+        build_team(Run.of(config, "magrpo"), 3)   # before any model is loaded
 
 
 @pytest.mark.slow
@@ -318,7 +318,7 @@ def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collec
                                 "madpo.max_new_tokens=6", "madpo.learning_rate=1e-4", "madpo.max_grad_norm=null",
                                 "wandb.mode=disabled"])
     seed_everything(config.seed)
-    algorithm = build_madpo(config, "madpo", lowercase_task(2, items=4))
+    algorithm = build_madpo(Run.of(config, "madpo"), lowercase_task(2, items=4))
     algorithm.update(pairs, [1.0] * len(pairs))
     saved = model_weights(two / "checkpoints" / "checkpoint-1")
     assert sorted(saved) == ["agent_0", "agent_1"]
@@ -357,4 +357,4 @@ def test_marlhf_checks_its_rl_algorithms_ddp_rules():
     from tests.learnable import lowercase_task
     config = load_config(None, ["marlhf.parallel_training=ddp", "marlhf.rl_algorithm=iac"])   # iac: turns schedule
     with pytest.raises(ConfigError, match="set iac.update_schedule=episodes"):
-        build_marlhf(config, "marlhf", lowercase_task(2))   # before any model is loaded
+        build_marlhf(Run.of(config, "marlhf"), lowercase_task(2))   # before any model is loaded

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from cooprl.errors import UserError
 from cooprl.models import TINY_RANDOM, ModelError, load_causal_lm
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
@@ -34,9 +34,9 @@ def run(config, trainer: str, name: str, tmp_path: Path):
     """Build `trainer`'s algorithm on the code task and run the shared loop; return (algorithm, summary)."""
     from cooprl.trainers import build_algorithm
     seed_everything(config.seed)
-    task = build_code_task(config, trainer)
-    algorithm = build_algorithm(config, trainer, task)
-    return algorithm, train_loop(config, trainer, task, algorithm, tmp_path / name)
+    task = build_code_task(Run.of(config, trainer))
+    algorithm = build_algorithm(Run.of(config, trainer), task)
+    return algorithm, train_loop(Run.of(config, trainer), task, algorithm, tmp_path / name)
 
 
 def events(run_dir: Path) -> list[dict]:
@@ -115,22 +115,22 @@ def test_magrpo_from_an_sft_run_starts_from_its_weights_and_first_evaluation(sft
     config = magrpo_config(tmp_path, "rl", ["magrpo.max_steps=1", f"agent_model.init_from={sft_dir}", *LORA])
     from cooprl.trainers import build_algorithm
     seed_everything(config.seed)
-    task = build_code_task(config, "magrpo")
-    rl = build_algorithm(config, "magrpo", task)
+    task = build_code_task(Run.of(config, "magrpo"))
+    rl = build_algorithm(Run.of(config, "magrpo"), task)
     for m_sft, m_rl in zip(sft.models, rl.models):   # the adapters continue: the same trainable tensors
         sft_params = {n: p for n, p in m_sft.named_parameters() if p.requires_grad}
         rl_params = {n: p for n, p in m_rl.named_parameters() if p.requires_grad}
         assert sft_params.keys() == rl_params.keys() and sft_params
         assert all(torch.equal(sft_params[n], rl_params[n]) for n in sft_params)
         assert any(torch.count_nonzero(p) for n, p in rl_params.items() if "lora_B" in n)   # trained, not fresh
-    train_loop(config, "magrpo", task, rl, tmp_path / "rl")
+    train_loop(Run.of(config, "magrpo"), task, rl, tmp_path / "rl")
     sft_final = eval_at(sft_dir, 4)
     assert sft_final and eval_at(tmp_path / "rl", 0) == sft_final
     # the samples themselves: the RL run's start policy writes what the SFT run's final policy writes
-    rl_start = build_algorithm(config, "magrpo", build_code_task(config, "magrpo"))
+    rl_start = build_algorithm(Run.of(config, "magrpo"), build_code_task(Run.of(config, "magrpo")))
     assert greedy_texts(rl_start) == greedy_texts(sft)
-    fresh = build_algorithm(magrpo_config(tmp_path, "fresh", ["magrpo.max_steps=1", *LORA]), "magrpo",
-                            build_code_task(config, "magrpo"))
+    fresh = build_algorithm(Run.of(magrpo_config(tmp_path, "fresh", ["magrpo.max_steps=1", *LORA]), "magrpo"),
+                            build_code_task(Run.of(config, "magrpo")))
     assert greedy_texts(fresh) != greedy_texts(sft)
 
 
@@ -149,7 +149,7 @@ def test_init_from_lora_adapters_into_a_full_model_merges_them(sft_run, tmp_path
     sft_dir, sft = sft_run
     config = magrpo_config(tmp_path, "full", ["magrpo.max_steps=1", f"agent_model.init_from={sft_dir}"])
     from cooprl.trainers import build_algorithm
-    full = build_algorithm(config, "magrpo", build_code_task(config, "magrpo"))
+    full = build_algorithm(Run.of(config, "magrpo"), build_code_task(Run.of(config, "magrpo")))
     assert not hasattr(full.models[0], "peft_config")   # a full fine-tuning run: the adapters merged in
     assert greedy_texts(full) == greedy_texts(sft)
 
@@ -161,7 +161,7 @@ def test_other_trainers_start_from_the_run_too(sft_run, tmp_path, trainer):
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "dataset.name=coop",
                                 f"{trainer}.max_new_tokens=6", f"agent_model.init_from={sft_dir}", *LORA, *extra])
     from cooprl.trainers import build_algorithm
-    algorithm = build_algorithm(config, trainer, build_code_task(config, trainer))
+    algorithm = build_algorithm(Run.of(config, trainer), build_code_task(Run.of(config, trainer)))
     assert greedy_texts(algorithm) == greedy_texts(sft)
 
 
@@ -172,7 +172,7 @@ def test_evaluate_and_strategy_start_from_the_run(sft_run, tmp_path):
     config = magrpo_config(tmp_path, "ev", [f"agent_model.init_from={sft_dir}", *LORA])
     llm = build_llm(config, None, [], max_new_tokens=8)
     assert [type(x).__name__ for x in (llm,)] == ["TeamLLM"]   # the run's two agents
-    metrics = evaluate.evaluate_checkpoint(config, "magrpo", None)
+    metrics = evaluate.evaluate_checkpoint(Run.of(config, "magrpo"), None)
     assert metrics == eval_at(sft_dir, 4)   # the SFT run's last evaluation, same settings and seed
 
 
@@ -200,7 +200,7 @@ def test_a_bad_init_from_is_a_clear_error(sft_run, tmp_path, damage, message):
     config = magrpo_config(tmp_path, "bad", [f"agent_model.init_from={target}", *LORA])
     from cooprl.trainers import build_algorithm
     with pytest.raises(ModelError, match="agent_model.init_from") as err:
-        build_algorithm(config, "magrpo", build_code_task(config, "magrpo"))
+        build_algorithm(Run.of(config, "magrpo"), build_code_task(Run.of(config, "magrpo")))
     assert message in str(err.value)
     assert isinstance(err.value, UserError)
 
@@ -225,15 +225,15 @@ def test_jsonl_demonstrations_are_trained_on(tmp_path):
                                                                                           "    return aux(2)\n"]}]
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
     config = sft_config(tmp_path, "jsonl", [f"sft.demonstrations={path}", "sft.batch_size=1", "sft.max_steps=2"])
-    task = build_code_task(config, "sft")
-    algorithm = build_sft(config, "sft", task)
+    task = build_code_task(Run.of(config, "sft"))
+    algorithm = build_sft(Run.of(config, "sft"), task)
     assert sorted(batch[0].source for batch in task.train_items) == [f"{path}:1", f"{path}:2"]
     assert [len(batch) for batch in task.train_items] == [1, 1]
     tokenizer = algorithm.team[1].tokenizer
     demo = next(b[0] for b in task.train_items if b[0].source.endswith(":1"))
     assert tokenizer.decode(demo.completion_ids[1][:-1]) == "    return aux(1)\n"
     assert demo.completion_ids[1][-1].item() == tokenizer.eos_token_id   # the model learns to stop
-    train_loop(config, "sft", task, algorithm, tmp_path / "jsonl")
+    train_loop(Run.of(config, "sft"), task, algorithm, tmp_path / "jsonl")
     assert [e["step"] for e in events(tmp_path / "jsonl") if "nll_mean" in e] == [1, 2]
 
 
@@ -258,13 +258,13 @@ def test_a_malformed_demonstration_is_an_error_naming_file_and_line(tmp_path, li
 
 def test_a_demonstration_of_an_eval_problem_is_refused(tmp_path):
     config = sft_config(tmp_path, "leak", [])
-    task = build_code_task(config, "sft")
+    task = build_code_task(Run.of(config, "sft"))
     path = tmp_path / "leak.jsonl"
     eval_prompts = task.first_prompts(task.eval_items[3])
     path.write_text(json.dumps({"prompts": eval_prompts, "completions": ["x):\n", "    pass\n"]}) + "\n")
     config = sft_config(tmp_path, "leak", [f"sft.demonstrations={path}"])
     with pytest.raises(DemonstrationError, match=rf"{path}:1: prompts\[0\] is the prompt of eval problem Coop/3"):
-        build_sft(config, "sft", build_code_task(config, "sft"))
+        build_sft(Run.of(config, "sft"), build_code_task(Run.of(config, "sft")))
 
 
 @pytest.mark.parametrize("env", ["code", "planner_coder", "coder_tester"])
@@ -292,14 +292,14 @@ def test_reference_demonstrations_never_hold_an_eval_problem_and_earn_the_reward
 
 def build_env_task(env: str, overrides: list[str]):
     if env == "code":
-        return build_code_task(load_config(None, overrides), "sft")
+        return build_code_task(Run.of(load_config(None, overrides), "sft"))
     if env == "planner_coder":
         from envs.planner_coder.config import PlannerCoderConfig
         from envs.planner_coder.task import build_planner_coder_task
-        return build_planner_coder_task(load_config(None, overrides, task_config=PlannerCoderConfig), "sft")
+        return build_planner_coder_task(Run.of(load_config(None, overrides, task_config=PlannerCoderConfig), "sft"))
     from envs.coder_tester.config import CoderTesterConfig
     from envs.coder_tester.task import build_coder_tester_task
-    return build_coder_tester_task(load_config(None, overrides, task_config=CoderTesterConfig), "sft")
+    return build_coder_tester_task(Run.of(load_config(None, overrides, task_config=CoderTesterConfig), "sft"))
 
 
 def test_humaneval_planner_demonstrations_come_from_the_canonical_solution():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.config import ConfigError, load_config, read_yaml
+from cooprl.config import ConfigError, Run, load_config, read_yaml
 from cooprl.generation import Completion
 from cooprl.rollout import RolloutSettings, rollout, sample_returns
 from cooprl.trainers import build_algorithm
@@ -74,7 +74,7 @@ def test_self_tests_formula_on_a_known_matrix():
 
 def test_planner_coder_scripted_rewards(data):
     config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.num_generations=2")
-    task = build_planner_coder_task(config, "magrpo")
+    task = build_planner_coder_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     sample = scripted({0: [" Add the numbers.\n2. Return it."] * 2, 1: [RIGHT, ALMOST]})
     root = rollout([problem], task, sample, RolloutSettings(num_turns=1, samples_per_turn=[2]))[0]
@@ -90,7 +90,7 @@ def test_main_sees_the_aux_code_of_its_own_joint_action(data):
     from envs.code_generation.task import build_code_task
     config = _config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "magrpo.num_generations=2",
                      "aux_main.main_sees_aux=true")
-    task = build_code_task(config, "magrpo")
+    task = build_code_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     auxes = ["a, b):\n    return a + b\n", "x):\n    return x\n"]
     sample = scripted({0: auxes, 1: ["    return aux(a, b)\n", "    return a + b\n"]})
@@ -105,13 +105,14 @@ def test_main_sees_the_aux_code_of_its_own_joint_action(data):
     assert root.scores[0].total > root.scores[1].total
     cross = _config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true", "magrpo.joint_mode=cross")
     with pytest.raises(ConfigError, match="magrpo.joint_mode=cross: .* sequential team .* set magrpo.joint_mode=aligned"):
-        build_algorithm(cross, "magrpo", build_code_task(cross, "magrpo"))   # refused before any model loads
+        run = Run.of(cross, "magrpo")
+        build_algorithm(run, build_code_task(run))   # refused before any model loads
     with pytest.raises(ConfigError, match="num_agents 2"):
-        build_code_task(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true",
-                                "magrpo.num_agents=1"), "magrpo")
+        build_code_task(Run.of(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true",
+                                       "magrpo.num_agents=1"), "magrpo"))
     with pytest.raises(ConfigError, match="aux\\+main team"):
-        build_planner_coder_task(_config("planner_coder_cpu.yaml", PlannerCoderConfig, data,
-                                         "aux_main.main_sees_aux=true"), "magrpo")
+        build_planner_coder_task(Run.of(_config("planner_coder_cpu.yaml", PlannerCoderConfig, data,
+                                                "aux_main.main_sees_aux=true"), "magrpo"))
 
 
 def test_open_body_prompts_end_inside_the_function(data):
@@ -125,8 +126,8 @@ def test_open_body_prompts_end_inside_the_function(data):
     assert open_body(Problem("c", 'def f(x):\n    """Doc."""\n\n', "", "f")).prompt.endswith('"""\n\n    ')
 
     def first_turn(*overrides):
-        task = build_code_task(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "magrpo.num_generations=1",
-                                       *overrides), "magrpo")
+        task = build_code_task(Run.of(_config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "magrpo.num_generations=1",
+                                              *overrides), "magrpo"))
         return task, task.first_prompts(task.train_items[0])
 
     task, prompts = first_turn("code_prompt.open_body=true")
@@ -141,18 +142,18 @@ def test_open_body_prompts_end_inside_the_function(data):
                     RolloutSettings(num_turns=1, samples_per_turn=[1]))[0].scores[0]
     assert opened.details[1] == plain.details[1] == PROBLEM["prompt"] + "    return aux(a, b)\n"   # the same program
     assert opened.total == plain.total == 3.0 and opened.metrics == plain.metrics
-    team = build_coder_tester_task(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
-                                           "code_prompt.open_body=true"), "magrpo")
+    team = build_coder_tester_task(Run.of(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
+                                                  "code_prompt.open_body=true"), "magrpo"))
     assert team.first_prompts(team.train_items[0])[0].endswith('    """\n    ')
     with pytest.raises(ConfigError, match="code_prompt.open_body: the planner"):
-        build_planner_coder_task(_config("planner_coder_cpu.yaml", PlannerCoderConfig, data,
-                                         "code_prompt.open_body=true"), "magrpo")
+        build_planner_coder_task(Run.of(_config("planner_coder_cpu.yaml", PlannerCoderConfig, data,
+                                                "code_prompt.open_body=true"), "magrpo"))
 
 
 def test_centralized_teams_score_one_answer_like_the_two_agents(data):
     # one model writes both parts; split, they get exactly the decentralized team's reward
     config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.collaboration_mode=centralized")
-    task = build_planner_coder_task(config, "magrpo")
+    task = build_planner_coder_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     assert task.num_agents == 1 and task.first_prompts(problem)[0].endswith('    """\n    # Plan:\n    # 1.')
     answer = " Add the numbers.\n    # 2. Return it.\n" + ALMOST
@@ -161,8 +162,8 @@ def test_centralized_teams_score_one_answer_like_the_two_agents(data):
     assert split_joint_answer(problem, answer) == [" Add the numbers.\n2. Return it.", ALMOST]
 
     config = _config("coder_tester_cpu.yaml", CoderTesterConfig, data, "magrpo.collaboration_mode=centralized")
-    task = build_coder_tester_task(config, "magrpo")
-    team = build_coder_tester_task(_config("coder_tester_cpu.yaml", CoderTesterConfig, data), "magrpo")
+    task = build_coder_tester_task(Run.of(config, "magrpo"))
+    team = build_coder_tester_task(Run.of(_config("coder_tester_cpu.yaml", CoderTesterConfig, data), "magrpo"))
     answers = [RIGHT + "\nassert add(" + TESTS, ALMOST + "\nassert add(" + TESTS]
     central = task.score([problem, problem], [[a] for a in answers])
     apart = team.score([problem, problem], [[RIGHT, TESTS], [ALMOST, TESTS]])
@@ -170,18 +171,18 @@ def test_centralized_teams_score_one_answer_like_the_two_agents(data):
     assert [s.metrics["tester_reward"] for s in central] == [s.metrics["tester_reward"] for s in apart]
     assert "\nassert " not in task.stop_strings[0] and task.first_prompts(problem)[0].endswith('    """\n')
     with pytest.raises(ConfigError, match="single-turn"):
-        build_coder_tester_task(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
-                                        "magrpo.collaboration_mode=centralized", "magrpo.num_turns=2"), "magrpo")
+        build_coder_tester_task(Run.of(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
+                                               "magrpo.collaboration_mode=centralized", "magrpo.num_turns=2"), "magrpo"))
     with pytest.raises(ConfigError, match="reward_sharing=shared"):
-        build_coder_tester_task(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
-                                        "magrpo.collaboration_mode=centralized",
-                                        "coder_tester.reward_sharing=individual"), "magrpo")
+        build_coder_tester_task(Run.of(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
+                                               "magrpo.collaboration_mode=centralized",
+                                               "coder_tester.reward_sharing=individual"), "magrpo"))
 
 
 def test_planner_coder_self_tests_and_decide(data):
     config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "code_reward.type=self_tests",
                      "planner_coder.revise=decide")
-    task = build_planner_coder_task(config, "magrpo")
+    task = build_planner_coder_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     assert example_asserts(problem) == ["assert add(1, 2) == 3"]
     sample = scripted({0: ["x", "y"], 1: [RIGHT, "    return 3\n"]})
@@ -201,7 +202,7 @@ def test_planner_coder_self_tests_and_decide(data):
 def test_coder_tester_scripted_rewards(data, sharing):
     config = _config("coder_tester_cpu.yaml", CoderTesterConfig, data, "magrpo.num_generations=2",
                      f"coder_tester.reward_sharing={sharing}")
-    task = build_coder_tester_task(config, "magrpo")
+    task = build_coder_tester_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     sample = scripted({0: [RIGHT, ALMOST], 1: [TESTS, "0, 0) == 0\nassert add(-1, 1) == 0\n"]})
     root = rollout([problem], task, sample, RolloutSettings(num_turns=1, samples_per_turn=[2]))[0]
@@ -221,7 +222,7 @@ def test_coder_tester_scripted_rewards(data, sharing):
 
 def test_coder_tester_self_tests_uses_the_groups_tests(data):
     config = _config("coder_tester_cpu.yaml", CoderTesterConfig, data, "code_reward.type=self_tests")
-    task = build_coder_tester_task(config, "magrpo")
+    task = build_coder_tester_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     scores = task.score([problem, problem], [[RIGHT, TESTS], [ALMOST, TESTS]])
     # pool: add(1,2)==3, add(2,2)==5, add(-1,1)==0; RIGHT passes [1,0,1], ALMOST [1,0,0]: weights 1, 0, 0.5
@@ -232,13 +233,13 @@ def test_trainers_that_need_one_reward_refuse_individual_rewards(data):
     from cooprl.trainers.madpo import build_madpo
     config = _config("coder_tester_cpu.yaml", CoderTesterConfig, data, "coder_tester.reward_sharing=individual")
     with pytest.raises(ConfigError, match="MADPO ranks joint answers by the team's one reward"):
-        build_madpo(config, "madpo", build_coder_tester_task(config, "madpo"))
+        build_madpo(Run.of(config, "madpo"), build_coder_tester_task(Run.of(config, "madpo")))
     config = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data)
     cross = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.joint_mode=cross")
     with pytest.raises(ConfigError, match="magrpo.joint_mode=cross: .* sequential team"):
-        build_algorithm(cross, "magrpo", build_planner_coder_task(cross, "magrpo"))
+        build_algorithm(Run.of(cross, "magrpo"), build_planner_coder_task(Run.of(cross, "magrpo")))
     # a sequential team with cross joint actions is never rolled out: the rollout refuses it too
-    team = build_planner_coder_task(cross, "magrpo")
+    team = build_planner_coder_task(Run.of(cross, "magrpo"))
     with pytest.raises(ValueError, match="aligned"):
         rollout(team.train_items[:1], team, scripted({0: ["p"] * 2, 1: ["c"] * 2}),
                 RolloutSettings(num_turns=1, samples_per_turn=[2], joint_mode="cross"))
@@ -294,7 +295,7 @@ def test_a_learnable_variant_of_each_team_learns(tmp_path, kind):
                                 f"{t}.num_generations=4", f"{t}.rollout_buffer_size=1", f"{t}.weight_decay=0.0"])
     seed_everything(config.seed)
     task = _team_task(kind)
-    summary = train_loop(config, t, task, build_magrpo(config, t, task), tmp_path / "run")
+    summary = train_loop(Run.of(config, t), task, build_magrpo(Run.of(config, t), task), tmp_path / "run")
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     keys = ["turn_1/reward_mean"] if kind == "sequential" else ["turn_1/agent0_lower", "turn_1/agent1_upper"]
     for key in keys:   # each agent learns its own target

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from envs.code_generation.self_tests import score_functions
 from envs.coder_tester.config import CoderTesterConfig
 from envs.coder_tester.task import build_coder_tester_task
@@ -48,7 +48,7 @@ def _task(tmp_path: Path, record: dict, *overrides: str):
     config = load_config(ROOT / "configs" / "coder_tester_cpu.yaml",
                          [f"dataset.path={path}", "dataset.train_split=train[:1]", "dataset.eval_split=train[1:]",
                           "code_prompt.open_body=false", *overrides], task_config=CoderTesterConfig)
-    task = build_coder_tester_task(config, "magrpo")
+    task = build_coder_tester_task(Run.of(config, "magrpo"))
     return task, task.train_items[0]
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cooprl.checkpoint import list_checkpoints, load_agent_weights
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from cooprl.generation import HFGenerator, SamplingParams
 from cooprl.logprobs import completion_logprobs
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
@@ -61,8 +61,8 @@ def run_magrpo(tmp_path: Path, name: str, overrides: list[str], task=None):
         "agent_model.temperature=1.0", "agent_model.top_p=1.0", *overrides])
     seed_everything(config.seed)
     task = task or scripted_task()
-    algorithm = build_magrpo(config, "magrpo", task)
-    summary = train_loop(config, "magrpo", task, algorithm, tmp_path / name)
+    algorithm = build_magrpo(Run.of(config, "magrpo"), task)
+    summary = train_loop(Run.of(config, "magrpo"), task, algorithm, tmp_path / name)
     return algorithm, summary
 
 
@@ -143,7 +143,7 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path):
                                 "magrpo.num_generations=2", "magrpo.num_turns=1", "magrpo.max_steps=5",
                                 "wandb.mode=disabled", f"output.base_dir={tmp_path}"])
     task = scripted_task()
-    algorithm = build_magrpo(config, "magrpo", task)
+    algorithm = build_magrpo(Run.of(config, "magrpo"), task)
     step_once = algorithm.train_step
 
     def interrupted_step(item, step):
@@ -153,7 +153,7 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path):
         return metrics
 
     algorithm.train_step = interrupted_step
-    summary = train_loop(config, "magrpo", task, algorithm, tmp_path / "run")
+    summary = train_loop(Run.of(config, "magrpo"), task, algorithm, tmp_path / "run")
     assert summary["interrupted"] and summary["steps"] == 2
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-2"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from envs.launch import train_main
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
@@ -224,5 +224,5 @@ def test_one_device_is_accepted_and_used():
                                 "magrpo.agent_devices=[cpu, cpu]", "magrpo.parallel_training=none",
                                 "iac.critic_devices=cpu", "madpo_iter.comparator_devices=cpu",
                                 "marlhf.reward_model_device=cpu"])
-    team = build_team(config, config.magrpo, 1)   # agent_model.device (cuda:7) is overridden by agent_devices
+    team = build_team(Run.of(config, "magrpo"), 1)   # agent_model.device (cuda:7) is overridden by agent_devices
     assert str(team[0].model.device) == "cpu"

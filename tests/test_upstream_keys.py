@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cooprl.comparators import build_comparator, generic_api_completer
-from cooprl.config import load_config
+from cooprl.config import Run, load_config
 from cooprl.evaluation import evaluate_team
 from cooprl.generation import SamplingParams
 from cooprl.models import TINY_RANDOM
@@ -46,8 +46,8 @@ def test_trainer_top_k_overrides_the_models():
     from cooprl.agents import build_team
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.top_k=7",
                                 "grpo.top_k=3"])
-    assert build_team(config, config.grpo, 1)[0].params.top_k == 3
-    assert build_team(config, config.magrpo, 1)[0].params.top_k == 7   # null: agent_model.top_k
+    assert build_team(Run.of(config, "grpo"), 1)[0].params.top_k == 3
+    assert build_team(Run.of(config, "magrpo"), 1)[0].params.top_k == 7   # null: agent_model.top_k
 
 
 # ---------------------------------------------------------------------------------------------- actor-critic
@@ -175,12 +175,12 @@ def test_reward_distribution_histogram():
 def test_comparator_num_candidates_gives_the_comparator_its_own_candidate_set(tmp_path):
     team_config = madpo_config(tmp_path, "c", "madpo_iter", ["madpo_iter.comparator_num_candidates=5"])
     from cooprl.trainers.madpo import build_madpo
-    algorithm = build_madpo(team_config, "madpo_iter", scripted_task())
+    algorithm = build_madpo(Run.of(team_config, "madpo_iter"), scripted_task())
     # `current` with its own count: the live policies write a second candidate set
     assert algorithm.comparator is not None and algorithm.comparator.generators[0] is algorithm.team[0].generator
     assert split_candidates(3, algorithm.comparator) == (3, 5)
     config = madpo_config(tmp_path, "c2", "madpo_iter", ["madpo_iter.comparator_candidate_budget=shared"])
-    assert build_madpo(config, "madpo_iter", scripted_task()).comparator is None      # shared budget, null: none
+    assert build_madpo(Run.of(config, "madpo_iter"), scripted_task()).comparator is None   # shared budget, null: none
 
 
 
@@ -195,17 +195,17 @@ def test_centralized_comparator_of_the_current_policy_is_agent_index_s_live_mode
     config = madpo_config(tmp_path, "x", "madpo_iter", ["madpo_iter.comparator_generation_mode=centralized",
                                                         "madpo_iter.comparator_centralized_agent_index=1"])
     task = scripted_task()
-    team = build_team(config, config.madpo_iter, 2)
+    team = build_team(Run.of(config, "madpo_iter"), 2)
     fmt = JointFormat(prompt=lambda item: f"{item} both", split=lambda item, text: [text[:3], text[3:]])
     task.joint_format = fmt   # what the task gives its comparators
-    comparator = build_comparator(config, "madpo_iter", task, team)
+    comparator = build_comparator(Run.of(config, "madpo_iter"), task, team)
     assert comparator.generators == [team[1].generator] and comparator.joint_format is fmt
     [[cand]] = comparator.sample(["item 0:"], 1)
     assert len(cand.texts) == 2 and cand.ids == [None, None]
     config = madpo_config(tmp_path, "y", "madpo_iter", ["madpo_iter.comparator_generation_mode=centralized",
                                                         "madpo_iter.comparator_centralized_agent_index=2"])
     with pytest.raises(Exception, match="comparator_centralized_agent_index=2"):
-        build_comparator(config, "madpo_iter", task, team)
+        build_comparator(Run.of(config, "madpo_iter"), task, team)
 
 
 def test_comparator_agents_load_one_model_per_role_on_comparator_devices(tmp_path):
@@ -213,14 +213,14 @@ def test_comparator_agents_load_one_model_per_role_on_comparator_devices(tmp_pat
     config = madpo_config(tmp_path, "x", "madpo_iter", [
         "madpo_iter.comparator_policy=model", f"madpo_iter.comparator_agents=[{TINY_RANDOM}, {TINY_RANDOM}]",
         "madpo_iter.comparator_devices=cpu"])
-    team = build_team(config, config.madpo_iter, 2)
-    comparator = build_comparator(config, "madpo_iter", scripted_task(), team)
+    team = build_team(Run.of(config, "madpo_iter"), 2)
+    comparator = build_comparator(Run.of(config, "madpo_iter"), scripted_task(), team)
     assert len(comparator.generators) == 2 and comparator.generators[0] is comparator.generators[1]   # loaded once
     assert str(comparator.generators[0].model.device) == "cpu"
     bad = madpo_config(tmp_path, "y", "madpo_iter", ["madpo_iter.comparator_policy=model",
                                                      f"madpo_iter.comparator_agents=[{TINY_RANDOM}]"])
     with pytest.raises(Exception, match="comparator_agents: 1 model names given for 2"):
-        build_comparator(bad, "madpo_iter", scripted_task(), team)
+        build_comparator(Run.of(bad, "madpo_iter"), scripted_task(), team)
 
 
 def test_generic_api_splits_requests_by_max_n_and_sends_upstreams_payload():
@@ -252,17 +252,17 @@ def test_api_comparator_keys_build_the_client(tmp_path, monkeypatch):
         "madpo_iter.comparator_policy=api", "madpo_iter.comparator_api_format=openai",
         "madpo_iter.comparator_api_url=http://h/v1", "madpo_iter.comparator_api_model=gpt-x",
         "madpo_iter.comparator_api_key_env=MY_KEY"])
-    team = build_team(config, config.madpo_iter, 2)
-    comparator = build_comparator(config, "madpo_iter", with_api(scripted_task(), factory), team)
+    team = build_team(Run.of(config, "madpo_iter"), 2)
+    comparator = build_comparator(Run.of(config, "madpo_iter"), with_api(scripted_task(), factory), team)
     assert seen == {"model": "gpt-x", "base_url": "http://h/v1", "api_key": "secret"}
     assert comparator.sample(["item 0:"], 1)[0][0].texts == ["answer", "answer"]
     monkeypatch.delenv("MY_KEY")
     with pytest.raises(Exception, match="MY_KEY"):
-        build_comparator(config, "madpo_iter", with_api(scripted_task(), factory), team)
+        build_comparator(Run.of(config, "madpo_iter"), with_api(scripted_task(), factory), team)
     generic = madpo_config(tmp_path, "y", "madpo_iter", [
         "madpo_iter.comparator_policy=api", "madpo_iter.comparator_api_url=http://h/gen",
         "madpo_iter.comparator_model=m"])
-    comparator = build_comparator(generic, "madpo_iter", with_api(scripted_task(), factory), team)
+    comparator = build_comparator(Run.of(generic, "madpo_iter"), with_api(scripted_task(), factory), team)
     assert comparator.max_candidates is None and type(comparator.generators[0]).__name__ == "_CompletionApiGenerator"
 
 
@@ -272,7 +272,7 @@ def test_reward_train_batch_size_and_freeze_backbone(tmp_path):
     pairs = [PreferencePair(f"i{k}", ["p"], [f"good {k}"], [f"bad {k}"], 1.0, 0.0) for k in range(6)]
     config = marlhf_config(tmp_path, "r", "marlhf", ["marlhf.reward_train_batch_size=2",
                                                       "marlhf.reward_freeze_backbone=true"])
-    rm = build_reward_model(config, config.marlhf)
+    rm = build_reward_model(Run.of(config, "marlhf"))
     trunk_before = [p.detach().clone() for p in rm.model.lm.parameters()]
     head_before = [p.detach().clone() for p in rm.model.head_parameters()]
     metrics = train_reward_model(rm, pairs, learning_rate=1e-2, epochs=1, eval_fraction=0.0, seed=0, batch_size=2)
@@ -302,8 +302,8 @@ def test_history_comparator_plays_the_policies_of_comparator_history_k_iteration
     from cooprl.comparators import HistoryComparator
     config = madpo_config(tmp_path, "h", "madpo_iter", ["madpo_iter.comparator_policy=history",
                                                         "madpo_iter.comparator_history_k=2"])
-    team = build_team(config, config.madpo_iter, 2)
-    comparator = build_comparator(config, "madpo_iter", scripted_task(), team)
+    team = build_team(Run.of(config, "madpo_iter"), 2)
+    comparator = build_comparator(Run.of(config, "madpo_iter"), scripted_task(), team)
     assert isinstance(comparator, HistoryComparator) and comparator.history_k == 2
     weight = lambda model: next(p for p in model.parameters()).detach().clone()
     starts = []

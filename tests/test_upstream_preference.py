@@ -12,7 +12,7 @@ import torch
 
 from cooprl.checkpoint import load_trainer_state
 from cooprl.comparators import Comparator, CurrentCopyComparator, HistoryComparator, build_comparator
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from cooprl.preferences import PairStore, split_candidates
 from cooprl.rollout import Completion, Node
 from tests.scripted import scripted_task
@@ -46,10 +46,11 @@ def test_the_comparator_writes_a_candidate_set_of_its_own_by_default(tmp_path):
     task = scripted_task()
     config = madpo_config(tmp_path, "b", "madpo_iter", [])
     assert config.madpo_iter.comparator_candidate_budget == "separate"
-    team = build_team(config, config.madpo_iter, 2)
+    team = build_team(Run.of(config, "madpo_iter"), 2)
 
     def comparator(*overrides):
-        return build_comparator(madpo_config(tmp_path, "b", "madpo_iter", list(overrides)), "madpo_iter", task, team)
+        changed = madpo_config(tmp_path, "b", "madpo_iter", list(overrides))
+        return build_comparator(Run.of(changed, "madpo_iter"), task, team)
 
     # upstream: `current` samples a second set from the live policies, preference_num_candidates (3) of them
     live = comparator()
@@ -118,8 +119,8 @@ def test_a_resumed_run_plays_the_same_history_comparator_as_the_uninterrupted_ru
 def test_current_copy_is_refreshed_at_the_start_of_every_iteration(tmp_path):
     from cooprl.agents import build_team
     config = madpo_config(tmp_path, "cc", "madpo_iter", ["madpo_iter.comparator_policy=current_copy"])
-    team = build_team(config, config.madpo_iter, 2)
-    comparator = build_comparator(config, "madpo_iter", scripted_task(), team)
+    team = build_team(Run.of(config, "madpo_iter"), 2)
+    comparator = build_comparator(Run.of(config, "madpo_iter"), scripted_task(), team)
     assert isinstance(comparator, CurrentCopyComparator) and isinstance(comparator, HistoryComparator)
     assert comparator.num_candidates == 3                              # its own set (upstream's budget)
     first = next(iter(team[0].model.parameters()))
@@ -169,14 +170,14 @@ def known_group_node() -> Node:
 ])
 def test_marlhf_rl_algorithm_is_magrpo_with_upstreams_advantage_baseline(algorithm, mode, raw_advantages, tmp_path):
     from cooprl.trainers.magrpo import build_magrpo
-    from cooprl.trainers.marlhf import RL_TRAINERS, rl_config
+    from cooprl.trainers.marlhf import RL_TRAINERS
     assert RL_TRAINERS[algorithm] == "magrpo"
     for normalize, expected in ((False, raw_advantages),
                                 # standardized: every baseline gives (R - mean) / std, std = sqrt(0.125)
                                 (True, [0.5 / 0.125 ** 0.5, -0.5 / 0.125 ** 0.5, 0.0, 0.0])):
         config = marlhf_config(tmp_path, algorithm, "marlhf", [
             f"marlhf.rl_algorithm={algorithm}", f"marlhf.advantage_normalization={str(normalize).lower()}"])
-        rl = build_magrpo(*rl_config(config, "marlhf"), scripted_task())   # what build_marlhf builds on the reward
+        rl = build_magrpo(Run.of(config, "marlhf").rl, scripted_task())   # what build_marlhf builds on the reward
         assert rl.section.advantage_mode == mode and config.marlhf.advantage_mode == "mean"   # the file's: untouched
         for group in rl.sibling_groups(known_group_node()):
             assert [s.advantage for s in group.samples] == pytest.approx(expected, abs=1e-12)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer, resolve_model_path
 from cooprl.policy_update import TrainSample, policy_gradient_step
 from cooprl.preferences import Candidate, comparator_pairs, pairs_from_candidates, read_pairs
@@ -73,7 +73,7 @@ def magrpo(tmp_path, *overrides, task=None):
     config = tiny("magrpo", tmp_path, "m", "magrpo.num_generations=2", "magrpo.num_turns=2",
                   "magrpo.early_termination_threshold=null", *overrides)
     seed_everything(config.seed)
-    return build_magrpo(config, "magrpo", task or scripted_task())
+    return build_magrpo(Run.of(config, "magrpo"), task or scripted_task())
 
 
 def count_steps(algorithm: MAGRPO) -> list[int]:
@@ -113,8 +113,8 @@ def test_items_schedule_takes_one_step_per_item(tmp_path):
 def test_one_generation_is_an_error_naming_the_key(tmp_path):
     config = tiny("grpo", tmp_path, "g", "grpo.num_generations=1")
     with pytest.raises(ConfigError, match=r"grpo\.num_generations=1: .*nothing trains"):
-        build_magrpo(config, "grpo", scripted_task(num_agents=1))
-    build_magrpo(tiny("grpo", tmp_path, "g", "grpo.num_generations=1", "grpo.advantage_mode=raw"), "grpo",
+        build_magrpo(Run.of(config, "grpo"), scripted_task(num_agents=1))
+    build_magrpo(Run.of(tiny("grpo", tmp_path, "g", "grpo.num_generations=1", "grpo.advantage_mode=raw"), "grpo"),
                  scripted_task(num_agents=1))   # raw advantages need no group
 
 
@@ -148,7 +148,7 @@ def test_actor_critic_takes_the_kl_term_in_the_loss_form(tmp_path):
     config = tiny("iac", tmp_path, "iac", "iac.reference_kl_coef=0.1", "iac.reference_kl_form=loss",
                   "iac.num_generations=2", "iac.num_turns=1", "iac.rollout_buffer_size=2", "iac.critic_learning_rate=1e-2")
     seed_everything(0)
-    algorithm = build_iac(config, "iac", scripted_task())
+    algorithm = build_iac(Run.of(config, "iac"), scripted_task())
     assert algorithm.references is not None and len(algorithm.references) == 2
     first = algorithm.train_step(algorithm.task.train_items[0], 1)
     second = algorithm.train_step(algorithm.task.train_items[1], 2)
@@ -158,7 +158,7 @@ def test_actor_critic_takes_the_kl_term_in_the_loss_form(tmp_path):
 
 def test_madpo_loss_includes_the_kl_term(tmp_path):
     config = tiny("madpo", tmp_path, "d", "madpo.reference_kl_coef=0.5", "madpo.pair_collection=online")
-    algorithm = build_madpo(config, "madpo", scripted_task())
+    algorithm = build_madpo(Run.of(config, "madpo"), scripted_task())
     with torch.no_grad():   # move the policies away from their start models
         for model in algorithm.models:
             model.lm_head.weight.add_(0.05 * torch.randn_like(model.lm_head.weight))
@@ -210,8 +210,8 @@ def madpo_run(tmp_path, name, *overrides, trainer="madpo_iter"):
                   f"{trainer}.pair_selection=reward_gap", *overrides)
     seed_everything(config.seed)
     task = scripted_task(items=3)
-    algorithm = build_madpo(config, trainer, task)
-    train_loop(config, trainer, task, algorithm, tmp_path / name)
+    algorithm = build_madpo(Run.of(config, trainer), task)
+    train_loop(Run.of(config, trainer), task, algorithm, tmp_path / name)
     return algorithm
 
 
@@ -274,13 +274,13 @@ def test_heterogeneous_agents_train_their_own_models(tmp_path, trainer):
     config = tiny(trainer, tmp_path, "hetero", *overrides)
     seed_everything(config.seed)
     task = scripted_task()
-    algorithm = (build_magrpo if trainer == "magrpo" else build_iac)(config, trainer, task)
+    algorithm = (build_magrpo if trainer == "magrpo" else build_iac)(Run.of(config, trainer), task)
     kinds = [type(agent.model).__name__ for agent in algorithm.team]
     assert kinds == ["LlamaForCausalLM", "Qwen2ForCausalLM"]
     if trainer == "iac":   # each agent's critic defaults to its own backbone
         assert [type(c.model.lm).__name__ for c in algorithm.critics] == kinds
     start = [copy.deepcopy(agent.model.lm_head.weight) for agent in algorithm.team]
-    train_loop(config, trainer, task, algorithm, tmp_path / "hetero")
+    train_loop(Run.of(config, trainer), task, algorithm, tmp_path / "hetero")
     assert [e["step"] for e in train_events(tmp_path / "hetero")] == [1, 2]
     for agent, before in zip(algorithm.team, start):
         assert not torch.equal(agent.model.lm_head.weight, before)
@@ -448,7 +448,7 @@ def test_reward_form_lowers_the_actor_critic_td_target_by_coef_times_its_kl(tmp_
     config = tiny("iac", tmp_path, "iac", "iac.reference_kl_coef=0.5", "iac.num_generations=2", "iac.num_turns=1",
                   "iac.critic_learning_rate=1e-2")
     seed_everything(0)
-    algorithm = build_iac(config, "iac", scripted_task())
+    algorithm = build_iac(Run.of(config, "iac"), scripted_task())
     assert algorithm.kl_in_reward
     moved(algorithm.models[:2])
     root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
@@ -523,7 +523,7 @@ def test_loop_calls_end_epoch_at_each_epochs_end(tmp_path):
 
     config = tiny("magrpo", tmp_path, "e", "magrpo.num_train_epochs=2", "magrpo.max_steps=5")
     algorithm = Recorder()
-    train_loop(config, "magrpo", scripted_task(items=3), algorithm, tmp_path / "e")
+    train_loop(Run.of(config, "magrpo"), scripted_task(items=3), algorithm, tmp_path / "e")
     assert algorithm.ends == [3]   # step 5 is the max_steps cut of the second epoch, not its end
     assert [e["step"] for e in train_events(tmp_path / "e") if "flushed" in e] == [3]
 

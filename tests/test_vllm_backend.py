@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 from cooprl.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.vllm_generation import VLLMGenerator, adapters_enabled, check_vllm_backend, merged_weights, watch_optimizer
@@ -364,7 +364,7 @@ def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_v
         "magrpo.num_turns=1", "magrpo.learning_rate=1e-2", "agent_model.temperature=1.0", "wandb.mode=disabled",
         "magrpo.rollout_buffer_size=1", f"output.base_dir={tmp_path}"])   # an update after the first step
     seed_everything(config.seed)
-    algo = build_magrpo(config, "magrpo", scripted_task(num_agents=2))
+    algo = build_magrpo(Run.of(config, "magrpo"), scripted_task(num_agents=2))
     assert all(isinstance(agent.generator, VLLMGenerator) for agent in algo.team)
     engines = FakeLLM.instances[-2:]
     assert [e.kwargs["gpu_memory_utilization"] for e in engines] == [0.2, 0.2]
@@ -564,7 +564,7 @@ def test_missing_vllm_is_a_config_error_with_the_install_command(monkeypatch):
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm"])
     from cooprl.agents import build_team
     with pytest.raises(ConfigError, match="not installed"):
-        build_team(config, config.magrpo, 2)
+        build_team(Run.of(config, "magrpo"), 2)
 
 
 def test_no_cuda_is_a_config_error(fake_vllm, monkeypatch):
@@ -584,7 +584,7 @@ def test_engines_that_would_take_the_whole_gpu_are_refused(fake_vllm, monkeypatc
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:0",
                                 "agent_model.generation_backend=vllm", "agent_model.vllm_gpu_memory_utilization=0.5"])
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
-        build_team(config, config.magrpo, 2)   # refused before any model is loaded
+        build_team(Run.of(config, "magrpo"), 2)   # refused before any model is loaded
 
 
 def test_config_keys():
@@ -599,7 +599,7 @@ def test_config_keys():
 def test_the_default_backend_is_still_transformers():
     from cooprl.agents import build_team
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu"])
-    [agent] = build_team(config, config.grpo, 1)
+    [agent] = build_team(Run.of(config, "grpo"), 1)
     assert type(agent.generator) is HFGenerator
     assert agent.generator.max_prompt_tokens == config.agent_model.max_length - config.grpo.max_new_tokens
 
@@ -814,7 +814,7 @@ def test_magrpo_trains_with_importance_weights_from_the_vllm_sampler(fake_vllm, 
     config = importance_config(fake_vllm, monkeypatch, tmp_path, "magrpo", "magrpo.num_turns=1",
                                "magrpo.rollout_buffer_size=1")
     seed_everything(config.seed)
-    algo = build_magrpo(config, "magrpo", scripted_task(num_agents=2))
+    algo = build_magrpo(Run.of(config, "magrpo"), scripted_task(num_agents=2))
     seen = []
     algo.update = lambda: seen.append([list(g.samples) for g in algo.buffer[0]]) or {}   # look before the update
     algo.train_step(algo.task.train_items[0], 0)
@@ -839,7 +839,7 @@ def test_actor_critic_carries_the_weights_into_its_actor_steps(fake_vllm, monkey
     config = importance_config(fake_vllm, monkeypatch, tmp_path, "iac", "iac.num_turns=2", "iac.update_schedule=turns",
                                "iac.rollout_buffer_size=2", "iac.use_separate_critic=false")
     seed_everything(config.seed)
-    algo = build_iac(config, "iac", scripted_task(num_agents=1))
+    algo = build_iac(Run.of(config, "iac"), scripted_task(num_agents=1))
     root_steps = algo.episode_steps(rollout_root(algo))
     assert all(len(step.actions[0].importance_weights) == len(step.actions[0].completion_ids) for step in root_steps)
     metrics = algo.train_step(algo.task.train_items[0], 0)
@@ -861,7 +861,7 @@ def test_importance_cap_config_rules():
     from cooprl.trainers.madpo import build_madpo
     for trainer in ("madpo", "madpo_iter"):   # a DPO loss has no per-token policy-gradient term to weight
         with pytest.raises(ConfigError, match=f"agent_model.vllm_importance_cap: {trainer} trains a DPO loss"):
-            build_madpo(config, trainer, None)
+            build_madpo(Run.of(config, trainer), None)
 
 
 def test_grpo_trains_with_lora_requests_sleep_and_importance_weights_together(fake_vllm, monkeypatch, tmp_path):
@@ -876,7 +876,7 @@ def test_grpo_trains_with_lora_requests_sleep_and_importance_weights_together(fa
                                "grpo.update_schedule=items", "grpo.rollout_buffer_size=1", "grpo.advantage_mode=raw",
                                "grpo.advantage_normalization=false")   # raw: every sample trains
     seed_everything(config.seed)
-    algo = build_magrpo(config, "grpo", scripted_task(num_agents=1))
+    algo = build_magrpo(Run.of(config, "grpo"), scripted_task(num_agents=1))
     [engine] = FakeLLM.instances
     assert engine.kwargs["enable_lora"] and engine.kwargs["enable_sleep_mode"]
     for step in (1, 2):
@@ -965,7 +965,7 @@ def test_vllm_sleep_on_vllms_cpu_build_is_refused_before_a_model_loads(cpu_vllm,
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu",
                                 "agent_model.generation_backend=vllm", "agent_model.vllm_sleep=true"])
     with pytest.raises(ConfigError, match="agent_model.vllm_sleep: vLLM's CPU build has no sleep mode"):
-        build_team(config, config.grpo, 1)
+        build_team(Run.of(config, "grpo"), 1)
 
 
 @pytest.mark.parametrize("rank", [2, 4, 12, 24, 48, 100])
@@ -1085,7 +1085,7 @@ def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_v
         config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm",
                                     f"agent_model.vllm_gpu_memory_utilization={share}", "magrpo.parallel_training=mp",
                                     f"magrpo.agent_devices={devices}"])
-        return build_team(config, config.magrpo, 2)
+        return build_team(Run.of(config, "magrpo"), 2)
 
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
         team("[cuda, cuda:0]", 0.5)          # "cuda" and "cuda:0" are one GPU while cuda:0 is current
@@ -1127,7 +1127,7 @@ def test_a_run_leaves_a_process_group_it_did_not_create(tmp_path):
                                 f"output.base_dir={tmp_path}"])
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
     try:
-        train(config, "grpo", scripted_task(num_agents=1))
+        train(Run.of(config, "grpo"), scripted_task(num_agents=1))
         assert dist.is_initialized()
     finally:
         if dist.is_initialized():

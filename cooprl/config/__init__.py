@@ -14,7 +14,8 @@ The package, one concern a module (`from cooprl.config import X` works for every
 - `schema.py`: the library's sections and `Config`; `trainer_sections.py`: the trainers' sections;
 - `yaml_io.py`: the bounded YAML loader and `read_yaml`; `overrides.py`: `--override key.path=value`;
 - `rules.py`: the rules between keys (devices, parallel_training, vLLM); `upstream.py`: upstream's files as they are;
-- `load.py`: `load_config`, `config_from_data` and the task sections an environment registers.
+- `load.py`: `load_config`, `config_from_data` and the task sections an environment registers;
+- `run.py`: `Run`, what one training run reads: the config, the trainer's name and its own typed section.
 """
 
 # every name of the former cooprl/config.py, from the module that holds it now
@@ -31,9 +32,10 @@ from cooprl.config.schema import (AgentModelSection, CheckpointSection, Config, 
 from cooprl.config.overrides import (apply_overrides, parse_override, _section_at)
 from cooprl.config.upstream import (lift_reward_shift, OLD_MADPO_COMPARATOR_NULLS, read_old_madpo_preference,
                                     trainer_of_data, trainer_of_file)
+from cooprl.config.run import MAGRPO_ADVANTAGE_MODES, RL_TRAINERS, Run
 from cooprl.config.rules import (check_consistency, _check_fsdp, check_parallel_training, _check_vllm, check_vllm_lora_rank,
                                  VLLM_LORA_RANKS,
                                  DATA_PARALLEL_MODES, DEVICE_KEYS, device_list, _DEVICE_NAMES, FSDP_TRAINERS,
-                                 is_data_parallel, model_devices, MP_TRAINERS, trainer_device)
+                                 is_data_parallel, model_devices, MP_TRAINERS, section_devices, trainer_device)
 from cooprl.config.load import (config_from_data, _library_fields, load_config, register_task_config,
                                 registered_task_config)

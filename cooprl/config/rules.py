@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from cooprl.config.fields import ConfigError, show
+from cooprl.config.run import Run
 from cooprl.config.schema import AgentModelSection, Config
-from cooprl.config.trainer_sections import TRAINER_SECTIONS, ActorCriticSection, MADPOSection
+from cooprl.config.trainer_sections import (TRAINER_SECTIONS, ActorCriticSection, IterativeFields, MADPOSection,
+                                            MAGRPOSection, MARLHFSection, TrainerSection)
 
 
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
@@ -18,9 +20,9 @@ FSDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "
 DATA_PARALLEL_MODES = ("ddp", "fsdp")   # one process per device, items sharded over them (cooprl.distributed)
 
 
-def is_data_parallel(section: Any) -> bool:
+def is_data_parallel(section: TrainerSection) -> bool:
     """Return whether `section` trains data-parallel: one process per device (`parallel_training` ddp or fsdp)."""
-    return getattr(section, "parallel_training", "none") in DATA_PARALLEL_MODES
+    return section.parallel_training in DATA_PARALLEL_MODES
 
 
 def device_list(value: Any, key: str) -> list[str]:
@@ -38,12 +40,12 @@ def device_list(value: Any, key: str) -> list[str]:
     return devices
 
 
-def model_devices(section: Any, key: str, count: int, fallback: str) -> list[str]:
-    """Return the device of each of `count` models from `section`'s `key` (e.g. agent_devices): one device for all (a
-    device, or a list naming one device, repeated or not: upstream writes [cuda:0]), or one per model; `fallback`
-    (e.g. agent_model.device) when the key is null. ConfigError for a list of several devices of another length,
-    naming the key."""
-    devices = device_list(getattr(section, key, None), key)
+def model_devices(value: Any, key: str, count: int, fallback: str) -> list[str]:
+    """Return the device of each of `count` models from `value`, a section's `key` (e.g. agent_devices): one device
+    for all (a device, or a list naming one device, repeated or not: upstream writes [cuda:0]), or one per model;
+    `fallback` (e.g. agent_model.device) when the key is null. ConfigError for a list of several devices of another
+    length, naming the key."""
+    devices = device_list(value, key)
     if not devices:
         return [fallback] * count
     if len(set(devices)) == 1:
@@ -54,15 +56,28 @@ def model_devices(section: Any, key: str, count: int, fallback: str) -> list[str
     return devices
 
 
-def trainer_device(section: Any, key: str, fallback: str) -> str:
-    """Return the first device `section`'s `key` (e.g. agent_devices) names, else `fallback` (e.g.
+def trainer_device(value: Any, key: str, fallback: str) -> str:
+    """Return the first device `value`, a section's `key` (e.g. agent_devices), names, else `fallback` (e.g.
     agent_model.device)."""
-    devices = device_list(getattr(section, key, None), key)
+    devices = device_list(value, key)
     return devices[0] if devices else fallback
 
 
-def check_parallel_training(name: str, section: Any) -> None:
-    """ConfigError when `section`'s parallel_training does not fit the trainer or its other keys."""
+def section_devices(section: TrainerSection) -> dict[str, Any]:
+    """Return the device keys of `section` (DEVICE_KEYS: the ones its trainer has) with their values."""
+    devices = {"agent_devices": section.agent_devices}
+    if isinstance(section, ActorCriticSection):
+        devices["critic_devices"] = section.critic_devices
+    if isinstance(section, IterativeFields):
+        devices["comparator_devices"] = section.comparator_devices
+    if isinstance(section, MARLHFSection):
+        devices["reward_model_device"] = section.reward_model_device
+    return devices
+
+
+def check_parallel_training(run: Run) -> None:
+    """ConfigError when the parallel_training of `run`'s section does not fit the trainer or its other keys."""
+    name, section = run.trainer, run.section
     mode = section.parallel_training
     if mode == "fsdp" and name not in FSDP_TRAINERS:
         raise ConfigError(f"{name}.parallel_training: fsdp is supported by {', '.join(FSDP_TRAINERS)}; {name} trains "
@@ -71,7 +86,8 @@ def check_parallel_training(name: str, section: Any) -> None:
         raise ConfigError(f"{name}.use_separate_critic=false with parallel_training fsdp: a value head on the sharded "
                           "actor would run its own forward/backward passes on it; set it true (critics are not "
                           "sharded)")
-    if mode == "fsdp" and getattr(section, "comparator_policy", None) in ("current_copy", "history"):
+    if mode == "fsdp" and isinstance(section, IterativeFields) and section.comparator_policy in ("current_copy",
+                                                                                                 "history"):
         raise ConfigError(f"{name}.comparator_policy: {section.comparator_policy} keeps frozen copies of the policies, "
                           "which are not sharded; with parallel_training fsdp use current, copy, model or api")
     if mode == "mp" and name not in MP_TRAINERS:
@@ -83,10 +99,11 @@ def check_parallel_training(name: str, section: Any) -> None:
                           f"set {name}.train_batch_size=null and {name}.rollout_buffer_size=null (one DPO step per "
                           "training step on the step's pairs of every process); a step's pair count differs between "
                           "processes")
-    if mode in DATA_PARALLEL_MODES and getattr(section, "log_reward_distribution", False):
+    if mode in DATA_PARALLEL_MODES and isinstance(section, IterativeFields) and section.log_reward_distribution:
         raise ConfigError(f"{name}.log_reward_distribution: not with parallel_training {mode} (each process sees only "
                           "its own problems' candidates); set it to false")
-    if mode in DATA_PARALLEL_MODES and getattr(section, "update_schedule", None) == "nodes" and section.num_turns > 1:
+    if (mode in DATA_PARALLEL_MODES and isinstance(section, MAGRPOSection) and section.update_schedule == "nodes"
+            and section.num_turns > 1):
         raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
                           f"set {name}.update_schedule=items (or num_turns 1): with nodes, a multi-turn tree's node "
                           "count depends on early termination, so ranks would update at different steps")
@@ -101,19 +118,20 @@ def check_parallel_training(name: str, section: Any) -> None:
                           "several agent devices are parallel_training mp's")
 
 
-def _check_fsdp(config: Config, name: str, section: Any) -> None:
-    """ConfigError when the agent_model does not fit `name`'s sharded training (parallel_training fsdp)."""
+def _check_fsdp(run: Run) -> None:
+    """ConfigError when the agent_model does not fit the sharded training of `run` (parallel_training fsdp)."""
+    config, name, section = run.config, run.trainer, run.section
     if config.agent_model.generation_backend == "vllm":
         raise ConfigError(f"{name}.parallel_training: fsdp samples with the gathered HF model; vLLM's engine would "
                           "need every shard pushed to it: set agent_model.generation_backend=hf or use ddp")
-    if getattr(section, "comparator_policy", None) == "copy" and config.agent_model.lora is None:
+    if isinstance(section, IterativeFields) and section.comparator_policy == "copy" and config.agent_model.lora is None:
         raise ConfigError(f"{name}.comparator_policy: copy with parallel_training fsdp needs agent_model.lora (the "
                           "start policies are then the policies with their adapters off; a full copy cannot be "
                           "sharded alongside)")
-    if getattr(section, "reference_model", False) and config.agent_model.lora is None:
+    if isinstance(section, MADPOSection) and section.reference_model and config.agent_model.lora is None:
         raise ConfigError(f"{name}.reference_model with parallel_training fsdp needs agent_model.lora: the reference "
                           "is then the model with its adapters off (a full copy cannot be sharded alongside)")
-    if getattr(section, "reference_kl_coef", 0.0) > 0 and config.agent_model.lora is None:
+    if section.reference_kl_coef > 0 and config.agent_model.lora is None:
         raise ConfigError(f"{name}.reference_kl_coef > 0 with parallel_training fsdp needs agent_model.lora: the "
                           "frozen start model is then the model with its adapters off (a full copy cannot be sharded "
                           "alongside)")
@@ -167,8 +185,7 @@ def _check_vllm_devices(config: Config) -> None:
                               "world of ranks (vLLM joins a torch.distributed group it finds initialised); untested on "
                               "several GPUs, so refused: use generation_backend: hf under ddp, or parallel_training: "
                               "mp (one process, each agent's engine on its agent's GPU)")
-        devices = [config.agent_model.device, *device_list(getattr(section, "agent_devices", None),
-                                                           f"{name}.agent_devices")]
+        devices = [config.agent_model.device, *device_list(section.agent_devices, f"{name}.agent_devices")]
         other = [device for device in devices if device.startswith("cuda:") and device != "cuda:0"]
         if other and tensor_parallel:
             raise ConfigError(f"{name}: a device {other[0]} with agent_model.vllm_tensor_parallel_size > 1: the "
@@ -183,12 +200,13 @@ def check_consistency(config: Config) -> None:
         config.task.validate()
     _check_vllm(config)
     for name in TRAINER_SECTIONS:
-        section = config.trainer(name)
-        check_parallel_training(name, section)
+        run = Run.of(config, name)
+        section = run.section
+        check_parallel_training(run)
         if section.parallel_training == "fsdp":
-            _check_fsdp(config, name, section)
-        for key in DEVICE_KEYS:
-            device_list(getattr(section, key, None), f"{name}.{key}")
+            _check_fsdp(run)
+        for key, value in section_devices(section).items():
+            device_list(value, f"{name}.{key}")
         if any(k < 1 or k > section.eval_num_generations for k in section.eval_pass_k):
             raise ConfigError(f"{name}.eval_pass_k: every k must be in [1, {name}.eval_num_generations="
                               f"{section.eval_num_generations}], got {section.eval_pass_k}")

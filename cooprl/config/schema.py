@@ -12,7 +12,7 @@ import yaml
 from cooprl.config.fields import option
 from cooprl.config.trainer_sections import (TRAINER_SECTIONS, ACSection, ActorCriticSection, GRPOSection,
                                             MADPOIterSection, MADPOSection, MAGRPOSection, MARLHFIterSection,
-                                            MARLHFSection, SFTSection)
+                                            MARLHFSection, SFTSection, TrainerSection)
 
 
 @dataclass
@@ -186,14 +186,16 @@ class Config:
     # into one dataclass that the environment registers (`register_task_config`); None when no task is registered.
     task: Any = field(default=None, metadata={"task": True})
 
-    def trainer(self, name: str) -> Any:
-        """Return the section of trainer `name` (e.g. 'magrpo')."""
+    def trainer(self, name: str) -> TrainerSection:
+        """Return the section of trainer `name` (e.g. 'magrpo'), a key of TRAINER_SECTIONS. A run reads its own
+        through `cooprl.config.Run`, built once: this lookup by name is the loader's and `Run.of`'s."""
         return getattr(self, name)
 
     def sections_read_by(self, trainer: str) -> list[str]:
         """Return the trainer sections `trainer` reads: its own, plus its `rl_algorithm`'s (MARLHF with IAC or
         MAAC takes those trainers' own keys, such as critic_type, from their sections)."""
-        rl = getattr(self.trainer(trainer), "rl_algorithm", None)
+        section = self.trainer(trainer)
+        rl = section.rl_algorithm if isinstance(section, MARLHFSection) else None
         return [trainer] + ([rl] if rl in TRAINER_SECTIONS and rl != "magrpo" else [])
 
     def to_dict(self, trainer: str | None = None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The trainers, and the one registry that names them.
 
 `TRAINERS` maps a trainer's name (its config section, its `train_<name>.py` script) to its config section class
-and its builder, a plain callable `build(config, trainer, task) -> algorithm` for the shared loop
+and its builder, a plain callable `build(run, task) -> algorithm` for the shared loop
 (`cooprl.trainers.loop.train_loop`). The section classes come from `cooprl.config.TRAINER_SECTIONS`, the table the
 config loader reads (it stays in `cooprl.config` so that loading a config never imports torch); a trainer added
 here without its section there (or the other way round) fails at import.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cooprl.config import TRAINER_SECTIONS, Config
+from cooprl.config import TRAINER_SECTIONS, ConfigError, MAGRPOSection, Run
 from cooprl.task import Task
 from cooprl.trainers.actor_critic import build_iac, build_maac
 from cooprl.trainers.madpo import build_madpo
@@ -26,10 +26,10 @@ class TrainerSpec:
     """A trainer: its config section class and its builder."""
 
     section: type
-    build: Callable[[Config, str, Task], Any]
+    build: Callable[[Run, Task], Any]
 
 
-_BUILDERS: dict[str, Callable[[Config, str, Task], Any]] = {
+_BUILDERS: dict[str, Callable[[Run, Task], Any]] = {
     "magrpo": build_magrpo, "grpo": build_magrpo,          # GRPO: MAGRPO with one agent
     "iac": build_iac, "ac": build_iac,                     # AC: IAC with one agent
     "maac": build_maac,
@@ -43,22 +43,19 @@ if set(_BUILDERS) != set(TRAINER_SECTIONS):
 TRAINERS: dict[str, TrainerSpec] = {name: TrainerSpec(TRAINER_SECTIONS[name], build) for name, build in _BUILDERS.items()}
 
 
-def build_algorithm(config: Config, trainer: str, task: Task) -> Any:
-    """Return the algorithm of trainer `trainer` for `task`, its agents loaded (ConfigError for an unknown name, or
-    for a section the task cannot be trained with, before any model is loaded)."""
-    from cooprl.config import ConfigError
-    if trainer not in TRAINERS:
-        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINERS)}")
-    check_task_fits(config, trainer, task)
-    return TRAINERS[trainer].build(config, trainer, task)
+def build_algorithm(run: Run, task: Task) -> Any:
+    """Return the algorithm of `run`'s trainer for `task`, its agents loaded (ConfigError for a section the task
+    cannot be trained with, before any model is loaded)."""
+    check_task_fits(run, task)
+    return TRAINERS[run.trainer].build(run, task)
 
 
-def check_task_fits(config: Config, trainer: str, task: Task) -> None:
-    """Raise ConfigError when `trainer`'s section asks for what `task` cannot do: a sequential team (a task with
+def check_task_fits(run: Run, task: Task) -> None:
+    """Raise ConfigError when `run`'s section asks for what `task` cannot do: a sequential team (a task with
     `follow_prompt`: each agent answers the earlier agents' texts of its own joint action) has aligned joint actions
-    only, since agent a answers each joint action of agents 0..a-1 once."""
-    from cooprl.config import ConfigError
-    mode = getattr(config.trainer(trainer), "joint_mode", "aligned")
+    only, since agent a answers each joint action of agents 0..a-1 once. (Only the MAGRPO family has a cross mode.)"""
+    trainer = run.trainer
+    mode = run.section.joint_mode if isinstance(run.section, MAGRPOSection) else "aligned"
     if task.follow_prompt is not None and mode != "aligned":
         raise ConfigError(f"{trainer}.joint_mode={mode}: {task.name} is a sequential team (each agent answers the "
                           f"earlier agents' texts once), so its joint actions are aligned; set {trainer}.joint_mode="

@@ -45,7 +45,7 @@ from typing import Any, Sequence
 import torch
 
 from cooprl.agents import Agent, build_team
-from cooprl.config import Config, ConfigError, model_devices
+from cooprl.config import ActorCriticSection, Config, ConfigError, Run, model_devices
 from cooprl.engine import Term, train_step
 from cooprl.parallel import Parallel
 from cooprl.losses import actor_advantages, td_target, value_errors
@@ -120,10 +120,13 @@ def chunks(indices: Sequence[int], size: int) -> list[list[int]]:
 class ActorCritic(TeamAlgorithm):
     """IAC, MAAC and AC for the shared training loop (see cooprl.trainers.loop)."""
 
-    def __init__(self, config: Config, section: Any, task: Task, team: list[Agent], critics: list[Critic],
+    section: ActorCriticSection
+
+    def __init__(self, run: Run[ActorCriticSection], task: Task, team: list[Agent], critics: list[Critic],
                  centralized: bool):
+        section = run.section
         # the actors' frozen start models: the k3 KL to them (reference_kl_coef, in reference_kl_form)
-        super().__init__(config, section, task, team, references=section.reference_kl_coef > 0)
+        super().__init__(run, task, team, references=section.reference_kl_coef > 0)
         self.critics = critics
         self.centralized = centralized  # MAAC: one critic for the whole team
         self.models = self.models + [critic.model for critic in critics]
@@ -389,9 +392,11 @@ def critic_model_names(config: Config, team: list[Agent], count: int) -> list[st
     return [config.critic_model.name or team[i].name for i in range(count)]
 
 
-def separate_critic(config: Config, section: Any, name: str, reuses_agent_ids: bool, device: str | None = None) -> Critic:
+def separate_critic(run: Run[ActorCriticSection], name: str, reuses_agent_ids: bool,
+                    device: str | None = None) -> Critic:
     """Return a value model on backbone `name` with its own tokenizer and AdamW optimizer, on `device` (null =
     agent_model.device)."""
+    config, section = run.config, run.section
     device = device or config.agent_model.device
     lm = load_causal_lm(name, torch_dtype=config.critic_model.torch_dtype, device=device, lora=config.critic_model.lora)
     model = ValueModel(lm)
@@ -405,15 +410,15 @@ def critic_max_length(config: Config) -> int:
     return config.critic_model.max_length or config.agent_model.max_length
 
 
-def head_on_actor(section: Any, agent: Agent) -> Critic:
+def head_on_actor(section: ActorCriticSection, agent: Agent) -> Critic:
     """Return a value head on `agent`'s model; the head joins the agent's optimizer at critic_learning_rate."""
     model = ValueModel(agent.model, owns_lm=False)
     agent.optimizer.add_param_group({"params": model.head_parameters(), "lr": section.critic_learning_rate})
     return Critic(model, agent.tokenizer, None, reuses_agent_ids=True)
 
 
-def _build(config: Config, trainer: str, task: Task, centralized: bool) -> ActorCritic:
-    section = config.trainer(trainer)
+def _build(run: Run[ActorCriticSection], task: Task, centralized: bool) -> ActorCritic:
+    config, trainer, section = run.config, run.trainer, run.section
     if centralized and task.agent_rewards and section.num_turns > 1:
         raise ConfigError(f"{trainer}.num_turns={section.num_turns}: the task gives each agent its own reward and "
                           f"MAAC's one critic learns the team's mean; its bootstrap would mix the agents' returns "
@@ -421,22 +426,23 @@ def _build(config: Config, trainer: str, task: Task, centralized: bool) -> Actor
     if centralized and not section.use_separate_critic:
         raise ConfigError(f"{trainer}.use_separate_critic=false: the centralized critic is a model of its own; "
                           "set it true")
-    team = build_team(config, section, task.num_agents, task.stop_strings)  # the task says how many policies play
+    team = build_team(run, task.num_agents, task.stop_strings)  # the task says how many policies play
     if not section.use_separate_critic:
-        return ActorCritic(config, section, task, team, [head_on_actor(section, agent) for agent in team], centralized)
+        return ActorCritic(run, task, team, [head_on_actor(section, agent) for agent in team], centralized)
     names = critic_model_names(config, team, 1 if centralized else len(team))
     # one per critic; under ddp each process's own GPU
-    devices = Parallel.devices(model_devices(section, "critic_devices", len(names), config.agent_model.device))
-    critics = [separate_critic(config, section, name, reuses_agent_ids=not centralized and name == team[i].name,
+    devices = Parallel.devices(model_devices(section.critic_devices, "critic_devices", len(names),
+                                             config.agent_model.device))
+    critics = [separate_critic(run, name, reuses_agent_ids=not centralized and name == team[i].name,
                                device=devices[i]) for i, name in enumerate(names)]
-    return ActorCritic(config, section, task, team, critics, centralized)
+    return ActorCritic(run, task, team, critics, centralized)
 
 
-def build_iac(config: Config, trainer: str, task: Task) -> ActorCritic:
+def build_iac(run: Run[ActorCriticSection], task: Task) -> ActorCritic:
     """Return IAC (AC when the task has one policy): each agent with its own critic."""
-    return _build(config, trainer, task, centralized=False)
+    return _build(run, task, centralized=False)
 
 
-def build_maac(config: Config, trainer: str, task: Task) -> ActorCritic:
+def build_maac(run: Run[ActorCriticSection], task: Task) -> ActorCritic:
     """Return MAAC: the agents and one centralized critic over the joint prompt (v) or joint prompt and answer (q)."""
-    return _build(config, trainer, task, centralized=True)
+    return _build(run, task, centralized=True)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl.agents import Agent, AgentRunner
-from cooprl.config import Config
+from cooprl.config import Config, Run, TrainerSection
 from cooprl.evaluation import evaluate_team
 from cooprl.generation import Completion
 from cooprl.parallel import Parallel
@@ -34,18 +34,21 @@ def reward_processor(config: Config, task: Task) -> Callable[[float], float]:
 
 
 class TeamAlgorithm:
-    """The shared part of a team algorithm: config, section, task, agents, reward processor, references."""
+    """The shared part of a team algorithm: its run (config and typed section), task, agents, reward processor,
+    references."""
 
-    def __init__(self, config: Config, section: Any, task: Task, team: list[Agent], *, references: bool = False):
-        self.config, self.section, self.task, self.team = config, section, task, team
+    section: TrainerSection   # each algorithm names its own section class here
+
+    def __init__(self, run: Run, task: Task, team: list[Agent], *, references: bool = False):
+        self.config, self.section, self.task, self.team = run.config, run.section, task, team
         self.models = [agent.model for agent in team]   # what checkpoints save, in agent order
-        self.process_reward = reward_processor(config, task)
+        self.process_reward = reward_processor(run.config, task)
         # the frozen start model of each agent, for a KL term to it (None when the algorithm needs none)
         self.references = [frozen_reference(agent.model) for agent in team] if references else None
         # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.agents.AgentRunner)
-        self.runner = AgentRunner(team, getattr(section, "parallel_training", "none"))
+        self.runner = AgentRunner(team, run.section.parallel_training)
         # ddp/fsdp: what this process asks of the others (gathers, broadcasts, the engine's sync of each model)
-        self.parallel = Parallel.of(section)
+        self.parallel = Parallel.of(run.section)
 
     def _sample(self, agent: int, prompts: list[str], n: int):
         return self.team[agent].sample(prompts, n)

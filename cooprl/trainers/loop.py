@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from cooprl import checkpoint as ckpt
-from cooprl.config import Config, is_data_parallel
+from cooprl.config import Config, Run, is_data_parallel
 from cooprl.parallel import Parallel, Ranks, item_seed, mean_metrics, shard_order
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
@@ -87,18 +87,20 @@ def ends_epoch(step: int, steps_per_round: int, epoch_length: int, rounds: int =
     return position % epoch_length == 0 or (rounds > 1 and position == steps_per_round)
 
 
-def run_prefix(config: Config, trainer: str) -> str:
+def run_prefix(run: Run) -> str:
     """Return the start of an unnamed run's folder name: `<trainer>-<task label>-` (the time follows); the code
     task's label is its dataset's name."""
-    label = config.task.run_label() if hasattr(config.task, "run_label") else "task"
-    return f"{trainer}-{label}-"
+    # run_label is optional on the sections class an environment registers (cooprl.config.load)
+    label = run.config.task.run_label() if hasattr(run.config.task, "run_label") else "task"
+    return f"{run.trainer}-{label}-"
 
 
-def run_folder(config: Config, trainer: str) -> Path:
+def run_folder(run: Run) -> Path:
     """Return the run folder (created), named by output.run_name or trainer, dataset and time."""
+    config = run.config
     name = config.output.run_name
     if not name:
-        name = f"{run_prefix(config, trainer)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
+        name = f"{run_prefix(run)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
     folder = Path(config.output.base_dir) / name
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -162,9 +164,9 @@ class _InterruptFlag:
         signal.signal(signal.SIGINT, self._previous)
 
 
-def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, run_dir: Path) -> dict[str, Any]:
+def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dict[str, Any]:
     """Run (or resume) training to the end; return a summary dict (also printed)."""
-    section = config.trainer(trainer)
+    config, trainer, section = run.config, run.trainer, run.section
     checkpoint_dir = Path(config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
     order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
     epoch_length, positions = len(task.train_items), None
@@ -187,7 +189,7 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     if state is not None:
         start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
     if ranks.is_main:   # the other ranks of a data-parallel run write nothing
-        _open_run_folder(config, trainer, run_dir, start_step if state is not None else None)
+        _open_run_folder(run, run_dir, start_step if state is not None else None)
         if state is not None:
             log.info("resumed from %s at step %d", resume_from, start_step)
     if hasattr(algorithm, "start_run"):   # on every rank; only rank 0's writes files (MADPO's pair store)
@@ -275,11 +277,11 @@ def train_loop(config: Config, trainer: str, task: Task, algorithm: Algorithm, r
     return summary
 
 
-def _open_run_folder(config: Config, trainer: str, run_dir: Path, resumed_at: int | None) -> None:
+def _open_run_folder(run: Run, run_dir: Path, resumed_at: int | None) -> None:
     """Create `run_dir` with the run's config.yaml; keep the metrics up to `resumed_at` (a resume), or none (a new
     run in a used folder)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(config.to_yaml(trainer), encoding="utf-8")
+    (run_dir / "config.yaml").write_text(run.config.to_yaml(run.trainer), encoding="utf-8")
     if resumed_at is not None:
         _truncate_metrics(run_dir, resumed_at)
     elif read_metrics(run_dir):

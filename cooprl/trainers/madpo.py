@@ -37,7 +37,7 @@ import torch
 
 from cooprl.agents import Agent, build_team
 from cooprl.comparators import Comparator, build_comparator
-from cooprl.config import Config, ConfigError, is_data_parallel
+from cooprl.config import ConfigError, IterativeFields, MADPOSection, Run, is_data_parallel
 from cooprl.engine import Term, train_step
 from cooprl.evaluation import tree_metrics
 from cooprl.logprobs import completion_logprobs
@@ -55,13 +55,15 @@ from cooprl.trainers.base import TeamAlgorithm
 class MADPO(TeamAlgorithm):
     """MADPO (and MADPO_ITER) for the shared training loop (see cooprl.trainers.loop)."""
 
-    def __init__(self, config: Config, section: Any, task: Task, team: list[Agent], comparator: Comparator | None = None):
-        super().__init__(config, section, task, team,
-                         references=section.reference_model or section.reference_kl_coef > 0)
+    section: MADPOSection
+
+    def __init__(self, run: Run[MADPOSection], task: Task, team: list[Agent], comparator: Comparator | None = None):
+        section = run.section
+        super().__init__(run, task, team, references=section.reference_model or section.reference_kl_coef > 0)
         self.comparator = comparator
         self.plan = plan = IterationPlan.of(section)
         self.rounds = plan.rounds          # the loop repeats its step plan this often
-        self.rng = random.Random(config.seed)                        # pair_selection=random (state is checkpointed)
+        self.rng = random.Random(run.config.seed)                        # pair_selection=random (state is checkpointed)
         self.store: PairStore | None = None
         self.steps_per_round = 1
         self.reward_dist: RewardDistribution | None = None   # log_reward_distribution (opened in start_run)
@@ -77,7 +79,7 @@ class MADPO(TeamAlgorithm):
         main = self.parallel.is_main
         if main:
             self.store = open_pair_store(run_dir, step)
-            if getattr(self.section, "log_reward_distribution", False):
+            if isinstance(self.section, IterativeFields) and self.section.log_reward_distribution:
                 self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
         stored = self.parallel.broadcast(self.store.load(up_to_step=step) if main else None)
         for iteration, pairs in stored.items():
@@ -310,9 +312,9 @@ def _completion_ids(tokenizer: Any, text: str, ids: list[int] | None) -> torch.T
     return torch.tensor(ids, dtype=torch.long)
 
 
-def build_madpo(config: Config, trainer: str, task: Task) -> MADPO:
+def build_madpo(run: Run[MADPOSection], task: Task) -> MADPO:
     """Return MADPO (or MADPO_ITER) with one agent per policy of the task and the section's comparator."""
-    section = config.trainer(trainer)
+    config, trainer, section = run.config, run.trainer, run.section
     if config.agent_model.vllm_importance_cap is not None:
         # the correction weights the per-token policy-gradient term; a DPO loss on preference pairs has none
         raise ConfigError(f"agent_model.vllm_importance_cap: {trainer} trains a DPO loss on preference pairs, which has "
@@ -322,14 +324,14 @@ def build_madpo(config: Config, trainer: str, task: Task) -> MADPO:
         # a preference pair ranks two joint answers by one reward: agents rewarded apart would rank them differently
         raise ConfigError(f"{trainer}: MADPO ranks joint answers by the team's one reward, and this task gives each "
                           f"agent its own (a general-sum team); use the task's shared reward, or MAGRPO/IAC")
-    team = build_team(config, section, task.num_agents, task.stop_strings)
+    team = build_team(run, task.num_agents, task.stop_strings)
     comparator = None
-    if hasattr(section, "comparator_policy"):
-        comparator = build_comparator(config, trainer, task, team)
+    if isinstance(section, IterativeFields):   # MADPO_ITER: the comparator_* keys
+        comparator = build_comparator(run, task, team)
     if comparator is not None and task.follow_prompt is not None:
         # a sequential team's follower answers its predecessors' texts; a comparator writes every agent's text at
         # once from the first prompts, so its candidates would not be the team's kind of joint answer
         raise ConfigError(f"{trainer}: this task is a sequential team (a later agent reads the earlier agents' "
                           f"answers) and a comparator writes joint answers without that; compare the policies' own "
                           f"candidates: {trainer}.comparator_policy=current {trainer}.comparator_candidate_budget=shared")
-    return MADPO(config, section, task, team, comparator)
+    return MADPO(run, task, team, comparator)

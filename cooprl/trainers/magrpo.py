@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from cooprl.agents import Agent, build_team
-from cooprl.config import Config, ConfigError
+from cooprl.config import ConfigError, MAGRPOSection, Run
 from cooprl.evaluation import evaluation_settings, tree_metrics
 from cooprl.losses import group_advantages, kl_penalized
 from cooprl.policy_update import TrainSample, policy_gradient_step, sampled_kls
@@ -53,8 +53,11 @@ class NodeGroup:
 class MAGRPO(TeamAlgorithm):
     """The MAGRPO algorithm for the shared training loop (see cooprl.trainers.loop)."""
 
-    def __init__(self, config: Config, section: Any, task: Task, team: list[Agent]):
-        super().__init__(config, section, task, team, references=section.reference_kl_coef > 0)
+    section: MAGRPOSection
+
+    def __init__(self, run: Run[MAGRPOSection], task: Task, team: list[Agent]):
+        section = run.section
+        super().__init__(run, task, team, references=section.reference_kl_coef > 0)
         self.buffer: list[list[NodeGroup]] = [[] for _ in team]   # per agent, in tree order (breadth-first)
         self.buffered_items = 0                                   # items of the buffer (update_schedule items)
         self.kl_in_reward = self.references is not None and section.reference_kl_form == "reward"
@@ -218,16 +221,16 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def build_magrpo(config: Config, trainer: str, task: Task) -> MAGRPO:
+def build_magrpo(run: Run[MAGRPOSection], task: Task) -> MAGRPO:
     """Return a MAGRPO algorithm (GRPO when the task has one policy) with one agent per policy of the task.
 
     The task, not the section, says how many policies play: a centralized task has one model for both roles.
     The task checked the section's role count when it was built.
     """
-    section = config.trainer(trainer)
+    trainer, section = run.trainer, run.section
     if section.num_generations < 2 and section.advantage_mode != "raw":
         raise ConfigError(f"{trainer}.num_generations={section.num_generations}: MAGRPO's advantages are relative to "
                           f"the group of a node's samples; with one sample every advantage is 0 and nothing trains "
                           f"(advantage_mode {section.advantage_mode}): set it to 2 or more")
-    team = build_team(config, section, task.num_agents, task.stop_strings)
-    return MAGRPO(config, section, task, team)
+    team = build_team(run, task.num_agents, task.stop_strings)
+    return MAGRPO(run, task, team)

@@ -36,7 +36,10 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from cooprl.parallel import Parallel
-from cooprl.config import Config, ConfigError, TrainerSection, check_parallel_training, trainer_device
+# RL_TRAINERS: rl_algorithm -> the trainer of cooprl.trainers.TRAINERS that runs it (it lives with `Run`, which
+# derives the RL algorithm's run from the MARLHF section, cooprl.config.run)
+from cooprl.config import (RL_TRAINERS, ConfigError, IterativeFields, MARLHFIterSection, MARLHFSection, Run,
+                           check_parallel_training, trainer_device)
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
                                 plan_chunks, policy_checkpoints, read_pairs, write_pairs)
@@ -47,13 +50,6 @@ from cooprl.value_model import ValueModel
 log = logging.getLogger(__name__)
 
 MIN_SCORE_STD = 1e-6        # floor of the std the learned reward is divided by (all pairs' answers scored alike)
-
-# rl_algorithm -> the trainer of cooprl.trainers.TRAINERS that runs it
-RL_TRAINERS = {"magrpo": "magrpo", "mareinforce": "magrpo", "maremax": "magrpo", "marloo": "magrpo",
-               "iac": "iac", "maac": "maac"}
-# upstream's REINFORCE family: MAGRPO whose advantage baseline is none (raw returns), the group's best return, or
-# the mean of the other samples' returns (leave-one-out); they override the section's advantage_mode, as upstream
-MAGRPO_ADVANTAGE_MODES = {"magrpo": None, "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
 
 
 class LearnedReward:
@@ -104,9 +100,10 @@ class MARLHF:
 
     task_reward_key = "turn_1/task_reward_mean"   # it trains on the learned reward: the summary judges the task's
 
-    def __init__(self, config: Config, section: Any, task: Task, rl: Any, reward_model: RewardModel,
+    def __init__(self, run: Run[MARLHFSection], task: Task, rl: Any, reward_model: RewardModel,
                  learned: LearnedReward, comparator: Any = None):
-        self.config, self.section, self.task, self.rl = config, section, task, rl
+        section = run.section
+        self.config, self.section, self.task, self.rl = run.config, section, task, rl
         self.reward_model, self.learned, self.comparator = reward_model, learned, comparator
         self.models = [*rl.models, reward_model.model]
         self.plan = plan = IterationPlan.of(section)
@@ -124,7 +121,7 @@ class MARLHF:
         self.steps_per_round = steps_per_round
         if self.parallel.is_main:
             self.store = open_pair_store(run_dir, step)
-            if getattr(self.section, "log_reward_distribution", False):
+            if isinstance(self.section, IterativeFields) and self.section.log_reward_distribution:
                 self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
 
     # ------------------------------------------------------------------------------------------ training
@@ -220,7 +217,8 @@ class MARLHF:
         """Return the task whose reward scores iteration's candidates: the task reward, or with
         `preference_scoring_reward: reward_model` the reward model learned so far (from the second iteration on;
         the first has no trained model yet)."""
-        if getattr(self.section, "preference_scoring_reward", "task") == "reward_model" and iteration > 0:
+        if (isinstance(self.section, MARLHFIterSection) and self.section.preference_scoring_reward == "reward_model"
+                and iteration > 0):
             return dataclasses.replace(self.task, name=f"{self.task.name}+reward_model", score=self.learned)
         return self.task
 
@@ -260,10 +258,13 @@ class MARLHF:
 
 
 # ---------------------------------------------------------------------------------------------- building
-def build_reward_model(config: Config, section: Any) -> RewardModel:
-    """Return a fresh reward model on `reward_model_name` (null = the agents' model), on the agents' device."""
+def build_reward_model(run: Run[MARLHFSection]) -> RewardModel:
+    """Return a fresh reward model on `reward_model_name` (null = the agents' model), on `reward_model_device` (null =
+    agent_model.device)."""
+    config, section = run.config, run.section
     name = section.reward_model_name or config.agent_model.name
-    device, = Parallel.devices([trainer_device(section, "reward_model_device", config.agent_model.device)])
+    device, = Parallel.devices([trainer_device(section.reward_model_device, "reward_model_device",
+                                               config.agent_model.device)])
     lm = load_causal_lm(name, torch_dtype=config.agent_model.torch_dtype, device=device)
     model = ValueModel(lm)
     if section.reward_freeze_backbone:  # upstream's reward_freeze_backbone: only the linear head learns
@@ -272,41 +273,23 @@ def build_reward_model(config: Config, section: Any) -> RewardModel:
     return RewardModel(model, load_tokenizer(name), section.reward_max_length)
 
 
-def rl_config(config: Config, trainer: str) -> tuple[Config, str]:
-    """Return (config, trainer name) to build `rl_algorithm` with.
-
-    MAGRPO reads the MARLHF section itself (it holds every MAGRPO key); mareinforce / maremax / marloo read it with
-    advantage_mode raw / max / rloo. IAC and MAAC read their own section, with the keys every trainer shares
-    (learning rate, max_new_tokens, num_turns, ...) taken from MARLHF's.
-    """
-    section = config.trainer(trainer)
-    name = section.rl_algorithm
-    if name in MAGRPO_ADVANTAGE_MODES:
-        mode = MAGRPO_ADVANTAGE_MODES[name]
-        if mode is None or mode == section.advantage_mode:
-            return config, trainer
-        return dataclasses.replace(config, **{trainer: dataclasses.replace(section, advantage_mode=mode)}), trainer
-    shared = {f.name: getattr(section, f.name) for f in dataclasses.fields(TrainerSection)}
-    return dataclasses.replace(config, **{name: dataclasses.replace(config.trainer(name), **shared)}), name
-
-
-def build_marlhf(config: Config, trainer: str, task: Task) -> MARLHF:
-    """Return MARLHF (or MARLHF_ITER): the reward model, the RL algorithm on the learned reward, the comparator."""
+def build_marlhf(run: Run[MARLHFSection], task: Task) -> MARLHF:
+    """Return MARLHF (or MARLHF_ITER): the reward model, the RL algorithm on the learned reward (built with `run.rl`,
+    see cooprl.config.run), the comparator."""
     from cooprl.trainers import TRAINERS   # the registry imports this module
-    section = config.trainer(trainer)
+    trainer, section = run.trainer, run.section
     if task.agent_rewards:   # its pairs rank joint answers by one reward, as MADPO's
         raise ConfigError(f"{trainer}: MARLHF's preference pairs rank joint answers by the team's one reward, and "
                           f"this task gives each agent its own (a general-sum team); use the task's shared reward")
     if section.rl_algorithm not in RL_TRAINERS:
         raise ConfigError(f"{trainer}.rl_algorithm={section.rl_algorithm!r}: choose one of {', '.join(RL_TRAINERS)}")
-    rl_cfg, rl_name = rl_config(config, trainer)
     # the RL algorithm's section (IAC's or MAAC's own keys, with MARLHF's shared ones) meets the ddp rules too
-    check_parallel_training(rl_name, rl_cfg.trainer(rl_name))
-    reward_model = build_reward_model(config, section)
+    check_parallel_training(run.rl)
+    reward_model = build_reward_model(run)
     learned_task, learned = learned_reward_task(task, reward_model)
-    rl = TRAINERS[RL_TRAINERS[section.rl_algorithm]].build(rl_cfg, rl_name, learned_task)
+    rl = TRAINERS[RL_TRAINERS[section.rl_algorithm]].build(run.rl, learned_task)
     comparator = None
-    if hasattr(section, "comparator_policy"):
+    if isinstance(section, IterativeFields):   # MARLHF_ITER: the comparator_* keys
         from cooprl.comparators import build_comparator
-        comparator = build_comparator(config, trainer, task, rl.team)
-    return MARLHF(config, section, task, rl, reward_model, learned, comparator)
+        comparator = build_comparator(run, task, rl.team)
+    return MARLHF(run, task, rl, reward_model, learned, comparator)

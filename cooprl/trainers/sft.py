@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import torch
 
 from cooprl.agents import Agent, build_team
-from cooprl.config import Config, ConfigError
+from cooprl.config import ConfigError, Run, SFTSection
 from cooprl.errors import UserError
 from cooprl.engine import Term, train_step
 from cooprl.logprobs import completion_logprobs
@@ -226,6 +226,8 @@ def tokenize(demonstration: Demonstration, team: Sequence[Agent]) -> TokenizedDe
 class SFT(TeamAlgorithm):
     """Supervised fine-tuning for the shared training loop: a training item is a batch of demonstrations."""
 
+    section: SFTSection
+
     def train_step(self, item: list[TokenizedDemonstration], step: int) -> dict[str, float]:
         """Take one optimizer step per agent on its completions of the batch `item`; return per-agent metrics."""
         def update(a: int) -> dict[str, float]:
@@ -251,16 +253,16 @@ def demonstration_batches(demonstrations: list[TokenizedDemonstration], size: in
     return [shuffled[start:start + size] for start in range(0, len(shuffled), size)]
 
 
-def build_sft(config: Config, trainer: str, task: Task) -> SFT:
+def build_sft(run: Run[SFTSection], task: Task) -> SFT:
     """Return the SFT algorithm for `task`, its agents loaded; `task.train_items` become the batches of tokenized
     demonstrations the loop steps through (the eval items stay the task's problems). ConfigError for a data-parallel
     `parallel_training` (one process trains the agents) and for demonstrations that cannot be had."""
-    section = config.trainer(trainer)
+    config, trainer, section = run.config, run.trainer, run.section
     if section.parallel_training not in ("none", "auto"):
         raise ConfigError(f"{trainer}.parallel_training: {section.parallel_training}: supervised fine-tuning runs in "
                           f"one process, the agents one after the other; set it to none")
     demonstrations = load_demonstrations(section.demonstrations, task)   # before any model is loaded
-    team = build_team(config, section, task.num_agents, task.stop_strings)
+    team = build_team(run, task.num_agents, task.stop_strings)
     tokenized = [tokenize(d, team) for d in demonstrations]
     longest = max(max(len(ids) for ids in d.completion_ids) for d in tokenized)
     if longest > section.max_new_tokens:
@@ -269,4 +271,4 @@ def build_sft(config: Config, trainer: str, task: Task) -> SFT:
     task.train_items = demonstration_batches(tokenized, section.batch_size, config.seed)
     log.info("sft: %d demonstrations in %d batches of up to %d", len(tokenized), len(task.train_items),
              section.batch_size)
-    return SFT(config, section, task, team)
+    return SFT(run, task, team)

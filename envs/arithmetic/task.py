@@ -11,7 +11,7 @@ import random
 import re
 from typing import Any, Sequence
 
-from cooprl.config import Config
+from cooprl.config import Run
 from cooprl.task import Score, Task
 
 MAX_REWARD = 1.0
@@ -37,10 +37,10 @@ def first_prompts(target: int, num_agents: int) -> list[str]:
             for i in range(num_agents)]
 
 
-def build_arithmetic_task(config: Config, trainer: str) -> Task:
-    """Return the Task for `trainer`'s section of `config` (its `num_agents` agents) and `config.task.arithmetic`."""
-    cfg = config.task.arithmetic
-    num_agents = config.trainer(trainer).num_agents
+def build_arithmetic_task(run: Run) -> Task:
+    """Return the Task for `run`'s section (its `num_agents` agents) and `config.task.arithmetic`."""
+    cfg = run.config.task.arithmetic
+    num_agents = run.section.num_agents
     rng = random.Random(cfg.seed)
     targets = [rng.randint(0, cfg.max_target) for _ in range(cfg.num_train + cfg.num_eval)]
 

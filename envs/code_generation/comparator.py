@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from cooprl.config import TrainerSection
 from cooprl.task import JointFormat
 from envs.code_generation.prompts import AUX_HEADER, centralized_prompt, centralized_stop_strings, parse_joint_answer
 from envs.code_generation.transitions import make_expert_client
 
 
-def code_joint_format(section: Any) -> JointFormat:
+def code_joint_format(section: TrainerSection) -> JointFormat:
     """Return how one model writes [aux, main] in one answer, with `section`'s prompt style and answer form."""
     style, answer = section.centralized_prompt, section.centralized_answer
 

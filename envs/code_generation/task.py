@@ -1,6 +1,6 @@
 """The code-generation task for the trainers: problems, role prompts, the sandboxed reward, transitions.
 
-`build_code_task(config, trainer)` reads the trainer's section and returns one of two tasks:
+`build_code_task(run)` reads the run's trainer section and returns one of two tasks:
 - decentralized (default): one policy per role. Two agents are [aux, main]; one agent is [single] (the
   GRPO/AC baselines). Every completion is turned back into code with the role's prefix (the prompt ends
   with the start of the code), scored by `rewards.code_rewards` in parallel, and, between turns, turned into
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from cooprl.config import Config, ConfigError
+from cooprl.config import ConfigError, Run
 from cooprl.task import Score, Task
 from envs.code_generation.comparator import api_client, code_joint_format
 from envs.code_generation.demonstrations import code_demonstrations
@@ -97,8 +97,9 @@ def score_joint_answers(items: Sequence[Problem], answers: Sequence[str], answer
     return scores
 
 
-def check_section(section: Any, trainer: str) -> None:
-    """Raise ConfigError when `trainer`'s section asks for what the code task cannot do."""
+def check_section(run: Run) -> None:
+    """Raise ConfigError when `run`'s section asks for what the code task cannot do."""
+    trainer, section = run.trainer, run.section
     if section.num_agents not in MAX_REWARD:
         raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the code task has 1 agent (single) "
                           f"or 2 agents (aux, main)")
@@ -107,27 +108,27 @@ def check_section(section: Any, trainer: str) -> None:
     if section.num_agents != 2:
         raise ConfigError(f"{trainer}.collaboration_mode=centralized: one model plays the two roles (aux, main), "
                           f"so {trainer}.num_agents must be 2, got {section.num_agents}")
-    check_single_turn(section, trainer)
+    check_single_turn(run)
 
 
-def check_single_turn(section: Any, trainer: str) -> None:
-    """Raise ConfigError unless `trainer`'s section plays one turn (what centralized collaboration needs)."""
+def check_single_turn(run: Run) -> None:
+    """Raise ConfigError unless `run`'s section plays one turn (what centralized collaboration needs)."""
+    trainer, section = run.trainer, run.section
     if section.num_turns != 1:
         raise ConfigError(f"{trainer}.collaboration_mode=centralized is single-turn: set {trainer}.num_turns=1 "
                           f"(got {section.num_turns})")
 
 
-def build_code_task(config: Config, trainer: str) -> Task:
-    """Return the code-generation Task for `trainer`'s section of `config` (ConfigError if it cannot be built).
+def build_code_task(run: Run) -> Task:
+    """Return the code-generation Task for `run`'s section and config (ConfigError if it cannot be built).
 
     `task.num_agents` is the number of policies to train: one per role when decentralized, one in all when
     centralized. Trainers size their team from it.
     """
-    section = config.trainer(trainer)
-    check_section(section, trainer)
-    if section.collaboration_mode == "centralized":
-        return _centralized_task(config, section)
-    return _decentralized_task(config, section, trainer)
+    check_section(run)
+    if run.section.collaboration_mode == "centralized":
+        return _centralized_task(run)
+    return _decentralized_task(run)
 
 
 def task_problems(cfg: Any, split: str) -> list[Problem]:
@@ -137,17 +138,19 @@ def task_problems(cfg: Any, split: str) -> list[Problem]:
     return [open_body(p) for p in problems] if cfg.code_prompt.open_body else problems
 
 
-def _code_task(config: Config, section: Any, **parts: Any) -> Task:
+def _code_task(run: Run, **parts: Any) -> Task:
     # what both modes share: the problems, the task's name, the problem id for logs, and what the preference
     # trainers' comparators need (the joint answer of one model for both roles, the API client)
+    config = run.config
     dataset = config.task.dataset
     return Task(name=f"code:{dataset.name}", train_items=task_problems(config.task, dataset.train_split),
                 eval_items=task_problems(config.task, dataset.eval_split), item_id=lambda p: p.task_id,
-                joint_format=code_joint_format(section), api_client=api_client, **parts)
+                joint_format=code_joint_format(run.section), api_client=api_client, **parts)
 
 
-def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
-    roles = roles_for(section.num_agents)
+def _decentralized_task(run: Run) -> Task:
+    config = run.config
+    roles = roles_for(run.section.num_agents)
     single = len(roles) == 1
     external = config.task.external
     expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
@@ -184,16 +187,16 @@ def _decentralized_task(config: Config, section: Any, trainer: str) -> Task:
     sequential = config.task.aux_main.main_sees_aux
     if sequential and single:
         raise ConfigError("aux_main.main_sees_aux needs the aux+main team (num_agents 2)")
-    return _code_task(config, section, num_agents=len(roles), first_prompts=lambda p: agent_prompts(p, len(roles)),
+    return _code_task(run, num_agents=len(roles), first_prompts=lambda p: agent_prompts(p, len(roles)),
                       score=score, next_prompts=next_prompts, max_reward=MAX_REWARD[len(roles)],
                       stop_strings=[tuple(stop_strings(role)) for role in roles],
                       follow_prompt=main_reads_aux if sequential else None,
                       demonstrations=lambda p: code_demonstrations(p, len(roles)))
 
 
-def _centralized_task(config: Config, section: Any) -> Task:
-    style, answer_style = section.centralized_prompt, section.centralized_answer
-    cooperation = config.task.code_reward.cooperation
+def _centralized_task(run: Run) -> Task:
+    style, answer_style = run.section.centralized_prompt, run.section.centralized_answer
+    cooperation = run.config.task.code_reward.cooperation
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         return score_joint_answers(items, [joint[0] for joint in joints], answer_style, style,  # the one policy's
@@ -202,6 +205,6 @@ def _centralized_task(config: Config, section: Any) -> Task:
     def no_next_turn(*args: Any) -> list[str]:
         raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
 
-    return _code_task(config, section, num_agents=1, first_prompts=lambda p: [centralized_prompt(p, style, answer_style)],
+    return _code_task(run, num_agents=1, first_prompts=lambda p: [centralized_prompt(p, style, answer_style)],
                       score=score, next_prompts=no_next_turn, max_reward=MAX_REWARD[2],
                       stop_strings=[tuple(centralized_stop_strings(answer_style))])

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from cooprl.config import Config, ConfigError
+from cooprl.config import ConfigError, Run
 from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
@@ -169,18 +169,18 @@ def tester_metrics(verdict: TesterVerdict) -> dict[str, float]:
             "tester_no_reference": float(not verdict.has_reference)}
 
 
-def build_coder_tester_task(config: Config, trainer: str) -> Task:
-    """Return the coder+tester Task for `trainer`'s section of `config` (ConfigError if it cannot be built)."""
-    section, cfg = config.trainer(trainer), config.task
+def build_coder_tester_task(run: Run) -> Task:
+    """Return the coder+tester Task for `run`'s section and config (ConfigError if it cannot be built)."""
+    trainer, section, cfg = run.trainer, run.section, run.config.task
     if section.num_agents != 2:
         raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the coder+tester team has 2 agents")
     if cfg.aux_main.main_sees_aux:
         raise ConfigError("aux_main.main_sees_aux is for the code task's aux+main team, not this one")
     team, external, reward_type = cfg.coder_tester, cfg.external, cfg.code_reward.type
     individual = team.reward_sharing == "individual"
-    centralized = getattr(section, "collaboration_mode", "decentralized") == "centralized"
+    centralized = section.collaboration_mode == "centralized"
     if centralized:
-        check_single_turn(section, trainer)
+        check_single_turn(run)
         if individual:
             raise ConfigError(f"{trainer}.collaboration_mode=centralized: one model writes both parts and is trained "
                               f"on one reward; set coder_tester.reward_sharing=shared")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from cooprl.config import Config, ConfigError
+from cooprl.config import ConfigError, Run
 from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
@@ -83,9 +83,9 @@ def planner_feedback(problem: Problem, history: Sequence[tuple[str, str]], break
     return f"{context}Plan:\n1.{last_plan}\n\nFeedback on the code written from your plan:\n{lines}\n{ask}\n{PLAN_START}"
 
 
-def build_planner_coder_task(config: Config, trainer: str) -> Task:
-    """Return the planner+coder Task for `trainer`'s section of `config` (ConfigError if it cannot be built)."""
-    section, cfg = config.trainer(trainer), config.task
+def build_planner_coder_task(run: Run) -> Task:
+    """Return the planner+coder Task for `run`'s section and config (ConfigError if it cannot be built)."""
+    trainer, section, cfg = run.trainer, run.section, run.config.task
     if section.num_agents != 2:
         raise ConfigError(f"{trainer}.num_agents={section.num_agents}: the planner+coder team has 2 agents")
     if cfg.aux_main.main_sees_aux:
@@ -93,9 +93,9 @@ def build_planner_coder_task(config: Config, trainer: str) -> Task:
     if cfg.code_prompt.open_body:
         raise ConfigError("code_prompt.open_body: the planner+coder's coder prompt already ends inside the function "
                           "(under the plan's comment lines); drop it")
-    centralized = getattr(section, "collaboration_mode", "decentralized") == "centralized"
+    centralized = section.collaboration_mode == "centralized"
     if centralized:
-        check_single_turn(section, trainer)
+        check_single_turn(run)
     team, external, max_chars = cfg.planner_coder, cfg.external, cfg.planner_coder.plan_max_chars
     reward_type = cfg.code_reward.type
 

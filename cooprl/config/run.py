@@ -1,0 +1,62 @@
+"""`Run`: what one training run reads of the config. A config file holds a section for every trainer; a run trains
+one of them. `Run.of(config, trainer)` is built once, when the command line has read the config, and is what the
+trainers, their builders, the task builders and the loop receive: the whole `config` (models, output, checkpoints,
+the task's sections), the `trainer`'s name (errors name keys as `<trainer>.<key>`) and its own typed `section`.
+MARLHF's run holds the run of its RL algorithm too (`rl`). Nobody looks a trainer's section up by name again, and
+nobody asks a section whether it has a key: a key several trainers share is declared on the section class they share
+(`TrainerSection`, `PreferenceFields`, `IterativeFields`, ...), and a capability only some have is an `isinstance`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Generic, Optional, TypeVar
+
+from cooprl.config.fields import ConfigError
+from cooprl.config.schema import Config
+from cooprl.config.trainer_sections import TRAINER_SECTIONS, MARLHFSection, TrainerSection
+
+S = TypeVar("S", bound=TrainerSection)
+
+# MARLHF's rl_algorithm -> the trainer (of cooprl.trainers.TRAINERS) that runs it
+RL_TRAINERS = {"magrpo": "magrpo", "mareinforce": "magrpo", "maremax": "magrpo", "marloo": "magrpo",
+               "iac": "iac", "maac": "maac"}
+# upstream's REINFORCE family: MAGRPO whose advantage baseline is none (raw returns), the group's best return, or
+# the mean of the other samples' returns (leave-one-out); they override the section's advantage_mode, as upstream
+MAGRPO_ADVANTAGE_MODES = {"magrpo": None, "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
+
+
+@dataclass(frozen=True)
+class Run(Generic[S]):
+    """One run: the whole `config`, the `trainer` it trains and that trainer's `section`; for MARLHF, `rl`: the run
+    its RL algorithm is built with."""
+
+    config: Config
+    trainer: str
+    section: S
+    rl: Optional["Run"] = None
+
+    @classmethod
+    def of(cls, config: Config, trainer: str) -> "Run":
+        """Return the run of `trainer` (a name of TRAINER_SECTIONS) on `config`; ConfigError naming the choices for
+        an unknown name."""
+        if trainer not in TRAINER_SECTIONS:
+            raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_SECTIONS)}")
+        section = config.trainer(trainer)
+        rl = _rl_run(config, trainer, section) if isinstance(section, MARLHFSection) else None
+        return cls(config, trainer, section, rl)
+
+
+def _rl_run(config: Config, trainer: str, marlhf: MARLHFSection) -> Run:
+    """Return the run MARLHF's `rl_algorithm` is built with. MAGRPO reads the MARLHF section itself (it holds every
+    MAGRPO key); mareinforce / maremax / marloo read it with advantage_mode raw / max / rloo. IAC and MAAC read
+    their own section, with the keys every trainer shares (learning rate, max_new_tokens, num_turns, ...) taken
+    from MARLHF's."""
+    name = marlhf.rl_algorithm
+    if name in MAGRPO_ADVANTAGE_MODES:
+        mode = MAGRPO_ADVANTAGE_MODES[name]
+        section = marlhf if mode is None else dataclasses.replace(marlhf, advantage_mode=mode)
+        return Run(config, trainer, section)
+    shared = {f.name: getattr(marlhf, f.name) for f in dataclasses.fields(TrainerSection)}
+    return Run(config, name, dataclasses.replace(config.trainer(name), **shared))
