@@ -30,7 +30,7 @@ from cooprl.trainers.magrpo import build_magrpo
 from envs.launch import train_main
 from tests.scripted import scripted_task
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = """\
 agent_model: {name: "offline:tiny-random", device: cpu, torch_dtype: float32}
 dataset: {name: coop, type: coophumaneval, train_split: "train[16:]", eval_split: "test[:1]"}

@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["agent_model.name=offline:tiny-random", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
          "dataset.name=coop", "dataset.type=coophumaneval", "dataset.train_split=train[16:]",
          "dataset.eval_split=test[:1]", "wandb.mode=offline"]

@@ -1,13 +1,14 @@
-"""A training script for the data-parallel tests: `python tests/ddp_learnable_main.py TRAINER --override ...` (or the
-same under torchrun) trains TRAINER on the learnable lowercase task (tests/learnable.py) through cooprl.train.train,
-the recipe every environment's script runs. Its config is the library's defaults plus the overrides."""
+"""A training script for the data-parallel tests: `python tests/cooprl/ddp_learnable_main.py TRAINER --override ...`
+(or the same under torchrun) trains TRAINER on the learnable lowercase task (tests/learnable.py) through
+cooprl.train.train, the recipe every environment's script runs. Its config is the library's defaults plus the
+overrides."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
 from cooprl.cli import exit_status, read_command_line  # noqa: E402

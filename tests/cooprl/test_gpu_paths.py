@@ -224,7 +224,7 @@ def test_gpu_check_fits_eight_minutes_and_parses():
     """Every stage runs under `timeout -k 5 LIMIT`: the limits and the kill grace add up to under 8 minutes."""
     import re
     import subprocess
-    script = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.sh"
+    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.sh"
     text = script.read_text()
     limits = [int(s) for s in re.findall(r'^stage "[^"]+" (\d+) <<', text, re.M)]
     assert len(limits) == 7 and 'timeout -k 5 "$limit"' in text

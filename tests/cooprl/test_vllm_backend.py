@@ -879,7 +879,7 @@ def test_grpo_trains_with_lora_requests_sleep_and_importance_weights_together(fa
 
 
 # ----------------------------------------------------------------------------------------------- against a real engine
-# (what running vLLM's CPU build for real showed; tests/vllm_real runs the real engine)
+# (what running vLLM's CPU build for real showed; tests/cooprl/vllm_real runs the real engine)
 class ReloadingLLM(FakeLLM):
     """An engine whose worker has vLLM's in-place reload (`Worker.reload_weights`, vLLM >= 0.2x), as vLLM 0.32 has."""
 

@@ -12,7 +12,7 @@ from envs.arithmetic.config import ArithmeticConfig
 from envs.arithmetic.task import build_arithmetic_task, joint_reward, said_number
 from envs.launch import train_main as main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "arithmetic_cpu.yaml"
 
 

@@ -17,7 +17,7 @@ from cooprl.trainers.magrpo import build_magrpo
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import centralized_prompt
 from envs.code_generation.task import build_code_task
-from tests.test_cli_smoke import SMALL, events, run, trainer_overrides
+from tests.cli.test_cli_smoke import SMALL, events, run, trainer_overrides
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 

@@ -21,7 +21,7 @@ from envs import ENVIRONMENTS, environment_of
 from envs.arithmetic.config import ArithmeticConfig
 from rewards.self_tests import discrimination_reward, example_asserts, reliability, self_tests_rewards, support
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = {"task_id": "T/0", "entry_point": "add",
            "prompt": 'def add(a, b):\n    """Return a + b.\n    >>> add(1, 2)\n    3\n    """\n',
            "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(0, 0) == 0\n"

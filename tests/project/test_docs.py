@@ -15,7 +15,7 @@ from cooprl.cli import parse_args
 from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, load_config, read_yaml
 from cooprl.config_docs import config_reference, default_configs, task_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BENCH = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
 RESULTS = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")   # every measurement the README used to hold

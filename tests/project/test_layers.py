@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # what each package may import from the project's own packages
 ALLOWED = {"cooprl": {"cooprl"}, "rewards": {"rewards", "cooprl"}, "envs": {"envs", "rewards", "cooprl"},
            "strategies": {"strategies", "envs", "rewards", "cooprl"}}

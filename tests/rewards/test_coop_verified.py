@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cooprl.config import ConfigError, load_config  # noqa: E402
 from rewards.code_cleaning import FLOW_STEPS, Cooperation, cooperation  # noqa: E402
@@ -21,7 +21,7 @@ from rewards.code_rewards import code_reward, code_rewards_batch  # noqa: E402
 from rewards.coop_probes import probe_gate, probe_programs, verify as verify_cooperation  # noqa: E402
 from rewards.sandbox import Sandbox  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = ('def shout_words(text: str) -> str:\n    """Upper-case the words of text, join them with one space and '
           'end with "!"."""\n')
 CASES_IO = [("hi there", "HI THERE!"), ("a  b", "A B!"), ("", "!"), ("one", "ONE!"), ("x y z", "X Y Z!"),

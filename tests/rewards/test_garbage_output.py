@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from envs.code_generation.data import Problem  # noqa: E402
 from envs.code_generation.prompts import completion_to_code, parse_joint_answer  # noqa: E402

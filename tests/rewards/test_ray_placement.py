@@ -17,11 +17,11 @@ from cooprl.config import ConfigError, load_config  # noqa: E402
 from rewards import ray_pool  # noqa: E402
 from rewards import sandbox as local  # noqa: E402
 from rewards.ray_pool import PlacementError, RaySandbox, fit_pools, use_configured_executor  # noqa: E402
-from tests.test_sandbox import ONE  # noqa: E402
+from tests.rewards.test_sandbox import ONE  # noqa: E402
 
 pytestmark = pytest.mark.slow   # starts a local Ray
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_fit_pools_keeps_what_fits():
@@ -97,7 +97,7 @@ def test_pools_a_cluster_cannot_place_stop_with_an_error(two_cpu_ray, monkeypatc
 
 def test_the_command_line_names_the_keys_in_one_error_line(two_cpu_ray, monkeypatch, tmp_path, capsys):
     from envs.launch import train_main
-    from tests.test_bad_input import assert_one_error, base_config
+    from tests.cli.test_bad_input import assert_one_error, base_config
     monkeypatch.setattr(ray_pool, "_local_ray", lambda ray: False)
     monkeypatch.chdir(ROOT)
     start = time.monotonic()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 ray = pytest.importorskip("ray", reason="the ray extra is part of the dev install (make test)")
 
@@ -20,7 +20,7 @@ from envs.code_generation.data import load_problems  # noqa: E402
 from rewards.code_rewards import code_rewards_batch  # noqa: E402
 from rewards.ray_pool import RaySandbox, make_sandbox, use_sandbox  # noqa: E402
 from rewards.sandbox import Sandbox, default_sandbox  # noqa: E402
-from tests.test_sandbox import HOSTILE, ONE  # noqa: E402
+from tests.rewards.test_sandbox import HOSTILE, ONE  # noqa: E402
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from envs.code_generation.data import Problem, load_problems  # noqa: E402
 from envs.code_generation.transitions import next_prompt, slice_tests, visible_asserts  # noqa: E402

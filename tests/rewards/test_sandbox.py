@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 SECRET = "cooprl-s3cr3t-value"
 os.environ["COOPRL_TEST_SECRET"] = SECRET

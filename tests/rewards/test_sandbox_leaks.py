@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rewards.sandbox import SCRATCH_DIRS, Sandbox, interpreter_view  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HONEST = "def f(x):\n    return x + 1\n"
 ONE = "def check(candidate):\n    assert candidate(1) == 2\n"
 SECRET = "cooprl-expected-answer-4242"

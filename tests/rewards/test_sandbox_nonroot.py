@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 
 
@@ -49,7 +49,8 @@ def test_hostile_suites_pass_as_an_unprivileged_user():
     script = (f"set -e\nmount --bind {base} {py_mount}\nmount --bind {repo} {repo_mount}\ncd {repo_mount}\n"
               f"exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups env -i HOME={home} "
               f"PATH=/usr/bin:/bin PYTHONPATH={site}:{repo_mount} {py_mount}/bin/{python} -m pytest "
-              f"-p no:cacheprovider -o addopts= -q tests/test_sandbox.py tests/test_sandbox_leaks.py tests/test_sandbox_round3.py\n")
+              "-p no:cacheprovider -o addopts= -q tests/rewards/test_sandbox.py tests/rewards/test_sandbox_leaks.py "
+              "tests/rewards/test_sandbox_round3.py\n")
     mode = os.stat(repo).st_mode
     os.chmod(repo, mode | 0o005)   # a checkout made by mktemp is 700: let nobody in for the run, then restore
     try:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rewards.sandbox import SCRATCH_DIRS, Sandbox, TestSuite  # noqa: E402
 # the adversary's probes are round 1's (test_sandbox_leaks): a value read back through the assert's message
-from tests.test_sandbox_leaks import HONEST, ONE, answer, honest_passes  # noqa: E402
+from tests.rewards.test_sandbox_leaks import HONEST, ONE, answer, honest_passes  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's isolation is Linux's")
 

@@ -22,7 +22,7 @@ from envs.coder_tester.task import build_coder_tester_task
 from rewards.judged_tests import judged_test
 from rewards.problem import Problem
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = 'def add(a, b):\n    """Return a + b.\n    >>> add(1, 2)\n    3\n    """\n'
 CHECK = ("def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(0, 0) == 0\n"
          "    assert candidate(-1, 1) == 0\n    assert candidate(2, 5) == 7\n")

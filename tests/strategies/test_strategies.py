@@ -309,7 +309,7 @@ def test_strategy_settings_are_typed_options_checked_and_documented():
     from cooprl.config import ConfigError
     from strategies import CONFIG_SECTIONS
     assert set(CONFIG_SECTIONS) == {"budget", "direct", "codet", "collabcoder", "cosplay"}
-    page = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text(encoding="utf-8")
     for name, cls in CONFIG_SECTIONS.items():
         for f in dataclasses.fields(cls):
             assert f.metadata.get("doc"), f"{name}.{f.name} has no doc"

@@ -11,7 +11,7 @@ import yaml
 from cooprl.config import ConfigError, apply_overrides, load_config, parse_override
 from envs.code_generation.data import DatasetError, load_problems, parse_split
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # ------------------------------------------------------------------------------------------------ config

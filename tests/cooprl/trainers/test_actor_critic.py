@@ -14,7 +14,7 @@ from cooprl.trainers.actor_critic import (ActorCritic, Critic, actor_advantages,
                                           critic_input_text, td_target, value_errors)
 from cooprl.trainers.loop import seed_everything, train_loop
 from tests.scripted import scripted_task
-from tests.test_cli_smoke import SMALL, events, run, trainer_overrides
+from tests.cli.test_cli_smoke import SMALL, events, run, trainer_overrides
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 

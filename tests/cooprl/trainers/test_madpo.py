@@ -13,7 +13,7 @@ from cooprl.preferences import PairStore, PreferencePair, read_pairs
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
 from tests.scripted import scripted_task
-from tests.test_cli_smoke import SMALL, events, run
+from tests.cli.test_cli_smoke import SMALL, events, run
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
@@ -85,7 +85,7 @@ def madpo_config(tmp_path: Path, name: str, trainer: str, overrides: list[str]):
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.temperature=1.0",
         "agent_model.top_p=1.0", f"{trainer}.max_new_tokens=6", f"{trainer}.preference_num_candidates=3",
         f"{trainer}.learning_rate=1e-2", f"{trainer}.eval_interval=0", f"{trainer}.eval_num_samples=1",
-        # these tests sample new pairs every step (the offline default: tests/test_upstream_semantics.py)
+        # these tests sample new pairs every step (the offline default: test_upstream_semantics.py)
         f"{trainer}.pair_collection=online",
         "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={name}", *overrides])
 
@@ -137,7 +137,7 @@ def test_madpo_resume_matches_uninterrupted_run_and_reuses_pairs(tmp_path):
 
 
 def test_copy_comparator_writes_half_the_candidates(tmp_path):
-    # the shared budget (ours; upstream's `separate` is tests/test_upstream_preference.py's); env_step = answers sampled
+    # the shared budget (ours; upstream's `separate` is test_upstream_preference.py's); env_step = answers sampled
     run_madpo(tmp_path, "c", ["madpo_iter.max_steps=2", "madpo_iter.num_iterations=1", "madpo_iter.comparator_policy=copy",
                               "madpo_iter.preference_num_candidates=4", "madpo_iter.pair_selection=all",
                               "madpo_iter.comparator_candidate_budget=shared", "madpo_iter.use_environment_step=false"],

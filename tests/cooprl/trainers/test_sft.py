@@ -208,7 +208,7 @@ def test_a_bad_init_from_is_a_clear_error(sft_run, tmp_path, damage, message):
 def test_init_from_on_the_command_line_is_one_error_line(tmp_path):
     import subprocess
     import sys
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "train_magrpo.py", "--config", "configs/magrpo_che_cpu.yaml", "--override",
                           f"agent_model.name={TINY_RANDOM}", f"agent_model.init_from={tmp_path / 'nope'}",
                           f"output.base_dir={tmp_path}"], cwd=root, capture_output=True, text=True, timeout=300)

@@ -19,8 +19,8 @@ from cooprl.preferences import (Candidate, IterationPlan, PreferencePair, Reward
 from cooprl.reward_model import train_reward_model
 from cooprl.rollout import Completion
 from tests.scripted import scripted_task
-from tests.test_madpo import madpo_config, run_madpo, train_events
-from tests.test_marlhf import marlhf_config, run_marlhf
+from tests.cooprl.trainers.test_madpo import madpo_config, run_madpo, train_events
+from tests.cooprl.trainers.test_marlhf import marlhf_config, run_marlhf
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
@@ -52,7 +52,7 @@ def test_trainer_top_k_overrides_the_models():
 
 # ---------------------------------------------------------------------------------------------- actor-critic
 def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps():
-    from tests.test_actor_critic import roll_out_one_item, scripted_actor_critic
+    from tests.cooprl.trainers.test_actor_critic import roll_out_one_item, scripted_actor_critic
     for size, steps in [("null", 1), (1, 2)]:
         algorithm = scripted_actor_critic("iac", f"iac.train_batch_size={size}", "iac.num_generations=1",
                                           "iac.early_termination_threshold=null", "iac.update_schedule=episodes")
@@ -73,7 +73,7 @@ def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps():
 
 
 def test_critic_model_max_length_cuts_the_critic_input_from_the_left():
-    from tests.test_actor_critic import scripted_actor_critic
+    from tests.cooprl.trainers.test_actor_critic import scripted_actor_critic
     from cooprl.models import load_tokenizer
     from cooprl.trainers.actor_critic import Critic
     algorithm = scripted_actor_critic("maac", "critic_model.max_length=16")

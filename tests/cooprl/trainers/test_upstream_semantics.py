@@ -20,7 +20,7 @@ from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
 from cooprl.trainers.magrpo import MAGRPO, NodeGroup, build_magrpo, node_batches
 from tests.scripted import scripted_task
-from tests.test_rollout import fake_sampler, table_task
+from tests.cooprl.test_rollout import fake_sampler, table_task
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
@@ -303,7 +303,7 @@ def test_heterogeneous_agents_train_their_own_models(tmp_path, trainer):
                                         "reward_max_length": 2048, "reward_model_epochs": 2}),
 ])
 def test_shipped_reference_configs_carry_upstreams_training_settings(name, trainer, expected):
-    section = load_config(Path(__file__).resolve().parents[1] / "configs" / f"{name}_config.yaml").trainer(trainer)
+    section = load_config(Path(__file__).resolve().parents[3] / "configs" / f"{name}_config.yaml").trainer(trainer)
     assert {k: getattr(section, k) for k in expected} == expected
     assert section.weight_decay == 0.01 and section.max_grad_norm is None
 
@@ -337,7 +337,7 @@ def hand_built_buffer(turns_targets):
 
 
 def test_turns_schedule_normalizes_per_turn_group_and_steps_per_train_batch_size(monkeypatch):
-    from tests.test_actor_critic import scripted_actor_critic
+    from tests.cooprl.trainers.test_actor_critic import scripted_actor_critic
     algorithm = scripted_actor_critic("iac", "iac.update_schedule=turns", "iac.rollout_buffer_size=2")
     taken = recording_update(monkeypatch, algorithm)
     # turn 1: targets 1, 3 (values 0): advantages 1, 3 -> normalized -1, 1; turn 2: 0, 0, 6 -> mean 2, std sqrt(8)
@@ -356,7 +356,7 @@ def test_turns_schedule_normalizes_per_turn_group_and_steps_per_train_batch_size
 
 
 def test_episodes_schedule_normalizes_over_the_whole_buffer(monkeypatch):
-    from tests.test_actor_critic import scripted_actor_critic
+    from tests.cooprl.trainers.test_actor_critic import scripted_actor_critic
     algorithm = scripted_actor_critic("iac", "iac.update_schedule=episodes", "iac.rollout_buffer_size=2")
     taken = recording_update(monkeypatch, algorithm)
     algorithm.buffer = hand_built_buffer([(0, 1.0), (1, 0.0), (0, 3.0), (1, 0.0), (1, 6.0)])
@@ -369,7 +369,7 @@ def test_episodes_schedule_normalizes_over_the_whole_buffer(monkeypatch):
 @pytest.mark.parametrize("schedule,updates", [("turns", [False, True, False, True]),
                                               ("episodes", [False, False, True, False])])
 def test_buffer_fills_at_rollout_buffer_size_turn_samples_or_episodes(monkeypatch, schedule, updates):
-    from tests.test_actor_critic import scripted_actor_critic
+    from tests.cooprl.trainers.test_actor_critic import scripted_actor_critic
     # one episode of 2 turns per item: 2 turn samples per agent. rollout_buffer_size 3: turns fills at the second item
     # (4 turn samples, all trained, as upstream drains its whole buffer), episodes at the third (3 episodes)
     algorithm = scripted_actor_critic("iac", f"iac.update_schedule={schedule}", "iac.rollout_buffer_size=3",
@@ -388,7 +388,7 @@ def test_buffer_fills_at_rollout_buffer_size_turn_samples_or_episodes(monkeypatc
 
 
 def test_reference_actor_critic_configs_use_the_turns_schedule_and_cpu_ones_ours():
-    root = Path(__file__).resolve().parents[1] / "configs"
+    root = Path(__file__).resolve().parents[3] / "configs"
     for name, trainer in [("iac_che_config", "iac"), ("iac_he_config", "iac"), ("maac_che_config", "maac"),
                           ("maac_he_config", "maac"), ("ac_che_config", "ac"), ("ac_he_config", "ac")]:
         assert load_config(root / f"{name}.yaml").trainer(trainer).update_schedule == "turns", name
@@ -464,7 +464,7 @@ def test_reward_form_lowers_the_actor_critic_td_target_by_coef_times_its_kl(tmp_
 
 
 def test_maac_critic_learns_the_teams_mean_shaped_target():
-    from tests.test_actor_critic import roll_out_one_item, scripted_actor_critic
+    from tests.cooprl.trainers.test_actor_critic import roll_out_one_item, scripted_actor_critic
     algorithm = scripted_actor_critic("maac", "maac.num_turns=1")   # scripted agents: the KLs are given
     algorithm.kl_in_reward = True
     algorithm.kl_penalties = lambda steps: [[0.5 * 0.2, 0.5 * 0.6] for _ in steps]   # KLs 0.2 and 0.6

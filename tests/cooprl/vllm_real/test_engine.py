@@ -81,7 +81,7 @@ def smollm2():
 
 
 def coop_prompts(count: int) -> list[str]:
-    lines = (Path(__file__).parents[2] / "envs/code_generation/data/coop.jsonl").read_text().splitlines()[:count]
+    lines = (Path(__file__).parents[3] / "envs/code_generation/data/coop.jsonl").read_text().splitlines()[:count]
     problems = [problem_from_record(json.loads(line), "coop.jsonl") for line in lines]
     return [prompt for problem in problems for prompt in (aux_prompt(problem), main_prompt(problem))]
 
