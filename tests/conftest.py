@@ -10,13 +10,19 @@ A test marked with a lane keeps it; otherwise its file's lane (the tables below)
 else unit.
 """
 
+import os
 from pathlib import Path
 
 import pytest
 
+# One torch thread per test process and per command line it starts (unless the caller chose): `make test` runs one
+# pytest worker per core, and a second thread per process only contends with the other worker (a 2-step CLI run
+# took 54 s of CPU with two threads, 10 s with one). Set before torch is first imported, below.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # The code task's config sections (dataset, external) are registered when its environment is imported, as the
 # train_*.py scripts do; tests that load configs directly through cooprl.config need them too.
-import envs.code_generation  # noqa: F401
+import envs.code_generation  # noqa: E402, F401
 
 LANES = ("unit", "integration", "distributed", "sandbox", "cli")
 BY_COST = ("unit", "sandbox", "integration", "cli", "distributed")   # what a test of each lane costs, least first

@@ -22,7 +22,9 @@ def trainer_overrides(trainer, tmp_path, name):
 
 
 def run(args, tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    # one torch thread, as the test process has (conftest.py): two would contend with the other pytest worker
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+           "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 
