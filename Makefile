@@ -46,10 +46,11 @@ demo-coop: $(STAMP)
 
 # Every test is in one cost lane (tests/conftest.py): unit, integration, distributed, sandbox, cli. `make test` runs
 # them all, as CI does (one pytest worker per core, whole files per worker so that a module's shared fixtures are
-# built once; the 15 slowest tests are listed at the end); `make test-fast` the unit lane only, the inner loop.
-# `.venv/bin/python -m pytest tests/test_x.py -m unit` runs one file's unit tests in one process.
+# built once, the files of the costliest lanes first: --no-loadscope-reorder keeps conftest's order instead of
+# xdist's by number of tests; the 15 slowest tests are listed at the end); `make test-fast` the unit lane only.
+# `.venv/bin/python -m pytest tests/cooprl/test_rollout.py -m unit` runs one file's unit tests in one process.
 test: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadfile
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m unit -n auto --dist loadfile
@@ -73,7 +74,7 @@ $(VLLM_STAMP): pyproject.toml
 
 test-vllm: $(VLLM_STAMP)
 	COOPRL_VLLM_REAL=1 VLLM_CPU_CI_ENV=1 VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=1 \
-	     $(VLLM_PY) -m pytest tests/vllm_real -p no:cacheprovider
+	     $(VLLM_PY) -m pytest tests/cooprl/vllm_real -p no:cacheprovider
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"

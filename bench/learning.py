@@ -48,7 +48,7 @@ _AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", 
        "ac.early_termination_threshold=-0.2", "code_prompt.open_body=true"]
 # the RL rows started from the SFT row evaluate as it does (8 problems x 2 samples, 128 new tokens): their start
 # policy is the SFT row's final one, whose evaluation with the same settings and seed gives the same numbers
-# (tests/test_sft.py), so they skip their own: the row's "before" is the SFT row's last evaluation
+# (tests/cooprl/trainers/test_sft.py), so they skip their own: the row's "before" is the SFT row's last evaluation
 # RL from SFT'd agents: a smaller learning rate than the CPU configs' 3e-4, which undid the SFT'd syntax (Makefile demo-coop)
 _FROM_SFT = ["eval_num_samples=8", "eval_num_generations=2", "max_new_tokens=128", "eval_at_start=false",
              "learning_rate=5e-5"]

@@ -6,7 +6,7 @@ as a command's own sections: evaluate_strategy.py's budget and strategies); a te
 output.
 What it holds: the config file each bare `train_*.py` loads (read from the scripts), every key with its default,
 its allowed values (type, choices, range: the same metadata `load_config` checks) and its meaning, and the rules
-that tie keys together (each one is checked by tests/test_docs.py).
+that tie keys together (each one is checked by tests/project/test_docs.py).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def task_config() -> type | None:
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Rules between keys (checked when a config is loaded, or when the trainer is built); tests/test_docs.py triggers
-# each one, so a rule that stops being enforced fails a test.
+# Rules between keys (checked when a config is loaded, or when the trainer is built); tests/project/test_docs.py
+# triggers each one, so a rule that stops being enforced fails a test.
 RULES = [
     "`<trainer>.eval_pass_k`: every k is between 1 and `<trainer>.eval_num_generations` (checked at load).",
     "`<trainer>.parallel_training`: `mp` is magrpo's and grpo's, `ddp` every trainer's; `ddp` needs `update_schedule: "

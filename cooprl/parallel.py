@@ -1,6 +1,6 @@
 """The parallel context: everything a trainer asks of the other processes, through one object (TRL's `accelerator`,
 verl's worker group). Trainers hold a `Parallel` and import neither cooprl.distributed nor cooprl.fsdp
-(tests/test_layers.py); the update engine (cooprl.engine) is told by `sync_of` how a model's gradients meet.
+(tests/project/test_layers.py); the update engine (cooprl.engine) is told by `sync_of` how a model's gradients meet.
 
 A `Parallel` is built from the trainer's section (`Parallel.of`): `parallel_training` ddp or fsdp under a launcher
 with several processes; otherwise it is the single process (`SINGLE`), where every method is the plain local thing

@@ -4,7 +4,7 @@ Every problem is original. Edit the problems here, as readable Python, then rege
 
     python envs/code_generation/data/coop_source.py
 
-(`tests/test_coop_set.py` checks that the jsonl matches this file.)
+(`tests/envs/test_coop_set.py` checks that the jsonl matches this file.)
 
 A problem is written with `_p(...)`:
 - `entry_point`: the function the main agent writes (distinct, never a HumanEval entry point);

@@ -1,0 +1,116 @@
+"""The packages' layering (docs/architecture.md): each top-level package imports only the layers below it.
+
+cooprl (the library) <- rewards (code execution and scoring) <- envs (tasks) <- strategies, scripts. The library
+names no task, the reward knows no environment, so a new environment is a new folder under envs/.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# what each package may import from the project's own packages
+ALLOWED = {"cooprl": {"cooprl"}, "rewards": {"rewards", "cooprl"}, "envs": {"envs", "rewards", "cooprl"},
+           "strategies": {"strategies", "envs", "rewards", "cooprl"}}
+
+
+def _project_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names & set(ALLOWED)
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_each_package_imports_only_the_layers_below(package):
+    wrong = {str(path.relative_to(ROOT)): sorted(_project_imports(path) - ALLOWED[package])
+             for path in (ROOT / package).rglob("*.py")}
+    assert {path: names for path, names in wrong.items() if names} == {}
+
+
+# words of the code-generation task, which the library (cooprl/) must not need
+CODE_TASK_WORDS = ("aux", "humaneval", "level_feedback", "level feedback", "<auxiliary>", "<main>", "entry_point",
+                   "sandbox")
+
+
+def test_the_library_names_no_code_generation_concept():
+    import re
+    pattern = re.compile("|".join(rf"\b{re.escape(w)}\b" if w[0].isalpha() else re.escape(w) for w in CODE_TASK_WORDS),
+                         re.IGNORECASE)
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in sorted((ROOT / "cooprl").rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if pattern.search(line) and "code task" not in line]
+    assert found == []
+
+
+def test_the_architecture_page_names_every_module():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [str(path.relative_to(ROOT)) for package in ALLOWED for path in sorted((ROOT / package).rglob("*.py"))
+               if path.name != "__init__.py" and path.name not in page and "data" not in path.parts]
+    assert missing == []
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Return the dotted names of every module `path` imports (`from a import b` gives a and a.b)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_trainers_reach_other_processes_only_through_the_parallel_context():
+    # the trainers (and their loop) ask the other processes through cooprl.parallel and step through cooprl.engine;
+    # the collectives and the sharding stay behind those two
+    wrong = {str(path.relative_to(ROOT)): sorted(_module_imports(path) & {"cooprl.distributed", "cooprl.fsdp"})
+             for path in (ROOT / "cooprl" / "trainers").glob("*.py")}
+    assert {path: names for path, names in wrong.items() if names} == {}
+
+
+def test_the_losses_are_pure_tensor_math():
+    # cooprl/losses.py: no model call, no process group, no optimizer: torch alone
+    imported = {name.split(".")[0] for name in _module_imports(ROOT / "cooprl" / "losses.py")}
+    assert imported <= {"__future__", "typing", "torch"}, imported
+
+
+def _project_files() -> list[Path]:
+    return sorted([*ROOT.glob("*.py"), *(path for package in ALLOWED for path in (ROOT / package).rglob("*.py"))])
+
+
+def _is_section(node: ast.AST) -> bool:
+    """Whether `node` names a trainer section: the name `section`, or an attribute `<anything>.section`."""
+    return (isinstance(node, ast.Name) and node.id == "section") or (isinstance(node, ast.Attribute)
+                                                                     and node.attr == "section")
+
+
+def test_no_trainer_section_is_probed_for_a_key():
+    # A run hands its trainer its own typed section (cooprl.config.Run): a key several trainers share is declared on
+    # the section class they share, a key only some have is asked with isinstance. getattr(section, "key", default)
+    # or hasattr(section, "key") would hide a misspelt key, and a section typed Any says nothing of what it holds.
+    found = []
+    for path in _project_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and node.args and _is_section(node.args[0])):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+            if (isinstance(node, ast.arg) and node.arg == "section" and node.annotation is not None
+                    and ast.unparse(node.annotation) == "Any"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: section: Any")
+    assert found == []
+
+
+def test_a_trainer_section_is_looked_up_by_name_only_in_the_config_package():
+    # Run.of (cooprl/config/run.py) looks the run's section up once; the loader's checks go over every section. No
+    # trainer, helper or task threads (config, trainer name) to look it up again.
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in _project_files() if "config" not in path.parent.name
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ".trainer(" in line]
+    assert found == []

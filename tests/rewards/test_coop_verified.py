@@ -1,0 +1,311 @@
+"""Verified cooperation (`code_reward.cooperation: verified`, rewards/coop_probes.py): the bonus is paid for what
+runs. The hack shapes the seed's rule pays (an identity aux, a constant joined to the answer, an aux that always
+raises inside main's try, a call in a branch that never runs, a main that passes 1 test of 8 while branching on
+aux) earn nothing in verified mode; honest pairs keep 4.0, scaled by the share of tests passed; programs that
+could tell the probes apart are not probed. Also: the data-flow analysis of the seed's rule is bounded."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from cooprl.config import ConfigError, Run, load_config  # noqa: E402
+from rewards.code_cleaning import FLOW_STEPS, Cooperation, cooperation  # noqa: E402
+from rewards.code_rewards import code_reward, code_rewards_batch  # noqa: E402
+from rewards.coop_probes import probe_gate, probe_programs, verify as verify_cooperation  # noqa: E402
+from rewards.sandbox import Sandbox  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = ('def shout_words(text: str) -> str:\n    """Upper-case the words of text, join them with one space and '
+          'end with "!"."""\n')
+CASES_IO = [("hi there", "HI THERE!"), ("a  b", "A B!"), ("", "!"), ("one", "ONE!"), ("x y z", "X Y Z!"),
+            ("Mixed Case", "MIXED CASE!"), ("  lead", "LEAD!"), ("tab\tsep", "TAB SEP!")]
+TEST = "def check(candidate):\n" + "".join(f"    assert candidate({a!r}) == {b!r}\n" for a, b in CASES_IO)
+PROBLEM = {"prompt": PROMPT, "test": TEST, "entry_point": "shout_words"}
+
+SPLIT_AUX = "def aux(text):\n    return text.split()\n"
+HONEST_MAIN = "def shout_words(text):\n    words = aux(text)\n    return ' '.join(w.upper() for w in words) + '!'\n"
+OWN_WORK = "    return ' '.join(w.upper() for w in text.split()) + '!'\n"
+NO_AUX_MAIN = "def shout_words(text):\n" + OWN_WORK
+
+# name, aux, main, seed total, verified total
+HACKS = [
+    ("identity_aux", "def aux(text):\n    return text\n",
+     "def shout_words(text):\n    words = aux(text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n",
+     4.0, 2.5),
+    ("identity_by_copy", "def aux(text):\n    return str(text[:])\n",
+     "def shout_words(text):\n    words = aux(text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n",
+     4.0, 2.5),
+    ("passthrough_of_second_argument", "def aux(sep, text):\n    return text\n",
+     "def shout_words(text):\n    words = aux(' ', text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n",
+     4.0, 2.5),
+    ("empty_string_joined", "def aux(text):\n    return ''\n",
+     "def shout_words(text):\n    out = ' '.join(w.upper() for w in text.split()) + '!'\n    return out + aux(text)\n",
+     4.0, 2.5),
+    ("zero_added", "def aux(text):\n    return len(text) * 0\n",
+     "def shout_words(text):\n    n = aux(text)\n    words = text.split()[n:]\n    return ' '.join(w.upper() for w in words) + '!'\n",
+     4.0, 2.5),
+    ("always_raises_inside_try", "def aux(text):\n    if len(text) >= 0:\n        raise ValueError(text)\n    return text\n",
+     "def shout_words(text):\n    try:\n        words = aux(text)\n    except ValueError:\n        words = text.split()\n"
+     "    return ' '.join(w.upper() for w in words) + '!'\n",
+     4.0, 2.5),
+    ("dead_branch", SPLIT_AUX,
+     "def shout_words(text):\n    if text != text:\n        return aux(text)\n" + OWN_WORK, 4.0, 2.5),
+    ("called_but_result_unused_in_tests", SPLIT_AUX,
+     "def shout_words(text):\n    words = aux(text)\n    if len(words) > 100:\n        return 'long'\n" + OWN_WORK,
+     4.0, 2.5),
+    ("identity_through_star_args", "def aux(*parts):\n    return parts[0]\n",
+     "def shout_words(text):\n    words = aux(text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n",
+     4.0, 2.5),
+    # aux tells main it ran through a list main hands it (a side channel), and passes the text through
+    ("identity_with_side_channel", "def aux(text, box):\n    box.append(len(text))\n    return text\n",
+     "def shout_words(text):\n    box = []\n    words = aux(text, box).split()\n    if box != [len(text)]:\n"
+     "        return None\n    return ' '.join(w.upper() for w in words) + '!'\n", 4.0, 2.5),
+    # a constant aux that calls itself with a marker, so that a naive wrapper would cache the marker
+    ("constant_with_recursive_marker", "def aux(text, inner=False):\n    if inner:\n        return 'S'\n"
+     "    if aux(text, True) != 'S':\n        return 'x'\n    return ''\n",
+     "def shout_words(text):\n    out = ' '.join(w.upper() for w in text.split()) + '!'\n    return out + aux(text)\n",
+     4.0, 2.5),
+    # aux copies its argument; main mutates the copy and checks that the argument did not change (aliasing would
+    # tell a probe that hands the argument object back apart from the real aux)
+    ("copy_with_aliasing_check", "def aux(words):\n    return list(words)\n",
+     "def shout_words(text):\n    ws = text.split()\n    r = aux(ws)\n    r.append('!')\n    if ws[-1:] == ['!']:\n"
+     "        return None\n    return ' '.join(w.upper() for w in r[:-1]) + '!'\n", 4.0, 2.5),
+    # a sentinel check: is aux the identity? it is, in the probe that passes the argument through, too
+    ("identity_sentinel_check", "def aux(text):\n    return text\n",
+     "def shout_words(text):\n    if aux('#') != '#':\n        return None\n    words = aux(text).split()\n"
+     "    return ' '.join(w.upper() for w in words) + '!'\n", 4.0, 2.5),
+]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    with Sandbox(workers=2) as box:
+        yield box
+
+
+def both(sb, aux, main, problem=PROBLEM):
+    seed = code_reward(problem, aux, main, sandbox=sb, timeout_s=2.0)
+    verified = code_reward(problem, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    return seed, verified
+
+
+@pytest.mark.parametrize("name,aux,main,seed_total,verified_total", HACKS, ids=[h[0] for h in HACKS])
+def test_hack_shapes_earn_no_bonus_in_verified_mode(sb, name, aux, main, seed_total, verified_total):
+    seed, verified = both(sb, aux, main)
+    assert seed.total == seed_total and seed.cooperation == "seed"
+    assert verified.tests_passed == 8
+    assert verified.total == verified_total, verified
+    assert not verified.uses_aux and verified.coop_check and verified.cooperation == "verified"
+
+
+def test_honest_pair_keeps_the_maximum_and_a_correct_main_without_aux_keeps_2_5(sb):
+    seed, verified = both(sb, SPLIT_AUX, HONEST_MAIN)
+    assert seed.total == verified.total == 4.0
+    assert verified.uses_aux and verified.not_wrapper and verified.coop_check == ""
+    assert [r.total for r in both(sb, SPLIT_AUX, NO_AUX_MAIN)] == [2.5, 2.5]
+
+
+def test_bonus_is_scaled_by_the_share_of_tests_passed(sb):
+    # 1 test of 8, branching on aux's result: the seed pays the whole bonus (3.125 > 2.5)
+    branching = "def shout_words(text):\n    if aux(text) == ['one']:\n        return 'ONE!'\n    return 'no'\n"
+    seed, verified = both(sb, SPLIT_AUX, branching)
+    assert (seed.total, verified.total) == (3.125, 1.8125)   # 1.5 + 1/8 + 1.5/8
+    assert verified.total < 2.5 and verified.uses_aux
+    # an honest main that fails the two tests with extra spaces: 6/8 of the bonus
+    partial = "def shout_words(text):\n    words = aux(text)\n    return ' '.join(w.upper() for w in words) + '!'" \
+              " if '  ' not in text else ''\n"
+    seed, verified = both(sb, SPLIT_AUX, partial)
+    assert verified.tests_passed == 6
+    assert (seed.total, verified.total) == (3.75, 3.375)    # 1.5 + 6/8 + 1.5 * 6/8
+
+
+# Programs that try to tell the probes apart from the real aux (as a hostile policy would) are not probed.
+PROBE_DETECTORS = [
+    ("reads_aux_code", "    if aux.__code__.co_argcount != 1:\n        return None\n"),
+    ("aux_as_object", "    if not str(aux).startswith('<function aux '):\n        return None\n"),
+    ("globals_lookup", "    if 'aux' not in globals():\n        return None\n"),
+    ("identity_compare", "    t = aux(text)\n    if t is text:\n        return None\n"),
+    ("frame_walk", "    import sys\n    if sys._getframe(0).f_back is None:\n        return None\n"),
+    ("probe_name", "    try:\n        _coop_probe_wrap\n        return None\n    except NameError:\n        pass\n"),
+    ("rebinds_a_builtin", "    global type\n    type = lambda v: list\n"),
+    ("random_failures", "    import random\n    if random.random() < 0.0:\n        return None\n"),
+    ("dunder_in_string", "    if 'str' not in '{0.__class__}'.format(text):\n        return None\n"),
+]
+
+
+@pytest.mark.parametrize("name,head", PROBE_DETECTORS, ids=[p[0] for p in PROBE_DETECTORS])
+def test_programs_that_could_tell_the_probes_apart_are_not_probed(sb, name, head):
+    main = "def shout_words(text):\n" + head + HONEST_MAIN.split("\n", 1)[1]
+    assert probe_gate(SPLIT_AUX, main, ()).startswith("main ")
+    verified = code_reward(PROBLEM, SPLIT_AUX, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    # the scored run of verified mode has aux behind the probes' wrapper too: a detector that looks at the wrapper
+    # fails its own tests; one that does not is not probed
+    assert verified.tests_passed < 8 or verified.coop_check.startswith("not probed: main "), verified
+    assert not verified.uses_aux and verified.total <= 2.5
+
+
+def test_probe_gate_on_aux_and_imports():
+    assert probe_gate(SPLIT_AUX, HONEST_MAIN, ()) == ""
+    assert probe_gate(SPLIT_AUX, HONEST_MAIN, ("import inspect",)) == "imports imports inspect"
+    assert probe_gate("def aux(t):\n    import gc\n    return t.split()\n", HONEST_MAIN, ()) == "aux imports gc"
+    assert probe_gate("def aux(t):\n    class A:\n        pass\n    return t\n", HONEST_MAIN, ()).startswith("aux defines")
+    assert probe_gate(SPLIT_AUX, "def f(xs):\n    return sorted(xs, key=aux) + list(map(aux, xs))\n", ()) == ""
+    assert probe_gate(SPLIT_AUX, "def f(xs):\n    g = aux\n    return g(xs)\n", ()).startswith("main uses aux as an object")
+    assert probe_gate("def aux(t):\n    aux.seen = True\n    return t.split()\n", HONEST_MAIN, ()).startswith(
+        "aux uses aux as an object")
+    assert probe_gate("def aux(n):\n    return 1 if n < 2 else n * aux(n - 1)\n", HONEST_MAIN, ()) == ""
+    # a local `sorted` would receive the probe's wrapper and could look at it
+    assert probe_gate(SPLIT_AUX, "def f(xs):\n    def sorted(g):\n        return repr(g)\n    return sorted(aux)\n",
+                      ()) == "main binds the name sorted"
+
+
+def test_verdicts_that_change_from_run_to_run_pay_nothing():
+    # a pair whose tests fail by chance would fail the probes by chance: the control run must agree
+    passed = [True] * 4
+    probes = len(probe_programs(SPLIT_AUX)) - 1   # every probe fails test 1; then the control run
+    flaky = iter([[False, True, True, True]] * probes + [[True, True, False, True]])
+    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, lambda src: next(flaky)).startswith(
+        "the pair's verdicts change from run to run")
+    steady = iter([[False, True, True, True]] * probes + [[True] * 4])
+    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, lambda src: next(steady)) == ""
+
+
+def test_probe_runs_are_bounded_when_a_probe_loops(sb):
+    # aux's real result ends main's loop; the probes' values do not: each probe test gets a bounded time
+    problem = {"prompt": "def steps(n: int) -> int:\n    '''Halvings until n < 2.'''\n",
+               "test": "def check(candidate):\n    assert candidate(8) == 3\n    assert candidate(1) == 0\n",
+               "entry_point": "steps"}
+    aux = "def aux(n):\n    return n // 2\n"
+    main = "def steps(n):\n    k = 0\n    while n >= 2:\n        n = aux(n)\n        k += 1\n    return k\n"
+    t0 = time.monotonic()
+    result = code_reward(problem, aux, main, sandbox=sb, timeout_s=10.0, cooperation="verified")
+    assert result.total == 4.0
+    assert time.monotonic() - t0 < 15   # not 10 s per test of each probe
+
+
+def test_cooperation_mode_is_checked():
+    with pytest.raises(ValueError, match="cooperation 'trusted'"):
+        code_rewards_batch([PROBLEM], [SPLIT_AUX], [HONEST_MAIN], cooperation="trusted")
+
+
+def test_config_key_reaches_the_reward(monkeypatch):
+    config = load_config(ROOT / "configs" / "magrpo_che_cpu.yaml", ["code_reward.cooperation=verified"])
+    assert config.task.code_reward.cooperation == "verified"
+    assert load_config(ROOT / "configs" / "magrpo_che_cpu.yaml").task.code_reward.cooperation == "seed"
+    with pytest.raises(ConfigError, match="code_reward.cooperation"):
+        load_config(ROOT / "configs" / "magrpo_che_cpu.yaml", ["code_reward.cooperation=trusting"])
+    import envs.code_generation.task as task_module
+    seen = {}
+
+    def fake_batch(items, aux, main, **kw):
+        seen.update(kw)
+        return code_rewards_batch(items, aux, main, **kw)
+
+    monkeypatch.setattr(task_module, "code_rewards_batch", fake_batch)
+    task = task_module.build_code_task(Run.of(config, "magrpo"))
+    problem = task.train_items[0]
+    task.score([problem], [["def aux(x):\n    return x\n", "return 1\n"]])
+    assert seen["cooperation"] == "verified"
+
+
+# ------------------------------------------------------------------------------ the data-flow analysis is bounded
+
+def degenerate_main(depth: int, chain: int = 11) -> str:
+    """Nested loops; each body resets the next level's chain of assignments and then runs its own in reverse
+    order, so that every loop takes all its fixpoint passes each time it is entered (x11 per level unbounded)."""
+    out = ["def f(x):", "    v = aux(x)"]
+    ind = "    "
+    for d in range(depth):
+        out.append(ind + f"for i{d} in x:")
+        ind += "    "
+        out += [ind + f"c{d + 1}_{k} = 0" for k in range(chain + 1)]
+        out += [ind + f"c{d}_{k} = c{d}_{k - 1}" for k in range(chain, 0, -1)]
+        out.append(ind + f"c{d}_0 = v")
+    out.append(f"    return c0_{chain}")
+    return "\n".join(out) + "\n"
+
+
+class AnalysisTooSlow(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise AnalysisTooSlow()
+
+
+@pytest.mark.parametrize("depth", [6, 9])
+def test_degenerate_nested_loops_give_the_conservative_verdict_quickly(depth):
+    src = degenerate_main(depth)
+    assert len(src) <= 8192
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 10.0)   # unbounded, depth 6 would take minutes: fail instead of hanging
+    try:
+        t0 = time.process_time()
+        verdict = cooperation(src, "f")
+        spent = time.process_time() - t0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert spent < 1.0
+    assert verdict == Cooperation(uses_aux=False, thin_wrapper=True, ignores_return=True)
+
+
+def test_shallow_nesting_is_still_analysed():
+    assert cooperation(degenerate_main(1), "f").uses_aux
+    assert FLOW_STEPS >= 10_000   # HumanEval's and the coop set's mains take under 300 steps
+
+
+def test_degenerate_main_earns_no_bonus_in_either_mode(sb):
+    problem = {"prompt": "def f(x: list) -> int:\n    '''Zero.'''\n",
+               "test": "def check(candidate):\n    assert candidate([]) == 0\n", "entry_point": "f"}
+    main = degenerate_main(6).replace("    return c0_11\n", "    return 0 if not x else c0_11\n")
+    aux = "def aux(x):\n    return len(x)\n"
+    t0 = time.process_time()
+    for mode in ("seed", "verified"):
+        result = code_reward(problem, aux, main, sandbox=sb, timeout_s=2.0, cooperation=mode)
+        assert result.tests_passed == 1 and result.total == 2.5
+    assert time.process_time() - t0 < 2.0
+
+
+# ------------------------------------------------------------------------------ docs/rewards.md says what runs
+
+BRANCHING_MAIN = "def shout_words(text):\n    if aux(text) == ['one']:\n        return 'ONE!'\n    return 'no'\n"
+HACK = {h[0]: (h[1], h[2]) for h in HACKS}
+DOC_ROWS = [   # the table of docs/rewards.md, row by row: (the row's first cell, aux, main)
+    ("honest: aux splits the text, main upper-cases and joins", SPLIT_AUX, HONEST_MAIN),
+    ("a correct main that does not call aux", SPLIT_AUX, NO_AUX_MAIN),
+    ("identity aux (`def aux(text): return text`), main does everything", *HACK["identity_aux"]),
+    ("identity by copy (`return str(text[:])`)", *HACK["identity_by_copy"]),
+    ("aux passes its second argument through", *HACK["passthrough_of_second_argument"]),
+    ("identity through `*args`", *HACK["identity_through_star_args"]),
+    ("identity, and aux appends to a list main hands it (a side channel main checks)",
+     *HACK["identity_with_side_channel"]),
+    ("a constant `''` from an aux that first calls itself with a marker", *HACK["constant_with_recursive_marker"]),
+    ("aux returns a copy of its argument; main mutates it and checks that the argument did not change",
+     *HACK["copy_with_aliasing_check"]),
+    ("identity with a sentinel check in main (`if aux('#') != '#': return None`)", *HACK["identity_sentinel_check"]),
+    ("a constant joined to the answer (`out + aux(text)`, aux returns `''`)", *HACK["empty_string_joined"]),
+    ("a constant zero added (`text.split()[aux(text):]`, aux returns 0)", *HACK["zero_added"]),
+    ("aux always raises inside main's `try`, main falls back to its own answer", *HACK["always_raises_inside_try"]),
+    ("aux called only in a branch that never runs (`if text != text: return aux(text)`)", *HACK["dead_branch"]),
+    ("aux's result read only in a branch the tests never take", *HACK["called_but_result_unused_in_tests"]),
+    ("main passes 1 test of 8, branching on aux's result", SPLIT_AUX, BRANCHING_MAIN),
+]
+
+
+def test_the_docs_table_is_what_the_reward_pays(sb):
+    table = [line for line in (ROOT / "docs" / "rewards.md").read_text(encoding="utf-8").splitlines()
+             if line.startswith("| ") and not line.startswith(("| pair", "|---"))]
+    assert len(table) == len(DOC_ROWS)
+    assert set(HACK.values()) <= {(aux, main) for _, aux, main in DOC_ROWS}   # every hack shape is in the table
+    for line, (label, aux, main) in zip(table, DOC_ROWS):
+        seed, verified = both(sb, aux, main)
+        row = f"| {label} | {seed.tests_passed}/{seed.tests_total} | {seed.total:g} | {verified.total:g} |"
+        assert line.replace(".0 |", " |").startswith(row), (line, row)

@@ -1,0 +1,288 @@
+"""The team rewards that generated tests pay (issue 27, section 2): hostile testers and hostile coders.
+
+coder+tester: a tester is paid for the wrong codes of its group that its tests catch, each code judged as the
+cleaned program the coder is scored on; a test that rejects the reference costs -1; a tautology, an assert that
+inspects the program instead of calling it, and a test every candidate passes pay nothing.
+self_tests: the verdict of a generated test is decided in the judge on the call's plain-data value, so a coder
+that returns an always-equal object, reads the expected value from its caller's frame or patches the sandbox's
+`__main__` earns no support.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cooprl.config import Run, load_config
+from envs.code_generation.self_tests import score_functions
+from envs.coder_tester.config import CoderTesterConfig
+from envs.coder_tester.task import build_coder_tester_task
+from rewards.judged_tests import judged_test
+from rewards.problem import Problem
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = 'def add(a, b):\n    """Return a + b.\n    >>> add(1, 2)\n    3\n    """\n'
+CHECK = ("def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(0, 0) == 0\n"
+         "    assert candidate(-1, 1) == 0\n    assert candidate(2, 5) == 7\n")
+HUMANEVAL_LIKE = {"task_id": "T/0", "entry_point": "add", "prompt": PROMPT, "test": CHECK,
+                  "canonical_solution": "    return a + b\n"}
+COOP_LIKE = {"task_id": "C/0", "entry_point": "add", "prompt": PROMPT, "test": CHECK,
+             "reference_aux": "def aux(a, b):\n    return a + b\n",
+             "reference_main": "def add(a, b):\n    return aux(a, b)\n"}
+
+RIGHT = "    return a + b\n"
+ALMOST = "    return abs(a) + b\n"            # fails candidate(-1, 1) only: 3 of 4 hidden tests
+CRASH = "    return a + c\n"                  # a NameError on every call: wrong, and it loads
+BARE = "def add(a, b):\n    return abs(a) + b\n"   # ALMOST restarting the function: no docstring
+# tests of add, as the tester writes them after its prompt's `assert add(`
+USEFUL = "-1, 1) == 0\n"                      # rejects ALMOST and CRASH
+WEAK = "1, 2) == 3\n"                         # true, but ALMOST passes it
+WRONG_EXPECTED = "2, 2) == 5\n"
+
+
+def _task(tmp_path: Path, record: dict, *overrides: str):
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps(record) + "\n" + json.dumps({**record, "task_id": record["task_id"] + "b"}) + "\n")
+    config = load_config(ROOT / "configs" / "coder_tester_cpu.yaml",
+                         [f"dataset.path={path}", "dataset.train_split=train[:1]", "dataset.eval_split=train[1:]",
+                          "code_prompt.open_body=false", *overrides], task_config=CoderTesterConfig)
+    task = build_coder_tester_task(Run.of(config, "magrpo"))
+    return task, task.train_items[0]
+
+
+def _tester_rewards(task, problem, joints):
+    scores = task.score([problem] * len(joints), joints)
+    return [s.metrics["tester_reward"] for s in scores], [s.metrics["coder_reward"] for s in scores]
+
+
+# ------------------------------------------------------------------------ coder+tester: what a tester is paid
+
+def test_a_code_that_loads_once_cleaned_is_judged_as_the_coder_is_scored(tmp_path):
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    prose = ALMOST + "This adds the two numbers.\n"   # one line of prose: the raw text does not parse
+    testers, coders = _tester_rewards(task, problem, [[RIGHT, WEAK], [prose, WEAK]])
+    assert coders == [2.1, 1.85]             # the coder is scored on the cleaned program: 3 of 4
+    assert testers == [0.0, 0.0]             # which passes add(1, 2) == 3: nothing caught (was 1.0)
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, USEFUL], [prose, USEFUL]])
+    assert testers == [1.0, 1.0]             # a test that rejects it catches it
+
+
+def test_a_program_that_does_not_load_is_not_a_caught_bug(tmp_path):
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    broken = "import no_such_module_anywhere\ndef add(a, b):\n    return a + b\n"   # parses; its import fails
+    testers, coders = _tester_rewards(task, problem, [[RIGHT, WEAK], [broken, WEAK]])
+    assert coders == [2.1, 1.1]
+    assert testers == [0.0, 0.0]             # was 1.0: every assert "caught" the import error
+
+
+def test_a_tautology_pays_nothing_even_when_a_wrong_code_crashes(tmp_path):
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    for tautology in ("1, 2) == add(1, 2)\n", "1, 2) == add(1, 2) or add(0, 0) != add(0, 0)\n",
+                      "3, 4) is not None or add(3, 4) is None\n"):
+        testers, _ = _tester_rewards(task, problem, [[RIGHT, tautology], [ALMOST, tautology],
+                                                     [CRASH, tautology]])
+        assert testers == [0.0, 0.0, 0.0], tautology   # was 0.5, and 1.0 for catching the crash
+
+
+def test_a_property_test_that_catches_a_wrong_code_is_paid(tmp_path):
+    # comparing two different calls is no tautology: junk that differs with the arguments fails it
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    lopsided = "    return a + b if a < 2 else a - b\n"    # add(2, 5) == -3: wrong, and add(2, 1) != add(1, 2)
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, "1, 2) == add(2, 1)\n"], [lopsided, WEAK]])
+    assert testers == [1.0, 0.0]
+
+
+def test_a_test_every_candidate_passes_pays_nothing_and_the_reference_is_a_gate(tmp_path):
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, WEAK], [ALMOST, WEAK]])
+    assert testers == [0.0, 0.0]             # was 0.5: true of the reference, but it separates no code
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, USEFUL], [RIGHT, USEFUL]])
+    assert testers == [0.0, 0.0]             # no wrong code in the group: nothing to catch (was 0.5)
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, USEFUL + "assert add(" + WRONG_EXPECTED],
+                                                 [ALMOST, USEFUL + "assert add(" + WEAK],
+                                                 [CRASH, WEAK]])
+    # USEFUL catches both wrong codes (1.0); the wrong expected value rejects the reference (-1); WEAK catches
+    # CRASH only (0.5)
+    assert testers == [0.0, 0.75, 0.5]
+
+
+@pytest.mark.parametrize("inspecting", ["1, 2) == 3 and 'aux' in globals()", "1, 2) == 3 and 'aux' in dir()",
+                                        "1, 2) == 3 and add.__doc__ is not None",
+                                        "1, 2) == 3 and add.__code__.co_argcount == 2 and aux(1, 2) == 3"])
+def test_an_assert_that_inspects_the_program_pays_nothing(tmp_path, inspecting):
+    # the reference of the coop set is aux + main and HumanEval's keeps the prompt's docstring: today both
+    # tell it apart from a coder's code that restarts the function, so these "caught" every wrong code
+    task, problem = _task(tmp_path, COOP_LIKE)
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, inspecting], [BARE, inspecting]])
+    assert testers == [0.0, 0.0]
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, inspecting], [BARE, inspecting]])
+    assert testers == [0.0, 0.0]
+
+
+def test_the_reference_is_built_as_a_coders_code_is(tmp_path):
+    # with open_body prompts (the shipped config's), the prompt ends with the body's indentation: the canonical
+    # body glued to it unchanged did not parse, so every valid test "rejected the reference" (-1)
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE, "code_prompt.open_body=true")
+    testers, coders = _tester_rewards(task, problem, [["return a + b\n", USEFUL], ["return abs(a) + b\n", USEFUL]])
+    assert coders == [2.1, 1.85] and testers == [1.0, 1.0]
+
+
+def test_tester_metrics_say_what_each_test_was(tmp_path):
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    tests = USEFUL + "assert add(1, 2) == add(1, 2)\nassert add(" + WRONG_EXPECTED + "assert add.__doc__ or add(1, 2)\n"
+    score = task.score([problem, problem], [[RIGHT, tests], [ALMOST, WEAK]])[0]
+    assert score.metrics["tests_written"] == 4.0
+    assert score.metrics["tests_judged"] == 0.75      # the inspecting one cannot be judged on plain data
+    assert score.metrics["tests_valid"] == pytest.approx(2 / 3)
+    assert score.metrics["tests_vacuous"] == pytest.approx(1 / 3)
+    assert score.metrics["tester_reward"] == round((1.0 + 0.0 - 1.0 + 0.0) / 4, 6)
+    prompts = task.first_prompts(problem)
+    feedback = task.next_prompts(problem, [[(prompts[0], RIGHT)], [(prompts[1], tests)]], [RIGHT, tests], score)[1]
+    assert "Feedback: 2 of your 4 tests accept a correct solution; they catch 1 of 1 wrong solutions. 1 could not " \
+           "be checked" in feedback and feedback.endswith("assert add(")
+
+
+# ------------------------------------------------------------------------ which asserts the judge decides
+
+@pytest.mark.parametrize("test", ["assert add(1, 2) == 3", "assert add(1, 2) == 3, 'message'",
+                                  "assert abs(add(0.1, 0.2) - 0.3) < 1e-9", "assert sorted(add([2], [1])) == [1, 2]",
+                                  "assert math.isclose(add(0.1, 0.2), 0.3)", "assert add(1, 2) in (3, 4)",
+                                  "assert not add(0, 0)", "assert add(2, -3) < 0",
+                                  "assert add('a', 'b')[0] == 'a'", "assert len(add([1], [2])) == 2",
+                                  "assert add(add(1, 1), 1) == 3", "assert add(3 * 19, 2 ** 3) == 65",
+                                  "assert isinstance(add(1, 2), int)"])
+def test_asserts_on_plain_values_are_judged(test):
+    assert judged_test("add", test) is not None
+
+
+def test_judged_tests_run_in_the_judge_on_the_calls_values():
+    from rewards.judged_tests import judged_suite
+    from rewards.sandbox import default_sandbox
+    from rewards.self_tests import pass_row, run_judged
+    tests = ["assert math.isclose(add(0.1, 0.2), 0.3)", "assert sorted(add([3], [1, 2])) == [1, 2, 3]",
+             "assert isinstance(add(1, 2), int) and add('a', 'b')[-1] == 'b'", "assert add(add(1, 1), -2) == 0",
+             "assert len(add([1], [2])) == 2 and abs(add(-5, 2)) == 3 and not add(0, 0)", "assert add(b=1, a=2) == 3"]
+    judged = [judged_test("add", t) for t in tests]
+    suite = judged_suite("add", judged)
+    programs = [PROMPT + RIGHT, PROMPT + "    return a\n", PROMPT + ALWAYS_EQUAL]
+    assert [pass_row(r) for r in run_judged(default_sandbox(), [(p, suite) for p in programs])] == [
+        [1] * 6, [0, 0, 0, 0, 0, 0], [0] * 6]
+
+
+@pytest.mark.parametrize("test", ["assert 'aux' in globals() and add(1, 2) == 3", "assert add.__doc__ is None",
+                                  "assert add(1, 2) == 3 and aux(1, 2) == 3", "assert add(1, 2) == 3 or add",
+                                  "assert (lambda: add(1, 2))() == 3", "assert [add(i, i) for i in (1, 2)] == [2, 4]",
+                                  "assert add(1, 2) == __import__('os').getpid()", "assert add(*[1, 2]) == 3",
+                                  "assert add([0] * 10 ** 9, []) == []", "assert add('a', 'b') * 10 ** 9 != ''",
+                                  "assert f'{add(1, 2):>999999999}' != ''", "assert add(1, 2).real == 3",
+                                  "assert 1 == 1", "assert 'add(' != ''", "assert set(add([1], [2])) == {1, 2}",
+                                  "assert round(add(1.5, 2), -10 ** 9) == 0", "assert (x := add(1, 2)) == 3",
+                                  "assert type(add(1, 2)) is int", "assert add(1, 2) == 3\nassert add(0, 0) == 0"])
+def test_asserts_that_inspect_run_code_or_cost_the_judge_are_not(test):
+    assert judged_test("add", test) is None
+
+
+# ------------------------------------------------------------------------ self_tests: hostile coders
+
+ALWAYS_EQUAL = ("    class Same:\n        def __eq__(self, other):\n            return True\n"
+                "        def __ne__(self, other):\n            return False\n    return Same()\n")
+FRAME_READER = ("    import sys\n    consts = sys._getframe(1).f_code.co_consts\n"
+                "    return [c for c in consts if isinstance(c, int) and not isinstance(c, bool)][-1]\n")
+INSPECT_READER = ("    import inspect\n    frame = inspect.currentframe().f_back\n"
+                  "    return [c for c in frame.f_code.co_consts if type(c) is int][-1]\n")
+PATCHED_MAIN = ("    import __main__\n    if not getattr(__main__, 'patched', False):\n"
+                "        send = __main__.frame\n"
+                "        __main__.frame = lambda body: send(body.replace(b'[\"err\"', b'[\"ok\"'))\n"
+                "        __main__.patched = True\n    return -1\n")
+
+
+EQUAL_INT = ("    class Same(int):\n        def __eq__(self, other):\n            return True\n"
+             "        __hash__ = int.__hash__\n    return Same(0)\n")
+GLOBALS_READER = ("    import sys\n    frame = sys._getframe(1)\n"
+                  "    return [v for v in frame.f_code.co_consts if type(v) is int][-1] if frame.f_code.co_name == "
+                  "'<module>' else 0\n")
+
+
+@pytest.mark.parametrize("hostile", [ALWAYS_EQUAL, EQUAL_INT, FRAME_READER, INSPECT_READER, GLOBALS_READER,
+                                     PATCHED_MAIN],
+                         ids=["always-equal", "equal-int", "frame", "inspect", "module-frame", "patched-main"])
+def test_self_tests_pay_a_hostile_coder_nothing(hostile):
+    problem = Problem("T/0", PROMPT, CHECK, "add", {"canonical_solution": "    return a + b\n"})
+    codes = [PROMPT + RIGHT, PROMPT + hostile]
+    tests = ["assert add(2, 3) == 5", "assert add(-4, 1) == -3", "assert add(10, 20) == 30"]
+    scores = score_functions([problem, problem], codes, "self_tests", group_tests=[tests, tests])
+    assert scores[1].metrics["hidden_reward"] < 2.1    # a wrong code: the hidden tests judge it so
+    assert scores[1].total == 1.1            # was 2.1: levels 1-2 only, no support
+    assert scores[0].total == 2.1
+
+
+def test_self_tests_drop_the_tests_that_junk_passes():
+    problem = Problem("T/0", PROMPT, CHECK, "add")
+    codes = [PROMPT + RIGHT, PROMPT + "    return a\n"]
+    tautologies = ["assert add(1, 2) == add(1, 2)", "assert add(3, 4) is None or add(3, 4) is not None"]
+    scores = score_functions([problem, problem], codes, "self_tests", group_tests=[tautologies, tautologies])
+    # pool: the example add(1, 2) == 3 (the wrong code fails it); the tautologies lent it 2/2.5 before
+    assert [s.total for s in scores] == [2.1, 1.1]
+
+
+def test_self_tests_score_the_cleaned_program():
+    problem = Problem("T/0", PROMPT, CHECK, "add")
+    codes = [PROMPT + RIGHT + "This returns the sum.\n", PROMPT + ALMOST]
+    scores = score_functions([problem, problem], codes, "self_tests",
+                             group_tests=[["assert add(-1, 1) == 0"], ["assert add(-1, 1) == 0"]])
+    assert [s.metrics["hidden_reward"] for s in scores] == [2.1, 1.85]
+    # pool: the example add(1, 2) == 3 and add(-1, 1) == 0; RIGHT passes both, ALMOST the first: weights 1, 0.5
+    assert [s.total for s in scores] == [2.1, round(1.1 + 1 / 1.5, 6)]   # was [1.1, 2.1]: the raw text did not load
+
+
+# ------------------------------------------------------------------------ the data sets' own tests
+
+def _problems(name: str, kind: str):
+    from types import SimpleNamespace
+    from envs.code_generation.data import load_problems
+    return load_problems(SimpleNamespace(name=name, type=kind, path=None), "test")
+
+
+@pytest.mark.parametrize("open_body", [False, True], ids=["plain", "open-body"])
+def test_every_reference_built_as_a_coders_code_passes_its_hidden_tests(open_body):
+    # with open-body prompts the reference of 160 of HumanEval's 164 problems did not load before
+    from envs.code_generation.prompts import open_body as opened
+    from envs.code_generation.self_tests import reference_program
+    from rewards.code_rewards import _suite
+    from rewards.sandbox import default_sandbox
+    sandbox = default_sandbox()
+    problems = _problems("humaneval", "humaneval") + _problems("coop", "coophumaneval")
+    problems = [opened(p) for p in problems] if open_body else problems
+
+    def failures(problem):
+        report = sandbox.run_detailed(reference_program(problem), _suite(problem.test, problem.entry_point,
+                                                                         problem.prompt), 5.0, 2)
+        return [] if report.outcomes and all(o.passed for o in report.outcomes) else [problem.task_id]
+
+    assert len(problems) == 164 + 85
+    assert sum(sandbox.map_detailed(failures, problems), []) == []
+
+
+def test_the_data_sets_examples_and_one_line_tests_are_judged():
+    # the asserts a data set writes are what a tester is asked for: nearly all must be judged tests
+    from rewards.self_tests import example_asserts
+    unjudged, examples, judged = set(), 0, 0
+    for problem in _problems("humaneval", "humaneval") + _problems("coop", "coophumaneval"):
+        for test in example_asserts(problem):
+            examples += 1
+            assert judged_test(problem.entry_point, test) is not None, test
+        for line in problem.test.splitlines():
+            if line.strip().startswith("assert candidate("):
+                test = line.strip().replace("candidate(", problem.entry_point + "(")
+                if judged_test(problem.entry_point, test) is None:
+                    unjudged.add(problem.task_id)
+                else:
+                    judged += 1
+    assert examples > 300 and judged > 1600
+    # the only hidden asserts left out compare with a variable of the check (x, y, lst, encoded_str) or are cut at
+    # a line break inside a list
+    assert unjudged == {"HumanEval/1", "HumanEval/38", "HumanEval/44", "HumanEval/50", "HumanEval/53",
+                        "HumanEval/87", "HumanEval/113", "HumanEval/151"}
