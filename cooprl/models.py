@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
@@ -56,15 +56,37 @@ def _gguf_path() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _random_state_kept() -> Iterator[None]:
+    """Run the body with the process's random generators (Python's, NumPy's, torch's CPU and CUDA ones) set back to
+    their state before it on exit, whatever it drew."""
+    import random
+
+    import numpy as np
+    python, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy_state)
+
+
 def _build_cached(name: str, build: Callable[[Path], None]) -> Path:
-    """Return cache_dir()/name, building it with `build(tmp_folder)` first when missing (atomic rename)."""
+    """Return cache_dir()/name, building it with `build(tmp_folder)` first when missing (atomic rename).
+
+    The build draws random numbers (a model built from its config initializes its weights before the converted ones
+    are copied in) after the run has been seeded; the generators are set back afterwards, so a run's LoRA
+    initialization and samples are the same whether or not it was the one that filled the cache (the first run after
+    install once drew different LoRA matrices than every later run with the same seed)."""
     final = cache_dir() / name
     if (final / "config.json").is_file() or (final / "tokenizer.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
     try:
-        build(tmp)
+        with _random_state_kept():
+            build(tmp)
         try:
             tmp.rename(final)
         except OSError:  # a concurrent builder won the race: its folder is as good as ours
