@@ -18,12 +18,33 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 # What parsing or compiling model output may raise: a syntax error, or (for garbage such as 100,000 nested
 # unary minuses) MemoryError / RecursionError from the parser itself. All of them mean "does not parse".
 PARSE_ERRORS = (SyntaxError, ValueError, MemoryError, RecursionError)
+
+# CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state: when two threads build ASTs at
+# once and one of them is switched out mid-construction (a garbage-collection callback running Python code is enough),
+# the other raises SystemError "AST constructor recursion depth mismatch" (python/cpython#106905; seen in our suite,
+# where the reward cleans a batch of answers on a thread pool). Every AST this project builds from model text in the
+# trainer process is built under one lock; parsing is a few milliseconds next to the sandbox runs it precedes.
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str, mode: str = "exec") -> ast.AST:
+    """Return `ast.parse(source, mode=mode)`, built under the process's AST lock (safe from any thread)."""
+    with _AST_LOCK:
+        return ast.parse(source, mode=mode)
+
+
+def compile_tree(tree: ast.AST, filename: str, mode: str) -> Any:
+    """Return the code object of AST `tree` (`compile(tree, filename, mode)`), under the same lock as `parse_python`
+    (turning an AST back into the compiler's form keeps the same shared recursion depth)."""
+    with _AST_LOCK:
+        return compile(tree, filename, mode)
 
 # Every pattern here runs on raw model output (tens of kB of garbage at worst) and must stay linear: no `\s` that
 # can cross a newline under re.M (`^\s*` retried at each of n blank lines is O(n^2)), and possessive quantifiers
@@ -143,7 +164,7 @@ def clean_completion(text: str, name: str) -> Cleaned:
     completion does not parse."""
     code = strip_fences(text)
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except PARSE_ERRORS:
         tree = None
     if tree is not None:
@@ -171,7 +192,7 @@ def extract_function(code: str, name: str) -> str:
     decorators and a header over several lines, `async` included, dedented; by AST, or by indentation when the
     code does not parse."""
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except PARSE_ERRORS:
         return _text_block(code, name)
     node = _find_def(tree, name)
@@ -183,7 +204,7 @@ def defines_with_return(function_src: str, name: str) -> bool:
     if not function_src.strip():
         return False
     try:
-        tree = ast.parse(function_src)
+        tree = parse_python(function_src)
     except PARSE_ERRORS:
         if not re.search(rf"^[^\S\n]*+(?:async[^\S\n]++)?def[^\S\n]++{re.escape(name)}[^\S\n]*+\(", function_src, re.M):
             return False
@@ -201,7 +222,7 @@ def prompt_helpers(prompt: str, entry_point: str, skip: tuple[str, ...] = ("aux"
     """Functions and classes the prompt defines fully besides the entry point (e.g. `poly` in HumanEval/32,
     `encode_cyclic` in HumanEval/38): the solution and the tests may call them."""
     try:
-        tree = ast.parse(prompt or "")
+        tree = parse_python(prompt or "")
     except PARSE_ERRORS:
         return []
     out = []
@@ -879,7 +900,7 @@ def _is_aux_call(node: ast.AST, aux: str | frozenset = "aux") -> bool:
 def _main_node(main_src: str, name: str):
     """The live code (`live_code`) of the function `name` in `main_src`, or None when it does not parse."""
     try:
-        tree = ast.parse(main_src)
+        tree = parse_python(main_src)
     except PARSE_ERRORS:
         return None
     node = _find_def(tree, name)
@@ -1148,7 +1169,7 @@ def check_units(module: ast.Module, entry_point: str, context: Sequence[str] = (
     outer = []
     for src in context:
         try:
-            outer += ast.parse(src).body
+            outer += parse_python(src).body
         except PARSE_ERRORS:
             pass
     outer = [n for n in copy.deepcopy(outer + rest)

@@ -33,7 +33,6 @@ Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 
 from __future__ import annotations
 
-import ast
 import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -41,7 +40,8 @@ from types import CodeType
 from typing import Any, Mapping, Sequence
 
 from rewards.problem import Problem
-from rewards.code_cleaning import PARSE_ERRORS, clean_completion, cooperation, prompt_helpers, prompt_imports
+from rewards.code_cleaning import (PARSE_ERRORS, clean_completion, cooperation, parse_python, prompt_helpers,
+                                   prompt_imports)
 from rewards.coop_probes import MODES as COOPERATION_MODES, scored_aux, verify as verify_cooperation
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
@@ -104,7 +104,7 @@ def _suite(test: str, entry_point: str, prompt: str) -> TestSuite:
     # the judge's context: the prompt itself (imports, helpers such as poly/encode_cyclic), trusted data
     context = []
     try:
-        ast.parse(prompt)
+        parse_python(prompt)
         context.append(prompt)
     except PARSE_ERRORS:
         context.append("\n".join(prompt_imports(prompt)))
@@ -156,7 +156,7 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
         program = source
     if isinstance(program, str):
         try:
-            ast.parse("\n\n".join(code_parts) + "\n")
+            parse_python("\n\n".join(code_parts) + "\n")
         except PARSE_ERRORS as err:
             why = (f"syntax error: {err.msg} (line {err.lineno}, column {err.offset})" if isinstance(err, SyntaxError)
                    else f"syntax error: the parser gave up ({type(err).__name__})")

@@ -38,7 +38,7 @@ from __future__ import annotations
 import ast
 from typing import Callable, Sequence
 
-from rewards.code_cleaning import PARSE_ERRORS
+from rewards.code_cleaning import PARSE_ERRORS, parse_python
 
 MODES = ("seed", "verified")
 MAX_PARAMS = 3          # passthrough probes tried: aux's first parameters
@@ -67,7 +67,7 @@ def probe_gate(aux_src: str, main_src: str, imports: Sequence[str], aux: str = "
     trees = []
     for src in (aux_src, main_src, "\n".join(imports)):
         try:
-            trees.append(ast.parse(src))
+            trees.append(parse_python(src))
         except PARSE_ERRORS:
             return "the code does not parse"
     aux_tree, main_tree, import_tree = trees
@@ -276,21 +276,21 @@ aux = _coop_probe_wrap(aux, MODE)
 def _stub(aux_src: str, aux: str, body: str) -> str | None:
     """aux's definition with the same parameters and `body` as its only statement; None when aux has no def."""
     try:
-        tree = ast.parse(aux_src)
+        tree = parse_python(aux_src)
     except PARSE_ERRORS:
         return None
     node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == aux), None)
     if node is None:
         return None
-    node.body, node.decorator_list, node.returns = ast.parse(body).body, [], None
+    node.body, node.decorator_list, node.returns = parse_python(body).body, [], None
     return ast.unparse(node)
 
 
 def _passthroughs(aux_src: str, aux: str) -> list[tuple[str, tuple]]:
     """(label, wrapper mode) of each argument aux could pass through: its first `MAX_PARAMS` parameters, the
     first of its `*args` and the first of its `**kwargs`."""
-    node = next((n for n in ast.parse(aux_src).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    node = next((n for n in parse_python(aux_src).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == aux), None)
     if node is None:
         return []

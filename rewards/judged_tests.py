@@ -31,7 +31,7 @@ from __future__ import annotations
 import ast
 from typing import Sequence
 
-from rewards.code_cleaning import PARSE_ERRORS
+from rewards.code_cleaning import PARSE_ERRORS, compile_tree, parse_python
 from rewards.sandbox import TestSuite
 
 MAX_TEST_CHARS = 4000   # a generated assert longer than this is not judged (the judge compiles and runs it)
@@ -60,7 +60,7 @@ def judged_test(entry_point: str, test: str) -> str | None:
     if len(test) > MAX_TEST_CHARS or entry_point in SAFE_CALLS | SAFE_TYPES | {"math"}:
         return None
     try:
-        module = ast.parse(test)
+        module = parse_python(test)
         if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):
             return None
         expr = module.body[0].test
@@ -168,7 +168,7 @@ class _Checker:
 def _folds(node: ast.expr) -> bool:
     """Return True when the compiler folds `node` to one constant (it does so only within its size limits)."""
     try:
-        code = compile(ast.fix_missing_locations(ast.Expression(node)), "<c>", "eval")
+        code = compile_tree(ast.fix_missing_locations(ast.Expression(node)), "<c>", "eval")
     except PARSE_ERRORS:
         return False
     return code.co_code == _ONE_CONSTANT and not code.co_names

@@ -48,6 +48,7 @@ from types import CodeType
 from typing import Any, Iterable, Sequence
 
 from rewards._sandbox_worker import frame, unframe
+from rewards.code_cleaning import parse_python
 from rewards.code_cleaning import PARSE_ERRORS
 from rewards.sandbox_cgroup import SlotCgroups, make_slot_cgroups
 
@@ -124,7 +125,7 @@ class TestSuite:
         """
         from rewards.code_cleaning import check_units
         try:
-            module = ast.parse(test_source)
+            module = parse_python(test_source)
             param, parts, rest = check_units(module, entry_point, context)
         except PARSE_ERRORS:   # garbage tests (model-written, say), or nesting a recursive walk cannot take
             return cls(entry_point, (), tuple(context), "candidate", trusted)

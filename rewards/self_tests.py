@@ -37,7 +37,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Sequence
 
-from rewards.code_cleaning import PARSE_ERRORS
+from rewards.code_cleaning import PARSE_ERRORS, parse_python
 from rewards.judged_tests import judged_test
 from rewards.problem import Problem
 from rewards.sandbox import RunReport, TestSuite
@@ -82,7 +82,7 @@ def generated_asserts(entry_point: str, text: str, limit: int | None = None) -> 
         if not line.startswith("assert ") or f"{entry_point}(" not in line or line in found:
             continue
         try:
-            ast.parse(line)
+            parse_python(line)
         except PARSE_ERRORS:
             continue
         found.append(line)
@@ -105,7 +105,7 @@ def example_asserts(problem: Problem) -> list[str]:
             continue
         test = f"assert {call[4:].strip()} == {want}"
         try:
-            ast.parse(test)
+            parse_python(test)
         except PARSE_ERRORS:
             continue
         if test not in out:

@@ -10,7 +10,7 @@ import re
 
 from rewards.problem import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
-from rewards.code_cleaning import PARSE_ERRORS, prompt_imports, strip_fences
+from rewards.code_cleaning import PARSE_ERRORS, parse_python, prompt_imports, strip_fences
 
 CODE_STOP = tuple(stop_strings("single"))   # column-0 code after the function: the answer is over
 LINE_STOP = ("\n",)
@@ -43,7 +43,7 @@ def call_of(problem: Problem, args: str) -> str | None:
     """Return `entry(args)` when it parses as one call of the entry point with literal-looking arguments, else None."""
     text = f"{entry(problem)}({args})"
     try:
-        node = ast.parse(text, mode="eval").body
+        node = parse_python(text, mode="eval").body
     except PARSE_ERRORS:
         return None
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry(problem)):
@@ -84,7 +84,7 @@ def parse_asserts(problem: Problem, text: str, limit: int | None = None) -> list
         if not line.startswith("assert ") or f"{entry(problem)}(" not in line:
             continue
         try:
-            ast.parse(line)
+            parse_python(line)
         except PARSE_ERRORS:
             continue
         if line not in found:
@@ -108,7 +108,7 @@ def doctest_asserts(problem: Problem) -> list[str]:
             continue
         test = f"assert {line[4:].strip()} == {want}"
         try:
-            ast.parse(test)
+            parse_python(test)
         except PARSE_ERRORS:
             continue
         out.append(test)

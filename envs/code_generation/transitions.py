@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from envs.code_generation.prompts import code_prefix, completion_to_code, problem_code
 from cooprl.text import safe_text
-from rewards.code_cleaning import PARSE_ERRORS, check_units
+from rewards.code_cleaning import PARSE_ERRORS, check_units, parse_python
 from rewards.problem import Problem
 
 MODES = ("level_feedback", "plain", "expert_edits")
@@ -62,7 +62,7 @@ def _test_units(test_src: str, prompt: str = "", entry_point: str = "") -> list[
     other asserts that test nothing are setup, and setup is always kept.
     """
     try:
-        module = ast.parse(test_src)
+        module = parse_python(test_src)
     except PARSE_ERRORS:
         return None
     if not any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in module.body):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 
 from envs.code_generation.demonstrations import function_body, single_completion
+from rewards.code_cleaning import parse_python
 from rewards.problem import Problem
 
 MAX_EXPRESSION = 60   # characters of code quoted in a step; longer expressions are named by their kind
@@ -50,13 +51,13 @@ def plan_steps(problem: Problem) -> list[str] | None:
     if body is None:
         return None
     try:
-        statements = ast.parse("def _f():\n" + body).body[0].body
+        statements = parse_python("def _f():\n" + body).body[0].body
     except SyntaxError:
         return None
     steps = [describe(s) for s in statements if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     aux = problem.extra.get("reference_aux") if not canonical else None
     if aux:
-        helper = ast.parse(aux).body[0]
+        helper = parse_python(aux).body[0]
         returned = [describe(s) for s in ast.walk(helper) if isinstance(s, ast.Return)]
         arguments = ", ".join(a.arg for a in helper.args.args)
         step = f"Write a helper `aux({arguments})`"
