@@ -77,7 +77,8 @@ test-vllm: $(VLLM_STAMP)
 	     $(VLLM_PY) -m pytest tests/cooprl/vllm_real -p no:cacheprovider
 
 # `make demo-vllm`: the demo with vLLM's CPU build sampling (the venv of test-vllm), float32 weights (vLLM's CPU bf16
-# kernels and HF's bf16 math differ): vLLM samples ~1.8x as fast as HF generate here on 1 or 2 threads (docs/vllm.md)
+# kernels and HF's bf16 math differ): vLLM samples ~1.8x as fast as HF generate here on 1 or 2 threads, but the demo's
+# steps are slower with it (every step pushes the merged weights into both engines; docs/vllm.md)
 demo-vllm: $(VLLM_STAMP)
 	VLLM_CPU_CI_ENV=1 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml \
 	    --override agent_model.generation_backend=vllm agent_model.torch_dtype=float32 \
