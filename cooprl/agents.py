@@ -76,19 +76,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         top_k=section.top_k if section.top_k is not None else model_cfg.top_k)
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
-        from cooprl.vllm_generation import check_vllm_backend, engine_devices
-        for device in dict.fromkeys(devices):
-            check_vllm_backend(device, model_cfg.vllm_sleep)  # before any model is loaded: fail fast with the fix
-        # each engine reserves its share of the whole memory of every device it really runs on: its agent's GPU
-        # ("cuda" and "cuda:0" are one when cuda:0 is current), or cuda:0..T-1 for T shards
-        engines = [gpu for device in devices for gpu in engine_devices(device, model_cfg.vllm_tensor_parallel_size)]
-        for device in dict.fromkeys(engines):
-            share = engines.count(device) * model_cfg.vllm_gpu_memory_utilization
-            if share > 0.9:
-                raise ConfigError(f"agent_model.vllm_gpu_memory_utilization={model_cfg.vllm_gpu_memory_utilization}: "
-                                  f"{engines.count(device)} vLLM engines on {device} would reserve {share:.2f} of its "
-                                  "memory, leaving too little for training; lower it (e.g. 0.3 per engine) or use "
-                                  "fewer agents per process")
+        from cooprl.vllm_generation import check_vllm_devices
+        check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
     # fsdp with several processes: each process keeps a shard of every agent (cooprl.fsdp); one process: unsharded
     sharded = section.parallel_training == "fsdp" and distributed.current().world_size > 1
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run

@@ -597,6 +597,23 @@ def _dtype_name(model: Any) -> str:
     return {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}.get(dtype, "auto")
 
 
+def check_vllm_devices(model_cfg: Any, devices: Sequence[str]) -> None:
+    """Check that vLLM engines for agents on `devices` (one per agent) can run there and fit: raise ConfigError, with
+    the fix, where vLLM cannot run on a device, or where the engines on one device would reserve more than 0.9 of its
+    memory. Each engine reserves `vllm_gpu_memory_utilization` of every device it really runs on: its agent's GPU
+    ("cuda" and "cuda:0" are one when cuda:0 is current), or cuda:0..T-1 for T shards (`engine_devices`)."""
+    for device in dict.fromkeys(devices):
+        check_vllm_backend(device, model_cfg.vllm_sleep)
+    engines = [gpu for device in devices for gpu in engine_devices(device, model_cfg.vllm_tensor_parallel_size)]
+    for device in dict.fromkeys(engines):
+        share = engines.count(device) * model_cfg.vllm_gpu_memory_utilization
+        if share > 0.9:
+            raise ConfigError(f"agent_model.vllm_gpu_memory_utilization={model_cfg.vllm_gpu_memory_utilization}: "
+                              f"{engines.count(device)} vLLM engines on {device} would reserve {share:.2f} of its "
+                              "memory, leaving too little for the models; lower it (e.g. 0.3 per engine) or use "
+                              "fewer agents per process")
+
+
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
                          max_new_tokens: int, seed: int, device: str | None = None) -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its

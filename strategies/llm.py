@@ -211,9 +211,9 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     num_agents = 2 if saved is not None and (saved / "agent_1").is_dir() else 1
     names = agent_model_names(config, num_agents) if config.agents is None or saved is not None else config.agents[:1]
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
-    if model_cfg.generation_backend == "vllm":
-        from cooprl.vllm_generation import check_vllm_backend
-        check_vllm_backend(model_cfg.device)   # fails fast, with the fix, where vLLM cannot run
+    if model_cfg.generation_backend == "vllm":   # every agent and its engine on agent_model.device: checked as training does
+        from cooprl.vllm_generation import check_vllm_devices
+        check_vllm_devices(model_cfg, [model_cfg.device] * num_agents)   # fails fast, with the fix
     llms = []
     for i, name in enumerate(names):
         model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora,

@@ -1098,6 +1098,30 @@ def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_v
     assert two_gpus["current"] == 0
 
 
+def test_evaluation_checks_its_engines_where_and_as_training_does(monkeypatch, two_gpus):
+    # evaluate.py / evaluate_strategy.py put every agent and its engine on agent_model.device: the same check as
+    # build_team (vLLM can run there; the engines on one GPU fit), before any model is loaded
+    import cooprl.vllm_generation as backend
+    from strategies.llm import build_llm
+    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: None)
+    monkeypatch.setattr(backend, "vllm_platform_is_cpu", lambda: False)
+    config = load_config(None, ["agent_model.generation_backend=vllm", "agent_model.device=cuda",
+                                "agent_model.vllm_gpu_memory_utilization=0.5"])
+    with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
+        backend.check_vllm_devices(config.agent_model, ["cuda", "cuda"])
+    backend.check_vllm_devices(config.agent_model, ["cuda:0", "cuda:1"])
+    seen = []
+
+    def stop(model_cfg, devices):
+        seen.append(list(devices))
+        raise ConfigError("checked")
+
+    monkeypatch.setattr(backend, "check_vllm_devices", stop)
+    with pytest.raises(ConfigError, match="checked"):
+        build_llm(config)
+    assert seen == [["cuda"]]
+
+
 def test_agents_with_vllm_engines_never_sample_concurrently():
     from cooprl.agents import AgentRunner
 
