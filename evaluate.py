@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.cli import check_trainer, print_user_error
-from cooprl.config import ConfigError, Run, config_from_data, read_yaml, trainer_of_data
+from cooprl.cli import print_user_error
+from cooprl.config import ConfigError, Run, check_trainer, config_from_data, read_yaml, trainer_of_data
 from cooprl.errors import UserError
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import evaluation_seed

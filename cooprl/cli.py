@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, Run, config_from_data, read_yaml
+from cooprl.config import Config, ConfigError, Run, check_trainer, config_from_data, read_yaml
 from cooprl.errors import UserError
 
 # the environment's config sections class for a config file's mapping (None: the registered one); the library
@@ -56,12 +56,6 @@ def read_config(path: str | Path, overrides: Sequence[str], choose: ChooseTaskCo
     (`cooprl.config.read_yaml`); `choose` picks the environment's sections from the file's mapping."""
     data = read_yaml(path)
     return config_from_data(data, list(overrides), choose(data) if choose is not None else None)
-
-
-def check_trainer(trainer: str) -> None:
-    """Raise ConfigError naming the choices when `trainer` is no trainer's name."""
-    if trainer not in TRAINER_SECTIONS:
-        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_SECTIONS)}")
 
 
 def _has_checkpoint(run_dir: Path, choose: ChooseTaskConfig | None = None) -> bool:

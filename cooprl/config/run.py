@@ -27,6 +27,12 @@ RL_TRAINERS = {"magrpo": "magrpo", "mareinforce": "magrpo", "maremax": "magrpo",
 MAGRPO_ADVANTAGE_MODES = {"magrpo": None, "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
 
 
+def check_trainer(trainer: str) -> None:
+    """Raise ConfigError naming the choices when `trainer` is no trainer's name."""
+    if trainer not in TRAINER_SECTIONS:
+        raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_SECTIONS)}")
+
+
 @dataclass(frozen=True)
 class Run(Generic[S]):
     """One run: the whole `config`, the `trainer` it trains and that trainer's `section`; for MARLHF, `rl`: the run
@@ -41,8 +47,7 @@ class Run(Generic[S]):
     def of(cls, config: Config, trainer: str) -> "Run":
         """Return the run of `trainer` (a name of TRAINER_SECTIONS) on `config`; ConfigError naming the choices for
         an unknown name."""
-        if trainer not in TRAINER_SECTIONS:
-            raise ConfigError(f"unknown trainer {trainer!r}; choose one of {', '.join(TRAINER_SECTIONS)}")
+        check_trainer(trainer)
         section = config.trainer(trainer)
         rl = _rl_run(config, trainer, section) if isinstance(section, MARLHFSection) else None
         return cls(config, trainer, section, rl)
