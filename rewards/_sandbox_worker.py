@@ -1120,13 +1120,18 @@ class _Job:
         env[job["entry_point"]] = self.candidate   # tests may call the solution by name (HumanEval/33)
         outcomes = []
         self.timeouts = 0
+        total_s = job.get("total_s")
+        run_deadline = math.inf if total_s is None else time.monotonic() + float(total_s)
         for index, (kind, src, text) in enumerate(job["units"]):
             if kind == "test" and self.timeouts >= max_timeouts:
                 outcomes.append([text, False, f"skipped after {self.timeouts} timeouts", False])
                 continue
+            if kind == "test" and time.monotonic() >= run_deadline:
+                outcomes.append([text, False, f"skipped: the run's {total_s:g} s were spent", True])
+                continue
             self.unit = index
             self.flag = None
-            self.deadline = time.monotonic() + timeout_s
+            self.deadline = min(time.monotonic() + timeout_s, run_deadline)
             error = ""
             try:
                 if trusted:

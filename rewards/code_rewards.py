@@ -33,7 +33,6 @@ Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from types import CodeType
@@ -48,7 +47,10 @@ from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 AUX_NAME = "aux"
 W_AUX_DEF, W_MAIN_DEF, W_SYNTAX, W_TESTS = 0.4, 0.6, 0.5, 1.0
 W_USES_AUX, W_NOT_WRAPPER, W_IGNORED = 0.5, 1.0, -0.5
-PROBE_TIMEOUT_FLOOR_S = 1.0   # verified cooperation: the least time a test of a probe run gets
+# verified cooperation: a probe run's tests get the scored run's timeout, and the whole probe run at most
+# PROBE_TIME_FACTOR x the scored run's time (at least PROBE_TIME_FLOOR_S); what is cut counts as timed out
+PROBE_TIME_FACTOR = 3.0
+PROBE_TIME_FLOOR_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class _Prepared:
     single_agent: bool = False
     done: RewardBreakdown | None = None
     aux_src: str = ""                                # what verified cooperation needs to rebuild the program
-    completion_imports: tuple[str, ...] = ()
+    imports: tuple[str, ...] = ()                    # the program's import lines (prompt's and completions')
+    helper_names: tuple[str, ...] = ()               # the functions the prompt defines
     assemble: Any = None                             # aux source -> program source
 
 
@@ -109,6 +112,15 @@ def _suite(test: str, entry_point: str, prompt: str) -> TestSuite:
     except PARSE_ERRORS:
         context.append("\n".join(prompt_imports(prompt)))
     return TestSuite.from_check(test, entry_point, context=context)
+
+
+@lru_cache(maxsize=2048)
+def _helper_names(prompt: str, entry_point: str) -> tuple[str, ...]:
+    names = []
+    for helper in _prompt_parts(prompt, entry_point)[1]:
+        node = parse_python(helper).body[0]
+        names.append(node.name)
+    return tuple(names)
 
 
 def _round(x: float) -> float:
@@ -164,10 +176,10 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
         # the completions parse and the prompt's part does not: the run reports the load error
     parts["syntax_ok"] = True
     suite = _suite(test, entry_point, prompt)
-    completion_imports = main_clean.imports + (aux_clean.imports if aux_clean is not None else ())
     return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
                      entry_point=entry_point, single_agent=single_agent, aux_src=aux_src,
-                     completion_imports=completion_imports, assemble=assemble)
+                     imports=tuple(dict.fromkeys(pieces)), helper_names=_helper_names(prompt, entry_point),
+                     assemble=assemble)
 
 
 def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "", cooperation_mode: str = "seed",
@@ -215,7 +227,7 @@ def _verified_bonus(prep: _Prepared, parts: dict, coop, passed: list[bool], prob
         parts["coop_check"] = ("nothing to pay: main's code is a thin wrapper that ignores aux's return, or its "
                                "data-flow analysis gave up")
         return 0.0
-    why = verify_cooperation(prep.aux_src, prep.main_src, prep.completion_imports, passed, probe, AUX_NAME)
+    why = verify_cooperation(prep.aux_src, prep.main_src, prep.imports, passed, probe, AUX_NAME, prep.helper_names)
     if why:
         parts["coop_check"] = why
         return 0.0
@@ -253,24 +265,25 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
         prep = _prepare(*item, single_agent, cooperation)
         if prep.done is not None:
             return prep.done
-        started = time.monotonic()
         report = sb.run_detailed(prep.program, prep.suite, timeout_s, max_timeouts)
         probe = None
         if cooperation == "verified":
-            # a probe that changes aux may send main into a loop: its tests get a few times the whole normal
-            # run, and one timeout more than it had (a timeout is already a passing test that failed)
-            probe_timeout = min(timeout_s, max(PROBE_TIMEOUT_FLOOR_S, 3 * (time.monotonic() - started)))
-            timeouts = sum(o.timed_out for o in report.outcomes)
-            probe = _probe_runner(sb, prep, probe_timeout, timeouts + 1)
+            # a probe that changes aux may send main into a loop, or main may be slow only on a probe's values:
+            # each probe run is bounded like the scored run (same timeout per test, same number of timeouts)
+            # and as a whole by a few times the scored run's own time
+            budget = max(PROBE_TIME_FLOOR_S, PROBE_TIME_FACTOR * report.elapsed_s)
+            probe = _probe_runner(sb, prep, timeout_s, max_timeouts, budget)
         return _finish(prep, report.outcomes, report.error or "", cooperation, probe)
 
     return sb.map_detailed(one, list(zip(problems, aux_list, main_list)))
 
 
-def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: int):
-    """run(aux source) -> the test verdicts of the pair's program with aux's source replaced (verified mode)."""
+def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: int, budget_s: float):
+    """run(aux source) -> the test verdicts of the pair's program with aux's source replaced (verified mode),
+    each run within `budget_s` seconds in all (tests past it count as timed out)."""
     def run(aux_function: str) -> list[bool]:
-        report = sb.run_detailed(prep.assemble(aux_function), prep.suite, timeout_s, max_timeouts)
+        report = sb.run_detailed(prep.assemble(aux_function), prep.suite, timeout_s, max_timeouts,
+                                 total_s=budget_s)
         return [] if report.error else [o.passed for o in report.outcomes]
     return run
 

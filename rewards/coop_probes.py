@@ -39,109 +39,9 @@ import ast
 from typing import Callable, Sequence
 
 from rewards.code_cleaning import PARSE_ERRORS, parse_python
+from rewards.coop_gate import SAFE_MODULES, probe_gate  # noqa: F401 - re-exported: the gate of the probes
 
 MODES = ("seed", "verified")
-MAX_PARAMS = 3          # passthrough probes tried: aux's first parameters
-
-# Modules a main or aux may import and still be probed: plain computation only (no frames, no introspection,
-# no process, file or clock access).
-SAFE_MODULES = frozenset({
-    "math", "cmath", "re", "string", "collections", "itertools", "functools", "heapq", "bisect", "typing",
-    "statistics", "fractions", "decimal", "copy", "datetime", "calendar", "numbers", "unicodedata", "textwrap",
-    "array", "hashlib", "enum", "dataclasses", "json", "difflib", "fnmatch", "operator"})
-# Names that read or change the program from inside (namespaces, attributes by name, code, objects' identity), or
-# that differ from run to run (clocks, hashes of strings), which would let a program fail a probe by chance.
-_INTROSPECTIVE = frozenset({
-    "hash", "now", "today", "utcnow", "random", "urandom", "SystemRandom",
-    "globals", "locals", "vars", "dir", "eval", "exec", "compile", "open", "getattr", "setattr", "delattr",
-    "hasattr", "breakpoint", "id", "memoryview", "input", "help", "attrgetter", "methodcaller", "sys", "os",
-    "gc", "inspect", "builtins", "ctypes", "importlib", "traceback", "types", "time", "threading", "signal",
-    "weakref", "marshal", "pickle", "dis", "resource", "subprocess", "io", "atexit", "faulthandler"})
-_FRAME_PREFIXES = ("_", "f_", "tb_", "gi_", "cr_", "ag_", "co_")
-_HIGHER_ORDER = frozenset({"map", "filter", "sorted", "min", "max"})   # builtins that may be handed aux
-
-
-def probe_gate(aux_src: str, main_src: str, imports: Sequence[str], aux: str = "aux") -> str:
-    """Return why the probes cannot be trusted on this pair ('' when they can): either function, or an import
-    line of the completions, uses something a program could tell the probes apart with (see the module doc)."""
-    trees = []
-    for src in (aux_src, main_src, "\n".join(imports)):
-        try:
-            trees.append(parse_python(src))
-        except PARSE_ERRORS:
-            return "the code does not parse"
-    aux_tree, main_tree, import_tree = trees
-    for label, tree in (("aux", aux_tree), ("main", main_tree), ("imports", import_tree)):
-        why = _introspection(tree)
-        if why:
-            return f"{label} {why}"
-    if not any(isinstance(n, ast.Name) and n.id == aux for n in ast.walk(main_tree)):
-        return f"main never names {aux}"
-    for label, tree in (("main", main_tree), ("aux", aux_tree)):   # aux may call itself, and only that
-        rebound = _bound_names(tree) & (_HIGHER_ORDER | {aux})
-        if rebound - ({aux} if label == "aux" else set()):
-            return f"{label} binds the name {sorted(rebound)[0]}"
-        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and node.id == aux and not _calls_only(node, parents):
-                return f"{label} uses {aux} as an object (line {node.lineno}), not only by calling it"
-    return ""
-
-
-def _introspection(tree: ast.AST) -> str:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-            bad = [m for m in modules if m.split(".")[0] not in SAFE_MODULES]
-            if bad:
-                return f"imports {bad[0]}"
-        elif isinstance(node, ast.Name) and (node.id in _INTROSPECTIVE or node.id.startswith(("__", "_coop"))):
-            return f"uses {node.id}"
-        elif isinstance(node, ast.Attribute) and (node.attr.startswith(_FRAME_PREFIXES) or node.attr in _INTROSPECTIVE):
-            return f"reads .{node.attr}"
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "__" in node.value:
-            return "holds a dunder name in a string"
-        elif isinstance(node, ast.ClassDef):
-            return f"defines a class ({node.name})"
-        elif isinstance(node, ast.Global):
-            return f"declares global {', '.join(node.names)}"
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("__"):
-            return f"defines {node.name}"
-        elif isinstance(node, ast.Compare):
-            sides = [node.left] + node.comparators
-            for op, a, b in zip(node.ops, sides, sides[1:]):
-                if isinstance(op, (ast.Is, ast.IsNot)) and not (isinstance(a, ast.Constant) or isinstance(b, ast.Constant)):
-                    return "compares two values with `is`"
-    return ""
-
-
-def _bound_names(tree: ast.AST) -> set[str]:
-    """Every name `tree` binds: assignments, parameters, definitions, imports, handlers."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return names
-
-
-def _calls_only(name: ast.Name, parents: dict) -> bool:
-    """True when this occurrence of aux is a call of it, or an argument of the builtin map/filter/sorted/min/max
-    (main does not rebind them: `probe_gate`)."""
-    parent = parents.get(name)
-    if isinstance(parent, ast.Call) and parent.func is name:
-        return True
-    if isinstance(parent, ast.keyword):
-        parent = parents.get(parent)
-    return isinstance(parent, ast.Call) and name is not parent.func and isinstance(parent.func, ast.Name) and \
-        parent.func.id in _HIGHER_ORDER
 
 
 # ------------------------------------------------------------------------------------------------ the probes
@@ -149,13 +49,16 @@ def _calls_only(name: ast.Name, parents: dict) -> bool:
 # Defined in the program after aux (so it rebinds the name `aux` that main and aux itself call). Plain Python run
 # inside the sandboxed child; it decides nothing: the verdicts of the tests do.
 _WRAPPER = '''
-def _coop_probe_wrap(real, mode, type=type, len=len, reversed=reversed, tuple=tuple, list=list, all=all, zip=zip,
-                     next=next, float=float, bool=bool, int=int, str=str, bytes=bytes, dict=dict, set=set,
-                     frozenset=frozenset, complex=complex, ValueError=ValueError, BaseException=BaseException):
-    # the builtins it uses are bound here, when the program loads: a main that rebinds a global `type` later
-    # cannot change what the wrapper does
-    first = []
+def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, reversed=reversed, tuple=tuple,
+                     list=list, all=all, zip=zip, next=next, iter=iter, float=float, bool=bool, int=int, str=str,
+                     bytes=bytes, dict=dict, set=set, frozenset=frozenset, complex=complex, enumerate=enumerate,
+                     getattr=getattr, ValueError=ValueError, BaseException=BaseException):
+    # the builtins it uses are bound here, when the program loads
+    first = []        # aux's first result, copied (the constant probe's stand-in)
+    fitted = []       # the fitted recipes every derived call so far shares (`derived`)
     PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, type(None))
+    SEQ = (str, bytes, list, tuple)
+    NUM = (int, float)
 
     def plain_copy(v, depth=0):
         t = type(v)
@@ -174,6 +77,8 @@ def _coop_probe_wrap(real, mode, type=type, len=len, reversed=reversed, tuple=tu
     def same(a, b, depth=0):
         # equal plain data of the same types (exact builtin types: no program-defined __eq__ runs); anything
         # else counts as the same, so that the probe keeps aux's own result (the conservative side)
+        if a is b:
+            return True
         t = type(a)
         if depth > 50:
             raise ValueError
@@ -186,6 +91,21 @@ def _coop_probe_wrap(real, mode, type=type, len=len, reversed=reversed, tuple=tu
         if t in PLAIN:
             return a == b
         return True
+
+    def key(v, depth=0):
+        # a hashable form of plain data (types included: 1, 1.0 and True differ)
+        t = type(v)
+        if depth > 20:
+            raise ValueError
+        if t is list or t is tuple:
+            return (t, tuple(key(x, depth + 1) for x in v))
+        if t is dict:
+            return (t, tuple((key(k, depth + 1), key(x, depth + 1)) for k, x in v.items()))
+        if t is set or t is frozenset:
+            return (t, frozenset(key(x, depth + 1) for x in v))
+        if t in PLAIN:
+            return (t, v)
+        raise ValueError
 
     def other(v, depth=0):
         # another value of the same kind that no shift, reordering or renaming undoes: numbers are scrambled
@@ -222,22 +142,123 @@ def _coop_probe_wrap(real, mode, type=type, len=len, reversed=reversed, tuple=tu
             return {k: other(x, depth + 1) for k, x in v.items()} or {0: 0}
         raise ValueError
 
-    def argument(args, kwargs):
-        # the argument `mode` names, as the real aux received it (defaults included)
-        kind = mode[1]
-        if kind == "positional":
-            index, name, npos = mode[2:]
-            if index < len(args):
-                return args[index]
-            if name in kwargs:
-                return kwargs[name]
-            defaults = real.__defaults__ or ()
-            return defaults[index - (npos - len(defaults))]
-        if kind == "keyword":
-            return kwargs[mode[2]] if mode[2] in kwargs else (real.__kwdefaults__ or {})[mode[2]]
-        if kind == "star":
-            return args[mode[2]] if len(args) > mode[2] else None
-        return next((v for k, v in kwargs.items() if k not in mode[2]), None)
+    def arguments(args, kwargs):
+        # every value aux received: positional arguments (*args included), keyword arguments (**kwargs
+        # included), and the defaults of the parameters the call left out
+        values = list(args) + list(kwargs.values())
+        inner = getattr(real, "__wrapped__", real)
+        defaults = getattr(inner, "__defaults__", None) or ()
+        for i in range(len(args), len(positional)):
+            k = i - (len(positional) - len(defaults))
+            if k >= 0 and positional[i] not in kwargs:
+                values.append(defaults[k])
+        kwdefaults = getattr(inner, "__kwdefaults__", None) or {}
+        for name in keyword_only:
+            if name not in kwargs and name in kwdefaults:
+                values.append(kwdefaults[name])
+        return values
+
+    def views(a):
+        # the value itself and what structure-only transforms make of it: reversed, re-typed, negated
+        out = [("id", a)]
+        t = type(a)
+        if t in SEQ and len(a) <= 4096:
+            out.append(("reversed", a[::-1]))
+            if t is str:
+                out += [("list", list(a)), ("tuple", tuple(a)), ("encoded", a.encode("utf-8", "surrogatepass"))]
+                if 0 < len(a) <= 40 and a.strip().lstrip("+-").isdigit():
+                    out.append(("int", int(a)))
+            elif t is bytes:
+                out.append(("decoded", a.decode("latin-1")))
+            else:
+                out += [("list", list(a)), ("tuple", tuple(a))]
+                if all(type(x) is str for x in a):
+                    out.append(("joined", "".join(a)))
+        elif t in NUM:
+            out += [("str", str(a)), ("negated", -a)]
+        return out
+
+    def recipes(r, a):
+        # how r is built from a by structure only: (free recipes, fitted recipes); a fitted recipe holds
+        # constants (an affix, a shift, a factor, the other items of a container)
+        free, fit = set(), set()
+        tr = type(r)
+        for name, v in views(a):
+            tv = type(v)
+            if same(r, v):
+                free.add((name,))
+            elif tr is tv and tr in SEQ and 0 < len(v) < len(r):
+                if tr is str or tr is bytes:
+                    i = r.find(v)
+                    if i >= 0:
+                        fit.add((name, "affix", r[:i], r[i + len(v):]))
+                elif same(r[:len(v)], v):
+                    fit.add((name, "affix", (), key(r[len(v):])))
+                elif same(r[len(r) - len(v):], v):
+                    fit.add((name, "affix", key(r[:len(r) - len(v)]), ()))
+            if (tr is list or tr is tuple) and 0 < len(r) <= 8:
+                for i, x in enumerate(r):
+                    if same(x, v):
+                        rest = key(r[:i] + r[i + 1:])
+                        (free if len(r) == 1 else fit).add((name, "item", tr, len(r), i, rest))
+            elif tr is dict and 0 < len(r) <= 8:
+                for k, x in r.items():
+                    if same(x, v):
+                        fit.add((name, "value", key(k), key({j: y for j, y in r.items() if j != k})))
+                    if same(k, v):
+                        fit.add((name, "key", key(x), key({j: y for j, y in r.items() if j != k})))
+            elif (tr is set or tr is frozenset) and len(r) == 1 and same(next(iter(r)), v):
+                free.add((name, "set"))
+        if type(a) in NUM and tr in NUM:
+            fit.add(("shift", key(r - a)))
+            if type(a) is int and tr is int and a and not r % a and r // a not in (0, 1):
+                fit.add(("scale", r // a))
+        return free, fit
+
+    def derived(value, values):
+        # True when aux's result is one of its arguments under a structure-only transform (free), or under a
+        # fitted one that every derived call so far shares (the same affix, shift, factor, other items)
+        free, fit = set(), set()
+        for a in values:
+            f, g = recipes(value, a)
+            free |= f
+            fit |= g
+        if free:
+            return True
+        if not fit:
+            return False
+        if not fitted:
+            fitted.append(fit)
+            return True
+        common = fitted[0] & fit
+        if common:
+            fitted[0] = common
+            return True
+        return False
+
+    def stand_ins(value, args, kwargs):
+        # what each mode hands main for this result; every mode computes all of them (the same work, so that no
+        # run is slower than another for the wrapper's sake), each falling back to aux's own result
+        out = {"real": value, "other": value, "constant": value, "derived": value}
+        try:
+            out["other"] = other(value)
+        except BaseException:
+            pass
+        try:
+            if not first:
+                first.append(plain_copy(value))
+            out["constant"] = value if same(value, first[0]) else plain_copy(first[0])
+        except BaseException:
+            pass
+        try:
+            values = arguments(args, kwargs)
+            if not derived(value, values):
+                stand_in = values[0] if values else other(value)
+                # where the stand-in equals aux's own result, main gets aux's own object
+                out["derived"] = value if same(value, stand_in) else stand_in
+        except BaseException:
+            pass
+        return out
 
     depth = [0]
 
@@ -248,24 +269,9 @@ def _coop_probe_wrap(real, mode, type=type, len=len, reversed=reversed, tuple=tu
             value = real(*args, **kwargs)
         finally:
             depth[0] -= 1
-        if depth[0] or mode[0] == "real":
+        if depth[0]:
             return value
-        try:
-            if mode[0] == "other":
-                return other(value)
-            if mode[0] == "constant":
-                if not first:
-                    first.append(plain_copy(value))
-                stand_in = first[0]
-            else:
-                stand_in = argument(args, kwargs)
-            # where the stand-in equals aux's own result, main gets aux's own object: the probe then differs from
-            # the real run only in the calls where aux's result differs, and aliasing cannot tell them apart
-            if same(value, stand_in):
-                return value
-            return plain_copy(stand_in) if mode[0] == "constant" else stand_in
-        except BaseException:
-            return value
+        return stand_ins(value, args, kwargs)[mode]
     return aux
 
 
@@ -287,68 +293,60 @@ def _stub(aux_src: str, aux: str, body: str) -> str | None:
     return ast.unparse(node)
 
 
-def _passthroughs(aux_src: str, aux: str) -> list[tuple[str, tuple]]:
-    """(label, wrapper mode) of each argument aux could pass through: its first `MAX_PARAMS` parameters, the
-    first of its `*args` and the first of its `**kwargs`."""
+def _signature(aux_src: str, aux: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The names of aux's positional and keyword-only parameters; None when aux has no top-level def."""
     node = next((n for n in parse_python(aux_src).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == aux), None)
     if node is None:
-        return []
+        return None
     a = node.args
-    positional = a.posonlyargs + a.args
-    named = [p.arg for p in positional + a.kwonlyargs]
-    out = [(f"argument {k + 1} ({p.arg})", ("pass", "positional", k, p.arg, len(positional)))
-           for k, p in enumerate(positional)]
-    out += [(f"argument {p.arg}", ("pass", "keyword", p.arg)) for p in a.kwonlyargs]
-    out = out[:MAX_PARAMS]
-    if a.vararg is not None:
-        out.append((f"*{a.vararg.arg}", ("pass", "star", len(positional))))
-    if a.kwarg is not None:
-        out.append((f"**{a.kwarg.arg}", ("pass", "double star", tuple(named))))
-    return out
+    return tuple(p.arg for p in a.posonlyargs + a.args), tuple(p.arg for p in a.kwonlyargs)
 
 
-def _wrapped(aux_src: str, mode: tuple) -> str:
-    return aux_src.rstrip("\n") + "\n\n" + _WRAPPER.replace("MODE", repr(mode))
+def _wrapped(aux_src: str, mode: str, signature: tuple) -> str:
+    arguments = ", ".join(repr(x) for x in (mode, *signature))
+    return aux_src.rstrip("\n") + "\n\n" + _WRAPPER.replace("MODE", arguments)
 
 
 def scored_aux(aux_src: str, aux: str = "aux") -> str:
     """aux's source as verified mode's scored run uses it: behind the probes' wrapper, passing every result
-    through unchanged, so that the scored run and every probe have the same frames, names and call path (a
+    through unchanged, so that the scored run and every probe have the same frames, names, call path and work (a
     program that measured them, say by its recursion depth, would see no difference). aux_src itself when it
     has no top-level `def aux` (nothing to wrap)."""
-    return _wrapped(aux_src, ("real",)) if _stub(aux_src, aux, "pass") is not None else aux_src
+    signature = _signature(aux_src, aux) if _stub(aux_src, aux, "pass") is not None else None
+    return aux_src if signature is None else _wrapped(aux_src, "real", signature)
 
 
 def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, str]]:
     """The probes of one aux, in the order they run: (name, what replaces aux's source in the program)."""
-    probes: list[tuple[str, str]] = []
     raising = _stub(aux_src, aux, "raise RuntimeError('aux failed')")
     if raising is None:
         return []
-    probes.append(("raise", _wrapped(raising, ("real",))))
-    for label, mode in _passthroughs(aux_src, aux):
-        probes.append((f"passthrough of {label}", _wrapped(aux_src, mode)))
-    probes.append(("constant", _wrapped(aux_src, ("constant",))))
-    probes.append(("other values", _wrapped(aux_src, ("other",))))
-    # the pair as scored, once more: its verdicts must not change from run to run
-    probes.append(("control", scored_aux(aux_src, aux)))
-    return probes
+    signature = _signature(aux_src, aux)
+    return [("raise", _wrapped(raising, "real", signature)),
+            ("derived", _wrapped(aux_src, "derived", signature)),
+            ("constant", _wrapped(aux_src, "constant", signature)),
+            ("other values", _wrapped(aux_src, "other", signature)),
+            # the pair as scored, once more: its verdicts must not change from run to run
+            ("control", scored_aux(aux_src, aux))]
 
 
 REASONS = {
     "raise": "aux is not needed: the tests that pass still pass when aux raises",
+    "derived": "aux's results are its arguments passed through, or reversed, re-typed, wrapped, shifted or "
+               "given a constant affix, as far as the tests tell",
     "constant": "aux's results are one value for every call, as far as the tests tell",
     "other": "main does not need what aux computes: the tests that pass still pass with other values",
 }
 
 
 def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence[bool],
-           run: Callable[[str], Sequence[bool]], aux: str = "aux") -> str:
+           run: Callable[[str], Sequence[bool]], aux: str = "aux", helpers: Sequence[str] = ()) -> str:
     """Run the probes of one pair whose normal run passed the tests marked in `passed`; return '' when the
-    cooperation is verified, else why not. `run(aux_source)` runs the program with aux's source replaced and
+    cooperation is verified, else why not. `imports` are the program's import lines and `helpers` the names of
+    the prompt's functions (`probe_gate`). `run(aux_source)` runs the program with aux's source replaced and
     returns the test verdicts (from the worker); probes stop at the first one that denies the bonus."""
-    why = probe_gate(aux_src, main_src, imports, aux)
+    why = probe_gate(aux_src, main_src, imports, aux, helpers)
     if why:
         return f"not probed: {why}"
     probes = probe_programs(aux_src, aux)

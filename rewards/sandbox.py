@@ -83,6 +83,7 @@ class RunReport:
     output: str = ""
     load_error: str | None = None
     error: str | None = None      # set when the sandbox itself failed (worker died); every test then failed
+    elapsed_s: float = 0.0        # the run's wall time on its worker (waiting for a free worker not included)
 
 
 @dataclass(frozen=True)
@@ -445,8 +446,10 @@ class Sandbox:
         return self.run_detailed(program, tests, timeout_s, max_timeouts, entry_point=entry_point).outcomes
 
     def run_detailed(self, program: str | CodeType, tests: TestSuite | str, timeout_s: float = 10.0,
-                     max_timeouts: int = 3, *, entry_point: str | None = None) -> RunReport:
-        """Like `run`, with the program's captured output and load error."""
+                     max_timeouts: int = 3, *, entry_point: str | None = None, total_s: float | None = None
+                     ) -> RunReport:
+        """Like `run`, with the program's captured output, load error and time. `total_s` bounds the whole run
+        besides each test: the tests it cuts, and those after them, count as timed out."""
         if os.getpid() != self._pid:
             raise RuntimeError("a Sandbox cannot be used from a forked copy of its process; create a new one")
         if self._closed:
@@ -456,7 +459,8 @@ class Sandbox:
         job = {**_program_fields(program), "entry_point": suite.entry_point, "param": suite.param,
                "context": list(suite.context), "units": [list(u) for u in suite.units],
                "trusted": suite.trusted, "timeout_s": float(timeout_s), "max_timeouts": int(max_timeouts),
-               "cpu_s": min(3600, math.ceil(timeout_s * n_units) + 1)}
+               "cpu_s": min(3600, math.ceil(timeout_s * n_units) + 1),
+               "total_s": None if total_s is None else float(total_s)}
         slot = self._idle.get()
         try:
             return self._run_on(slot, job, suite, timeout_s * n_units + 30)
@@ -468,6 +472,7 @@ class Sandbox:
         no answer) is replaced and the job runs once more on the new one; a second failure fails the job's tests
         with "sandbox error". After `close` nothing is restarted."""
         why = ""
+        started = time.monotonic()
         for attempt in range(2):
             reply = None
             try:
@@ -484,7 +489,8 @@ class Sandbox:
                             for t, p, e, to in reply["outcomes"]]
                 load_error = reply.get("load_error")
                 return RunReport(outcomes, _printable(reply.get("output", "")),
-                                 None if load_error is None else _printable(load_error))
+                                 None if load_error is None else _printable(load_error),
+                                 elapsed_s=time.monotonic() - started)
             if self._closed:
                 why = "the sandbox was closed"
                 break

@@ -116,8 +116,10 @@ def test_bonus_is_scaled_by_the_share_of_tests_passed(sb):
     # 1 test of 8, branching on aux's result: the seed pays the whole bonus (3.125 > 2.5)
     branching = "def shout_words(text):\n    if aux(text) == ['one']:\n        return 'ONE!'\n    return 'no'\n"
     seed, verified = both(sb, SPLIT_AUX, branching)
-    assert (seed.total, verified.total) == (3.125, 1.8125)   # 1.5 + 1/8 + 1.5/8
-    assert verified.total < 2.5 and verified.uses_aux
+    # on the one test that passes, aux's result is its argument in a list (['one']): the probes cannot tell aux
+    # from `lambda t: [t]` there, so no bonus (1.8125 = 1.5 + 1/8 + 1.5/8 before structure-only transforms counted)
+    assert (seed.total, verified.total) == (3.125, 1.625)
+    assert verified.total < 2.5 and not verified.uses_aux
     # an honest main that fails the two tests with extra spaces: 6/8 of the bonus
     partial = "def shout_words(text):\n    words = aux(text)\n    return ' '.join(w.upper() for w in words) + '!'" \
               " if '  ' not in text else ''\n"
@@ -153,7 +155,7 @@ def test_programs_that_could_tell_the_probes_apart_are_not_probed(sb, name, head
 
 def test_probe_gate_on_aux_and_imports():
     assert probe_gate(SPLIT_AUX, HONEST_MAIN, ()) == ""
-    assert probe_gate(SPLIT_AUX, HONEST_MAIN, ("import inspect",)) == "imports imports inspect"
+    assert probe_gate(SPLIT_AUX, HONEST_MAIN, ("import inspect",)) == "imports inspect"
     assert probe_gate("def aux(t):\n    import gc\n    return t.split()\n", HONEST_MAIN, ()) == "aux imports gc"
     assert probe_gate("def aux(t):\n    class A:\n        pass\n    return t\n", HONEST_MAIN, ()).startswith("aux defines")
     assert probe_gate(SPLIT_AUX, "def f(xs):\n    return sorted(xs, key=aux) + list(map(aux, xs))\n", ()) == ""
