@@ -65,6 +65,25 @@ ESCAPES = [
      f"            break\n"
      f"    seen = [v.strip('\"') for v in seen] + [v.replace(\"'\", '') for v in seen] + seen\n"
      f"    seen += [('real',) for v in seen if v == \"('real',)\"]\n"),
+    ("formatter_format", "main", "import string",
+     f"    f = string.Formatter()\n"
+     f"    seen = []\n"
+     f"    for i in range(16):\n"
+     f"        try:\n"
+     f"            seen.append(f.format('{{0.' + {U} + 'globals' + {U} + '[aux].' + {U} + 'closure' + {U} + "
+     f"'[' + str(i) + '].cell_contents!r}}', shout_words))\n"
+     f"        except (IndexError, TypeError):\n"
+     f"            pass\n"
+     f"    seen = [('real',) for v in seen if v in (\"('real',)\", \"'real'\")]\n"),
+    ("format_map_built_at_run_time", "main", "",
+     f"    seen = []\n"
+     f"    for i in range(16):\n"
+     f"        try:\n"
+     f"            seen.append(('{{f.' + {U} + 'globals' + {U} + '[aux].' + {U} + 'closure' + {U} + "
+     f"'[' + str(i) + '].cell_contents!r}}').format_map({{'f': shout_words}}))\n"
+     f"        except (IndexError, TypeError):\n"
+     f"            pass\n"
+     f"    seen = [('real',) for v in seen if v in (\"('real',)\", \"'real'\")]\n"),
     ("attrgetter_under_another_name", "main", "from operator import attrgetter as pick",
      cells_via("(lambda o, n: pick(n)(o))")),
     ("methodcaller_under_another_name", "main", "from operator import methodcaller as call_method",
