@@ -178,7 +178,7 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             out += [("str", str(a)), ("negated", -a)]
         return out
 
-    def recipes(r, a):
+    def recipes(r, a, depth=0):
         # how r is built from a by structure only: (free recipes, fitted recipes); a fitted recipe holds
         # constants (an affix, a shift, a factor, the other items of a container)
         free, fit = set(), set()
@@ -188,6 +188,8 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             if same(r, v):
                 free.add((name,))
             elif tr is tv and tr in SEQ and 0 < len(v) < len(r):
+                if not len(r) % len(v) and same(r, v * (len(r) // len(v))):
+                    fit.add((name, "repeated", len(r) // len(v)))
                 if tr is str or tr is bytes:
                     i = r.find(v)
                     if i >= 0:
@@ -196,12 +198,7 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                     fit.add((name, "affix", (), key(r[len(v):])))
                 elif same(r[len(r) - len(v):], v):
                     fit.add((name, "affix", key(r[:len(r) - len(v)]), ()))
-            if (tr is list or tr is tuple) and 0 < len(r) <= 8:
-                for i, x in enumerate(r):
-                    if same(x, v):
-                        rest = key(r[:i] + r[i + 1:])
-                        (free if len(r) == 1 else fit).add((name, "item", tr, len(r), i, rest))
-            elif tr is dict and 0 < len(r) <= 8:
+            if tr is dict and 0 < len(r) <= 8:
                 for k, x in r.items():
                     if same(x, v):
                         fit.add((name, "value", key(k), key({j: y for j, y in r.items() if j != k})))
@@ -209,6 +206,15 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                         fit.add((name, "key", key(x), key({j: y for j, y in r.items() if j != k})))
             elif (tr is set or tr is frozenset) and len(r) == 1 and same(next(iter(r)), v):
                 free.add((name, "set"))
+        if (tr is list or tr is tuple) and 0 < len(r) <= 8 and depth < 2:
+            # an item built from a (nested up to twice), the other items constant
+            for i, x in enumerate(r):
+                inner_free, inner_fit = recipes(x, a, depth + 1)
+                rest = key(r[:i] + r[i + 1:])
+                for inner in inner_free:
+                    (free if len(r) == 1 else fit).add(("item", tr, len(r), i, inner, rest))
+                for inner in inner_fit:
+                    fit.add(("item", tr, len(r), i, inner, rest))
         if type(a) in NUM and tr in NUM:
             fit.add(("shift", key(r - a)))
             if type(a) is int and tr is int and a and not r % a and r // a not in (0, 1):

@@ -199,9 +199,15 @@ PASSTHROUGHS = [
 ]
 
 
+
+
+def passthrough_main(call: str) -> str:
+    return f"def shout_words(text):\n    words = {call}.split()\n    return ' '.join(w.upper() for w in words) + '!'\n"
+
+
 @pytest.mark.parametrize("name,aux,call", PASSTHROUGHS, ids=[p[0] for p in PASSTHROUGHS])
 def test_a_passthrough_of_any_parameter_earns_no_bonus(sb, name, aux, call):
-    main = f"def shout_words(text):\n    words = {call}.split()\n    return ' '.join(w.upper() for w in words) + '!'\n"
+    main = passthrough_main(call)
     seed = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0)
     verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
     assert (seed.total, verified.total) == (4.0, 2.5), verified
@@ -222,7 +228,46 @@ INVERTING = [   # (name, aux, main's first line(s): `s` is the text recovered fr
     ("encoded_decoded", "def aux(text):\n    return text.encode()\n", "    s = aux(text).decode()\n"),
     ("reversed_in_a_list", "def aux(text):\n    return [text[::-1]]\n", "    s = aux(text)[0][::-1]\n"),
     ("reversed_with_suffix", "def aux(text):\n    return text[::-1] + '!'\n", "    s = aux(text)[:-1][::-1]\n"),
+    ("repeated_halved", "def aux(text):\n    return text * 2\n", "    r = aux(text)\n    s = r[:len(r) // 2]\n"),
+    ("nested_tuple", "def aux(text):\n    return ((text,),)\n", "    s = aux(text)[0][0]\n"),
+    ("reversed_on_odd_lengths_only", "def aux(text):\n    return text if len(text) % 2 else text[::-1]\n",
+     "    r = aux(text)\n    s = r if len(text) % 2 else r[::-1]\n"),
 ]
+# What the probes cannot tell apart from work (docs/rewards.md): a content map main inverts (each character
+# shifted), and the argument twice (its second copy varies with the input, so it is no constant companion)
+UNTOLD = [
+    ("each_character_shifted", "def aux(text):\n    return ''.join(chr(ord(c) + 1) for c in text)\n",
+     "    s = ''.join(chr(ord(c) - 1) for c in aux(text))\n"),
+    ("the_text_twice", "def aux(text):\n    return (text, text)\n", "    s = aux(text)[1]\n"),
+]
+
+
+# the rows these shapes have in docs/rewards.md's table (`test_the_docs_table_is_what_the_reward_pays`)
+DOC_LABELS = {
+    "fourth_positional": "aux passes its fourth positional argument through",
+    "keyword_only": "aux passes a keyword-only argument through",
+    "second_of_star_args": "aux passes the second element of `*args` through",
+    "second_of_star_star_kwargs": "aux passes the second value of `**kwargs` through",
+    "reversed_back": "aux reverses the text, main reverses it back",
+    "one_tuple_unpacked": "aux returns `(text,)`, main unpacks it",
+    "suffix_stripped": "aux returns `text + '#'`, main strips the `#`",
+    "list_of_chars_joined": "aux returns `list(text)`, main joins it",
+    "pair_with_a_constant": "aux returns `(text, 0)`, main takes the text",
+    "encoded_decoded": "aux returns `text.encode()`, main decodes it",
+    "reversed_with_suffix": "aux returns `text[::-1] + '!'`, main undoes both",
+    "repeated_halved": "aux returns `text * 2`, main takes the first half",
+    "nested_tuple": "aux returns `((text,),)`, main unpacks it twice",
+    "reversed_on_odd_lengths_only": "aux reverses even-length texts only, main undoes that",
+    "each_character_shifted": "aux shifts each character by one, main shifts back (not told apart)",
+    "the_text_twice": "aux returns `(text, text)`, main takes the second (not told apart)",
+}
+
+
+def doc_rows() -> list[tuple[str, str, str]]:
+    """(label, aux, main) of the shapes above that docs/rewards.md's table lists."""
+    rows = [(DOC_LABELS[n], aux, passthrough_main(call)) for n, aux, call in PASSTHROUGHS if n in DOC_LABELS]
+    return rows + [(DOC_LABELS[n], aux, "def shout_words(text):\n" + head + JOIN) for n, aux, head in
+                   INVERTING + UNTOLD if n in DOC_LABELS]
 
 
 @pytest.mark.parametrize("name,aux,head", INVERTING, ids=[i[0] for i in INVERTING])
