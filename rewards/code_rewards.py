@@ -23,8 +23,9 @@ Per (aux completion, main completion) pair:
    code of main that can run (dead branches, code after a return, nested functions never called are dropped)
    and on data flow; `rewards.code_cleaning` states the rules.
    With `cooperation="verified"` (`code_reward.cooperation: verified`) the bonus is paid only for what runs: the
-   pair is run again with aux raising, passing an argument through, returning one value for every call, and
-   returning other values of the same kind, and each time some test that passed must fail
+   pair is run again with aux raising, handing main its argument wherever aux's result is that argument under a
+   structure-only transform, returning one value for every call, and returning other values of the same kind,
+   and each time some test that passed must fail
    (`rewards.coop_probes` states the rules); the bonus is then scaled by the share of tests passed. The seed's
    rule (`cooperation="seed"`, the default) reproduces the paper; docs/rewards.md compares the two.
 Single agent (GRPO/AC baselines): no aux term, no bonus: 0.6 + 0.5 + pass fraction = 2.1 at most.

@@ -3,34 +3,38 @@ text of main says.
 
 The seed's rule (`rewards.code_cleaning.cooperation`) reads main's code: it pays an aux that does no work (an
 identity, a constant `''` joined to the answer, an aux that always raises inside main's `try`, a call in a branch
-that never runs). Here the pair is run again with aux changed, and every verdict is a test verdict, decided in the
-sandbox's worker from plain data (`rewards.sandbox`), never a record the program could write:
+that never runs, an aux whose result main just inverts). Here the pair is run again with aux changed, and every
+verdict is a test verdict, decided in the sandbox's worker from plain data (`rewards.sandbox`), never a record
+the program could write:
 
 1. raise: aux replaced by a stub that raises. Some test that passed must now fail: aux is called while a
    passing test runs, and main cannot do without it (a `try` that falls back to main's own answer pays nothing).
-2. passthrough: aux runs as it is, but main gets one of its arguments back instead of its result (each of its
-   first `MAX_PARAMS` parameters, the first of `*args`, the first of `**kwargs`). Some test that passed must fail
-   each time: aux's results are not a passthrough of one of its arguments (aux's side effects still happen, so a
-   side channel from aux to main does not count as a result).
+2. derived: aux runs; wherever its result is one of its arguments (any parameter, each element of `*args`, each
+   value of `**kwargs`, the defaults a call leaves out) under a structure-only transform (`derived` in
+   `_WRAPPER`: the argument itself, reversed, re-typed, negated, repeated, an item of a tuple, list or dict,
+   with a constant affix, shift or integer factor that is the same on every call), main gets aux's own result;
+   elsewhere main gets aux's first argument. Some test that passed must fail: aux's results are not its
+   arguments in a form main just undoes (aux's side effects still happen, so a side channel from aux to main
+   does not count as a result).
 3. constant: aux's real results replaced by its first result, for every call of the run. Some test that passed
    must fail: aux's results are not one value for every call.
 4. other values: each result replaced by another value of the same kind (`other` in `_WRAPPER`: a number
-   scrambled, another string, the sequence reversed with each item changed, a bool negated). Some test that passed must fail: main needs
-   what aux computes, not only that it was called.
+   scrambled, another string, the sequence reversed with each item changed, a bool negated). Some test that
+   passed must fail: main needs what aux computes, not only that it was called.
 5. control: the pair as it is, once more. Its verdicts must be those of the scored run: a program that fails
    tests by chance (a random bit, a clock) would otherwise fail the probes by chance.
 
-Probes 2 and 3 behave exactly like the degenerate auxes they stand for (with an identity aux, the passthrough
-probe returns the very object aux would), so no program can tell them apart. Probes 2-4 wrap the real aux: only
-the results main sees are replaced (aux's calls of itself get the real ones), and a wrapper that cannot copy or
-change a value (a structure too deep, a type it does not know) returns it unchanged, which makes the check fail,
-never pass. The scored run of verified mode runs aux behind the same wrapper, passing every result through
-(`scored_aux`), so that the probes and the scored run have the same frames and names. What a program could use to see the probes at all (reading aux as an
-object rather than calling it, introspection, frames, dunders, `is` between two computed values, clocks, random
-numbers, string hashes, imports outside a plain-computation allow-list) is refused up front by `probe_gate`: no
-bonus. The bonus is then scaled by the
-share of tests passed, so a main that passes 1 test of 8 while branching on aux cannot outscore a correct main
-that does not call aux.
+Probes 2 and 3 behave exactly like the degenerate auxes they stand for (with an identity aux, the derived probe
+returns the very object aux would), so no program can tell them apart by the values. Probes 2-4 wrap the real
+aux: only the results main sees are replaced (aux's calls of itself get the real ones), and a wrapper that cannot
+copy or change a value (a structure too deep, a type it does not know) returns it unchanged, which makes the check
+fail, never pass. The scored run of verified mode runs aux behind the same wrapper (`scored_aux`), and every run
+computes every mode's stand-in for every result before picking its own: the runs differ in one string of the
+program, not in frames, names or work. What a program could read that string with (attributes by computed names,
+introspection, frames, string evaluation, `is` between two computed values, clocks, imports outside a
+plain-computation allow-list) is refused up front by the gate, `rewards.coop_gate.probe_gate`: no bonus. The
+bonus is then scaled by the share of tests passed, so a main that passes 1 test of 8 while branching on aux
+cannot outscore a correct main that does not call aux.
 """
 
 from __future__ import annotations
