@@ -117,10 +117,13 @@ def _suite(test: str, entry_point: str, prompt: str) -> TestSuite:
 
 @lru_cache(maxsize=2048)
 def _helper_names(prompt: str, entry_point: str) -> tuple[str, ...]:
+    """The names of the functions and classes the prompt defines besides the entry point (the gate's globals)."""
     names = []
     for helper in _prompt_parts(prompt, entry_point)[1]:
-        node = parse_python(helper).body[0]
-        names.append(node.name)
+        try:
+            names.append(parse_python(helper).body[0].name)
+        except (*PARSE_ERRORS, IndexError, AttributeError):   # a helper the gate then does not know: refused
+            pass
     return tuple(names)
 
 
@@ -179,7 +182,8 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     suite = _suite(test, entry_point, prompt)
     return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
                      entry_point=entry_point, single_agent=single_agent, aux_src=aux_src,
-                     imports=tuple(dict.fromkeys(pieces)), helper_names=_helper_names(prompt, entry_point),
+                     imports=tuple(dict.fromkeys(pieces)),
+                     helper_names=_helper_names(prompt, entry_point) if verified else (),
                      assemble=assemble)
 
 
