@@ -30,8 +30,9 @@ IDENTITY = "def aux(text):\n    return text\n"
 WORK = "    words = aux(text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n"
 # Whether `seen` (what the escape read of the wrapper: its cells, its frame's locals) says this is the scored run.
 # Before issue 34 the wrapper's mode was ('real',) in the scored and control runs, a tuple naming the probe
-# otherwise; now it is 'real' or the probe's name: both are matched.
-SCORED = "any(v == ('real',) or v == 'real' for v in seen)"
+# otherwise; now it is 0 in the scored and control runs, another small int in a probe: both are matched (the
+# wrapper's other cells hold functions, lists and the parameter names, never a bare int).
+SCORED = "any(v == ('real',) or (type(v) == int and v == 0) for v in seen)"
 U = "'_' * 2"   # a dunder, built at run time
 
 
@@ -41,8 +42,7 @@ def cells_via(get: str) -> str:
             f"    seen = [{get}(c, 'cell_contents') for c in {get}(wrapper, {U} + 'closure' + {U})]\n")
 
 
-FRAMES_UP = ("    seen = []\n    while frame is not None:\n        seen += list(frame.f_locals.values())\n"
-             "        frame = frame.f_back\n")
+FRAME_LOCALS = "    seen = list(frame.f_locals.values())\n"   # `frame`: aux's caller, the wrapper
 
 # (name, the function that looks: main or aux, the completion's import line, the lines that fill `seen`)
 ESCAPES = [
@@ -63,8 +63,7 @@ ESCAPES = [
      f"            seen.append(field.format(shout_words))\n"
      f"        except IndexError:\n"
      f"            break\n"
-     f"    seen = [v.strip('\"') for v in seen] + [v.replace(\"'\", '') for v in seen] + seen\n"
-     f"    seen += [('real',) for v in seen if v == \"('real',)\"]\n"),
+     f"    seen = [('real',) for v in seen if v in (\"('real',)\", '0')]\n"),
     ("formatter_format", "main", "import string",
      f"    f = string.Formatter()\n"
      f"    seen = []\n"
@@ -74,7 +73,7 @@ ESCAPES = [
      f"'[' + str(i) + '].cell_contents!r}}', shout_words))\n"
      f"        except (IndexError, TypeError):\n"
      f"            pass\n"
-     f"    seen = [('real',) for v in seen if v in (\"('real',)\", \"'real'\")]\n"),
+     f"    seen = [('real',) for v in seen if v in (\"('real',)\", '0')]\n"),
     ("format_map_built_at_run_time", "main", "",
      f"    seen = []\n"
      f"    for i in range(16):\n"
@@ -83,7 +82,7 @@ ESCAPES = [
      f"'[' + str(i) + '].cell_contents!r}}').format_map({{'f': shout_words}}))\n"
      f"        except (IndexError, TypeError):\n"
      f"            pass\n"
-     f"    seen = [('real',) for v in seen if v in (\"('real',)\", \"'real'\")]\n"),
+     f"    seen = [('real',) for v in seen if v in (\"('real',)\", '0')]\n"),
     ("attrgetter_under_another_name", "main", "from operator import attrgetter as pick",
      cells_via("(lambda o, n: pick(n)(o))")),
     ("methodcaller_under_another_name", "main", "from operator import methodcaller as call_method",
@@ -108,14 +107,14 @@ ESCAPES = [
      "    seen = [c.cell_contents for c in shout_words.__globals__['aux'].__closure__]\n"
      "    seen += [f'{seen!r}']\n"),
     ("traceback_frame_of_the_caller", "aux", "",
-     "    try:\n        1 / 0\n    except ZeroDivisionError as e:\n        frame = e.__traceback__.tb_frame\n"
-     + FRAMES_UP),
+     "    try:\n        1 / 0\n    except ZeroDivisionError as e:\n        frame = e.__traceback__.tb_frame.f_back\n"
+     + FRAME_LOCALS),
     ("generator_frame_of_the_caller", "aux", "",
-     "    def gen():\n        yield g.gi_frame.f_back\n    g = gen()\n    frame = next(g).f_back\n" + FRAMES_UP),
+     "    def gen():\n        yield g.gi_frame.f_back\n    g = gen()\n    frame = next(g).f_back\n" + FRAME_LOCALS),
     ("statistics_sys_getframe", "aux", "import statistics",
-     "    frame = statistics.sys._getframe(1)\n" + FRAMES_UP),
+     "    frame = statistics.sys._getframe(1)\n" + FRAME_LOCALS),
     ("eval_of_a_built_string", "aux", "",
-     "    frame = eval('_' * 2 + 'import' + '_' * 2 + \"('sys')._getframe(2)\")\n" + FRAMES_UP),
+     "    frame = eval('_' * 2 + 'import' + '_' * 2 + \"('sys')._getframe(2)\")\n" + FRAME_LOCALS),
 ]
 
 
@@ -319,3 +318,18 @@ def test_a_probe_run_is_bounded_like_the_scored_run(sb):
     spent = time.monotonic() - t0
     assert verified.total == 4.0, verified   # aux does the work: the bound does not cost the bonus
     assert spent < 2.0, spent
+
+
+def test_a_run_s_total_time_is_bounded_in_the_sandbox(sb):
+    # `total_s` bounds a whole run: each test sleeps 0.3 s, under its 1 s timeout; past 0.5 s in all, the tests
+    # are cut and counted as timed out
+    from rewards.sandbox import TestSuite
+    program = "import time\n\ndef f(x):\n    time.sleep(0.3)\n    return x\n"
+    suite = TestSuite("f", tuple(("test", f"assert candidate({k}) == {k}", f"t{k}") for k in range(6)))
+    t0 = time.monotonic()
+    report = sb.run_detailed(program, suite, 1.0, 10, total_s=0.5)
+    spent = time.monotonic() - t0
+    assert [o.passed for o in report.outcomes][:1] == [True] and not report.outcomes[-1].passed
+    assert all(o.timed_out for o in report.outcomes if not o.passed)
+    assert spent < 1.5 and report.elapsed_s < 1.5, spent
+    assert all(o.passed for o in sb.run_detailed(program, suite, 1.0, 10).outcomes)   # unbounded: all pass
