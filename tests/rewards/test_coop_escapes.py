@@ -185,6 +185,22 @@ def test_plain_programs_pass_the_gate():
         "imports get_type_hints from typing"
 
 
+def test_humaneval_solutions_pass_the_gate_as_mains():
+    # the allow-list refuses what a pure program does not do, not plain code: every canonical solution but one
+    # (HumanEval/160 calls eval) passes it as a main that would call aux
+    from envs.code_generation.data import load_problems
+    from rewards.code_cleaning import clean_completion, prompt_helpers, prompt_imports
+    refused = []
+    for p in load_problems({"type": "humaneval"}, "test"):
+        main = clean_completion(p.prompt + p.extra["canonical_solution"], p.entry_point)
+        body = main.function + f"\n\n\ndef caller(x):\n    return {p.entry_point}(aux(x))\n"
+        helpers = [h.split("(")[0].split()[-1] for h in prompt_helpers(p.prompt, p.entry_point)]
+        why = probe_gate(IDENTITY, body, prompt_imports(p.prompt) + list(main.imports), helpers=helpers)
+        if why:
+            refused.append((p.task_id, why))
+    assert refused == [("HumanEval/160", "main uses eval")]
+
+
 # ------------------------------------------------------------------------------------ every parameter is probed
 
 PASSTHROUGHS = [
