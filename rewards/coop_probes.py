@@ -246,10 +246,34 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             return True
         return False
 
+    def size(v, limit):
+        # the nodes of plain data v (a string counts one per 64 characters), counted up to limit + 1
+        n, todo = 0, [v]
+        while todo and n <= limit:
+            x = todo.pop()
+            t = type(x)
+            n += 1
+            if t is str or t is bytes:
+                n += len(x) // 64
+            elif t is list or t is tuple or t is set or t is frozenset:
+                todo.extend(x)
+            elif t is dict:
+                todo.extend(x.keys())
+                todo.extend(x.values())
+        return n
+
+    budget = [STAND_IN_BUDGET]   # nodes of results the stand-ins may look at in one run
+
     def stand_ins(value, args, kwargs):
         # what each mode hands main for this result; every mode computes all of them (the same work, so that no
-        # run is slower than another for the wrapper's sake), each falling back to aux's own result
+        # run is slower than another for the wrapper's sake), each falling back to aux's own result. Past the
+        # run's budget (a big result, many calls) every mode hands main aux's own result: the same in every run,
+        # and no probe then fails a test for it (the conservative side)
         out = [value, value, value, value]   # indexed by the mode: real, other values, constant, derived
+        cost = size(value, min(budget[0], STAND_IN_CALL_LIMIT))
+        budget[0] -= cost
+        if budget[0] < 0 or cost > STAND_IN_CALL_LIMIT:
+            return out
         try:
             out[1] = other(value)
         except BaseException:
@@ -318,9 +342,17 @@ def _signature(aux_src: str, aux: str) -> tuple[tuple[str, ...], tuple[str, ...]
 WRAPPER_MODES = {"real": 0, "other": 1, "constant": 2, "derived": 3}
 
 
+# Bounds of the stand-ins' work in one run (every run does it, the scored one too): nodes of one result, and of
+# all results together (about 0.2 s of the wrapper's time at most).
+STAND_IN_CALL_LIMIT = 4096
+STAND_IN_BUDGET = 100_000
+
+
 def _wrapped(aux_src: str, mode: str, signature: tuple) -> str:
     arguments = ", ".join(repr(x) for x in (WRAPPER_MODES[mode], *signature))
-    return aux_src.rstrip("\n") + "\n\n" + _WRAPPER.replace("MODE", arguments)
+    wrapper = _WRAPPER.replace("STAND_IN_CALL_LIMIT", str(STAND_IN_CALL_LIMIT)).replace(
+        "STAND_IN_BUDGET", str(STAND_IN_BUDGET))
+    return aux_src.rstrip("\n") + "\n\n" + wrapper.replace("MODE", arguments)
 
 
 def scored_aux(aux_src: str, aux: str = "aux") -> str:
