@@ -349,3 +349,16 @@ def test_a_run_s_total_time_is_bounded_in_the_sandbox(sb):
     assert all(o.timed_out for o in report.outcomes if not o.passed)
     assert spent < 1.5 and report.elapsed_s < 1.5, spent
     assert all(o.passed for o in sb.run_detailed(program, suite, 1.0, 10).outcomes)   # unbounded: all pass
+
+
+def test_the_runs_differ_in_one_small_int_only():
+    # the scored run, the control run and the probes that keep aux's body: one program text, but for the digit
+    # that picks the stand-in (before issue 34 the mode was a tuple whose strings and lengths differed)
+    from rewards.coop_probes import probe_programs, scored_aux
+    for aux in (SPLIT_AUX, "def aux(a, *rest, k=1, **kw):\n    return [a, k]\n"):
+        scored = scored_aux(aux)
+        programs = dict(probe_programs(aux))
+        assert programs["control"] == scored
+        for name in ("derived", "constant", "other values"):
+            assert len(programs[name]) == len(scored)
+            assert sum(a != b for a, b in zip(programs[name], scored)) == 1, name
