@@ -219,20 +219,22 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                     (free if len(r) == 1 else fit).add(("item", tr, len(r), i, inner, rest))
                 for inner in inner_fit:
                     fit.add(("item", tr, len(r), i, inner, rest))
-        if type(a) in NUM and tr in NUM:
-            fit.add(("shift", key(r - a)))
-            if type(a) is int and tr is int and a and not r % a and r // a not in (0, 1):
-                fit.add(("scale", r // a))
+        if tr in NUM:
+            for name, v in views(a):   # a number shifted or scaled by a constant (a itself, or negated: ~a)
+                if type(v) in NUM:
+                    fit.add((name, "shift", key(r - v)))
+                    if type(v) is int and tr is int and v and not r % v and r // v not in (0, 1):
+                        fit.add((name, "scale", r // v))
         return free, fit
 
     def derived(value, values):
         # True when aux's result is one of its arguments under a structure-only transform (free), or under a
         # fitted one that every derived call so far shares (the same affix, shift, factor, other items)
         free, fit = set(), set()
-        for a in values:
+        for j, a in enumerate(values):   # a fitted recipe is one of argument j: the same argument on every call
             f, g = recipes(value, a)
             free |= f
-            fit |= g
+            fit |= {(j,) + recipe for recipe in g}
         if free:
             return True
         if not fit:

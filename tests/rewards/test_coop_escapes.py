@@ -305,7 +305,9 @@ NUMERIC = {"prompt": "def count_up(n: int) -> int:\n    '''The sum 0 + 1 + ... +
     ("def aux(n):\n    return -n\n", "-aux(n)"),
     ("def aux(n):\n    return 3 * n\n", "aux(n) // 3"),
     ("def aux(n):\n    return str(n)\n", "int(aux(n))"),
-], ids=["shifted", "negated", "scaled", "to_text"])
+    ("def aux(n):\n    return ~n\n", "~aux(n)"),
+    ("def aux(n):\n    return [n - 7]\n", "aux(n)[0] + 7"),
+], ids=["shifted", "negated", "scaled", "to_text", "inverted_bits", "shifted_in_a_list"])
 def test_a_numeric_aux_main_inverts_earns_no_bonus(sb, aux, undo):
     main = f"def count_up(n):\n    m = {undo}\n    return m * (m + 1) // 2\n"
     seed = code_reward(NUMERIC, aux, main, sandbox=sb, timeout_s=2.0)
