@@ -283,3 +283,26 @@ def test_a_float16_agent_is_refused_with_one_clear_error():
     lora = tiny_config("agent_model.torch_dtype=float16", "agent_model.lora.r=4")
     agent, = build_team(Run.of(lora, "magrpo"), 1)   # float32 adapters over frozen float16 weights train
     assert {p.dtype for p in agent.model.parameters() if p.requires_grad} == {torch.float32}
+
+
+@pytest.mark.slow   # 8,000 optimizer steps: ~7 s
+def test_the_bf16_bench_runs_2000_nonstationary_steps_by_default(monkeypatch, capsys):
+    """bench/bf16_updates.py with its defaults (on 1,000 weights): 2,000 steps whose gradient scale drops at step
+    700, the four runs' retention and second-moment error, and the summary line last."""
+    import runpy
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bf16_updates.py"
+    monkeypatch.setattr(sys, "argv", ["bf16_updates.py", "--device", "cpu", "--size", "1000"])
+    runpy.run_path(str(bench), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1000 + 64 weights, gradient scale x0.1 from step 700"
+    figures = {tuple(line.split(":")[0].split()): line for line in lines[1:-1]}
+    assert set(figures) == {(run, part) for run in ("pure", "optimi", "default") for part in ("matrix", "norm", "all")}
+
+    def figure(run: str, name: str) -> float:
+        return float(figures[(run, "all")].split(f"{name} ")[1].split(",")[0].rstrip("%"))
+    assert figure("default", "v error") < 0.01 and figure("optimi", "v ratio") > 3 and figure("pure", "v ratio") > 2
+    assert abs(figure("default", "retention") - 1) < 0.02 and figure("pure", "retention") < 0.5
+    assert lines[-1].startswith("bf16 update retention (cpu, lr 2e-05, 2000 steps): pure 0.")
+    assert lines[-1].endswith(f"default {figure('default', 'retention'):.3f}")
