@@ -75,7 +75,8 @@ WORK=${WORK:-/tmp/cooprl_gpu_check_$DEVICE}
 mkdir -p "$WORK/cooprl"
 export COOPRL_GPU_CHECK_WORK="$WORK" COOPRL_GPU_CHECK_DEVICE="$DEVICE" TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export WANDB_MODE=disabled PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-if [ -d "$PREP/wheels" ] && [ "$DRY_RUN" = 0 ]; then   # the prepared wheels: installed into the work folder, else imported from the zips
+# the prepared wheels: installed into the work folder, else imported from the zips (not for a dry run)
+if [ -d "$PREP/wheels" ] && [ "$DRY_RUN" = 0 ]; then
     if "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" "$PREP"/wheels/*.whl 2>/dev/null; then
         PYTHONPATH="$PYTHONPATH:$WORK/site"
     else

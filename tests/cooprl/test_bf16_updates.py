@@ -112,7 +112,8 @@ def test_resumed_kahan_optimizer_equals_uninterrupted():
     for a, b in zip(whole.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
         for key, value in whole_optimizer.state[a].items():
-            assert value.dtype == resumed_optimizer.state[b][key].dtype and torch.equal(value, resumed_optimizer.state[b][key])
+            resumed_value = resumed_optimizer.state[b][key]
+            assert value.dtype == resumed_value.dtype and torch.equal(value, resumed_value)
 
 
 def saved_and_loaded(state: dict) -> dict:
