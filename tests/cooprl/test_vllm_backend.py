@@ -91,8 +91,8 @@ class FakeLLM:
     def sleep(self, level=1):
         self.events.append(f"sleep{level}")
 
-    def wake_up(self):
-        self.events.append("wake_up")
+    def wake_up(self, tags=None):
+        self.events.append("wake_up" if tags is None else "wake_up:" + ",".join(tags))
 
     def apply_model(self, func):
         self.events.append("apply_model")
@@ -489,6 +489,8 @@ def test_lora_sync_needs_a_lora_model(tiny, fake_vllm):
 
 
 def test_a_sleeping_engine_sleeps_once_per_update_and_wakes_to_sample(fake_vllm, monkeypatch):
+    """Merged sync: the engine sleeps at level 2 (its weights discarded: the next sample loads them anyway) and wakes
+    in vLLM's order for weight updates: the weights' memory, the load, then the KV cache."""
     model = load_causal_lm(TINY_RANDOM, device="cpu")   # its own: the engine hooks the model's forward
     gen = make_generator((model, load_tokenizer(TINY_RANDOM)), fake_vllm, sleep=True)
     engine = FakeLLM.instances[-1]
@@ -505,12 +507,35 @@ def test_a_sleeping_engine_sleeps_once_per_update_and_wakes_to_sample(fake_vllm,
     assert engine.events == ["load", "reset", "generate", "generate"]
     model(input_ids=ids).logits.sum().backward()   # the update: asleep from its first forward on, once
     model(input_ids=ids)
-    assert engine.events[4:] == ["sleep1"]
-    gen.mark_stale()                      # the update's step: wake, push the new weights, sample
+    assert engine.events[4:] == ["sleep2"]
+    gen.mark_stale()                      # the update's step: wake with the new weights, sample
     gen.sample(["x"], 1, params)
-    assert engine.events[5:] == ["empty_cache", "wake_up", "load", "reset", "generate"]
+    woken = ["empty_cache", "wake_up:weights", "load", "wake_up:kv_cache", "reset"]
+    assert engine.events[5:] == [*woken, "generate"]
+    # an update that took no step (a non-finite loss) changed no weight, but the sleep discarded the engine's
+    del engine.events[:]
+    model(input_ids=ids).logits.sum().backward()
+    gen.sample(["x"], 1, params)
+    assert engine.events == ["sleep2", *woken, "generate"]
+    torch.testing.assert_close(engine.engine_model.loads[-1]["model.embed_tokens.weight"],
+                               model.get_input_embeddings().weight)
     with pytest.raises(ConfigError, match="one engine per process"):
         make_generator((model, load_tokenizer(TINY_RANDOM)), fake_vllm, sleep=True)   # a second sleeping engine
+
+
+def test_a_sleeping_lora_engine_keeps_its_base_weights_at_level_1(fake_vllm, tmp_path):
+    """LoRA sync never pushes weights (the engine's base weights never change): it sleeps at level 1, which keeps
+    them in CPU memory, and wakes whole."""
+    model = lora_model()
+    gen = make_generator((model, load_tokenizer(TINY_RANDOM)), fake_vllm, sleep=True, weight_sync="lora",
+                         adapter_dir=str(tmp_path))
+    engine = FakeLLM.instances[-1]
+    params = SamplingParams(max_new_tokens=2, temperature=1.0)
+    gen.sample(["x"], 1, params)
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    gen.mark_stale()
+    gen.sample(["x"], 1, params)
+    assert engine.events == ["generate", "sleep1", "wake_up", "generate"]
 
 
 def test_building_an_engine_leaves_our_random_state_alone(tiny, fake_vllm, monkeypatch):
