@@ -1,4 +1,5 @@
-"""One sandbox worker: started by `rewards.sandbox.Sandbox` as `python -I _sandbox_worker.py CONFIG_JSON`.
+"""One sandbox worker: started by `rewards.sandbox.Sandbox` as `python -s -P _sandbox_worker.py CONFIG_JSON` with
+PYTHONHASHSEED fixed (`rewards.sandbox.WORKER_HASH_SEED`) and nothing else of the caller's environment.
 
 Stdlib only; the trainer imports only its framing (`frame`, `unframe`). Three kinds of process take part,
 all below the trainer:
@@ -927,6 +928,7 @@ class _Job:
         self.unit = 0                # index of the unit running
         self.timeouts = 0
         self.code = None             # the program, compiled and marshalled
+        self.judge = None            # the _Judge of a judged suite's tests (started at its first test)
 
     # -- child management
     def spawn(self, calls=()):
@@ -1103,13 +1105,38 @@ class _Job:
                 self.calls, self.output, self.load_error = _CallPlan(), bytearray(), None
                 return self.run_units()
         finally:
+            self.close_judge()
             self.kill(wait=False)
+
+    def judged_unit(self, src):
+        """Return the error of one judged test ('' when it held), evaluated in the job's bounded judge
+        (`_Judge`); a judge that ran past its deadline, broke or saw a call raise is closed."""
+        if self.judge is None:
+            self.judge = _Judge(self.job, self.w.cfg["limits"]["memory_mb"])
+        try:
+            return self.judge.evaluate(src, self)
+        except _JudgeBroke:
+            self.close_judge()
+            return "the test ran past its memory or CPU bound"
+        except _Timeout:
+            self.flag = "timeout"
+            self.close_judge()
+            raise
+        except BaseException:
+            self.close_judge()
+            raise
+
+    def close_judge(self):
+        judge, self.judge = self.judge, None
+        if judge is not None:
+            judge.close()
 
     def run_units(self):
         job = self.job
         timeout_s = float(job["timeout_s"])
         max_timeouts = int(job["max_timeouts"])
         trusted = job.get("trusted", True)
+        judged = job.get("judged", False)
         env = {"__name__": "__check__", "__builtins__": builtins}
         for src in job["context"]:
             try:
@@ -1122,23 +1149,23 @@ class _Job:
         self.timeouts = 0
         for index, (kind, src, text) in enumerate(job["units"]):
             if kind == "test" and self.timeouts >= max_timeouts:
-                outcomes.append([text, False, f"skipped after {self.timeouts} timeouts", False])
+                outcomes.append([text, False, f"skipped after {self.timeouts} timeouts", False, False])
                 continue
             self.unit = index
             self.flag = None
             self.deadline = time.monotonic() + timeout_s
-            error = ""
+            error, on_values = "", True   # on_values: the test's own evaluation decided (see `TestOutcome`)
             try:
-                if trusted:
+                if judged:
+                    error = self.judged_unit(src)
+                elif trusted:
                     exec(self.w.compiled(src), env)
                 else:
                     self.request(Msg.EXEC, src)
             except _Timeout:
                 pass
-            except _Gone as e:
-                error = str(e)
-            except (_ProgramError, _NotPlainData) as e:
-                error = str(e)
+            except (_Gone, _ProgramError, _NotPlainData) as e:
+                error, on_values = str(e), False
             except AssertionError as e:
                 error = "AssertionError" + (f": {e}" if str(e) else "")
             except BaseException as e:
@@ -1150,16 +1177,147 @@ class _Job:
                 self.timeouts += 1
                 self.kill()
                 if kind == "test":
-                    outcomes.append([text, False, f"timed out after {timeout_s:g} s", True])
+                    outcomes.append([text, False, f"timed out after {timeout_s:g} s", True, False])
                 continue
             if self.flag == "gone":
                 self.kill()
-                error = error or "the program's process ended"
+                error, on_values = error or "the program's process ended", False
             if self.flag == "bad":   # whatever the test made of it (it may catch every exception)
-                error = error or "result is not plain data"
+                error, on_values = error or "result is not plain data", False
             if kind == "test":
-                outcomes.append([text, not error, error, False])
+                outcomes.append([text, not error, error, False, on_values])
         return outcomes
+
+
+# ----------------------------------------------------------------------------------------- the judge of judged tests
+
+JUDGE_MESSAGE = 16 << 20   # bytes of one message from the judge (a call's marshalled arguments; past it the test fails)
+
+
+class _JudgeBroke(Exception):
+    """The judge's process ended in the middle of a test (its CPU or memory bound, or a bug)."""
+
+
+class _Judge:
+    """Where the tests of a judged suite (`job["judged"]`: asserts a model wrote, `rewards.judged_tests`) are
+    evaluated: a fork of the worker, bounded as a program is: address space (what the worker has mapped plus the
+    programs' memory limit), CPU (the job's) and each test's wall-clock deadline, which the worker enforces with
+    SIGKILL. The worker's own checks come only at the candidate's calls, and one C call of a judged expression
+    runs past all of them: `str([str([f(x)])])` nested ten times grows a 1 MB result to 1 GB, in the worker,
+    shared by every program of its slot. In the fork, each call of the candidate is a request to the worker
+    (marshalled arguments), which serves it as usual (`_Job.candidate`: prediction, deadline, decoding) and sends
+    back the decoded plain data; a call that raises ends the fork (the unit's verdict is the worker's, as for a
+    trusted test) and the next unit gets a fresh one."""
+
+    def __init__(self, job, memory_mb):
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _judge_main(job, memory_mb, to_r, from_w)   # never returns
+        os.close(to_r)
+        os.close(from_w)
+        os.set_blocking(to_w, False)
+        self.pid, self.to_w, self.from_r, self.buf = pid, to_w, from_r, bytearray()
+
+    def evaluate(self, src, run):
+        """Return the error of the judged test `src` ('' when it held), its calls served by `run` (a _Job).
+        Raises what the calls raise (`_Job.candidate`), `_Timeout` past the unit's deadline and `_JudgeBroke`
+        when the fork ends; the caller then `close`s it."""
+        self.send(("unit", src), run.deadline)
+        while True:
+            msg = self.receive(run.deadline)
+            if msg[0] == "done":
+                return msg[1]
+            args, kwargs = msg[1]
+            self.send(("value", run.candidate(*args, **kwargs)), run.deadline)
+
+    def send(self, message, deadline):
+        try:
+            _write_all(self.to_w, frame(marshal.dumps(message)), deadline)
+        except TimeoutError:
+            raise _Timeout() from None
+        except OSError:
+            raise _JudgeBroke() from None
+
+    def receive(self, deadline):
+        while True:
+            try:
+                data = unframe(self.buf, JUDGE_MESSAGE)
+            except ValueError:
+                raise _JudgeBroke() from None
+            if data is not None:
+                return marshal.loads(data)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Timeout()
+            if select.select([self.from_r], [], [], left)[0]:
+                chunk = os.read(self.from_r, 1 << 20)
+                if not chunk:
+                    raise _JudgeBroke()
+                self.buf += chunk
+
+    def close(self):
+        """Kill the fork and reap it."""
+        for fd in (self.to_w, self.from_r):
+            os.close(fd)
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+
+
+def _judge_main(job, memory_mb, cmd_r, res_w):
+    """The judge's fork: bound itself, then evaluate units until the worker closes the pipe. Never returns."""
+    try:
+        lo, hi = sorted((cmd_r, res_w))
+        os.closerange(3, lo)   # the worker's protocol, the zygote's socket, the child's pipes: none of its business
+        os.closerange(lo + 1, hi)
+        os.closerange(hi + 1, 1 << 16)
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        mem = mapped + (int(memory_mb) << 20)
+        mem = mem if hard == resource.RLIM_INFINITY else min(mem, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        cpu = int(job["cpu_s"])   # a fork's CPU time starts at 0
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        reader, writer = os.fdopen(cmd_r, "rb"), os.fdopen(res_w, "wb", buffering=0)
+
+        def read():
+            head = reader.read(4)
+            if len(head) < 4:
+                os._exit(0)
+            return marshal.loads(reader.read(_LENGTH.unpack(head)[0]))
+
+        def candidate(*args, **kwargs):
+            try:
+                payload = marshal.dumps(("call", (args, kwargs)))
+            except ValueError:
+                raise TypeError("the test passes arguments that are not plain data") from None
+            writer.write(frame(payload))
+            return read()[1]
+
+        env = {"__name__": "__check__", "__builtins__": builtins}
+        for src in job["context"]:
+            try:
+                exec(compile(src, "<context>", "exec"), env)
+            except BaseException:
+                pass
+        env[job.get("param", "candidate")] = env[job["entry_point"]] = candidate
+        while True:
+            _, src = read()
+            try:
+                exec(compile(src, "<test>", "exec"), env)
+                error = ""
+            except AssertionError as e:
+                error = "AssertionError" + (f": {e}" if str(e) else "")
+            except BaseException as e:
+                error = _describe(e)
+            writer.write(frame(marshal.dumps(("done", error))))
+    finally:
+        os._exit(0)
 
 
 class _ProgramError(Exception):
