@@ -286,3 +286,69 @@ def test_the_data_sets_examples_and_one_line_tests_are_judged():
     # a line break inside a list
     assert unjudged == {"HumanEval/1", "HumanEval/38", "HumanEval/44", "HumanEval/50", "HumanEval/53",
                         "HumanEval/87", "HumanEval/113", "HumanEval/151"}
+
+
+# ------------------------------------------------------------------------ the judge: bounded, and one hash seed
+
+def _peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+@pytest.fixture(scope="module")
+def lone_worker():
+    from rewards.sandbox import Sandbox
+    with Sandbox(workers=1) as sandbox:
+        yield sandbox
+
+
+NESTED_STR_LIST = "assert f(1) != len(" + "str(list(" * 11 + "'ab'" + "))" * 11 + ")"   # 145 chars, ~100M values
+
+
+@pytest.mark.parametrize("hostile", [NESTED_STR_LIST, "assert sum(range(10 ** 10)) == f(1)",
+                                     "assert len('x' * 10 ** 9) == f(1)", "assert [0] * 10 ** 9 != f(1)"],
+                         ids=["nested-str-list", "sum-range", "big-str", "big-list"])
+def test_a_judged_test_runs_under_a_programs_bounds(lone_worker, hostile):
+    # the gate takes the first (the others are built past it, as a gate's bug would let them through): before,
+    # each ran in the worker itself, whose deadline was checked only at the candidate's calls (the first: 4.0 s
+    # under a 1 s limit, the worker's peak memory 19 -> 267 MiB; the sum ran until the trainer gave up on it)
+    import time
+    from rewards.judged_tests import judged_suite
+    if hostile == NESTED_STR_LIST:
+        assert judged_test("f", hostile) is not None
+    pid = lone_worker._slots[0].proc.pid
+    peak = _peak_rss_kib(pid)
+    start = time.monotonic()
+    report = lone_worker.run_detailed("def f(x):\n    return x\n", judged_suite("f", [hostile, "assert f(2) == 2"]),
+                                      1.0, 3)
+    took = time.monotonic() - start
+    assert [o.passed for o in report.outcomes] == [False, True]   # the next test still runs, on the same worker
+    assert took < 2.5, took
+    assert _peak_rss_kib(pid) - peak < 32 << 10                   # the worker did not grow (KiB)
+    assert lone_worker._slots[0].proc.pid == pid                  # nor die
+
+
+def _under_seed(expression: str, seed: str) -> str:
+    """Return repr(eval(expression)) as a fresh interpreter with PYTHONHASHSEED=seed computes it."""
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", f"print(repr({expression}))"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": seed}, check=True)
+    return out.stdout.strip()
+
+
+def test_a_judged_tests_verdict_does_not_depend_on_the_worker():
+    # each `python -I` worker drew its own hash seed (and its programs, forks of it, with it): `str(a_set)` in the
+    # judge and `hash(s)` in a program differed from one worker to the next, so did these verdicts (the set goes
+    # child -> worker -> judge: built three times, as the expected value is)
+    from rewards.judged_tests import judged_suite
+    from rewards.sandbox import WORKER_HASH_SEED, Sandbox
+    words = sorted({"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"})
+    program = "def f(x):\n    return hash(x) if type(x) is str else set(x)\n"
+    tests = [f"assert f('cooprl') == {_under_seed(repr('cooprl') + '.__hash__()', WORKER_HASH_SEED)}",
+             f"assert str(f({words!r})) == {_under_seed(f'str(set(list(set(list(set({words!r}))))))', WORKER_HASH_SEED)}"]
+    for _ in range(2):   # two workers, two draws of the seed before
+        with Sandbox(workers=1) as sandbox:
+            report = sandbox.run_detailed(program, judged_suite("f", tests), 2.0, 2)
+        assert [o.passed for o in report.outcomes] == [True, True], report.outcomes
