@@ -210,7 +210,10 @@ GLOBALS_READER = ("    import sys\n    frame = sys._getframe(1)\n"
                                      PATCHED_MAIN],
                          ids=["always-equal", "equal-int", "frame", "inspect", "module-frame", "patched-main"])
 def test_self_tests_pay_a_hostile_coder_nothing(hostile):
-    problem = Problem("T/0", PROMPT, CHECK, "add", {"canonical_solution": "    return a + b\n"})
+    # a check whose held-out tests no constant passes (the frame readers return 0 or -1 here)
+    check = "def check(candidate):\n" + "".join(f"    assert candidate({a}, {b}) == {a + b}\n"
+                                                for a, b in ((1, 2), (2, 3), (-4, 1), (10, 20)))
+    problem = Problem("T/0", PROMPT, check, "add", {"canonical_solution": "    return a + b\n"})
     codes = [PROMPT + RIGHT, PROMPT + hostile]
     tests = ["assert add(2, 3) == 5", "assert add(-4, 1) == -3", "assert add(10, 20) == 30"]
     scores = score_functions([problem, problem], codes, "self_tests", group_tests=[tests, tests])
@@ -224,8 +227,9 @@ def test_self_tests_drop_the_tests_that_junk_passes():
     codes = [PROMPT + RIGHT, PROMPT + "    return a\n"]
     tautologies = ["assert add(1, 2) == add(1, 2)", "assert add(3, 4) is None or add(3, 4) is not None"]
     scores = score_functions([problem, problem], codes, "self_tests", group_tests=[tautologies, tautologies])
-    # pool: the example add(1, 2) == 3 (the wrong code fails it); the tautologies lent it 2/2.5 before
-    assert [s.total for s in scores] == [2.1, 1.1]
+    # pool: the held-out add(0, 0) == 0, add(-1, 1) == 0, add(2, 5) == 7 (the wrong code passes the first); the
+    # tautologies lent it 2/2.5 before
+    assert [s.total for s in scores] == [2.1, round(1.1 + 1 / 3, 6)]
 
 
 def test_self_tests_score_the_cleaned_program():
@@ -234,8 +238,9 @@ def test_self_tests_score_the_cleaned_program():
     scores = score_functions([problem, problem], codes, "self_tests",
                              group_tests=[["assert add(-1, 1) == 0"], ["assert add(-1, 1) == 0"]])
     assert [s.metrics["hidden_reward"] for s in scores] == [2.1, 1.85]
-    # pool: the example add(1, 2) == 3 and add(-1, 1) == 0; RIGHT passes both, ALMOST the first: weights 1, 0.5
-    assert [s.total for s in scores] == [2.1, round(1.1 + 1 / 1.5, 6)]   # was [1.1, 2.1]: the raw text did not load
+    # pool: the held-out add(0, 0) == 0, add(-1, 1) == 0 (the generated one is the same), add(2, 5) == 7; ALMOST
+    # fails the second
+    assert [s.total for s in scores] == [2.1, round(1.1 + 2 / 3, 6)]   # was [1.1, 2.1]: the raw text did not load
 
 
 # ------------------------------------------------------------------------ the data sets' own tests
@@ -251,7 +256,7 @@ def test_every_reference_built_as_a_coders_code_passes_its_hidden_tests(open_bod
     # with open-body prompts the reference of 160 of HumanEval's 164 problems did not load before
     from envs.code_generation.prompts import open_body as opened
     from envs.code_generation.self_tests import reference_program
-    from rewards.code_rewards import _suite
+    from rewards.code_rewards import hidden_tests_suite as _suite
     from rewards.sandbox import default_sandbox
     sandbox = default_sandbox()
     problems = _problems("humaneval", "humaneval") + _problems("coop", "coophumaneval")
