@@ -10,9 +10,10 @@ such mutants (`wrong_mutants`): each mutation site of the reference, in `ast.wal
     an integer constant n to n + 1               (not bools)
     + to -  and  - to +                          (binary operators)
     and to or,  or to and
-Only the mutants that load and fail some hidden test are kept (a mutant the hidden tests cannot tell from the
-reference may be correct: it is no wrong code), at most `MAX_MUTANTS`, spread over the sites; the hidden-test
-verdicts of the candidates are computed once per problem and cached.
+Only the candidates `fails_hidden` marks are kept (in the rewards: they load, some hidden test rejects them on their
+value, none times out; a mutant the hidden tests cannot tell from the reference may be correct: it is no wrong
+code), at most `MAX_MUTANTS`, spread over the sites; the hidden-test verdicts are computed once per problem and
+cached.
 """
 
 from __future__ import annotations

@@ -84,16 +84,18 @@ def hidden_suite(problem: Problem) -> TestSuite:
 
 
 def mutants_of(problem: Problem) -> list[str]:
-    """Return the problem's wrong mutants (`rewards.mutants`): programs that load, return values and fail some
-    hidden test on its value; none without a reference or hidden tests. Computed once per problem."""
+    """Return the problem's wrong mutants (`rewards.mutants`): programs that load, fail some hidden test on its
+    value and time out on none; none without a reference or hidden tests. Computed once per problem."""
     source = reference_source(problem)
     if source is None or not problem.test:
         return []
     suite = hidden_suite(problem)
 
     def rejected_on_values(programs: list[str]) -> list[bool]:
+        # one that times out on a hidden test would cost every tester's run a timeout: left out
         reports = run_judged(default_sandbox(), [(program, suite) for program in programs])
-        return [loaded(r) and any(not o.passed and o.on_values for o in r.outcomes) for r in reports]
+        return [loaded(r) and any(not o.passed and o.on_values for o in r.outcomes)
+                and not any(o.timed_out for o in r.outcomes) for r in reports]
 
     return wrong_mutants((problem.task_id, problem.test, source), source, rejected_on_values)
 
