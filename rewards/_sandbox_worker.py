@@ -1275,10 +1275,12 @@ def _judge_main(job, memory_mb, cmd_r, res_w):
         os.closerange(3, lo)   # the worker's protocol, the zygote's socket, the child's pipes: none of its business
         os.closerange(lo + 1, hi)
         os.closerange(hi + 1, 1 << 16)
-        with open("/proc/self/statm") as f:
-            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        mem = mapped + (int(memory_mb) << 20)
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)   # the worker's own bound, at least
+        try:
+            with open("/proc/self/statm") as f:
+                mem = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") + (int(memory_mb) << 20)
+        except (OSError, ValueError, IndexError):   # no /proc here: the worker's bound stays
+            mem = hard
         mem = mem if hard == resource.RLIM_INFINITY else min(mem, hard)
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         cpu = int(job["cpu_s"])   # a fork's CPU time starts at 0
