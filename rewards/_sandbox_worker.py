@@ -928,7 +928,7 @@ class _Job:
         self.unit = 0                # index of the unit running
         self.timeouts = 0
         self.code = None             # the program, compiled and marshalled
-        self.judge = None            # the _Judge of a judged suite's tests (started at its first test)
+        self.judge = None            # the worker's _Judge once told this job (at the job's first judged test)
 
     # -- child management
     def spawn(self, calls=()):
@@ -1105,31 +1105,25 @@ class _Job:
                 self.calls, self.output, self.load_error = _CallPlan(), bytearray(), None
                 return self.run_units()
         finally:
-            self.close_judge()
             self.kill(wait=False)
 
     def judged_unit(self, src):
-        """Return the error of one judged test ('' when it held), evaluated in the job's bounded judge
-        (`_Judge`); a judge that ran past its deadline, broke or saw a call raise is closed."""
-        if self.judge is None:
-            self.judge = _Judge(self.job, self.w.cfg["limits"]["memory_mb"])
+        """Return the error of one judged test ('' when it held), evaluated in the worker's bounded judge
+        (`_Judge`, told this job's namespace first); a judge that broke is closed (the next test gets a new one)."""
         try:
+            if self.judge is None:
+                self.judge = self.w.judge()
+                self.judge.start_job(self.job, self.deadline)
             return self.judge.evaluate(src, self)
         except _JudgeBroke:
-            self.close_judge()
             return "the test ran past its memory or CPU bound"
         except _Timeout:
             self.flag = "timeout"
-            self.close_judge()
             raise
-        except BaseException:
-            self.close_judge()
-            raise
-
-    def close_judge(self):
-        judge, self.judge = self.judge, None
-        if judge is not None:
-            judge.close()
+        finally:
+            if self.judge is not None and self.judge.broken:
+                self.w.close_judge()
+                self.judge = None
 
     def run_units(self):
         job = self.job
@@ -1192,6 +1186,7 @@ class _Job:
 # ----------------------------------------------------------------------------------------- the judge of judged tests
 
 JUDGE_MESSAGE = 16 << 20   # bytes of one message from the judge (a call's marshalled arguments; past it the test fails)
+JUDGE_JOBS = 256           # jobs one judge fork serves before the worker forks a fresh one
 
 
 class _JudgeBroke(Exception):
@@ -1206,31 +1201,60 @@ class _Judge:
     runs past all of them: `str([str([f(x)])])` nested ten times grows a 1 MB result to 1 GB, in the worker,
     shared by every program of its slot. In the fork, each call of the candidate is a request to the worker
     (marshalled arguments), which serves it as usual (`_Job.candidate`: prediction, deadline, decoding) and sends
-    back the decoded plain data; a call that raises ends the fork (the unit's verdict is the worker's, as for a
-    trusted test) and the next unit gets a fresh one."""
+    back the decoded plain data; a call that raises aborts the test in the fork (the unit's verdict is the
+    worker's, as for a trusted test). The fork serves the worker's jobs one after another (each job sends its own
+    namespace and CPU budget first), until it breaks, runs past a deadline or has served JUDGE_JOBS jobs."""
 
-    def __init__(self, job, memory_mb):
+    def __init__(self, memory_mb):
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _judge_main(job, memory_mb, to_r, from_w)   # never returns
+            _judge_main(memory_mb, to_r, from_w)   # never returns
         os.close(to_r)
         os.close(from_w)
         os.set_blocking(to_w, False)
         self.pid, self.to_w, self.from_r, self.buf = pid, to_w, from_r, bytearray()
+        self.jobs = 0
+        self.broken = False   # it overran a deadline, ended, or did not answer an abort: the worker closes it
+
+    def start_job(self, job, deadline):
+        """Tell the fork the next job's namespace (context, entry point, parameter) and CPU budget."""
+        self.jobs += 1
+        self.send(("job", (list(job["context"]), job["entry_point"], job.get("param", "candidate"),
+                           int(job["cpu_s"]))), deadline)
 
     def evaluate(self, src, run):
         """Return the error of the judged test `src` ('' when it held), its calls served by `run` (a _Job).
-        Raises what the calls raise (`_Job.candidate`), `_Timeout` past the unit's deadline and `_JudgeBroke`
-        when the fork ends; the caller then `close`s it."""
-        self.send(("unit", src), run.deadline)
-        while True:
-            msg = self.receive(run.deadline)
-            if msg[0] == "done":
-                return msg[1]
-            args, kwargs = msg[1]
-            self.send(("value", run.candidate(*args, **kwargs)), run.deadline)
+        Raises what the calls raise (`_Job.candidate`; the fork's test is aborted first), `_Timeout` past the
+        unit's deadline and `_JudgeBroke` when the fork ends (`broken` is then set)."""
+        aborted = False
+        try:
+            self.send(("unit", src), run.deadline)
+            while True:
+                msg = self.receive(run.deadline)
+                if msg[0] == "done":
+                    return msg[1]
+                args, kwargs = msg[1]
+                try:
+                    value = run.candidate(*args, **kwargs)
+                except BaseException:
+                    aborted = True
+                    self.broken = not self.abort(run.deadline)
+                    raise
+                self.send(("value", value), run.deadline)
+        except (_Timeout, _JudgeBroke):
+            self.broken = self.broken or not aborted
+            raise
+
+    def abort(self, deadline):
+        """End the fork's test after a call that raised; return whether it answered (within a second past the
+        deadline at most)."""
+        try:
+            self.send(("abort", None), max(deadline, time.monotonic() + 1.0))
+            return self.receive(max(deadline, time.monotonic() + 1.0))[0] == "aborted"
+        except (_Timeout, _JudgeBroke, ValueError, EOFError, TypeError):
+            return False
 
     def send(self, message, deadline):
         try:
@@ -1261,15 +1285,37 @@ class _Judge:
         """Kill the fork and reap it."""
         for fd in (self.to_w, self.from_r):
             os.close(fd)
+        _end_process(self.pid)
+
+
+def _end_process(pid):
+    if pid is not None:
         try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         except OSError:
             pass
 
 
-def _judge_main(job, memory_mb, cmd_r, res_w):
-    """The judge's fork: bound itself, then evaluate units until the worker closes the pipe. Never returns."""
+def _judge_namespace(context, entry_point, param, candidate):
+    """The namespace a job's judged tests run in: its context, and the candidate under both names."""
+    env = {"__name__": "__check__", "__builtins__": builtins}
+    for src in context:
+        try:
+            exec(compile(src, "<context>", "exec"), env)
+        except BaseException:
+            pass
+    env[param] = env[entry_point] = candidate
+    return env
+
+
+class _Abort(BaseException):
+    """In the judge's fork: the candidate's call raised in the worker; the test ends there."""
+
+
+def _judge_main(memory_mb, cmd_r, res_w):
+    """The judge's fork: bound itself, then evaluate the jobs' units until the worker closes the pipe. Never
+    returns."""
     try:
         lo, hi = sorted((cmd_r, res_w))
         os.closerange(3, lo)   # the worker's protocol, the zygote's socket, the child's pipes: none of its business
@@ -1283,8 +1329,6 @@ def _judge_main(job, memory_mb, cmd_r, res_w):
             mem = hard
         mem = mem if hard == resource.RLIM_INFINITY else min(mem, hard)
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        cpu = int(job["cpu_s"])   # a fork's CPU time starts at 0
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         reader, writer = os.fdopen(cmd_r, "rb"), os.fdopen(res_w, "wb", buffering=0)
 
         def read():
@@ -1299,20 +1343,26 @@ def _judge_main(job, memory_mb, cmd_r, res_w):
             except ValueError:
                 raise TypeError("the test passes arguments that are not plain data") from None
             writer.write(frame(payload))
-            return read()[1]
+            kind, value = read()
+            if kind != "value":
+                raise _Abort()
+            return value
 
-        env = {"__name__": "__check__", "__builtins__": builtins}
-        for src in job["context"]:
-            try:
-                exec(compile(src, "<context>", "exec"), env)
-            except BaseException:
-                pass
-        env[job.get("param", "candidate")] = env[job["entry_point"]] = candidate
+        env = {}
         while True:
-            _, src = read()
+            kind, payload = read()
+            if kind == "job":
+                env = _judge_namespace(*payload[:3], candidate)
+                used = resource.getrusage(resource.RUSAGE_SELF)   # the job's CPU budget on top of what was used
+                soft = int(used.ru_utime + used.ru_stime) + payload[3] + 1
+                resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+                continue
             try:
-                exec(compile(src, "<test>", "exec"), env)
+                exec(compile(payload, "<test>", "exec"), env)
                 error = ""
+            except _Abort:
+                writer.write(frame(marshal.dumps(("aborted", None))))
+                continue
             except AssertionError as e:
                 error = "AssertionError" + (f": {e}" if str(e) else "")
             except BaseException as e:
@@ -1357,6 +1407,21 @@ class _Worker:
         self.zygote_pid = None
         self.warm = None             # the pre-forked _Child waiting for the next program
         self.dying = []              # pidfds of killed children not yet seen to end
+        self.judge_proc = None       # the _Judge of judged tests (forked at the first one)
+
+    def judge(self):
+        """Return the judge of judged tests (`_Judge`), forked afresh when there is none, or when the last one has
+        served JUDGE_JOBS jobs (what a hostile test left in its memory goes with it)."""
+        if self.judge_proc is not None and self.judge_proc.jobs >= JUDGE_JOBS:
+            self.close_judge()
+        if self.judge_proc is None:
+            self.judge_proc = _Judge(self.cfg["limits"]["memory_mb"])
+        return self.judge_proc
+
+    def close_judge(self):
+        judge, self.judge_proc = self.judge_proc, None
+        if judge is not None:
+            judge.close()
 
     def take_warm(self):
         child, self.warm = self.warm, None
@@ -1747,6 +1812,7 @@ def main():
         except BaseException as e:  # a bug here must not hang the trainer: report it
             reply({"error": f"{type(e).__name__}: {e}"[:400]})
         worker.tidy()   # raises only when the zygote is gone: the worker exits and the trainer starts a new one
+    worker.close_judge()
     worker.sweep()
     os.kill(pid, signal.SIGKILL)
 

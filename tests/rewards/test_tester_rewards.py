@@ -336,6 +336,18 @@ def test_a_judged_test_runs_under_a_programs_bounds(lone_worker, hostile):
     assert lone_worker._slots[0].proc.pid == pid                  # nor die
 
 
+def test_a_call_that_raises_ends_only_its_own_judged_test(lone_worker):
+    # the call raises in the program; the judge's test is aborted, the judge serves the next tests and jobs
+    from rewards.judged_tests import judged_suite
+    suite = judged_suite("f", ["assert f(0) == 0", "assert f(5) == 2", "assert f(0) == 1 or f(2) == 5",
+                               "assert f(10) == 2"])
+    for _ in range(2):
+        report = lone_worker.run_detailed("def f(x):\n    return 10 // x\n", suite, 1.0, 2)
+        assert [(o.passed, o.on_values) for o in report.outcomes] == [(False, False), (True, True), (False, False),
+                                                                       (False, True)]
+        assert "ZeroDivisionError" in report.outcomes[0].error
+
+
 def _under_seed(expression: str, seed: str) -> str:
     """Return repr(eval(expression)) as a fresh interpreter with PYTHONHASHSEED=seed computes it."""
     import os
