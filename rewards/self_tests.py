@@ -115,14 +115,15 @@ def example_asserts(problem: Problem) -> list[str]:
 
 def held_out_asserts(problem: Problem) -> list[str]:
     """Return the one-line asserts of the problem's hidden check (`assert candidate(...)`, called by the entry
-    point's name) that are not among its examples: tests the prompt does not show."""
-    shown = {judged_test(problem.entry_point, t) for t in example_asserts(problem)}
+    point's name) that call it on some input the prompt's examples do not show: tests the prompt does not show."""
+    entry = problem.entry_point
+    shown = set().union(*(calls_of(entry, t) for t in example_asserts(problem)))
     out = []
     for line in (problem.test or "").splitlines():
         line = line.strip()
         if line.startswith("assert candidate("):
-            test = line.replace("candidate(", f"{problem.entry_point}(")
-            if test not in out and judged_test(problem.entry_point, test) not in shown:
+            test = line.replace("candidate(", f"{entry}(")
+            if test not in out and not shown_calls_only(entry, test, shown):
                 out.append(test)
     return out
 

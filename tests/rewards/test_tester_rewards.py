@@ -426,3 +426,12 @@ def test_a_code_that_memorises_the_examples_earns_no_more_than_one_that_fails_th
     honest, memorised, failing = [s.total for s in scores]
     assert memorised <= failing < honest     # the memoriser scored 2.1, as the honest code, before
     assert honest == 2.1
+
+
+def test_held_out_tests_call_some_input_the_examples_do_not_show():
+    from rewards.self_tests import held_out_asserts
+    check = ("def check(candidate):\n    assert candidate(1, 2) == 3\n    assert abs(candidate(1, 2) - 3) < 1e-9\n"
+             "    assert candidate(1, 2) == candidate(2, 1)\n    assert candidate(-1, 1) == 0\n")
+    problem = Problem("T/0", PROMPT, check, "add")
+    # the second only rewrites the example add(1, 2): a memoriser passes it; the third calls add(2, 1) too
+    assert held_out_asserts(problem) == ["assert add(1, 2) == add(2, 1)", "assert add(-1, 1) == 0"]
