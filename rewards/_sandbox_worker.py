@@ -1198,8 +1198,8 @@ class _Judge:
     evaluated: a fork of the worker, bounded as a program is: address space (what the worker has mapped plus the
     programs' memory limit), CPU (the job's) and each test's wall-clock deadline, which the worker enforces with
     SIGKILL. The worker's own checks come only at the candidate's calls, and one C call of a judged expression
-    runs past all of them: `str([str([f(x)])])` nested ten times grows a 1 MB result to 1 GB, in the worker,
-    shared by every program of its slot. In the fork, each call of the candidate is a request to the worker
+    runs past all of them: `len(str(list(...)))` nested 11 times over `'ab'` (145 characters) took 4 s under a 1 s
+    timeout and 250 MiB, in the worker, shared by every program of its slot. In the fork, each call of the candidate is a request to the worker
     (marshalled arguments), which serves it as usual (`_Job.candidate`: prediction, deadline, decoding) and sends
     back the decoded plain data; a call that raises aborts the test in the fork (the unit's verdict is the
     worker's, as for a trusted test). The fork serves the worker's jobs one after another (each job sends its own
