@@ -1,9 +1,11 @@
-"""How well the self-tests reward (no hidden test) ranks codes like the hidden-test reward does.
+"""How well the self-tests reward ranks codes like the hidden-test reward does.
 
 For N problems of the coop set and of HumanEval, the embedded SmolLM2 samples G codes per problem (the single-agent
 code prompt) and, for the second pool, K tester completions (coder_tester's tester prompt). Each code gets:
 - hidden: the single-agent code reward on the problem's hidden tests (max 2.1);
-- self (examples): `code_reward.type: self_tests` as training computes it with no tester: the problem's examples;
+- self (examples): `code_reward.type: self_tests` as training computes it with no tester: since issue 34 its pool
+  is the problem's held-out asserts (the check's asserts the prompt does not show), never the examples, so this
+  correlation holds part of the hidden tests by construction;
 - self (examples + sampled tests): the pool adds the policy's sampled asserts kept by CoSPlay's self-consistency
   filter (for one call, the expected value at least `MIN_AGREE` of the K completions agree on, the majority's).
 Spearman's rank correlation (ties: average ranks) between self and hidden, per problem (over its G codes; `nan` when

@@ -1,4 +1,5 @@
-"""One sandbox worker: started by `rewards.sandbox.Sandbox` as `python -I _sandbox_worker.py CONFIG_JSON`.
+"""One sandbox worker: started by `rewards.sandbox.Sandbox` as `python -s -P _sandbox_worker.py CONFIG_JSON` with
+PYTHONHASHSEED fixed (`rewards.sandbox.WORKER_HASH_SEED`) and nothing else of the caller's environment.
 
 Stdlib only; the trainer imports only its framing (`frame`, `unframe`). Three kinds of process take part,
 all below the trainer:
@@ -927,6 +928,7 @@ class _Job:
         self.unit = 0                # index of the unit running
         self.timeouts = 0
         self.code = None             # the program, compiled and marshalled
+        self.judge = None            # the worker's _Judge once told this job (at the job's first judged test)
 
     # -- child management
     def spawn(self, calls=()):
@@ -1105,11 +1107,30 @@ class _Job:
         finally:
             self.kill(wait=False)
 
+    def judged_unit(self, src):
+        """Return the error of one judged test ('' when it held), evaluated in the worker's bounded judge
+        (`_Judge`, told this job's namespace first); a judge that broke is closed (the next test gets a new one)."""
+        try:
+            if self.judge is None:
+                self.judge = self.w.judge()
+                self.judge.start_job(self.job, self.deadline)
+            return self.judge.evaluate(src, self)
+        except _JudgeBroke:
+            return "the test ran past its memory or CPU bound"
+        except _Timeout:
+            self.flag = "timeout"
+            raise
+        finally:
+            if self.judge is not None and self.judge.broken:
+                self.w.close_judge()
+                self.judge = None
+
     def run_units(self):
         job = self.job
         timeout_s = float(job["timeout_s"])
         max_timeouts = int(job["max_timeouts"])
         trusted = job.get("trusted", True)
+        judged = job.get("judged", False)
         env = {"__name__": "__check__", "__builtins__": builtins}
         for src in job["context"]:
             try:
@@ -1124,26 +1145,26 @@ class _Job:
         run_deadline = math.inf if total_s is None else time.monotonic() + float(total_s)
         for index, (kind, src, text) in enumerate(job["units"]):
             if kind == "test" and self.timeouts >= max_timeouts:
-                outcomes.append([text, False, f"skipped after {self.timeouts} timeouts", False])
+                outcomes.append([text, False, f"skipped after {self.timeouts} timeouts", False, False])
                 continue
             if kind == "test" and time.monotonic() >= run_deadline:
-                outcomes.append([text, False, f"skipped: the run's {total_s:g} s were spent", True])
+                outcomes.append([text, False, f"skipped: the run's {total_s:g} s were spent", True, False])
                 continue
             self.unit = index
             self.flag = None
             self.deadline = min(time.monotonic() + timeout_s, run_deadline)
-            error = ""
+            error, on_values = "", True   # on_values: the test's own evaluation decided (see `TestOutcome`)
             try:
-                if trusted:
+                if judged:
+                    error = self.judged_unit(src)
+                elif trusted:
                     exec(self.w.compiled(src), env)
                 else:
                     self.request(Msg.EXEC, src)
             except _Timeout:
                 pass
-            except _Gone as e:
-                error = str(e)
-            except (_ProgramError, _NotPlainData) as e:
-                error = str(e)
+            except (_Gone, _ProgramError, _NotPlainData) as e:
+                error, on_values = str(e), False
             except AssertionError as e:
                 error = "AssertionError" + (f": {e}" if str(e) else "")
             except BaseException as e:
@@ -1155,16 +1176,205 @@ class _Job:
                 self.timeouts += 1
                 self.kill()
                 if kind == "test":
-                    outcomes.append([text, False, f"timed out after {timeout_s:g} s", True])
+                    outcomes.append([text, False, f"timed out after {timeout_s:g} s", True, False])
                 continue
             if self.flag == "gone":
                 self.kill()
-                error = error or "the program's process ended"
+                error, on_values = error or "the program's process ended", False
             if self.flag == "bad":   # whatever the test made of it (it may catch every exception)
-                error = error or "result is not plain data"
+                error, on_values = error or "result is not plain data", False
             if kind == "test":
-                outcomes.append([text, not error, error, False])
+                outcomes.append([text, not error, error, False, on_values])
         return outcomes
+
+
+# ----------------------------------------------------------------------------------------- the judge of judged tests
+
+JUDGE_MESSAGE = 16 << 20   # bytes of one message from the judge (a call's marshalled arguments; past it the test fails)
+JUDGE_JOBS = 256           # jobs one judge fork serves before the worker forks a fresh one
+
+
+class _JudgeBroke(Exception):
+    """The judge's process ended in the middle of a test (its CPU or memory bound, or a bug)."""
+
+
+class _Judge:
+    """Where the tests of a judged suite (`job["judged"]`: asserts a model wrote, `rewards.judged_tests`) are
+    evaluated: a fork of the worker, bounded as a program is: address space (what the worker has mapped plus the
+    programs' memory limit), CPU (the job's) and each test's wall-clock deadline, which the worker enforces with
+    SIGKILL. The worker's own checks come only at the candidate's calls, and one C call of a judged expression
+    runs past all of them: `len(str(list(...)))` nested 11 times over `'ab'` (145 characters) took 4 s under a 1 s
+    timeout and 250 MiB, in the worker, shared by every program of its slot. In the fork, each call of the candidate is a request to the worker
+    (marshalled arguments), which serves it as usual (`_Job.candidate`: prediction, deadline, decoding) and sends
+    back the decoded plain data; a call that raises aborts the test in the fork (the unit's verdict is the
+    worker's, as for a trusted test). The fork serves the worker's jobs one after another (each job sends its own
+    namespace and CPU budget first), until it breaks, runs past a deadline or has served JUDGE_JOBS jobs."""
+
+    def __init__(self, memory_mb):
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _judge_main(memory_mb, to_r, from_w)   # never returns
+        os.close(to_r)
+        os.close(from_w)
+        os.set_blocking(to_w, False)
+        self.pid, self.to_w, self.from_r, self.buf = pid, to_w, from_r, bytearray()
+        self.jobs = 0
+        self.broken = False   # it overran a deadline, ended, or did not answer an abort: the worker closes it
+
+    def start_job(self, job, deadline):
+        """Tell the fork the next job's namespace (context, entry point, parameter) and CPU budget."""
+        self.jobs += 1
+        self.send(("job", (list(job["context"]), job["entry_point"], job.get("param", "candidate"),
+                           int(job["cpu_s"]))), deadline)
+
+    def evaluate(self, src, run):
+        """Return the error of the judged test `src` ('' when it held), its calls served by `run` (a _Job).
+        Raises what the calls raise (`_Job.candidate`; the fork's test is aborted first), `_Timeout` past the
+        unit's deadline and `_JudgeBroke` when the fork ends (`broken` is then set)."""
+        aborted = False
+        try:
+            self.send(("unit", src), run.deadline)
+            while True:
+                msg = self.receive(run.deadline)
+                if msg[0] == "done":
+                    return msg[1]
+                args, kwargs = msg[1]
+                try:
+                    value = run.candidate(*args, **kwargs)
+                except BaseException:
+                    aborted = True
+                    self.broken = not self.abort(run.deadline)
+                    raise
+                self.send(("value", value), run.deadline)
+        except (_Timeout, _JudgeBroke):
+            self.broken = self.broken or not aborted
+            raise
+
+    def abort(self, deadline):
+        """End the fork's test after a call that raised; return whether it answered (within a second past the
+        deadline at most)."""
+        try:
+            self.send(("abort", None), max(deadline, time.monotonic() + 1.0))
+            return self.receive(max(deadline, time.monotonic() + 1.0))[0] == "aborted"
+        except (_Timeout, _JudgeBroke, ValueError, EOFError, TypeError):
+            return False
+
+    def send(self, message, deadline):
+        try:
+            _write_all(self.to_w, frame(marshal.dumps(message)), deadline)
+        except TimeoutError:
+            raise _Timeout() from None
+        except OSError:
+            raise _JudgeBroke() from None
+
+    def receive(self, deadline):
+        while True:
+            try:
+                data = unframe(self.buf, JUDGE_MESSAGE)
+            except ValueError:
+                raise _JudgeBroke() from None
+            if data is not None:
+                return marshal.loads(data)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Timeout()
+            if select.select([self.from_r], [], [], left)[0]:
+                chunk = os.read(self.from_r, 1 << 20)
+                if not chunk:
+                    raise _JudgeBroke()
+                self.buf += chunk
+
+    def close(self):
+        """Kill the fork and reap it."""
+        for fd in (self.to_w, self.from_r):
+            os.close(fd)
+        _end_process(self.pid)
+
+
+def _end_process(pid):
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+
+def _judge_namespace(context, entry_point, param, candidate):
+    """The namespace a job's judged tests run in: its context, and the candidate under both names."""
+    env = {"__name__": "__check__", "__builtins__": builtins}
+    for src in context:
+        try:
+            exec(compile(src, "<context>", "exec"), env)
+        except BaseException:
+            pass
+    env[param] = env[entry_point] = candidate
+    return env
+
+
+class _Abort(BaseException):
+    """In the judge's fork: the candidate's call raised in the worker; the test ends there."""
+
+
+def _judge_main(memory_mb, cmd_r, res_w):
+    """The judge's fork: bound itself, then evaluate the jobs' units until the worker closes the pipe. Never
+    returns."""
+    try:
+        lo, hi = sorted((cmd_r, res_w))
+        os.closerange(3, lo)   # the worker's protocol, the zygote's socket, the child's pipes: none of its business
+        os.closerange(lo + 1, hi)
+        os.closerange(hi + 1, 1 << 16)
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)   # the worker's own bound, at least
+        try:
+            with open("/proc/self/statm") as f:
+                mem = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") + (int(memory_mb) << 20)
+        except (OSError, ValueError, IndexError):   # no /proc here: the worker's bound stays
+            mem = hard
+        mem = mem if hard == resource.RLIM_INFINITY else min(mem, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        reader, writer = os.fdopen(cmd_r, "rb"), os.fdopen(res_w, "wb", buffering=0)
+
+        def read():
+            head = reader.read(4)
+            if len(head) < 4:
+                os._exit(0)
+            return marshal.loads(reader.read(_LENGTH.unpack(head)[0]))
+
+        def candidate(*args, **kwargs):
+            try:
+                payload = marshal.dumps(("call", (args, kwargs)))
+            except ValueError:
+                raise TypeError("the test passes arguments that are not plain data") from None
+            writer.write(frame(payload))
+            kind, value = read()
+            if kind != "value":
+                raise _Abort()
+            return value
+
+        env = {}
+        while True:
+            kind, payload = read()
+            if kind == "job":
+                env = _judge_namespace(*payload[:3], candidate)
+                used = resource.getrusage(resource.RUSAGE_SELF)   # the job's CPU budget on top of what was used
+                soft = int(used.ru_utime + used.ru_stime) + payload[3] + 1
+                resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+                continue
+            try:
+                exec(compile(payload, "<test>", "exec"), env)
+                error = ""
+            except _Abort:
+                writer.write(frame(marshal.dumps(("aborted", None))))
+                continue
+            except AssertionError as e:
+                error = "AssertionError" + (f": {e}" if str(e) else "")
+            except BaseException as e:
+                error = _describe(e)
+            writer.write(frame(marshal.dumps(("done", error))))
+    finally:
+        os._exit(0)
 
 
 class _ProgramError(Exception):
@@ -1202,6 +1412,21 @@ class _Worker:
         self.zygote_pid = None
         self.warm = None             # the pre-forked _Child waiting for the next program
         self.dying = []              # pidfds of killed children not yet seen to end
+        self.judge_proc = None       # the _Judge of judged tests (forked at the first one)
+
+    def judge(self):
+        """Return the judge of judged tests (`_Judge`), forked afresh when there is none, or when the last one has
+        served JUDGE_JOBS jobs (what a hostile test left in its memory goes with it)."""
+        if self.judge_proc is not None and self.judge_proc.jobs >= JUDGE_JOBS:
+            self.close_judge()
+        if self.judge_proc is None:
+            self.judge_proc = _Judge(self.cfg["limits"]["memory_mb"])
+        return self.judge_proc
+
+    def close_judge(self):
+        judge, self.judge_proc = self.judge_proc, None
+        if judge is not None:
+            judge.close()
 
     def take_warm(self):
         child, self.warm = self.warm, None
@@ -1592,6 +1817,7 @@ def main():
         except BaseException as e:  # a bug here must not hang the trainer: report it
             reply({"error": f"{type(e).__name__}: {e}"[:400]})
         worker.tidy()   # raises only when the zygote is gone: the worker exits and the trainer starts a new one
+    worker.close_judge()
     worker.sweep()
     os.kill(pid, signal.SIGKILL)
 

@@ -104,7 +104,8 @@ def _prompt_parts(prompt: str, entry_point: str) -> tuple[tuple[str, ...], tuple
 
 
 @lru_cache(maxsize=2048)
-def _suite(test: str, entry_point: str, prompt: str) -> TestSuite:
+def hidden_tests_suite(test: str, entry_point: str, prompt: str) -> TestSuite:
+    """Return a problem's hidden tests (`test`: its check) as the hidden-test reward runs them."""
     # the judge's context: the prompt itself (imports, helpers such as poly/encode_cyclic), trusted data
     context = []
     try:
@@ -179,7 +180,7 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
             return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
         # the completions parse and the prompt's part does not: the run reports the load error
     parts["syntax_ok"] = True
-    suite = _suite(test, entry_point, prompt)
+    suite = hidden_tests_suite(test, entry_point, prompt)
     return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
                      entry_point=entry_point, single_agent=single_agent, aux_src=aux_src,
                      imports=tuple(dict.fromkeys(pieces)),

@@ -72,10 +72,11 @@ def judged_test(entry_point: str, test: str) -> str | None:
 
 
 def judged_suite(problem_entry_point: str, tests: Sequence[str]) -> TestSuite:
-    """Return judged tests (sources from `judged_test`) as a trusted suite: the judge evaluates each one, the
-    candidate's calls being remote calls answered with plain data."""
+    """Return judged tests (sources from `judged_test`) as a judged suite: the judge evaluates each one in a fork
+    bounded as a program is (`rewards._sandbox_worker._Judge`), the candidate's calls being remote calls answered
+    with plain data."""
     return TestSuite(problem_entry_point, tuple(("test", t, t) for t in tests), JUDGE_CONTEXT, "candidate",
-                     trusted=True)
+                     trusted=True, judged=True)
 
 
 # The bodies of the junk stubs: None for every call, and a string naming the call's arguments (a different value for

@@ -1,7 +1,8 @@
 """The executor of generated code: a pool of isolated, warm worker processes that run programs against tests.
 
 Nothing generated ever runs in the caller's process, and the caller is never forked (it may hold torch and
-big models): `Sandbox` starts `workers` long-lived processes (`python -I rewards/_sandbox_worker.py`) through
+big models): `Sandbox` starts `workers` long-lived processes (`python -s -P rewards/_sandbox_worker.py`, hash seed
+fixed: `WORKER_HASH_SEED`) through
 `subprocess`, and feeds them jobs over pipes from threads, so up to `workers` programs run in parallel.
 Each worker enters its own network namespace (no interfaces, not even loopback), mount, IPC and PID namespaces, and
 a private root file system holding only what `interpreter_view` allows (the interpreter, its standard library and
@@ -58,6 +59,12 @@ WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
 # The worker (stdlib only) runs on the interpreter's real binary, not a venv's link to it: programs then see it as
 # their sys.executable, and it is exposed wherever the venv lives (a venv below /tmp would be covered by scratch).
 INTERPRETER = os.path.realpath(sys.executable)
+# Every worker (and so every program: children are forks) hashes str, bytes and datetimes with one fixed seed, so
+# no verdict depends on which worker ran it (`str({'a', 'b'})`, `list(a_set)`, a dict built from a set). `-I`
+# would ignore PYTHONHASHSEED (it implies -E), so the worker runs with the other two flags -I stands for (-s: no
+# user site; -P: no script directory on sys.path) and an environment that holds nothing else of ours (`_start`).
+WORKER_HASH_SEED = "0"
+WORKER_FLAGS = ("-s", "-P")
 UID_BASE = 3_000_000   # slot uids: UID_BASE + 64 * block + slot; blocks are claimed with a lock file per process
 UIDS_PER_BLOCK = 64
 _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try)
@@ -65,7 +72,10 @@ _COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, 
 
 @dataclass(frozen=True)
 class TestOutcome:
-    """The verdict of one test: its source text, whether it passed, the error, whether it timed out."""
+    """The verdict of one test: its source text, whether it passed, the error, whether it timed out, and whether
+    the test itself decided on the values the program returned (`on_values`: it held, or its assert or an
+    operation on the values failed), not the program (it raised, ended, ran out of time or returned something
+    that is not plain data; any test that calls it that way fails, a tautology too) or the sandbox."""
 
     __test__ = False   # not a pytest class
 
@@ -73,6 +83,7 @@ class TestOutcome:
     passed: bool
     error: str = ""
     timed_out: bool = False
+    on_values: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,9 @@ class TestSuite:
     """Tests for one entry point. `units` are (kind, source, text) with kind 'setup' or 'test'.
 
     `context` is code run (in the judge, for trusted suites) before the units, e.g. the helpers of the prompt
-    and the top level of the test file. `param` is the name the tests call the entry point by.
+    and the top level of the test file. `param` is the name the tests call the entry point by. `judged`: the
+    tests are judged tests a model wrote (`rewards.judged_tests`), which the worker evaluates in a fork bounded
+    as a program is (CPU, memory, each test's deadline), not in itself.
     """
 
     __test__ = False   # not a pytest class
@@ -101,6 +114,7 @@ class TestSuite:
     context: tuple[str, ...] = ()
     param: str = "candidate"
     trusted: bool = True
+    judged: bool = False
 
     @property
     def total(self) -> int:
@@ -371,7 +385,7 @@ class Sandbox:
                "links": [list(link) for link in self.view.links], "scratch": list(SCRATCH_DIRS),
                "tmpfs_mb": self.tmpfs_mb, "tmpfs_inodes": self.tmpfs_inodes, "limits": self.limits,
                "cgroup_kind": self._cgroups.kind if self._cgroups else None, "cgroup_why": self._cgroup_why}
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LD_BIND_NOW": "1"}
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LD_BIND_NOW": "1", "PYTHONHASHSEED": WORKER_HASH_SEED}
         fds: list[int] = []
         try:
             with self._lock:   # `close` sees every worker that was started: none starts after it
@@ -383,7 +397,7 @@ class Sandbox:
                     except OSError as e:   # gone since the start (removed by hand?): the fallback, said in the log
                         cfg["cgroup_why"] = f"the slot's cgroup cannot be opened ({e.strerror})"
                 cfg["cgroup_fds"] = fds
-                slot.proc = subprocess.Popen([INTERPRETER, "-I", str(WORKER_SCRIPT), json.dumps(cfg)],
+                slot.proc = subprocess.Popen([INTERPRETER, *WORKER_FLAGS, str(WORKER_SCRIPT), json.dumps(cfg)],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                              stderr=None if self.debug else subprocess.DEVNULL,
                                              env=env, close_fds=True, pass_fds=fds, start_new_session=True)
@@ -458,7 +472,8 @@ class Sandbox:
         n_units = max(1, len(suite.units))
         job = {**_program_fields(program), "entry_point": suite.entry_point, "param": suite.param,
                "context": list(suite.context), "units": [list(u) for u in suite.units],
-               "trusted": suite.trusted, "timeout_s": float(timeout_s), "max_timeouts": int(max_timeouts),
+               "trusted": suite.trusted, "judged": suite.judged,
+               "timeout_s": float(timeout_s), "max_timeouts": int(max_timeouts),
                "cpu_s": min(3600, math.ceil(timeout_s * n_units) + 1),
                "total_s": None if total_s is None else float(total_s)}
         slot = self._idle.get()
@@ -485,8 +500,8 @@ class Sandbox:
             except Exception as e:   # noqa: BLE001 - a broken pipe, a closed pool, a worker that did not start
                 why = f"{type(e).__name__}: {e}"
             if reply is not None and "outcomes" in reply:
-                outcomes = [TestOutcome(_printable(t), bool(p), _printable(e), bool(to))
-                            for t, p, e, to in reply["outcomes"]]
+                outcomes = [TestOutcome(_printable(t), bool(p), _printable(e), bool(to), bool(values))
+                            for t, p, e, to, values in reply["outcomes"]]
                 load_error = reply.get("load_error")
                 return RunReport(outcomes, _printable(reply.get("output", "")),
                                  None if load_error is None else _printable(load_error),

@@ -113,6 +113,38 @@ def example_asserts(problem: Problem) -> list[str]:
     return out
 
 
+def held_out_asserts(problem: Problem) -> list[str]:
+    """Return the one-line asserts of the problem's hidden check (`assert candidate(...)`, called by the entry
+    point's name) that call it on some input the prompt's examples do not show: tests the prompt does not show."""
+    entry = problem.entry_point
+    shown = set().union(*(calls_of(entry, t) for t in example_asserts(problem)))
+    out = []
+    for line in (problem.test or "").splitlines():
+        line = line.strip()
+        if line.startswith("assert candidate("):
+            test = line.replace("candidate(", f"{entry}(")
+            if test not in out and not shown_calls_only(entry, test, shown):
+                out.append(test)
+    return out
+
+
+def calls_of(entry_point: str, test: str) -> set[str]:
+    """Return the calls of `entry_point` that `test` makes, as source (`f('ab')`); empty when it does not parse."""
+    try:
+        tree = parse_python(test)
+    except PARSE_ERRORS:
+        return set()
+    return {ast.unparse(node) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry_point}
+
+
+def shown_calls_only(entry_point: str, test: str, shown: set[str]) -> bool:
+    """Return whether every call of `test` is a call the prompt's examples show (`shown`: their `calls_of`): a
+    code that memorises the examples passes it."""
+    calls = calls_of(entry_point, test)
+    return bool(calls) and calls <= shown
+
+
 def reliability(matrix: Sequence[Sequence[int]]) -> list[float]:
     """Return each test's reliability w_j: the share of the codes (rows) that pass it."""
     if not matrix:
@@ -120,21 +152,24 @@ def reliability(matrix: Sequence[Sequence[int]]) -> list[float]:
     return [sum(col) / len(matrix) for col in zip(*matrix)]
 
 
-def support(matrix: Sequence[Sequence[int]]) -> list[float]:
-    """Return each code's support s_i: its passes weighted by the tests' reliability, over the total weight
-    (0 when no test has weight)."""
-    weights = reliability(matrix)
+def support(matrix: Sequence[Sequence[int]], n_held_out: int = 0) -> list[float]:
+    """Return each code's support s_i: its passes weighted by the tests' weights, over the total weight (0 when
+    no test has weight). The first `n_held_out` columns are held-out tests (weight 1: known right); the others
+    weigh their reliability."""
+    weights = [1.0] * n_held_out + reliability([row[n_held_out:] for row in matrix])
     total = sum(weights)
     if not total:
         return [0.0] * len(matrix)
     return [round(sum(w * m for w, m in zip(weights, row)) / total, 6) for row in matrix]
 
 
-def self_tests_rewards(levels: Sequence[float], matrix: Sequence[Sequence[int]], runnable: Sequence[bool]) -> list[float]:
+def self_tests_rewards(levels: Sequence[float], matrix: Sequence[Sequence[int]], runnable: Sequence[bool],
+                       n_held_out: int = 0) -> list[float]:
     """Return each code's self-tests reward: its levels-1-2 reward plus its support among the runnable codes
-    (`runnable[i]`: code i parses, so it ran; the others get no support and do not count in the reliabilities)."""
+    (`runnable[i]`: code i parses, so it ran; the others get no support and do not count in the reliabilities;
+    the first `n_held_out` columns are held-out tests: `support`)."""
     rows = [i for i, ok in enumerate(runnable) if ok]
-    sup = dict(zip(rows, support([matrix[i] for i in rows])))
+    sup = dict(zip(rows, support([matrix[i] for i in rows], n_held_out)))
     return [round(level + sup.get(i, 0.0), 6) for i, level in enumerate(levels)]
 
 
@@ -171,25 +206,32 @@ def loaded(report: RunReport) -> bool:
     return report.load_error is None and report.error is None
 
 
-def generated_test_score(column: int | None, reference_row: Sequence[int], stub_rows: Sequence[Sequence[int]],
-                         wrong_rows: Sequence[Sequence[int]]) -> float:
+def caught_row(report: RunReport) -> list[int]:
+    """Return 1 for each test that rejected the report's program on the values it returned (`on_values`: its
+    assert failed), 0 where it passed or the program raised, ended, timed out or returned no plain data (what any
+    test that calls it that way rejects, a tautology too)."""
+    return [int(not o.passed and o.on_values) for o in report.outcomes]
+
+
+def generated_test_score(column: int | None, correct_rows: Sequence[Sequence[int]],
+                         stub_rows: Sequence[Sequence[int]], caught_rows: Sequence[Sequence[int]]) -> float:
     """Return one generated test's score for the tester (see the module docstring): `column` is its column in the
-    pool's rows (None: not a judged test), the rows the verdicts of the reference, the stubs and each wrong code
-    that loads."""
+    pool's rows (None: not a judged test); `correct_rows` the verdicts of the correct codes (the reference first),
+    `stub_rows` the junk stubs', `caught_rows` the wrong codes' (`caught_row`)."""
     if column is None:
         return 0.0
-    if not reference_row[column]:
+    if any(not row[column] for row in correct_rows):
         return -1.0
     if stub_rows and all(row[column] for row in stub_rows):
         return 0.0
-    return sum(1 for row in wrong_rows if not row[column]) / len(wrong_rows) if wrong_rows else 0.0
+    return sum(row[column] for row in caught_rows) / len(caught_rows) if caught_rows else 0.0
 
 
-def discrimination_reward(columns: Sequence[int | None], reference_row: Sequence[int],
-                          stub_rows: Sequence[Sequence[int]], wrong_rows: Sequence[Sequence[int]]) -> float:
+def discrimination_reward(columns: Sequence[int | None], correct_rows: Sequence[Sequence[int]],
+                          stub_rows: Sequence[Sequence[int]], caught_rows: Sequence[Sequence[int]]) -> float:
     """Return a tester's reward: the mean `generated_test_score` of its tests (`columns`: each test's column in
     the rows), 0 when it wrote no test."""
     if not columns:
         return 0.0
-    scores = [generated_test_score(j, reference_row, stub_rows, wrong_rows) for j in columns]
+    scores = [generated_test_score(j, correct_rows, stub_rows, caught_rows) for j in columns]
     return round(sum(scores) / len(scores), 6)

@@ -2,30 +2,37 @@
 environments whose team writes one function (a single agent, planner_coder's coder, coder_tester's coder).
 
 `self_tests` needs a node's whole group: the rollout hands a node's joint actions to `Task.score` in a row with the
-same item object (cooprl/task.py), so `groups` cuts the batch where the item object changes. A group's pool is the
-judged form (`rewards.judged_tests`) of the problem's examples (`example_asserts`) and of the generated tests given
-for the group (a tester's), less the tests that junk passes (`rewards.judged_tests.stub_programs`); each code runs
-as the program the hidden-test reward would run (`coder_programs`), its execution matrix in one sandbox batch with
-every other group's, and each code's reward is `rewards.self_tests`'s.
-The hidden-test reward is still computed when the problem has tests, for the logs only (`hidden_reward`,
-`success`): in self_tests mode no hidden verdict reaches the reward.
+same item object (cooprl/task.py), so `groups` cuts the batch where the item object changes. A group's pool, in
+judged form (`rewards.judged_tests`):
+- the held-out tests: the one-line asserts of the problem's check that its prompt does not show
+  (`rewards.self_tests.held_out_asserts`), weight 1;
+- the generated tests given for the group (a tester's), weighted by reliability, less those that junk passes
+  (`rewards.judged_tests.stub_programs`), those that reject none of the reference's wrong mutants on their values
+  (`rewards.mutants`: a guarded tautology), and those that call the entry point only on the prompt's examples.
+The prompt's examples are never in the pool: a code that memorises them (`{'aaabcc': 'a3bc2'}.get(text, '')`)
+then earns exactly what the same code without the table earns. Each code runs as the program the hidden-test
+reward would run (`coder_programs`), its execution matrix in one sandbox batch with every other group's, and each
+code's reward is `rewards.self_tests`'s. The hidden-test reward is still computed for the logs (`hidden_reward`,
+`success`); the held-out tests are the part of the hidden check that reaches the self-tests reward (a problem
+without a check has none: its pool is the generated tests alone).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from types import CodeType
 from typing import Sequence
 
 from cooprl.task import Score
 from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.task import score_code_pairs
-from rewards.code_rewards import scored_program
+from rewards.code_rewards import hidden_tests_suite, scored_program
 from rewards.judged_tests import judged_suite, stub_programs
 from rewards.problem import Problem
-from rewards.sandbox import default_sandbox
-from rewards.self_tests import (example_asserts, judged_pool, levels_reward, pass_row, run_judged,
-                                self_tests_rewards)
+from rewards.mutants import wrong_mutants
+from rewards.sandbox import TestSuite, default_sandbox
+from rewards.self_tests import (calls_of, caught_row, example_asserts, held_out_asserts, judged_pool, levels_reward,
+                                loaded, pass_row, run_judged, self_tests_rewards, shown_calls_only)
 
 REWARD_TYPES = ("hidden_tests", "self_tests")
 
@@ -51,13 +58,46 @@ def reference_program(problem: Problem) -> str | CodeType | None:
     or the cooperative set's reference aux + main as a pair, then cleaned), or None when the record has none."""
     extra = problem.extra
     if extra.get("canonical_solution"):
-        body = extra["canonical_solution"]
-        if not code_prefix("single", problem).endswith("\n"):   # an open-body prompt ends with the indentation
-            body = body.lstrip(" \t")
-        return scored_program(problem, "", completion_to_code("single", problem, body), single_agent=True)
+        return scored_program(problem, "", reference_source(problem), single_agent=True)
     if extra.get("reference_main"):
         return scored_program(problem, extra.get("reference_aux", ""), extra["reference_main"], single_agent=False)
     return None
+
+
+def reference_source(problem: Problem) -> str | None:
+    """Return the source of the problem's reference solution as one program (the coder's prefix + the canonical
+    body, or the reference aux then main), or None when the record has none."""
+    extra = problem.extra
+    if extra.get("canonical_solution"):
+        body = extra["canonical_solution"]
+        if not code_prefix("single", problem).endswith("\n"):   # an open-body prompt ends with the indentation
+            body = body.lstrip(" \t")
+        return completion_to_code("single", problem, body)
+    if extra.get("reference_main"):
+        return f"{extra.get('reference_aux', '')}\n\n{extra['reference_main']}"
+    return None
+
+
+def hidden_suite(problem: Problem) -> TestSuite:
+    """Return the problem's hidden tests as the hidden-test reward runs them."""
+    return hidden_tests_suite(problem.test, problem.entry_point, problem.prompt)
+
+
+def mutants_of(problem: Problem) -> list[str]:
+    """Return the problem's wrong mutants (`rewards.mutants`): programs that load, fail some hidden test on its
+    value and time out on none; none without a reference or hidden tests. Computed once per problem."""
+    source = reference_source(problem)
+    if source is None or not problem.test:
+        return []
+    suite = hidden_suite(problem)
+
+    def rejected_on_values(programs: list[str]) -> list[bool]:
+        # one that times out on a hidden test would cost every tester's run a timeout: left out
+        reports = run_judged(default_sandbox(), [(program, suite) for program in programs])
+        return [loaded(r) and any(not o.passed and o.on_values for o in r.outcomes)
+                and not any(o.timed_out for o in r.outcomes) for r in reports]
+
+    return wrong_mutants((problem.task_id, problem.test, source), source, rejected_on_values)
 
 
 def score_functions(items: Sequence[Problem], codes: Sequence[str], reward_type: str,
@@ -83,31 +123,68 @@ def levels_of(score: Score) -> float:
 
 def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Sequence[Score],
                      group_tests: Sequence[Sequence[str]] | None) -> list[float]:
-    """Return each code's self-tests reward: levels 1-2 + its support in its group's execution matrix, whose tests
-    are the group's judged tests less the vacuous ones (both junk stubs pass them: `f(x) == f(x)` would lend
-    every code that runs the same support)."""
+    """Return each code's self-tests reward: levels 1-2 + its support in its group's execution matrix (module
+    docstring: which tests make the pool)."""
     programs = coder_programs(items, codes)
     jobs, plans = [], []
     for run in groups(items):
-        problem = items[run.start]
-        pool: list[str] = []
-        judged_pool(problem.entry_point, example_asserts(problem), pool)
-        for k in run:
-            judged_pool(problem.entry_point, group_tests[k] if group_tests else (), pool)
-        runnable = [programs[k] is not None for k in run]
-        rows = [k for k in run if programs[k] is not None] if pool else []
-        stubs = stub_programs(problem.entry_point) if rows else []
-        suite = judged_suite(problem.entry_point, pool)
-        jobs += [(program, suite) for program in [programs[k] for k in rows] + stubs]
-        plans.append((run, runnable, rows, len(stubs), len(pool)))
+        problem, plan = items[run.start], _SelfTestsPlan(run)
+        plan.held_out = pool_of(problem.entry_point, held_out_asserts(problem))
+        shown = set().union(*(calls_of(problem.entry_point, t) for t in example_asserts(problem)))
+        generated = pool_of(problem.entry_point, [t for k in run for t in (group_tests[k] if group_tests else ())])
+        plan.generated = [t for t in generated if t not in plan.held_out
+                          and not shown_calls_only(problem.entry_point, t, shown)]
+        plan.runnable = [programs[k] is not None for k in run]
+        plan.rows = [k for k in run if programs[k] is not None] if plan.pool else []
+        if plan.rows and plan.generated:
+            plan.stubs, plan.mutants = stub_programs(problem.entry_point), mutants_of(problem)
+        suite = judged_suite(problem.entry_point, plan.pool)
+        jobs += [(program, suite) for program in [programs[k] for k in plan.rows] + plan.stubs + plan.mutants]
+        plans.append(plan)
     reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
     totals = [0.0] * len(codes)
-    for run, runnable, rows, n_stubs, width in plans:
-        matrix_rows = {k: pass_row(next(reports)) for k in rows}
-        stub_rows = [pass_row(next(reports)) for _ in range(n_stubs)]
-        kept = [j for j in range(width) if not (stub_rows and all(row[j] for row in stub_rows))]
-        matrix = [[row[j] for j in kept] for row in (matrix_rows.get(k, [0] * width) for k in run)]
-        levels = [levels_of(hidden[k]) for k in run]
-        for k, total in zip(run, self_tests_rewards(levels, matrix, runnable)):
+    for plan in plans:
+        matrix_rows = {k: pass_row(next(reports)) for k in plan.rows}
+        stub_rows = [pass_row(next(reports)) for _ in plan.stubs]
+        mutant_rows = [caught_row(next(reports)) for _ in plan.mutants]
+        kept = plan.kept_columns(stub_rows, mutant_rows)
+        width = len(plan.pool)
+        matrix = [[row[j] for j in kept] for row in (matrix_rows.get(k, [0] * width) for k in plan.run)]
+        levels = [levels_of(hidden[k]) for k in plan.run]
+        for k, total in zip(plan.run, self_tests_rewards(levels, matrix, plan.runnable, len(plan.held_out))):
             totals[k] = total
     return totals
+
+
+def pool_of(entry_point: str, tests: Sequence[str]) -> list[str]:
+    """Return the distinct judged forms of `tests` (`rewards.judged_tests`), in order."""
+    pool: list[str] = []
+    judged_pool(entry_point, tests, pool)
+    return pool
+
+
+@dataclass
+class _SelfTestsPlan:
+    """One group's self-tests runs: its held-out tests, then the generated ones, on its runnable codes, and the
+    generated ones on the junk stubs and the reference's wrong mutants too."""
+
+    run: range
+    held_out: list[str] = field(default_factory=list)
+    generated: list[str] = field(default_factory=list)
+    runnable: list[bool] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    stubs: list[str] = field(default_factory=list)
+    mutants: list[str] = field(default_factory=list)
+
+    @property
+    def pool(self) -> list[str]:
+        return self.held_out + self.generated
+
+    def kept_columns(self, stub_rows: Sequence[Sequence[int]], mutant_rows: Sequence[Sequence[int]]) -> list[int]:
+        """Return the pool's columns that count: every held-out test; a generated test unless both junk stubs pass
+        it (it holds whatever a code returns) or, where the problem has wrong mutants, it rejects none of them on
+        their values (a guarded tautology: it separates no plausible wrong code from a right one)."""
+        n = len(self.held_out)
+        return list(range(n)) + [j for j in range(n, len(self.pool))
+                                 if not (stub_rows and all(row[j] for row in stub_rows))
+                                 and (not mutant_rows or any(row[j] for row in mutant_rows))]

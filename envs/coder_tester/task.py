@@ -41,13 +41,14 @@ from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn, task_problems
-from envs.code_generation.self_tests import coder_programs, groups, reference_program, score_functions
+from envs.code_generation.self_tests import coder_programs, groups, mutants_of, reference_program, score_functions
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
 from rewards.judged_tests import judged_suite, stub_programs
 from rewards.sandbox import default_sandbox
-from rewards.self_tests import discrimination_reward, generated_asserts, judged_pool, loaded, pass_row, run_judged
+from rewards.self_tests import (caught_row, discrimination_reward, generated_asserts, judged_pool, loaded, pass_row,
+                                run_judged)
 
 CODER_MAX, TESTER_MAX = 2.1, 1.0
 TESTER_STOPS = ("```", "\ndef ", "\n\n\n", "\nprint(")
@@ -56,14 +57,16 @@ JOINT_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n\n
 
 @dataclass
 class TesterVerdict:
-    """What the tester's tests did: the tests, each one's column in the rows (None: not a judged test), and the
-    rows of verdicts of the reference, the junk stubs and each wrong code of the group that loads."""
+    """What the tester's tests did: the tests, each one's column in the rows (None: not a judged test), the pass
+    rows of the correct codes (the reference first, then the group's codes that pass every hidden test) and of
+    the junk stubs, and the caught rows (`rewards.self_tests.caught_row`) of the wrong codes: the group's that
+    load, then the reference's wrong mutants (`rewards.mutants`)."""
 
     tests: list[str]
     columns: list[int | None]
-    reference_row: list[int]
+    correct_rows: list[list[int]]
     stub_rows: list[list[int]]
-    wrong_rows: list[list[int]]
+    caught_rows: list[list[int]]
     has_reference: bool
 
     @property
@@ -71,15 +74,15 @@ class TesterVerdict:
         """Return the tester's reward (module docstring); 0 without a reference."""
         if not self.has_reference:
             return 0.0
-        return discrimination_reward(self.columns, self.reference_row, self.stub_rows, self.wrong_rows)
+        return discrimination_reward(self.columns, self.correct_rows, self.stub_rows, self.caught_rows)
 
     def judged(self) -> list[int]:
         """Return the columns of its judged tests."""
         return [j for j in self.columns if j is not None]
 
     def valid(self) -> list[int]:
-        """Return the columns of its judged tests that the reference passes."""
-        return [j for j in self.judged() if self.reference_row and self.reference_row[j]]
+        """Return the columns of its judged tests that every correct code passes."""
+        return [j for j in self.judged() if self.correct_rows and all(row[j] for row in self.correct_rows)]
 
     def vacuous(self) -> list[int]:
         """Return the columns of its valid tests that every junk stub passes."""
@@ -106,6 +109,13 @@ def is_wrong(score: Score) -> bool:
     return bool(b.syntax_ok and b.tests_total and b.tests_passed < b.tests_total)
 
 
+def is_correct(score: Score) -> bool:
+    """Return whether a coder's code counts as correct for the tester: it passes every hidden test (a test that
+    rejects it is wrong, whatever the reference does)."""
+    b = score.details[2]
+    return bool(b.syntax_ok and b.tests_total and b.tests_passed == b.tests_total)
+
+
 @dataclass
 class _GroupRuns:
     """The runs one group asks for: each tester's judged tests (its pool) on the reference and the wrong codes, and
@@ -115,22 +125,26 @@ class _GroupRuns:
     pools: dict[int, list[str]]
     columns: dict[int, list[int | None]]
     union: list[str]
-    judges: list[Any]          # the reference, then the wrong codes' programs; empty without a reference
+    judges: list[Any]          # the correct codes (reference first), then the wrong ones; empty without a reference
+    n_correct: int
     stubs: list[str]
 
 
 def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores: Sequence[Score],
                     tests: Sequence[list[str]]) -> list[TesterVerdict]:
-    """Return each joint action's TesterVerdict: its judged tests run on the reference and its group's wrong codes,
-    each code as the cleaned program the coder is scored on, in a process of its own per tester (one tester's slow
+    """Return each joint action's TesterVerdict: its judged tests run on the correct codes (the reference and the
+    group's codes that pass every hidden test) and the wrong ones (the group's, the reference's mutants), each
+    coder's code as the cleaned program it is scored on, in a process of its own per tester (one tester's slow
     test never skips another's); the junk stubs, pure and instant, run once per group on all its testers' tests.
     Every run of the batch goes in one sandbox batch."""
     programs, plans, jobs = coder_programs(items, codes), [], []
     for run in groups(items):
         problem = items[run.start]
         entry, reference = problem.entry_point, reference_program(problem)
+        correct = [programs[k] for k in run if is_correct(coder_scores[k]) and programs[k] is not None]
         wrong = [programs[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None]
-        plan = _GroupRuns(run, {k: [] for k in run}, {}, [], [] if reference is None else [reference, *wrong], [])
+        judges = [] if reference is None else [reference, *correct, *wrong, *mutants_of(problem)]
+        plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(correct), [])
         for k in run:
             plan.columns[k] = judged_pool(entry, tests[k], plan.pools[k])
             judged_pool(entry, plan.pools[k], plan.union)
@@ -147,9 +161,9 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
         for k in plan.run:
             own, at_union = runs[k], [plan.union.index(test) for test in plan.pools[k]]
             verdicts.append(TesterVerdict(
-                tests[k], plan.columns[k], pass_row(own[0]) if own else [],
+                tests[k], plan.columns[k], [pass_row(r) for r in own[:plan.n_correct]],
                 [[row[j] for j in at_union] for row in stub_rows],
-                [pass_row(r) for r in own[1:] if loaded(r)],     # a wrong code that does not load is no caught bug
+                [caught_row(r) for r in own[plan.n_correct:] if loaded(r)],   # one that does not load is no bug
                 bool(plan.judges) and (not own or loaded(own[0]))))   # nor does a reference that does not load judge
     return verdicts
 
@@ -159,11 +173,11 @@ def tester_metrics(verdict: TesterVerdict) -> dict[str, float]:
     reference passes, the share of them that junk stubs pass too (vacuous), the mean kill of the other valid ones."""
     n, judged, valid, vacuous = len(verdict.tests), verdict.judged(), verdict.valid(), verdict.vacuous()
     useful = [j for j in valid if j not in vacuous]
-    kills = [sum(1 for row in verdict.wrong_rows if not row[j]) / len(verdict.wrong_rows)
-             for j in useful] if verdict.wrong_rows else []
+    kills = [sum(row[j] for row in verdict.caught_rows) / len(verdict.caught_rows)
+             for j in useful] if verdict.caught_rows else []
     return {"tester_reward": verdict.reward, "tests_written": float(n),
             "tests_judged": len(judged) / n if n else 0.0,
-            "tests_valid": len(valid) / len(judged) if judged and verdict.reference_row else 0.0,
+            "tests_valid": len(valid) / len(judged) if judged and verdict.correct_rows else 0.0,
             "tests_vacuous": len(vacuous) / len(judged) if judged else 0.0,
             "tests_kill": sum(kills) / len(kills) if kills else 0.0,
             "tester_no_reference": float(not verdict.has_reference)}
@@ -249,10 +263,10 @@ def tester_feedback(problem: Problem, history: Sequence[tuple[str, str]], verdic
     start = f"assert {problem.entry_point}("
     context = last_prompt[:-len(start)] if last_prompt.endswith(start) else last_prompt + "\n"
     n, judged, valid = len(verdict.tests), len(verdict.judged()), verdict.valid()
-    caught = sum(1 for row in verdict.wrong_rows if not all(row[j] for j in valid))
+    caught = sum(1 for row in verdict.caught_rows if any(row[j] for j in valid))
     said = "\n".join(verdict.tests) or "(no test)"
     unjudged = (f" {n - judged} could not be checked: call `{problem.entry_point}` and compare its value with a "
                 f"literal." if judged < n else "")
-    return (f"{context}{said}\n\nFeedback: {len(valid)} of your {n} tests accept a correct solution; "
-            f"they catch {caught} of {len(verdict.wrong_rows)} wrong solutions.{unjudged} Write the tests again, "
+    return (f"{context}{said}\n\nFeedback: {len(valid)} of your {n} tests accept every correct solution; "
+            f"they catch {caught} of {len(verdict.caught_rows)} wrong solutions.{unjudged} Write the tests again, "
             f"fixing wrong expected values and adding tests that catch mistakes.\n{start}")

@@ -62,14 +62,18 @@ def test_self_tests_formula_on_a_known_matrix():
     # a code that does not parse neither runs nor counts in the reliabilities: weights 1, 0, 1/2
     assert self_tests_rewards([1.1, 1.1, 0.6], matrix, [True, True, False]) == [2.1, 1.766667, 0.6]
     assert support([[0, 0], [0, 0]]) == [0.0, 0.0] and support([[], []]) == [0.0, 0.0]
-    # tester (rows over a pool of 4 tests; columns: each of its tests' column, None: not judged): column 0 kills the
-    # one wrong code (1.0), column 1 it lets pass (0.0), column 2 rejects the reference (-1), column 3 both junk
-    # stubs pass (a tautology: 0), an unjudged test 0
-    reference, stubs, wrong = [1, 1, 0, 1], [[0, 0, 0, 1], [0, 0, 0, 1]], [[0, 1, 1, 1]]
-    assert discrimination_reward([0, 1, None, 3], reference, stubs, wrong) == 0.25
-    assert discrimination_reward([0, 2], reference, stubs, wrong) == 0.0
-    assert discrimination_reward([2, None], reference, stubs, wrong) == -0.5
-    assert discrimination_reward([1], reference, stubs, []) == 0.0 and discrimination_reward([], reference, [], []) == 0.0
+    # tester (rows over a pool of 5 tests; columns: each of its tests' column, None: not judged): column 0 rejects
+    # the one wrong code on its values (1.0), column 1 lets it pass (0.0), column 2 rejects the reference (-1),
+    # column 3 both junk stubs pass (a tautology: 0), column 4 rejects a correct code other than the reference
+    # (-1), an unjudged test 0
+    correct, stubs, caught = [[1, 1, 0, 1, 1], [1, 1, 0, 1, 0]], [[0, 0, 0, 1, 0], [0, 0, 0, 1, 0]], [[1, 0, 0, 0, 1]]
+    assert discrimination_reward([0, 1, None, 3], correct, stubs, caught) == 0.25
+    assert discrimination_reward([0, 2], correct, stubs, caught) == 0.0
+    assert discrimination_reward([2, None], correct, stubs, caught) == -0.5
+    assert discrimination_reward([4], correct, stubs, caught) == -1.0 and discrimination_reward([4], correct[:1], stubs, caught) == 1.0
+    assert discrimination_reward([1], correct, stubs, []) == 0.0 and discrimination_reward([], correct, [], []) == 0.0
+    # held-out columns (first n) weigh 1 whatever the group passes: the group's reliabilities weigh the rest
+    assert support([[0, 1], [0, 0]], n_held_out=1) == [0.333333, 0.0]   # (0 * 1 + 1 * 0.5) / 1.5
 
 
 def test_planner_coder_scripted_rewards(data):
@@ -187,8 +191,9 @@ def test_planner_coder_self_tests_and_decide(data):
     assert example_asserts(problem) == ["assert add(1, 2) == 3"]
     sample = scripted({0: ["x", "y"], 1: [RIGHT, "    return 3\n"]})
     root = rollout([problem], task, sample, RolloutSettings(num_turns=1, samples_per_turn=[2]))[0]
-    # the one example: both pass it (weight 1): both get full support; the hidden reward is only logged
-    assert [s.total for s in root.scores] == [2.1, 2.1]
+    # the pool: the check's asserts the prompt does not show (held out: (0, 0), (-1, 1), (2, 5)), never the example,
+    # which the constant 3 passes (it got full support from it before)
+    assert [s.total for s in root.scores] == [2.1, 1.1]
     assert [s.metrics["hidden_reward"] for s in root.scores] == [2.1, 1.35]
     assert revise_target(root.scores[0].details[2]) == "plan"
     broken = task.score([problem], [["x", "    return (\n"]])[0]
@@ -206,9 +211,10 @@ def test_coder_tester_scripted_rewards(data, sharing):
     problem = task.train_items[0]
     sample = scripted({0: [RIGHT, ALMOST], 1: [TESTS, "0, 0) == 0\nassert add(-1, 1) == 0\n"]})
     root = rollout([problem], task, sample, RolloutSettings(num_turns=1, samples_per_turn=[2]))[0]
-    # tester 1: add(1,2)==3 valid, ALMOST passes it: 0; add(2,2)==5 rejects the reference: -1; add(-1,1)==0 valid,
-    # kills ALMOST: 1.0 -> 0/3. Tester 2: add(0,0)==0 valid, ALMOST passes: 0; add(-1,1)==0: 1.0 -> 0.5
-    tester = [0.0, 0.5]
+    # wrong codes: ALMOST and the reference's mutant a - b (rewards/mutants.py). Tester 1: add(1,2)==3 rejects a - b
+    # only: 0.5; add(2,2)==5 rejects the reference: -1; add(-1,1)==0 rejects both: 1.0 -> 0.5/3. Tester 2:
+    # add(0,0)==0 both pass: 0; add(-1,1)==0: 1.0 -> 0.5
+    tester = [round(0.5 / 3, 6), 0.5]
     assert [s.metrics["tester_reward"] for s in root.scores] == tester
     assert [s.metrics["coder_reward"] for s in root.scores] == [2.1, 1.85]
     assert [s.total for s in root.scores] == [round(2.1 + tester[0], 6), round(1.85 + tester[1], 6)]
@@ -225,7 +231,8 @@ def test_coder_tester_self_tests_uses_the_groups_tests(data):
     task = build_coder_tester_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     scores = task.score([problem, problem], [[RIGHT, TESTS], [ALMOST, TESTS]])
-    # pool: add(1,2)==3, add(2,2)==5, add(-1,1)==0; RIGHT passes [1,0,1], ALMOST [1,0,0]: weights 1, 0, 0.5
+    # pool: the held-out add(0,0)==0, add(-1,1)==0, add(2,5)==7 (weight 1; the tester's add(-1,1)==0 is one of them),
+    # and add(2,2)==5 (no code passes it: weight 0); add(1,2)==3 calls the example only: out. ALMOST passes 2 of 3
     assert [s.metrics["coder_reward"] for s in scores] == [2.1, round(1.1 + 1 / 1.5, 6)]
 
 

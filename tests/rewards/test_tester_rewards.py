@@ -40,6 +40,9 @@ BARE = "def add(a, b):\n    return abs(a) + b\n"   # ALMOST restarting the funct
 USEFUL = "-1, 1) == 0\n"                      # rejects ALMOST and CRASH
 WEAK = "1, 2) == 3\n"                         # true, but ALMOST passes it
 WRONG_EXPECTED = "2, 2) == 5\n"
+ZERO = "0, 0) == 0\n"                        # true, and every wrong code here passes it (the mutant a - b too)
+# add's reference `a + b` has one mutation site: its wrong mutant `a - b` (rewards/mutants.py) is a wrong code in
+# every group, next to the group's own
 
 
 def _task(tmp_path: Path, record: dict, *overrides: str):
@@ -64,7 +67,7 @@ def test_a_code_that_loads_once_cleaned_is_judged_as_the_coder_is_scored(tmp_pat
     prose = ALMOST + "This adds the two numbers.\n"   # one line of prose: the raw text does not parse
     testers, coders = _tester_rewards(task, problem, [[RIGHT, WEAK], [prose, WEAK]])
     assert coders == [2.1, 1.85]             # the coder is scored on the cleaned program: 3 of 4
-    assert testers == [0.0, 0.0]             # which passes add(1, 2) == 3: nothing caught (was 1.0)
+    assert testers == [0.5, 0.5]             # which passes add(1, 2) == 3: only the mutant a - b caught (was 1.0)
     testers, _ = _tester_rewards(task, problem, [[RIGHT, USEFUL], [prose, USEFUL]])
     assert testers == [1.0, 1.0]             # a test that rejects it catches it
 
@@ -72,7 +75,7 @@ def test_a_code_that_loads_once_cleaned_is_judged_as_the_coder_is_scored(tmp_pat
 def test_a_program_that_does_not_load_is_not_a_caught_bug(tmp_path):
     task, problem = _task(tmp_path, HUMANEVAL_LIKE)
     broken = "import no_such_module_anywhere\ndef add(a, b):\n    return a + b\n"   # parses; its import fails
-    testers, coders = _tester_rewards(task, problem, [[RIGHT, WEAK], [broken, WEAK]])
+    testers, coders = _tester_rewards(task, problem, [[RIGHT, ZERO], [broken, ZERO]])
     assert coders == [2.1, 1.1]
     assert testers == [0.0, 0.0]             # was 1.0: every assert "caught" the import error
 
@@ -91,21 +94,21 @@ def test_a_property_test_that_catches_a_wrong_code_is_paid(tmp_path):
     task, problem = _task(tmp_path, HUMANEVAL_LIKE)
     lopsided = "    return a + b if a < 2 else a - b\n"    # add(2, 5) == -3: wrong, and add(2, 1) != add(1, 2)
     testers, _ = _tester_rewards(task, problem, [[RIGHT, "1, 2) == add(2, 1)\n"], [lopsided, WEAK]])
-    assert testers == [1.0, 0.0]
+    assert testers == [1.0, 0.5]             # WEAK: lopsided passes it, the mutant a - b does not
 
 
 def test_a_test_every_candidate_passes_pays_nothing_and_the_reference_is_a_gate(tmp_path):
     task, problem = _task(tmp_path, HUMANEVAL_LIKE)
-    testers, _ = _tester_rewards(task, problem, [[RIGHT, WEAK], [ALMOST, WEAK]])
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, ZERO], [ALMOST, ZERO]])
     assert testers == [0.0, 0.0]             # was 0.5: true of the reference, but it separates no code
     testers, _ = _tester_rewards(task, problem, [[RIGHT, USEFUL], [RIGHT, USEFUL]])
-    assert testers == [0.0, 0.0]             # no wrong code in the group: nothing to catch (was 0.5)
+    assert testers == [1.0, 1.0]             # no wrong code in the group, but the mutant a - b
     testers, _ = _tester_rewards(task, problem, [[RIGHT, USEFUL + "assert add(" + WRONG_EXPECTED],
                                                  [ALMOST, USEFUL + "assert add(" + WEAK],
                                                  [CRASH, WEAK]])
-    # USEFUL catches both wrong codes (1.0); the wrong expected value rejects the reference (-1); WEAK catches
-    # CRASH only (0.5)
-    assert testers == [0.0, 0.75, 0.5]
+    # wrong codes: ALMOST, CRASH (raises: caught by nothing), a - b. USEFUL rejects ALMOST and a - b on their values
+    # (2/3); the wrong expected value rejects the reference (-1); WEAK rejects a - b (1/3)
+    assert testers == [round((2 / 3 - 1) / 2, 6), 0.5, round(1 / 3, 6)]
 
 
 @pytest.mark.parametrize("inspecting", ["1, 2) == 3 and 'aux' in globals()", "1, 2) == 3 and 'aux' in dir()",
@@ -138,11 +141,11 @@ def test_tester_metrics_say_what_each_test_was(tmp_path):
     assert score.metrics["tests_judged"] == 0.75      # the inspecting one cannot be judged on plain data
     assert score.metrics["tests_valid"] == pytest.approx(2 / 3)
     assert score.metrics["tests_vacuous"] == pytest.approx(1 / 3)
-    assert score.metrics["tester_reward"] == round((1.0 + 0.0 - 1.0 + 0.0) / 4, 6)
+    assert score.metrics["tester_reward"] == round((1.0 + 0.0 - 1.0 + 0.0) / 4, 6)   # USEFUL: ALMOST, a - b
     prompts = task.first_prompts(problem)
     feedback = task.next_prompts(problem, [[(prompts[0], RIGHT)], [(prompts[1], tests)]], [RIGHT, tests], score)[1]
-    assert "Feedback: 2 of your 4 tests accept a correct solution; they catch 1 of 1 wrong solutions. 1 could not " \
-           "be checked" in feedback and feedback.endswith("assert add(")
+    assert "Feedback: 2 of your 4 tests accept every correct solution; they catch 2 of 2 wrong solutions. 1 could " \
+           "not be checked" in feedback and feedback.endswith("assert add(")
 
 
 # ------------------------------------------------------------------------ which asserts the judge decides
@@ -210,7 +213,10 @@ GLOBALS_READER = ("    import sys\n    frame = sys._getframe(1)\n"
                                      PATCHED_MAIN],
                          ids=["always-equal", "equal-int", "frame", "inspect", "module-frame", "patched-main"])
 def test_self_tests_pay_a_hostile_coder_nothing(hostile):
-    problem = Problem("T/0", PROMPT, CHECK, "add", {"canonical_solution": "    return a + b\n"})
+    # a check whose held-out tests no constant passes (the frame readers return 0 or -1 here)
+    check = "def check(candidate):\n" + "".join(f"    assert candidate({a}, {b}) == {a + b}\n"
+                                                for a, b in ((1, 2), (2, 3), (-4, 1), (10, 20)))
+    problem = Problem("T/0", PROMPT, check, "add", {"canonical_solution": "    return a + b\n"})
     codes = [PROMPT + RIGHT, PROMPT + hostile]
     tests = ["assert add(2, 3) == 5", "assert add(-4, 1) == -3", "assert add(10, 20) == 30"]
     scores = score_functions([problem, problem], codes, "self_tests", group_tests=[tests, tests])
@@ -224,8 +230,9 @@ def test_self_tests_drop_the_tests_that_junk_passes():
     codes = [PROMPT + RIGHT, PROMPT + "    return a\n"]
     tautologies = ["assert add(1, 2) == add(1, 2)", "assert add(3, 4) is None or add(3, 4) is not None"]
     scores = score_functions([problem, problem], codes, "self_tests", group_tests=[tautologies, tautologies])
-    # pool: the example add(1, 2) == 3 (the wrong code fails it); the tautologies lent it 2/2.5 before
-    assert [s.total for s in scores] == [2.1, 1.1]
+    # pool: the held-out add(0, 0) == 0, add(-1, 1) == 0, add(2, 5) == 7 (the wrong code passes the first); the
+    # tautologies lent it 2/2.5 before
+    assert [s.total for s in scores] == [2.1, round(1.1 + 1 / 3, 6)]
 
 
 def test_self_tests_score_the_cleaned_program():
@@ -234,8 +241,9 @@ def test_self_tests_score_the_cleaned_program():
     scores = score_functions([problem, problem], codes, "self_tests",
                              group_tests=[["assert add(-1, 1) == 0"], ["assert add(-1, 1) == 0"]])
     assert [s.metrics["hidden_reward"] for s in scores] == [2.1, 1.85]
-    # pool: the example add(1, 2) == 3 and add(-1, 1) == 0; RIGHT passes both, ALMOST the first: weights 1, 0.5
-    assert [s.total for s in scores] == [2.1, round(1.1 + 1 / 1.5, 6)]   # was [1.1, 2.1]: the raw text did not load
+    # pool: the held-out add(0, 0) == 0, add(-1, 1) == 0 (the generated one is the same), add(2, 5) == 7; ALMOST
+    # fails the second
+    assert [s.total for s in scores] == [2.1, round(1.1 + 2 / 3, 6)]   # was [1.1, 2.1]: the raw text did not load
 
 
 # ------------------------------------------------------------------------ the data sets' own tests
@@ -251,7 +259,7 @@ def test_every_reference_built_as_a_coders_code_passes_its_hidden_tests(open_bod
     # with open-body prompts the reference of 160 of HumanEval's 164 problems did not load before
     from envs.code_generation.prompts import open_body as opened
     from envs.code_generation.self_tests import reference_program
-    from rewards.code_rewards import _suite
+    from rewards.code_rewards import hidden_tests_suite as _suite
     from rewards.sandbox import default_sandbox
     sandbox = default_sandbox()
     problems = _problems("humaneval", "humaneval") + _problems("coop", "coophumaneval")
@@ -286,3 +294,144 @@ def test_the_data_sets_examples_and_one_line_tests_are_judged():
     # a line break inside a list
     assert unjudged == {"HumanEval/1", "HumanEval/38", "HumanEval/44", "HumanEval/50", "HumanEval/53",
                         "HumanEval/87", "HumanEval/113", "HumanEval/151"}
+
+
+# ------------------------------------------------------------------------ the judge: bounded, and one hash seed
+
+def _peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+@pytest.fixture(scope="module")
+def lone_worker():
+    from rewards.sandbox import Sandbox
+    with Sandbox(workers=1) as sandbox:
+        yield sandbox
+
+
+NESTED_STR_LIST = "assert f(1) != len(" + "str(list(" * 11 + "'ab'" + "))" * 11 + ")"   # 145 chars, ~100M values
+
+
+@pytest.mark.parametrize("hostile", [NESTED_STR_LIST, "assert sum(range(10 ** 10)) == f(1)",
+                                     "assert len('x' * 10 ** 9) == f(1)", "assert [0] * 10 ** 9 != f(1)"],
+                         ids=["nested-str-list", "sum-range", "big-str", "big-list"])
+def test_a_judged_test_runs_under_a_programs_bounds(lone_worker, hostile):
+    # the gate takes the first (the others are built past it, as a gate's bug would let them through): before,
+    # each ran in the worker itself, whose deadline was checked only at the candidate's calls (the first: 4.0 s
+    # under a 1 s limit, the worker's peak memory 19 -> 267 MiB; the sum ran until the trainer gave up on it)
+    import time
+    from rewards.judged_tests import judged_suite
+    if hostile == NESTED_STR_LIST:
+        assert judged_test("f", hostile) is not None
+    pid = lone_worker._slots[0].proc.pid
+    peak = _peak_rss_kib(pid)
+    start = time.monotonic()
+    report = lone_worker.run_detailed("def f(x):\n    return x\n", judged_suite("f", [hostile, "assert f(2) == 2"]),
+                                      1.0, 3)
+    took = time.monotonic() - start
+    assert [o.passed for o in report.outcomes] == [False, True]   # the next test still runs, on the same worker
+    assert took < 2.5, took
+    assert _peak_rss_kib(pid) - peak < 32 << 10                   # the worker did not grow (KiB)
+    assert lone_worker._slots[0].proc.pid == pid                  # nor die
+
+
+def test_a_call_that_raises_ends_only_its_own_judged_test(lone_worker):
+    # the call raises in the program; the judge's test is aborted, the judge serves the next tests and jobs
+    from rewards.judged_tests import judged_suite
+    suite = judged_suite("f", ["assert f(0) == 0", "assert f(5) == 2", "assert f(0) == 1 or f(2) == 5",
+                               "assert f(10) == 2"])
+    for _ in range(2):
+        report = lone_worker.run_detailed("def f(x):\n    return 10 // x\n", suite, 1.0, 2)
+        assert [(o.passed, o.on_values) for o in report.outcomes] == [(False, False), (True, True), (False, False),
+                                                                       (False, True)]
+        assert "ZeroDivisionError" in report.outcomes[0].error
+
+
+def _under_seed(expression: str, seed: str) -> str:
+    """Return repr(eval(expression)) as a fresh interpreter with PYTHONHASHSEED=seed computes it."""
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", f"print(repr({expression}))"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": seed}, check=True)
+    return out.stdout.strip()
+
+
+def test_a_judged_tests_verdict_does_not_depend_on_the_worker():
+    # each `python -I` worker drew its own hash seed (and its programs, forks of it, with it): `str(a_set)` in the
+    # judge and `hash(s)` in a program differed from one worker to the next, so did these verdicts (the set goes
+    # child -> worker -> judge: built three times, as the expected value is)
+    from rewards.judged_tests import judged_suite
+    from rewards.sandbox import WORKER_HASH_SEED, Sandbox
+    words = sorted({"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"})
+    program = "def f(x):\n    return hash(x) if type(x) is str else set(x)\n"
+    tests = [f"assert f('cooprl') == {_under_seed(repr('cooprl') + '.__hash__()', WORKER_HASH_SEED)}",
+             f"assert str(f({words!r})) == {_under_seed(f'str(set(list(set(list(set({words!r}))))))', WORKER_HASH_SEED)}"]
+    for _ in range(2):   # two workers, two draws of the seed before
+        with Sandbox(workers=1) as sandbox:
+            report = sandbox.run_detailed(program, judged_suite("f", tests), 2.0, 2)
+        assert [o.passed for o in report.outcomes] == [True, True], report.outcomes
+
+
+# ------------------------------------------------------------------------ paid for separating right from wrong (34)
+
+COOP0 = json.loads((ROOT / "envs" / "code_generation" / "data" / "coop.jsonl").read_text().splitlines()[0])
+REGEX = ("    import re\n    return re.sub(r'(.)\\1+', lambda m: m.group(1) + str(len(m.group(0))), text)\n")   # correct
+RAISES_ON_EMPTY = "    if not text:\n        raise ValueError('empty')\n" + REGEX                              # wrong
+DROPS_COUNTS = "    return ''.join(c for i, c in enumerate(text) if i == 0 or text[i - 1] != c)\n"         # wrong
+GUARDED = "'') == compress_runs('') and compress_runs('') != None and str(compress_runs(''))[:4] != 'junk'\n"
+TRUE_TEST = "'aab') == 'a2b'\n"
+OFF_SPEC_PIN = "['x', 'x']) == 'x2'\n"     # the reference's loop takes a list; the spec says a string
+
+
+def test_a_guarded_tautology_catches_no_wrong_code(tmp_path):
+    # it rejects both junk stubs and "caught" the code that raises on '' (any call of '' does): it paid like a
+    # true test, with no risk of -1
+    task, problem = _task(tmp_path, COOP0)
+    testers, _ = _tester_rewards(task, problem, [[REGEX, GUARDED], [RAISES_ON_EMPTY, GUARDED]])
+    assert testers == [0.0, 0.0]             # was [1.0, 1.0]
+    testers, _ = _tester_rewards(task, problem, [[REGEX, TRUE_TEST], [RAISES_ON_EMPTY, TRUE_TEST]])
+    assert testers[0] == testers[1] > 0      # the true test rejects the reference's wrong mutants on their values
+
+
+def test_a_test_that_rejects_a_correct_code_is_wrong(tmp_path):
+    # REGEX passes every hidden test: a test that rejects it is wrong, whatever the reference does on a list
+    task, problem = _task(tmp_path, COOP0)
+    testers, _ = _tester_rewards(task, problem, [[REGEX, OFF_SPEC_PIN], [DROPS_COUNTS, OFF_SPEC_PIN]])
+    assert testers == [-1.0, -1.0]           # was [1.0, 1.0]: it "caught" DROPS_COUNTS
+    testers, _ = _tester_rewards(task, problem, [[REGEX, TRUE_TEST], [DROPS_COUNTS, TRUE_TEST]])
+    assert testers[0] == testers[1] > 0
+
+
+def _coop0() -> Problem:
+    return _problems("coop", "coophumaneval")[0]
+
+
+def test_guarded_tautologies_lend_a_wrong_code_no_self_tests_support():
+    problem = _coop0()
+    codes = [problem.prompt + REGEX, problem.prompt + DROPS_COUNTS]
+    tautologies = [f"assert compress_runs({GUARDED.strip()}".replace("''", f"'{c}'") for c in "abcde"]
+    plain = score_functions([problem, problem], codes, "self_tests", group_tests=[[], []])
+    lifted = score_functions([problem, problem], codes, "self_tests", group_tests=[tautologies, tautologies])
+    assert [s.total for s in lifted] == [s.total for s in plain]   # the wrong code's rose with them before
+    assert plain[0].total == 2.1 and plain[1].total < 2.1
+
+
+def test_a_code_that_memorises_the_examples_earns_no_more_than_one_that_fails_them():
+    problem = _coop0()
+    lookup = "    return {'aaabcc': 'a3bc2', 'abc': 'abc'}.get(text, '')\n"
+    codes = [problem.prompt + REGEX, problem.prompt + lookup, problem.prompt + "    return ''\n"]
+    scores = score_functions([problem] * 3, codes, "self_tests")
+    honest, memorised, failing = [s.total for s in scores]
+    assert memorised <= failing < honest     # the memoriser scored 2.1, as the honest code, before
+    assert honest == 2.1
+
+
+def test_held_out_tests_call_some_input_the_examples_do_not_show():
+    from rewards.self_tests import held_out_asserts
+    check = ("def check(candidate):\n    assert candidate(1, 2) == 3\n    assert abs(candidate(1, 2) - 3) < 1e-9\n"
+             "    assert candidate(1, 2) == candidate(2, 1)\n    assert candidate(-1, 1) == 0\n")
+    problem = Problem("T/0", PROMPT, check, "add")
+    # the second only rewrites the example add(1, 2): a memoriser passes it; the third calls add(2, 1) too
+    assert held_out_asserts(problem) == ["assert add(1, 2) == add(2, 1)", "assert add(-1, 1) == 0"]

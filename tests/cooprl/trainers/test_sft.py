@@ -280,12 +280,16 @@ def test_reference_demonstrations_never_hold_an_eval_problem_and_earn_the_reward
     for item, d in zip(items, demonstrations):
         assert d.prompts[0] == task.first_prompts(item)[0]
     scores = task.score(items, [d.completions for d in demonstrations])
-    # the demonstrations solve their problems; the tester's asserts all hold on the reference (a rejected reference
-    # would cost -1) and pay 0: with no wrong code in the group there is nothing for them to catch (issue 27 s2)
+    # the demonstrations solve their problems; the tester's asserts all hold on every correct code (a rejected one
+    # would cost -1) and are paid for the reference's wrong mutants they reject (rewards/mutants.py; issue 34)
     full = {"code": 4.0, "planner_coder": 2.1, "coder_tester": 2.1}[env]
-    assert [s.total for s in scores] == [full] * len(items)
     if env == "coder_tester":
+        assert [s.metrics["coder_reward"] for s in scores] == [full] * len(items)
         assert all(s.metrics["tests_valid"] == 1.0 and s.metrics["tests_written"] >= 3 for s in scores)
+        assert all(0 < s.metrics["tester_reward"] <= 1 for s in scores)
+        assert [s.total for s in scores] == [round(full + s.metrics["tester_reward"], 6) for s in scores]
+    else:
+        assert [s.total for s in scores] == [full] * len(items)
     if env == "planner_coder":   # the coder's prompt holds the demonstrated plan, as in a rollout
         assert all("    # Plan:\n    # 1. " in d.prompts[1] for d in demonstrations)
 
