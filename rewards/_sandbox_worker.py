@@ -559,14 +559,46 @@ class _Scratch:
                 self.fresh = [self._usage(fd) for fd in self.ready[1:]]
 
     def before_fork(self):
-        """The last program's processes are gone: reap them, drop its namespace now if it left data in its scratch;
+        """End and reap whatever the last program left, drop its namespace now if it left data in its scratch;
         enter the next child's, and have its pids numbered afresh."""
-        self.reap()
+        self.end_leftovers()
         if self.running and any(self._usage(fd) != usage for fd, usage in zip(self.running[1:], self.fresh)):
             self._close(self.running)
             self.running = []
         self.prepare()
         self.number_afresh()
+
+    def end_leftovers(self, wait_s=10.0):
+        """Before the next fork: end every process and thread the earlier programs left, and reap them all.
+
+        The worker's sweep kills them from outside (`_Worker.sweep`); this is the guarantee. As init of the
+        programs' PID namespace the zygote reaches every process in it with kill(-1) (the kernel spares init
+        itself), whatever its session, process group, uid or state: a stopped process, or a zombie group leader
+        whose other threads still run (its pid is one the sweep cannot tell from a plain zombie, and SIGKILL
+        ends its whole thread group). Every process of the namespace descends from the zygote, and one whose
+        parent ended comes back to the zygote (init, and a subreaper): while any runs, the zygote has a child
+        (that process, or an ancestor of it, perhaps a zombie leader waiting for its threads). So waitpid's
+        "no child" means nothing of any program runs anywhere. Without a PID namespace only the reaping is
+        here: kill(-1) would reach the host's processes."""
+        if not self.cfg["pidns"]:
+            self.reap()
+            return
+        deadline = time.monotonic() + wait_s
+        pause = 0.0001
+        while True:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:   # ESRCH: nothing left to signal
+                pass
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+            except ChildProcessError:
+                return
+            if time.monotonic() > deadline:   # (a process stuck in the kernel) `fork` still asks for pid 2
+                return
+            time.sleep(pause)
+            pause = min(2 * pause, 0.005)
 
     @staticmethod
     def reap():
@@ -1180,11 +1212,15 @@ def _host_pid(pidfd):
     raise OSError("no Pid in fdinfo")
 
 
-def _zombie(pid):
-    """Whether process `pid` has ended and waits to be reaped (or is gone)."""
+def _ended(pid):
+    """Whether process `pid` has ended, every thread of it, and waits to be reaped (or is gone). A zombie group
+    leader whose other threads still run has not: its main thread ended (the exit syscall, not exit_group), the
+    rest of it runs on, and a SIGKILL to its pid ends them."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2][1:2] in (b"Z", b"X")
+            if f.read().rpartition(b")")[2][1:2] not in (b"Z", b"X"):
+                return False
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
     except OSError:
         return True
 
@@ -1258,13 +1294,14 @@ class _Worker:
         return code
 
     def children(self):
-        """The zygote's children that have not ended (its zombies, which it reaps before its next fork, left out)."""
+        """The zygote's children that have not ended (its zombies, which it reaps before its next fork, left out;
+        a zombie group leader with live threads kept in)."""
         try:
             with open(f"/proc/{self.zygote_pid}/task/{self.zygote_pid}/children") as f:
                 pids = [int(x) for x in f.read().split()]
         except (OSError, ValueError):
             return []
-        return [pid for pid in pids if not _zombie(pid)]
+        return [pid for pid in pids if not _ended(pid)]
 
     def kill_uid(self):
         """SIGKILL every process of the slot's uid: `kill(-1)` with our real uid set to it."""
