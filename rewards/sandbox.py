@@ -173,10 +173,22 @@ class InterpreterView:
     links: tuple[tuple[str, str], ...]
 
 
+def _aliases(path: str) -> list[str]:
+    """The symbolic links beside `path` (a file, by its real path) that resolve to it."""
+    folder = os.path.dirname(path)
+    out = []
+    for name in os.listdir(folder):
+        link = os.path.join(folder, name)
+        if os.path.islink(link) and os.path.realpath(link) == path:
+            out.append(link)
+    return out
+
+
 @lru_cache(maxsize=None)
 def interpreter_view() -> InterpreterView:
     """Return the allow-list of host paths for this interpreter, found by importing every extension module of the
-    standard library in a fresh interpreter and reading the files it maps (about half a second, once)."""
+    standard library in a fresh interpreter and reading the files it maps (about half a second, once). Each worker
+    copies them into its root (`_sandbox_worker._copy_view`), leaving out what `COPY_SKIP` names."""
     out = subprocess.run([INTERPRETER, "-I", "-c", _VIEW_SCRIPT], capture_output=True, text=True,
                          stdin=subprocess.DEVNULL, timeout=120, check=True)
     found = json.loads(out.stdout.strip().splitlines()[-1])
@@ -191,9 +203,11 @@ def interpreter_view() -> InterpreterView:
         path = os.path.realpath(path)
         if inside(path, stdlib) or not os.path.exists(path):
             continue
-        # a shared library brings its directory (others are loaded from it later, by name); any other mapped
-        # file (the interpreter, a locale archive) comes alone
-        expose.append(os.path.dirname(path) if ".so" in os.path.basename(path) else path)
+        # each mapped file comes alone (the interpreter, libpython, the C libraries, a locale archive), a shared
+        # library with the names the loader asks for it by (libssl.so.3 -> libssl.so.3.0.2)
+        expose.append(path)
+        if ".so" in os.path.basename(path):
+            expose += _aliases(path)
     # the dynamic loader by the name executables ask for (a program may start the interpreter again)
     loaders = [os.path.join("/lib64", n) for n in (os.listdir("/lib64") if os.path.isdir("/lib64") else ())
                if n.startswith("ld-linux")]
@@ -321,6 +335,8 @@ class Sandbox:
         self.tmpfs_mb, self.tmpfs_inodes = int(tmpfs_mb), int(tmpfs_inodes)
         view = interpreter_view()
         extra = [os.path.abspath(p) for p in expose_paths]   # e.g. a site-packages with numpy, read-only
+        self._copied = view.expose   # copied into each worker's root; the extra paths are bound (`_start`)
+        self._bound = tuple(extra)
         self.view = InterpreterView(tuple(sorted(set(view.expose) | set(extra))), view.cover, view.links)
         self.debug = debug
         self._pid = os.getpid()
@@ -366,7 +382,7 @@ class Sandbox:
     def _start(self, slot: _Slot) -> None:
         uid = None if self._uid_base is None else self._uid_base + slot.index
         cfg = {"slot": slot.index, "cpu": self._cpus[slot.index], "uid": uid, "gid": uid,
-               "expose": list(self.view.expose), "cover": list(self.view.cover),
+               "copy": list(self._copied), "expose": list(self._bound), "cover": list(self.view.cover),
                "links": [list(link) for link in self.view.links], "scratch": list(SCRATCH_DIRS),
                "tmpfs_mb": self.tmpfs_mb, "tmpfs_inodes": self.tmpfs_inodes, "limits": self.limits,
                "cgroup_kind": self._cgroups.kind if self._cgroups else None, "cgroup_why": self._cgroup_why}
