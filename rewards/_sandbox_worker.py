@@ -938,12 +938,13 @@ class _Child:
     """A child as the worker sees it: its pid, the worker's ends of its pipes, a pidfd (None where the kernel
     has none) to wait for its end, and what was read past its last message."""
 
-    __slots__ = ("pid", "cmd_w", "res_r", "out_r", "pidfd", "pending")
+    __slots__ = ("pid", "cmd_w", "res_r", "out_r", "pidfd", "pending", "born")
 
     def __init__(self, pid, cmd_w, res_r, out_r, pidfd):
         self.pid, self.cmd_w, self.res_r, self.out_r = pid, cmd_w, res_r, out_r
         self.pidfd = pidfd
         self.pending = bytearray()
+        self.born = time.monotonic()
 
 
 class _Job:
@@ -1225,6 +1226,9 @@ def _ended(pid):
         return True
 
 
+WARM_MAX_AGE_S = 0.05   # a pre-forked child older than this is replaced at the job (`_Worker.take_warm`)
+
+
 class _Worker:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -1235,7 +1239,15 @@ class _Worker:
         self.dying = []              # pidfds of killed children not yet seen to end
 
     def take_warm(self):
+        """Return the child for the next program: the pre-forked one, or a fresh one when that one has waited
+        longer than WARM_MAX_AGE_S. A program can read its process's age (/proc/self/stat's start time against
+        /proc/uptime); a child that waited out the trainer's generation would tell the first program of each
+        batch on a slot (always a scored run, never a probe) from the others."""
         child, self.warm = self.warm, None
+        if child is not None and time.monotonic() - child.born > WARM_MAX_AGE_S:
+            self.retire(child)   # its pipes closed, it exits
+            self.sweep(wait=True)
+            child = None
         return child or self.fork_child()
 
     def fork_child(self):

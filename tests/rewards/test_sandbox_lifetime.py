@@ -202,3 +202,22 @@ def test_name_lookups_carry_no_bits_to_the_next_program(box, where):
     # ext4 bound in: 48 of 48). 36 is past 3 sd of chance.
     correct = bits_carried(box, DENTRY_DIRS[where])
     assert correct <= 36, f"{correct} of 48 bits crossed through lookups in {where}"
+
+
+# --------------------------------------------------------------------------------- what a run can tell of itself
+
+AGE = ("import os\ndef f(x):\n"
+       "    with open('/proc/self/stat') as s:\n"
+       "        start = int(s.read().rpartition(')')[2].split()[19]) / os.sysconf('SC_CLK_TCK')\n"
+       "    with open('/proc/uptime') as u:\n"
+       "        return float(u.read().split()[0]) - start\n")
+
+
+def test_a_program_cannot_tell_how_long_its_slot_was_idle(box):
+    # the first program after a pause (the trainer generating: always a scored run, never a probe) must not find
+    # an older process than a program that follows another at once
+    answer(box, AGE)
+    time.sleep(1.5)
+    after_pause = answer(box, AGE)
+    at_once = answer(box, AGE)
+    assert after_pause < 0.5 and at_once < 0.5, (after_pause, at_once)
