@@ -5,8 +5,9 @@ all below the trainer:
 
 - the *worker* (this process after set-up): enters fresh network (no interface, not even loopback), mount, IPC and
   PID namespaces and a private root file system that holds only an allow-list of host paths, read-only (the
-  interpreter, its standard library, the shared libraries it loads; see `rewards.sandbox.interpreter_view`), a
-  few device nodes and fresh scratch tmpfs mounts (`_isolate`), then judges jobs it reads from the trainer.
+  interpreter, its standard library, the shared libraries it loads, copied to a tmpfs; see
+  `rewards.sandbox.interpreter_view`), a few device nodes and fresh scratch tmpfs mounts (`_isolate`), then
+  judges jobs it reads from the trainer.
   It stays root *inside its namespaces* so that no sandboxed program can signal, ptrace or read it.
   Test code (trusted: it comes from the data set) runs here, with every call of `candidate(...)` replaced by a
   remote call whose result arrives as plain data; the verdict is decided here and nowhere else. Results are
@@ -30,7 +31,10 @@ all below the trainer:
 
 After each job the worker kills the child's process group and then every process of the slot's uid
 (`kill(-1, SIGKILL)` with the real uid set to the slot's uid: that reaches exactly the program's processes,
-even those that called setsid), until none is left.
+even those that called setsid), until none is left; without a slot uid, the zygote's children by pid (a zombie
+group leader whose threads still run counts as running). Before each fork the zygote, init of the programs'
+PID namespace, ends whatever is left in it and reaps it all (`_Scratch.end_leftovers`): no process or thread of
+a program outlives it, in either mode.
 
 Speed (see bench/README.md): on a VM a fork, its copy-on-write faults and the exit cost more than the judging, so
 the per-program path keeps both the child's work and the round trips small: what every child shares is set once

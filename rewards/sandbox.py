@@ -4,8 +4,8 @@ Nothing generated ever runs in the caller's process, and the caller is never for
 big models): `Sandbox` starts `workers` long-lived processes (`python -I rewards/_sandbox_worker.py`) through
 `subprocess`, and feeds them jobs over pipes from threads, so up to `workers` programs run in parallel.
 Each worker enters its own network namespace (no interfaces, not even loopback), mount, IPC and PID namespaces, and
-a private root file system holding only what `interpreter_view` allows (the interpreter, its standard library and
-shared libraries, read-only), forks a *zygote* before it sees any job, and asks the zygote for one fresh child per
+a private root file system holding only what `interpreter_view` allows (copies of the interpreter, its standard
+library and shared libraries on a tmpfs, read-only), forks a *zygote* before it sees any job, and asks the zygote for one fresh child per
 program. The child runs in its own session with rlimits (address space, CPU, processes, file size, open files, no
 core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
 keyring syscalls, no user namespace, no widening of its CPU affinity) and, when we are root, its own unprivileged
@@ -165,8 +165,9 @@ SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # a fresh tmpfs o
 @dataclass(frozen=True)
 class InterpreterView:
     """The host paths a program may see (all read-only): `expose` (the interpreter, its standard library, the
-    directories of the shared libraries it loads, the loader's cache), `cover` (directories inside those made
-    empty: the site-packages below the standard library) and `links` (root-level links such as /lib -> usr/lib)."""
+    shared libraries it loads with the names the loader asks for them by, the loader's cache; each worker copies
+    them into a tmpfs), `cover` (directories inside those left empty: the site-packages below the standard
+    library) and `links` (root-level links such as /lib -> usr/lib)."""
 
     expose: tuple[str, ...]
     cover: tuple[str, ...]
