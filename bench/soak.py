@@ -81,7 +81,7 @@ def train_command(model: Path, base_dir: Path, steps: int, every: int) -> list[s
     m = "magrpo"
     return [sys.executable, str(ROOT / "train_magrpo.py"), "--config", str(ROOT / "configs" / "magrpo_che_cpu.yaml"),
             "--override", f"agent_model.name={model}", "agent_model.max_length=512", f"{m}.num_turns=2",
-            f"{m}.num_generations=3", f"{m}.max_new_tokens=5", f"{m}.max_steps={steps}", f"{m}.eval_interval={every}",
+            f"{m}.num_generations=3", f"{m}.max_new_tokens=5", f"{m}.max_steps={steps}", f"{m}.num_train_epochs=1000", f"{m}.eval_interval={every}",
             f"{m}.eval_num_samples=2", "dataset.eval_split=test[:4]", f"checkpoint.checkpoint_interval={every}",
             "checkpoint.checkpoint_total_limit=1", "wandb.mode=disabled", f"output.base_dir={base_dir}",
             "output.run_name=soak", "seed=0"]
@@ -227,8 +227,7 @@ def main() -> int:
         while proc.poll() is None:
             time.sleep(args.interval)
             step = last_step(run_dir)
-            # (the final evaluation and the shutdown, after the last step, are not the steady state)
-            if step is None or step >= args.steps or proc.poll() is not None:
+            if step is None or proc.poll() is not None:
                 continue
             try:
                 one = {"step": step, "seconds": round(time.monotonic() - started, 1), **sample(trainer, run_dir)}
@@ -241,6 +240,8 @@ def main() -> int:
                 print(json.dumps(one), flush=True)
     print(f"the run ended with code {proc.returncode} after {time.monotonic() - started:.0f} s "
           f"(log: {base / 'train.log'})")
+    # the last step's samples hold the final evaluation and the shutdown (the sandbox closed): not the steady state
+    samples = [s for s in samples if s["step"] < samples[-1]["step"]] if samples else samples
     flat = report(samples, args.warmup)
     return 0 if proc.returncode == 0 and flat else 1
 
