@@ -82,7 +82,8 @@ def train_command(model: Path, base_dir: Path, steps: int, every: int) -> list[s
     return [sys.executable, str(ROOT / "train_magrpo.py"), "--config", str(ROOT / "configs" / "magrpo_che_cpu.yaml"),
             "--override", f"agent_model.name={model}", "agent_model.max_length=512", f"{m}.num_turns=2",
             f"{m}.num_generations=3", f"{m}.max_new_tokens=5", f"{m}.max_steps={steps}",
-            f"{m}.num_train_epochs=1000", f"{m}.eval_interval={every}", f"{m}.eval_num_samples=2", "dataset.eval_split=test[:4]", f"checkpoint.checkpoint_interval={every}",
+            f"{m}.num_train_epochs=1000", f"{m}.eval_interval={every}", f"{m}.eval_num_samples=2",
+            "dataset.eval_split=test[:4]", f"checkpoint.checkpoint_interval={every}",
             "checkpoint.checkpoint_total_limit=1", "wandb.mode=disabled", f"output.base_dir={base_dir}",
             "output.run_name=soak", "seed=0"]
 
