@@ -6,8 +6,8 @@ big models): `Sandbox` starts `workers` long-lived processes (`python -I rewards
 Each worker enters its own network namespace (no interfaces, not even loopback), mount, IPC and PID namespaces, and
 a private root file system holding only what `interpreter_view` allows (copies of the interpreter, its standard
 library and shared libraries on a tmpfs, read-only), forks a *zygote* before it sees any job, and asks the zygote
-for one fresh child per program. The child runs in its own session with rlimits (address space, CPU, processes, file size, open files, no
-core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
+for one fresh child per program. The child runs in its own session with rlimits (address space, CPU, processes,
+file size, open files, no core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
 keyring syscalls, no user namespace, no widening of its CPU affinity) and, when we are root, its own unprivileged
 uid per worker slot, so it cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a
 cgroup per slot that bounds its memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per
