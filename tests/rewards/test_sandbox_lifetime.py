@@ -108,6 +108,10 @@ SURVIVORS = {
         "        end_main_thread()\n"
         "    os._exit(0)\n"
         "time.sleep(0.05)\n"),
+    # the program's own main thread ends at load, its killer thread runs on (the job times out)
+    "main_thread_ends": (
+        "threading.Thread(target=killer).start()\n"
+        "end_main_thread()\n"),
     # a stopped process (SIGSTOP): it cannot act until someone continues it, but it must not survive either
     "stopped_orphan": (
         "if os.fork() == 0:\n"
@@ -137,7 +141,7 @@ def killers_left() -> list[str]:
 @pytest.mark.parametrize("variant", sorted(SURVIVORS))
 def test_every_process_and_thread_of_a_program_ends_with_it(box, variant):
     hostile = KILLER + SURVIVORS[variant]
-    box.run(hostile, ONE, 5.0, 1, entry_point="f")
+    box.run(hostile, ONE, 1.0, 1, entry_point="f")
     # the next honest programs must not be killed: each passes both of its tests
     two = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(2) == 3\n"
     for _ in range(3):
