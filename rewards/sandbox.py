@@ -174,14 +174,14 @@ class InterpreterView:
     links: tuple[tuple[str, str], ...]
 
 
-def _aliases(path: str) -> list[str]:
-    """The symbolic links beside `path` (a file, by its real path) that resolve to it."""
-    folder = os.path.dirname(path)
+def _aliases(paths: Iterable[str]) -> list[str]:
+    """The symbolic links beside each of `paths` (files, by their real paths) that resolve to one of them: the
+    names the dynamic loader asks for a library by."""
+    wanted = set(paths)
     out = []
-    for name in os.listdir(folder):
-        link = os.path.join(folder, name)
-        if os.path.islink(link) and os.path.realpath(link) == path:
-            out.append(link)
+    for folder in sorted({os.path.dirname(p) for p in wanted}):
+        with os.scandir(folder) as entries:
+            out += [e.path for e in entries if e.is_symlink() and os.path.realpath(e.path) in wanted]
     return out
 
 
@@ -205,10 +205,9 @@ def interpreter_view() -> InterpreterView:
         if inside(path, stdlib) or not os.path.exists(path):
             continue
         # each mapped file comes alone (the interpreter, libpython, the C libraries, a locale archive), a shared
-        # library with the names the loader asks for it by (libssl.so.3 -> libssl.so.3.0.2)
+        # library with the names the loader asks for it by (below: libssl.so.3 -> libssl.so.3.0.2)
         expose.append(path)
-        if ".so" in os.path.basename(path):
-            expose += _aliases(path)
+    expose += _aliases([p for p in expose if ".so" in os.path.basename(p)])
     # the dynamic loader by the name executables ask for (a program may start the interpreter again)
     loaders = [os.path.join("/lib64", n) for n in (os.listdir("/lib64") if os.path.isdir("/lib64") else ())
                if n.startswith("ld-linux")]
