@@ -149,15 +149,23 @@ def sample(trainer: psutil.Process, run_dir: Path) -> dict[str, float]:
     with trainer.oneshot():
         out = {"trainer_rss_mb": trainer.memory_info().rss / 2 ** 20, "trainer_fds": trainer.num_fds(),
                "trainer_threads": trainer.num_threads(), "trainer_children": len(trainer.children())}
-    procs, fds, rss = 0, 0, 0.0
-    below = trainer.children(recursive=True)
-    for p in below:
-        try:
-            fds += p.num_fds()
-            rss += p.memory_info().rss / 2 ** 20
-            procs += 1
-        except psutil.Error:
-            pass
+    # the sandbox's processes come and go (a program, a warm child replaced): the median of three reads 0.2 s
+    # apart, so that one read caught between two children does not tilt a slope
+    reads = []
+    for i in range(3):
+        if i:
+            time.sleep(0.2)
+        procs, fds, rss = 0, 0, 0.0
+        below = trainer.children(recursive=True)
+        for p in below:
+            try:
+                fds += p.num_fds()
+                rss += p.memory_info().rss / 2 ** 20
+                procs += 1
+            except psutil.Error:
+                pass
+        reads.append((procs, fds, rss))
+    procs, fds, rss = (sorted(column)[1] for column in zip(*reads))
     out.update(sandbox_procs=procs, sandbox_fds=fds, sandbox_rss_mb=rss)
     cgroups = _sandbox_cgroups([p.pid for p in below])
     if cgroups:
@@ -208,7 +216,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps of the run")
     parser.add_argument("--every", type=int, default=50, help="steps between evaluations and checkpoints")
-    parser.add_argument("--warmup", type=int, default=50, help="steps left out of the slopes")
+    parser.add_argument("--warmup", type=int, default=50,
+                        help="steps left out of the slopes (at least up to the first checkpoint)")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--out", default=None, help="folder of the run and samples.jsonl (default: a temp dir)")
     args = parser.parse_args()
@@ -243,7 +252,8 @@ def main() -> int:
           f"(log: {base / 'train.log'})")
     # the last step's samples hold the final evaluation and the shutdown (the sandbox closed): not the steady state
     samples = [s for s in samples if s["step"] < samples[-1]["step"]] if samples else samples
-    flat = report(samples, args.warmup)
+    # past the warm-up and the first checkpoint (the run folder's one step up)
+    flat = report(samples, max(args.warmup, args.every + 1))
     return 0 if proc.returncode == 0 and flat else 1
 
 
