@@ -6,8 +6,9 @@ all below the trainer:
 
 - the *worker* (this process after set-up): enters fresh network (no interface, not even loopback), mount, IPC and
   PID namespaces and a private root file system that holds only an allow-list of host paths, read-only (the
-  interpreter, its standard library, the shared libraries it loads; see `rewards.sandbox.interpreter_view`), a
-  few device nodes and fresh scratch tmpfs mounts (`_isolate`), then judges jobs it reads from the trainer.
+  interpreter, its standard library, the shared libraries it loads, copied to a tmpfs; see
+  `rewards.sandbox.interpreter_view`), a few device nodes and fresh scratch tmpfs mounts (`_isolate`), then
+  judges jobs it reads from the trainer.
   It stays root *inside its namespaces* so that no sandboxed program can signal, ptrace or read it.
   Test code (trusted: it comes from the data set) runs here, with every call of `candidate(...)` replaced by a
   remote call whose result arrives as plain data; the verdict is decided here and nowhere else. Results are
@@ -31,7 +32,10 @@ all below the trainer:
 
 After each job the worker kills the child's process group and then every process of the slot's uid
 (`kill(-1, SIGKILL)` with the real uid set to the slot's uid: that reaches exactly the program's processes,
-even those that called setsid), until none is left.
+even those that called setsid), until none is left; without a slot uid, the zygote's children by pid (a zombie
+group leader whose threads still run counts as running). Before each fork the zygote, init of the programs'
+PID namespace, ends whatever is left in it and reaps it all (`_Scratch.end_leftovers`): no process or thread of
+a program outlives it, in either mode.
 
 Speed (see bench/README.md): on a VM a fork, its copy-on-write faults and the exit cost more than the judging, so
 the per-program path keeps both the child's work and the round trips small: what every child shares is set once
@@ -560,14 +564,46 @@ class _Scratch:
                 self.fresh = [self._usage(fd) for fd in self.ready[1:]]
 
     def before_fork(self):
-        """The last program's processes are gone: reap them, drop its namespace now if it left data in its scratch;
+        """End and reap whatever the last program left, drop its namespace now if it left data in its scratch;
         enter the next child's, and have its pids numbered afresh."""
-        self.reap()
+        self.end_leftovers()
         if self.running and any(self._usage(fd) != usage for fd, usage in zip(self.running[1:], self.fresh)):
             self._close(self.running)
             self.running = []
         self.prepare()
         self.number_afresh()
+
+    def end_leftovers(self, wait_s=10.0):
+        """Before the next fork: end every process and thread the earlier programs left, and reap them all.
+
+        The worker's sweep kills them from outside (`_Worker.sweep`); this is the guarantee. As init of the
+        programs' PID namespace the zygote reaches every process in it with kill(-1) (the kernel spares init
+        itself), whatever its session, process group, uid or state: a stopped process, or a zombie group leader
+        whose other threads still run (its pid is one the sweep cannot tell from a plain zombie, and SIGKILL
+        ends its whole thread group). Every process of the namespace descends from the zygote, and one whose
+        parent ended comes back to the zygote (init, and a subreaper): while any runs, the zygote has a child
+        (that process, or an ancestor of it, perhaps a zombie leader waiting for its threads). So waitpid's
+        "no child" means nothing of any program runs anywhere. Without a PID namespace only the reaping is
+        here: kill(-1) would reach the host's processes."""
+        if not self.cfg["pidns"]:
+            self.reap()
+            return
+        deadline = time.monotonic() + wait_s
+        pause = 0.0001
+        while True:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:   # ESRCH: nothing left to signal
+                pass
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+            except ChildProcessError:
+                return
+            if time.monotonic() > deadline:   # (a process stuck in the kernel) `fork` still asks for pid 2
+                return
+            time.sleep(pause)
+            pause = min(2 * pause, 0.005)
 
     @staticmethod
     def reap():
@@ -907,12 +943,13 @@ class _Child:
     """A child as the worker sees it: its pid, the worker's ends of its pipes, a pidfd (None where the kernel
     has none) to wait for its end, and what was read past its last message."""
 
-    __slots__ = ("pid", "cmd_w", "res_r", "out_r", "pidfd", "pending")
+    __slots__ = ("pid", "cmd_w", "res_r", "out_r", "pidfd", "pending", "born")
 
     def __init__(self, pid, cmd_w, res_r, out_r, pidfd):
         self.pid, self.cmd_w, self.res_r, self.out_r = pid, cmd_w, res_r, out_r
         self.pidfd = pidfd
         self.pending = bytearray()
+        self.born = time.monotonic()
 
 
 class _Job:
@@ -1395,13 +1432,20 @@ def _host_pid(pidfd):
     raise OSError("no Pid in fdinfo")
 
 
-def _zombie(pid):
-    """Whether process `pid` has ended and waits to be reaped (or is gone)."""
+def _ended(pid):
+    """Whether process `pid` has ended, every thread of it, and waits to be reaped (or is gone). A zombie group
+    leader whose other threads still run has not: its main thread ended (the exit syscall, not exit_group), the
+    rest of it runs on, and a SIGKILL to its pid ends them."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2][1:2] in (b"Z", b"X")
+            if f.read().rpartition(b")")[2][1:2] not in (b"Z", b"X"):
+                return False
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
     except OSError:
         return True
+
+
+WARM_MAX_AGE_S = 0.05   # a pre-forked child older than this is replaced at the job (`_Worker.take_warm`)
 
 
 class _Worker:
@@ -1429,7 +1473,15 @@ class _Worker:
             judge.close()
 
     def take_warm(self):
+        """Return the child for the next program: the pre-forked one, or a fresh one when that one has waited
+        longer than WARM_MAX_AGE_S. A program can read its process's age (/proc/self/stat's start time against
+        /proc/uptime); a child that waited out the trainer's generation would tell the first program of each
+        batch on a slot (always a scored run, never a probe) from the others."""
         child, self.warm = self.warm, None
+        if child is not None and time.monotonic() - child.born > WARM_MAX_AGE_S:
+            self.retire(child)   # its pipes closed, it exits
+            self.sweep(wait=True)
+            child = None
         return child or self.fork_child()
 
     def fork_child(self):
@@ -1488,13 +1540,14 @@ class _Worker:
         return code
 
     def children(self):
-        """The zygote's children that have not ended (its zombies, which it reaps before its next fork, left out)."""
+        """The zygote's children that have not ended (its zombies, which it reaps before its next fork, left out;
+        a zombie group leader with live threads kept in)."""
         try:
             with open(f"/proc/{self.zygote_pid}/task/{self.zygote_pid}/children") as f:
                 pids = [int(x) for x in f.read().split()]
         except (OSError, ValueError):
             return []
-        return [pid for pid in pids if not _zombie(pid)]
+        return [pid for pid in pids if not _ended(pid)]
 
     def kill_uid(self):
         """SIGKILL every process of the slot's uid: `kill(-1)` with our real uid set to it."""
@@ -1555,11 +1608,26 @@ class _Worker:
 
 # ----------------------------------------------------------------------------------------- isolation (set-up)
 #
-# What a program may see is an allow-list: a new root file system (a small tmpfs) holding read-only binds of the
-# paths the trainer lists in `cfg["expose"]` (the interpreter, its standard library, the directories of the shared
-# libraries it loads; see `rewards.sandbox.interpreter_view`), a few device nodes, fresh scratch tmpfs mounts and
-# /proc; nothing else of the host's file system exists there. The steps, in order: `_enter_namespaces`,
-# `_build_root`, `_pivot_into`; the zygote then mounts the programs' own /proc (`_programs_proc`).
+# What a program may see is an allow-list: a new root file system (a tmpfs) holding copies of the paths the
+# trainer lists in `cfg["copy"]` (the interpreter, its standard library, the shared libraries it loads; see
+# `rewards.sandbox.interpreter_view`), read-only binds of the extra paths in `cfg["expose"]` (none by default), a
+# few device nodes, fresh scratch tmpfs mounts and /proc; nothing else of the host's file system exists there.
+# The steps, in order: `_enter_namespaces`, `_build_root`, `_pivot_into`; the zygote then mounts the programs'
+# own /proc (`_programs_proc`).
+#
+# Copies, not binds of the host's directories: a lookup on the host's file system leaves a dentry behind, a
+# name that does not exist included (a negative dentry), and the next lookup of that name is faster (7.6 us
+# against 3.0 us on ext4 here). Through binds, a program that looks up names chosen by a bit pattern passed
+# the pattern to the next program, which timed the same lookups (16 bits of 16). A tmpfs keeps no negative
+# dentries (each is dropped at its last use) and keeps every file's dentry and pages in memory, so a lookup or
+# a read there costs the same whatever an earlier program did (`tests/rewards/test_sandbox_lifetime.py`
+# measures it).
+# Left out of the copy (COPY_SKIP): the standard library's own test suite (123 MB here), its site-packages
+# (covered anyway), the build configuration (config-3.x: a static libpython) and optimized bytecode
+# (`.opt-1.pyc`, `.opt-2.pyc`: programs run without -O).
+COPY_SKIP_DIRS = ("test", "site-packages", "dist-packages")
+COPY_SKIP_PREFIXES = ("config-3.",)
+COPY_SKIP_SUFFIXES = (".opt-1.pyc", ".opt-2.pyc")
 
 DEVICES = ("null", "zero", "full", "random", "urandom")
 MNT_DETACH = 2
@@ -1620,6 +1688,38 @@ def _bind(fd_or_path, target, is_dir):
     _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
 
+def _skip_in_copy(folder, names):
+    """`shutil.copytree`'s ignore: the names in `folder` that COPY_SKIP_* leave out."""
+    skip = [n for n in names if n.endswith(COPY_SKIP_SUFFIXES)]
+    if os.path.isfile(os.path.join(folder, "os.py")):   # the standard library's top directory
+        skip += [n for n in names if n in COPY_SKIP_DIRS or n.startswith(COPY_SKIP_PREFIXES)]
+    return skip
+
+
+def _copy_view(paths, new):
+    """Copy `paths` (files, symbolic links, directories) to the same places below `new`, times and modes kept
+    (a module's .pyc is valid only for its source's time and size). Returns (files copied, bytes); what cannot be
+    read is left out."""
+    for path in paths:
+        target = new + path
+        try:
+            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+            if os.path.islink(path):
+                os.symlink(os.readlink(path), target)
+            elif os.path.isdir(path):
+                shutil.copytree(path, target, symlinks=True, ignore=_skip_in_copy, dirs_exist_ok=True)
+            else:
+                shutil.copy2(path, target)
+        except (OSError, shutil.Error):
+            pass
+    files, size = 0, 0
+    for top, _, names in os.walk(new):
+        for name in names:
+            files += 1
+            size += os.lstat(os.path.join(top, name)).st_size
+    return files, size
+
+
 def _build_root(cfg, have, missing):
     """Make the programs' root file system on a tmpfs at /tmp (our private view of it; the host's /tmp is hidden
     from here on) and return its path. Every source is opened first, so that one below /tmp binds too."""
@@ -1634,7 +1734,9 @@ def _build_root(cfg, have, missing):
     proc = os.open("/proc", os.O_PATH)
     os.makedirs("/tmp", exist_ok=True)
     new = "/tmp"
-    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=755")
+    # size and inodes are bounds, not what it takes: pages are allocated as the copy writes them
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=4g,nr_inodes=1048576,mode=755")
+    files, size = _copy_view(cfg["copy"], new)
     for path, fd, is_dir in sources:
         _bind(fd, new + path, is_dir)
         os.close(fd)
@@ -1663,8 +1765,10 @@ def _build_root(cfg, have, missing):
     os.makedirs(new + "/proc")
     _mount(f"/proc/self/fd/{proc}", new + "/proc", None, MS_BIND | MS_REC, None)   # the worker's; see _programs_proc
     os.close(proc)
-    have.append(f"private root: read-only {len(sources)} paths (interpreter, standard library, shared libraries)"
-                f" + /dev/{{{','.join(d for d, _ in devices)}}}; nothing else of the host's files")
+    bound = f" + {len(sources)} extra paths bound" if sources else ""
+    have.append(f"private root: read-only copies of the interpreter, standard library and shared libraries ("
+                f"{files} files, {size / 2 ** 20:.0f} MiB, on a tmpfs: no lookup of a program's leaves a trace for the "
+                f"next){bound} + /dev/{{{','.join(d for d, _ in devices)}}}; nothing else of the host's files")
     have.append(f"scratch {','.join(cfg['scratch'])} (tmpfs {cfg['tmpfs_mb']} MiB each, a fresh one for each program)")
     return new
 

@@ -5,10 +5,10 @@ big models): `Sandbox` starts `workers` long-lived processes (`python -s -P rewa
 fixed: `WORKER_HASH_SEED`) through
 `subprocess`, and feeds them jobs over pipes from threads, so up to `workers` programs run in parallel.
 Each worker enters its own network namespace (no interfaces, not even loopback), mount, IPC and PID namespaces, and
-a private root file system holding only what `interpreter_view` allows (the interpreter, its standard library and
-shared libraries, read-only), forks a *zygote* before it sees any job, and asks the zygote for one fresh child per
-program. The child runs in its own session with rlimits (address space, CPU, processes, file size, open files, no
-core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
+a private root file system holding only what `interpreter_view` allows (copies of the interpreter, its standard
+library and shared libraries on a tmpfs, read-only), forks a *zygote* before it sees any job, and asks the zygote
+for one fresh child per program. The child runs in its own session with rlimits (address space, CPU, processes,
+file size, open files, no core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
 keyring syscalls, no user namespace, no widening of its CPU affinity) and, when we are root, its own unprivileged
 uid per worker slot, so it cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a
 cgroup per slot that bounds its memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per
@@ -180,18 +180,31 @@ SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # a fresh tmpfs o
 @dataclass(frozen=True)
 class InterpreterView:
     """The host paths a program may see (all read-only): `expose` (the interpreter, its standard library, the
-    directories of the shared libraries it loads, the loader's cache), `cover` (directories inside those made
-    empty: the site-packages below the standard library) and `links` (root-level links such as /lib -> usr/lib)."""
+    shared libraries it loads with the names the loader asks for them by, the loader's cache; each worker copies
+    them into a tmpfs), `cover` (directories inside those left empty: the site-packages below the standard
+    library) and `links` (root-level links such as /lib -> usr/lib)."""
 
     expose: tuple[str, ...]
     cover: tuple[str, ...]
     links: tuple[tuple[str, str], ...]
 
 
+def _aliases(paths: Iterable[str]) -> list[str]:
+    """The symbolic links beside each of `paths` (files, by their real paths) that resolve to one of them: the
+    names the dynamic loader asks for a library by."""
+    wanted = set(paths)
+    out = []
+    for folder in sorted({os.path.dirname(p) for p in wanted}):
+        with os.scandir(folder) as entries:
+            out += [e.path for e in entries if e.is_symlink() and os.path.realpath(e.path) in wanted]
+    return out
+
+
 @lru_cache(maxsize=None)
 def interpreter_view() -> InterpreterView:
     """Return the allow-list of host paths for this interpreter, found by importing every extension module of the
-    standard library in a fresh interpreter and reading the files it maps (about half a second, once)."""
+    standard library in a fresh interpreter and reading the files it maps (about half a second, once). Each worker
+    copies them into its root (`_sandbox_worker._copy_view`), leaving out what `COPY_SKIP` names."""
     out = subprocess.run([INTERPRETER, "-I", "-c", _VIEW_SCRIPT], capture_output=True, text=True,
                          stdin=subprocess.DEVNULL, timeout=120, check=True)
     found = json.loads(out.stdout.strip().splitlines()[-1])
@@ -206,9 +219,10 @@ def interpreter_view() -> InterpreterView:
         path = os.path.realpath(path)
         if inside(path, stdlib) or not os.path.exists(path):
             continue
-        # a shared library brings its directory (others are loaded from it later, by name); any other mapped
-        # file (the interpreter, a locale archive) comes alone
-        expose.append(os.path.dirname(path) if ".so" in os.path.basename(path) else path)
+        # each mapped file comes alone (the interpreter, libpython, the C libraries, a locale archive), a shared
+        # library with the names the loader asks for it by (below: libssl.so.3 -> libssl.so.3.0.2)
+        expose.append(path)
+    expose += _aliases([p for p in expose if ".so" in os.path.basename(p)])
     # the dynamic loader by the name executables ask for (a program may start the interpreter again)
     loaders = [os.path.join("/lib64", n) for n in (os.listdir("/lib64") if os.path.isdir("/lib64") else ())
                if n.startswith("ld-linux")]
@@ -336,6 +350,8 @@ class Sandbox:
         self.tmpfs_mb, self.tmpfs_inodes = int(tmpfs_mb), int(tmpfs_inodes)
         view = interpreter_view()
         extra = [os.path.abspath(p) for p in expose_paths]   # e.g. a site-packages with numpy, read-only
+        self._copied = view.expose   # copied into each worker's root; the extra paths are bound (`_start`)
+        self._bound = tuple(extra)
         self.view = InterpreterView(tuple(sorted(set(view.expose) | set(extra))), view.cover, view.links)
         self.debug = debug
         self._pid = os.getpid()
@@ -381,7 +397,7 @@ class Sandbox:
     def _start(self, slot: _Slot) -> None:
         uid = None if self._uid_base is None else self._uid_base + slot.index
         cfg = {"slot": slot.index, "cpu": self._cpus[slot.index], "uid": uid, "gid": uid,
-               "expose": list(self.view.expose), "cover": list(self.view.cover),
+               "copy": list(self._copied), "expose": list(self._bound), "cover": list(self.view.cover),
                "links": [list(link) for link in self.view.links], "scratch": list(SCRATCH_DIRS),
                "tmpfs_mb": self.tmpfs_mb, "tmpfs_inodes": self.tmpfs_inodes, "limits": self.limits,
                "cgroup_kind": self._cgroups.kind if self._cgroups else None, "cgroup_why": self._cgroup_why}

@@ -50,7 +50,7 @@ def test_hostile_suites_pass_as_an_unprivileged_user():
               f"exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups env -i HOME={home} "
               f"PATH=/usr/bin:/bin PYTHONPATH={site}:{repo_mount} {py_mount}/bin/{python} -m pytest "
               "-p no:cacheprovider -o addopts= -q tests/rewards/test_sandbox.py tests/rewards/test_sandbox_leaks.py "
-              "tests/rewards/test_sandbox_round3.py\n")
+              "tests/rewards/test_sandbox_round3.py tests/rewards/test_sandbox_lifetime.py\n")
     mode = os.stat(repo).st_mode
     os.chmod(repo, mode | 0o005)   # a checkout made by mktemp is 700: let nobody in for the run, then restore
     try:
