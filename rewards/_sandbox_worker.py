@@ -577,11 +577,12 @@ class _Scratch:
         """Before the next fork: end every process and thread the earlier programs left, and reap them all.
 
         The worker's sweep kills them from outside (`_Worker.sweep`); this is the guarantee. As init of the
-        programs' PID namespace the zygote reaches every process in it with kill(-1) (the kernel spares init
-        itself), whatever its session, process group, uid or state: a stopped process, or a zombie group leader
-        whose other threads still run (its pid is one the sweep cannot tell from a plain zombie, and SIGKILL
-        ends its whole thread group). Every process of the namespace descends from the zygote, and one whose
-        parent ended comes back to the zygote (init, and a subreaper): while any runs, the zygote has a child
+        programs' PID namespace the zygote is where every orphan of a program comes back: it kills its children
+        (`own_children`) until none is left, whatever their session, process group, uid or state: a stopped
+        process, or a zombie group leader whose other threads still run (its pid is one the sweep cannot tell
+        from a plain zombie, and SIGKILL ends its whole thread group). Every program's process descends from the
+        zygote, and one whose parent ended comes back to the zygote (init, and a subreaper): while any runs, the
+        zygote has a child
         (that process, or an ancestor of it, perhaps a zombie leader waiting for its threads). So waitpid's
         "no child" means nothing of any program runs anywhere. Without a PID namespace only the reaping is
         here: kill(-1) would reach the host's processes."""
@@ -591,10 +592,11 @@ class _Scratch:
         deadline = time.monotonic() + wait_s
         pause = 0.0001
         while True:
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:   # ESRCH: nothing left to signal
-                pass
+            for pid in self.own_children():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:   # ESRCH: it ended meanwhile
+                    pass
             try:
                 while os.waitpid(-1, os.WNOHANG)[0] > 0:
                     pass
@@ -604,6 +606,21 @@ class _Scratch:
                 return
             time.sleep(pause)
             pause = min(2 * pause, 0.005)
+
+    @staticmethod
+    def own_children():
+        """The pids of the zygote's children (its threads' `children` lists in /proc). Not kill(-1): the worker's
+        judge (`_Judge`, forked by the worker after it entered the PID namespace) lives in this namespace too and
+        is not a program's; every program's process is the zygote's child, or comes back to it once its parent
+        is killed, so killing the children until none is left reaches them all."""
+        pids = set()
+        try:
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{tid}/children") as f:
+                    pids.update(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            pass
+        return sorted(pids)
 
     @staticmethod
     def reap():
