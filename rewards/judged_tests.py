@@ -66,9 +66,12 @@ def judged_test(entry_point: str, test: str) -> str | None:
         expr = module.body[0].test
         if not _Checker(entry_point).calls(expr):
             return None
-        return ast.unparse(ast.Assert(test=expr, msg=None))
+        judged = ast.unparse(ast.Assert(test=expr, msg=None))
     except (_Refused, *PARSE_ERRORS):
         return None
+    # the bound holds for the form the judge runs too: unparsing widens a compact assert (`[1,2]` -> `[1, 2]`),
+    # and a judged test must be judged again as itself (a group's pools are merged by judging them once more)
+    return judged if len(judged) <= MAX_TEST_CHARS else None
 
 
 def judged_suite(problem_entry_point: str, tests: Sequence[str]) -> TestSuite:
