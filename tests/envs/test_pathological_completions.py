@@ -4,15 +4,16 @@ guard (`cooprl.task.SafeScore`: a sample whose scoring raised), leave the reward
 
 The generator (seeded, so a failure names its seed) nests every construct (parentheses, lists, dicts, sets, lambdas,
 calls, subscripts, attributes, unary and binary operators, comparisons, conditional expressions, f-strings, `if` /
-`for` / `try` blocks, nested functions) 20 to 3,000 deep, and writes huge literals, long lines, NUL bytes and lone
+`for` / `try` blocks, nested functions) 50 to 2,500 deep, and writes huge literals, long lines, NUL bytes and lone
 surrogates; each payload is put in the shape of every role (a body, an aux's default, a tester's assert, a joint
 answer) and handed to every agent. Each team also gets one 10 MB completion.
 
-Bounds (per scoring batch of a pathological joint action and a sane one, a node group of two):
-- `unit` lane, the sandbox replaced by one that runs nothing (`NoRunSandbox`: the trainer's side of the reward:
-  cleaning, the gates, judged tests, probe building, the program's compile and marshal): 2 CPU s;
-- `sandbox` lane, the real sandbox: 20 s of wall time (every test has its 10 s timeout; none of these programs
-  loops, so a slower batch is the reward's own cost).
+Bounds, per scoring batch of a pathological joint action and a sane one (a node group of two): 5 CPU s of the
+trainer's own (cleaning, the gates, judged tests, probe building, the program's compile and marshal; a 90 kB
+completion near `MAX_COMPLETION_CHARS`, or lambdas nested 2,500 deep, cost up to ~2 s: the compiler is quadratic in
+nesting, and each code is parsed and compiled a few times), and 60 s of wall time (a CPU bomb such as `2**2**...`
+times out on each test, 10 s each). The `unit` lane replaces the sandbox by one that runs nothing
+(`NoRunSandbox`); the `sandbox` lane runs the real one.
 """
 
 from __future__ import annotations
@@ -140,29 +141,34 @@ def tasks(tmp_path_factory):
     return built
 
 
-def check_batch(task, joints, bound_s: float, clock) -> None:
+CPU_BOUND_S = 5.0     # the trainer's own CPU per batch: cleaning, gates, judged tests, probes, compile, marshal
+WALL_BOUND_S = 60.0   # with the real sandbox: a CPU bomb's tests time out (10 s each, 2 hidden tests), its probes too
+
+
+def check_batch(task, joints) -> None:
     """Score `joints` (one node group) as the trainers do, with the guard's fallback switched off; fail when
-    anything raises, a score needed the guard, leaves the reward's range, or the batch costs more than `bound_s`."""
+    anything raises, a score needed the guard or leaves the reward's range, or the batch costs more than the bounds."""
     problem = task.train_items[0]
-    started = clock()
+    wall, cpu = time.monotonic(), time.process_time()
     scores = task.score.raw([problem] * len(joints), joints)    # the reward itself: an exception fails the test
-    spent = clock() - started
+    wall, cpu = time.monotonic() - wall, time.process_time() - cpu
     assert len(scores) == len(joints)
     for score in scores:
         assert not score.error
         assert math.isfinite(score.total) and -1.0 <= score.total <= task.max_reward, score
     lengths = [len(text) for text in joints[0]]
-    assert spent <= bound_s, f"{task.name}: {spent:.2f} s for a batch (completion lengths {lengths})"
+    assert cpu <= CPU_BOUND_S and wall <= WALL_BOUND_S, \
+        f"{task.name}: {cpu:.2f} CPU s, {wall:.2f} s for a batch (completion lengths {lengths})"
 
 
-def run_property(tasks, seed: int, samples: int, bound_s: float, clock) -> None:
+def run_property(tasks, seed: int, samples: int) -> None:
     rng = random.Random(seed)
     for name, task in tasks.items():
         shapes = TEAMS[name][2]
         sane = [role[0].replace("{p}", SANE) for role in shapes]
         for _ in range(samples):
-            check_batch(task, [joint_action(rng, shapes, pathological(rng)), sane], bound_s, clock)
-        check_batch(task, [[TEN_MB] * task.num_agents, sane], bound_s, clock)
+            check_batch(task, [joint_action(rng, shapes, pathological(rng)), sane])
+        check_batch(task, [[TEN_MB] * task.num_agents, sane])
 
 
 class NoRunSandbox:
@@ -194,9 +200,9 @@ def no_run_sandbox(monkeypatch):
 
 
 def test_pathological_completions_score_on_the_trainers_side_of_every_team(tasks, no_run_sandbox):
-    run_property(tasks, seed=34, samples=3, bound_s=2.0, clock=time.process_time)
+    run_property(tasks, seed=20, samples=5)
 
 
 @pytest.mark.sandbox
 def test_pathological_completions_score_in_the_sandbox_for_every_team(tasks):
-    run_property(tasks, seed=3401, samples=4, bound_s=20.0, clock=time.monotonic)
+    run_property(tasks, seed=3401, samples=3)
