@@ -29,7 +29,7 @@ class Score:
     success: bool = False                         # solved (counts for pass@k)
     details: Any = None                           # task-private (e.g. the reward breakdown for feedback)
     agent_rewards: list[float] | None = None      # per agent raw rewards (None: shared, each agent gets `total`)
-    error: str = ""                               # why scoring it raised ('' when it was scored): `score_safely`
+    error: str = ""                               # why scoring it raised ('' when it was scored): `SafeScore`
 
 
 # first_prompts(item) -> one prompt per agent
@@ -147,6 +147,7 @@ class SafeScore:
         return scores
 
     def _score_group(self, item: Any, joints: list[Sequence[str]]) -> list[Score]:
+        """Return the scores of one node group, whose joint actions all answer `item` (see the class doc)."""
         items = [item] * len(joints)
         try:
             return list(self.raw(items, joints))

@@ -27,7 +27,8 @@ Per (aux completion, main completion) pair:
    returning other values of the same kind, and each time some test that passed must fail
    (`rewards.coop_probes` states the rules); the bonus is then scaled by the share of tests passed. The seed's
    rule (`cooperation="seed"`, the default) reproduces the paper; docs/rewards.md compares the two.
-A completion over `MAX_COMPLETION_CHARS` (100,000) is refused whole, as if missing (reason "main completion too long").
+A completion over `MAX_COMPLETION_CHARS` (1,000,000) is refused whole, as if missing (reason "main completion too
+long").
 Single agent (GRPO/AC baselines): no aux term, no bonus: 0.6 + 0.5 + pass fraction = 2.1 at most.
 Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 """

@@ -10,7 +10,7 @@ answer) and handed to every agent. Each team also gets one 10 MB completion.
 
 Bounds, per scoring batch of a pathological joint action and a sane one (a node group of two): 5 CPU s of the
 trainer's own (cleaning, the gates, judged tests, probe building, the program's compile and marshal; a 90 kB
-completion near `MAX_COMPLETION_CHARS`, or lambdas nested 2,500 deep, cost up to ~2 s: the compiler is quadratic in
+completion, or lambdas nested 2,500 deep, cost up to ~2 s: the compiler is quadratic in
 nesting, and each code is parsed and compiled a few times), and 60 s of wall time (a CPU bomb such as `2**2**...`
 times out on each test, 10 s each). The `unit` lane replaces the sandbox by one that runs nothing
 (`NoRunSandbox`); the `sandbox` lane runs the real one.
