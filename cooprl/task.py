@@ -130,7 +130,8 @@ class SafeScore:
     node group (the consecutive entries with the same item object: a reward may need a node's whole group), and a
     group that raises sample by sample to find the joint actions that raise alone; the group is then scored once
     more with their texts emptied, so that the others keep their group. A group where no sample raises alone, or
-    that still raises, is wholly zero (every sample with the reason)."""
+    that still raises, is wholly zero (every sample with the reason). A reward that raises on an empty answer too is
+    broken, whatever the completions: its error is raised."""
 
     def __init__(self, score: ScoreBatch):
         self.raw = score
@@ -140,11 +141,22 @@ class SafeScore:
         try:
             scores = list(self.raw(items, joints))
         except Exception:   # noqa: BLE001 - one completion must not end a run; found and logged per sample below
+            if not joints or self._broken(items[0], len(joints[0])):
+                raise
             scores = [score for run in node_groups(items)
                       for score in self._score_group(items[run.start], [joints[k] for k in run])]
         for score in scores:
             score.metrics = {**score.metrics, "reward_errors": float(bool(score.error))}
         return scores
+
+    def _broken(self, item: Any, num_texts: int) -> bool:
+        """Return whether the reward itself is broken: it raises on an empty answer too (a sandbox that is down,
+        a bug), which no completion caused: the run must stop then, not train on zeros."""
+        try:
+            self.raw([item], [[""] * num_texts])
+        except Exception:   # noqa: BLE001
+            return True
+        return False
 
     def _score_group(self, item: Any, joints: list[Sequence[str]]) -> list[Score]:
         """Return the scores of one node group, whose joint actions all answer `item` (see the class doc)."""

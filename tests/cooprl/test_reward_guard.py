@@ -80,3 +80,11 @@ def test_every_task_is_guarded_however_it_is_built():
     with pytest.raises(ValueError):
         task.score.raw(["x"], [["boom"]])     # the reward itself still raises: only the guard turns it into 0
     assert task.score(["x"], [["boom"]])[0].total == 0.0
+
+
+def test_a_reward_that_raises_on_an_empty_answer_too_is_broken_and_raises():
+    def down(items, joints):
+        raise RuntimeError("sandbox down")
+    task = replace(group_task(), score=down)
+    with pytest.raises(RuntimeError, match="sandbox down"):     # no completion caused it: the run stops
+        task.score(["x", "x"], [["a"], ["b"]])
