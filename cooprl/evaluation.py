@@ -27,8 +27,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+SUMMED = ("/reward_errors",)   # score metrics logged as counts (per turn), not means
+
+
 def tree_metrics(roots: Sequence[Node], num_turns: int, prefix: str = "") -> dict[str, float]:
-    """Return per-turn means of reward, processed reward, return and every score metric, plus terminations."""
+    """Return per-turn means of reward, processed reward, return and every score metric (but the counts of
+    `SUMMED`: how many joint actions' rewards raised), plus terminations."""
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     terminations = [0] * num_turns
@@ -50,7 +54,7 @@ def tree_metrics(roots: Sequence[Node], num_turns: int, prefix: str = "") -> dic
                 add(f"turn_{t + 1}/success_rate", float(score.success))
                 for key, value in score.metrics.items():
                     add(f"turn_{t + 1}/{key}", float(value))
-    metrics = {f"{prefix}{k}": v / counts[k] for k, v in sums.items()}
+    metrics = {f"{prefix}{k}": v if k.endswith(SUMMED) else v / counts[k] for k, v in sums.items()}
     for t in range(num_turns):
         if nodes[t]:
             metrics[f"{prefix}turn_{t + 1}/nodes"] = float(nodes[t])

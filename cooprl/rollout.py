@@ -216,6 +216,8 @@ def _expand(frontier: list[Node], task: Task, settings: RolloutSettings, last_tu
         if last_turn or node.terminated_early:
             continue
         for j, (g_per_agent, score) in enumerate(zip(node.joint, node.scores)):
+            if score.error:   # its reward raised (`cooprl.task.SafeScore`): the task has no feedback to build on
+                continue
             histories = [node.histories[a] + [(node.prompt_of(a, g), node.samples[a][g].text)]
                          for a, g in enumerate(g_per_agent)]
             prompts = task.next_prompts(node.item, histories, node.joint_texts(j), score)

@@ -6,8 +6,12 @@ and a new task needs no change in `cooprl/`.
 
 from __future__ import annotations
 
+import logging
+import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -25,6 +29,7 @@ class Score:
     success: bool = False                         # solved (counts for pass@k)
     details: Any = None                           # task-private (e.g. the reward breakdown for feedback)
     agent_rewards: list[float] | None = None      # per agent raw rewards (None: shared, each agent gets `total`)
+    error: str = ""                               # why scoring it raised ('' when it was scored): `SafeScore`
 
 
 # first_prompts(item) -> one prompt per agent
@@ -87,6 +92,12 @@ class Task:
     demonstrations: Demonstrate | None = None               # what each agent should answer (supervised fine-tuning;
                                                            # None: the task has no reference answers)
 
+    def __post_init__(self) -> None:
+        # the one guard of every trainer's reward, however the task was built (`replace` included): a joint action
+        # whose scoring raises scores 0 with a logged reason, and the run goes on
+        if not isinstance(self.score, SafeScore):
+            self.score = SafeScore(self.score)
+
 
 def centralized_task(team: Task) -> Task:
     """Return the one-policy version of `team` (centralized collaboration): one model answers the team's
@@ -107,3 +118,87 @@ def centralized_task(team: Task) -> Task:
     return replace(team, num_agents=1, first_prompts=lambda item: [joint.prompt(item)], score=score,
                    next_prompts=no_next_turn, stop_strings=[tuple(joint.stop_strings)], agent_rewards=False,
                    follow_prompt=None, demonstrations=None)
+
+
+class SafeScore:
+    """A task's reward (`ScoreBatch`) that no joint action can make raise: one whose scoring raises gets a zero
+    reward, `Score(0.0, error=why)`, logged, and no next turn (its branch of the tree ends there). Every score
+    carries the metric `reward_errors` (1.0 for such a one, else 0.0), which the logs sum per turn. `Task` wraps
+    its `score` in one, so every trainer's reward is guarded, whoever built the task.
+
+    The whole batch is scored at once, as the task expects. Only when that raises is it scored again node group by
+    node group (the consecutive entries with the same item object: a reward may need a node's whole group), and a
+    group that raises sample by sample to find the joint actions that raise alone; the group is then scored once
+    more with their texts emptied, so that the others keep their group. A group where no sample raises alone, or
+    that still raises, is wholly zero (every sample with the reason). A reward that raises on an empty answer too is
+    broken, whatever the completions: its error is raised."""
+
+    def __init__(self, score: ScoreBatch):
+        self.raw = score
+
+    def __call__(self, items: Sequence[Any], joints: Sequence[Sequence[str]]) -> list[Score]:
+        """Return one Score per joint action (see the class doc)."""
+        try:
+            scores = list(self.raw(items, joints))
+        except Exception:   # noqa: BLE001 - one completion must not end a run; found and logged per sample below
+            if not joints or self._broken(items[0], len(joints[0])):
+                raise
+            scores = [score for run in node_groups(items)
+                      for score in self._score_group(items[run.start], [joints[k] for k in run])]
+        for score in scores:
+            score.metrics = {**score.metrics, "reward_errors": float(bool(score.error))}
+        return scores
+
+    def _broken(self, item: Any, num_texts: int) -> bool:
+        """Return whether the reward itself is broken: it raises on an empty answer too (a sandbox that is down,
+        a bug), which no completion caused: the run must stop then, not train on zeros."""
+        try:
+            self.raw([item], [[""] * num_texts])
+        except Exception:   # noqa: BLE001
+            return True
+        return False
+
+    def _score_group(self, item: Any, joints: list[Sequence[str]]) -> list[Score]:
+        """Return the scores of one node group, whose joint actions all answer `item` (see the class doc)."""
+        items = [item] * len(joints)
+        try:
+            return list(self.raw(items, joints))
+        except Exception as e:   # noqa: BLE001
+            group_error = _describe(e)
+        errors = {}
+        for k, joint in enumerate(joints):
+            try:
+                self.raw([item], [joint])
+            except Exception as e:   # noqa: BLE001
+                errors[k] = _describe(e)
+        scores = None
+        if errors:
+            try:
+                scores = list(self.raw(items, [[""] * len(joint) if k in errors else joint
+                                               for k, joint in enumerate(joints)]))
+            except Exception as e:   # noqa: BLE001
+                group_error = _describe(e)
+        if scores is None:
+            errors = {k: errors.get(k, f"its group's reward raised {group_error}") for k in range(len(joints))}
+            scores = [Score(0.0) for _ in joints]
+        for k, why in errors.items():
+            logger.warning("the reward of joint action %d of %.80r raised; it scores 0: %s", k, item, why)
+            scores[k] = Score(0.0, error=why)
+        return scores
+
+
+def node_groups(items: Sequence[Any]) -> list[range]:
+    """Return the runs of consecutive entries whose item is the same object (one node's joint actions)."""
+    runs, start = [], 0
+    for k in range(1, len(items) + 1):
+        if k == len(items) or items[k] is not items[start]:
+            runs.append(range(start, k))
+            start = k
+    return runs
+
+
+def _describe(e: BaseException) -> str:
+    """The exception and where it was raised, in one line for the logs."""
+    where = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
+    at = f" (at {where[0].filename}:{where[0].lineno} in {where[0].name})" if where else ""
+    return f"{type(e).__name__}: {str(e)[:300]}{at}"

@@ -26,6 +26,12 @@ from typing import Any, Sequence
 # unary minuses) MemoryError / RecursionError from the parser itself. All of them mean "does not parse".
 PARSE_ERRORS = (SyntaxError, ValueError, MemoryError, RecursionError)
 
+# The longest completion the rewards read (a code, a tester's tests, a joint answer): a longer one is refused whole,
+# before any parse. Cleaning is linear, but a 10 MB completion cost ~22 CPU s, most of it under the AST lock below
+# that every scoring thread shares (1 MB: ~2-3 s per parse and compile). Sampled completions are a few kB (256
+# tokens), long-context ones some tens of kB; parser bombs of a few hundred kB are still judged as before.
+MAX_COMPLETION_CHARS = 1_000_000
+
 # CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state: when two threads build ASTs at
 # once and one of them is switched out mid-construction (a garbage-collection callback running Python code is enough),
 # the other raises SystemError "AST constructor recursion depth mismatch" (python/cpython#106905; seen in our suite,

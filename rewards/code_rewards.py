@@ -28,6 +28,8 @@ Per (aux completion, main completion) pair:
    and each time some test that passed must fail
    (`rewards.coop_probes` states the rules); the bonus is then scaled by the share of tests passed. The seed's
    rule (`cooperation="seed"`, the default) reproduces the paper; docs/rewards.md compares the two.
+A completion over `MAX_COMPLETION_CHARS` (1,000,000) is refused whole, as if missing (reason "main completion too
+long").
 Single agent (GRPO/AC baselines): no aux term, no bonus: 0.6 + 0.5 + pass fraction = 2.1 at most.
 Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 """
@@ -40,8 +42,8 @@ from types import CodeType
 from typing import Any, Mapping, Sequence
 
 from rewards.problem import Problem
-from rewards.code_cleaning import (PARSE_ERRORS, clean_completion, cooperation, parse_python, prompt_helpers,
-                                   prompt_imports)
+from rewards.code_cleaning import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completion, cooperation, parse_python,
+                                   prompt_helpers, prompt_imports)
 from rewards.coop_probes import MODES as COOPERATION_MODES, scored_aux, verify as verify_cooperation
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
@@ -132,12 +134,17 @@ def _round(x: float) -> float:
     return round(x + 0.0, 6)
 
 
+def _bounded(completion: str | None) -> str:
+    """The completion the reward cleans: '' when it is over `MAX_COMPLETION_CHARS` (refused whole, as missing)."""
+    return "" if completion is None or len(completion) > MAX_COMPLETION_CHARS else completion
+
+
 def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_agent: bool,
              cooperation_mode: str = "seed") -> _Prepared:
     problem = Problem.coerce(problem)
     prompt, test, entry_point = problem.prompt, problem.test, problem.entry_point
-    main_clean = clean_completion(main or "", entry_point)
-    aux_clean = clean_completion(aux or "", AUX_NAME) if not single_agent else None
+    main_clean = clean_completion(_bounded(main), entry_point)
+    aux_clean = clean_completion(_bounded(aux), AUX_NAME) if not single_agent else None
     aux_defined = aux_clean is not None and aux_clean.returns_value
     main_defined = main_clean.returns_value
     total = (W_AUX_DEF if aux_defined else 0.0) + (W_MAIN_DEF if main_defined else 0.0)
@@ -146,6 +153,8 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
         parts["calls_aux"] = cooperation(main_clean.function, entry_point, AUX_NAME).uses_aux
     if not main_defined:
         why = "main function missing" if not main_clean.function else "main function has no return value"
+        if len(main or "") > MAX_COMPLETION_CHARS:
+            why = f"main completion too long ({len(main)} characters; the reward reads {MAX_COMPLETION_CHARS})"
         return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
 
     imports, helpers = _prompt_parts(prompt, entry_point)

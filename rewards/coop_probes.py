@@ -40,6 +40,7 @@ cannot outscore a correct main that does not call aux.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Callable, Sequence
 
 from rewards.code_cleaning import PARSE_ERRORS, parse_python
@@ -325,8 +326,23 @@ def _stub(aux_src: str, aux: str, body: str) -> str | None:
                  and n.name == aux), None)
     if node is None:
         return None
-    node.body, node.decorator_list, node.returns = parse_python(body).body, [], None
-    return ast.unparse(node)
+    # aux's own text from `def` to its first statement, then `body`: a splice, not `ast.unparse`, which recurses
+    # once per level of an expression and raises on a deep default (`pad=1+1+...+1`, 400 terms); decorators
+    # (above `def`) are left out
+    lines = _LINE_END.split(aux_src)
+    first = node.body[0]
+    header = _text_between(lines, (node.lineno, node.col_offset), (first.lineno, first.col_offset))
+    return header.rstrip() + "\n    " + body + "\n"
+
+
+_LINE_END = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")   # after the line ends `ast` counts (not str.splitlines's \f...)
+
+
+def _text_between(lines: Sequence[str], start: tuple[int, int], end: tuple[int, int]) -> str:
+    """The source between two AST positions ((1-based line, UTF-8 byte column), as `ast` gives them)."""
+    def at(line: int, col: int) -> int:   # the position as a character index into "".join(lines)
+        return sum(len(x) for x in lines[:line - 1]) + len(lines[line - 1].encode("utf-8")[:col].decode("utf-8"))
+    return "".join(lines)[at(*start):at(*end)]
 
 
 def _signature(aux_src: str, aux: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:

@@ -160,7 +160,10 @@ class RaySandbox:
         """Run `program` against `tests` on one of the cluster's pools; the same report as `Sandbox.run_detailed`
         (a program whose actors kept dying fails its tests with "sandbox error")."""
         suite = local.as_suite(tests, entry_point)
-        payload = marshal.dumps(program) if isinstance(program, CodeType) else program
+        try:
+            payload = marshal.dumps(program) if isinstance(program, CodeType) else program
+        except ValueError as e:   # nested deeper than marshal goes: no actor can load it (as `Sandbox.run_detailed`)
+            return local.load_failed_report(suite, f"the program cannot be loaded: {e}")
         budget = timeout_s * max(1, len(suite.units)) + 60   # the actor's own pool bounds the run itself
         why = ""
         for attempt in range(self.retries + 1):

@@ -308,13 +308,21 @@ def _write_message(proc: subprocess.Popen, obj: dict) -> None:
 def _program_fields(program: str | CodeType) -> dict:
     """The job's program: compiled here, on the caller's thread, and sent marshalled, so the worker (the pool's
     bottleneck) does not compile; source that does not compile goes as source, and the worker reports the error
-    as the program's load error."""
+    as the program's load error. A code object marshal refuses gives {"load_error": why}: no worker can load it."""
     if isinstance(program, str):
         try:
             program = compile(program, "<program>", "exec", dont_inherit=True)
         except PARSE_ERRORS:
             return {"program": program}
-    return {"code": marshal.dumps(program)}
+    try:
+        return {"code": marshal.dumps(program)}
+    except ValueError as e:   # it compiles, yet nests deeper than marshal goes (1,000 nested lambdas): it cannot run
+        return {"load_error": f"the program cannot be loaded: {e}"}
+
+
+def load_failed_report(suite: TestSuite, why: str) -> RunReport:
+    """Return the report of a program that did not load, as the worker gives it: every test failed with `why`."""
+    return RunReport([TestOutcome(t, False, why) for t in suite.tests], load_error=why)
 
 
 class IsolationError(RuntimeError):
@@ -486,7 +494,10 @@ class Sandbox:
             raise RuntimeError("the sandbox is closed")
         suite = as_suite(tests, entry_point)
         n_units = max(1, len(suite.units))
-        job = {**_program_fields(program), "entry_point": suite.entry_point, "param": suite.param,
+        fields = _program_fields(program)
+        if "load_error" in fields:
+            return load_failed_report(suite, fields["load_error"])
+        job = {**fields, "entry_point": suite.entry_point, "param": suite.param,
                "context": list(suite.context), "units": [list(u) for u in suite.units],
                "trusted": suite.trusted, "judged": suite.judged,
                "timeout_s": float(timeout_s), "max_timeouts": int(max_timeouts),

@@ -37,7 +37,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Sequence
 
-from rewards.code_cleaning import PARSE_ERRORS, parse_python
+from rewards.code_cleaning import MAX_COMPLETION_CHARS, PARSE_ERRORS, parse_python
 from rewards.judged_tests import judged_test
 from rewards.problem import Problem
 from rewards.sandbox import RunReport, TestSuite
@@ -75,8 +75,10 @@ def reference_code(problem: Problem) -> str | None:
 
 def generated_asserts(entry_point: str, text: str, limit: int | None = None) -> list[str]:
     """Return the distinct one-line `assert ...` statements of `text` that call `entry_point(` and parse (at most
-    `limit`), in order: the tests a model wrote."""
+    `limit`), in order: the tests a model wrote. None from a text over `MAX_COMPLETION_CHARS`."""
     found: list[str] = []
+    if len(text or "") > MAX_COMPLETION_CHARS:
+        return found
     for line in (text or "").splitlines():
         line = line.strip()
         if not line.startswith("assert ") or f"{entry_point}(" not in line or line in found:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from cooprl.generation import first_stop
 from rewards.problem import Problem
-from rewards.code_cleaning import extract_function
+from rewards.code_cleaning import MAX_COMPLETION_CHARS, extract_function
 
 ROLES = ("aux", "main", "single")
 AUX_HEADER = "def aux("
@@ -176,8 +176,11 @@ def completion_to_code(role: str, problem: Problem, completion: str) -> str:
       glued after the prefix, so there is never a double header; for main/single the prompt's preamble
       (imports and helpers before the entry point) is kept in front of it;
     - the text after the function is cut at the first stop string (see `stop_strings`).
+    A completion over `MAX_COMPLETION_CHARS` is returned as it is, unread: the reward refuses it whole.
     """
     _check_role(role)
+    if len(completion or "") > MAX_COMPLETION_CHARS:
+        return completion
     text = _strip_leading_fence(completion)
     name = "aux" if role == "aux" else problem.entry_point
     start = _restart_at(text, name)
@@ -338,6 +341,8 @@ def parse_joint_answer(text: str, problem: Problem, answer: str = "open", style:
     that came from a fallback ("aux from labels").
     """
     text = text or ""
+    if len(text) > MAX_COMPLETION_CHARS:   # unread, as the reward refuses a completion that long
+        return JointAnswer("", "", f"answer too long ({len(text)} characters; the reward reads {MAX_COMPLETION_CHARS})")
     if answer == "bounded" and not text.lstrip().lower().startswith(AUX_OPEN):
         restarted = text.lstrip().startswith("def aux")
         text = (AUX_OPEN + "\n" if restarted else centralized_answer_prefix(style, answer)) + text

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from types import CodeType
 from typing import Sequence
 
-from cooprl.task import Score
+from cooprl.task import Score, node_groups as groups   # one node's joint actions
 from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.task import score_code_pairs
 from rewards.code_rewards import hidden_tests_suite, scored_program
@@ -35,16 +35,6 @@ from rewards.self_tests import (calls_of, caught_row, example_asserts, held_out_
                                 loaded, pass_row, run_judged, self_tests_rewards, shown_calls_only)
 
 REWARD_TYPES = ("hidden_tests", "self_tests")
-
-
-def groups(items: Sequence[object]) -> list[range]:
-    """Return the runs of consecutive entries whose item is the same object (one node's joint actions)."""
-    runs, start = [], 0
-    for k in range(1, len(items) + 1):
-        if k == len(items) or items[k] is not items[start]:
-            runs.append(range(start, k))
-            start = k
-    return runs
 
 
 def coder_programs(items: Sequence[Problem], codes: Sequence[str]) -> list[str | CodeType | None]:
