@@ -180,7 +180,8 @@ class NoRunSandbox:
     def __init__(self):
         self._pid = os.getpid()
 
-    def run_detailed(self, program, tests, timeout_s=10.0, max_timeouts=3, *, entry_point=None) -> RunReport:
+    def run_detailed(self, program, tests, timeout_s=10.0, max_timeouts=3, *, entry_point=None,
+                     total_s=None) -> RunReport:
         suite = sandbox_module.as_suite(tests, entry_point)
         fields = sandbox_module._program_fields(program)
         if "load_error" in fields:
