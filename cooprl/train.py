@@ -25,8 +25,9 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     config = run.config
     ranks = join_processes(run)
     seed_everything(config.seed)
-    algorithm = build_algorithm(run, task)
+    # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load
     run_dir = distributed.broadcast(run_folder(run) if ranks.is_main else None)
+    algorithm = build_algorithm(run, task)
     log.info("run folder: %s (%d train / %d eval items)", run_dir, len(task.train_items), len(task.eval_items))
     try:
         summary = train_loop(run, task, algorithm, run_dir)
