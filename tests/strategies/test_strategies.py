@@ -280,7 +280,7 @@ def test_cli_runs_and_resumes(tmp_path, capsys):
 
 @pytest.mark.parametrize("override,needle", [
     ("budget.nope=1", "budget.nope: unknown key"),
-    ("codet.num_codes=4", "another strategy"),
+    ("codet.num_codes=4", "the codet section is read by --strategy codet, not by"),
     ("direct.temperature=hot", "direct.temperature"),
     ("direct.temprature=0", "direct.temprature: unknown key; did you mean direct.temperature?"),
     ("budget.max_calss=3", "budget.max_calss: unknown key; did you mean budget.max_calls?"),
