@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -109,6 +110,8 @@ def run(name: str, steps: int, extra: list[str] = ()) -> dict:
                *[item.replace("<trainer>", trainer) for item in extra]]
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         command = [sys.executable, f"train_{trainer}.py", "--resume", str(folder)]   # continue where it stopped
+    elif folder.exists():   # a try that saved nothing: a new run would take <name>-2, and this bench reads <name>
+        shutil.rmtree(folder)
     start = time.time()
     child = subprocess.Popen(command, cwd=ROOT)
     _, status, usage = os.wait4(child.pid, 0)   # this child's own resource use (its peak RSS), not all children's
