@@ -27,7 +27,7 @@ from cooprl.cli import print_user_error
 from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer, config_from_data, read_yaml,
                            trainer_of_data)
 from cooprl.errors import UserError
-from cooprl.run_folders import RUN_CONFIG, check_made_by
+from cooprl.run_folders import RUN_CONFIG, check_made_by, check_writable
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import evaluation_seed
 from envs import environment_for, environment_of
@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="also write the metrics to this JSON file")
     args = parser.parse_args(argv)
     try:
+        if args.output:   # before the evaluation, not after it
+            check_writable(Path(args.output).parent, "--output")
+            if Path(args.output).is_dir():
+                raise ConfigError(f"--output {args.output}: is a folder; give a file name (e.g. eval.json)")
         config_path, checkpoint = args.config, args.checkpoint
         if args.run:
             run_dir = Path(args.run)

@@ -38,7 +38,7 @@ def train(run: Run, task: Task) -> dict[str, Any]:
             # leave the group we joined; a single process's group (an in-process vLLM engine creates one) is its
             # creator's to destroy: destroying it here made vLLM's own exit fail ("Invalid process group specified")
             distributed.shutdown()
-    if not ranks.is_main:
+    if not ranks.is_main or summary.get("finished"):   # (a finished run resumed: its final models are saved)
         return summary
     if config.output.save_final_model:
         target = Path(config.output.save_path or run_dir / "final")

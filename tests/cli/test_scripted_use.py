@@ -160,6 +160,10 @@ def test_an_output_folder_that_is_a_file_is_one_error_line(tmp_path, capsys):
                           MISSING_MODEL), "output.run_name", "not_a_folder is a file, not a folder")
     assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override",
                           f"output.save_path={blocker / 'final'}", MISSING_MODEL), "output.save_path", "is a file")
+    # evaluate.py --output: said before the evaluation, not after it
+    assert evaluate.main(["--config", str(config), "--output", str(blocker / "eval.json"), "--override",
+                          MISSING_MODEL]) == 2
+    assert_one_error(2, capsys.readouterr().err, "--output", "is a file")
 
 
 @pytest.mark.cli   # a command line in a child process (a read-only mount, or another user's permissions)
