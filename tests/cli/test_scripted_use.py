@@ -56,24 +56,24 @@ def events(run_dir: Path) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------ sections
 def test_a_config_file_of_another_trainer_is_refused(capsys):
-    line = assert_one_error(*cli(capsys, "grpo", "--config", "configs/magrpo_che_cpu.yaml", "--print-config"),
+    line = assert_one_error(*cli(capsys, "grpo", "--config", "configs/magrpo_che_cpu.yaml", "--override",
+                                 MISSING_MODEL),
                             "magrpo_che_cpu.yaml", "no grpo section", "use train_magrpo.py")
     assert "defaults" in line
     # a file of several trainers that are all others (the coder+tester file has magrpo, iac, maac, madpo)
-    assert_one_error(*cli(capsys, "ac", "--config", "configs/coder_tester_cpu.yaml", "--print-config"),
+    assert_one_error(*cli(capsys, "ac", "--config", "configs/coder_tester_cpu.yaml", "--override", MISSING_MODEL),
                      "no ac section", "magrpo, iac, maac, madpo")
 
 
 def test_an_override_of_another_trainer_is_refused(capsys):
     assert_one_error(*cli(capsys, "magrpo", "--config", "configs/magrpo_che_cpu.yaml", "--override",
-                          "grpo.num_generations=8"),
+                          "grpo.num_generations=8", MISSING_MODEL),
                      "grpo.num_generations=8", "read by train_grpo.py, not by train_magrpo.py", "magrpo.*")
     # MARLHF with MAGRPO as its RL reads MAGRPO's keys from its own section: magrpo.* would be ignored
     assert_one_error(*cli(capsys, "marlhf", "--config", "configs/marlhf_che_cpu.yaml", "--override",
-                          "magrpo.num_generations=8"), "magrpo.num_generations=8", "marlhf.*")
-    # resuming: the overrides on top of the run's config are checked alike
+                          "magrpo.num_generations=8", MISSING_MODEL), "magrpo.num_generations=8", "marlhf.*")
     code, err = cli(capsys, "grpo", "--config", "configs/grpo_he_config.yaml", "--override", "iac.num_turns=1",
-                    "--print-config")
+                    MISSING_MODEL)
     assert_one_error(code, err, "iac.num_turns=1", "train_iac.py")
 
 
@@ -93,13 +93,15 @@ def test_sections_a_run_reads_pass(capsys):
 
 
 def test_evaluate_and_strategies_refuse_sections_they_do_not_read(capsys):
-    assert evaluate.main(["--config", "configs/magrpo_che_cpu.yaml", "--trainer", "grpo"]) == 2
+    assert evaluate.main(["--config", "configs/magrpo_che_cpu.yaml", "--trainer", "grpo", "--override",
+                          MISSING_MODEL]) == 2
     assert_one_error(2, capsys.readouterr().err, "no grpo section", "evaluate.py --trainer magrpo")
-    assert evaluate.main(["--config", "configs/magrpo_che_cpu.yaml", "--override", "iac.num_turns=1"]) == 2
+    assert evaluate.main(["--config", "configs/magrpo_che_cpu.yaml", "--override", "iac.num_turns=1",
+                          MISSING_MODEL]) == 2
     assert_one_error(2, capsys.readouterr().err, "iac.num_turns=1", "not by evaluate.py --trainer magrpo")
     # a strategy reads no trainer section: magrpo.max_new_tokens would be ignored (budget.max_new_tokens is its)
     assert evaluate_strategy.main(["--strategy", "direct", "--config", "configs/magrpo_che_cpu.yaml", "--override",
-                                   "magrpo.max_new_tokens=8"]) == 2
+                                   "magrpo.max_new_tokens=8", MISSING_MODEL]) == 2
     assert_one_error(2, capsys.readouterr().err, "magrpo.max_new_tokens=8", "evaluate_strategy.py")
 
 
