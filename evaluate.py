@@ -8,7 +8,8 @@
 Rolls out the eval split with the trainer's evaluation settings and prints the per-turn metrics (reward levels,
 pass rate, pass@k, aux usage); `--output` also writes them as JSON. `--samples all` takes the whole eval split
 (default: the trainer's eval_num_samples); `--generations K` samples K answers per problem, for pass@k up to K.
-Bad input (config, dataset, model, a damaged checkpoint) prints one `error: ...` line and exits 2.
+Bad input (config, dataset, model, a damaged checkpoint, a section the trainer does not read, `--run` of another
+trainer than `--trainer`, a run without a checkpoint) prints one `error: ...` line and exits 2.
 Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
 only its trainer's sections), else magrpo.
 """

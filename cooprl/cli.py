@@ -2,7 +2,9 @@
 
 User errors (a bad config, a missing file, an unreachable dataset, a model or checkpoint that cannot be loaded)
 are `cooprl.errors.UserError`s: they print one `error:` line and exit 2, without a traceback. Everything else is
-a bug and keeps its traceback.
+a bug and keeps its traceback. Refused before any model loads: a trainer section the script does not read (a file
+of another trainer's, an override of another trainer's key), a run of another trainer to resume, and output
+folders that are files or read-only. A run stopped by Ctrl-C exits 130.
 """
 
 from __future__ import annotations
