@@ -55,10 +55,10 @@ _FROM_SFT = ["eval_num_samples=8", "eval_num_generations=2", "max_new_tokens=128
              "learning_rate=5e-5"]
 RUNS = {
     "magrpo": ("configs/magrpo_che_cpu.yaml", []),
-    "grpo": ("configs/magrpo_che_cpu.yaml", _GRPO),
+    "grpo": ("configs/grpo_che_cpu.yaml", _GRPO),   # (a file without a grpo: section is refused by train_grpo.py)
     "iac": ("configs/iac_che_cpu.yaml", []),
     "maac": ("configs/maac_che_cpu.yaml", []),
-    "ac": ("configs/iac_che_cpu.yaml", _AC),
+    "ac": ("configs/ac_che_cpu.yaml", _AC),
     "madpo": ("configs/madpo_che_cpu.yaml", []),
     "madpo_iter": ("configs/madpo_che_cpu.yaml", []),
     "marlhf": ("configs/marlhf_che_cpu.yaml", []),
