@@ -77,6 +77,7 @@ def test_an_override_of_another_trainer_is_refused(capsys):
     assert_one_error(code, err, "iac.num_turns=1", "train_iac.py")
 
 
+@pytest.mark.slow   # seconds: every shared and upstream config (not in `make test-fast`)
 def test_sections_a_run_reads_pass(capsys):
     # shared files: each script's own section is there; MARLHF with IAC reads iac.* too
     for trainer, config in [("madpo", "madpo_che_cpu"), ("madpo_iter", "madpo_che_cpu"), ("marlhf", "marlhf_che_cpu"),
@@ -186,6 +187,7 @@ def test_a_read_only_output_folder_is_one_error_line(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ plot
+@pytest.mark.slow   # seconds: matplotlib draws (not in `make test-fast`)
 def test_plot_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as help_exit:
         plot_main(["--help"])
