@@ -40,7 +40,7 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
     parser = argparse.ArgumentParser(
         prog=f"train_{trainer}.py",
         description=f"Train with {trainer.upper()}. Every config key can be changed with --override KEY.PATH=VALUE.")
-    parser.add_argument("--config", default=default_config, help=f"YAML config (default: {default_config})")
+    parser.add_argument("--config", help=f"YAML config (default: {default_config})")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random (values parsed as YAML)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config as YAML and exit")
@@ -48,7 +48,13 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
                         help="continue a run from its newest complete checkpoint: RUN_DIR (its config.yaml is the "
                              "config, --override on top), or latest: the newest run of this trainer and dataset "
                              "under output.base_dir of --config")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.resume and args.resume != "latest" and args.config is not None:
+        # a resumed run reads its own config.yaml: another file would be dropped without a word
+        raise ConfigError(f"--config {args.config} with --resume {args.resume}: a resumed run reads its own "
+                          "config.yaml; drop --config (changes go in --override)")
+    args.config = args.config or default_config
+    return args
 
 
 def _quoted(value: object) -> str:

@@ -172,7 +172,8 @@ RUNS_TEXT = [
     "each). `evaluate.py --trainer X` checks the same; `evaluate_strategy.py` reads no trainer section.",
     "- A new run never writes into a folder that holds anything: when `<output.base_dir>/<output.run_name>` is taken "
     "(the CPU configs fix run_name: `make demo` run twice), the run writes `<run_name>-2` (`-3`, ...) and says so "
-    "in its log. `--resume RUN_DIR` continues in the run's own folder, from its newest complete checkpoint. A new "
+    "in its log. `--resume RUN_DIR` continues in the run's own folder, from its newest complete checkpoint, with "
+    "its own config.yaml (`--override` on top; a `--config` beside it is an error). A new "
     "run whose `checkpoint.checkpoint_dir` holds checkpoints, or whose folders are files or read-only, stops with "
     "one `error:` line before any model loads.",
     "- `--resume latest`: the newest run (its config.yaml written last: started or resumed last) of the script's "

@@ -114,6 +114,14 @@ def test_resuming_with_the_wrong_script_names_the_trainer(tmp_path, capsys, make
                      f"is a run of {maker}, not {script}", f"use train_{maker}.py --resume {run_dir}")
 
 
+def test_resuming_a_run_with_another_config_file_is_refused(tmp_path, capsys):
+    # a resumed run reads its own config.yaml: a --config beside --resume RUN_DIR would be dropped without a word
+    run_dir = fake_run(tmp_path / "run", "magrpo", checkpoint=True)
+    assert_one_error(*cli(capsys, "magrpo", "--config", "configs/magrpo_che_cpu.yaml", "--resume", str(run_dir),
+                          "--override", MISSING_MODEL), "--config configs/magrpo_che_cpu.yaml with --resume",
+                     "drop --config")
+
+
 def test_evaluating_with_the_wrong_trainer_names_the_trainer(tmp_path, capsys):
     run_dir = fake_run(tmp_path / "run", "madpo", checkpoint=True)
     assert evaluate.main(["--run", str(run_dir), "--trainer", "iac", "--override", MISSING_MODEL]) == 2
