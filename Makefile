@@ -33,16 +33,19 @@ demo: $(STAMP)
 # OVERRIDES go to both runs, e.g. make demo-coop OVERRIDES=code_reward.cooperation=verified TAG=verified
 # RL from the SFT agents takes a smaller learning rate than magrpo_che_cpu's 3e-4: at 3e-4 the SFT'd LoRA lost its
 # syntax in 8 steps (eval reward 1.309 -> 1.243, syntax_ok 0.875 -> 0.375); at 5e-5 it rose to 1.704 (docs/results.md)
+# Each `make demo-coop` names its two runs by its start time (RUN_ID): a run never writes into an earlier run's folder
+# (a taken run_name would give <name>-2, and the second step would then start from the earlier SFT run)
 TAG ?= coop
 COOP_RL_STEPS ?= 8
 COOP_RL_LR ?= 5e-5
 OVERRIDES ?=
+RUN_ID := $(shell date +%Y%m%d-%H%M%S)
 demo-coop: $(STAMP)
-	$(PY) train_sft.py --config configs/sft_che_cpu.yaml --override output.run_name=demo-sft-$(TAG)-cpu $(OVERRIDES)
-	$(PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml --override agent_model.init_from=runs/demo-sft-$(TAG)-cpu \
+	$(PY) train_sft.py --config configs/sft_che_cpu.yaml --override output.run_name=demo-sft-$(TAG)-$(RUN_ID) $(OVERRIDES)
+	$(PY) train_magrpo.py --config configs/magrpo_che_cpu.yaml --override agent_model.init_from=runs/demo-sft-$(TAG)-$(RUN_ID) \
 	    magrpo.max_steps=$(COOP_RL_STEPS) magrpo.max_new_tokens=128 magrpo.eval_num_samples=8 magrpo.eval_num_generations=2 \
-	    magrpo.eval_at_start=false magrpo.learning_rate=$(COOP_RL_LR) output.run_name=demo-$(TAG)-magrpo-cpu $(OVERRIDES)
-	$(PY) bench/demo_coop.py runs/demo-$(TAG)-magrpo-cpu
+	    magrpo.eval_at_start=false magrpo.learning_rate=$(COOP_RL_LR) output.run_name=demo-$(TAG)-magrpo-$(RUN_ID) $(OVERRIDES)
+	$(PY) bench/demo_coop.py runs/demo-$(TAG)-magrpo-$(RUN_ID)
 
 # Every test is in one cost lane (tests/conftest.py): unit, integration, distributed, sandbox, cli. `make test` runs
 # them all, as CI does (one pytest worker per core, whole files per worker so that a module's shared fixtures are

@@ -8,7 +8,8 @@
 Rolls out the eval split with the trainer's evaluation settings and prints the per-turn metrics (reward levels,
 pass rate, pass@k, aux usage); `--output` also writes them as JSON. `--samples all` takes the whole eval split
 (default: the trainer's eval_num_samples); `--generations K` samples K answers per problem, for pass@k up to K.
-Bad input (config, dataset, model, a damaged checkpoint) prints one `error: ...` line and exits 2.
+Bad input (config, dataset, model, a damaged checkpoint, a section the trainer does not read, `--run` of another
+trainer than `--trainer`, a run without a checkpoint) prints one `error: ...` line and exits 2.
 Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
 only its trainer's sections), else magrpo.
 """
@@ -24,8 +25,10 @@ import torch
 
 from cooprl import checkpoint as ckpt
 from cooprl.cli import print_user_error
-from cooprl.config import ConfigError, Run, check_trainer, config_from_data, read_yaml, trainer_of_data
+from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer, config_from_data, read_yaml,
+                           trainer_of_data)
 from cooprl.errors import UserError
+from cooprl.run_folders import RUN_CONFIG, check_made_by, check_writable
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import evaluation_seed
 from envs import environment_for, environment_of
@@ -43,12 +46,26 @@ def read_evaluation_config(config_path: str, trainer: str | None, overrides: lis
     data = read_yaml(config_path)
     trainer = trainer or trainer_of_data(data, config_path) or DEFAULT_TRAINER
     check_trainer(trainer)
+    given = list(overrides)
     overrides = list(overrides)
     if generations is not None:
         overrides.append(f"{trainer}.eval_num_generations={generations}")
     if pass_k:
         overrides.append(f"{trainer}.eval_pass_k={json.dumps(pass_k)}")
-    return Run.of(config_from_data(data, overrides, environment_of(data).config), trainer)
+    run = Run.of(config_from_data(data, overrides, environment_of(data).config), trainer)
+    check_sections_read(run, data, config_path, given, f"evaluate.py --trainer {trainer}",
+                        lambda name: f"evaluate.py --trainer {name}")
+    return run
+
+
+def run_checkpoints(run_dir: Path, run: Run) -> str:
+    """Return the checkpoints folder of the run in `run_dir` (its checkpoint.checkpoint_dir, else checkpoints/);
+    ConfigError when it holds no complete checkpoint, saying how to evaluate the run's starting models instead."""
+    folder = Path(run.config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
+    if not ckpt.list_checkpoints(folder):
+        raise ConfigError(f"--run {run_dir}: no complete checkpoint in {folder} (the run stopped before its first "
+                          f"save); its starting models: python evaluate.py --config {run_dir / RUN_CONFIG}")
+    return str(folder)
 
 
 def eval_items(items: list, samples: str | None, default: int) -> list:
@@ -101,12 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="also write the metrics to this JSON file")
     args = parser.parse_args(argv)
     try:
+        if args.output:   # before the evaluation, not after it
+            check_writable(Path(args.output).parent, "--output")
+            if Path(args.output).is_dir():
+                raise ConfigError(f"--output {args.output}: is a folder; give a file name (e.g. eval.json)")
         config_path, checkpoint = args.config, args.checkpoint
         if args.run:
-            config_path = config_path or str(Path(args.run) / "config.yaml")
-            checkpoint = checkpoint or str(Path(args.run) / "checkpoints")
+            run_dir = Path(args.run)
+            if not (run_dir / RUN_CONFIG).is_file():
+                raise ConfigError(f"--run {run_dir}: not a run folder (no config.yaml in it)")
+            if args.trainer:
+                check_made_by(run_dir, args.trainer, lambda maker: f"evaluate.py --run {run_dir} without --trainer")
+            config_path = config_path or str(run_dir / RUN_CONFIG)
         config_path = config_path or default_config(args.trainer or DEFAULT_TRAINER)
         run = read_evaluation_config(config_path, args.trainer, args.override, args.generations, args.pass_k)
+        if args.run and checkpoint is None:
+            checkpoint = run_checkpoints(Path(args.run), run)
         metrics = evaluate_checkpoint(run, checkpoint, args.samples)
     except UserError as err:  # a bad config, dataset, model name or checkpoint: one line, exit 2
         return print_user_error(err)

@@ -13,9 +13,11 @@ With `--checkpoint` (a run folder, its checkpoints folder or one checkpoint) the
 one agent, or a two-agent team (aux + main) as the coder. With `--endpoint URL` an OpenAI-compatible server is
 the LLM (`vllm serve`, `transformers serve`, llama.cpp, a hosted API; `--endpoint-api chat` for chat-only APIs).
 
-Writes `<output.base_dir>/<output.run_name>/strategy_results.jsonl` (run_name defaults to
-`strategy-<strategy>-<dataset>`), one line per problem; a second run with the same folder skips the problems
-already there for the same strategy and LLM (resume). Prints a summary table whose last line is `pass@1: X`, and draws strategy_results.png.
+Writes `<output.base_dir>/strategy-<strategy>-<dataset>/strategy_results.jsonl` (or the folder an
+`--override output.run_name=NAME` names; a config file's run_name names its training run and is not used), one line
+per problem, with the settings in `strategy_config_<strategy>.json`; a second run with the same folder skips the
+problems already there (resume), only under the same settings (else it stops and names the keys that differ).
+A training run's own folder is refused unless --checkpoint is from that run. Prints a summary table whose last line is `pass@1: X`, and draws strategy_results.png.
 Bad input prints one `error: ...` line and exits 2.
 """
 
@@ -31,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from cooprl.cli import print_user_error, read_config
-from cooprl.config import Config, ConfigError, apply_overrides, build_section
+from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
+                           check_override_sections)
 from cooprl.errors import UserError
+from cooprl.run_folders import RUN_CONFIG
 from envs import environment_for, task_config_of
 from envs.code_generation.config import CodeTaskConfig
 from strategies import STRATEGIES
@@ -62,10 +66,11 @@ def read_strategy_config(config_path: str, overrides: list[str]) -> Config:
 def split_overrides(strategy: str, overrides: list[str]) -> tuple[list[str], Budget, Any]:
     """Return (the overrides for cooprl's config, the Budget, the strategy's config); the `budget.` and
     `<strategy>.` keys are checked like every config key (types, unknown keys)."""
+    # a section this command does not read (another strategy's, a trainer's) would be ignored without a word
+    owners = {**{name: f"train_{name}.py" for name in TRAINER_SECTIONS},
+              **{name: f"--strategy {name}" for name in STRATEGIES}}
+    check_override_sections(overrides, {strategy}, owners, f"evaluate_strategy.py --strategy {strategy}")
     own = [o for o in overrides if o.split("=", 1)[0].split(".")[0] in ("budget", strategy)]
-    others = [o for o in overrides if o.split("=", 1)[0].split(".")[0] in STRATEGIES and o not in own]
-    if others:
-        raise ConfigError(f"--override {others[0]!r}: that section belongs to another strategy than {strategy!r}")
     data = apply_overrides({}, own)
     for name in data:
         if not isinstance(data[name], dict):
@@ -74,6 +79,77 @@ def split_overrides(strategy: str, overrides: list[str]) -> tuple[list[str], Bud
     strategy_config = build_section(STRATEGIES[strategy][1], data.get(strategy, {}), strategy)
     rest = [o for o in overrides if o not in own]
     return rest, budget, strategy_config
+
+
+def override_keys(overrides: list[str]) -> set[str]:
+    """Return the keys `--override KEY=VALUE` strings set."""
+    return {o.split("=", 1)[0].strip() for o in overrides}
+
+
+def results_folder(config: Config, strategy: str, checkpoint: str | None, named: bool) -> Path:
+    """Return the folder (created) of a strategy's results: `<output.base_dir>/<output.run_name>` when the command
+    line `named` it (a config file's run_name names its training run, not this), else
+    `strategy-<strategy>-<dataset>`. ConfigError when that folder is a training run's and `checkpoint` is not
+    from it: the run's folder keeps that run's files only."""
+    name = config.output.run_name if named and config.output.run_name else \
+        f"strategy-{strategy}-{config.task.run_label()}"
+    folder = Path(config.output.base_dir) / name
+    here = folder.resolve()
+    from_run = checkpoint is not None and here in (Path(checkpoint).resolve(), *Path(checkpoint).resolve().parents)
+    if (folder / RUN_CONFIG).is_file() and not from_run:
+        raise ConfigError(f"output.run_name: {folder} is a training run's folder and --checkpoint is not from it; "
+                          "give the strategy's results another output.run_name")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"output.base_dir: cannot create {folder} ({err.strerror or err})") from None
+    return folder
+
+
+def strategy_settings(config: Config, strategy: str, budget: Budget, strategy_config: Any, checkpoint: str | None,
+                      endpoint: Endpoint | None) -> dict[str, Any]:
+    """Return the settings that make a strategy's results (saved as strategy_config_<strategy>.json): the strategy
+    and its section, the budget, the LLM, the problems and the seed."""
+    dataset = config.task.dataset
+    settings = {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),
+                "model": config.agent_model.name, "checkpoint": checkpoint,
+                "endpoint": asdict(endpoint) if endpoint else None,
+                "dataset": {"name": dataset.name, "type": dataset.type, "path": dataset.path},
+                "eval_split": dataset.eval_split, "seed": config.seed}
+    return json.loads(json.dumps(settings))   # as the file holds them (tuples as lists)
+
+
+def settings_file(run_dir: Path, strategy: str) -> Path:
+    """Return the file that says which settings made `strategy`'s results in `run_dir`."""
+    return run_dir / f"strategy_config_{strategy}.json"
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()} if value \
+        else {prefix: value}
+
+
+def check_same_settings(run_dir: Path, strategy: str, settings: dict[str, Any]) -> None:
+    """Raise ConfigError when `run_dir` holds results of `strategy` made with other settings than `settings` (naming
+    the keys that differ), or results whose settings file is missing: they are resumed only under the settings that
+    made them. A key the saved file does not hold (written by an older cooprl) is not compared."""
+    rows = [r for r in read_done(run_dir / RESULTS) if r.get("strategy") == strategy]
+    if not rows:
+        return
+    how = "resume them with the same settings, or write elsewhere: --override output.run_name=NEW"
+    try:
+        saved = json.loads(settings_file(run_dir, strategy).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ConfigError(f"{run_dir / RESULTS} holds {len(rows)} {strategy} result(s), but no readable "
+                          f"{settings_file(run_dir, strategy).name} says which settings made them; {how}") from None
+    before, now = _flat(saved), _flat(settings)
+    differ = [f"{key.rstrip('.')}: {json.dumps(before[key])} there, {json.dumps(now[key])} now"
+              for key in now if key in before and before[key] != now[key]]
+    if differ:
+        raise ConfigError(f"{run_dir} holds {len(rows)} {strategy} result(s) made with other settings "
+                          f"({'; '.join(differ[:4])}{'; ...' if len(differ) > 4 else ''}); {how}")
 
 
 def read_done(path: Path) -> list[dict]:
@@ -158,27 +234,23 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
 
     rest, budget, strategy_config = split_overrides(strategy, overrides)
     config = read_strategy_config(config_path, rest)
-    problems = load_problems(config.task.dataset, config.task.dataset.eval_split)
-    dataset = config.task.run_label()
-    run_dir = Path(config.output.base_dir) / (config.output.run_name or f"strategy-{strategy}-{dataset}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / RESULTS
     if endpoint is not None and checkpoint:
         raise ConfigError("--endpoint and --checkpoint: a checkpoint's weights are loaded locally; serve them at the "
                           "endpoint instead, or drop --endpoint")
+    problems = load_problems(config.task.dataset, config.task.dataset.eval_split)
+    run_dir = results_folder(config, strategy, checkpoint, named="output.run_name" in override_keys(rest))
+    path = run_dir / RESULTS
     if endpoint is not None:
         llm_name = f"{endpoint.model or config.agent_model.name}@{endpoint.url}"
     else:
         llm_name = f"{config.agent_model.name}@{checkpoint}" if checkpoint else config.agent_model.name
+    settings = strategy_settings(config, strategy, budget, strategy_config, checkpoint, endpoint)
+    check_same_settings(run_dir, strategy, settings)
     # one file per run folder: rows of another strategy or model there are not this evaluation's
     rows = [r for r in read_done(path) if r.get("strategy") == strategy and r.get("llm") == llm_name]
     done = {r["task_id"] for r in rows}
     todo = [p for p in problems if p.task_id not in done]
-    (run_dir / f"strategy_config_{strategy}.json").write_text(json.dumps(
-        {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),
-         "model": config.agent_model.name, "checkpoint": checkpoint, "eval_split": config.task.dataset.eval_split,
-         "endpoint": asdict(endpoint) if endpoint else None},
-        indent=2), encoding="utf-8")
+    settings_file(run_dir, strategy).write_text(json.dumps(settings, indent=2), encoding="utf-8")
     if done:
         print(f"resuming: {len(done)} problem(s) already in {path}, {len(todo)} to go")
     if todo:

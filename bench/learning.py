@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -54,10 +55,10 @@ _FROM_SFT = ["eval_num_samples=8", "eval_num_generations=2", "max_new_tokens=128
              "learning_rate=5e-5"]
 RUNS = {
     "magrpo": ("configs/magrpo_che_cpu.yaml", []),
-    "grpo": ("configs/magrpo_che_cpu.yaml", _GRPO),
+    "grpo": ("configs/grpo_che_cpu.yaml", _GRPO),   # (a file without a grpo: section is refused by train_grpo.py)
     "iac": ("configs/iac_che_cpu.yaml", []),
     "maac": ("configs/maac_che_cpu.yaml", []),
-    "ac": ("configs/iac_che_cpu.yaml", _AC),
+    "ac": ("configs/ac_che_cpu.yaml", _AC),
     "madpo": ("configs/madpo_che_cpu.yaml", []),
     "madpo_iter": ("configs/madpo_che_cpu.yaml", []),
     "marlhf": ("configs/marlhf_che_cpu.yaml", []),
@@ -109,6 +110,8 @@ def run(name: str, steps: int, extra: list[str] = ()) -> dict:
                *[item.replace("<trainer>", trainer) for item in extra]]
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         command = [sys.executable, f"train_{trainer}.py", "--resume", str(folder)]   # continue where it stopped
+    elif folder.exists():   # a try that saved nothing: a new run would take <name>-2, and this bench reads <name>
+        shutil.rmtree(folder)
     start = time.time()
     child = subprocess.Popen(command, cwd=ROOT)
     _, status, usage = os.wait4(child.pid, 0)   # this child's own resource use (its peak RSS), not all children's

@@ -232,12 +232,13 @@ def find_checkpoint(spec: str, default_dir: Path) -> Path:
 
     'latest' is the newest undamaged checkpoint under `default_dir`, and a folder of checkpoints its newest
     undamaged one: damaged ones are skipped with a warning. A checkpoint folder named exactly is returned as is
-    (loading it raises CheckpointError when it is damaged). FileNotFoundError when there is no checkpoint at all.
+    (loading it raises CheckpointError when it is damaged). FileNotFoundError when there is no checkpoint at all (its
+    message names the folder, not an option: the caller says which option named it).
     """
     if spec == "latest":
         found = list_checkpoints(default_dir)
         if not found:
-            raise FileNotFoundError(f"resume_from_checkpoint=latest: no complete checkpoint under {default_dir}")
+            raise FileNotFoundError(f"no complete checkpoint under {default_dir}")
         return _newest_undamaged(found)
     path = Path(spec)
     if (path / "done").is_file():
@@ -245,7 +246,7 @@ def find_checkpoint(spec: str, default_dir: Path) -> Path:
     found = list_checkpoints(path)  # a checkpoint_dir was given: take its newest
     if found:
         return _newest_undamaged(found)
-    raise FileNotFoundError(f"resume_from_checkpoint={spec!r}: not a complete checkpoint folder")
+    raise FileNotFoundError(f"{spec}: neither a complete checkpoint nor a folder holding one")
 
 
 def _newest_undamaged(found: list[Path]) -> Path:

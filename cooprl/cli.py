@@ -2,7 +2,9 @@
 
 User errors (a bad config, a missing file, an unreachable dataset, a model or checkpoint that cannot be loaded)
 are `cooprl.errors.UserError`s: they print one `error:` line and exit 2, without a traceback. Everything else is
-a bug and keeps its traceback.
+a bug and keeps its traceback. Refused before any model loads: a trainer section the script does not read (a file
+of another trainer's, an override of another trainer's key), a run of another trainer to resume, and output
+folders that are files or read-only. A run stopped by Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cooprl.config import Config, ConfigError, Run, check_trainer, config_from_data, read_yaml
+from cooprl.config import (Config, ConfigError, Run, check_sections_read, check_trainer, config_from_data,
+                           read_yaml)
 from cooprl.errors import UserError
+from cooprl.run_folders import RUN_CONFIG, check_made_by, check_output, made_by, numbered_folders
 
 # the environment's config sections class for a config file's mapping (None: the registered one); the library
 # names no environment, so the command line's caller (envs.launch) says which a file's sections name
@@ -36,7 +40,7 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
     parser = argparse.ArgumentParser(
         prog=f"train_{trainer}.py",
         description=f"Train with {trainer.upper()}. Every config key can be changed with --override KEY.PATH=VALUE.")
-    parser.add_argument("--config", default=default_config, help=f"YAML config (default: {default_config})")
+    parser.add_argument("--config", help=f"YAML config (default: {default_config})")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random (values parsed as YAML)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config as YAML and exit")
@@ -44,7 +48,13 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
                         help="continue a run from its newest complete checkpoint: RUN_DIR (its config.yaml is the "
                              "config, --override on top), or latest: the newest run of this trainer and dataset "
                              "under output.base_dir of --config")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.resume and args.resume != "latest" and args.config is not None:
+        # a resumed run reads its own config.yaml: another file would be dropped without a word
+        raise ConfigError(f"--config {args.config} with --resume {args.resume}: a resumed run reads its own "
+                          "config.yaml; drop --config (changes go in --override)")
+    args.config = args.config or default_config
+    return args
 
 
 def _quoted(value: object) -> str:
@@ -58,73 +68,116 @@ def read_config(path: str | Path, overrides: Sequence[str], choose: ChooseTaskCo
     return config_from_data(data, list(overrides), choose(data) if choose is not None else None)
 
 
-def _has_checkpoint(run_dir: Path, choose: ChooseTaskConfig | None = None) -> bool:
-    from cooprl import checkpoint as ckpt
+def _saved_config(run_dir: Path, choose: ChooseTaskConfig | None = None) -> Config | None:
+    """Return the config a run folder saved (None when its config.yaml is missing or cannot be read)."""
     try:
-        saved = read_config(run_dir / "config.yaml", [], choose)
-        ckpt.find_checkpoint("latest", Path(saved.checkpoint.checkpoint_dir or run_dir / "checkpoints"))
-        return True
-    except (UserError, FileNotFoundError, OSError):
-        return False
+        return read_config(run_dir / RUN_CONFIG, [], choose)
+    except (UserError, OSError):
+        return None
+
+
+def _has_checkpoint(run_dir: Path, saved: Config) -> bool:
+    from cooprl import checkpoint as ckpt
+    return bool(ckpt.list_checkpoints(Path(saved.checkpoint.checkpoint_dir or run_dir / "checkpoints")))
+
+
+def _label(config: Config) -> str | None:
+    task = config.task
+    return task.run_label() if hasattr(task, "run_label") else None
 
 
 def find_latest_run(run: Run, choose: ChooseTaskConfig | None = None) -> Path:
-    """Return the newest run folder under `output.base_dir` of `run`'s trainer on its dataset (its
-    `output.run_name` when that is set) that holds a complete checkpoint; ConfigError when there is none."""
+    """Return the newest run of `run`'s trainer and dataset under `output.base_dir`: among the folders its config
+    names (`output.run_name` and the numbered `<run_name>-<n>` that new runs take when it is taken; without a
+    run_name, `<trainer>-<dataset>-<time>`), the runs of this trainer on this dataset, the one whose config.yaml
+    was written last (a run writes it when it starts and when it resumes). ConfigError when there is none, or when
+    that run holds no complete checkpoint (it stopped before its first save)."""
     from cooprl.trainers.loop import run_prefix
     config, trainer = run.config, run.trainer
     base = Path(config.output.base_dir)
     if config.output.run_name:
-        candidates = [base / config.output.run_name]
+        candidates = numbered_folders(base / config.output.run_name)
+        looked = f"{config.output.run_name} and {config.output.run_name}-<n>"
     else:
-        prefix = run_prefix(run)
-        candidates = [p for p in base.glob(f"{prefix}*") if p.is_dir()] if base.is_dir() else []
-    runs = [p for p in candidates if (p / "config.yaml").is_file() and _has_checkpoint(p, choose)]
+        candidates = [p for p in base.glob(f"{run_prefix(run)}*") if p.is_dir()] if base.is_dir() else []
+        looked = f"{run_prefix(run)}<time>"
+    runs = {}
+    for folder in candidates:
+        saved = _saved_config(folder, choose)
+        if saved is not None and made_by(folder) == trainer and _label(saved) == _label(config):
+            runs[folder] = saved
     if not runs:
-        raise ConfigError(f"--resume latest: no run of {trainer} with a complete checkpoint under {base} "
-                          f"(looked for {', '.join(p.name for p in candidates) or 'none'})")
-    return max(runs, key=lambda p: (p / "config.yaml").stat().st_mtime)
+        raise ConfigError(f"--resume latest: no run of {trainer} on this dataset under {base} (looked for {looked})")
+    newest = max(runs, key=lambda p: (p / RUN_CONFIG).stat().st_mtime_ns)
+    if not _has_checkpoint(newest, runs[newest]):
+        raise ConfigError(f"--resume latest: the newest run of {trainer}, {newest}, has no complete checkpoint (it "
+                          "stopped before its first save): start afresh without --resume, or name a run: --resume RUN")
+    return newest
 
 
-def resume_config(trainer: str, args: argparse.Namespace, choose: ChooseTaskConfig | None = None) -> Config:
-    """The config that continues the run `args.resume` names: that run's config.yaml, then the --override values,
-    then its own folder and its newest complete checkpoint."""
+def resume_folder(trainer: str, args: argparse.Namespace, choose: ChooseTaskConfig | None = None) -> Path:
+    """Return the run folder `--resume` names (`latest`: see find_latest_run), after checking that it is a run
+    folder of `trainer`."""
     if args.resume == "latest":
-        run_dir = find_latest_run(Run.of(read_config(args.config, args.override, choose), trainer), choose)
+        data = read_yaml(args.config)
+        run = Run.of(config_from_data(data, args.override, choose(data) if choose is not None else None), trainer)
+        check_sections_read(run, data, args.config, args.override, f"train_{trainer}.py", _script)
+        run_dir = find_latest_run(run, choose)
     else:
         run_dir = Path(args.resume)
-        if not (run_dir / "config.yaml").is_file():
+        if not (run_dir / RUN_CONFIG).is_file():
             raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml in it)")
-    run_dir = run_dir.resolve()
-    where = [f"output.base_dir={_quoted(run_dir.parent)}", f"output.run_name={_quoted(run_dir.name)}",
-             "checkpoint.resume_from_checkpoint=latest"]
-    logging.getLogger(__name__).info("resuming %s", run_dir)
-    return read_config(run_dir / "config.yaml", list(args.override) + where, choose)
+    check_made_by(run_dir, trainer, lambda maker: f"train_{maker}.py --resume {run_dir}")
+    return run_dir.resolve()
+
+
+def _script(trainer: str) -> str:
+    return f"train_{trainer}.py"
 
 
 def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | None = None,
                       choose: ChooseTaskConfig | None = None) -> Run | None:
     """Return the Run a trainer script's command line asks for: its config and `trainer`'s typed section (None when
-    it asked for --print-config, which this prints); UserError for bad input, an unknown trainer included. The
-    script then trains with it. `choose`:
-    the environment's config sections for the file's mapping (default: the registered ones, see
-    cooprl.config.register_task_config); each config file is read once."""
+    it asked for --print-config, which this prints); UserError for bad input, an unknown trainer included, a
+    section the trainer would not read, a run of another trainer to resume, or an output folder it cannot write.
+    The script then trains with it. `choose`: the environment's config sections for the file's mapping (default:
+    the registered ones, see cooprl.config.register_task_config); each config file is read once."""
     args = parse_args(trainer, default_config, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     check_trainer(trainer)   # before any file is read or any problem is loaded
-    config = (resume_config(trainer, args, choose) if args.resume
-              else read_config(args.config, args.override, choose))
+    path, overrides = args.config, list(args.override)
+    if args.resume:
+        run_dir = resume_folder(trainer, args, choose)
+        logging.getLogger(__name__).info("resuming %s", run_dir)
+        # the run's own config and folder, its newest complete checkpoint
+        path = run_dir / RUN_CONFIG
+        overrides += [f"output.base_dir={_quoted(run_dir.parent)}", f"output.run_name={_quoted(run_dir.name)}",
+                      "checkpoint.resume_from_checkpoint=latest"]
+    data = read_yaml(path)
+    config = config_from_data(data, overrides, choose(data) if choose is not None else None)
+    run = Run.of(config, trainer)
+    check_sections_read(run, data, path, args.override, _script(trainer), _script)
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
         return None
-    return Run.of(config, trainer)
+    check_output(config)
+    return run
+
+
+# the exit status of a run stopped by Ctrl-C (after saving), as shells give a command that SIGINT ended
+INTERRUPTED = 130
 
 
 def exit_status(run: Callable[[], object]) -> int:
-    """Call `run()`; return the exit status of a command line: 0, or 2 after printing a UserError as one line."""
+    """Call `run()`; return the exit status of a command line: 0; 2 after printing a UserError as one line; 130
+    (INTERRUPTED) when Ctrl-C stopped it: `run()` returned a summary saying `interrupted` (it saved first), or a
+    KeyboardInterrupt reached here (said in one line, without a traceback)."""
     try:
-        run()
+        result = run()
     except UserError as err:
         return print_user_error(err)
-    return 0
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED
+    return INTERRUPTED if isinstance(result, dict) and result.get("interrupted") else 0

@@ -163,6 +163,28 @@ def _trainer_rows(name: str, cls: type) -> list[tuple[str, Any, str, str]]:
     return _rows(cls, name, own)
 
 
+# what the command lines do with sections and run folders (cooprl.cli, cooprl.run_folders)
+RUNS_TEXT = [
+    "## Which sections a script reads, and where a run writes", "",
+    "- A script reads its own trainer section (MARLHF also its `rl_algorithm`'s, `iac:` or `maac:`). A config file "
+    "with other trainers' sections and none of its own, or an `--override` of a section the script does not read, is "
+    "an error that names the script reading it (a file shared by several scripts, with each one's section, loads in "
+    "each). `evaluate.py --trainer X` checks the same; `evaluate_strategy.py` reads no trainer section.",
+    "- A new run never writes into a folder that holds anything: when `<output.base_dir>/<output.run_name>` is taken "
+    "(the CPU configs fix run_name: `make demo` run twice), the run writes `<run_name>-2` (`-3`, ...) and says so "
+    "in its log. `--resume RUN_DIR` continues in the run's own folder, from its newest complete checkpoint, with "
+    "its own config.yaml (`--override` on top; a `--config` beside it is an error). A new "
+    "run whose `checkpoint.checkpoint_dir` holds checkpoints, or whose folders are files or read-only, stops with "
+    "one `error:` line before any model loads.",
+    "- `--resume latest`: the newest run (its config.yaml written last: started or resumed last) of the script's "
+    "trainer on the config's dataset, among `<run_name>` and `<run_name>-<n>` (without a run_name: "
+    "`<trainer>-<dataset>-<time>`) under output.base_dir; an error when that run has no complete checkpoint. "
+    "Resuming a finished run says so and exits 0 (to train it further: a larger `<trainer>.max_steps`).",
+    "- Exit status: 0 done, 2 after one `error:` line (bad input), 130 after Ctrl-C (the run saved a checkpoint "
+    "after its step, or, in the evaluation before training, saved nothing).",
+]
+
+
 def config_reference(strategy_sections: dict[str, type] | None = None) -> str:
     """Return the Markdown text of docs/config.md: the scripts' default configs, common sections, shared trainer
     keys, each trainer's own keys, the rules between keys, and `strategy_sections` (evaluate_strategy.py's
@@ -180,7 +202,7 @@ def config_reference(strategy_sections: dict[str, type] | None = None) -> str:
              "Without `--config`, each script loads its reference config (a GPU config: Qwen2.5-Coder-3B, bf16).",
              "The path is relative to the current directory, so run the scripts from the repository root. On a",
              "CPU, pass one of the `configs/*_cpu.yaml` files instead.", "",
-             *scripts, "",
+             *scripts, "", *RUNS_TEXT, "",
              "## Common sections", "", *_table(common), "",
              "## Keys every trainer section has", "",
              "Written here as `<trainer>.key`: `magrpo.max_steps`, `iac.max_steps`, ... with the same meaning everywhere.", "",
@@ -191,7 +213,11 @@ def config_reference(strategy_sections: dict[str, type] | None = None) -> str:
     if strategy_sections:
         lines += ["## evaluate_strategy.py: the budget and each strategy's section", "",
                   "Set with `--override budget.KEY=VALUE` and `--override <strategy>.KEY=VALUE` (only the chosen "
-                  "strategy's section), checked like every key above.", ""]
+                  "strategy's section), checked like every key above. Results go to "
+                  "`<output.base_dir>/strategy-<strategy>-<dataset>/` (or `--override output.run_name=NAME`; a "
+                  "config file's run_name names its training run and is not used; a training run's folder only "
+                  "with `--checkpoint` from it) and are resumed only under the settings that made them "
+                  "(`strategy_config_<strategy>.json`): other settings are an error naming the keys that differ.", ""]
         for name, cls in strategy_sections.items():
             lines += [f"### `{name}`", "", *_table(_rows(cls, name)), ""]
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -45,7 +46,33 @@ def plot_run(run_dir: str | Path) -> Path:
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Redraw a run's rewards.png from the command line; return the exit status (2 after one `error:` line when
+    the folder is missing or holds no metrics)."""
+    parser = argparse.ArgumentParser(prog="python -m cooprl.plot", description=__doc__.splitlines()[0],
+                                     epilog="example: python -m cooprl.plot runs/demo-magrpo-coop-cpu")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (holding the metrics.jsonl a run writes)")
+    run_dir = Path(parser.parse_args(argv).run_dir)
+    problem = _unplottable(run_dir)
+    if problem:
+        print(f"error: {run_dir}: {problem}", file=sys.stderr)
+        return 2
+    print(plot_run(run_dir))
+    return 0
+
+
+def _unplottable(run_dir: Path) -> str | None:
+    """Return why `run_dir` has nothing to draw (None when its metrics.jsonl holds events)."""
+    if not run_dir.is_dir():
+        return "no such folder" if not run_dir.exists() else "not a folder"
+    try:
+        events = read_metrics(run_dir)
+    except (ValueError, OSError) as err:
+        return f"metrics.jsonl cannot be read ({type(err).__name__})"
+    if not events:
+        return "holds no metrics (no metrics.jsonl, or an empty one: not a run folder, or a run that logged nothing)"
+    return None
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m cooprl.plot RUN_DIR")
-    print(plot_run(sys.argv[1]))
+    sys.exit(main())

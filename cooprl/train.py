@@ -25,8 +25,9 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     config = run.config
     ranks = join_processes(run)
     seed_everything(config.seed)
-    algorithm = build_algorithm(run, task)
+    # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load
     run_dir = distributed.broadcast(run_folder(run) if ranks.is_main else None)
+    algorithm = build_algorithm(run, task)
     log.info("run folder: %s (%d train / %d eval items)", run_dir, len(task.train_items), len(task.eval_items))
     try:
         summary = train_loop(run, task, algorithm, run_dir)
@@ -37,7 +38,7 @@ def train(run: Run, task: Task) -> dict[str, Any]:
             # leave the group we joined; a single process's group (an in-process vLLM engine creates one) is its
             # creator's to destroy: destroying it here made vLLM's own exit fail ("Invalid process group specified")
             distributed.shutdown()
-    if not ranks.is_main:
+    if not ranks.is_main or summary.get("finished"):   # (a finished run resumed: its final models are saved)
         return summary
     if config.output.save_final_model:
         target = Path(config.output.save_path or run_dir / "final")

@@ -6,7 +6,7 @@ its sections name (`envs.ENVIRONMENTS`), set it up and build its task (`Environm
 `prepare_task`.
 
 Bad input (DatasetError, ModelError, ConfigError, CheckpointError, ...: `cooprl.errors.UserError`) prints one
-`error:` line and exits 2. torch, transformers and the trainers are imported only once the config has been read:
+`error:` line and exits 2; a run stopped by Ctrl-C exits 130 (after saving, see cooprl.trainers.loop). torch, transformers and the trainers are imported only once the config has been read:
 a typo, a missing file or `--print-config` answers in a fraction of a second instead of after ~5 s of imports.
 """
 
@@ -27,10 +27,10 @@ def default_config(trainer: str) -> str:
 def train_main(trainer: str, argv: Sequence[str] | None = None, default: str | None = None) -> int:
     """Train `trainer` as the command line `argv` (default: sys.argv) says, on the environment its config names;
     return the exit code (2 after a one-line error for bad input). `default`: the config without --config."""
-    def read_then_train() -> None:
+    def read_then_train() -> dict | None:
         run = read_command_line(trainer, default or default_config(trainer), argv, task_config_of)
         if run is None:   # --print-config
-            return
+            return None
         from cooprl.train import train
-        train(run, environment_for(run.config).prepare_task(run))
+        return train(run, environment_for(run.config).prepare_task(run))   # its `interrupted` sets the exit status
     return exit_status(read_then_train)

@@ -29,10 +29,10 @@ from cooprl.config.trainer_sections import (ACSection, ActorCriticSection, GRPOS
                                             TrainerSection)
 from cooprl.config.schema import (AgentModelSection, CheckpointSection, Config, CriticModelSection, LoraSection,
                                   OutputSection, RewardProcessorSection, RewardSection, WandbSection)
-from cooprl.config.overrides import (apply_overrides, parse_override, _section_at)
+from cooprl.config.overrides import (apply_overrides, check_override_sections, parse_override, _section_at)
 from cooprl.config.upstream import (lift_reward_shift, OLD_MADPO_COMPARATOR_NULLS, read_old_madpo_preference,
                                     trainer_of_data, trainer_of_file)
-from cooprl.config.run import MAGRPO_ADVANTAGE_MODES, RL_TRAINERS, Run, check_trainer
+from cooprl.config.run import MAGRPO_ADVANTAGE_MODES, RL_TRAINERS, Run, check_sections_read, check_trainer
 from cooprl.config.rules import (check_consistency, _check_fsdp, check_parallel_training, _check_vllm, check_vllm_lora_rank,
                                  VLLM_LORA_RANKS,
                                  DATA_PARALLEL_MODES, DEVICE_KEYS, device_list, _DEVICE_NAMES, FSDP_TRAINERS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any
+from typing import Any, Collection, Mapping
 
 import yaml
 
@@ -82,3 +82,16 @@ def _section_at(path: list[str], task_config: type | None = None) -> type | None
         if cls is None:
             return None
     return cls
+
+
+def check_override_sections(overrides: list[str], read: Collection[str], owners: Mapping[str, str],
+                            reader: str) -> None:
+    """Raise ConfigError for the first override that sets a section of `owners` (a section's name -> the command that
+    reads it, e.g. "train_grpo.py") that `reader` (this command) does not read: it would be ignored without a word.
+    The sections of `read` and those no owner claims (agent_model, dataset, ...) pass."""
+    for text in overrides:
+        section = text.split("=", 1)[0].split(".", 1)[0].strip()
+        if section in owners and section not in read:
+            own = ", ".join(f"{name}.*" for name in read) or "none of these sections"
+            raise ConfigError(f"--override {text!r}: the {section} section is read by {owners[section]}, not by "
+                              f"{reader} (its keys: {own})")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Generic, Optional, TypeVar
+from pathlib import Path
+from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 
 from cooprl.config.fields import ConfigError
+from cooprl.config.overrides import check_override_sections
 from cooprl.config.schema import Config
 from cooprl.config.trainer_sections import TRAINER_SECTIONS, MARLHFSection, TrainerSection
 
@@ -65,3 +67,19 @@ def _rl_run(config: Config, trainer: str, marlhf: MARLHFSection) -> Run:
         return Run(config, trainer, section)
     shared = {f.name: getattr(marlhf, f.name) for f in dataclasses.fields(TrainerSection)}
     return Run(config, name, dataclasses.replace(config.trainer(name), **shared))
+
+
+def check_sections_read(run: Run, data: Mapping[str, Any], path: str | Path, overrides: list[str], reader: str,
+                        use: Callable[[str], str]) -> None:
+    """Raise ConfigError when the config file `path` (read as `data`) or an override gives `run` a trainer section it
+    does not read, which would be dropped without a word: a file with other trainers' sections and none of `run`'s
+    (`train_grpo.py --config configs/magrpo_che_cpu.yaml` would train with GRPO's defaults), or an override of
+    another trainer's key. `reader`: this command; `use(trainer)`: the command that reads `trainer`'s section. A file
+    holding several trainers' sections besides `run`'s own (configs shared by scripts) passes."""
+    read = run.config.sections_read_by(run.trainer)
+    present = [name for name in TRAINER_SECTIONS if name in data]
+    if present and not set(present) & set(read):
+        raise ConfigError(f"config file {str(path)!r} has no {run.trainer} section, only {', '.join(present)}: "
+                          f"{reader} would ignore it and train with {run.trainer}'s defaults; use "
+                          f"{use(present[0])}, or give the file a {run.trainer}: section")
+    check_override_sections(overrides, read, {name: use(name) for name in TRAINER_SECTIONS}, reader)

@@ -103,7 +103,8 @@ class CriticModelSection:
 @dataclass
 class OutputSection:
     base_dir: str = option("runs", "parent folder of run folders")
-    run_name: Optional[str] = option(None, "run folder name (null = <trainer>-<dataset>-<time>)")
+    run_name: Optional[str] = option(None, "run folder name (null = <trainer>-<dataset>-<time>); when taken, a new "
+                                     "run writes <run_name>-2, -3, ...")
     verbose: bool = option(False, "print every episode's prompts, completions and rewards")
     save_final_model: bool = option(False, "save the trained models (or adapters) at the end")
     save_path: Optional[str] = option(None, "where to save the final models (null = <run dir>/final)")

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from cooprl import checkpoint as ckpt
 from cooprl.config import Config, Run, is_data_parallel
 from cooprl.parallel import Parallel, Ranks, item_seed, mean_metrics, shard_order
+from cooprl.run_folders import new_run_folder
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
 
@@ -96,14 +97,10 @@ def run_prefix(run: Run) -> str:
 
 
 def run_folder(run: Run) -> Path:
-    """Return the run folder (created), named by output.run_name or trainer, dataset and time."""
-    config = run.config
-    name = config.output.run_name
-    if not name:
-        name = f"{run_prefix(run)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    folder = Path(config.output.base_dir) / name
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    """Return the run folder (created), named by output.run_name or trainer, dataset and time; a new run takes a
+    free one (`<name>-2`, ... when the name is taken: cooprl.run_folders), a resume its own."""
+    name = run.config.output.run_name or f"{run_prefix(run)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    return new_run_folder(run.config, name)
 
 
 def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
@@ -188,6 +185,8 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     state = _resume(resume_from, algorithm, ranks) if resume_from is not None else None  # before writing anything
     if state is not None:
         start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
+        if start_step >= total_steps and (state.get("finished") or _eval_at(run_dir, start_step)):
+            return _already_finished(run, run_dir, start_step, total_steps, ranks.is_main)
     if ranks.is_main:   # the other ranks of a data-parallel run write nothing
         _open_run_folder(run, run_dir, start_step if state is not None else None)
         if state is not None:
@@ -197,11 +196,13 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     tracker = (RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)
                if ranks.is_main else _NoTracker())
 
-    def save(step: int) -> None:
+    def save(step: int, finished: bool = False) -> None:
         # sharded models are gathered on rank 0 one at a time, as it writes them (every rank takes part)
         weights = parallel.whole_state_dicts(algorithm.models)
         if ranks.is_main:
-            state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id}
+            # finished: the final evaluation is done (a resume of it has nothing left to do)
+            state = {"algorithm": algorithm.state_dict(), "env_step": env_step, "wandb_id": tracker.wandb_id,
+                     "finished": finished}
             rank_states: Any = ()
             if ranks.world_size > 1:   # every rank's own buffers (and optimizer shards), for a resume with as many
                 state["world_size"] = ranks.world_size
@@ -236,7 +237,13 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     step = start_step
     interrupted = False
     if start_step == 0 and section.eval_at_start:
-        evaluate(0)   # the starting point: evaluation's own generator, so training draws the same as without it
+        try:
+            evaluate(0)   # the starting point: evaluation's own generator, so training draws the same as without it
+        except KeyboardInterrupt:   # Ctrl-C before any step: nothing trained, nothing to save
+            tracker.close()
+            log.warning("interrupted during the evaluation before training: nothing was trained or saved; run the "
+                        "same command again to start afresh")
+            return {"run_dir": str(run_dir), "steps": 0, "interrupted": True}
     task_reward = getattr(algorithm, "task_reward_key", TRAINING_REWARD)
     bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True,
                disable=not ranks.is_main)
@@ -259,9 +266,14 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
                 interrupted = True
                 break
     bar.close()
-    final_eval = {} if interrupted else evaluate(step)
+    final_eval = {}
     if not interrupted:
-        save(step)
+        try:
+            final_eval = evaluate(step)
+        except KeyboardInterrupt:   # Ctrl-C in the final evaluation: keep the training, a resume evaluates
+            log.warning("interrupted during the final evaluation: saving the trained models first")
+            interrupted = True
+        save(step, finished=not interrupted)
     tracker.close()
     if not ranks.is_main:
         return {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted, "rank": ranks.rank}
@@ -275,6 +287,16 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     except Exception as err:  # a missing plotting backend must not fail a finished run
         log.warning("could not draw rewards.png: %s", err)
     return summary
+
+
+def _already_finished(run: Run, run_dir: Path, step: int, total_steps: int, main: bool = True) -> dict[str, Any]:
+    """Say (on the `main` process) that the resumed run in `run_dir` ended: trained `step` of `total_steps` steps and
+    evaluated; return its summary, without training, evaluating or writing anything."""
+    if main:
+        print(f"{run_dir} is finished: {step} of {total_steps} steps trained and evaluated; nothing to do (to train "
+              f"it further: --resume {run_dir} --override {run.trainer}.max_steps=<more>; to evaluate it: "
+              f"python evaluate.py --run {run_dir})")
+    return {"run_dir": str(run_dir), "steps": step, "interrupted": False, "finished": True}
 
 
 def _open_run_folder(run: Run, run_dir: Path, resumed_at: int | None) -> None:

@@ -49,7 +49,7 @@ def test_resume_after_ctrl_c_and_after_sigkill(tmp_path):
     proc = start(["--config", "configs/magrpo_che_config.yaml", "--override", *SMALL, f"output.base_dir={named}",
                   "output.run_name=run"])
     interrupt_after_first_checkpoint(proc, named, signal.SIGINT)
-    assert proc.returncode == 0
+    assert proc.returncode == 130   # as shells report SIGINT: `train && evaluate` stops here (after the save)
     run_dir = named / "run"
     stopped_at = len(rewards(run_dir))
     assert 1 <= stopped_at < STEPS, "the run ended before Ctrl-C reached it"
@@ -86,4 +86,24 @@ def test_resume_errors_are_one_line(tmp_path, capsys):
     assert code == 2 and "not a run folder" in capsys.readouterr().err
     code = dry_run("magrpo", "configs/magrpo_che_config.yaml",
                    ["--resume", "latest", "--override", f"output.base_dir={tmp_path}"])
-    assert code == 2 and "no run of magrpo with a complete checkpoint" in capsys.readouterr().err
+    assert code == 2 and "no run of magrpo on this dataset under" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_the_evaluation_before_training_exits_130_without_a_traceback(tmp_path):
+    # a real SIGINT while the starting models are evaluated (no step trained yet): one warning, nothing saved, 130
+    args = ["--config", "configs/magrpo_che_config.yaml", "--override", *SMALL, "dataset.eval_split=test[:8]",
+            "magrpo.eval_num_samples=8", "magrpo.max_new_tokens=64", "magrpo.eval_at_start=true",
+            f"output.base_dir={tmp_path}", "output.run_name=run"]
+    proc = start(args)
+    seen = []
+    for line in proc.stderr:   # the log line that says the evaluation began
+        seen.append(line)
+        if "evaluating at step 0" in line:
+            time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            break
+    _, rest = proc.communicate(timeout=300)
+    err = "".join(seen) + rest
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "interrupted during the evaluation before training" in err
+    assert not list((tmp_path / "run").glob("checkpoints/checkpoint-*"))

@@ -280,7 +280,7 @@ def test_cli_runs_and_resumes(tmp_path, capsys):
 
 @pytest.mark.parametrize("override,needle", [
     ("budget.nope=1", "budget.nope: unknown key"),
-    ("codet.num_codes=4", "another strategy"),
+    ("codet.num_codes=4", "the codet section is read by --strategy codet, not by"),
     ("direct.temperature=hot", "direct.temperature"),
     ("direct.temprature=0", "direct.temprature: unknown key; did you mean direct.temperature?"),
     ("budget.max_calss=3", "budget.max_calss: unknown key; did you mean budget.max_calls?"),
@@ -323,3 +323,50 @@ def test_strategy_settings_are_typed_options_checked_and_documented():
     _, budget, config = evaluate_strategy.split_overrides("collabcoder", ["budget.max_calls=7",
                                                                           "collabcoder.use_rt=false"])
     assert budget.max_calls == 7 and config.use_rt is False and config.max_iterations == 5
+
+
+def _results_made_with(folder, settings_overrides, strategy="codet"):
+    """Write the results folder a run of `strategy` on Coop/0 and Coop/1 leaves, made with `settings_overrides`."""
+    rest, budget, strategy_config = evaluate_strategy.split_overrides(strategy, CLI[3:] + settings_overrides)
+    config = evaluate_strategy.read_strategy_config(CLI[1], rest)
+    settings = evaluate_strategy.strategy_settings(config, strategy, budget, strategy_config, None, None)
+    folder.mkdir(parents=True)
+    evaluate_strategy.settings_file(folder, strategy).write_text(json.dumps(settings), encoding="utf-8")
+    row = {"strategy": strategy, "llm": "offline:tiny-random", "passed": True, "code": "", "seconds": 1.0,
+           "cost": {"calls": 1, "tokens_in": 1, "tokens_out": 1}, "metrics": {"num_codes": 2}}
+    (folder / evaluate_strategy.RESULTS).write_text(
+        "".join(json.dumps({**row, "task_id": f"Coop/{i}"}) + "\n" for i in range(2)), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_results_resume_only_under_the_settings_that_made_them(tmp_path, capsys):
+    _results_made_with(tmp_path / "strat", ["codet.num_codes=2"])
+    saved = evaluate_strategy.settings_file(tmp_path / "strat", "codet").read_text()
+    argv = ["--strategy", "codet"] + CLI + [f"output.base_dir={tmp_path}"]
+    assert evaluate_strategy.main(argv + ["codet.num_codes=3", "budget.max_calls=9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "made with other settings" in err[0], err
+    assert "codet.num_codes: 2 there, 3 now" in err[0] and "budget.max_calls" in err[0]
+    assert "output.run_name" in err[0]   # the way out
+    assert evaluate_strategy.settings_file(tmp_path / "strat", "codet").read_text() == saved   # still true
+    # the same settings resume (every problem is done: nothing to load or run)
+    assert evaluate_strategy.main(argv + ["codet.num_codes=2"]) == 0
+    assert "resuming: 2 problem(s)" in capsys.readouterr().out
+
+
+def test_results_never_go_into_a_training_run_folder(tmp_path, capsys):
+    # the CPU config's run_name names its training run: without --override output.run_name it is not used
+    config = evaluate_strategy.read_strategy_config("configs/magrpo_che_cpu.yaml", [f"output.base_dir={tmp_path}"])
+    assert config.output.run_name   # (the file fixes one)
+    assert evaluate_strategy.results_folder(config, "codet", None, named=False) == tmp_path / "strategy-codet-coop"
+    # named on the command line, a training run's folder is refused unless the checkpoint is that run's
+    run_dir = tmp_path / "trained"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(config.to_yaml("magrpo"))
+    argv = ["--strategy", "direct"] + CLI[:-1] + [f"output.base_dir={tmp_path}", "output.run_name=trained"]
+    assert evaluate_strategy.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a training run's folder" in err[0], err
+    named = evaluate_strategy.read_strategy_config("configs/magrpo_che_cpu.yaml",
+                                                   [f"output.base_dir={tmp_path}", "output.run_name=trained"])
+    assert evaluate_strategy.results_folder(named, "direct", str(run_dir / "checkpoints"), named=True) == run_dir

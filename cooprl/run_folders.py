@@ -1,0 +1,102 @@
+"""Run folders: where a new run writes, that it can write there, and which trainer made a folder.
+
+A new run never shares a folder with an earlier one: when `<output.base_dir>/<run name>` already holds something
+(the CPU configs fix `output.run_name`, so `make demo` run twice asks for the same folder), the run takes the first
+free `<run name>-2`, `<run name>-3`, ... and says so. A resume (`--resume`, `checkpoint.resume_from_checkpoint`)
+continues in its own folder. Every check here runs before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable
+
+from cooprl.config import Config, ConfigError, read_yaml, trainer_of_data
+
+log = logging.getLogger(__name__)
+
+RUN_CONFIG = "config.yaml"   # every run folder's copy of its config (its trainer's sections only)
+
+
+def is_used(folder: Path) -> bool:
+    """Return whether `folder` exists and holds anything (an empty folder is free for a new run)."""
+    return folder.is_dir() and any(folder.iterdir())
+
+
+def fresh_folder(folder: Path) -> Path:
+    """Return `folder` when it is free (missing, or an empty folder), else the first free `<folder>-<n>`, n >= 2."""
+    candidate, n = folder, 2
+    while is_used(candidate) or (candidate.exists() and not candidate.is_dir()):
+        candidate, n = folder.with_name(f"{folder.name}-{n}"), n + 1
+    return candidate
+
+
+def numbered_folders(folder: Path) -> list[Path]:
+    """Return `folder` and its numbered siblings `<folder>-<n>` (what `fresh_folder` hands out) that exist."""
+    siblings = folder.parent.glob(f"{folder.name}-*") if folder.parent.is_dir() else []
+    numbered = [p for p in siblings if p.name[len(folder.name) + 1:].isdigit()]
+    return [p for p in [folder, *numbered] if p.is_dir()]
+
+
+def check_writable(path: Path, key: str) -> None:
+    """Raise ConfigError naming `key` unless `path` is a folder this process can write, or can be created as one (its
+    nearest existing ancestor is a writable folder)."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{key}: {existing} is a file, not a folder (the run would write {path}); choose another "
+                          f"{key}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}: {existing} is read-only (the run would write {path}); choose another {key}")
+
+
+def check_output(config: Config) -> None:
+    """Raise ConfigError when a folder the run writes (its run folder, checkpoint.checkpoint_dir, output.save_path)
+    is a file, lies under a file, or cannot be written."""
+    base = Path(config.output.base_dir)
+    check_writable(base / config.output.run_name if config.output.run_name else base,
+                   "output.run_name" if config.output.run_name else "output.base_dir")
+    if config.checkpoint.checkpoint_dir:
+        check_writable(Path(config.checkpoint.checkpoint_dir), "checkpoint.checkpoint_dir")
+    if config.output.save_path:
+        check_writable(Path(config.output.save_path), "output.save_path")
+
+
+def new_run_folder(config: Config, name: str) -> Path:
+    """Return the folder a run named `name` writes under output.base_dir, created: for a new run a free one
+    (`fresh_folder`, logged when it is not `name`), for a resume (checkpoint.resume_from_checkpoint set) its own.
+    ConfigError when it cannot be created, or when a new run's checkpoint.checkpoint_dir holds an earlier run's
+    checkpoints (their rotation would mix the two runs)."""
+    from cooprl.checkpoint import list_checkpoints
+    asked = Path(config.output.base_dir) / name
+    resuming = bool(config.checkpoint.resume_from_checkpoint)
+    folder = asked if resuming else fresh_folder(asked)
+    if folder != asked:
+        log.warning("%s holds an earlier run: this run writes %s (to continue the earlier one: --resume %s)",
+                    asked, folder, asked)
+    shared = config.checkpoint.checkpoint_dir
+    if not resuming and shared and list_checkpoints(Path(shared)):
+        raise ConfigError(f"checkpoint.checkpoint_dir: {shared} holds an earlier run's checkpoints; give a new run "
+                          "an empty folder, or continue that run with --resume")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"output.base_dir: cannot create the run folder {folder} ({err.strerror or err})") from None
+    return folder
+
+
+def made_by(run_dir: Path) -> str | None:
+    """Return the trainer whose run `run_dir` is, by the sections of its config.yaml (None when they do not say)."""
+    path = run_dir / RUN_CONFIG
+    return trainer_of_data(read_yaml(path), path)
+
+
+def check_made_by(run_dir: Path, trainer: str, use: Callable[[str], str]) -> None:
+    """Raise ConfigError when the run in `run_dir` was made by another trainer than `trainer`, naming the maker and
+    `use(maker)`: the command that reads its runs (e.g. "train_magrpo.py --resume RUN")."""
+    maker = made_by(run_dir)
+    if maker is not None and maker != trainer:
+        raise ConfigError(f"{run_dir} is a run of {maker}, not {trainer}: use {use(maker)}")
