@@ -1,0 +1,81 @@
+"""What every in-process vLLM engine needs around its build and its end, so that engines on different GPUs (one
+process under `parallel_training: mp`, or one per rank under ddp) never share device-bound state.
+
+Read in vLLM 0.27.1 and 0.30.0 (the `vllm` extra's ends; line numbers are 0.30.0's) and 0.32.0 (the CPU build):
+
+- Compiled code. vLLM caches torch.compile's output under `VLLM_CACHE_ROOT/torch_compile_cache/...`, keyed by a hash
+  that holds no device (vllm/config/device.py:42-47 gives it no factors; the compile cache dir is left out of
+  CompilationConfig's hash) and a rank that is 0 for every single-process engine (ahead-of-time artifacts:
+  vllm/compilation/decorators.py:539-576; the piecewise cache: vllm/compilation/backends.py:1058-1077). Inductor's
+  generated code hard-codes the GPU it was compiled on, so an engine on cuda:1 that finds cuda:0's artifact loads it
+  and fails ("CUDA driver error: invalid argument"). `prepare_engine_build` gives each device its own cache root
+  (`engine_cache_root`), so both caches are per device and warm starts still hit.
+- vLLM reads its environment once and freezes it at the end of the first EngineCore's build (`enable_envs_cache`,
+  vllm/v1/engine/core.py:251): a second engine would read the first one's root. `prepare_engine_build` unfreezes it
+  (`vllm.envs.disable_envs_cache`, vLLM's own reset) before each build; the build freezes it again.
+- Rotary embeddings. `get_rope` caches one module per shape in the process-wide `_ROPE_DICT`, keyed without a
+  device (vllm/model_executor/layers/rotary_embedding/__init__.py:29, 72-83): a second engine of the same model on
+  another GPU would share the first one's module and its cos/sin cache. It is emptied before each build (vLLM empties
+  it itself when a model runner shuts down), so each engine makes its own.
+- The end. Under ddp each rank's engines are built with vLLM's `external_launcher` executor, which joins the
+  trainers' process group and makes its own groups from it; `close_engines` shuts the engines down and lets vLLM
+  destroy its groups before the trainers' process group is shut down.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+from typing import Any, Iterable
+
+DEVICE_CACHE_PREFIX = "cooprl-engines-on-"
+
+
+def engine_cache_root(device: str, cache_root: str | None = None) -> str:
+    """Return the vLLM cache root of engines on `device` ('cuda:1', 'cpu'): `<root>/cooprl-engines-on-cuda1`, where
+    `<root>` is `cache_root` (default: $VLLM_CACHE_ROOT, else vLLM's default $XDG_CACHE_HOME/vllm or ~/.cache/vllm,
+    as vllm/envs.py computes it); a root that already is a device's own is replaced, not nested."""
+    root = cache_root or os.environ.get("VLLM_CACHE_ROOT") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")), "vllm")
+    root = os.path.expanduser(root)
+    if os.path.basename(root.rstrip(os.sep)).startswith(DEVICE_CACHE_PREFIX):
+        root = os.path.dirname(root.rstrip(os.sep))
+    return os.path.join(root, DEVICE_CACHE_PREFIX + device.replace(":", ""))
+
+
+def _vllm_module(name: str) -> Any:
+    """Return vLLM's module `name`, or None where this vLLM release has none."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def prepare_engine_build(device: str) -> str:
+    """Before an engine for `device` is built: point vLLM's cache root at the device's own (`engine_cache_root`),
+    make vLLM read its environment afresh, and empty its rotary-embedding cache (the module docstring says why);
+    return the root the engine will use."""
+    root = engine_cache_root(device)
+    os.environ["VLLM_CACHE_ROOT"] = root
+    envs = _vllm_module("vllm.envs")
+    if envs is not None and hasattr(envs, "disable_envs_cache"):
+        envs.disable_envs_cache()
+    rotary = _vllm_module("vllm.model_executor.layers.rotary_embedding")
+    if rotary is not None and hasattr(rotary, "_ROPE_DICT"):
+        rotary._ROPE_DICT.clear()
+    return root
+
+
+def close_engines(generators: Iterable[Any]) -> int:
+    """Shut down the vLLM engines of `generators` (VLLMGenerators; others are skipped) and, when any was closed,
+    vLLM's model-parallel groups (which an `external_launcher` engine made from the trainers' process group), so that
+    the process group can be shut down after; return how many engines were closed."""
+    from cooprl.vllm_generation import VLLMGenerator
+    closed = sum(generator.close() for generator in generators if isinstance(generator, VLLMGenerator))
+    if closed:
+        gc.collect()
+        state = _vllm_module("vllm.distributed.parallel_state")
+        if state is not None and hasattr(state, "destroy_model_parallel"):
+            state.destroy_model_parallel()
+    return closed
