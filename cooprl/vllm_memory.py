@@ -97,6 +97,11 @@ def gpu_name(device: str) -> str:
     return f"cuda:{torch.cuda.current_device() if chosen.index is None else chosen.index}"
 
 
+def on_gpu(device: str) -> bool:
+    """Return whether `device` is a CUDA GPU (after `gpu_name`)."""
+    return gpu_name(device).startswith("cuda")
+
+
 def _size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
@@ -168,14 +173,15 @@ def memory_accounts(config: Any, trainer: str | None, section: Any, max_new_toke
     """Return, per CUDA device, what a run holds there: each agent on `agent_devices[i]` (trained by `trainer`'s
     `section`, or weights only, as in evaluation, when `trainer` is None), its engine on `engine_devices[i]` (one
     device, or T shards), its frozen reference, and the separate critics on `critic_devices`."""
+    if not any(map(on_gpu, [*agent_devices, *(d for shards in engine_devices for d in shards), *critic_devices])):
+        return {}   # CPU runs: nothing to count
     model_cfg = config.agent_model
     names = list(config.agents) if config.agents is not None else [model_cfg.name] * len(agent_devices)
     accounts: dict[str, DeviceAccount] = {}
 
     def add(device: str, what: str, size: int) -> None:
-        device = gpu_name(device)
-        if device.startswith("cuda"):
-            accounts.setdefault(device, DeviceAccount([])).items.append((what, size))
+        if on_gpu(device):
+            accounts.setdefault(gpu_name(device), DeviceAccount([])).items.append((what, size))
 
     for i, (name, device) in enumerate(zip(names, agent_devices)):
         dtype = pick_dtype(model_cfg.torch_dtype, torch.device(gpu_name(device)))
@@ -190,7 +196,7 @@ def memory_accounts(config: Any, trainer: str | None, section: Any, max_new_toke
                 add(device, f"agent {i} reference", weights)
         kv = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, shape.kv_elements_per_token, dtype)
         shards = engine_devices[i]
-        for shard in shards:
+        for shard in filter(on_gpu, shards):
             if kv is None:
                 reserved = int(model_cfg.vllm_gpu_memory_utilization * gpu_total_bytes(shard))
                 add(shard, f"engine {i} (vllm_gpu_memory_utilization {model_cfg.vllm_gpu_memory_utilization})",
