@@ -3,7 +3,7 @@ under torchrun): `python tests/fake_vllm_run.py RECORDS_DIR train_magrpo.py --co
 
 Each engine is tests/cooprl/test_vllm_backend.py's FakeLLM, and records, in RECORDS_DIR/rank<RANK>.json at exit: its
 build options, whether the process group was up when it was built and when it was shut down, the prompts it sampled
-and a checksum of the last weights pushed into it."""
+and a checksum of each version of the weights pushed into it."""
 
 from __future__ import annotations
 
@@ -38,9 +38,8 @@ class RecordingLLM(FakeLLM):
     def shutdown(self):
         super().shutdown()
         self.record["group_at_shutdown"] = torch.distributed.is_initialized()
-        last = self.engine_model.loads[-1] if self.engine_model.loads else {}
-        self.record["last_weights"] = sum(float(t.double().sum()) for t in last.values())
-        self.record["weight_pushes"] = len(self.engine_model.loads)
+        self.record["pushed_weights"] = [sum(float(t.double().sum()) for t in load.values())
+                                         for load in self.engine_model.loads]
 
 
 def install_fake_vllm() -> None:

@@ -1130,7 +1130,8 @@ def test_evaluation_checks_its_engines_where_and_as_training_does(monkeypatch, t
     import cooprl.vllm_generation as backend
     from strategies.llm import build_llm
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: None)
-    monkeypatch.setattr(backend, "vllm_platform_is_cpu", lambda: False)
+    import cooprl.vllm_engines
+    monkeypatch.setattr(cooprl.vllm_engines, "vllm_platform_is_cpu", lambda: False)
     config = load_config(None, ["agent_model.generation_backend=vllm", "agent_model.device=cuda",
                                 "agent_model.vllm_gpu_memory_utilization=0.5", "agent_model.vllm_kv_cache_bytes=0"])
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import cooprl.vllm_engines
 import cooprl.vllm_generation as backend
 import cooprl.vllm_memory as memory
 from cooprl.config import ConfigError, Run, load_config
@@ -72,7 +73,7 @@ def on_h200(fake_vllm, monkeypatch):
     monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: H200)
     monkeypatch.setattr(memory, "model_shape", lambda name, lora=None: QWEN_3B)
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
-    monkeypatch.setattr(backend, "vllm_platform_is_cpu", lambda: False)
+    monkeypatch.setattr(cooprl.vllm_engines, "vllm_platform_is_cpu", lambda: False)
     monkeypatch.setattr(agents, "load_causal_lm", lambda *a, **k: pytest.fail("a model was loaded"))
 
 
