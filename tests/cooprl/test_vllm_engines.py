@@ -77,6 +77,7 @@ def compiling_vllm(fake_vllm, two_gpus, monkeypatch, tmp_path):
     return fake_vllm
 
 
+@pytest.mark.slow   # loads models
 def test_engines_on_two_gpus_of_one_process_compile_and_cache_each_for_its_own_gpu(tiny, compiling_vllm, tmp_path):
     make_generator(tiny, compiling_vllm, device="cuda:0")
     make_generator(tiny, compiling_vllm, device="cuda:1")
@@ -105,6 +106,7 @@ def test_a_devices_cache_root_sits_under_the_users_root(monkeypatch, tmp_path):
     assert engine_cache_root("cpu") == str(tmp_path / "xdg" / "vllm" / "cooprl-engines-on-cpu")
 
 
+@pytest.mark.slow   # loads models
 def test_closing_engines_shuts_each_down_once(tiny, fake_vllm):
     generators = [make_generator(tiny, fake_vllm) for _ in range(2)]
     assert close_engines([*generators, object()]) == 2          # other generators are skipped

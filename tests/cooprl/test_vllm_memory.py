@@ -20,6 +20,7 @@ H200 = 143_771 << 20           # what torch reports for a 141 GB H200 (140.4 GiB
 QWEN_3B = memory.ModelShape(parameters=3_085_938_688, lora_parameters=0, kv_elements_per_token=36 * 2 * 2 * 128)
 
 
+@pytest.mark.slow   # loads models
 def test_a_models_shape_is_read_from_its_config_without_weights():
     from dataclasses import replace
 
@@ -124,6 +125,7 @@ def test_references_and_critics_are_counted_where_they_sit(on_h200):
         memory.check_vllm_memory(together, ["cuda:0", "cuda:0"], Run.of(together, "iac"))
 
 
+@pytest.mark.slow   # loads models
 def test_an_engines_kv_cache_in_bytes_reaches_vllm(fake_vllm, monkeypatch, tmp_path):
     from cooprl.agents import build_team
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
