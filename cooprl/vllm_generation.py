@@ -64,7 +64,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from cooprl import distributed
-from cooprl.config import ConfigError, check_vllm_temperature, vllm_lora_slot
+from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
 from cooprl.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.vllm_engines import (current_cuda_device, engine_device, engine_devices, gpu_executor,  # noqa: F401
                                  prepare_engine_build, vllm_platform_is_cpu)
@@ -573,7 +573,7 @@ def check_vllm_devices(model_cfg: Any, devices: Sequence[str]) -> None:
 
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
                          max_new_tokens: int, seed: int, device: str | None = None,
-                         section: Any = None) -> VLLMGenerator:
+                         section: TrainerSection | None = None) -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
     engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
     says (null: sized from the trainer's `section`, cooprl.vllm_memory.default_kv_cache_bytes)."""

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.config import ConfigError
+from cooprl.config import ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, TrainerSection
 from cooprl.models import pick_dtype, resolve_model_path
 
 GIB = 1 << 30
@@ -120,7 +120,7 @@ def engine_max_len(model_cfg: Any, max_new_tokens: int) -> int:
     return max(model_cfg.max_length, max(model_cfg.max_length - max_new_tokens, 8) + max_new_tokens)
 
 
-def default_kv_cache_bytes(model_cfg: Any, section: Any, max_new_tokens: int, kv_elements: int,
+def default_kv_cache_bytes(model_cfg: Any, section: TrainerSection | None, max_new_tokens: int, kv_elements: int,
                            dtype: torch.dtype) -> int:
     """Return the KV cache an engine gets when `vllm_kv_cache_bytes` is null: the run's largest sampling call, i.e.
     prompts (eval_batch_size, else 1) x samples per prompt (the larger of num_generations and eval_num_generations)
@@ -130,13 +130,14 @@ def default_kv_cache_bytes(model_cfg: Any, section: Any, max_new_tokens: int, kv
     if section is None:
         sequences = EVAL_SEQUENCES
     else:
-        samples = max(getattr(section, "num_generations", 1), section.eval_num_generations)
+        generations = section.num_generations if isinstance(section, (MAGRPOSection, ActorCriticSection)) else 1
+        samples = max(generations, section.eval_num_generations)
         sequences = (section.eval_batch_size or 1) * samples
     tokens = math.ceil(engine_max_len(model_cfg, max_new_tokens) / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
     return sequences * tokens * kv_elements * _size(dtype)
 
 
-def engine_kv_cache_bytes(model_cfg: Any, section: Any, max_new_tokens: int, kv_elements: int,
+def engine_kv_cache_bytes(model_cfg: Any, section: TrainerSection | None, max_new_tokens: int, kv_elements: int,
                           dtype: torch.dtype) -> int | None:
     """Return the KV cache bytes to give an engine (vLLM's kv_cache_memory_bytes): `vllm_kv_cache_bytes`, or
     `default_kv_cache_bytes` when it is null; None (vLLM sizes it from `vllm_gpu_memory_utilization`) when it is 0."""
@@ -167,7 +168,7 @@ class DeviceAccount:
         return " + ".join(f"{what} {size / GIB:.1f} GiB" for what, size in self.items)
 
 
-def memory_accounts(config: Any, trainer: str | None, section: Any, max_new_tokens: int, agent_devices: Sequence[str],
+def memory_accounts(config: Any, trainer: str | None, section: TrainerSection | None, max_new_tokens: int, agent_devices: Sequence[str],
                     engine_devices: Sequence[Sequence[str]], critic_devices: Sequence[str] = ()
                     ) -> dict[str, DeviceAccount]:
     """Return, per CUDA device, what a run holds there: each agent on `agent_devices[i]` (trained by `trainer`'s
@@ -192,7 +193,8 @@ def memory_accounts(config: Any, trainer: str | None, section: Any, max_new_toke
         else:
             add(device, f"agent {i} (weights, gradients, optimizer)",
                 trained_model_bytes(shape, dtype, model_cfg.lora is not None, model_cfg.bf16_optimizer))
-            if model_cfg.lora is None and (section.reference_kl_coef > 0 or getattr(section, "reference_model", False)):
+            reference_model = isinstance(section, MADPOSection) and section.reference_model
+            if model_cfg.lora is None and (section.reference_kl_coef > 0 or reference_model):
                 add(device, f"agent {i} reference", weights)
         kv = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, shape.kv_elements_per_token, dtype)
         shards = engine_devices[i]
@@ -234,7 +236,7 @@ def check_vllm_memory(config: Any, agent_devices: Sequence[str], run: Any = None
     untrained) on `agent_devices` would not fit their GPUs (`memory_accounts`, `check_accounts`); called before any
     model loads."""
     from cooprl import distributed
-    from cooprl.config import ActorCriticSection, model_devices
+    from cooprl.config import model_devices
     from cooprl.vllm_generation import engine_devices
     section = run.section if run is not None else None
     if max_new_tokens is None:
