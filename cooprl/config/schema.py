@@ -42,8 +42,14 @@ class AgentModelSection:
                                      "(a CUDA GPU, or the CPU with vLLM's CPU build, docs/vllm.md)",
                                      choices=("hf", "vllm"))
     vllm_gpu_memory_utilization: float = option(
-        0.3, "share of the GPU's memory each agent's vLLM engine takes (weights + KV cache); training needs the rest",
+        0.3, "share of the GPU's memory each agent's vLLM engine takes (weights + KV cache) with vllm_kv_cache_bytes: "
+        "0; otherwise the free memory vLLM requires at the engine's start; training needs the rest",
         min=0.01, max=0.95)
+    vllm_kv_cache_bytes: Optional[int] = option(
+        None, "KV cache of each agent's vLLM engine in bytes (vLLM's kv_cache_memory_bytes): the engine then reserves "
+        "its weights, its activation peak and this cache, whatever the GPU's size; null = sized from the run (its "
+        "largest sampling call: eval_batch_size x the larger of num_generations and eval_num_generations sequences of "
+        "max_length tokens); 0 = vLLM sizes it from vllm_gpu_memory_utilization", min=0)
     vllm_weight_sync: str = option(
         "merged", "how a vLLM engine gets the trained weights: merged (after every optimizer step the weights, LoRA "
         "merged in, are pushed into the engine) or lora (the LoRA adapter is saved and sampled as a vLLM LoRA request "

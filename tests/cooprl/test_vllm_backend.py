@@ -85,8 +85,12 @@ class FakeLLM:
         if in_process:  # the attribute path of an in-process (V1, multiprocessing off) engine
             runner = types.SimpleNamespace(model=self.engine_model)
             worker = types.SimpleNamespace(worker=types.SimpleNamespace(model_runner=runner))
-            self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker))
+            self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker),
+                                                    engine_core=types.SimpleNamespace(shutdown=self.shutdown))
         FakeLLM.instances.append(self)
+
+    def shutdown(self):   # the in-process engine core's (llm.llm_engine.engine_core.shutdown)
+        self.events.append("shutdown")
 
     def sleep(self, level=1):
         self.events.append(f"sleep{level}")
@@ -177,6 +181,7 @@ def fake_vllm(monkeypatch):
     executor_module.UniProcExecutor = FakeUniProcExecutor
     monkeypatch.setitem(sys.modules, "vllm.v1.executor.uniproc_executor", executor_module)
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)   # each build sets it (cooprl.vllm_engines)
     monkeypatch.setattr(VLLMGenerator, "_sleeping_engines", 0)
     FakeLLM.instances = []
     return module
@@ -568,11 +573,22 @@ def test_watch_optimizer_marks_stale_on_every_step():
     assert len(marks) == 2
 
 
-@pytest.mark.parametrize("temperature", [1e-6, 2.5])
-def test_temperatures_vllm_would_treat_differently_are_refused(tiny, fake_vllm, temperature):
+@pytest.mark.parametrize("temperature, refusal", [(1e-6, "vLLM samples at 0.01"), (0.005, "vLLM samples at 0.01"),
+                                                   (2.5, r"temperature in \[0.01, 2\]")])
+def test_temperatures_vllm_would_treat_differently_are_refused(tiny, fake_vllm, temperature, refusal):
+    # vLLM raises a temperature in (0, 0.01) to 0.01 (sampling_params.py) while the update would use the configured one
     gen = make_generator(tiny, fake_vllm)
-    with pytest.raises(ConfigError, match=r"temperature in \[1e-5, 2\]"):
+    with pytest.raises(ConfigError, match=refusal):
         gen.sample(["x"], 2, SamplingParams(max_new_tokens=2, temperature=temperature))
+    gen.sample(["x"], 2, SamplingParams(max_new_tokens=2, temperature=0.01))   # the least vLLM samples at as asked
+
+
+@pytest.mark.parametrize("key", ["agent_model.temperature", "magrpo.temperature", "iac.temperature"])
+def test_temperatures_below_vllms_floor_are_refused_at_load(key):
+    with pytest.raises(ConfigError, match=rf"{key}=0.005 with agent_model.generation_backend=vllm.*at least 0.01"):
+        load_config(None, ["agent_model.generation_backend=vllm", f"{key}=0.005"])
+    load_config(None, [f"{key}=0.005"])                                          # the HF sampler takes it
+    load_config(None, ["agent_model.generation_backend=vllm", f"{key}=0.0"])     # greedy
 
 
 def test_too_long_for_the_engine_is_a_clear_error(tiny, fake_vllm):
@@ -607,7 +623,8 @@ def test_engines_that_would_take_the_whole_gpu_are_refused(fake_vllm, monkeypatc
     import cooprl.vllm_generation as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:0",
-                                "agent_model.generation_backend=vllm", "agent_model.vllm_gpu_memory_utilization=0.5"])
+                                "agent_model.generation_backend=vllm", "agent_model.vllm_gpu_memory_utilization=0.5",
+                                "agent_model.vllm_kv_cache_bytes=0"])
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
         build_team(Run.of(config, "magrpo"), 2)   # refused before any model is loaded
 
@@ -993,29 +1010,35 @@ def test_vllm_sleep_on_vllms_cpu_build_is_refused_before_a_model_loads(cpu_vllm,
         build_team(Run.of(config, "grpo"), 1)
 
 
-@pytest.mark.parametrize("rank", [2, 4, 12, 24, 48, 100])
-def test_lora_ranks_vllm_has_no_slot_for_are_refused_with_lora_sync(fake_vllm, rank):
-    base = ["agent_model.generation_backend=vllm", f"agent_model.lora.r={rank}"]
-    with pytest.raises(ConfigError, match=rf"agent_model.lora.r={rank} .*rank 1, 8, 16, 32, 64, 128, 256, 320, 512"):
-        load_config(None, [*base, "agent_model.vllm_weight_sync=lora"])
-    assert load_config(None, base).agent_model.lora.r == rank   # merged sync takes any rank
-    with pytest.raises(ConfigError, match=f"agent_model.lora.r={rank}"):
-        VLLMGenerator(lora_model(r=rank), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
-                      max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
-
-
-@pytest.mark.parametrize("rank", [1, 8, 16, 32, 64, 128, 256, 320, 512])
-def test_lora_ranks_vllm_serves_are_accepted(rank):
+@pytest.mark.parametrize("rank, slot", [(1, 1), (2, 8), (4, 8), (8, 8), (12, 16), (24, 32), (48, 64), (100, 128),
+                                        (300, 320), (512, 512)])
+def test_a_lora_rank_is_served_by_the_smallest_slot_at_least_its_size(fake_vllm, rank, slot):
+    # vLLM accepts any adapter rank up to max_lora_rank (lora/peft_helper.py validate_legal); slots are its sizes
     config = load_config(None, ["agent_model.generation_backend=vllm", f"agent_model.lora.r={rank}",
                                 "agent_model.vllm_weight_sync=lora"])
     assert config.agent_model.lora.r == rank
+    VLLMGenerator(lora_model(r=rank), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+                  max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
+    assert FakeLLM.instances[-1].kwargs["max_lora_rank"] == slot
 
 
-def test_vllm_under_ddp_is_refused_with_the_reason():
-    with pytest.raises(ConfigError, match="magrpo.parallel_training: ddp with .*generation_backend=vllm.*process group"):
-        load_config(None, ["agent_model.generation_backend=vllm", "magrpo.parallel_training=ddp",
+def test_a_lora_rank_above_vllms_largest_slot_is_refused():
+    with pytest.raises(ConfigError, match=r"agent_model.lora.r=513 .*rank up to 512"):
+        load_config(None, ["agent_model.generation_backend=vllm", "agent_model.lora.r=513",
+                           "agent_model.vllm_weight_sync=lora"])
+    load_config(None, ["agent_model.generation_backend=vllm", "agent_model.lora.r=513"])   # merged: any rank
+
+
+def test_vllm_under_ddp_is_accepted_with_one_shard_per_rank():
+    ddp = ["agent_model.generation_backend=vllm", "magrpo.parallel_training=ddp", "magrpo.update_schedule=items",
+           "magrpo.num_turns=1"]
+    assert load_config(None, ddp).magrpo.parallel_training == "ddp"   # each rank's engine: external_launcher
+    with pytest.raises(ConfigError, match="ddp with agent_model.vllm_tensor_parallel_size > 1"):
+        load_config(None, [*ddp, "agent_model.lora.r=8", "agent_model.vllm_weight_sync=lora",
+                           "agent_model.vllm_tensor_parallel_size=2"])
+    with pytest.raises(ConfigError, match="fsdp samples with the gathered HF model"):
+        load_config(None, ["agent_model.generation_backend=vllm", "magrpo.parallel_training=fsdp",
                            "magrpo.update_schedule=items", "magrpo.num_turns=1"])
-    load_config(None, ["magrpo.parallel_training=ddp", "magrpo.update_schedule=items", "magrpo.num_turns=1"])   # hf
 
 
 @pytest.mark.parametrize("devices", ["[cuda:0, cuda:1]", "[cuda:1, cuda:1]"])
@@ -1046,6 +1069,8 @@ def two_gpus(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: state["current"])
     monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    import cooprl.vllm_memory
+    monkeypatch.setattr(cooprl.vllm_memory, "gpu_total_bytes", lambda device: 80 << 30)   # two 80 GiB GPUs
     return state
 
 
@@ -1109,6 +1134,7 @@ def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_v
     def team(devices: str, share: float):
         config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm",
                                     f"agent_model.vllm_gpu_memory_utilization={share}", "magrpo.parallel_training=mp",
+                                    "agent_model.vllm_kv_cache_bytes=0",
                                     f"magrpo.agent_devices={devices}"])
         return build_team(Run.of(config, "magrpo"), 2)
 
@@ -1129,9 +1155,10 @@ def test_evaluation_checks_its_engines_where_and_as_training_does(monkeypatch, t
     import cooprl.vllm_generation as backend
     from strategies.llm import build_llm
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: None)
-    monkeypatch.setattr(backend, "vllm_platform_is_cpu", lambda: False)
+    import cooprl.vllm_engines
+    monkeypatch.setattr(cooprl.vllm_engines, "vllm_platform_is_cpu", lambda: False)
     config = load_config(None, ["agent_model.generation_backend=vllm", "agent_model.device=cuda",
-                                "agent_model.vllm_gpu_memory_utilization=0.5"])
+                                "agent_model.vllm_gpu_memory_utilization=0.5", "agent_model.vllm_kv_cache_bytes=0"])
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
         backend.check_vllm_devices(config.agent_model, ["cuda", "cuda"])
     backend.check_vllm_devices(config.agent_model, ["cuda:0", "cuda:1"])

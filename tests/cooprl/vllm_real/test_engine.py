@@ -133,3 +133,30 @@ def test_greedy_texts_and_stops_are_hfs(smollm2, chat_template):
     assert rounds[0] == len(prompts)
     if not chat_template:   # vLLM stopped some at a stop string opening the completion (ours skip it): a second round
         assert len(rounds) >= 2
+
+
+# ------------------------------------------------------------------------------------- one process, several engines
+def test_each_engine_reads_its_own_cache_root_and_makes_its_own_rotary_embedding(tiny32, tmp_path, monkeypatch):
+    """vLLM freezes its environment at the first engine's build and caches one rotary module per shape process-wide:
+    a second engine (on another GPU, on a GPU machine) reads the cache root set for it and makes its own module
+    (cooprl.vllm_engines.prepare_engine_build). Against the real vllm.envs and _ROPE_DICT."""
+    import vllm.envs as envs
+    from vllm.model_executor.layers.rotary_embedding import _ROPE_DICT
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "cache"))
+    model, tokenizer = trained_model(tiny32, lora=False), load_tokenizer(tiny32)
+    engines = []   # kept alive: an engine's shutdown (when collected) resets vLLM's distributed state and environment
+
+    def engine() -> tuple[str, object]:
+        generator = VLLMGenerator(model, tokenizer, model_path=tiny32, max_prompt_tokens=32, max_model_len=128,
+                                  vllm_module=check_vllm_backend("cpu"))
+        engines.append(generator)
+        rotary = generator.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model.model.layers[0]
+        return envs.VLLM_CACHE_ROOT, rotary.self_attn.rotary_emb
+
+    first_root, first_rotary = engine()
+    assert hasattr(envs.__getattr__, "cache_clear")   # vLLM froze its environment at the end of the build
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "elsewhere"))   # as another device's root would differ
+    second_root, second_rotary = engine()
+    assert first_root == str(tmp_path / "cache" / "cooprl-engines-on-cpu")
+    assert second_root == str(tmp_path / "elsewhere" / "cooprl-engines-on-cpu")   # read afresh, not the frozen one
+    assert second_rotary is not first_rotary and list(_ROPE_DICT.values()) == [second_rotary]

@@ -1,0 +1,68 @@
+"""Run a training script with a fake vLLM CPU build in this process (tests/cooprl/test_vllm_engines.py starts it
+under torchrun): `python tests/fake_vllm_run.py RECORDS_DIR train_magrpo.py --config ...`.
+
+Each engine is tests/cooprl/test_vllm_backend.py's FakeLLM, and records, in RECORDS_DIR/rank<RANK>.json at exit: its
+build options, whether the process group was up when it was built and when it was shut down, the prompts it sampled
+and a checksum of each version of the weights pushed into it."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import runpy
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.cooprl.test_vllm_backend import FakeLLM, FakeLoRARequest, FakeSamplingParams  # noqa: E402
+
+RECORDS: list[dict] = []
+
+
+class RecordingLLM(FakeLLM):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.record = {"executor": str(kwargs.get("distributed_executor_backend")), "seed": kwargs["seed"],
+                       "group_at_build": torch.distributed.is_initialized(), "prompts": [],
+                       "cache_root": os.environ.get("VLLM_CACHE_ROOT")}
+        RECORDS.append(self.record)
+
+    def generate(self, prompts, sampling_params, use_tqdm=True, **options):
+        self.record["prompts"] += [p["prompt_token_ids"] for p in prompts]
+        return super().generate(prompts, sampling_params, use_tqdm, **options)
+
+    def shutdown(self):
+        super().shutdown()
+        self.record["group_at_shutdown"] = torch.distributed.is_initialized()
+        self.record["pushed_weights"] = [sum(float(t.double().sum()) for t in load.values())
+                                         for load in self.engine_model.loads]
+
+
+def install_fake_vllm() -> None:
+    """Put the fake vLLM CPU build in sys.modules."""
+    vllm = types.ModuleType("vllm")
+    vllm.LLM, vllm.SamplingParams = RecordingLLM, FakeSamplingParams
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: True)
+    request = types.ModuleType("vllm.lora.request")
+    request.LoRARequest = FakeLoRARequest
+    for name, module in {"vllm": vllm, "vllm.platforms": platforms, "vllm.lora": types.ModuleType("vllm.lora"),
+                         "vllm.lora.request": request}.items():
+        sys.modules[name] = module
+
+
+def main() -> None:
+    records_dir, script, *args = sys.argv[1:]
+    install_fake_vllm()
+    atexit.register(lambda: Path(records_dir, f"rank{os.environ.get('RANK', '0')}.json").write_text(
+        json.dumps(RECORDS)))
+    sys.argv = [script, *args]
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
