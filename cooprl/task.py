@@ -150,7 +150,7 @@ class SafeScore:
         return scores
 
     def _broken(self, item: Any, num_texts: int) -> bool:
-        """Return whether the reward itself is broken: it raises on an empty answer too (a sandbox that is down,
+        """Return whether the reward itself is broken: it raises on an empty answer too (an executor that is down,
         a bug), which no completion caused: the run must stop then, not train on zeros."""
         try:
             self.raw([item], [[""] * num_texts])
