@@ -86,6 +86,8 @@ class Task:
     follow_prompt: FollowPrompt | None = None              # a sequential team (None: the agents act at once)
     demonstrations: Demonstrate | None = None               # what each agent should answer (supervised fine-tuning;
                                                            # None: the task has no reference answers)
+    reward_label: str = ""                                 # the reward in a few words, for the run's start-up
+                                                           # summary ("": the task's name and max_reward)
 
 
 def centralized_task(team: Task) -> Task:

@@ -227,6 +227,7 @@ class SFT(TeamAlgorithm):
     """Supervised fine-tuning for the shared training loop: a training item is a batch of demonstrations."""
 
     section: SFTSection
+    loss_key = "nll_mean"   # no reward to train on: the bar, the summary and the plot show the loss (cooprl.trainers.loop)
 
     def train_step(self, item: list[TokenizedDemonstration], step: int) -> dict[str, float]:
         """Take one optimizer step per agent on its completions of the batch `item`; return per-agent metrics."""
