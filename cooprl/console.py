@@ -113,6 +113,7 @@ def quiet_libraries() -> None:
         # the project can act on
         warnings.filterwarnings("ignore", category=FutureWarning, module=rf"{library}(\.|$)")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=rf"{library}(\.|$)")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)   # "generated new fontManager", once per machine
     if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
         hf_logging.set_verbosity_error()
