@@ -1,12 +1,12 @@
 """What every command line does before it works: how many torch threads it uses, what it prints, where the details go.
 
 - Torch threads: `--torch-threads N`, else `OMP_NUM_THREADS` when set, else half the CPUs this process may use, at
-  most 4. torch's own default (every core) oversubscribes a busy machine: the sandbox's workers score programs on
-  the same cores while the model samples (the rollout pipelines them), and OpenMP threads spin while they wait for a
+  most 4. torch's own default (every core) oversubscribes a busy machine: the reward's worker processes run programs
+  on the same cores while the model samples (the rollout pipelines them), and OpenMP threads spin while they wait for a
   core. On a busy 2-core machine a 4-problem evaluation took about 8 minutes with torch's default, about 30 s with
   one thread.
 - Quiet by default: transformers' "Loading weights" bars and its deprecation warnings are switched off, and the
-  project's debug details (the sandbox's whole isolation report, say) are kept at debug level. Training writes every
+  project's debug details (the reward's whole isolation report, say) are kept at debug level. Training writes every
   record of the project's loggers, debug included, to `RUN_DIR/train.log` (`open_run_log`).
 """
 
@@ -50,8 +50,8 @@ def available_cpus() -> int:
 
 
 def default_torch_threads(cpus: int) -> int:
-    """Return the default number of torch threads on `cpus` CPUs: half of them (the other half is the sandbox
-    workers' and the system's), at least 1, at most MAX_DEFAULT_THREADS."""
+    """Return the default number of torch threads on `cpus` CPUs: half of them (the other half is the reward's
+    worker processes' and the system's), at least 1, at most MAX_DEFAULT_THREADS."""
     return max(1, min(MAX_DEFAULT_THREADS, cpus // 2))
 
 
@@ -122,7 +122,7 @@ def quiet_libraries() -> None:
 
 class RunLog(logging.Handler):
     """Writes the project's records, debug included, to the run folder's log file; records emitted before the run
-    folder is known (the sandbox's start, the models' loading) are kept and written when it opens."""
+    folder is known (the reward's start, the models' loading) are kept and written when it opens."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)

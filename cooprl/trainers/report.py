@@ -11,9 +11,13 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from cooprl.config import Run
+from cooprl.config import ActorCriticSection, MAGRPOSection, Run
 from cooprl.console import RUN_LOG, chosen_threads
 from cooprl.task import Task
+
+
+# the sections whose num_generations is what a run samples per prompt (MADPO's is accepted for upstream's configs only)
+GENERATING = (MAGRPOSection, ActorCriticSection)
 
 
 def model_source(name: str) -> str:
@@ -64,7 +68,7 @@ def start_summary(run: Run, task: Task, models: Sequence[Any], run_dir: Path, to
         ("data", f"{len(task.train_items)} training items, {section.eval_num_samples or 0} of "
                  f"{len(task.eval_items)} eval problems x {section.eval_num_generations} sample(s)"),
         ("steps", f"{total_steps}" + (f" (resuming after step {start_step})" if start_step else "")),
-        ("samples per prompt (G)", str(getattr(section, "num_generations", "-"))),
+        ("samples per prompt (G)", str(section.num_generations) if isinstance(section, GENERATING) else "-"),
         ("turns", str(section.num_turns)),
         ("LoRA", lora_description(config.agent_model.lora)),
         ("device", devices_of(models)),

@@ -131,4 +131,5 @@ def test_the_plot_s_x_axis_is_the_training_step_as_the_readme_says(tmp_path, mon
     assert axis.get_xlabel() == X_LABEL and X_LABEL.startswith("training step")
     assert sorted({x for line in axis.lines for x in line.get_xdata()}) == [1, 2, 3]   # steps, not env_steps
     text = " ".join(README.split())
-    assert "W&B's x-axis is `env_step` (joint actions scored); `rewards.png`'s is the training step" in text
+    assert "`RUN_DIR/rewards.png`, drawn at the end, plots them by training step" in text
+    assert "W&B's x-axis is `env_step` (joint actions scored)" in text
