@@ -4,10 +4,12 @@
     python evaluate.py --config FILE --checkpoint DIR       # a checkpoint-N folder, or a checkpoints folder (newest)
     python evaluate.py [--config FILE]                      # no checkpoint: the untrained models (the baseline)
     ... [--samples N|all] [--generations K] [--pass-k 1 5] [--trainer NAME] [--override ...] [--output FILE.json]
+        [--torch-threads N]
 
 Rolls out the eval split with the trainer's evaluation settings and prints the per-turn metrics (reward levels,
 pass rate, pass@k, aux usage); `--output` also writes them as JSON. `--samples all` takes the whole eval split
 (default: the trainer's eval_num_samples); `--generations K` samples K answers per problem, for pass@k up to K.
+A bar counts the answers sampled, with their rate; the first line says the torch threads (cooprl/console.py).
 Bad input (config, dataset, model, a damaged checkpoint) prints one `error: ...` line and exits 2.
 Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
 only its trainer's sections), else magrpo.
