@@ -201,7 +201,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
         open_run_log(run_dir)   # the project's details, debug included, from the command line's start on
         if state is not None:
             log.info("resumed from %s at step %d", resume_from, start_step)
-        log.info("%s", start_summary(run, task, algorithm.models, run_dir, total_steps, start_step))
+        log.info("%s", start_summary(run, task, algorithm.models, run_dir, total_steps, start_step, rounds))
     if hasattr(algorithm, "start_run"):   # on every rank; only rank 0's writes files (MADPO's pair store)
         algorithm.start_run(run_dir, start_step, steps_per_round)
     tracker = (RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)

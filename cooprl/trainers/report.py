@@ -24,7 +24,7 @@ def model_source(name: str) -> str:
     """Return where model `name` comes from, in words: embedded (offline:), a local folder, or the Hugging Face hub."""
     if name.startswith("offline:"):
         cache = os.environ.get("COOPRL_CACHE") or "~/.cache/cooprl"
-        return f"embedded in the install, converted once into {cache}"
+        return f"embedded, no download; kept in {cache}"
     if Path(name).expanduser().is_dir():
         return "a local folder"
     return "the Hugging Face hub (downloaded once into its cache)"
@@ -56,8 +56,9 @@ def devices_of(models: Sequence[Any]) -> str:
 
 
 def start_summary(run: Run, task: Task, models: Sequence[Any], run_dir: Path, total_steps: int,
-                  start_step: int) -> str:
-    """Return the start-up block of a run: what will run, on what, with which settings, and where it writes."""
+                  start_step: int, rounds: int = 1) -> str:
+    """Return the start-up block of a run: what will run, on what, with which settings, and where it writes
+    (`rounds`: the iterations of the _iter trainers, each `total_steps / rounds` steps)."""
     config, section = run.config, run.section
     threads = chosen_threads()
     rows = [
@@ -67,7 +68,8 @@ def start_summary(run: Run, task: Task, models: Sequence[Any], run_dir: Path, to
         ("team", f"{task.name}, {task.num_agents} agent(s)"),
         ("data", f"{len(task.train_items)} training items, {section.eval_num_samples or 0} of "
                  f"{len(task.eval_items)} eval problems x {section.eval_num_generations} sample(s)"),
-        ("steps", f"{total_steps}" + (f" (resuming after step {start_step})" if start_step else "")),
+        ("steps", f"{total_steps}" + (f" ({rounds} iterations x {total_steps // rounds})" if rounds > 1 else "")
+                  + (f", resuming after step {start_step}" if start_step else "")),
         ("samples per prompt (G)", str(section.num_generations) if isinstance(section, GENERATING) else "-"),
         ("turns", str(section.num_turns)),
         ("LoRA", lora_description(config.agent_model.lora)),
