@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cooprl.cli import print_user_error, read_config
-from cooprl.console import add_threads_option, setup_logging, use_torch_threads
+from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import Config, ConfigError, apply_overrides, build_section
 from cooprl.errors import UserError
 from envs import environment_for, task_config_of
@@ -204,6 +204,8 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
                             api=endpoint.api)
         else:
             llm = build_llm(config, checkpoint, problems, budget.max_new_tokens)
+            if chosen_threads() is not None:   # the local model samples on them
+                print(chosen_threads().describe(), file=sys.stderr)
         sandbox = default_sandbox()
         with path.open("a", encoding="utf-8") as out:
             for problem in tqdm(todo, desc=strategy, unit="problem"):
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
     args = parser.parse_args(argv)
     setup_logging(logging.WARNING)
-    print(use_torch_threads(args.torch_threads).describe(), file=sys.stderr)
+    use_torch_threads(args.torch_threads)
     try:
         endpoint = (Endpoint(args.endpoint, args.endpoint_model, args.endpoint_api, args.api_key_env)
                     if args.endpoint else None)
