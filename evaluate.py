@@ -4,10 +4,12 @@
     python evaluate.py --config FILE --checkpoint DIR       # a checkpoint-N folder, or a checkpoints folder (newest)
     python evaluate.py [--config FILE]                      # no checkpoint: the untrained models (the baseline)
     ... [--samples N|all] [--generations K] [--pass-k 1 5] [--trainer NAME] [--override ...] [--output FILE.json]
+        [--torch-threads N]
 
 Rolls out the eval split with the trainer's evaluation settings and prints the per-turn metrics (reward levels,
 pass rate, pass@k, aux usage); `--output` also writes them as JSON. `--samples all` takes the whole eval split
 (default: the trainer's eval_num_samples); `--generations K` samples K answers per problem, for pass@k up to K.
+A bar counts the answers sampled, with their rate; the first line says the torch threads (cooprl/console.py).
 Bad input (config, dataset, model, a damaged checkpoint, a section the trainer does not read, `--run` of another
 trainer than `--trainer`, a run without a checkpoint) prints one `error: ...` line and exits 2.
 Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
@@ -25,6 +27,7 @@ import torch
 
 from cooprl import checkpoint as ckpt
 from cooprl.cli import print_user_error
+from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer, config_from_data, read_yaml,
                            trainer_of_data)
 from cooprl.errors import UserError
@@ -97,14 +100,19 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
             ckpt.load_agent_weights(model, folder, i)
     torch.manual_seed(evaluation_seed(run.config.seed))  # the same evaluation stream as during training
     items = eval_items(task.eval_items, samples, run.section.eval_num_samples)
-    print(f"evaluating {'the starting models' if folder is None else folder} on {len(items)} problems",
+    threads = chosen_threads()
+    print(f"evaluating {'the starting models' if folder is None else folder} on {len(items)} problems x "
+          f"{run.section.eval_num_generations} samples{'; ' + threads.describe() if threads else ''}",
           file=sys.stderr)
     return algorithm.evaluate(items)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, evaluate, print; return the exit code."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python evaluate.py --run runs/demo-magrpo-coop-cpu --samples all --output eval.json\n"
+               "keys (--override): docs/config.md lists every key, its default and meaning")
     parser.add_argument("--run", help="a run folder: its config.yaml and (unless --checkpoint) its newest checkpoint")
     parser.add_argument("--config", help="YAML config (default: the run's config.yaml with --run, else the "
                                          "trainer's reference config, configs/<trainer>_che_config.yaml)")
@@ -114,9 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", help="eval problems: a number or all (default: the trainer's eval_num_samples)")
     parser.add_argument("--generations", type=int, help="answers per problem (the trainer's eval_num_generations)")
     parser.add_argument("--pass-k", type=int, nargs="+", help="k values of pass@k (each <= --generations)")
-    parser.add_argument("--override", nargs="*", default=[])
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config keys, e.g. magrpo.max_new_tokens=256 (values parsed as YAML)")
+    add_threads_option(parser)
     parser.add_argument("--output", help="also write the metrics to this JSON file")
     args = parser.parse_args(argv)
+    setup_logging()
+    use_torch_threads(args.torch_threads)
     try:
         if args.output:   # before the evaluation, not after it
             check_writable(Path(args.output).parent, "--output")

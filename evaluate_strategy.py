@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cooprl.cli import print_user_error, read_config
+from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
                            check_override_sections)
 from cooprl.errors import UserError
@@ -185,7 +186,8 @@ def summary(strategy: str, rows: list[dict]) -> list[tuple[str, str]]:
         values = [float(m[key]) for m in metrics if isinstance(m.get(key), (int, float))]
         table.append((f"{key} (mean)", f"{sum(values) / max(1, len(values)):.3f}"))
     if hasattr(module, "summarize"):
-        table += [(k, f"{v:.1f}") for k, v in module.summarize(metrics).items()]
+        table += [(k, "n/a (no problem measured it)" if v is None else f"{v:.1f}")
+                  for k, v in module.summarize(metrics).items()]
     table.append(("pass@1", f"{sum(r['passed'] for r in rows) / n:.4f}"))
     return table
 
@@ -199,18 +201,29 @@ def plot(run_dir: Path, strategy: str, rows: list[dict]) -> Path | None:
     except ImportError:
         print("note: matplotlib is not installed; no plot")
         return None
-    fig, ax = plt.subplots(figsize=(8, 4))
-    tokens = [r["cost"]["tokens_in"] + r["cost"]["tokens_out"] for r in rows]
-    colors = ["tab:green" if r["passed"] else "tab:red" for r in rows]
-    ax.bar(range(len(rows)), tokens, color=colors)
-    ax.set_xlabel("problem (green: passed the hidden tests)")
-    ax.set_ylabel("tokens in + out")
-    ax.set_title(f"{strategy}: pass@1 {sum(r['passed'] for r in rows) / max(1, len(rows)):.3f}")
+    fig = draw(strategy, rows)
     path = run_dir / f"strategy_results_{strategy}.png"
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def draw(strategy: str, rows: list[dict]) -> Any:
+    """Return the figure of `plot`: a bar per problem (its tokens in + out, green when it passed), problems numbered
+    1, 2, ... on whole-number ticks."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    tokens = [r["cost"]["tokens_in"] + r["cost"]["tokens_out"] for r in rows]
+    colors = ["tab:green" if r["passed"] else "tab:red" for r in rows]
+    ax.bar(range(1, len(rows) + 1), tokens, color=colors)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # problem numbers: no 0.5, 1.5
+    ax.set_xlabel("problem (green: passed the hidden tests)")
+    ax.set_ylabel("tokens in + out")
+    ax.set_title(f"{strategy}: pass@1 {sum(r['passed'] for r in rows) / max(1, len(rows)):.3f}")
+    return fig
 
 
 @dataclass(frozen=True)
@@ -263,6 +276,8 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
                             api=endpoint.api)
         else:
             llm = build_llm(config, checkpoint, problems, budget.max_new_tokens)
+            if chosen_threads() is not None:   # the local model samples on them
+                print(chosen_threads().describe(), file=sys.stderr)
         sandbox = default_sandbox()
         with path.open("a", encoding="utf-8") as out:
             for problem in tqdm(todo, desc=strategy, unit="problem"):
@@ -284,7 +299,11 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, evaluate, print the summary; return the exit code."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python evaluate_strategy.py --strategy codet --config configs/magrpo_che_cpu.yaml "
+               "--override codet.num_codes=2 budget.max_calls=20\nkeys (--override): docs/config.md lists every "
+               "key, budget.* and each strategy's among them")
     parser.add_argument("--strategy", required=True, choices=sorted(STRATEGIES))
     parser.add_argument("--config", default=DEFAULT_CONFIG,
                         help=f"a trainer YAML config (agent_model, dataset, output; default: {DEFAULT_CONFIG})")
@@ -295,14 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint-api", choices=OPENAI_APIS, default="completions",
                         help="completions (default: the code prompt is continued as text) or chat (hosted APIs)")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-    parser.add_argument("--torch-threads", type=int, help="torch CPU threads (1 is much faster on a busy machine)")
+    add_threads_option(parser)
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.torch_threads:
-        import torch
-        torch.set_num_threads(args.torch_threads)
+    setup_logging(logging.WARNING)
+    use_torch_threads(args.torch_threads)
     try:
         endpoint = (Endpoint(args.endpoint, args.endpoint_model, args.endpoint_api, args.api_key_env)
                     if args.endpoint else None)

@@ -5,7 +5,8 @@ cooperation bonus and the eval reward after SFT alone (MAGRPO's evaluation befor
     python bench/demo_coop.py runs/demo-coop-magrpo-cpu
 
 Exit status 1 when a claim of the demo does not hold (main calls aux in most samples, uses_aux and the bonus above
-zero, the eval reward after RL above the one after SFT), so `make demo-coop` fails loudly instead of looking fine.
+zero, the eval reward after RL above the one after SFT), so `make demo-coop` fails loudly instead of looking fine;
+2 after one `error:` line when the folder is not a run started from an SFT run (`agent_model.init_from`).
 """
 
 from __future__ import annotations
@@ -23,18 +24,36 @@ def evaluations(run_dir: Path) -> list[dict]:
     return [e for e in map(json.loads, lines) if "eval/turn_1/reward_mean" in e]
 
 
+class NotADemoRun(ValueError):
+    """The folder is not an RL run started from an SFT run (what `make demo-coop` writes); the message says why."""
+
+
+USAGE = ("usage: python bench/demo_coop.py RL_RUN_DIR\n  RL_RUN_DIR: a run started from an SFT run with "
+         "--override agent_model.init_from=SFT_RUN_DIR (make demo-coop writes runs/demo-coop-magrpo-cpu)")
+
+
 def start_run(rl_dir: Path) -> Path:
-    """Return the run folder the run in `rl_dir` started from (its config's agent_model.init_from)."""
+    """Return the run folder the run in `rl_dir` started from (its config's agent_model.init_from); NotADemoRun when
+    the folder is no run, or a run that did not start from another one."""
     import yaml
-    config = yaml.safe_load((rl_dir / "config.yaml").read_text(encoding="utf-8"))
-    return Path(config["agent_model"]["init_from"])
+    if not (rl_dir / "config.yaml").is_file() or not (rl_dir / "metrics.jsonl").is_file():
+        raise NotADemoRun(f"{rl_dir}: not a run folder (it needs config.yaml and metrics.jsonl)")
+    config = yaml.safe_load((rl_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    init_from = (config.get("agent_model") or {}).get("init_from")
+    if not init_from:
+        raise NotADemoRun(f"{rl_dir}: made without agent_model.init_from; this verdict compares an RL run with the "
+                          f"SFT run it started from (train it with --override agent_model.init_from=SFT_RUN_DIR, "
+                          f"as make demo-coop does)")
+    return Path(init_from)
 
 
 def verdict(rl_dir: Path) -> tuple[str, bool]:
-    """Return the verdict's text and whether every claim holds, from the MAGRPO run in `rl_dir`."""
+    """Return the verdict's text and whether every claim holds, from the MAGRPO run in `rl_dir`; NotADemoRun when
+    `rl_dir` is not a run started from an SFT run."""
+    sft_dir = start_run(rl_dir)
     evals = evaluations(rl_dir)
     if evals and evals[0]["step"] != 0:   # it skipped evaluating its start policy: the SFT run's last evaluation
-        evals = evaluations(start_run(rl_dir))[-1:] + evals
+        evals = evaluations(sft_dir)[-1:] + evals
     if len(evals) < 2:
         return f"{rl_dir}: needs the evaluation of its start policy (or its SFT run's last) and its last", False
     start, end = evals[0], evals[-1]
@@ -48,7 +67,23 @@ def verdict(rl_dir: Path) -> tuple[str, bool]:
     return "\n".join(lines), all(claims.values())
 
 
-if __name__ == "__main__":
-    text, held = verdict(Path(sys.argv[1]))
+def main(argv: list[str]) -> int:
+    """Print the verdict of the run `argv` names; return 0 when every claim holds, 1 when one does not, 2 (after one
+    `error:` line and the usage) when the argument is no RL run started from an SFT run."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    if len(argv) != 1:
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        text, held = verdict(Path(argv[0]))
+    except NotADemoRun as err:
+        print(f"error: {err}\n{USAGE}", file=sys.stderr)
+        return 2
     print(text)
-    sys.exit(0 if held else 1)
+    return 0 if held else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

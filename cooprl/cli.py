@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from cooprl.console import add_threads_option, setup_logging, use_torch_threads
 from cooprl.config import (Config, ConfigError, Run, check_sections_read, check_trainer, config_from_data,
                            read_yaml)
 from cooprl.errors import UserError
@@ -35,11 +36,21 @@ def print_user_error(err: UserError) -> int:
     return 2
 
 
+def example_config(trainer: str) -> str:
+    """Return the CPU config that --help's example trains `trainer` with (the `_iter` trainers share their base
+    trainer's file)."""
+    return f"configs/{trainer.removesuffix('_iter')}_che_cpu.yaml"
+
+
 def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) -> argparse.Namespace:
     """Return the parsed command line of a trainer script."""
     parser = argparse.ArgumentParser(
         prog=f"train_{trainer}.py",
-        description=f"Train with {trainer.upper()}. Every config key can be changed with --override KEY.PATH=VALUE.")
+        description=f"Train with {trainer.upper()}. Every config key can be changed with --override KEY.PATH=VALUE.",
+        epilog=f"example (a few steps on CPU):\n  python train_{trainer}.py --config {example_config(trainer)} "
+               f"--override {trainer}.max_steps=2\nkeys: docs/config.md lists every key, its default and meaning; "
+               f"RUN_DIR/train.log holds a run's details",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help=f"YAML config (default: {default_config})")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random (values parsed as YAML)")
@@ -48,6 +59,7 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
                         help="continue a run from its newest complete checkpoint: RUN_DIR (its config.yaml is the "
                              "config, --override on top), or latest: the newest run of this trainer and dataset "
                              "under output.base_dir of --config")
+    add_threads_option(parser)
     args = parser.parse_args(argv)
     if args.resume and args.resume != "latest" and args.config is not None:
         # a resumed run reads its own config.yaml: another file would be dropped without a word
@@ -143,8 +155,8 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
     The script then trains with it. `choose`: the environment's config sections for the file's mapping (default:
     the registered ones, see cooprl.config.register_task_config); each config file is read once."""
     args = parse_args(trainer, default_config, argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    setup_logging()
+    use_torch_threads(args.torch_threads)
     check_trainer(trainer)   # before any file is read or any problem is loaded
     path, overrides = args.config, list(args.override)
     if args.resume:

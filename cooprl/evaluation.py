@@ -13,6 +13,7 @@ from math import comb
 from typing import Any, Callable, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from cooprl import distributed
 from cooprl.config import TrainerSection
@@ -101,17 +102,40 @@ def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: Tr
     settings = evaluation_settings(section, process_reward)
     size = section.eval_batch_size or max(len(items), 1)   # problems rolled out together
     batches = [items[start:start + size] for start in range(0, len(items), size)]
+    bar = answers_bar(len(items), section, task.num_agents)
+    counted = counting_sampler(sample, bar)
 
     def roll_out(batch: Sequence[Any], rng: Any) -> list[Node]:
         # the metrics read scores and tree shapes only: keep (and send between processes) the trees without samples
-        return [_scores_only(root) for root in rollout(batch, task, sample, settings)]
+        return [_scores_only(root) for root in rollout(batch, task, counted, settings)]
 
     # the caller's evaluation seed (cooprl.trainers.loop, evaluate.py) seeds batch 0, derived seeds the others
-    roots = [root for batch_roots in distributed.run_sharded(batches, torch.initial_seed(), roll_out)
-             for root in batch_roots]
+    with bar:
+        roots = [root for batch_roots in distributed.run_sharded(batches, torch.initial_seed(), roll_out)
+                 for root in batch_roots]
+        bar.total = bar.n   # chains that ended early sampled fewer answers than the bar's estimate
     metrics = tree_metrics(roots, section.num_turns, prefix="eval/")
     metrics.update(chain_pass_at_k(roots, section.num_turns, section.eval_pass_k))
     return metrics
+
+
+def answers_bar(num_items: int, section: TrainerSection, num_agents: int) -> tqdm:
+    """Return the evaluation's progress bar: answers sampled, with their rate. Its total counts every chain to its
+    last turn (eval_num_generations per problem and agent, each turn); drawn by the main process only, and removed
+    once done (the summary's numbers stay)."""
+    total = num_items * section.eval_num_generations * num_agents * section.num_turns
+    return tqdm(total=total, desc="evaluating", unit="answer", dynamic_ncols=True, leave=False,
+                disable=not distributed.current().is_main)
+
+
+def counting_sampler(sample: Sampler, bar: tqdm) -> Sampler:
+    """Return `sample`, moving `bar` on by the answers each call returns (it draws nothing itself: the samples are
+    the same as without it)."""
+    def counted(agent: int, prompts: Sequence[str], n: int) -> Any:
+        answers = sample(agent, prompts, n)
+        bar.update(len(prompts) * n)
+        return answers
+    return counted
 
 
 def _scores_only(node: Node) -> Node:

@@ -175,9 +175,13 @@ def pick_device(device: str = "auto") -> torch.device:
         raise ModelError(f"device {device!r}: expected auto, cpu or cuda[:N]") from None
     if chosen.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0 or (chosen.index or 0) >= count:
+        if count == 0:
+            build = "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+            raise ModelError(f"device {device!r}: CUDA is not available on this machine ({build}, no CUDA device "
+                             f"found); use auto or cpu")
+        if (chosen.index or 0) >= count:
             raise ModelError(f"device {device!r}: this machine has {count} CUDA device(s); use auto, cpu or "
-                             f"cuda:0..cuda:{max(count - 1, 0)}")
+                             f"{'cuda:0' if count == 1 else f'cuda:0..cuda:{count - 1}'}")
     return chosen
 
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from cooprl.tracking import read_metrics
 
+LOSS_KEY = "nll_mean"   # what a trainer without a reward (SFT) logs instead (cooprl.trainers.sft)
+X_LABEL = "training step (dataset item; W&B's x-axis is env_step)"
+
 
 def plot_run(run_dir: str | Path) -> Path:
-    """Draw the training reward per turn (raw and a moving average) and eval rewards; return the PNG path."""
+    """Draw the training reward per turn (raw and a moving average) and the eval rewards against the training step;
+    a run without a training reward (SFT) gets its loss, with the eval rewards on a second axis. Return the PNG path."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -19,31 +24,45 @@ def plot_run(run_dir: str | Path) -> Path:
     events = read_metrics(run_dir)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     turn_keys = sorted({k for e in events for k in e if k.startswith("turn_") and k.endswith("/reward_mean")})
-    for key in turn_keys:
-        points = [(e["step"], e[key]) for e in events if e.get(key) is not None]
-        if not points:
-            continue
-        steps, values = zip(*points)
-        window = max(1, len(values) // 10)
-        smooth = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
-                  for i in range(len(values))]
-        line, = ax.plot(steps, smooth, label=f"train {key.split('/')[0]} (avg of {window})")
-        ax.plot(steps, values, alpha=0.25, color=line.get_color())
+    if turn_keys:
+        for key in turn_keys:
+            _curve(ax, events, key, f"train {key.split('/')[0]}")
+        ax.set_ylabel("reward (raw)")
+        eval_ax = ax
+    else:   # no reward in training: the loss, and the evaluations' rewards on their own scale
+        _curve(ax, events, LOSS_KEY, "training loss")
+        ax.set_ylabel("loss (NLL per completion token)")
+        eval_ax = ax.twinx()
+        eval_ax.set_ylabel("eval reward (raw)")
     for key in sorted({k for e in events for k in e if k.startswith("eval/") and k.endswith("/reward_mean")}):
         points = [(e["step"], e[key]) for e in events if e.get(key) is not None]
         if points:
-            ax.plot(*zip(*points), "o--", label=key)
-    ax.set_xlabel("training step (dataset item)")
-    ax.set_ylabel("reward (raw)")
+            eval_ax.plot(*zip(*points), "o--", label=key, color=None if eval_ax is ax else "tab:green")
+    ax.set_xlabel(X_LABEL)
     ax.set_title(run_dir.name)
     ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize=8)
+    axes = [ax] if eval_ax is ax else [ax, eval_ax]
+    handles = [line for axis in axes for line in axis.lines if not line.get_label().startswith("_")]
+    if handles:
+        ax.legend(handles=handles, fontsize=8)
     out = run_dir / "rewards.png"
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _curve(ax: Any, events: list[dict[str, Any]], key: str, label: str) -> None:
+    """Plot `key` against the training step: a moving average over a tenth of the points, and the raw points."""
+    points = [(e["step"], e[key]) for e in events if e.get(key) is not None]
+    if not points:
+        return
+    steps, values = zip(*points)
+    window = max(1, len(values) // 10)
+    smooth = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+              for i in range(len(values))]
+    line, = ax.plot(steps, smooth, label=f"{label} (avg of {window})")
+    ax.plot(steps, values, alpha=0.25, color=line.get_color(), label="_raw")
 
 
 def main(argv: list[str] | None = None) -> int:

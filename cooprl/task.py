@@ -91,6 +91,8 @@ class Task:
     follow_prompt: FollowPrompt | None = None              # a sequential team (None: the agents act at once)
     demonstrations: Demonstrate | None = None               # what each agent should answer (supervised fine-tuning;
                                                            # None: the task has no reference answers)
+    reward_label: str = ""                                 # the reward in a few words, for the run's start-up
+                                                           # summary ("": the task's name and max_reward)
 
     def __post_init__(self) -> None:
         # the one guard of every trainer's reward, however the task was built (`replace` included): a joint action

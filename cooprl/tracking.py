@@ -1,6 +1,7 @@
 """Where metrics go: `metrics.jsonl` in the run folder always, W&B when available (offline by default).
 
-Every event is one JSON object with `step`, `env_step` and the metric names. W&B uses `env_step` as the
+Every event is one JSON object with `step`, `env_step`, the metric names and `wall_time` (seconds since the epoch);
+a training step's event has `time/step_s` (its seconds), an evaluation's `time/eval_s`. W&B uses `env_step` as the
 x-axis. A run without wandb installed, or with `wandb.mode: disabled`, still logs to JSONL.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +39,12 @@ class RunTracker:
         return self.wandb_run.id if self.wandb_run is not None else None
 
     def log(self, metrics: dict[str, float], step: int, env_step: int) -> None:
-        """Record one event; non-finite values are written as null in JSONL."""
+        """Record one event; non-finite values are written as null in JSONL, with the event's `wall_time` (seconds
+        since the epoch; W&B keeps its own `_timestamp`)."""
         event = {"step": step, "env_step": env_step, **metrics}
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({k: (v if not isinstance(v, float) or math.isfinite(v) else None)
-                                for k, v in event.items()}) + "\n")
+            f.write(json.dumps({**{k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+                                   for k, v in event.items()}, "wall_time": round(time.time(), 3)}) + "\n")
         if self.wandb_run is not None:
             self.wandb_run.log(event)
 

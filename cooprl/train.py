@@ -11,8 +11,10 @@ from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm
 from cooprl.checkpoint import save_model
+from cooprl.console import close_run_log
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
 from cooprl.vllm_engines import close_engines
+from cooprl.trainers.report import results_summary
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,6 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load
     run_dir = distributed.broadcast(run_folder(run) if ranks.is_main else None)
     algorithm = build_algorithm(run, task)
-    log.info("run folder: %s (%d train / %d eval items)", run_dir, len(task.train_items), len(task.eval_items))
     try:
         summary = train_loop(run, task, algorithm, run_dir)
         # sharded models (fsdp) are gathered on rank 0 while the processes are still together
@@ -43,11 +44,15 @@ def train(run: Run, task: Task) -> dict[str, Any]:
             distributed.shutdown()
     if not ranks.is_main or summary.get("finished"):   # (a finished run resumed: its final models are saved)
         return summary
+    target = None
     if config.output.save_final_model:
         target = Path(config.output.save_path or run_dir / "final")
         for i, model in enumerate(algorithm.models):
             save_model(model, target / f"agent_{i}", weights[i])
         log.info("final models saved in %s", target)
+    if not summary.get("interrupted"):   # an interrupted run said how to continue it
+        print("\n" + results_summary(run, run_dir, target))
+    close_run_log()
     return summary
 
 

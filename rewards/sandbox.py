@@ -258,6 +258,20 @@ def _claim_uid_block() -> tuple[int, Any]:
     raise RuntimeError("no free uid block for the sandbox")
 
 
+def _short_isolation(isolation: dict[str, Any]) -> str:
+    """Return the start-up line's summary of an isolation report: each layer's name (its words before the first
+    parenthesis, colon or path), how memory and processes are bounded (`... as a whole: cgroup vN` or the fallback), and
+    what is missing."""
+    names, bound = [], ""
+    for layer in isolation.get("have", []):
+        if layer.startswith(("memory and processes", "no cgroup")):
+            bound = layer.split(" /", 1)[0]   # without the cgroup's path
+        else:
+            names.append(layer.split(" (", 1)[0].split(":", 1)[0].split(" /", 1)[0])
+    missing = "; ".join(isolation.get("missing", [])) or "nothing"
+    return f"isolation: {', '.join(names) or 'none'}; {bound or 'rlimits per process'}; missing: {missing}"
+
+
 def _slot_cpus(allowed: list[int], workers: int, uid_base: int | None) -> list[int | None]:
     """The CPU each worker slot is pinned to (its worker, zygote and programs), or None where there is no choice.
 
@@ -395,7 +409,9 @@ class Sandbox:
         line = (f"sandbox: {self.workers} workers{pinned}, isolation: {have}; rlimits AS "
                 f"{memory_mb} MiB, CPU, NPROC {nproc}, FSIZE {fsize_mb} MiB, NOFILE {nofile}, no core; "
                 f"missing: {missing}")
-        (logger.warning if self.isolation.get("missing") else logger.info)(line)
+        logger.debug(line)   # the whole report: in the run's train.log (cooprl.console), ~900 characters
+        short = f"sandbox: {self.workers} workers{pinned}; {_short_isolation(self.isolation)}"
+        (logger.warning if self.isolation.get("missing") else logger.info)(short)
         if require_full_isolation and self.isolation.get("missing"):
             self.close()
             raise IsolationError(f"the sandbox lacks {missing} (full isolation needs root, or unprivileged user "

@@ -337,10 +337,11 @@ def gt_metrics(problem: Problem, solution: Solution, sandbox: Any) -> dict[str, 
             "bon": verdicts[bon_index(final["matrix"])], "signal": signal}
 
 
-def summarize(metrics: Sequence[dict]) -> dict[str, float]:
-    """Table 1's columns over a run, in percent: UT accuracy, code accuracy, BoN, Signal."""
-    def mean(key: str) -> float:
+def summarize(metrics: Sequence[dict]) -> dict[str, float | None]:
+    """Table 1's columns over a run, in percent: UT accuracy, code accuracy, BoN, Signal; None for a column no
+    problem measured (UT accuracy when no problem kept a unit test and had a reference to check it against)."""
+    def mean(key: str) -> float | None:
         values = [float(m[key]) for m in metrics if m.get(key) is not None]
-        return 100.0 * sum(values) / len(values) if values else float("nan")
+        return 100.0 * sum(values) / len(values) if values else None
     return {"UT_acc_%": mean("ut_acc"), "code_acc_%": mean("code_acc"), "BoN_%": mean("bon"),
             "Signal_%": mean("signal")}

@@ -15,7 +15,9 @@ class TrainerSection:
     num_agents: int = option(2, "number of agents (the task's roles)", min=1)
     num_turns: int = option(2, "turns per episode", min=1)
     num_train_epochs: int = option(1, "passes over the training split", min=1)
-    max_steps: Optional[int] = option(None, "stop after this many training steps (dataset items); null = epochs", min=1)
+    max_steps: Optional[int] = option(None, "stop after this many training steps (dataset items); null = epochs. "
+                                      "The _iter trainers (madpo_iter, marlhf_iter) count it per iteration: a run "
+                                      "takes num_iterations x max_steps steps", min=1)
     learning_rate: float = option(2e-5, "actor learning rate (AdamW)", min=0.0,
                                   aliases=("agent_learning_rate", "actor_learning_rate"))
     weight_decay: float = option(0.01, "AdamW weight decay (0.01: torch's default, what upstream's AdamW gets)", min=0.0)

@@ -20,24 +20,31 @@ import datetime
 import logging
 import random
 import signal
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from cooprl import checkpoint as ckpt
 from cooprl.config import Config, Run, is_data_parallel
+from cooprl.console import open_run_log
 from cooprl.parallel import Parallel, Ranks, item_seed, mean_metrics, shard_order
 from cooprl.run_folders import new_run_folder
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
+from cooprl.trainers.report import start_summary
 
 log = logging.getLogger(__name__)
 
 TRAINING_REWARD = "turn_1/reward_mean"   # the training reward of turn 1 (what the bar and the summary show)
 EVAL_REWARD = "eval/turn_1/reward_mean"  # the evaluation's reward of turn 1 (the summary's verdict, when evaluated)
+# the training reward judges a run only when each quarter of its logged steps holds at least this many: one step
+# against one step is noise, not learning
+MIN_STEPS_PER_QUARTER = 2
 
 
 class Algorithm(Protocol):
@@ -49,7 +56,8 @@ class Algorithm(Protocol):
     # `end_epoch(metrics)` is called after the last step of every epoch (and of every iteration of the iterative
     # trainers) to train what its buffers still hold, adding that update's metrics to the step's `metrics` (upstream
     # flushes there). `task_reward_key` (default TRAINING_REWARD): the metric of the task's own reward, when the
-    # training reward is another (MARLHF trains on a learned reward). Data-parallel runs also need
+    # training reward is another (MARLHF trains on a learned reward). `loss_key`: a trainer without a reward (SFT) names
+    # the loss its bar, summary and plot show instead (lower is better). Data-parallel runs also need
     # `rank_state()` / `load_rank_state(state)`: what differs between the processes (buffers, counters).
 
     def train_step(self, item: Any, step: int) -> dict[str, float]: ...      # one dataset item
@@ -189,8 +197,10 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
             return _already_finished(run, run_dir, start_step, total_steps, ranks.is_main)
     if ranks.is_main:   # the other ranks of a data-parallel run write nothing
         _open_run_folder(run, run_dir, start_step if state is not None else None)
+        open_run_log(run_dir)   # the project's details, debug included, from the command line's start on
         if state is not None:
             log.info("resumed from %s at step %d", resume_from, start_step)
+        log.info("%s", start_summary(run, task, algorithm.models, run_dir, total_steps, start_step, rounds))
     if hasattr(algorithm, "start_run"):   # on every rank; only rank 0's writes files (MADPO's pair store)
         algorithm.start_run(run_dir, start_step, steps_per_round)
     tracker = (RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)
@@ -225,13 +235,14 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
                      section.eval_num_generations, f" over {ranks.world_size} processes" if ranks.world_size > 1 else "")
         # Evaluation draws from its own seeded generator: it neither disturbs nor depends on training's RNG,
         # so resumed runs match uninterrupted ones and evaluations at different steps are comparable.
+        started = time.perf_counter()
         with parallel.forked_generators():   # the CUDA generators too: manual_seed reseeds them
             torch.manual_seed(evaluation_seed(config.seed))
             metrics = algorithm.evaluate(items) if items else {}
         if not ranks.is_main:
             return {}
         if metrics:
-            tracker.log(metrics, step, env_step)
+            tracker.log({**metrics, "time/eval_s": time.perf_counter() - started}, step, env_step)
         return metrics
 
     step = start_step
@@ -245,16 +256,20 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
                         "same command again to start afresh")
             return {"run_dir": str(run_dir), "steps": 0, "interrupted": True}
     task_reward = getattr(algorithm, "task_reward_key", TRAINING_REWARD)
+    loss_key = getattr(algorithm, "loss_key", None)
     bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True,
                disable=not ranks.is_main)
-    with _InterruptFlag() as interrupt:
+    # log lines written while the bar is drawn (an iteration's pair collection, say) go above it, not through it
+    with _InterruptFlag() as interrupt, logging_redirect_tqdm():
         for step in range(start_step + 1, total_steps + 1):
+            started = time.perf_counter()
             metrics = _train_step(config, task, algorithm, order, positions, step, steps_per_round, epoch_length,
                                   rounds, parallel)
+            metrics["time/step_s"] = time.perf_counter() - started
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:
                 tracker.log(metrics, step, env_step)
-            bar.set_postfix(_bar_rewards(metrics, task_reward))
+            bar.set_postfix(_bar_fields(metrics, task_reward, loss_key))
             bar.update(1)
             if section.eval_interval and step % section.eval_interval == 0 and step < total_steps:
                 evaluate(step)
@@ -277,7 +292,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     tracker.close()
     if not ranks.is_main:
         return {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted, "rank": ranks.rank}
-    summary = summarize(run_dir, step, final_eval, interrupted, task_reward)
+    summary = summarize(run_dir, step, final_eval, interrupted, task_reward, loss_key)
     if interrupted:
         log.warning("interrupted at step %d of %d; to continue: python train_%s.py --resume %s", step, total_steps,
                     trainer, run_dir)
@@ -363,35 +378,44 @@ def _truncate_metrics(run_dir: Path, step: int) -> None:
 
 
 def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupted: bool,
-              task_reward: str = TRAINING_REWARD) -> dict[str, Any]:
-    """Print and return the first-quarter vs last-quarter means of the training metrics of turn 1, and the verdict:
-    by the evaluation before training (step 0) and after it when both exist, else by the training reward
-    (`task_reward`: the task's own reward where the trainer trains on another, MARLHF's learned one)."""
-    events = [e for e in read_metrics(run_dir) if TRAINING_REWARD in e]
-    summary: dict[str, Any] = {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted}
+              task_reward: str = TRAINING_REWARD, loss_key: str | None = None) -> dict[str, Any]:
+    """Print and return the first-quarter vs last-quarter means of the training metrics of turn 1 (with `loss_key`,
+    a trainer without a reward: that loss and its per-agent parts), and the verdict: by the evaluation before
+    training (step 0) and after it when both exist, else by the training reward (`task_reward`: the task's own reward
+    where the trainer trains on another, MARLHF's learned one) or the loss, when each quarter holds at least
+    MIN_STEPS_PER_QUARTER logged steps (`learned` is None when nothing can judge)."""
+    headline = loss_key or TRAINING_REWARD
+    events = [e for e in read_metrics(run_dir) if headline in e]
+    summary: dict[str, Any] = {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted, "learned": None}
     if events:
         quarter = max(1, len(events) // 4)
         first, last = events[:quarter], events[-quarter:]
-        keys = [k for k in events[0] if k.startswith("turn_1/") and not k.endswith(("nodes", "early_terminations"))]
         rows = []
-        for key in keys:
+        for key in _summary_keys(events[0], loss_key):
             a = _mean(e.get(key) for e in first)
             b = _mean(e.get(key) for e in last)
             rows.append((key.removeprefix("turn_1/"), a, b))
             summary[key] = {"first_quarter": a, "last_quarter": b}
         width = max(len(r[0]) for r in rows)
-        lines = [f"{'turn 1 metric'.ljust(width)}  first quarter  last quarter"]
+        lines = [f"{('loss' if loss_key else 'turn 1 metric').ljust(width)}  first quarter  last quarter"]
         # no -0.000: a mean like -1e-17 (float sums of small negative parts) rounds to zero first
         lines += [f"{name.ljust(width)}  {round(a, 3) + 0.0:13.3f}  {round(b, 3) + 0.0:12.3f}" for name, a, b in rows]
-        judged = task_reward if task_reward in summary else TRAINING_REWARD
-        reward = summary[judged]
-        improved = reward["last_quarter"] > reward["first_quarter"]
-        lines.append(f"mean training {'task ' if judged != TRAINING_REWARD else ''}reward: "
-                     f"{reward['first_quarter']:.3f} (first {quarter} steps) -> {reward['last_quarter']:.3f} "
-                     f"(last {quarter} steps){'' if _eval_at(run_dir, 0) and final_eval else ': ' + _verdict(improved)}")
-        summary["learned"] = improved
+        judged = loss_key or (task_reward if task_reward in summary else TRAINING_REWARD)
+        value = summary[judged]
         start = _eval_at(run_dir, 0)
-        if EVAL_REWARD in start and EVAL_REWARD in final_eval:
+        by_eval = EVAL_REWARD in start and EVAL_REWARD in final_eval
+        if quarter < MIN_STEPS_PER_QUARTER:
+            verdict = f": too few steps to judge (a verdict needs {4 * MIN_STEPS_PER_QUARTER} logged steps)"
+        else:
+            better = (value["last_quarter"] < value["first_quarter"] if loss_key
+                      else value["last_quarter"] > value["first_quarter"])
+            summary["learned"] = better
+            verdict = f": {_verdict(better)}"
+        what = ("loss" if loss_key else
+                f"training {'task ' if judged != TRAINING_REWARD else ''}reward")
+        lines.append(f"mean {what}: {value['first_quarter']:.3f} (first {quarter} steps) -> "
+                     f"{value['last_quarter']:.3f} (last {quarter} steps){'' if by_eval else verdict}")
+        if by_eval:
             # an offline learner (MADPO's pairs from the start policy) logs the start policy's samples while it
             # trains: the evaluation before and after says whether the policies improved
             summary["learned"] = final_eval[EVAL_REWARD] > start[EVAL_REWARD]
@@ -404,6 +428,13 @@ def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupte
     return summary
 
 
+def _summary_keys(event: dict[str, Any], loss_key: str | None) -> list[str]:
+    """Return the metrics the summary compares: turn 1's (not its node counts), or the loss and each agent's."""
+    if loss_key:
+        return [loss_key] + [k for k in event if k.startswith("agent_") and k.endswith("/nll")]
+    return [k for k in event if k.startswith("turn_1/") and not k.endswith(("nodes", "early_terminations"))]
+
+
 def _verdict(improved: bool) -> str:
     return "learned" if improved else "did not improve"
 
@@ -413,8 +444,12 @@ def _eval_at(run_dir: Path, step: int) -> dict[str, float]:
     return {k: v for e in read_metrics(run_dir) if e.get("step") == step for k, v in e.items() if k.startswith("eval/")}
 
 
-def _bar_rewards(metrics: dict[str, float], task_reward: str = TRAINING_REWARD) -> dict[str, str]:
-    """Return the progress bar's reward fields: the training reward, and the task reward when they differ (MARLHF)."""
+def _bar_fields(metrics: dict[str, float], task_reward: str = TRAINING_REWARD,
+                loss_key: str | None = None) -> dict[str, str]:
+    """Return the progress bar's fields: the loss of a trainer without a reward (SFT), else the training reward, and
+    the task reward when they differ (MARLHF)."""
+    if loss_key:
+        return {"loss": f"{metrics.get(loss_key, float('nan')):.3f}"}
     fields = {"reward": f"{metrics.get(TRAINING_REWARD, float('nan')):.3f}"}
     if task_reward != TRAINING_REWARD and task_reward in metrics:
         fields["task_reward"] = f"{metrics[task_reward]:.3f}"

@@ -227,6 +227,7 @@ class SFT(TeamAlgorithm):
     """Supervised fine-tuning for the shared training loop: a training item is a batch of demonstrations."""
 
     section: SFTSection
+    loss_key = "nll_mean"   # no reward to train on: the bar, the summary and the plot show the loss (cooprl.trainers.loop)
 
     def train_step(self, item: list[TokenizedDemonstration], step: int) -> dict[str, float]:
         """Take one optimizer step per agent on its completions of the batch `item`; return per-agent metrics."""
@@ -253,6 +254,26 @@ def demonstration_batches(demonstrations: list[TokenizedDemonstration], size: in
     return [shuffled[start:start + size] for start in range(0, len(shuffled), size)]
 
 
+# a cap below this share of the demonstrations is a mistake worth a warning; a few long ones are the usual tail
+LONG_DEMONSTRATIONS_WARN_SHARE = 0.25
+
+
+def note_long_demonstrations(tokenized: Sequence[TokenizedDemonstration], max_new_tokens: int, trainer: str) -> int:
+    """Log how many demonstrations have a completion longer than `max_new_tokens` (the agents learn answers their
+    sampling cuts short): a warning when they are more than LONG_DEMONSTRATIONS_WARN_SHARE of them, else an info
+    line (configs/sft_che_cpu.yaml keeps 128, the cap its RL phase samples and evaluates with, for 5 of 69 longer
+    ones); return their number."""
+    lengths = [max(len(ids) for ids in d.completion_ids) for d in tokenized]
+    long = sum(n > max_new_tokens for n in lengths)
+    if long:
+        share = long / len(lengths)
+        (log.warning if share > LONG_DEMONSTRATIONS_WARN_SHARE else log.info)(
+            "sft: %d of %d demonstrated completions are longer than %s.max_new_tokens=%d (the longest %d tokens): "
+            "the agents learn answers their sampling will cut short", long, len(lengths), trainer, max_new_tokens,
+            max(lengths))
+    return long
+
+
 def build_sft(run: Run[SFTSection], task: Task) -> SFT:
     """Return the SFT algorithm for `task`, its agents loaded; `task.train_items` become the batches of tokenized
     demonstrations the loop steps through (the eval items stay the task's problems). ConfigError for a data-parallel
@@ -264,10 +285,7 @@ def build_sft(run: Run[SFTSection], task: Task) -> SFT:
     demonstrations = load_demonstrations(section.demonstrations, task)   # before any model is loaded
     team = build_team(run, task.num_agents, task.stop_strings)
     tokenized = [tokenize(d, team) for d in demonstrations]
-    longest = max(max(len(ids) for ids in d.completion_ids) for d in tokenized)
-    if longest > section.max_new_tokens:
-        log.warning("sft: the longest demonstrated completion has %d tokens, more than %s.max_new_tokens=%d: the "
-                    "agents learn answers their sampling will cut short", longest, trainer, section.max_new_tokens)
+    note_long_demonstrations(tokenized, section.max_new_tokens, trainer)
     task.train_items = demonstration_batches(tokenized, section.batch_size, config.seed)
     log.info("sft: %d demonstrations in %d batches of up to %d", len(tokenized), len(task.train_items),
              section.batch_size)

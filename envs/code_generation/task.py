@@ -143,9 +143,11 @@ def _code_task(run: Run, **parts: Any) -> Task:
     # trainers' comparators need (the joint answer of one model for both roles, the API client)
     config = run.config
     dataset = config.task.dataset
+    reward = config.task.code_reward
+    label = f"code reward: {reward.type}, cooperation {reward.cooperation}, at most {parts['max_reward']:g}"
     return Task(name=f"code:{dataset.name}", train_items=task_problems(config.task, dataset.train_split),
                 eval_items=task_problems(config.task, dataset.eval_split), item_id=lambda p: p.task_id,
-                joint_format=code_joint_format(run.section), api_client=api_client, **parts)
+                joint_format=code_joint_format(run.section), api_client=api_client, reward_label=label, **parts)
 
 
 def _decentralized_task(run: Run) -> Task:

@@ -65,12 +65,12 @@ def test_summary_judges_a_learned_reward_run_by_the_task_reward(tmp_path, capsys
     # the learned reward went up while the task reward went down: the verdict must follow the task reward
     import json
     from cooprl.trainers.loop import summarize
-    rows = [{"step": k, "turn_1/reward_mean": float(k), "turn_1/task_reward_mean": 2.0 - k} for k in (1, 2)]
+    rows = [{"step": k, "turn_1/reward_mean": float(k), "turn_1/task_reward_mean": 9.0 - k} for k in range(1, 9)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     from cooprl.trainers.marlhf import MARLHF
-    summary = summarize(tmp_path, 2, {}, interrupted=False, task_reward=MARLHF.task_reward_key)
+    summary = summarize(tmp_path, 8, {}, interrupted=False, task_reward=MARLHF.task_reward_key)
     assert summary["learned"] is False
-    assert "mean training task reward: 1.000 (first 1 steps) -> 0.000 (last 1 steps): did not improve" in capsys.readouterr().out
+    assert "mean training task reward: 7.500 (first 2 steps) -> 1.500 (last 2 steps): did not improve" in capsys.readouterr().out
 
 
 def scripted_pairs(task, tag: str = "") -> list[PreferencePair]:

@@ -350,9 +350,13 @@ def test_the_demo_verdict_holds_only_when_every_claim_does(tmp_path):
         return {"step": step, "eval/turn_1/reward_mean": reward, "eval/turn_1/calls_aux": calls,
                 "eval/turn_1/uses_aux": uses, "eval/turn_1/cooperation_bonus": bonus, "eval/turn_1/pass_rate": 0.1}
     write_run(tmp_path / "good", [evaluation(0, 2.0, 0.8, 0.3, 0.4), evaluation(16, 2.4, 0.9, 0.5, 0.6)])
+    # an RL run started from an SFT run (the verdict compares the two; a run without init_from is refused)
+    started = f"agent_model:\n  init_from: {tmp_path / 'sft'}\n"
+    (tmp_path / "good" / "config.yaml").write_text(started)
     text, held = verdict(tmp_path / "good")
     assert held and "calls_aux          0.800 -> 0.900" in text
     write_run(tmp_path / "worse", [evaluation(0, 2.0, 0.8, 0.3, 0.4), evaluation(16, 1.9, 0.9, 0.5, 0.6)])
+    (tmp_path / "worse" / "config.yaml").write_text(started)
     text, held = verdict(tmp_path / "worse")
     assert not held and "NO   eval reward after RL above after SFT" in text
 
