@@ -235,6 +235,15 @@ print(f"magrpo bf16 step (2 agents, G=4): {time.perf_counter() - t:.2f} s, train
       f"{metrics.get('agent_0/trained_samples')}, {metrics.get('agent_1/trained_samples')}, "
       f"loss {metrics.get('agent_0/loss')}, {metrics.get('agent_1/loss')}")
 peaks("magrpo step")
+# the memory check's count of an agent (issue 35, 2: weights, gradients, optimizer states, no activations) against
+# what torch holds on its GPU after the step: the count must not fall short of the states that stay allocated
+from cooprl.vllm_memory import model_shape, trained_model_bytes
+counted = trained_model_bytes(model_shape(MODEL), torch.bfloat16, False, config.agent_model.bf16_optimizer)
+for d in ([0, 1] if two else [0] if CUDA else []):
+    agents_here = 1 if two else 2
+    print(f"memory check's count, {agents_here} agent(s) on cuda:{d}: {agents_here * counted / 2**30:.3f} GiB; torch "
+          f"allocated after the step {torch.cuda.memory_allocated(d) / 2**30:.3f} GiB, peak "
+          f"{torch.cuda.max_memory_allocated(d) / 2**30:.3f} GiB")
 # what optimi runs for the agents' bf16 weights (issue 35, 5): its own choice (`_default_to_triton`) admits only
 # tensors whose type is exactly torch.Tensor, so never nn.Parameters; cooprl.optim.KahanAdamW sets foreach and triton
 # off (neither takes a float32 second moment) and runs optimi's loop of torch ops
@@ -360,7 +369,9 @@ model, tokenizer = load()
 t = time.perf_counter()
 generator = VLLMGenerator(model, tokenizer, model_path=MODEL, max_prompt_tokens=512, max_model_len=1024,
                           gpu_memory_utilization=0.3, seed=0)
-print(f"vllm engine start: {time.perf_counter() - t:.1f} s")
+print(f"vllm engine start: {time.perf_counter() - t:.1f} s (the second run of this check: compiled code from the cache)")
+from cooprl.vllm_engines import engine_cache_root   # issue 35, 1: each GPU's compiled code in a root of its own
+print("vllm compile cache of cuda:0:", engine_cache_root("cuda:0"))
 rate("vllm", generator.sample)
 with torch.no_grad():   # a changed weight, then the sync the next sample makes (the path after every optimizer step)
     next(model.parameters()).add_(1e-3)

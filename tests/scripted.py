@@ -23,3 +23,15 @@ def scripted_task(num_agents: int = 2, items: int = 6) -> Task:
     return Task(name="scripted", num_agents=num_agents, train_items=[f"item {i}:" for i in range(items)],
                 eval_items=["eval 0:", "eval 1:"], first_prompts=lambda item: [f"{item} agent {a}" for a in range(num_agents)],
                 score=score, next_prompts=next_prompts, max_reward=1.0)
+
+
+TIMING_KEYS = ("wall_time", "time/step_s", "time/eval_s")
+
+
+def read_metrics(run_dir) -> list[dict]:
+    """Return the events of `run_dir`/metrics.jsonl without their timing keys (`TIMING_KEYS`): two runs that compute
+    the same numbers differ in those."""
+    import json
+    from pathlib import Path
+    events = map(json.loads, (Path(run_dir) / "metrics.jsonl").read_text().splitlines())
+    return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in events]

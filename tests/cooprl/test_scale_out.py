@@ -15,7 +15,7 @@ from cooprl.config import ConfigError, Run, load_config, model_devices
 from cooprl.models import TINY_RANDOM
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
-from tests.scripted import scripted_task
+from tests.scripted import read_metrics, scripted_task
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -96,7 +96,7 @@ def run_magrpo(tmp_path: Path, name: str, overrides: list[str]):
     task = scripted_task()
     algorithm = build_magrpo(Run.of(config, "magrpo"), task)
     train_loop(Run.of(config, "magrpo"), task, algorithm, tmp_path / name)
-    return algorithm, [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    return algorithm, read_metrics(tmp_path / name)
 
 
 @pytest.fixture
@@ -180,7 +180,7 @@ def agent_weights(checkpoint: Path, agent: int) -> dict[str, torch.Tensor]:
 
 
 def update_events(run_dir: Path) -> list[dict]:
-    return [e for e in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "agent_0/loss" in e]
+    return [e for e in read_metrics(run_dir) if "agent_0/loss" in e]
 
 
 @pytest.mark.distributed

@@ -74,12 +74,12 @@ def test_the_judged_test_gate_is_linear_in_the_tests_size():
     start = time.process_time()
     for test in (f"assert add(1, 2) == {products}", "assert add(1, 2) == " + "**".join(["1"] * 950)):
         judged_test("add", test)
-    assert time.process_time() - start < 0.3
+    assert time.process_time() - start < 0.8      # ~0.05 s alone, 0.34 s seen under make test's load; 2 s before
 
 
 def test_a_completion_over_the_bound_is_refused_whole_and_quickly(sb):
     huge = "def add(a, b):\n" + "    x = 1\n" * (MAX_COMPLETION_CHARS // 10) + "    return a + b\n"
     start = time.process_time()
     b = code_rewards_batch([ADD], ["def aux(a):\n    return a\n" + "#" * MAX_COMPLETION_CHARS], [huge], sandbox=sb)[0]
-    assert time.process_time() - start < 0.5      # 10 MB cost ~22 CPU s, mostly under the AST lock
+    assert time.process_time() - start < 2.0      # 10 MB cost ~22 CPU s, mostly under the AST lock
     assert b.total == 0.0 and not b.aux_defined and b.reason.startswith("main completion too long (")

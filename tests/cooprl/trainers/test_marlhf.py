@@ -10,7 +10,7 @@ import torch
 
 from cooprl.config import Run, load_config
 from cooprl.models import TINY_RANDOM
-from cooprl.preferences import PreferencePair, read_pairs, write_pairs
+from cooprl.preferences import PreferencePair, open_pair_store, read_pairs, write_pairs
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.marlhf import MARLHF, build_marlhf, learned_reward_task
 from tests.scripted import letter_reward, scripted_task
@@ -214,23 +214,36 @@ def cli_overrides(trainer, tmp_path, name):
             f"output.base_dir={tmp_path}", f"output.run_name={name}", "checkpoint.checkpoint_interval=1"]
 
 
-def test_train_marlhf_cli_in_a_used_folder_moves_the_earlier_pairs_aside(tmp_path):
-    # a new run with an earlier run's run_name: it must collect its own pairs, not train on the earlier ones
+def test_train_marlhf_cli_in_a_used_folder_collects_its_own_pairs_in_a_fresh_folder(tmp_path):
+    # a new run with an earlier run's run_name: it writes a fresh folder (h-2, cooprl.run_folders) and collects its
+    # own pairs there; the earlier run's pairs stay where they were
     stale = [PreferencePair(f"p{i}", ["Write aux.", "Write main."], [f"def aux():\n    return {i}", "good"],
                             [f"def aux():\n    return {i}", "bad"], 1.0, 0.0) for i in range(6)]
     write_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl", stale)
     result = run(["train_marlhf.py", "--config", "configs/marlhf_che_config.yaml", "--override", *SMALL,
                   *cli_overrides("marlhf", tmp_path, "h"), "marlhf.reward_max_length=128"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    logged = train_events(tmp_path / "h")
+    assert "holds an earlier run: this run writes" in result.stderr and str(tmp_path / "h-2") in result.stderr
+    logged = train_events(tmp_path / "h-2")
     assert [e["step"] for e in logged] == [1, 2] and "turn_1/task_reward_mean" in logged[0]
-    evaluation = [e for e in events(tmp_path / "h") if "eval/turn_1/pass@1" in e]
+    evaluation = [e for e in events(tmp_path / "h-2") if "eval/turn_1/pass@1" in e]
     assert evaluation and all("eval/turn_1/task_reward_mean" not in e for e in evaluation)  # task reward only
-    (moved,) = (tmp_path / "h").glob("preferences.old-*")
-    assert read_pairs(moved / "iteration_0.jsonl") == stale and "earlier run's preference pairs" in result.stderr
-    own = read_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl")
+    assert read_pairs(tmp_path / "h" / "preferences" / "iteration_0.jsonl") == stale   # untouched
+    own = read_pairs(tmp_path / "h-2" / "preferences" / "iteration_0.jsonl")
     assert logged[0]["preferences/new_pairs"] == len(own) and not any(p in stale for p in own)
     assert "Summary of" in result.stdout
+
+
+def test_a_fresh_run_in_a_folder_with_pairs_moves_them_aside(tmp_path):
+    # train_loop called on a folder of the caller's choice (no run_folders in between): a fresh run (step 0) must
+    # not train on pairs an earlier run left there; a resumed one (step > 0) reads them back
+    stale = [PreferencePair("p", ["a", "b"], ["x", "good"], ["x", "bad"], 1.0, 0.0)]
+    write_pairs(tmp_path / "preferences" / "iteration_0.jsonl", stale)
+    assert read_pairs(open_pair_store(tmp_path, 3).path(0)) == stale
+    store = open_pair_store(tmp_path, 0)
+    assert not store.path(0).exists()
+    (moved,) = tmp_path.glob("preferences.old-*")
+    assert read_pairs(moved / "iteration_0.jsonl") == stale
 
 
 def test_train_marlhf_iter_cli_one_iteration_centralized_with_a_copy_comparator(tmp_path):

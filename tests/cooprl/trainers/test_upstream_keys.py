@@ -287,7 +287,7 @@ def test_preference_scoring_reward_scores_later_iterations_with_the_reward_model
                                            "marlhf_iter.pair_selection=all"], "marlhf_iter")
     assert algorithm.scoring_task(0) is algorithm.task                       # no trained model yet: the task reward
     learned = algorithm.scoring_task(1)
-    assert learned.score is algorithm.learned and learned.name.endswith("+reward_model")
+    assert learned.score.raw is algorithm.learned and learned.name.endswith("+reward_model")   # under SafeScore
     from cooprl.preferences import read_pairs
     task_rewards = {r for p in read_pairs(tmp_path / "s" / "preferences" / "iteration_0.jsonl")
                     for r in (p.chosen_reward, p.rejected_reward)}
