@@ -37,7 +37,7 @@ from cooprl.console import add_threads_option, chosen_threads, setup_logging, us
 from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
                            check_override_sections)
 from cooprl.errors import UserError
-from cooprl.run_folders import RUN_CONFIG
+from cooprl.run_folders import RUN_CONFIG, create_folder
 from envs import environment_for, task_config_of
 from envs.code_generation.config import CodeTaskConfig
 from strategies import STRATEGIES
@@ -100,11 +100,7 @@ def results_folder(config: Config, strategy: str, checkpoint: str | None, named:
     if (folder / RUN_CONFIG).is_file() and not from_run:
         raise ConfigError(f"output.run_name: {folder} is a training run's folder and --checkpoint is not from it; "
                           "give the strategy's results another output.run_name")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"output.base_dir: cannot create {folder} ({err.strerror or err})") from None
-    return folder
+    return create_folder(folder)
 
 
 def strategy_settings(config: Config, strategy: str, budget: Budget, strategy_config: Any, checkpoint: str | None,

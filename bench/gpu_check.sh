@@ -24,8 +24,9 @@
 #   4. one bf16 MAGRPO step (2 agents, G=4, 64 new tokens, update_schedule items), the agents on cuda:0 and cuda:1
 #      with parallel_training mp when there are two GPUs, else both on one; its seconds, the samples trained (a
 #      step whose rewards all tie trains none), the optimizer, what optimi runs for it (its own kernel choice for
-#      nn.Parameters and for plain tensors, the flags cooprl sets, the second moment's dtype, one step's time) and
-#      each GPU's peak memory
+#      nn.Parameters and for plain tensors, the flags cooprl sets, the second moment's dtype, one step's time),
+#      each GPU's peak memory, and the memory check's count of the agents' states (cooprl.vllm_memory, issue 35, 2)
+#      beside what torch holds allocated after the step
 #   5. bf16 AdamW over 2,000 steps whose gradient scale drops 10x at step 700 (bench/bf16_updates.py): retention
 #      and second-moment error of pure, optimi's bf16 moments and the default's float32 second moment (issue 35, 3)
 #   6. the SDPA kernel the trie attention gets (issue 35, 5): per kernel, whether it takes a masked grouped-query
@@ -33,7 +34,8 @@
 #      segment of a two-turn trie forward on the model, with the K/V repeat (cooprl.trie_attention.
 #      REPEAT_KV_FOR_MASKS) and without it, their forward+backward seconds and peak memory, and the profiler's
 #      attention kernels
-#   7. vLLM tokens/s and one weight push; 8. one bf16 GRPO step on vLLM (LoRA requests, sleep, importance
+#   7. vLLM tokens/s and one weight push, the engine's start (run the check twice: the second start reads the
+#      compiled code from the cache) and the compile cache root of cuda:0 (issue 35, 1); 8. one bf16 GRPO step on vLLM (LoRA requests, sleep, importance
 #      correction). Both are skipped, saying so, where vLLM is not installed (the lent machine cannot install it)
 # New stages go in the list of stages below ("The stages"), each `stage "NAME" LIMIT <<'EOF'` with its Python.
 set -u

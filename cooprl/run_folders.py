@@ -81,10 +81,15 @@ def new_run_folder(config: Config, name: str) -> Path:
     if not resuming and shared and list_checkpoints(Path(shared)):
         raise ConfigError(f"checkpoint.checkpoint_dir: {shared} holds an earlier run's checkpoints; give a new run "
                           "an empty folder, or continue that run with --resume")
+    return create_folder(folder)
+
+
+def create_folder(folder: Path) -> Path:
+    """Return `folder`, created with its parents; ConfigError naming output.base_dir when it cannot be."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"output.base_dir: cannot create the run folder {folder} ({err.strerror or err})") from None
+        raise ConfigError(f"output.base_dir: cannot create {folder} ({err.strerror or err})") from None
     return folder
 
 
