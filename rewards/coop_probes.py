@@ -12,7 +12,9 @@ the program could write:
 2. derived: aux runs; wherever its result is one of its arguments (any parameter, each element of `*args`, each
    value of `**kwargs`, the defaults a call leaves out) under a structure-only transform (`derived` in
    `_WRAPPER`: the argument itself, reversed, re-typed, negated, repeated, an item of a tuple, list or dict,
-   with a constant affix, shift or integer factor that is the same on every call), main gets aux's own result;
+   with a constant affix, shift or integer factor that is the same on every call; re-encoded as code points,
+   bytes or numbered items), main gets aux's own result; where a part of it is such an argument (an item, a dict
+   value or key, a substring: `keep` in `_WRAPPER`), main gets it with those parts kept and the rest changed;
    elsewhere main gets aux's first argument. Some test that passed must fail: aux's results are not its
    arguments in a form main just undoes (aux's side effects still happen, so a side channel from aux to main
    does not count as a result).
@@ -55,9 +57,10 @@ MODES = ("seed", "verified")
 # inside the sandboxed child; it decides nothing: the verdicts of the tests do.
 _WRAPPER = '''
 def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, reversed=reversed, tuple=tuple,
-                     list=list, all=all, zip=zip, next=next, iter=iter, float=float, bool=bool, int=int, str=str,
-                     bytes=bytes, dict=dict, set=set, frozenset=frozenset, complex=complex, enumerate=enumerate,
-                     getattr=getattr, ValueError=ValueError, BaseException=BaseException):
+                     list=list, all=all, any=any, zip=zip, next=next, iter=iter, float=float, bool=bool, int=int,
+                     str=str, bytes=bytes, dict=dict, set=set, frozenset=frozenset, complex=complex,
+                     enumerate=enumerate, range=range, ord=ord, chr=chr, getattr=getattr, ValueError=ValueError,
+                     BaseException=BaseException):
     # the builtins it uses are bound here, when the program loads
     first = []        # aux's first result, copied (the constant probe's stand-in)
     fitted = []       # the fitted recipes every derived call so far shares (`derived`)
@@ -173,12 +176,19 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                 out += [("list", list(a)), ("tuple", tuple(a)), ("encoded", a.encode("utf-8", "surrogatepass"))]
                 if 0 < len(a) <= 40 and a.strip().lstrip("+-").isdigit():
                     out.append(("int", int(a)))
+                if len(a) <= 1024:   # re-encodings a main decodes back: code points, another codec's bytes
+                    out += [("code points", [ord(c) for c in a]),
+                            ("utf-8 bytes", list(a.encode("utf-8", "surrogatepass"))),
+                            ("utf-16", a.encode("utf-16", "surrogatepass")),
+                            ("utf-32", a.encode("utf-32", "surrogatepass"))]
             elif t is bytes:
-                out.append(("decoded", a.decode("latin-1")))
+                out += [("decoded", a.decode("latin-1")), ("list", list(a))]
             else:
                 out += [("list", list(a)), ("tuple", tuple(a))]
                 if all(type(x) is str for x in a):
                     out.append(("joined", "".join(a)))
+            if len(a) <= 1024:   # numbered: (index, item) pairs, or a dict by index
+                out += [("enumerated", list(enumerate(a))), ("indexed", dict(enumerate(a)))]
         elif t in NUM:
             out += [("str", str(a)), ("negated", -a)]
         return out
@@ -199,6 +209,11 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                     i = r.find(v)
                     if i >= 0:
                         fit.add((name, "affix", r[:i], r[i + len(v):]))
+                    n = len(v) - 1   # v's items joined by a separator (`'#'.join(text)`)
+                    if n and not (len(r) - len(v)) % n:
+                        sep = r[1:1 + (len(r) - len(v)) // n]
+                        if sep.join(v[i:i + 1] for i in range(len(v))) == r:
+                            fit.add((name, "joined", sep))
                 elif same(r[:len(v)], v):
                     fit.add((name, "affix", (), key(r[len(v):])))
                 elif same(r[len(r) - len(v):], v):
@@ -249,6 +264,74 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             return True
         return False
 
+    def by_type(values):
+        # the views of every argument (`views`), by their type
+        out = {}
+        for a in values:
+            for _, v in views(a):
+                t = type(v)
+                if t in PLAIN:
+                    out.setdefault(t, []).append(v)
+        return out
+
+    def swap(c):
+        # a letter or digit (its code) changed, anything else kept
+        if 48 <= c <= 57:
+            return 48 + (c - 43) % 10
+        if 65 <= c <= 90 or 97 <= c <= 122:
+            return c + 13 if (c & 31) <= 13 else c - 13
+        return c
+
+    def scramble(s):
+        # a string's (or bytes') letters and digits changed one by one: the separators a main parses stay
+        if type(s) is bytes:
+            return bytes([swap(c) for c in s])
+        return "".join([chr(swap(ord(c))) for c in s])
+
+    def keep(r, vs, left, depth=0):
+        # r with every part that is one of aux's arguments under a free transform (`vs`, by type) kept, and every
+        # other part changed (`other`; the text around an argument inside a string `scramble`d): (the stand-in,
+        # whether some part was kept). A main that reads its argument back out of aux's result (an item of a
+        # tuple beside a companion, a string with a computed prefix) then still passes its tests
+        left[0] -= 1
+        if left[0] < 0 or depth > 50:
+            raise ValueError
+        t = type(r)
+        for v in vs.get(t, ()):
+            if same(r, v):
+                return r, True
+        if t is str or t is bytes:
+            for v in vs.get(t, ()):
+                i = r.find(v) if len(v) > 1 else -1
+                if i >= 0:
+                    return scramble(r[:i]) + v + scramble(r[i + len(v):]), True
+            if not all(vs.get(t, (1,))):   # an empty argument: what aux made of nothing, scrambled
+                return scramble(r), True
+            return other(r), False
+        if t is list or t is tuple:
+            for v in vs.get(t, ()):   # the argument's items as a run at either end
+                n = len(v)
+                if 0 < n < len(r) and same(r[:n], v):
+                    return v + t([other(x) for x in r[n:]]), True
+                if 0 < n < len(r) and same(r[len(r) - n:], v):
+                    return t([other(x) for x in r[:len(r) - n]]) + v, True
+            parts = [keep(x, vs, left, depth + 1) for x in r]
+            if any([k for _, k in parts]):
+                return t([x for x, _ in parts]), True
+            return other(r), False
+        if t is dict:   # keys stay (a key that is an argument counts as kept), values are kept or changed
+            parts = {k: keep(x, vs, left, depth + 1) for k, x in r.items()}
+            if any([k for _, k in parts.values()]) or any([any([same(k, v) for v in vs.get(type(k), ())])
+                                                          for k in r]):
+                return {k: x for k, (x, _) in parts.items()}, True
+            return other(r), False
+        if t is set or t is frozenset:
+            parts = [keep(x, vs, left, depth + 1) for x in r]
+            if any([k for _, k in parts]):
+                return t([x for x, _ in parts]), True
+            return other(r), False
+        return other(r), False
+
     def size(v, limit):
         # the nodes of plain data v (a string counts one per 64 characters), counted up to limit + 1
         n, todo = 0, [v]
@@ -290,7 +373,11 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
         try:
             values = arguments(args, kwargs)
             if not derived(value, values):
-                stand_in = values[0] if values else other(value)
+                # the parts of the result that are arguments (under a free transform) kept, the rest changed;
+                # with no such part, aux's first argument
+                stand_in, kept = keep(value, by_type(values), [KEEP_LIMIT])
+                if not kept:
+                    stand_in = values[0] if values else other(value)
                 # where the stand-in equals aux's own result, main gets aux's own object
                 out[3] = value if same(value, stand_in) else stand_in
         except BaseException:
@@ -369,7 +456,7 @@ STAND_IN_BUDGET = 100_000
 def _wrapped(aux_src: str, mode: str, signature: tuple) -> str:
     arguments = ", ".join(repr(x) for x in (WRAPPER_MODES[mode], *signature))
     wrapper = _WRAPPER.replace("STAND_IN_CALL_LIMIT", str(STAND_IN_CALL_LIMIT)).replace(
-        "STAND_IN_BUDGET", str(STAND_IN_BUDGET))
+        "STAND_IN_BUDGET", str(STAND_IN_BUDGET)).replace("KEEP_LIMIT", str(STAND_IN_CALL_LIMIT))
     return aux_src.rstrip("\n") + "\n\n" + wrapper.replace("MODE", arguments)
 
 

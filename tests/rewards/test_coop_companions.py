@@ -1,0 +1,82 @@
+"""Issue 34, a hostile pass after the gate: an aux that does no work, whose result main reads its argument back
+out of, is paid nothing in verified mode, whatever it puts beside the argument.
+
+The derived probe used to hand main aux's first argument whenever aux's result was not that argument under a
+fitted transform whose constants are the same on every call. A companion that varies with the input (the text's
+length beside the text, a computed prefix, the argument nested three deep, or twice) made the result "not
+derived", the first argument then broke main's unpacking, and the pair was paid 4.0 for an aux that does
+nothing. Now the derived probe keeps every part of the result that is an argument (under a free transform) and
+changes the rest: main that only reads the argument back passes its tests as in the scored run, and is refused.
+Re-encodings a main decodes (code points, another codec, numbered items, a separator between the characters) are
+views of the argument too. Each shape here was paid 4.0 in verified mode before.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rewards.code_rewards import code_reward
+from rewards.sandbox import Sandbox
+from tests.rewards.test_coop_verified import PROBLEM
+
+pytestmark = pytest.mark.sandbox
+
+JOIN = "    return ' '.join(w.upper() for w in s.split()) + '!'\n"
+# (name, aux, main's first line(s): `s` is the text main reads back out of aux's result)
+COMPANIONS = [
+    ("length_beside_the_text", "def aux(text):\n    return (text, len(text))\n", "    s = aux(text)[0]\n"),
+    ("length_before_the_text", "def aux(text):\n    return (len(text), text)\n", "    s = aux(text)[1]\n"),
+    ("dict_with_a_computed_value", "def aux(text):\n    return {'t': text, 'n': len(text)}\n",
+     "    s = aux(text)['t']\n"),
+    ("the_text_as_a_dict_key", "def aux(text):\n    return {text: len(text)}\n", "    s = next(iter(aux(text)))\n"),
+    ("computed_prefix_with_a_separator", "def aux(text):\n    return str(len(text)) + '|' + text\n",
+     "    s = aux(text).split('|', 1)[1]\n"),
+    ("nested_three_deep", "def aux(text):\n    return [[[text]]]\n", "    s = aux(text)[0][0][0]\n"),
+    ("the_text_twice", "def aux(text):\n    return (text, text)\n", "    s = aux(text)[1]\n"),
+    ("text_and_its_reversal", "def aux(text):\n    return [text, text[::-1]]\n", "    s = aux(text)[0]\n"),
+    ("reversed_beside_a_length", "def aux(text):\n    return (text[::-1], len(text))\n",
+     "    s = aux(text)[0][::-1]\n"),
+    ("characters_then_a_length", "def aux(text):\n    return list(text) + [len(text)]\n",
+     "    s = ''.join(aux(text)[:-1])\n"),
+    ("nested_beside_a_length", "def aux(text):\n    return [text, [len(text), text]]\n", "    s = aux(text)[1][1]\n"),
+    ("code_points", "def aux(text):\n    return [ord(c) for c in text]\n", "    s = ''.join(map(chr, aux(text)))\n"),
+    ("utf8_byte_list", "def aux(text):\n    return list(text.encode())\n", "    s = bytes(aux(text)).decode()\n"),
+    ("utf16_bytes", "def aux(text):\n    return text.encode('utf-16')\n", "    s = aux(text).decode('utf-16')\n"),
+    ("numbered_characters", "def aux(text):\n    return dict(enumerate(text))\n",
+     "    s = ''.join(aux(text).values())\n"),
+    ("interleaved_with_a_separator", "def aux(text):\n    return '#'.join(text)\n", "    s = aux(text)[::2]\n"),
+]
+
+
+@pytest.fixture(scope="module")
+def sb():
+    with Sandbox(workers=2) as box:
+        yield box
+
+
+@pytest.mark.parametrize("name,aux,head", COMPANIONS, ids=[c[0] for c in COMPANIONS])
+def test_an_argument_read_back_beside_a_companion_earns_no_bonus(sb, name, aux, head):
+    main = "def shout_words(text):\n" + head + JOIN
+    seed = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0)
+    verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (seed.total, verified.tests_passed) == (4.0, 8), seed
+    assert verified.total == 2.5, verified
+    assert verified.coop_check.startswith("aux's results are its arguments"), verified
+
+
+# aux does the work in one part of its result and hands the text back beside it: main uses the work, so the
+# bonus stays (the kept text does not make main pass)
+HONEST = [
+    ("words_beside_the_text", "def aux(text):\n    return (text, text.split())\n", "    words = aux(text)[1]\n"),
+    ("words_in_a_dict_beside_the_text", "def aux(text):\n    return {'text': text, 'words': text.split()}\n",
+     "    words = aux(text)['words']\n"),
+    ("words_after_the_text_in_a_list", "def aux(text):\n    return [text] + text.split()\n",
+     "    words = aux(text)[1:]\n"),
+]
+
+
+@pytest.mark.parametrize("name,aux,head", HONEST, ids=[h[0] for h in HONEST])
+def test_work_beside_the_argument_keeps_the_bonus(sb, name, aux, head):
+    main = "def shout_words(text):\n" + head + "    return ' '.join(w.upper() for w in words) + '!'\n"
+    verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert verified.total == 4.0, verified
