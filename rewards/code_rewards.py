@@ -311,3 +311,12 @@ def scored_program(problem: Problem | Mapping[str, Any], aux: str, main: str, *,
     return value, a syntax error). What other judges of a coder's code (a tester's tests) must run too."""
     prep = _prepare(problem, aux, main, single_agent)
     return None if prep.done is not None else prep.program
+
+
+def scored_source(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False
+                  ) -> str | None:
+    """Return the source of the program `scored_program` returns (None where that is None): what a judge that
+    adds code to a correct program (`rewards.judged_tests.typed_junk_program`) builds on."""
+    prep = _prepare(problem, aux, main, single_agent)
+    return None if prep.done is not None else prep.assemble(prep.aux_src)
+

@@ -93,6 +93,84 @@ def stub_programs(entry_point: str) -> list[str]:
     return [f"def {entry_point}(*args, **kwargs):\n    {body}\n" for body in STUB_BODIES]
 
 
+# Appended to a correct program: its entry point's results changed to other values of the same type, each by an
+# amount that depends on the call's arguments (so that `f(1, 2) == f(2, 1)` still tells it apart), except on the
+# calls in SHOWN (the prompt's examples, for the memoriser). Only the outermost call is changed: the reference's
+# calls of itself get the real results.
+_TYPED_JUNK = '''
+
+def _junk_key(*args, **kwargs):
+    return repr((args, sorted(kwargs.items())))
+
+
+def _junk_wrap(real, shown, type=type, repr=repr, len=len, sorted=sorted, enumerate=enumerate, ord=ord,
+               reversed=reversed, list=list, tuple=tuple, dict=dict, set=set, frozenset=frozenset, bool=bool,
+               int=int, float=float, complex=complex, str=str, bytes=bytes):
+    depth = [0]
+
+    def changed(v, salt, d=0):
+        t = type(v)
+        if d > 30:
+            return v
+        if v is None:
+            return "Zq" + str(salt)
+        if t is bool:
+            return not v
+        if t is int or t is complex:
+            return v + 1 + salt
+        if t is float:
+            return v + 1.5 + salt if v == v and v - v == 0 else 0.5
+        if t is str:   # nothing of the value kept: `'a' in f(x)` tells it apart
+            return "Zq" + str(salt)
+        if t is bytes:
+            return b"Zq" + str(salt).encode()
+        if t is list or t is tuple:
+            items = [changed(x, salt + i + 1, d + 1) for i, x in enumerate(reversed(v))]
+            return t(items + items[:1] if items else [salt])
+        if t is dict:
+            return {k: changed(x, salt + 1, d + 1) for k, x in v.items()} if v else {salt: salt}
+        if t is set or t is frozenset:
+            return t([changed(x, salt + 1, d + 1) for x in v] + [salt])
+        return v
+
+    def entry(*args, **kwargs):
+        depth[0] += 1
+        try:
+            value = real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+        key = _junk_key(*args, **kwargs)
+        if depth[0] or key in shown:
+            return value
+        return changed(value, 1 + sum([(i + 1) * ord(c) for i, c in enumerate(key)]) % 997)
+    return entry
+
+
+ENTRY = _junk_wrap(ENTRY, frozenset([SHOWN]))
+'''
+
+
+def typed_junk_program(correct_source: str, entry_point: str, shown_calls: Sequence[str] = ()) -> str | None:
+    """Return a program whose entry point answers every call with a value of the type a correct code returns, but
+    another value (`correct_source`: a correct program's source, the reference), except on `shown_calls` (sources
+    of calls, `f('ab')`: the prompt's examples), where it answers right. None when a shown call is not a call of
+    the entry point with plain arguments. A test it passes holds of a code that returns the right type and the
+    wrong values (a type check, `f(x) is not None`, a guarded tautology); with the examples shown, a test it passes
+    holds of a code that memorises them."""
+    keys = []
+    for call in shown_calls:
+        try:
+            node = parse_python(call).body[0].value
+        except (*PARSE_ERRORS, IndexError, AttributeError):
+            return None
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry_point):
+            return None
+        node.func.id = "_junk_key"
+        keys.append(ast.unparse(node))
+    return correct_source.rstrip("\n") + "\n" + _TYPED_JUNK.replace("ENTRY", entry_point).replace(
+        "SHOWN", ", ".join(keys))
+
+
 class _Checker:
     """Walks an assert's expression; raises _Refused at the first node the judge does not take."""
 
