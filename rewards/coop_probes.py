@@ -12,8 +12,8 @@ the program could write:
 2. derived: aux runs; wherever its result is one of its arguments (any parameter, each element of `*args`, each
    value of `**kwargs`, the defaults a call leaves out) under a structure-only transform (`derived` in
    `_WRAPPER`: the argument itself, reversed, re-typed, negated, repeated, an item of a tuple, list or dict,
-   with a constant affix, shift or integer factor that is the same on every call; re-encoded as code points,
-   bytes or numbered items), main gets aux's own result; where a part of it is such an argument (an item, a dict
+   with a constant affix, shift, integer factor or small affine map that is the same on every call; re-encoded
+   as code points, bytes or numbered items), main gets aux's own result; where a part of it is such an argument (an item, a dict
    value or key, a substring: `keep` in `_WRAPPER`), main gets it with those parts kept and the rest changed;
    elsewhere main gets aux's first argument. Some test that passed must fail: aux's results are not its
    arguments in a form main just undoes (aux's side effects still happen, so a side channel from aux to main
@@ -65,6 +65,7 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
     first = []        # aux's first result, copied (the constant probe's stand-in)
     fitted = []       # the fitted recipes every derived call so far shares (`derived`)
     PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, type(None))
+    AFFINE = [k for k in range(-16, 17) if k not in (0, 1)]   # the factors of an affine recipe (1 is a shift)
     SEQ = (str, bytes, list, tuple)
     NUM = (int, float)
 
@@ -241,6 +242,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                     fit.add((name, "shift", key(r - v)))
                     if type(v) is int and tr is int and v and not r % v and r // v not in (0, 1):
                         fit.add((name, "scale", r // v))
+                    if type(v) is int and tr is int:   # both at once, a small factor: 2 * n + 1
+                        for k in AFFINE:
+                            fit.add((name, "affine", k, r - k * v))
         return free, fit
 
     def derived(value, values):
@@ -301,9 +305,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             if same(r, v):
                 return r, True
         if t is str or t is bytes:
-            for v in vs.get(t, ()):
-                i = r.find(v) if len(v) > 1 else -1
-                if i >= 0:
+            for v in vs.get(t, ()):   # a single character only at either end: inside, it is a coincidence
+                i = r.find(v) if len(v) > 1 else (0 if r[:1] == v else len(r) - 1 if r[-1:] == v else -1)
+                if i >= 0 and len(v):
                     return scramble(r[:i]) + v + scramble(r[i + len(v):]), True
             if not all(vs.get(t, (1,))):   # an empty argument: what aux made of nothing, scrambled
                 return scramble(r), True

@@ -80,3 +80,19 @@ def test_work_beside_the_argument_keeps_the_bonus(sb, name, aux, head):
     main = "def shout_words(text):\n" + head + "    return ' '.join(w.upper() for w in words) + '!'\n"
     verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
     assert verified.total == 4.0, verified
+
+
+# numbers: an affine map with a small factor (both a shift and a scale at once), and the number read back out of a
+# text or a pair that carries a computed companion (each paid 4.0 before)
+@pytest.mark.parametrize("aux,undo", [
+    ("def aux(n):\n    return 2 * n + 1\n", "(aux(n) - 1) // 2"),
+    ("def aux(n):\n    return 7 - 3 * n\n", "(7 - aux(n)) // 3"),
+    ("def aux(n):\n    return (n, n * n)\n", "aux(n)[0]"),
+    ("def aux(n):\n    return str(n) + ':' + str(n * 3)\n", "int(aux(n).split(':')[0])"),
+], ids=["affine", "affine_negative", "pair_with_its_square", "text_with_a_computed_suffix"])
+def test_a_number_main_reads_back_earns_no_bonus(sb, aux, undo):
+    from tests.rewards.test_coop_escapes import NUMERIC
+    main = f"def count_up(n):\n    m = {undo}\n    return m * (m + 1) // 2\n"
+    seed = code_reward(NUMERIC, aux, main, sandbox=sb, timeout_s=2.0)
+    verified = code_reward(NUMERIC, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (seed.total, verified.total) == (4.0, 2.5), verified
