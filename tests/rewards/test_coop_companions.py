@@ -96,3 +96,16 @@ def test_a_number_main_reads_back_earns_no_bonus(sb, aux, undo):
     seed = code_reward(NUMERIC, aux, main, sandbox=sb, timeout_s=2.0)
     verified = code_reward(NUMERIC, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
     assert (seed.total, verified.total) == (4.0, 2.5), verified
+
+
+# `copy.deepcopy`'s memo maps each object's id to its copy: `id` by another name, through which main can tell
+# whether it got the very object aux returned (the probes hand it another) and fail every probe (paid 4.0 before)
+DEEPCOPY_IDENTITY = ("def aux(text, box):\n    r = [text, len(text)]\n    box.append(r)\n    return r\n",
+                     "import copy\ndef shout_words(text):\n    box = []\n    r = aux(text, box)\n    m = {}\n"
+                     "    copy.deepcopy([r, box[0]], m)\n    if len(m) != 3:\n        return None\n    s = r[0]\n" + JOIN)
+
+
+def test_object_ids_through_deepcopy_are_not_probed(sb):
+    verified = code_reward(PROBLEM, *DEEPCOPY_IDENTITY, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert verified.tests_passed == 8 and verified.total == 2.5, verified
+    assert verified.coop_check == "not probed: main reads .deepcopy", verified
