@@ -13,8 +13,9 @@ the program could write:
    value of `**kwargs`, the defaults a call leaves out) under a structure-only transform (`derived` in
    `_WRAPPER`: the argument itself, reversed, re-typed, negated, repeated, an item of a tuple, list or dict,
    with a constant affix, shift, integer factor or small affine map that is the same on every call; re-encoded
-   as code points, bytes or numbered items), main gets aux's own result; where a part of it is such an argument (an item, a dict
-   value or key, a substring: `keep` in `_WRAPPER`), main gets it with those parts kept and the rest changed;
+   as code points, bytes or numbered items), main gets aux's own result; where a part of it is such an argument
+   (an item, a dict value or key, a substring: `keep` in `_WRAPPER`), main gets it with those parts kept and the
+   rest changed;
    elsewhere main gets aux's first argument. Some test that passed must fail: aux's results are not its
    arguments in a form main just undoes (aux's side effects still happen, so a side channel from aux to main
    does not count as a result).

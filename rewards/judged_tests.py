@@ -171,6 +171,81 @@ def typed_junk_program(correct_source: str, entry_point: str, shown_calls: Seque
         "SHOWN", ", ".join(keys))
 
 
+def _category(value: object) -> str:
+    """The kind of an argument, as coarse as a spec is: numbers are one kind, lists and tuples another."""
+    for kinds, name in (((bool, int, float, complex), "number"), ((str,), "str"), ((bytes, bytearray), "bytes"),
+                        ((list, tuple), "sequence"), ((dict,), "dict"), ((set, frozenset), "set")):
+        if isinstance(value, kinds):
+            return name
+    return "none" if value is None else "other"
+
+
+def spec_kinds(check: str, entry_point: str) -> dict[int | str, frozenset[str]]:
+    """Return, for each argument (its position, or its name when passed by keyword), the kinds of value the hidden
+    check passes there (`_category`), where every call of the candidate in `check` passes it a literal; an argument
+    some call passes a computed value (or `*args`) is left out: any kind may be on the spec there."""
+    try:
+        tree = parse_python(check)
+    except PARSE_ERRORS:
+        return {}
+    kinds: dict[int | str, set[str]] = {}
+    free: set[int | str] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("candidate", entry_point)):
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return {}
+        for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]:
+            try:
+                kinds.setdefault(where, set()).add(_category(ast.literal_eval(arg)))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                free.add(where)
+    return {where: frozenset(k) for where, k in kinds.items() if where not in free}
+
+
+_SPEC_GUARD = '''
+
+def _spec_wrap(real, kinds, isinstance=isinstance, TypeError=TypeError):
+    depth = [0]
+
+    def kind(v):
+        for types, name in (((bool, int, float, complex), "number"), ((str,), "str"), ((bytes, bytearray), "bytes"),
+                            ((list, tuple), "sequence"), ((dict,), "dict"), ((set, frozenset), "set")):
+            if isinstance(v, types):
+                return name
+        return "none" if v is None else "other"
+
+    def entry(*args, **kwargs):
+        if not depth[0]:
+            for where, v in [*enumerate(args), *kwargs.items()]:
+                if where in kinds and kind(v) not in kinds[where]:
+                    raise TypeError("an argument off the spec")
+        depth[0] += 1
+        try:
+            return real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+    return entry
+
+
+ENTRY = _spec_wrap(ENTRY, KINDS)
+'''
+
+
+def spec_guarded_program(correct_source: str, entry_point: str, kinds: dict[int | str, frozenset[str]]
+                         ) -> str | None:
+    """Return a correct program that raises TypeError on a call passing an argument of a kind the hidden check
+    never passes there (`spec_kinds`), or None when the check constrains no argument. It passes every hidden test,
+    so it is correct: a test that pins what the reference does off the spec (`f(['x', 'x']) == 'x2'` for a
+    function of a string) rejects it, and is wrong."""
+    if not kinds:
+        return None
+    spec = "{" + ", ".join(f"{where!r}: frozenset({sorted(k)!r})" for where, k in sorted(
+        kinds.items(), key=lambda item: str(item[0]))) + "}"
+    return correct_source.rstrip("\n") + "\n" + _SPEC_GUARD.replace("ENTRY", entry_point).replace("KINDS", spec)
+
+
 class _Checker:
     """Walks an assert's expression; raises _Refused at the first node the judge does not take."""
 

@@ -29,7 +29,7 @@ from cooprl.task import Score, node_groups as groups   # one node's joint action
 from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.task import score_code_pairs
 from rewards.code_rewards import hidden_tests_suite, scored_program, scored_source
-from rewards.judged_tests import judged_suite, stub_programs, typed_junk_program
+from rewards.judged_tests import judged_suite, spec_guarded_program, spec_kinds, stub_programs, typed_junk_program
 from rewards.problem import Problem
 from rewards.mutants import wrong_mutants
 from rewards.sandbox import TestSuite, default_sandbox
@@ -56,18 +56,32 @@ def reference_program(problem: Problem) -> str | CodeType | None:
     return None
 
 
+def reference_scored_source(problem: Problem) -> str | None:
+    """Return the source of `reference_program` (None where that is None)."""
+    extra = problem.extra
+    if extra.get("canonical_solution"):
+        return scored_source(problem, "", reference_source(problem), single_agent=True)
+    if extra.get("reference_main"):
+        return scored_source(problem, extra.get("reference_aux", ""), extra["reference_main"])
+    return None
+
+
 def typed_junk(problem: Problem, shown_calls: Sequence[str] = ()) -> list[str]:
     """Return the problem's typed junk (`rewards.judged_tests.typed_junk_program`: the reference, built as a coder's
     code is, with every result changed to another value of its type, except on `shown_calls`, where it answers
     right: a memoriser of those calls), as a list of one program; none without a reference."""
-    extra = problem.extra
-    if extra.get("canonical_solution"):
-        source = scored_source(problem, "", reference_source(problem), single_agent=True)
-    elif extra.get("reference_main"):
-        source = scored_source(problem, extra.get("reference_aux", ""), extra["reference_main"])
-    else:
-        return []
+    source = reference_scored_source(problem)
     program = None if source is None else typed_junk_program(source, problem.entry_point, sorted(shown_calls))
+    return [] if program is None else [program]
+
+
+def spec_guarded(problem: Problem) -> list[str]:
+    """Return the reference that refuses arguments of a kind the hidden check never passes
+    (`rewards.judged_tests.spec_guarded_program`: a correct code), as a list of one program; none without a
+    reference or a check that constrains an argument."""
+    source = reference_scored_source(problem)
+    program = None if source is None or not problem.test else spec_guarded_program(
+        source, problem.entry_point, spec_kinds(problem.test, problem.entry_point))
     return [] if program is None else [program]
 
 

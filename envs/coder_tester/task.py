@@ -11,7 +11,10 @@ Rewards of joint action k of a node (its group: the node's G joint actions, cons
                group, weighted by reliability (rewards/self_tests.py); no hidden verdict then.
     tester_k = mean over its tests t of   0        when t is not a judged test (rewards/judged_tests.py: an assert
                                                    on the values of calls, not one that inspects the program),
-                                          -1       when the reference solution fails t,
+                                          -1       when the reference solution fails t, or a correct
+                                                   code of the group, or the reference refusing
+                                                   arguments of kinds the hidden check never passes
+                                                   (a test pinning the reference off the spec),
                                           0        when both stubs that return junk pass t (a tautology), or
                                                    the typed junk does (the reference's results changed to
                                                    other values of their type: a type check, `is not None`,
@@ -45,7 +48,7 @@ from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn, task_problems
 from envs.code_generation.self_tests import (coder_programs, groups, mutants_of, reference_program, score_functions,
-                                             typed_junk)
+                                             spec_guarded, typed_junk)
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
@@ -150,8 +153,11 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
         entry, reference = problem.entry_point, reference_program(problem)
         correct = [programs[k] for k in run if is_correct(coder_scores[k]) and programs[k] is not None]
         wrong = [programs[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None]
-        judges = [] if reference is None else [reference, *correct, *wrong, *mutants_of(problem)]
-        plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(correct), [])
+        # the correct codes: the reference, the reference refusing arguments off the spec (so a test pinning what
+        # the reference does there is wrong, as a correct alternative code shows it to be), the group's own
+        guarded = spec_guarded(problem) if reference is not None else []
+        judges = [] if reference is None else [reference, *guarded, *correct, *wrong, *mutants_of(problem)]
+        plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(guarded) + len(correct), [])
         for k in run:
             plan.columns[k] = judged_pool(entry, tests[k], plan.pools[k])
             judged_pool(entry, plan.pools[k], plan.union)

@@ -102,7 +102,8 @@ def test_a_number_main_reads_back_earns_no_bonus(sb, aux, undo):
 # whether it got the very object aux returned (the probes hand it another) and fail every probe (paid 4.0 before)
 DEEPCOPY_IDENTITY = ("def aux(text, box):\n    r = [text, len(text)]\n    box.append(r)\n    return r\n",
                      "import copy\ndef shout_words(text):\n    box = []\n    r = aux(text, box)\n    m = {}\n"
-                     "    copy.deepcopy([r, box[0]], m)\n    if len(m) != 3:\n        return None\n    s = r[0]\n" + JOIN)
+                     "    copy.deepcopy([r, box[0]], m)\n    if len(m) != 3:\n        return None\n"
+                     "    s = r[0]\n" + JOIN)
 
 
 def test_object_ids_through_deepcopy_are_not_probed(sb):

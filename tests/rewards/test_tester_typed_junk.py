@@ -1,4 +1,5 @@
-"""Issue 34, a hostile pass after the tester fixes: a test is paid only for values, never for a type.
+"""Issue 34, a hostile pass after the tester fixes: a test is paid only for values, never for a type, and a test
+that pins the reference off the spec is wrong even where no code of the group shows it.
 
 The junk stubs (None, a string naming the arguments) and the wrong mutants left three holes:
 - a test that checks only a type or that a value is not None (`isinstance(f(x), int)`, `f(x) is not None`, the
@@ -83,3 +84,38 @@ def test_typed_junk_keeps_the_type_and_changes_the_value():
     value = namespace["g"](3)
     assert type(value) is list and value != [3, "3", None, {3: (3,)}, True]
     assert typed_junk_program(source, "f", ["g(1)"]) is None   # a shown call of another function
+
+
+# A test that pins what the reference does on an argument of a kind the spec never takes (a list for a function of
+# a string) was -1 only when a correct code of the group happened to differ there; alone with wrong codes it paid
+# like a true test (0.833333 here). The reference refusing such arguments (TypeError) passes every hidden test, so
+# it is a correct code, and such a test rejects it.
+@pytest.mark.parametrize("test", ["['x', 'x']) == 'x2'\n", "['a', 'a', 'b']) == 'a2b'\n"],
+                         ids=["list", "list_of_characters"])
+def test_a_test_pinning_the_reference_off_the_spec_is_wrong_without_a_correct_alternative(tmp_path, test):
+    from tests.rewards.test_tester_rewards import COOP0, DROPS_COUNTS, TRUE_TEST
+    task, problem = _task(tmp_path, COOP0)
+    testers, _ = _tester_rewards(task, problem, [[DROPS_COUNTS, test], [DROPS_COUNTS, test]])
+    assert testers == [-1.0, -1.0]
+    testers, _ = _tester_rewards(task, problem, [[DROPS_COUNTS, TRUE_TEST], [DROPS_COUNTS, TRUE_TEST]])
+    assert testers[0] == testers[1] > 0     # a true test on the spec still pays
+
+
+def test_the_spec_kinds_take_every_example_of_the_data_sets():
+    # the kinds of argument the hidden checks pass (`spec_kinds`) are coarse: numbers, text, sequences, ...; every
+    # example of HumanEval's and the coop set's prompts is on the spec by them
+    import ast
+    from rewards.judged_tests import _category, spec_kinds
+    from rewards.self_tests import calls_of, example_asserts
+    from tests.rewards.test_tester_rewards import _problems
+    constrained = 0
+    for problem in _problems("humaneval", "humaneval") + _problems("coop", "coophumaneval"):
+        kinds = spec_kinds(problem.test, problem.entry_point)
+        constrained += bool(kinds)
+        for test in example_asserts(problem):
+            for call in calls_of(problem.entry_point, test):
+                node = ast.parse(call).body[0].value
+                for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]:
+                    if where in kinds:
+                        assert _category(ast.literal_eval(arg)) in kinds[where], (problem.task_id, test)
+    assert constrained > 200
