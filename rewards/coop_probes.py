@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
+from types import CodeType
 from typing import Callable, Sequence
 
 from rewards.code_cleaning import PARSE_ERRORS, parse_python
@@ -458,11 +460,40 @@ STAND_IN_CALL_LIMIT = 4096
 STAND_IN_BUDGET = 100_000
 
 
+_WRAPPER_TEXT = _WRAPPER.replace("STAND_IN_CALL_LIMIT", str(STAND_IN_CALL_LIMIT)).replace(
+    "STAND_IN_BUDGET", str(STAND_IN_BUDGET)).replace("KEEP_LIMIT", str(STAND_IN_CALL_LIMIT))
+
+
 def _wrapped(aux_src: str, mode: str, signature: tuple) -> str:
     arguments = ", ".join(repr(x) for x in (WRAPPER_MODES[mode], *signature))
-    wrapper = _WRAPPER.replace("STAND_IN_CALL_LIMIT", str(STAND_IN_CALL_LIMIT)).replace(
-        "STAND_IN_BUDGET", str(STAND_IN_BUDGET)).replace("KEEP_LIMIT", str(STAND_IN_CALL_LIMIT))
-    return aux_src.rstrip("\n") + "\n\n" + wrapper.replace("MODE", arguments)
+    return aux_src.rstrip("\n") + "\n\n" + _WRAPPER_TEXT.replace("MODE", arguments)
+
+
+@lru_cache(maxsize=1)
+def _wrapper_parts() -> tuple[str, str, CodeType, CodeType]:
+    """(the wrapper's def as programs hold it, the same def with `pass` for its body, the code objects of both)."""
+    full = _WRAPPER_TEXT[:_WRAPPER_TEXT.index("\n\naux = _coop_probe_wrap(")]
+    header = full[:full.index("):\n") + 3]
+    stub = header + "    pass\n"
+
+    def code_of(text: str) -> CodeType:
+        module = compile(text, "<coop-probe-wrapper>", "exec", dont_inherit=True)
+        return next(c for c in module.co_consts if isinstance(c, CodeType) and c.co_name == "_coop_probe_wrap")
+    return full, stub, code_of(full), code_of(stub)
+
+
+def compile_program(source: str) -> CodeType:
+    """Compile a program (SyntaxError, ValueError, ... as `compile` raises them). A program that holds the probes'
+    wrapper (verified mode: the scored run and every probe) is compiled with the wrapper's body left out and the
+    wrapper's code, compiled once, put back in: a program costs what it did before the wrapper grew (the
+    wrapper is about 3/4 of a probe program's text). The function made is the same in every run."""
+    full, stub, code, stub_code = _wrapper_parts()
+    if source.count(full) != 1:
+        return compile(source, "<program>", "exec", dont_inherit=True)
+    program = compile(source.replace(full, stub), "<program>", "exec", dont_inherit=True)
+    consts = tuple(code if isinstance(c, CodeType) and c.co_name == "_coop_probe_wrap" and c.co_code ==
+                   stub_code.co_code and c.co_varnames == stub_code.co_varnames else c for c in program.co_consts)
+    return program.replace(co_consts=consts)
 
 
 def scored_aux(aux_src: str, aux: str = "aux") -> str:

@@ -110,3 +110,24 @@ def test_object_ids_through_deepcopy_are_not_probed(sb):
     verified = code_reward(PROBLEM, *DEEPCOPY_IDENTITY, sandbox=sb, timeout_s=2.0, cooperation="verified")
     assert verified.tests_passed == 8 and verified.total == 2.5, verified
     assert verified.coop_check == "not probed: main reads .deepcopy", verified
+
+
+def test_a_program_with_the_wrapper_is_compiled_once_for_all_and_runs_as_its_source():
+    # the wrapper (3/4 of a probe program) is compiled once and linked into each program (`compile_program`):
+    # every mode gives what the program compiled from its source gives
+    from rewards.coop_probes import compile_program, probe_programs, scored_aux
+    aux = "def aux(text, k=2):\n    return (text, len(text) * k)\n"
+    main = "\ndef main(text):\n    return [aux(text), aux(text + 'x'), aux('')]\n"
+    for source in [scored_aux(aux)] + [replacement for _, replacement in probe_programs(aux)]:
+        linked, plain = {}, {}
+        exec(compile_program(source + main), linked)
+        exec(compile(source + main, "<program>", "exec"), plain)
+        try:
+            want = plain["main"]("ab")
+        except RuntimeError:   # the raise probe
+            with pytest.raises(RuntimeError):
+                linked["main"]("ab")
+            continue
+        assert linked["main"]("ab") == want
+    plain_program = "def f():\n    return 1\n"   # no wrapper: compiled as it is
+    assert compile_program(plain_program).co_code == compile(plain_program, "<program>", "exec").co_code
