@@ -29,8 +29,8 @@ COMPANIONS = [
     ("dict_with_a_computed_value", "def aux(text):\n    return {'t': text, 'n': len(text)}\n",
      "    s = aux(text)['t']\n"),
     ("the_text_as_a_dict_key", "def aux(text):\n    return {text: len(text)}\n", "    s = next(iter(aux(text)))\n"),
-    ("computed_prefix_with_a_separator", "def aux(text):\n    return str(len(text)) + '|' + text\n",
-     "    s = aux(text).split('|', 1)[1]\n"),
+    ("computed_prefix_with_a_separator", "def aux(text):\n    return str(len(text)) + ':' + text\n",
+     "    s = aux(text).split(':', 1)[1]\n"),
     ("nested_three_deep", "def aux(text):\n    return [[[text]]]\n", "    s = aux(text)[0][0][0]\n"),
     ("the_text_twice", "def aux(text):\n    return (text, text)\n", "    s = aux(text)[1]\n"),
     ("text_and_its_reversal", "def aux(text):\n    return [text, text[::-1]]\n", "    s = aux(text)[0]\n"),
@@ -46,6 +46,41 @@ COMPANIONS = [
      "    s = ''.join(aux(text).values())\n"),
     ("interleaved_with_a_separator", "def aux(text):\n    return '#'.join(text)\n", "    s = aux(text)[::2]\n"),
 ]
+
+
+# What the probes cannot tell apart (docs/rewards.md): a main that checks what aux hands it against its own
+# computation, or against what aux tells it through a list main handed it (a side channel): both still 4.0
+UNTOLD = [
+    ("companion_checked_by_main", "def aux(text):\n    return (text, len(text))\n",
+     "def shout_words(text):\n    r = aux(text)\n    if r[1] != len(text):\n        return None\n    s = r[0]\n" + JOIN),
+    ("companion_compared_with_a_side_channel",
+     "def aux(text, box):\n    r = (text, len(text) % 3)\n    box.append(r)\n    return r\n",
+     "def shout_words(text):\n    box = []\n    r = aux(text, box)\n    if r != box[0]:\n        return None\n"
+     "    s = r[0]\n" + JOIN),
+]
+# the rows these shapes have in docs/rewards.md's table, after tests/rewards/test_coop_escapes.py's
+DOC_LABELS = {
+    "length_beside_the_text": "aux returns `(text, len(text))`, main takes the text",
+    "dict_with_a_computed_value": "aux returns `{'t': text, 'n': len(text)}`, main takes the text",
+    "the_text_as_a_dict_key": "aux returns `{text: len(text)}`, main takes the key",
+    "computed_prefix_with_a_separator": "aux returns `str(len(text)) + ':' + text`, main splits the text off",
+    "nested_three_deep": "aux returns `[[[text]]]`, main unpacks it",
+    "characters_then_a_length": "aux returns `list(text) + [len(text)]`, main joins all but the last",
+    "code_points": "aux returns `[ord(c) for c in text]`, main maps `chr` back",
+    "utf16_bytes": "aux returns `text.encode('utf-16')`, main decodes it",
+    "numbered_characters": "aux returns `dict(enumerate(text))`, main joins the values",
+    "interleaved_with_a_separator": "aux returns `'#'.join(text)`, main takes every other character",
+    "companion_checked_by_main": "aux returns `(text, len(text))`, main checks the length (not told apart)",
+    "companion_compared_with_a_side_channel":
+        "aux also appends its result to a list main hands it, main compares (not told apart)",
+}
+
+
+def doc_rows() -> list[tuple[str, str, str]]:
+    """(label, aux, main) of the shapes above that docs/rewards.md's table lists."""
+    rows = [(DOC_LABELS[n], aux, "def shout_words(text):\n" + head + JOIN) for n, aux, head in COMPANIONS
+            if n in DOC_LABELS]
+    return rows + [(DOC_LABELS[n], aux, main) for n, aux, main in UNTOLD]
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +166,11 @@ def test_a_program_with_the_wrapper_is_compiled_once_for_all_and_runs_as_its_sou
         assert linked["main"]("ab") == want
     plain_program = "def f():\n    return 1\n"   # no wrapper: compiled as it is
     assert compile_program(plain_program).co_code == compile(plain_program, "<program>", "exec").co_code
+
+
+@pytest.mark.parametrize("name,aux,main", UNTOLD, ids=[u[0] for u in UNTOLD])
+def test_a_main_that_checks_what_aux_hands_it_is_not_told_apart(sb, name, aux, main):
+    # docs/rewards.md, "What the bonus can and cannot tell apart": any probe changes what main gets, and a main
+    # that checks it sees the change; these stay paid (a test that says so, so that the docs stay true)
+    verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert verified.total == 4.0, verified
