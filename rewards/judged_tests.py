@@ -118,8 +118,9 @@ def _junk_wrap(real, shown, type=type, repr=repr, len=len, sorted=sorted, enumer
             return not v
         if t is int or t is complex:
             return v + 1 + salt
-        if t is float:
-            return v + 1.5 + salt if v == v and v - v == 0 else 0.5
+        if t is float:   # a big float absorbs the shift: then its negation (and 0.0 for nan and inf)
+            w = v + 1.5 + salt if v == v and v - v == 0 else 0.5
+            return w if w != v else -v - 1.0
         if t is str:   # nothing of the value kept: `'a' in f(x)` tells it apart
             return "Zq" + str(salt)
         if t is bytes:

@@ -84,6 +84,9 @@ def test_typed_junk_keeps_the_type_and_changes_the_value():
     value = namespace["g"](3)
     assert type(value) is list and value != [3, "3", None, {3: (3,)}, True]
     assert typed_junk_program(source, "f", ["g(1)"]) is None   # a shown call of another function
+    exec(typed_junk_program("def h(x):\n    return x\n", "h"), namespace)
+    for value in (1e20, 0.0, float("inf"), None, "", [], {}, (), b"", True):   # a big float absorbs a shift
+        assert namespace["h"](value) != value, value
 
 
 # A test that pins what the reference does on an argument of a kind the spec never takes (a list for a function of
