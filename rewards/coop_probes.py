@@ -170,8 +170,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                 values.append(kwdefaults[name])
         return values
 
-    def views(a):
-        # the value itself and what structure-only transforms make of it: reversed, re-typed, negated
+    def views(a, inner=False):
+        # the value itself and what structure-only transforms make of it: reversed, re-typed, negated (`inner`:
+        # of a view, where the other codecs and the numbering are left out, for their cost)
         out = [("id", a)]
         t = type(a)
         if t in SEQ and len(a) <= 4096:
@@ -182,27 +183,37 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                     out.append(("int", int(a)))
                 if len(a) <= 1024:   # re-encodings a main decodes back: code points, another codec's bytes
                     out += [("code points", [ord(c) for c in a]),
-                            ("utf-8 bytes", list(a.encode("utf-8", "surrogatepass"))),
-                            ("utf-16", a.encode("utf-16", "surrogatepass")),
-                            ("utf-32", a.encode("utf-32", "surrogatepass"))]
+                            ("utf-8 bytes", list(a.encode("utf-8", "surrogatepass")))]
+                    if not inner:
+                        out += [("utf-16", a.encode("utf-16", "surrogatepass")),
+                                ("utf-32", a.encode("utf-32", "surrogatepass"))]
             elif t is bytes:
                 out += [("decoded", a.decode("latin-1")), ("list", list(a))]
             else:
                 out += [("list", list(a)), ("tuple", tuple(a))]
                 if all(type(x) is str for x in a):
                     out.append(("joined", "".join(a)))
-            if len(a) <= 1024:   # numbered: (index, item) pairs, or a dict by index
+            if len(a) <= 1024 and not inner:   # numbered: (index, item) pairs, or a dict by index
                 out += [("enumerated", list(enumerate(a))), ("indexed", dict(enumerate(a)))]
         elif t in NUM:
             out += [("str", str(a)), ("negated", -a)]
         return out
 
-    def recipes(r, a, depth=0):
-        # how r is built from a by structure only: (free recipes, fitted recipes); a fitted recipe holds
-        # constants (an affix, a shift, a factor, the other items of a container)
+    def all_views(a):
+        # `views`, and for a small argument the views of those: two transforms at once (`str(n)[::-1]`, the
+        # code points reversed, `list(text.encode())` reversed)
+        out = views(a)
+        t = type(a)
+        if t in NUM or (t in SEQ and len(a) <= 32):
+            out = out + [(name + "/" + inner, w) for name, v in out[1:] for inner, w in views(v, True)[1:]]
+        return out
+
+    def recipes(r, vs, depth=0):
+        # how r is built from an argument by structure only (`vs`: its `all_views`): (free recipes, fitted
+        # recipes); a fitted recipe holds constants (an affix, a shift, a factor, the other items of a container)
         free, fit = set(), set()
         tr = type(r)
-        for name, v in views(a):
+        for name, v in vs:
             tv = type(v)
             if same(r, v):
                 free.add((name,))
@@ -233,29 +244,31 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
         if (tr is list or tr is tuple) and 0 < len(r) <= 8 and depth < 2:
             # an item built from a (nested up to twice), the other items constant
             for i, x in enumerate(r):
-                inner_free, inner_fit = recipes(x, a, depth + 1)
+                inner_free, inner_fit = recipes(x, vs, depth + 1)
                 rest = key(r[:i] + r[i + 1:])
                 for inner in inner_free:
                     (free if len(r) == 1 else fit).add(("item", tr, len(r), i, inner, rest))
                 for inner in inner_fit:
                     fit.add(("item", tr, len(r), i, inner, rest))
         if tr in NUM:
-            for name, v in views(a):   # a number shifted or scaled by a constant (a itself, or negated: ~a)
+            for name, v in vs:   # a number shifted or scaled by a constant (a itself, or negated: ~a)
                 if type(v) in NUM:
                     fit.add((name, "shift", key(r - v)))
                     if type(v) is int and tr is int and v and not r % v and r // v not in (0, 1):
                         fit.add((name, "scale", r // v))
-                    if type(v) is int and tr is int:   # both at once, a small factor: 2 * n + 1
+                    if type(v) is int and tr is int:   # both at once, a small factor (2 * n + 1), or bits flipped
+                        fit.add((name, "xor", r ^ v))
                         for k in AFFINE:
                             fit.add((name, "affine", k, r - k * v))
         return free, fit
 
-    def derived(value, values):
+    def derived(value, vlists):
         # True when aux's result is one of its arguments under a structure-only transform (free), or under a
-        # fitted one that every derived call so far shares (the same affix, shift, factor, other items)
+        # fitted one that every derived call so far shares (the same affix, shift, factor, other items);
+        # `vlists`: each argument's `all_views`
         free, fit = set(), set()
-        for j, a in enumerate(values):   # a fitted recipe is one of argument j: the same argument on every call
-            f, g = recipes(value, a)
+        for j, vs in enumerate(vlists):   # a fitted recipe is one of argument j: the same argument on every call
+            f, g = recipes(value, vs)
             free |= f
             fit |= {(j,) + recipe for recipe in g}
         if free:
@@ -271,11 +284,11 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             return True
         return False
 
-    def by_type(values):
-        # the views of every argument (`views`), by their type
+    def by_type(vlists):
+        # the views of every argument (`vlists`: their `all_views`), by their type
         out = {}
-        for a in values:
-            for _, v in views(a):
+        for vs in vlists:
+            for _, v in vs:
                 t = type(v)
                 if t in PLAIN:
                     out.setdefault(t, []).append(v)
@@ -379,10 +392,11 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             pass
         try:
             values = arguments(args, kwargs)
-            if not derived(value, values):
+            vlists = [all_views(a) for a in values]
+            if not derived(value, vlists):
                 # the parts of the result that are arguments (under a free transform) kept, the rest changed;
                 # with no such part, aux's first argument
-                stand_in, kept = keep(value, by_type(values), [KEEP_LIMIT])
+                stand_in, kept = keep(value, by_type(vlists), [KEEP_LIMIT])
                 if not kept:
                     stand_in = values[0] if values else other(value)
                 # where the stand-in equals aux's own result, main gets aux's own object

@@ -8,7 +8,8 @@ derived", the first argument then broke main's unpacking, and the pair was paid 
 nothing. Now the derived probe keeps every part of the result that is an argument (under a free transform) and
 changes the rest: main that only reads the argument back passes its tests as in the scored run, and is refused.
 Re-encodings a main decodes (code points, another codec, numbered items, a separator between the characters) are
-views of the argument too. Each shape here was paid 4.0 in verified mode before.
+views of the argument too, and so are two transforms at once for a small argument (the reversal's characters).
+Each shape here was paid 4.0 in verified mode before.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ COMPANIONS = [
     ("numbered_characters", "def aux(text):\n    return dict(enumerate(text))\n",
      "    s = ''.join(aux(text).values())\n"),
     ("interleaved_with_a_separator", "def aux(text):\n    return '#'.join(text)\n", "    s = aux(text)[::2]\n"),
+    # two transforms at once
+    ("characters_of_the_reversal", "def aux(text):\n    return tuple(text[::-1])\n",
+     "    s = ''.join(aux(text))[::-1]\n"),
+    ("code_points_reversed", "def aux(text):\n    return [ord(c) for c in text[::-1]]\n",
+     "    s = ''.join(map(chr, aux(text)))[::-1]\n"),
+    ("utf8_bytes_reversed", "def aux(text):\n    return list(text.encode())[::-1]\n",
+     "    s = bytes(aux(text)[::-1]).decode()\n"),
 ]
 
 
@@ -124,7 +132,8 @@ def test_work_beside_the_argument_keeps_the_bonus(sb, name, aux, head):
     ("def aux(n):\n    return 7 - 3 * n\n", "(7 - aux(n)) // 3"),
     ("def aux(n):\n    return (n, n * n)\n", "aux(n)[0]"),
     ("def aux(n):\n    return str(n) + ':' + str(n * 3)\n", "int(aux(n).split(':')[0])"),
-], ids=["affine", "affine_negative", "pair_with_its_square", "text_with_a_computed_suffix"])
+    ("def aux(n):\n    return n ^ 5\n", "aux(n) ^ 5"),
+], ids=["affine", "affine_negative", "pair_with_its_square", "text_with_a_computed_suffix", "bits_flipped"])
 def test_a_number_main_reads_back_earns_no_bonus(sb, aux, undo):
     from tests.rewards.test_coop_escapes import NUMERIC
     main = f"def count_up(n):\n    m = {undo}\n    return m * (m + 1) // 2\n"
