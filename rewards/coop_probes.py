@@ -341,8 +341,8 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             return other(r), False
         if t is dict:   # keys stay (a key that is an argument counts as kept), values are kept or changed
             parts = {k: keep(x, vs, left, depth + 1) for k, x in r.items()}
-            if any([k for _, k in parts.values()]) or any([any([same(k, v) for v in vs.get(type(k), ())])
-                                                          for k in r]):
+            if any([k for _, k in parts.values()]) or len(r) <= 64 and any(
+                    [any([same(k, v) for v in vs.get(type(k), ())]) for k in r]):
                 return {k: x for k, (x, _) in parts.items()}, True
             return other(r), False
         if t is set or t is frozenset:
