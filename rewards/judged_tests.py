@@ -172,6 +172,70 @@ def typed_junk_program(correct_source: str, entry_point: str, shown_calls: Seque
         "SHOWN", ", ".join(keys))
 
 
+# Appended to a wrong code: each top-level call of its entry point runs the reference too (in a namespace of its
+# own), and a result of another kind than the reference's (None for a number, a string for a list, a list of
+# strings for a list of numbers) raises instead of returning: such a result is caught by a type check, `is not
+# None` or a guarded tautology, as a code that raises is caught by any call, so it is no catch on its values.
+_TYPED_TWIN = '''
+
+import builtins as _twin_builtins
+import copy as _twin_copy
+_twin_reference = {"__name__": "_twin_reference"}
+_twin_builtins.exec(_twin_builtins.compile(REFERENCE, "<reference>", "exec"), _twin_reference)
+
+
+def _twin_wrap(real, reference, B=_twin_builtins):
+    # the builtins by their module (the wrong code's imports may rebind their names here)
+    type, len, next, iter, BaseException = B.type, B.len, B.next, B.iter, B.BaseException
+    bool, int, float, complex, str, bytes = B.bool, B.int, B.float, B.complex, B.str, B.bytes
+    list, tuple, set, frozenset, dict = B.list, B.tuple, B.set, B.frozenset, B.dict
+    KindError = B.type("KindError", (B.Exception,), {})
+    depth = [0]
+    kinds = {bool: "bool", int: "number", float: "number", complex: "number", str: "str", bytes: "bytes",
+             list: "sequence", tuple: "sequence", set: "set", frozenset: "set", dict: "dict", type(None): "none"}
+
+    def alike(a, b, d=0):
+        # of one kind, and so are their first items (keys and values), three levels down
+        ka, kb = kinds.get(type(a), "other"), kinds.get(type(b), "other")
+        if ka != kb:
+            return False
+        if d > 2 or ka not in ("sequence", "set", "dict") or not len(a) or not len(b):
+            return True
+        if ka == "dict":
+            (x, y), (u, v) = next(iter(a.items())), next(iter(b.items()))
+            return alike(x, u, d + 1) and alike(y, v, d + 1)
+        return alike(next(iter(a)), next(iter(b)), d + 1)
+
+    def entry(*args, **kwargs):
+        if depth[0]:
+            return real(*args, **kwargs)
+        try:
+            want = reference(*_twin_copy.deepcopy(args), **_twin_copy.deepcopy(kwargs))
+        except BaseException:
+            want = ()   # the reference raises here: no kind to hold the result to
+        depth[0] += 1
+        try:
+            value = real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+        if want != () and not alike(value, want):
+            raise KindError("a result of another kind than a correct code's")
+        return value
+    return entry
+
+
+ENTRY = _twin_wrap(ENTRY, _twin_reference[ENTRY_NAME])
+'''
+
+
+def typed_twin_program(wrong_source: str, correct_source: str, entry_point: str) -> str:
+    """Return `wrong_source` with its entry point raising where its result is of another kind than the correct
+    program's on the same call (`_TYPED_TWIN`): a test then rejects it on its values only for a wrong value of the
+    right kind (for None, a test that checks only `is not None` or a type rejects it as well: no catch)."""
+    twin = _TYPED_TWIN.replace("ENTRY_NAME", repr(entry_point)).replace("ENTRY", entry_point)
+    return wrong_source.rstrip("\n") + "\n" + twin.replace("REFERENCE", repr(correct_source))
+
+
 def _category(value: object) -> str:
     """The kind of an argument, as coarse as a spec is: numbers are one kind, lists and tuples another."""
     for kinds, name in (((bool, int, float, complex), "number"), ((str,), "str"), ((bytes, bytearray), "bytes"),

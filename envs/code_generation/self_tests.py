@@ -29,7 +29,8 @@ from cooprl.task import Score, node_groups as groups   # one node's joint action
 from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.task import score_code_pairs
 from rewards.code_rewards import hidden_tests_suite, scored_program, scored_source
-from rewards.judged_tests import judged_suite, spec_guarded_program, spec_kinds, stub_programs, typed_junk_program
+from rewards.judged_tests import (judged_suite, spec_guarded_program, spec_kinds, stub_programs, typed_junk_program,
+                                  typed_twin_program)
 from rewards.problem import Problem
 from rewards.mutants import wrong_mutants
 from rewards.sandbox import TestSuite, default_sandbox
@@ -43,6 +44,11 @@ def coder_programs(items: Sequence[Problem], codes: Sequence[str]) -> list[str |
     """Return the program the hidden-test reward runs for each single-agent code (cleaned; None when its scoring
     stops before the tests): what every other judge of the code runs too."""
     return [scored_program(problem, "", code, single_agent=True) for problem, code in zip(items, codes)]
+
+
+def coder_sources(items: Sequence[Problem], codes: Sequence[str]) -> list[str | None]:
+    """Return the source of each `coder_programs` program (None where that is None)."""
+    return [scored_source(problem, "", code, single_agent=True) for problem, code in zip(items, codes)]
 
 
 def reference_program(problem: Problem) -> str | CodeType | None:
@@ -73,6 +79,16 @@ def typed_junk(problem: Problem, shown_calls: Sequence[str] = ()) -> list[str]:
     source = reference_scored_source(problem)
     program = None if source is None else typed_junk_program(source, problem.entry_point, sorted(shown_calls))
     return [] if program is None else [program]
+
+
+def typed_twins(problem: Problem, wrong_sources: Sequence[str]) -> list[str]:
+    """Return each wrong code (source) as its typed twin (`rewards.judged_tests.typed_twin_program`: a result of
+    another kind than the reference's raises, so that no test is paid for catching it with a type check); the
+    codes as they are without a reference."""
+    source = reference_scored_source(problem)
+    if source is None:
+        return list(wrong_sources)
+    return [typed_twin_program(wrong, source, problem.entry_point) for wrong in wrong_sources]
 
 
 def spec_guarded(problem: Problem) -> list[str]:

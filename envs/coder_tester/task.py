@@ -47,8 +47,8 @@ from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn, task_problems
-from envs.code_generation.self_tests import (coder_programs, groups, mutants_of, reference_program, score_functions,
-                                             spec_guarded, typed_junk)
+from envs.code_generation.self_tests import (coder_programs, coder_sources, groups, mutants_of, reference_program,
+                                             score_functions, spec_guarded, typed_junk, typed_twins)
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
@@ -147,16 +147,18 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
     coder's code as the cleaned program it is scored on, in a process of its own per tester (one tester's slow
     test never skips another's); the junk stubs, pure and instant, run once per group on all its testers' tests.
     Every run of the batch goes in one sandbox batch."""
-    programs, plans, jobs = coder_programs(items, codes), [], []
+    programs, sources, plans, jobs = coder_programs(items, codes), coder_sources(items, codes), [], []
     for run in groups(items):
         problem = items[run.start]
         entry, reference = problem.entry_point, reference_program(problem)
         correct = [programs[k] for k in run if is_correct(coder_scores[k]) and programs[k] is not None]
-        wrong = [programs[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None]
         # the correct codes: the reference, the reference refusing arguments off the spec (so a test pinning what
-        # the reference does there is wrong, as a correct alternative code shows it to be), the group's own
+        # the reference does there is wrong, as a correct alternative code shows it to be), the group's own; the
+        # wrong ones as typed twins (a result of another kind than the reference's is caught by a type check:
+        # no test is paid for it)
         guarded = spec_guarded(problem) if reference is not None else []
-        judges = [] if reference is None else [reference, *guarded, *correct, *wrong, *mutants_of(problem)]
+        judges = [] if reference is None else [reference, *guarded, *correct, *typed_twins(problem, [
+            sources[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None] + mutants_of(problem))]
         plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(guarded) + len(correct), [])
         for k in run:
             plan.columns[k] = judged_pool(entry, tests[k], plan.pools[k])

@@ -10,7 +10,9 @@ The junk stubs (None, a string naming the arguments) and the wrong mutants left 
   pool, and a lookup table of the examples scored above a code that fails them (1.35 against 1.25).
 Now the reference with every result changed to another value of its type, by an amount that depends on the call's
 arguments (`rewards.judged_tests.typed_junk_program`), is junk too: a test it passes pays nothing and leaves the
-self-tests pool; in `self_tests` it answers the prompt's examples right (a memoriser).
+self-tests pool; in `self_tests` it answers the prompt's examples right (a memoriser). And a wrong code is judged
+as its typed twin (`typed_twin_program`): a result of another kind than the reference's raises, so no test is
+paid for catching it (a None check beside a range check rejected the typed junk and still caught a None).
 """
 
 from __future__ import annotations
@@ -42,11 +44,27 @@ def test_a_test_of_the_type_only_is_paid_nothing(tmp_path, test):
         assert testers == [0.0, 0.0], (wrong, test)   # was 0.5 for the None code (and the text code, with int)
 
 
-def test_a_true_test_still_catches_a_code_that_returns_another_type(tmp_path):
+# ... nor a range check beside it, which the typed junk fails (its numbers are shifted far, its strings marked):
+# a wrong code's result of another kind than the reference's raises in its typed twin (`typed_twin_program`), as
+# it is caught by any type check, so it is no catch on its values
+GUARDS = ["-1, 1) != None and add(-1, 1) < 100\n", "-1, 1) != None and -100 < add(-1, 1) < 100\n"]
+
+
+@pytest.mark.parametrize("test", GUARDS, ids=["below", "between"])
+def test_a_none_check_beside_a_range_check_is_paid_nothing(tmp_path, test):
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, test], [NONE_ON_NEGATIVE, test]])
+    assert testers == [0.0, 0.0]   # was 0.5
+
+
+def test_a_true_test_is_paid_for_wrong_values_of_the_right_kind(tmp_path):
     task, problem = _task(tmp_path, HUMANEVAL_LIKE)
     for wrong in (NONE_ON_NEGATIVE, TEXT_ON_NEGATIVE):
         testers, _ = _tester_rewards(task, problem, [[RIGHT, "-1, 1) == 0\n"], [wrong, "-1, 1) == 0\n"]])
-        assert testers == [1.0, 1.0]   # the group's wrong code and the mutant a - b
+        assert testers == [0.5, 0.5]   # the mutant a - b; the group's code (None, '0') any type check catches
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, "-1, 1) == 0\n"], ["    return abs(a) + b\n",
+                                                                             "-1, 1) == 0\n"]])
+    assert testers == [1.0, 1.0]   # a wrong number: caught on its value
     # comparing two different calls is still a test: the typed junk's values depend on the arguments
     testers, _ = _tester_rewards(task, problem, [[RIGHT, "1, 2) == add(2, 1)\n"],
                                                  ["    return a + b if a < 2 else a - b\n", "1, 2) == 3\n"]])
