@@ -44,7 +44,7 @@ from typing import Any, Mapping, Sequence
 from rewards.problem import Problem
 from rewards.code_cleaning import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completion, cooperation, parse_python,
                                    prompt_helpers, prompt_imports)
-from rewards.coop_probes import MODES as COOPERATION_MODES, scored_aux, verify as verify_cooperation
+from rewards.coop_probes import MODES as COOPERATION_MODES, compile_program, scored_aux, verify as verify_cooperation
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
 AUX_NAME = "aux"
@@ -177,7 +177,7 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     # when it succeeds (the helpers are whole statements of a prompt that parses), and the sandbox then runs
     # this code object as is: one compile instead of a parse here and a compile in the worker.
     try:
-        program: str | CodeType = compile(source, "<program>", "exec", dont_inherit=True)
+        program: str | CodeType = compile_program(source)
     except PARSE_ERRORS:
         program = source
     if isinstance(program, str):
@@ -297,8 +297,12 @@ def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: 
     """run(aux source) -> the test verdicts of the pair's program with aux's source replaced (verified mode),
     each run within `budget_s` seconds in all (tests past it count as timed out)."""
     def run(aux_function: str) -> list[bool]:
-        report = sb.run_detailed(prep.assemble(aux_function), prep.suite, timeout_s, max_timeouts,
-                                 total_s=budget_s)
+        source = prep.assemble(aux_function)
+        try:
+            program: str | CodeType = compile_program(source)
+        except PARSE_ERRORS:   # the sandbox reports why it does not load
+            program = source
+        report = sb.run_detailed(program, prep.suite, timeout_s, max_timeouts, total_s=budget_s)
         return [] if report.error else [o.passed for o in report.outcomes]
     return run
 
@@ -311,3 +315,12 @@ def scored_program(problem: Problem | Mapping[str, Any], aux: str, main: str, *,
     return value, a syntax error). What other judges of a coder's code (a tester's tests) must run too."""
     prep = _prepare(problem, aux, main, single_agent)
     return None if prep.done is not None else prep.program
+
+
+def scored_source(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False
+                  ) -> str | None:
+    """Return the source of the program `scored_program` returns (None where that is None): what a judge that
+    adds code to a correct program (`rewards.judged_tests.typed_junk_program`) builds on."""
+    prep = _prepare(problem, aux, main, single_agent)
+    return None if prep.done is not None else prep.assemble(prep.aux_src)
+

@@ -54,7 +54,10 @@ SAFE_MODULES = frozenset({
 DENIED = frozenset({
     "format", "format_map", "Formatter", "get_field", "vformat", "get_value", "attrgetter", "methodcaller",
     "get_type_hints", "ForwardRef", "singledispatch", "singledispatchmethod", "register", "mro", "now", "today",
-    "utcnow", "with_traceback", "NamedTuple", "TypedDict", "cast", "call", "update_wrapper", "wraps"})
+    "utcnow", "with_traceback", "NamedTuple", "TypedDict", "cast", "call", "update_wrapper", "wraps",
+    # its memo maps each object's id to its copy: `id` by another name, which tells whether main got the very object
+    # aux returned (the probes hand main another)
+    "deepcopy"})
 # Builtins of plain computation (exceptions are added below).
 _PURE_BUILTINS = {
     "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "complex", "dict",

@@ -12,7 +12,10 @@ the program could write:
 2. derived: aux runs; wherever its result is one of its arguments (any parameter, each element of `*args`, each
    value of `**kwargs`, the defaults a call leaves out) under a structure-only transform (`derived` in
    `_WRAPPER`: the argument itself, reversed, re-typed, negated, repeated, an item of a tuple, list or dict,
-   with a constant affix, shift or integer factor that is the same on every call), main gets aux's own result;
+   with a constant affix, shift, integer factor or small affine map that is the same on every call; re-encoded
+   as code points, bytes or numbered items), main gets aux's own result; where a part of it is such an argument
+   (an item, a dict value or key, a substring: `keep` in `_WRAPPER`), main gets it with those parts kept and the
+   rest changed;
    elsewhere main gets aux's first argument. Some test that passed must fail: aux's results are not its
    arguments in a form main just undoes (aux's side effects still happen, so a side channel from aux to main
    does not count as a result).
@@ -41,6 +44,8 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
+from types import CodeType
 from typing import Callable, Sequence
 
 from rewards.code_cleaning import PARSE_ERRORS, parse_python
@@ -55,13 +60,15 @@ MODES = ("seed", "verified")
 # inside the sandboxed child; it decides nothing: the verdicts of the tests do.
 _WRAPPER = '''
 def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, reversed=reversed, tuple=tuple,
-                     list=list, all=all, zip=zip, next=next, iter=iter, float=float, bool=bool, int=int, str=str,
-                     bytes=bytes, dict=dict, set=set, frozenset=frozenset, complex=complex, enumerate=enumerate,
-                     getattr=getattr, ValueError=ValueError, BaseException=BaseException):
+                     list=list, all=all, any=any, zip=zip, next=next, iter=iter, float=float, bool=bool, int=int,
+                     str=str, bytes=bytes, dict=dict, set=set, frozenset=frozenset, complex=complex,
+                     enumerate=enumerate, range=range, ord=ord, chr=chr, getattr=getattr, ValueError=ValueError,
+                     BaseException=BaseException):
     # the builtins it uses are bound here, when the program loads
     first = []        # aux's first result, copied (the constant probe's stand-in)
     fitted = []       # the fitted recipes every derived call so far shares (`derived`)
     PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, type(None))
+    AFFINE = [k for k in range(-16, 17) if k not in (0, 1)]   # the factors of an affine recipe (1 is a shift)
     SEQ = (str, bytes, list, tuple)
     NUM = (int, float)
 
@@ -163,8 +170,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                 values.append(kwdefaults[name])
         return values
 
-    def views(a):
-        # the value itself and what structure-only transforms make of it: reversed, re-typed, negated
+    def views(a, inner=False):
+        # the value itself and what structure-only transforms make of it: reversed, re-typed, negated (`inner`:
+        # of a view, where the other codecs and the numbering are left out, for their cost)
         out = [("id", a)]
         t = type(a)
         if t in SEQ and len(a) <= 4096:
@@ -173,22 +181,39 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                 out += [("list", list(a)), ("tuple", tuple(a)), ("encoded", a.encode("utf-8", "surrogatepass"))]
                 if 0 < len(a) <= 40 and a.strip().lstrip("+-").isdigit():
                     out.append(("int", int(a)))
+                if len(a) <= 1024:   # re-encodings a main decodes back: code points, another codec's bytes
+                    out += [("code points", [ord(c) for c in a]),
+                            ("utf-8 bytes", list(a.encode("utf-8", "surrogatepass")))]
+                    if not inner:
+                        out += [("utf-16", a.encode("utf-16", "surrogatepass")),
+                                ("utf-32", a.encode("utf-32", "surrogatepass"))]
             elif t is bytes:
-                out.append(("decoded", a.decode("latin-1")))
+                out += [("decoded", a.decode("latin-1")), ("list", list(a))]
             else:
                 out += [("list", list(a)), ("tuple", tuple(a))]
                 if all(type(x) is str for x in a):
                     out.append(("joined", "".join(a)))
+            if len(a) <= 1024 and not inner:   # numbered: (index, item) pairs, or a dict by index
+                out += [("enumerated", list(enumerate(a))), ("indexed", dict(enumerate(a)))]
         elif t in NUM:
             out += [("str", str(a)), ("negated", -a)]
         return out
 
-    def recipes(r, a, depth=0):
-        # how r is built from a by structure only: (free recipes, fitted recipes); a fitted recipe holds
-        # constants (an affix, a shift, a factor, the other items of a container)
+    def all_views(a):
+        # `views`, and for a small argument the views of those: two transforms at once (`str(n)[::-1]`, the
+        # code points reversed, `list(text.encode())` reversed)
+        out = views(a)
+        t = type(a)
+        if t in NUM or (t in SEQ and len(a) <= 32):
+            out = out + [(name + "/" + inner, w) for name, v in out[1:] for inner, w in views(v, True)[1:]]
+        return out
+
+    def recipes(r, vs, depth=0):
+        # how r is built from an argument by structure only (`vs`: its `all_views`): (free recipes, fitted
+        # recipes); a fitted recipe holds constants (an affix, a shift, a factor, the other items of a container)
         free, fit = set(), set()
         tr = type(r)
-        for name, v in views(a):
+        for name, v in vs:
             tv = type(v)
             if same(r, v):
                 free.add((name,))
@@ -199,6 +224,11 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                     i = r.find(v)
                     if i >= 0:
                         fit.add((name, "affix", r[:i], r[i + len(v):]))
+                    n = len(v) - 1   # v's items joined by a separator (`'#'.join(text)`)
+                    if n and not (len(r) - len(v)) % n:
+                        sep = r[1:1 + (len(r) - len(v)) // n]
+                        if sep.join(v[i:i + 1] for i in range(len(v))) == r:
+                            fit.add((name, "joined", sep))
                 elif same(r[:len(v)], v):
                     fit.add((name, "affix", (), key(r[len(v):])))
                 elif same(r[len(r) - len(v):], v):
@@ -214,26 +244,31 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
         if (tr is list or tr is tuple) and 0 < len(r) <= 8 and depth < 2:
             # an item built from a (nested up to twice), the other items constant
             for i, x in enumerate(r):
-                inner_free, inner_fit = recipes(x, a, depth + 1)
+                inner_free, inner_fit = recipes(x, vs, depth + 1)
                 rest = key(r[:i] + r[i + 1:])
                 for inner in inner_free:
                     (free if len(r) == 1 else fit).add(("item", tr, len(r), i, inner, rest))
                 for inner in inner_fit:
                     fit.add(("item", tr, len(r), i, inner, rest))
         if tr in NUM:
-            for name, v in views(a):   # a number shifted or scaled by a constant (a itself, or negated: ~a)
+            for name, v in vs:   # a number shifted or scaled by a constant (a itself, or negated: ~a)
                 if type(v) in NUM:
                     fit.add((name, "shift", key(r - v)))
                     if type(v) is int and tr is int and v and not r % v and r // v not in (0, 1):
                         fit.add((name, "scale", r // v))
+                    if type(v) is int and tr is int:   # both at once, a small factor (2 * n + 1), or bits flipped
+                        fit.add((name, "xor", r ^ v))
+                        for k in AFFINE:
+                            fit.add((name, "affine", k, r - k * v))
         return free, fit
 
-    def derived(value, values):
+    def derived(value, vlists):
         # True when aux's result is one of its arguments under a structure-only transform (free), or under a
-        # fitted one that every derived call so far shares (the same affix, shift, factor, other items)
+        # fitted one that every derived call so far shares (the same affix, shift, factor, other items);
+        # `vlists`: each argument's `all_views`
         free, fit = set(), set()
-        for j, a in enumerate(values):   # a fitted recipe is one of argument j: the same argument on every call
-            f, g = recipes(value, a)
+        for j, vs in enumerate(vlists):   # a fitted recipe is one of argument j: the same argument on every call
+            f, g = recipes(value, vs)
             free |= f
             fit |= {(j,) + recipe for recipe in g}
         if free:
@@ -248,6 +283,74 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             fitted[0] = common
             return True
         return False
+
+    def by_type(vlists):
+        # the views of every argument (`vlists`: their `all_views`), by their type
+        out = {}
+        for vs in vlists:
+            for _, v in vs:
+                t = type(v)
+                if t in PLAIN:
+                    out.setdefault(t, []).append(v)
+        return out
+
+    def swap(c):
+        # a letter or digit (its code) changed, anything else kept
+        if 48 <= c <= 57:
+            return 48 + (c - 43) % 10
+        if 65 <= c <= 90 or 97 <= c <= 122:
+            return c + 13 if (c & 31) <= 13 else c - 13
+        return c
+
+    def scramble(s):
+        # a string's (or bytes') letters and digits changed one by one: the separators a main parses stay
+        if type(s) is bytes:
+            return bytes([swap(c) for c in s])
+        return "".join([chr(swap(ord(c))) for c in s])
+
+    def keep(r, vs, left, depth=0):
+        # r with every part that is one of aux's arguments under a free transform (`vs`, by type) kept, and every
+        # other part changed (`other`; the text around an argument inside a string `scramble`d): (the stand-in,
+        # whether some part was kept). A main that reads its argument back out of aux's result (an item of a
+        # tuple beside a companion, a string with a computed prefix) then still passes its tests
+        left[0] -= 1
+        if left[0] < 0 or depth > 50:
+            raise ValueError
+        t = type(r)
+        for v in vs.get(t, ()):
+            if same(r, v):
+                return r, True
+        if t is str or t is bytes:
+            for v in vs.get(t, ()):   # a single character only at either end: inside, it is a coincidence
+                i = r.find(v) if len(v) > 1 else (0 if r[:1] == v else len(r) - 1 if r[-1:] == v else -1)
+                if i >= 0 and len(v):
+                    return scramble(r[:i]) + v + scramble(r[i + len(v):]), True
+            if not all(vs.get(t, (1,))):   # an empty argument: what aux made of nothing, scrambled
+                return scramble(r), True
+            return other(r), False
+        if t is list or t is tuple:
+            for v in vs.get(t, ()):   # the argument's items as a run at either end
+                n = len(v)
+                if 0 < n < len(r) and same(r[:n], v):
+                    return v + t([other(x) for x in r[n:]]), True
+                if 0 < n < len(r) and same(r[len(r) - n:], v):
+                    return t([other(x) for x in r[:len(r) - n]]) + v, True
+            parts = [keep(x, vs, left, depth + 1) for x in r]
+            if any([k for _, k in parts]):
+                return t([x for x, _ in parts]), True
+            return other(r), False
+        if t is dict:   # keys stay (a key that is an argument counts as kept), values are kept or changed
+            parts = {k: keep(x, vs, left, depth + 1) for k, x in r.items()}
+            if any([k for _, k in parts.values()]) or len(r) <= 64 and any(
+                    [any([same(k, v) for v in vs.get(type(k), ())]) for k in r]):
+                return {k: x for k, (x, _) in parts.items()}, True
+            return other(r), False
+        if t is set or t is frozenset:
+            parts = [keep(x, vs, left, depth + 1) for x in r]
+            if any([k for _, k in parts]):
+                return t([x for x, _ in parts]), True
+            return other(r), False
+        return other(r), False
 
     def size(v, limit):
         # the nodes of plain data v (a string counts one per 64 characters), counted up to limit + 1
@@ -289,8 +392,13 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             pass
         try:
             values = arguments(args, kwargs)
-            if not derived(value, values):
-                stand_in = values[0] if values else other(value)
+            vlists = [all_views(a) for a in values]
+            if not derived(value, vlists):
+                # the parts of the result that are arguments (under a free transform) kept, the rest changed;
+                # with no such part, aux's first argument
+                stand_in, kept = keep(value, by_type(vlists), [KEEP_LIMIT])
+                if not kept:
+                    stand_in = values[0] if values else other(value)
                 # where the stand-in equals aux's own result, main gets aux's own object
                 out[3] = value if same(value, stand_in) else stand_in
         except BaseException:
@@ -366,11 +474,40 @@ STAND_IN_CALL_LIMIT = 4096
 STAND_IN_BUDGET = 100_000
 
 
+_WRAPPER_TEXT = _WRAPPER.replace("STAND_IN_CALL_LIMIT", str(STAND_IN_CALL_LIMIT)).replace(
+    "STAND_IN_BUDGET", str(STAND_IN_BUDGET)).replace("KEEP_LIMIT", str(STAND_IN_CALL_LIMIT))
+
+
 def _wrapped(aux_src: str, mode: str, signature: tuple) -> str:
     arguments = ", ".join(repr(x) for x in (WRAPPER_MODES[mode], *signature))
-    wrapper = _WRAPPER.replace("STAND_IN_CALL_LIMIT", str(STAND_IN_CALL_LIMIT)).replace(
-        "STAND_IN_BUDGET", str(STAND_IN_BUDGET))
-    return aux_src.rstrip("\n") + "\n\n" + wrapper.replace("MODE", arguments)
+    return aux_src.rstrip("\n") + "\n\n" + _WRAPPER_TEXT.replace("MODE", arguments)
+
+
+@lru_cache(maxsize=1)
+def _wrapper_parts() -> tuple[str, str, CodeType, CodeType]:
+    """(the wrapper's def as programs hold it, the same def with `pass` for its body, the code objects of both)."""
+    full = _WRAPPER_TEXT[:_WRAPPER_TEXT.index("\n\naux = _coop_probe_wrap(")]
+    header = full[:full.index("):\n") + 3]
+    stub = header + "    pass\n"
+
+    def code_of(text: str) -> CodeType:
+        module = compile(text, "<coop-probe-wrapper>", "exec", dont_inherit=True)
+        return next(c for c in module.co_consts if isinstance(c, CodeType) and c.co_name == "_coop_probe_wrap")
+    return full, stub, code_of(full), code_of(stub)
+
+
+def compile_program(source: str) -> CodeType:
+    """Compile a program (SyntaxError, ValueError, ... as `compile` raises them). A program that holds the probes'
+    wrapper (verified mode: the scored run and every probe) is compiled with the wrapper's body left out and the
+    wrapper's code, compiled once, put back in: a program costs what it did before the wrapper grew (the
+    wrapper is about 3/4 of a probe program's text). The function made is the same in every run."""
+    full, stub, code, stub_code = _wrapper_parts()
+    if source.count(full) != 1:
+        return compile(source, "<program>", "exec", dont_inherit=True)
+    program = compile(source.replace(full, stub), "<program>", "exec", dont_inherit=True)
+    consts = tuple(code if isinstance(c, CodeType) and c.co_name == "_coop_probe_wrap" and c.co_code ==
+                   stub_code.co_code and c.co_varnames == stub_code.co_varnames else c for c in program.co_consts)
+    return program.replace(co_consts=consts)
 
 
 def scored_aux(aux_src: str, aux: str = "aux") -> str:

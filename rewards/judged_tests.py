@@ -93,6 +93,224 @@ def stub_programs(entry_point: str) -> list[str]:
     return [f"def {entry_point}(*args, **kwargs):\n    {body}\n" for body in STUB_BODIES]
 
 
+# Appended to a correct program: its entry point's results changed to other values of the same type, each by an
+# amount that depends on the call's arguments (so that `f(1, 2) == f(2, 1)` still tells it apart), except on the
+# calls in SHOWN (the prompt's examples, for the memoriser). Only the outermost call is changed: the reference's
+# calls of itself get the real results.
+_TYPED_JUNK = '''
+
+def _junk_key(*args, **kwargs):
+    return repr((args, sorted(kwargs.items())))
+
+
+def _junk_wrap(real, shown, type=type, repr=repr, len=len, sorted=sorted, enumerate=enumerate, ord=ord,
+               reversed=reversed, list=list, tuple=tuple, dict=dict, set=set, frozenset=frozenset, bool=bool,
+               int=int, float=float, complex=complex, str=str, bytes=bytes):
+    depth = [0]
+
+    def changed(v, salt, d=0):
+        t = type(v)
+        if d > 30:
+            return v
+        if v is None:
+            return "Zq" + str(salt)
+        if t is bool:
+            return not v
+        if t is int or t is complex:
+            return v + 1 + salt
+        if t is float:   # a big float absorbs the shift: then its negation (and 0.0 for nan and inf)
+            w = v + 1.5 + salt if v == v and v - v == 0 else 0.5
+            return w if w != v else -v - 1.0
+        if t is str:   # nothing of the value kept: `'a' in f(x)` tells it apart
+            return "Zq" + str(salt)
+        if t is bytes:
+            return b"Zq" + str(salt).encode()
+        if t is list or t is tuple:
+            items = [changed(x, salt + i + 1, d + 1) for i, x in enumerate(reversed(v))]
+            return t(items + items[:1] if items else [salt])
+        if t is dict:
+            return {k: changed(x, salt + 1, d + 1) for k, x in v.items()} if v else {salt: salt}
+        if t is set or t is frozenset:
+            return t([changed(x, salt + 1, d + 1) for x in v] + [salt])
+        return v
+
+    def entry(*args, **kwargs):
+        depth[0] += 1
+        try:
+            value = real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+        key = _junk_key(*args, **kwargs)
+        if depth[0] or key in shown:
+            return value
+        return changed(value, 1 + sum([(i + 1) * ord(c) for i, c in enumerate(key)]) % 997)
+    return entry
+
+
+ENTRY = _junk_wrap(ENTRY, frozenset([SHOWN]))
+'''
+
+
+def typed_junk_program(correct_source: str, entry_point: str, shown_calls: Sequence[str] = ()) -> str | None:
+    """Return a program whose entry point answers every call with a value of the type a correct code returns, but
+    another value (`correct_source`: a correct program's source, the reference), except on `shown_calls` (sources
+    of calls, `f('ab')`: the prompt's examples), where it answers right. None when a shown call is not a call of
+    the entry point with plain arguments. A test it passes holds of a code that returns the right type and the
+    wrong values (a type check, `f(x) is not None`, a guarded tautology); with the examples shown, a test it passes
+    holds of a code that memorises them."""
+    keys = []
+    for call in shown_calls:
+        try:
+            node = parse_python(call).body[0].value
+        except (*PARSE_ERRORS, IndexError, AttributeError):
+            return None
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry_point):
+            return None
+        node.func.id = "_junk_key"
+        keys.append(ast.unparse(node))
+    return correct_source.rstrip("\n") + "\n" + _TYPED_JUNK.replace("ENTRY", entry_point).replace(
+        "SHOWN", ", ".join(keys))
+
+
+# Appended to a wrong code: each top-level call of its entry point runs the reference too (in a namespace of its
+# own), and a result of another kind than the reference's (None for a number, a string for a list, a list of
+# strings for a list of numbers) raises instead of returning: such a result is caught by a type check, `is not
+# None` or a guarded tautology, as a code that raises is caught by any call, so it is no catch on its values.
+_TYPED_TWIN = '''
+
+import builtins as _twin_builtins
+import copy as _twin_copy
+_twin_reference = {"__name__": "_twin_reference"}
+_twin_builtins.exec(_twin_builtins.compile(REFERENCE, "<reference>", "exec"), _twin_reference)
+
+
+def _twin_wrap(real, reference, B=_twin_builtins):
+    # the builtins by their module (the wrong code's imports may rebind their names here)
+    type, len, next, iter, BaseException = B.type, B.len, B.next, B.iter, B.BaseException
+    bool, int, float, complex, str, bytes = B.bool, B.int, B.float, B.complex, B.str, B.bytes
+    list, tuple, set, frozenset, dict = B.list, B.tuple, B.set, B.frozenset, B.dict
+    KindError = B.type("KindError", (B.Exception,), {})
+    depth = [0]
+    kinds = {bool: "bool", int: "number", float: "number", complex: "number", str: "str", bytes: "bytes",
+             list: "sequence", tuple: "sequence", set: "set", frozenset: "set", dict: "dict", type(None): "none"}
+
+    def alike(a, b, d=0):
+        # of one kind, and so are their first items (keys and values), three levels down
+        ka, kb = kinds.get(type(a), "other"), kinds.get(type(b), "other")
+        if ka != kb:
+            return False
+        if d > 2 or ka not in ("sequence", "set", "dict") or not len(a) or not len(b):
+            return True
+        if ka == "dict":
+            (x, y), (u, v) = next(iter(a.items())), next(iter(b.items()))
+            return alike(x, u, d + 1) and alike(y, v, d + 1)
+        return alike(next(iter(a)), next(iter(b)), d + 1)
+
+    def entry(*args, **kwargs):
+        if depth[0]:
+            return real(*args, **kwargs)
+        try:
+            want = reference(*_twin_copy.deepcopy(args), **_twin_copy.deepcopy(kwargs))
+        except BaseException:
+            want = ()   # the reference raises here: no kind to hold the result to
+        depth[0] += 1
+        try:
+            value = real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+        if want != () and not alike(value, want):
+            raise KindError("a result of another kind than a correct code's")
+        return value
+    return entry
+
+
+ENTRY = _twin_wrap(ENTRY, _twin_reference[ENTRY_NAME])
+'''
+
+
+def typed_twin_program(wrong_source: str, correct_source: str, entry_point: str) -> str:
+    """Return `wrong_source` with its entry point raising where its result is of another kind than the correct
+    program's on the same call (`_TYPED_TWIN`): a test then rejects it on its values only for a wrong value of the
+    right kind (for None, a test that checks only `is not None` or a type rejects it as well: no catch)."""
+    twin = _TYPED_TWIN.replace("ENTRY_NAME", repr(entry_point)).replace("ENTRY", entry_point)
+    return wrong_source.rstrip("\n") + "\n" + twin.replace("REFERENCE", repr(correct_source))
+
+
+def _category(value: object) -> str:
+    """The kind of an argument, as coarse as a spec is: numbers are one kind, lists and tuples another."""
+    for kinds, name in (((bool, int, float, complex), "number"), ((str,), "str"), ((bytes, bytearray), "bytes"),
+                        ((list, tuple), "sequence"), ((dict,), "dict"), ((set, frozenset), "set")):
+        if isinstance(value, kinds):
+            return name
+    return "none" if value is None else "other"
+
+
+def spec_kinds(check: str, entry_point: str) -> dict[int | str, frozenset[str]]:
+    """Return, for each argument (its position, or its name when passed by keyword), the kinds of value the hidden
+    check passes there (`_category`), where every call of the candidate in `check` passes it a literal; an argument
+    some call passes a computed value (or `*args`) is left out: any kind may be on the spec there."""
+    try:
+        tree = parse_python(check)
+    except PARSE_ERRORS:
+        return {}
+    kinds: dict[int | str, set[str]] = {}
+    free: set[int | str] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("candidate", entry_point)):
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return {}
+        for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]:
+            try:
+                kinds.setdefault(where, set()).add(_category(ast.literal_eval(arg)))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                free.add(where)
+    return {where: frozenset(k) for where, k in kinds.items() if where not in free}
+
+
+_SPEC_GUARD = '''
+
+def _spec_wrap(real, kinds, isinstance=isinstance, TypeError=TypeError):
+    depth = [0]
+
+    def kind(v):
+        for types, name in (((bool, int, float, complex), "number"), ((str,), "str"), ((bytes, bytearray), "bytes"),
+                            ((list, tuple), "sequence"), ((dict,), "dict"), ((set, frozenset), "set")):
+            if isinstance(v, types):
+                return name
+        return "none" if v is None else "other"
+
+    def entry(*args, **kwargs):
+        if not depth[0]:
+            for where, v in [*enumerate(args), *kwargs.items()]:
+                if where in kinds and kind(v) not in kinds[where]:
+                    raise TypeError("an argument off the spec")
+        depth[0] += 1
+        try:
+            return real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+    return entry
+
+
+ENTRY = _spec_wrap(ENTRY, KINDS)
+'''
+
+
+def spec_guarded_program(correct_source: str, entry_point: str, kinds: dict[int | str, frozenset[str]]
+                         ) -> str | None:
+    """Return a correct program that raises TypeError on a call passing an argument of a kind the hidden check
+    never passes there (`spec_kinds`), or None when the check constrains no argument. It passes every hidden test,
+    so it is correct: a test that pins what the reference does off the spec (`f(['x', 'x']) == 'x2'` for a
+    function of a string) rejects it, and is wrong."""
+    if not kinds:
+        return None
+    spec = "{" + ", ".join(f"{where!r}: frozenset({sorted(k)!r})" for where, k in sorted(
+        kinds.items(), key=lambda item: str(item[0]))) + "}"
+    return correct_source.rstrip("\n") + "\n" + _SPEC_GUARD.replace("ENTRY", entry_point).replace("KINDS", spec)
+
+
 class _Checker:
     """Walks an assert's expression; raises _Refused at the first node the judge does not take."""
 

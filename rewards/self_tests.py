@@ -25,7 +25,10 @@ code is), two stubs that return junk whatever they are given (`judged_tests.stub
 codes W (codes that fail some hidden test and load: a program that does not load is not a caught bug):
     score(t) = 0                       if t is not a judged test (it inspects the program, runs other code, ...)
     score(t) = -1                      if R fails t (the test rejects a correct program)
-    score(t) = 0                       if both stubs pass t (it holds whatever the code returns: a tautology)
+    score(t) = 0                       if both stubs pass t (it holds whatever the code returns: a tautology), or
+                                       the typed junk passes it (the reference's results changed to other values
+                                       of their type, `judged_tests.typed_junk_program`: a type check, a guarded
+                                       tautology)
     score(t) = kill(t)                 otherwise,  kill(t) = |{w in W : w fails t}| / |W|  (0 when W is empty)
     tester reward = mean of score(t) over T,  or 0 when T is empty.          range [-1, 1]
 A test is paid for the wrong codes it tells apart from the reference, never for being true of it: passing the
@@ -215,25 +218,35 @@ def caught_row(report: RunReport) -> list[int]:
     return [int(not o.passed and o.on_values) for o in report.outcomes]
 
 
+def vacuous(column: int, stub_rows: Sequence[Sequence[int]], typed_rows: Sequence[Sequence[int]] = ()) -> bool:
+    """Return whether a test holds of junk: both junk stubs pass it (`f(x) == f(x)`), or a code that returns the
+    right type and wrong values passes it (`typed_rows`: `judged_tests.typed_junk_program`'s verdicts; a type check,
+    `f(x) is not None`, a guarded tautology)."""
+    return bool(stub_rows and all(row[column] for row in stub_rows)) or any(row[column] for row in typed_rows)
+
+
 def generated_test_score(column: int | None, correct_rows: Sequence[Sequence[int]],
-                         stub_rows: Sequence[Sequence[int]], caught_rows: Sequence[Sequence[int]]) -> float:
+                         stub_rows: Sequence[Sequence[int]], caught_rows: Sequence[Sequence[int]],
+                         typed_rows: Sequence[Sequence[int]] = ()) -> float:
     """Return one generated test's score for the tester (see the module docstring): `column` is its column in the
     pool's rows (None: not a judged test); `correct_rows` the verdicts of the correct codes (the reference first),
-    `stub_rows` the junk stubs', `caught_rows` the wrong codes' (`caught_row`)."""
+    `stub_rows` the junk stubs', `caught_rows` the wrong codes' (`caught_row`), `typed_rows` the typed junk's
+    (`vacuous`)."""
     if column is None:
         return 0.0
     if any(not row[column] for row in correct_rows):
         return -1.0
-    if stub_rows and all(row[column] for row in stub_rows):
+    if vacuous(column, stub_rows, typed_rows):
         return 0.0
     return sum(row[column] for row in caught_rows) / len(caught_rows) if caught_rows else 0.0
 
 
 def discrimination_reward(columns: Sequence[int | None], correct_rows: Sequence[Sequence[int]],
-                          stub_rows: Sequence[Sequence[int]], caught_rows: Sequence[Sequence[int]]) -> float:
+                          stub_rows: Sequence[Sequence[int]], caught_rows: Sequence[Sequence[int]],
+                          typed_rows: Sequence[Sequence[int]] = ()) -> float:
     """Return a tester's reward: the mean `generated_test_score` of its tests (`columns`: each test's column in
     the rows), 0 when it wrote no test."""
     if not columns:
         return 0.0
-    scores = [generated_test_score(j, correct_rows, stub_rows, caught_rows) for j in columns]
+    scores = [generated_test_score(j, correct_rows, stub_rows, caught_rows, typed_rows) for j in columns]
     return round(sum(scores) / len(scores), 6)

@@ -8,7 +8,9 @@ judged form (`rewards.judged_tests`):
   (`rewards.self_tests.held_out_asserts`), weight 1;
 - the generated tests given for the group (a tester's), weighted by reliability, less those that junk passes
   (`rewards.judged_tests.stub_programs`), those that reject none of the reference's wrong mutants on their values
-  (`rewards.mutants`: a guarded tautology), and those that call the entry point only on the prompt's examples.
+  (`rewards.mutants`: a guarded tautology), those that call the entry point only on the prompt's examples, and
+  those a memoriser passes (`typed_junk`: the reference answering the examples right and every other call with
+  another value of the right type; a test of an example joined to a type check or a tautology).
 The prompt's examples are never in the pool: a code that memorises them (`{'aaabcc': 'a3bc2'}.get(text, '')`)
 then earns exactly what the same code without the table earns. Each code runs as the program the hidden-test
 reward would run (`coder_programs`), its execution matrix in one sandbox batch with every other group's, and each
@@ -26,13 +28,14 @@ from typing import Sequence
 from cooprl.task import Score, node_groups as groups   # one node's joint actions
 from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.task import score_code_pairs
-from rewards.code_rewards import hidden_tests_suite, scored_program
-from rewards.judged_tests import judged_suite, stub_programs
+from rewards.code_rewards import hidden_tests_suite, scored_program, scored_source
+from rewards.judged_tests import (judged_suite, spec_guarded_program, spec_kinds, stub_programs, typed_junk_program,
+                                  typed_twin_program)
 from rewards.problem import Problem
 from rewards.mutants import wrong_mutants
 from rewards.sandbox import TestSuite, default_sandbox
 from rewards.self_tests import (calls_of, caught_row, example_asserts, held_out_asserts, judged_pool, levels_reward,
-                                loaded, pass_row, run_judged, self_tests_rewards, shown_calls_only)
+                                loaded, pass_row, run_judged, self_tests_rewards, shown_calls_only, vacuous)
 
 REWARD_TYPES = ("hidden_tests", "self_tests")
 
@@ -41,6 +44,11 @@ def coder_programs(items: Sequence[Problem], codes: Sequence[str]) -> list[str |
     """Return the program the hidden-test reward runs for each single-agent code (cleaned; None when its scoring
     stops before the tests): what every other judge of the code runs too."""
     return [scored_program(problem, "", code, single_agent=True) for problem, code in zip(items, codes)]
+
+
+def coder_sources(items: Sequence[Problem], codes: Sequence[str]) -> list[str | None]:
+    """Return the source of each `coder_programs` program (None where that is None)."""
+    return [scored_source(problem, "", code, single_agent=True) for problem, code in zip(items, codes)]
 
 
 def reference_program(problem: Problem) -> str | CodeType | None:
@@ -52,6 +60,45 @@ def reference_program(problem: Problem) -> str | CodeType | None:
     if extra.get("reference_main"):
         return scored_program(problem, extra.get("reference_aux", ""), extra["reference_main"], single_agent=False)
     return None
+
+
+def reference_scored_source(problem: Problem) -> str | None:
+    """Return the source of `reference_program` (None where that is None)."""
+    extra = problem.extra
+    if extra.get("canonical_solution"):
+        return scored_source(problem, "", reference_source(problem), single_agent=True)
+    if extra.get("reference_main"):
+        return scored_source(problem, extra.get("reference_aux", ""), extra["reference_main"])
+    return None
+
+
+def typed_junk(problem: Problem, shown_calls: Sequence[str] = ()) -> list[str]:
+    """Return the problem's typed junk (`rewards.judged_tests.typed_junk_program`: the reference, built as a coder's
+    code is, with every result changed to another value of its type, except on `shown_calls`, where it answers
+    right: a memoriser of those calls), as a list of one program; none without a reference."""
+    source = reference_scored_source(problem)
+    program = None if source is None else typed_junk_program(source, problem.entry_point, sorted(shown_calls))
+    return [] if program is None else [program]
+
+
+def typed_twins(problem: Problem, wrong_sources: Sequence[str]) -> list[str]:
+    """Return each wrong code (source) as its typed twin (`rewards.judged_tests.typed_twin_program`: a result of
+    another kind than the reference's raises, so that no test is paid for catching it with a type check); the
+    codes as they are without a reference."""
+    source = reference_scored_source(problem)
+    if source is None:
+        return list(wrong_sources)
+    return [typed_twin_program(wrong, source, problem.entry_point) for wrong in wrong_sources]
+
+
+def spec_guarded(problem: Problem) -> list[str]:
+    """Return the reference that refuses arguments of a kind the hidden check never passes
+    (`rewards.judged_tests.spec_guarded_program`: a correct code), as a list of one program; none without a
+    reference or a check that constrains an argument."""
+    source = reference_scored_source(problem)
+    program = None if source is None or not problem.test else spec_guarded_program(
+        source, problem.entry_point, spec_kinds(problem.test, problem.entry_point))
+    return [] if program is None else [program]
 
 
 def reference_source(problem: Problem) -> str | None:
@@ -128,8 +175,10 @@ def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Seq
         plan.rows = [k for k in run if programs[k] is not None] if plan.pool else []
         if plan.rows and plan.generated:
             plan.stubs, plan.mutants = stub_programs(problem.entry_point), mutants_of(problem)
+            plan.typed = typed_junk(problem, shown)
         suite = judged_suite(problem.entry_point, plan.pool)
-        jobs += [(program, suite) for program in [programs[k] for k in plan.rows] + plan.stubs + plan.mutants]
+        jobs += [(program, suite) for program in
+                 [programs[k] for k in plan.rows] + plan.stubs + plan.mutants + plan.typed]
         plans.append(plan)
     reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
     totals = [0.0] * len(codes)
@@ -137,7 +186,8 @@ def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Seq
         matrix_rows = {k: pass_row(next(reports)) for k in plan.rows}
         stub_rows = [pass_row(next(reports)) for _ in plan.stubs]
         mutant_rows = [caught_row(next(reports)) for _ in plan.mutants]
-        kept = plan.kept_columns(stub_rows, mutant_rows)
+        typed_rows = [pass_row(next(reports)) for _ in plan.typed]
+        kept = plan.kept_columns(stub_rows, mutant_rows, typed_rows)
         width = len(plan.pool)
         matrix = [[row[j] for j in kept] for row in (matrix_rows.get(k, [0] * width) for k in plan.run)]
         levels = [levels_of(hidden[k]) for k in plan.run]
@@ -165,16 +215,20 @@ class _SelfTestsPlan:
     rows: list[int] = field(default_factory=list)
     stubs: list[str] = field(default_factory=list)
     mutants: list[str] = field(default_factory=list)
+    typed: list[str] = field(default_factory=list)   # the memoriser of the examples (`typed_junk`), if any
 
     @property
     def pool(self) -> list[str]:
         return self.held_out + self.generated
 
-    def kept_columns(self, stub_rows: Sequence[Sequence[int]], mutant_rows: Sequence[Sequence[int]]) -> list[int]:
+    def kept_columns(self, stub_rows: Sequence[Sequence[int]], mutant_rows: Sequence[Sequence[int]],
+                     typed_rows: Sequence[Sequence[int]] = ()) -> list[int]:
         """Return the pool's columns that count: every held-out test; a generated test unless both junk stubs pass
-        it (it holds whatever a code returns) or, where the problem has wrong mutants, it rejects none of them on
-        their values (a guarded tautology: it separates no plausible wrong code from a right one)."""
+        it (it holds whatever a code returns), the memoriser passes it (a code that answers the prompt's examples
+        right and everything else with wrong values of the right type: a test of the examples joined to a type
+        check or a tautology) or, where the problem has wrong mutants, it rejects none of them on their values (a
+        guarded tautology: it separates no plausible wrong code from a right one)."""
         n = len(self.held_out)
         return list(range(n)) + [j for j in range(n, len(self.pool))
-                                 if not (stub_rows and all(row[j] for row in stub_rows))
+                                 if not vacuous(j, stub_rows, typed_rows)
                                  and (not mutant_rows or any(row[j] for row in mutant_rows))]

@@ -11,8 +11,14 @@ Rewards of joint action k of a node (its group: the node's G joint actions, cons
                group, weighted by reliability (rewards/self_tests.py); no hidden verdict then.
     tester_k = mean over its tests t of   0        when t is not a judged test (rewards/judged_tests.py: an assert
                                                    on the values of calls, not one that inspects the program),
-                                          -1       when the reference solution fails t,
-                                          0        when a stub that returns junk passes t (a tautology),
+                                          -1       when the reference solution fails t, or a correct
+                                                   code of the group, or the reference refusing
+                                                   arguments of kinds the hidden check never passes
+                                                   (a test pinning the reference off the spec),
+                                          0        when both stubs that return junk pass t (a tautology), or
+                                                   the typed junk does (the reference's results changed to
+                                                   other values of their type: a type check, `is not None`,
+                                                   a guarded tautology),
                                           kill(t)  otherwise,
                kill(t) = share of the group's wrong codes (codes that fail some hidden test, run as the cleaned program
                the coder is scored on, and load) that fail t (0 when the group has none); 0 when it wrote no test or
@@ -33,7 +39,7 @@ as above (`cooprl.task.centralized_task`). The group of a node is then the one m
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from cooprl.config import ConfigError, Run
@@ -41,16 +47,18 @@ from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn, task_problems
-from envs.code_generation.self_tests import coder_programs, groups, mutants_of, reference_program, score_functions
+from envs.code_generation.self_tests import (coder_programs, coder_sources, groups, mutants_of, reference_program,
+                                             score_functions, spec_guarded, typed_junk, typed_twins)
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
-from rewards.judged_tests import judged_suite, stub_programs
+from rewards.judged_tests import STUB_BODIES, judged_suite, stub_programs
 from rewards.sandbox import default_sandbox
 from rewards.self_tests import (caught_row, discrimination_reward, generated_asserts, judged_pool, loaded, pass_row,
-                                run_judged)
+                                run_judged, vacuous)
 
 CODER_MAX, TESTER_MAX = 2.1, 1.0
+N_JUNK_STUBS = len(STUB_BODIES)   # a group's stubs: the junk stubs, then the typed junk (when there is a reference)
 TESTER_STOPS = ("```", "\ndef ", "\n\n\n", "\nprint(")
 JOINT_STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n```", "\n\n\n")   # the code's, but asserts go on
 
@@ -68,13 +76,15 @@ class TesterVerdict:
     stub_rows: list[list[int]]
     caught_rows: list[list[int]]
     has_reference: bool
+    typed_rows: list[list[int]] = field(default_factory=list)   # the typed junk's (`rewards.self_tests.vacuous`)
 
     @property
     def reward(self) -> float:
         """Return the tester's reward (module docstring); 0 without a reference."""
         if not self.has_reference:
             return 0.0
-        return discrimination_reward(self.columns, self.correct_rows, self.stub_rows, self.caught_rows)
+        return discrimination_reward(self.columns, self.correct_rows, self.stub_rows, self.caught_rows,
+                                     self.typed_rows)
 
     def judged(self) -> list[int]:
         """Return the columns of its judged tests."""
@@ -85,8 +95,8 @@ class TesterVerdict:
         return [j for j in self.judged() if self.correct_rows and all(row[j] for row in self.correct_rows)]
 
     def vacuous(self) -> list[int]:
-        """Return the columns of its valid tests that every junk stub passes."""
-        return [j for j in self.valid() if self.stub_rows and all(row[j] for row in self.stub_rows)]
+        """Return the columns of its valid tests that junk passes (`rewards.self_tests.vacuous`)."""
+        return [j for j in self.valid() if vacuous(j, self.stub_rows, self.typed_rows)]
 
 
 def tester_prompt(problem: Problem, max_tests: int) -> str:
@@ -137,20 +147,25 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
     coder's code as the cleaned program it is scored on, in a process of its own per tester (one tester's slow
     test never skips another's); the junk stubs, pure and instant, run once per group on all its testers' tests.
     Every run of the batch goes in one sandbox batch."""
-    programs, plans, jobs = coder_programs(items, codes), [], []
+    programs, sources, plans, jobs = coder_programs(items, codes), coder_sources(items, codes), [], []
     for run in groups(items):
         problem = items[run.start]
         entry, reference = problem.entry_point, reference_program(problem)
         correct = [programs[k] for k in run if is_correct(coder_scores[k]) and programs[k] is not None]
-        wrong = [programs[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None]
-        judges = [] if reference is None else [reference, *correct, *wrong, *mutants_of(problem)]
-        plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(correct), [])
+        # the correct codes: the reference, the reference refusing arguments off the spec (so a test pinning what
+        # the reference does there is wrong, as a correct alternative code shows it to be), the group's own; the
+        # wrong ones as typed twins (a result of another kind than the reference's is caught by a type check:
+        # no test is paid for it)
+        guarded = spec_guarded(problem) if reference is not None else []
+        judges = [] if reference is None else [reference, *guarded, *correct, *typed_twins(problem, [
+            sources[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None] + mutants_of(problem))]
+        plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(guarded) + len(correct), [])
         for k in run:
             plan.columns[k] = judged_pool(entry, tests[k], plan.pools[k])
             judged_pool(entry, plan.pools[k], plan.union)
             if plan.pools[k]:
                 jobs += [(program, judged_suite(entry, plan.pools[k])) for program in plan.judges]
-        plan.stubs = stub_programs(entry) if plan.judges and plan.union else []
+        plan.stubs = stub_programs(entry) + typed_junk(problem) if plan.judges and plan.union else []
         jobs += [(stub, judged_suite(entry, plan.union)) for stub in plan.stubs]
         plans.append(plan)
     reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
@@ -158,13 +173,15 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
     for plan in plans:
         runs = {k: [next(reports) for _ in plan.judges] if plan.pools[k] else [] for k in plan.run}
         stub_rows = [pass_row(next(reports)) for _ in plan.stubs]
+        junk_rows, typed_rows = stub_rows[:N_JUNK_STUBS], stub_rows[N_JUNK_STUBS:]
         for k in plan.run:
             own, at_union = runs[k], [plan.union.index(test) for test in plan.pools[k]]
             verdicts.append(TesterVerdict(
                 tests[k], plan.columns[k], [pass_row(r) for r in own[:plan.n_correct]],
-                [[row[j] for j in at_union] for row in stub_rows],
+                [[row[j] for j in at_union] for row in junk_rows],
                 [caught_row(r) for r in own[plan.n_correct:] if loaded(r)],   # one that does not load is no bug
-                bool(plan.judges) and (not own or loaded(own[0]))))   # nor does a reference that does not load judge
+                bool(plan.judges) and (not own or loaded(own[0])),   # nor does a reference that does not load judge
+                [[row[j] for j in at_union] for row in typed_rows]))
     return verdicts
 
 

@@ -247,13 +247,15 @@ INVERTING = [   # (name, aux, main's first line(s): `s` is the text recovered fr
     ("nested_tuple", "def aux(text):\n    return ((text,),)\n", "    s = aux(text)[0][0]\n"),
     ("reversed_on_odd_lengths_only", "def aux(text):\n    return text if len(text) % 2 else text[::-1]\n",
      "    r = aux(text)\n    s = r if len(text) % 2 else r[::-1]\n"),
+    # the second copy varies with the input, so it is no constant companion: the derived probe keeps both
+    # copies (every part that is an argument; tests/rewards/test_coop_companions.py has more companions)
+    ("the_text_twice", "def aux(text):\n    return (text, text)\n", "    s = aux(text)[1]\n"),
 ]
 # What the probes cannot tell apart from work (docs/rewards.md): a content map main inverts (each character
-# shifted), and the argument twice (its second copy varies with the input, so it is no constant companion)
+# shifted)
 UNTOLD = [
     ("each_character_shifted", "def aux(text):\n    return ''.join(chr(ord(c) + 1) for c in text)\n",
      "    s = ''.join(chr(ord(c) - 1) for c in aux(text))\n"),
-    ("the_text_twice", "def aux(text):\n    return (text, text)\n", "    s = aux(text)[1]\n"),
 ]
 
 
@@ -274,7 +276,7 @@ DOC_LABELS = {
     "nested_tuple": "aux returns `((text,),)`, main unpacks it twice",
     "reversed_on_odd_lengths_only": "aux reverses even-length texts only, main undoes that",
     "each_character_shifted": "aux shifts each character by one, main shifts back (not told apart)",
-    "the_text_twice": "aux returns `(text, text)`, main takes the second (not told apart)",
+    "the_text_twice": "aux returns `(text, text)`, main takes the second",
 }
 
 

@@ -311,7 +311,8 @@ def extra_chars(aux: str, main: str) -> int:
 
 def test_the_docs_table_is_what_the_reward_pays(sb):
     from tests.rewards.test_coop_escapes import doc_rows   # issue 34's shapes (that file imports this one)
-    rows = DOC_ROWS + doc_rows()
+    from tests.rewards.test_coop_companions import doc_rows as companion_rows   # the hostile pass after it
+    rows = DOC_ROWS + doc_rows() + companion_rows()
     table = [line for line in (ROOT / "docs" / "rewards.md").read_text(encoding="utf-8").splitlines()
              if line.startswith("| ") and not line.startswith(("| pair", "|---"))]
     assert len(table) == len(rows)
