@@ -370,11 +370,10 @@ class _NoTracker:
 
 
 def _truncate_metrics(run_dir: Path, step: int) -> None:
-    events = read_metrics(run_dir)
-    kept = [e for e in events if e.get("step", 0) <= step]
-    if len(kept) != len(events):
-        import json
-        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
+    # rewritten whole, always: a line a kill cut off (which read_metrics skips) must not prefix the next event
+    import json
+    kept = [e for e in read_metrics(run_dir) if e.get("step", 0) <= step]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
 
 
 def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupted: bool,
