@@ -20,7 +20,8 @@ from cooprl.console import add_threads_option, setup_logging, use_torch_threads
 from cooprl.config import (Config, ConfigError, Run, check_sections_read, check_trainer, config_from_data,
                            read_yaml)
 from cooprl.errors import UserError
-from cooprl.run_folders import RUN_CONFIG, check_made_by, check_output, made_by, numbered_folders
+from cooprl.run_folders import (RUN_CONFIG, check_made_by, check_output, check_resumed_settings, made_by,
+                                numbered_folders)
 
 # the environment's config sections class for a config file's mapping (None: the registered one); the library
 # names no environment, so the command line's caller (envs.launch) says which a file's sections name
@@ -170,6 +171,8 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
     config = config_from_data(data, overrides, choose(data) if choose is not None else None)
     run = Run.of(config, trainer)
     check_sections_read(run, data, path, args.override, _script(trainer), _script)
+    if args.resume:   # before any model loads (the loop checks again, for checkpoint.resume_from_checkpoint)
+        check_resumed_settings(run_dir, config, trainer)
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
         return None

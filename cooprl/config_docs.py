@@ -169,11 +169,17 @@ RUNS_TEXT = [
     "- A script reads its own trainer section (MARLHF also its `rl_algorithm`'s, `iac:` or `maac:`). A config file "
     "with other trainers' sections and none of its own, or an `--override` of a section the script does not read, is "
     "an error that names the script reading it (a file shared by several scripts, with each one's section, loads in "
-    "each). `evaluate.py --trainer X` checks the same; `evaluate_strategy.py` reads no trainer section.",
+    "each). An `iac:` or `maac:` section beside a `marlhf:` one that reads it as its `rl_algorithm` (or that sets none "
+    "of the keys every trainer has) is MARLHF's: `train_iac.py`/`train_maac.py` refuse the file. "
+    "`evaluate.py --trainer X` checks the same; `evaluate_strategy.py` reads no trainer section.",
     "- A new run never writes into a folder that holds anything: when `<output.base_dir>/<output.run_name>` is taken "
     "(the CPU configs fix run_name: `make demo` run twice), the run writes `<run_name>-2` (`-3`, ...) and says so "
     "in its log. `--resume RUN_DIR` continues in the run's own folder, from its newest complete checkpoint, with "
-    "its own config.yaml (`--override` on top; a `--config` beside it is an error). A new "
+    "its own config.yaml and the settings it was trained with: `--override` may change how far it trains "
+    "(`max_steps`, `num_train_epochs`, `num_iterations`), its evaluation interval, logging, saving, W&B, the "
+    "reward's executor and the devices (`cooprl.run_folders.RESUMABLE_KEYS`); another key is an error naming the "
+    "change and how to start a new run from its models (`agent_model.init_from`). A `--config` beside it is an "
+    "error too. A new "
     "run whose `checkpoint.checkpoint_dir` holds checkpoints, or whose folders are files or read-only, stops with "
     "one `error:` line before any model loads.",
     "- `--resume latest`: the newest run (its config.yaml written last: started or resumed last) of the script's "

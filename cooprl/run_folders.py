@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
-from cooprl.config import Config, ConfigError, read_yaml, trainer_of_data
+import yaml
+
+from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, read_yaml, show, trainer_of_data
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +67,67 @@ def check_output(config: Config) -> None:
         check_writable(Path(config.output.save_path), "output.save_path")
 
 
-def new_run_folder(config: Config, name: str) -> Path:
-    """Return the folder a run named `name` writes under output.base_dir, created: for a new run a free one
+# What a resumed run may change (`--resume RUN --override KEY=...`): how far it trains, how it is evaluated, logged
+# and saved, and where it runs. Every other key made the run's checkpoints and its metrics so far: a change would
+# mix two runs' settings under a config.yaml that then describes only the second (or fail on the checkpoint once the
+# models are loaded: another LoRA rank, another number of agents)
+RESUMABLE_KEYS = ("output.", "wandb.", "reward.", "checkpoint.checkpoint_interval", "checkpoint.checkpoint_total_limit",
+                  "checkpoint.resume_from_checkpoint", "agent_model.device", "agent_model.generation_backend",
+                  "agent_model.vllm_", "agent_model.logprob_chunk_size", "agent_model.gradient_checkpointing",
+                  "agent_model.autocast")
+RESUMABLE_TRAINER_KEYS = ("max_steps", "num_train_epochs", "num_iterations", "logging_steps", "eval_interval",
+                          "eval_at_start", "eval_batch_size", "log_reward_distribution", "parallel_training",
+                          "agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
+
+
+def resumable(key: str) -> bool:
+    """Return whether a resumed run may change the config key `key` (dotted, e.g. "magrpo.max_steps")."""
+    section, _, name = key.partition(".")
+    if section in TRAINER_SECTIONS:
+        return name in RESUMABLE_TRAINER_KEYS
+    return key.startswith(RESUMABLE_KEYS)
+
+
+def _changes(saved: Any, now: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """Yield (key, saved value, new value) for every leaf where `now` differs from `saved` (keys only one holds: a
+    config.yaml of an older version, say, are no change)."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        for key in [k for k in saved if k in now]:
+            yield from _changes(saved[key], now[key], f"{prefix}{key}.")
+    elif saved != now:
+        yield prefix[:-1], saved, now
+
+
+def check_resumed_settings(run_dir: Path, config: Config, trainer: str) -> None:
+    """Raise ConfigError when the run in `run_dir` is resumed with `config` changing a setting it was trained with
+    (its config.yaml's; see RESUMABLE_KEYS for what may change), naming each change and the way to train with
+    them: a new run from this one's models (agent_model.init_from). Nothing to compare without a config.yaml."""
+    path = run_dir / RUN_CONFIG
+    if not path.is_file():
+        return
+    now = yaml.safe_load(config.to_yaml(trainer))
+    changed = [(k, a, b) for k, a, b in _changes(read_yaml(path), now) if not resumable(k)]
+    if changed:
+        said = ", ".join(f"{key} {show(a)} -> {show(b)}" for key, a, b in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise ConfigError(f"resuming {run_dir}: {said}{more} would change what the run was trained with (a resume "
+                          f"may change only how far it trains, its evaluation interval, logging, saving and devices); "
+                          f"to train with new settings, start a new run from its models: --config {path} --override "
+                          f"agent_model.init_from={run_dir} {changed[0][0]}=...")
+
+
+def new_run_folder(config: Config, name: str, trainer: str) -> Path:
+    """Return the folder `trainer`'s run named `name` writes under output.base_dir, created: for a new run a free one
     (`fresh_folder`, logged when it is not `name`), for a resume (checkpoint.resume_from_checkpoint set) its own.
-    ConfigError when it cannot be created, or when a new run's checkpoint.checkpoint_dir holds an earlier run's
-    checkpoints (their rotation would mix the two runs)."""
+    ConfigError when it cannot be created, when a resume changes the settings the run was trained with
+    (check_resumed_settings), or when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints
+    (their rotation would mix the two runs)."""
     from cooprl.checkpoint import list_checkpoints
     asked = Path(config.output.base_dir) / name
     resuming = bool(config.checkpoint.resume_from_checkpoint)
     folder = asked if resuming else fresh_folder(asked)
+    if resuming:
+        check_resumed_settings(folder, config, trainer)
     if folder != asked:
         log.warning("%s holds an earlier run: this run writes %s (to continue the earlier one: --resume %s)",
                     asked, folder, asked)

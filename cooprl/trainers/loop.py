@@ -108,7 +108,7 @@ def run_folder(run: Run) -> Path:
     """Return the run folder (created), named by output.run_name or trainer, dataset and time; a new run takes a
     free one (`<name>-2`, ... when the name is taken: cooprl.run_folders), a resume its own."""
     name = run.config.output.run_name or f"{run_prefix(run)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    return new_run_folder(run.config, name)
+    return new_run_folder(run.config, name, run.trainer)
 
 
 def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:

@@ -20,7 +20,7 @@ import evaluate
 import evaluate_strategy
 from cooprl import checkpoint as ckpt
 from cooprl.cli import INTERRUPTED, exit_status, find_latest_run, read_command_line
-from cooprl.config import Run, load_config, trainer_of_file
+from cooprl.config import ConfigError, Run, load_config, trainer_of_file
 from cooprl.plot import main as plot_main
 from envs.launch import train_main
 from tests.cli.test_bad_input import BASE, assert_one_error, base_config
@@ -77,6 +77,39 @@ def test_an_override_of_another_trainer_is_refused(capsys):
     assert_one_error(code, err, "iac.num_turns=1", "train_iac.py")
 
 
+CPU_CONFIGS = {"magrpo": "magrpo_che_cpu", "grpo": "grpo_che_cpu", "iac": "iac_che_cpu", "maac": "maac_che_cpu",
+               "ac": "ac_che_cpu", "madpo": "madpo_che_cpu", "madpo_iter": "madpo_che_cpu",
+               "marlhf": "marlhf_che_cpu", "marlhf_iter": "marlhf_che_cpu", "sft": "sft_che_cpu"}
+
+
+@pytest.mark.slow   # seconds: every pair of scripts (not in `make test-fast`)
+def test_every_script_refuses_every_other_trainer_s_file_and_override(capsys):
+    # train_iac.py --config configs/marlhf_che_cpu.yaml trained IAC with its defaults (a full epoch, lr 2e-5, two
+    # turns): the file's iac: section holds only what MARLHF reads for rl_algorithm: iac
+    for script, own in CPU_CONFIGS.items():
+        for other, config in CPU_CONFIGS.items():
+            if config != own:
+                assert cli(capsys, script, "--config", f"configs/{config}.yaml", "--print-config")[0] == 2, \
+                    (script, config)
+            if other != script:
+                code, err = cli(capsys, script, "--config", f"configs/{own}.yaml", "--override",
+                                f"{other}.logging_steps=2", "--print-config")
+                assert code == 2 and "error:" in err, (script, other)
+    assert_one_error(*cli(capsys, "iac", "--config", "configs/marlhf_che_cpu.yaml", "--print-config"),
+                     "its iac section is what marlhf's rl_algorithm: iac reads",
+                     "use train_marlhf.py --override marlhf.rl_algorithm=iac")
+    assert_one_error(*cli(capsys, "maac", "--config", "configs/marlhf_che_cpu.yaml", "--print-config"),
+                     "no maac section", "use train_marlhf.py")
+
+
+def test_a_marlhf_run_s_config_is_not_trained_by_its_rl_algorithm_s_script(tmp_path, capsys):
+    # a MARLHF run with rl_algorithm: iac saves a full iac: section beside marlhf:
+    run_dir = fake_run(tmp_path / "run", "marlhf", **{"marlhf.rl_algorithm": "iac"})
+    assert_one_error(*cli(capsys, "iac", "--config", str(run_dir / "config.yaml"), "--print-config"),
+                     "would drop the marlhf section")
+    assert cli(capsys, "marlhf", "--config", str(run_dir / "config.yaml"), "--print-config")[0] == 0
+
+
 @pytest.mark.slow   # seconds: every shared and upstream config (not in `make test-fast`)
 def test_sections_a_run_reads_pass(capsys):
     # shared files: each script's own section is there; MARLHF with IAC reads iac.* too
@@ -120,6 +153,30 @@ def test_resuming_a_run_with_another_config_file_is_refused(tmp_path, capsys):
     assert_one_error(*cli(capsys, "magrpo", "--config", "configs/magrpo_che_cpu.yaml", "--resume", str(run_dir),
                           "--override", MISSING_MODEL), "--config configs/magrpo_che_cpu.yaml with --resume",
                      "drop --config")
+
+
+def test_resuming_with_changed_settings_is_refused_before_any_model_loads(tmp_path, capsys):
+    # a run trained with LoRA r=16 resumed with r=8 failed on the checkpoint after loading; another seed, data set,
+    # learning rate or G trained on silently and rewrote config.yaml, which then described only the second half
+    run_dir = fake_run(tmp_path / "run", "magrpo", checkpoint=True, **{"agent_model.lora": "{r: 16}"})
+    line = assert_one_error(*cli(capsys, "magrpo", "--resume", str(run_dir), "--override", "agent_model.lora.r=8",
+                                 "magrpo.max_steps=9", "--print-config"),
+                            f"resuming {run_dir}", "agent_model.lora.r 16 -> 8", f"agent_model.init_from={run_dir}")
+    assert "max_steps" not in line   # what a resume may change is not named
+    for change in ["seed=3", "dataset.train_split=train[:3]", "magrpo.learning_rate=0.1", "magrpo.num_generations=3",
+                   "magrpo.num_agents=1", "code_reward.cooperation=verified"]:
+        assert_one_error(*cli(capsys, "magrpo", "--resume", str(run_dir), "--override", change, "--print-config"),
+                         change.split("=")[0])
+    # how far it trains, evaluation, logging, saving and devices may change
+    assert cli(capsys, "magrpo", "--resume", str(run_dir), "--override", "magrpo.max_steps=9",
+               "magrpo.eval_interval=2", "wandb.mode=disabled", "agent_model.device=cpu",
+               "checkpoint.checkpoint_interval=3", "output.save_final_model=true", "--print-config")[0] == 0
+    # the same check when the config file itself resumes (checkpoint.resume_from_checkpoint), before models load
+    from cooprl.run_folders import new_run_folder
+    config = load_config(run_dir / "config.yaml", [f"output.base_dir={tmp_path}", "output.run_name=run",
+                                                   "checkpoint.resume_from_checkpoint=latest", "seed=7"])
+    with pytest.raises(ConfigError, match="seed 42 -> 7"):
+        new_run_folder(config, "run", "magrpo")
 
 
 def test_evaluating_with_the_wrong_trainer_names_the_trainer(tmp_path, capsys):
