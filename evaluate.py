@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in sorted(metrics):
         print(f"{key}: {metrics[key]:.4f}")
     if args.output:
-        try:
+        try:   # its folder may not exist yet: check_writable let it pass as one that can be created
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
             Path(args.output).write_text(json.dumps(metrics, indent=2), encoding="utf-8")
         except OSError as err:
             print(f"error: --output {args.output!r} cannot be written: {err.strerror or err}", file=sys.stderr)

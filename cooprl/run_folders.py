@@ -56,15 +56,18 @@ def check_writable(path: Path, key: str) -> None:
 
 
 def check_output(config: Config) -> None:
-    """Raise ConfigError when a folder the run writes (its run folder, checkpoint.checkpoint_dir, output.save_path)
-    is a file, lies under a file, or cannot be written."""
+    """Raise ConfigError naming the key when a folder the run writes (output.base_dir, its run folder,
+    checkpoint.checkpoint_dir, output.save_path, wandb.dir) is a file, lies under a file, or cannot be written."""
     base = Path(config.output.base_dir)
-    check_writable(base / config.output.run_name if config.output.run_name else base,
-                   "output.run_name" if config.output.run_name else "output.base_dir")
+    check_writable(base, "output.base_dir")   # first: a run_name is not what makes a base_dir under a file wrong
+    if config.output.run_name:
+        check_writable(base / config.output.run_name, "output.run_name")
     if config.checkpoint.checkpoint_dir:
         check_writable(Path(config.checkpoint.checkpoint_dir), "checkpoint.checkpoint_dir")
     if config.output.save_path:
         check_writable(Path(config.output.save_path), "output.save_path")
+    if config.wandb.dir and config.wandb.mode != "disabled":   # W&B would write elsewhere without a word
+        check_writable(Path(config.wandb.dir), "wandb.dir")
 
 
 # What a resumed run may change (`--resume RUN --override KEY=...`): how far it trains, how it is evaluated, logged

@@ -225,13 +225,28 @@ def test_an_output_folder_that_is_a_file_is_one_error_line(tmp_path, capsys):
     blocker.write_text("x")
     config = base_config(tmp_path)
     assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override", f"output.base_dir={blocker}",
-                          MISSING_MODEL), "output.run_name", "not_a_folder is a file, not a folder")
+                          MISSING_MODEL), "output.base_dir", "not_a_folder is a file, not a folder")
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override", f"output.base_dir={blocker}/runs",
+                          MISSING_MODEL), "output.base_dir: ", "not_a_folder is a file")
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override", "output.run_name=not_a_folder",
+                          MISSING_MODEL), "output.run_name: ", "not_a_folder is a file")
+    # W&B's folder: wandb wrote to /tmp/wandb instead, without a word
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override", "wandb.mode=offline",
+                          f"wandb.dir={blocker}", MISSING_MODEL), "wandb.dir", "is a file")
     assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override",
                           f"output.save_path={blocker / 'final'}", MISSING_MODEL), "output.save_path", "is a file")
     # evaluate.py --output: said before the evaluation, not after it
     assert evaluate.main(["--config", str(config), "--output", str(blocker / "eval.json"), "--override",
                           MISSING_MODEL]) == 2
     assert_one_error(2, capsys.readouterr().err, "--output", "is a file")
+
+
+def test_evaluate_writes_its_output_into_a_folder_it_creates(tmp_path, capsys, monkeypatch):
+    # --output new/eval.json passed the check (the folder can be created), then failed after the whole evaluation
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", lambda run, checkpoint, samples: {"eval/x": 1.0})
+    out = tmp_path / "new" / "deeper" / "eval.json"
+    assert evaluate.main(["--config", str(base_config(tmp_path)), "--output", str(out)]) == 0
+    assert json.loads(out.read_text()) == {"eval/x": 1.0}
 
 
 @pytest.mark.cli   # a command line in a child process (a read-only mount, or another user's permissions)
@@ -248,7 +263,7 @@ def test_a_read_only_output_folder_is_one_error_line(tmp_path):
         readonly.chmod(0o555)
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "WANDB_MODE": "disabled"})
-    assert_one_error(result.returncode, result.stderr, "output.run_name", f"{readonly} is read-only")
+    assert_one_error(result.returncode, result.stderr, "output.base_dir", f"{readonly} is read-only")
 
 
 # ------------------------------------------------------------------------------------------------ plot
