@@ -11,7 +11,7 @@ pass rate, pass@k, aux usage); `--output` also writes them as JSON. `--samples a
 (default: the trainer's eval_num_samples); `--generations K` samples K answers per problem, for pass@k up to K.
 A bar counts the answers sampled, with their rate; the first line says the torch threads (cooprl/console.py).
 Bad input (config, dataset, model, a damaged checkpoint, a section the trainer does not read, `--run` of another
-trainer than `--trainer`, a run without a checkpoint) prints one `error: ...` line and exits 2.
+trainer than `--trainer`, a run without a checkpoint) prints one `error: ...` line and exits 2; Ctrl-C one line, 130.
 Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
 only its trainer's sections), else magrpo.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.cli import print_user_error
+from cooprl.cli import print_interrupted, print_user_error
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer, config_from_data, read_yaml,
                            trainer_of_data)
@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics = evaluate_checkpoint(run, checkpoint, args.samples)
     except UserError as err:  # a bad config, dataset, model name or checkpoint: one line, exit 2
         return print_user_error(err)
+    except KeyboardInterrupt:   # one line and 130, as the trainers: nothing was written
+        return print_interrupted("nothing was written")
     for key in sorted(metrics):
         print(f"{key}: {metrics[key]:.4f}")
     if args.output:

@@ -18,7 +18,7 @@ Writes `<output.base_dir>/strategy-<strategy>-<dataset>/strategy_results.jsonl` 
 per problem, with the settings in `strategy_config_<strategy>.json`; a second run with the same folder skips the
 problems already there (resume), only under the same settings (else it stops and names the keys that differ).
 A training run's own folder is refused unless --checkpoint is from that run. Prints a summary table whose last line is `pass@1: X`, and draws strategy_results.png.
-Bad input prints one `error: ...` line and exits 2.
+Bad input prints one `error: ...` line and exits 2; Ctrl-C one line and 130 (the finished problems stay: rerun to resume).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cooprl.cli import print_user_error, read_config
+from cooprl.cli import print_interrupted, print_user_error, read_config
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
                            check_override_sections)
@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         run_dir, rows = evaluate(args.strategy, args.config, args.checkpoint, args.override, endpoint)
     except UserError as err:
         return print_user_error(err)
+    except KeyboardInterrupt:   # every finished problem's line is on disk: the same command resumes after it
+        return print_interrupted(f"the problems done are kept in {RESULTS}; the same command goes on from them")
     png = plot(run_dir, args.strategy, rows)
     print(f"results: {run_dir / RESULTS}" + (f"; plot: {png}" if png else ""))
     table = summary(args.strategy, rows)

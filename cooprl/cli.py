@@ -184,6 +184,13 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
 INTERRUPTED = 130
 
 
+def print_interrupted(note: str = "") -> int:
+    """Say in one line on stderr, without a traceback, that Ctrl-C stopped the command (`note`: what was kept, how
+    to go on); return INTERRUPTED (130)."""
+    print(f"interrupted (Ctrl-C){'; ' + note if note else ''}", file=sys.stderr)
+    return INTERRUPTED
+
+
 def exit_status(run: Callable[[], object]) -> int:
     """Call `run()`; return the exit status of a command line: 0; 2 after printing a UserError as one line; 130
     (INTERRUPTED) when Ctrl-C stopped it: `run()` returned a summary saying `interrupted` (it saved first), or a
@@ -193,6 +200,5 @@ def exit_status(run: Callable[[], object]) -> int:
     except UserError as err:
         return print_user_error(err)
     except KeyboardInterrupt:
-        print("interrupted (Ctrl-C)", file=sys.stderr)
-        return INTERRUPTED
+        return print_interrupted()
     return INTERRUPTED if isinstance(result, dict) and result.get("interrupted") else 0

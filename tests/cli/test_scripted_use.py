@@ -266,6 +266,20 @@ def test_a_read_only_output_folder_is_one_error_line(tmp_path):
     assert_one_error(result.returncode, result.stderr, "output.base_dir", f"{readonly} is read-only")
 
 
+def test_ctrl_c_in_evaluate_and_evaluate_strategy_is_one_line_and_130(tmp_path, capsys, monkeypatch):
+    # a bare KeyboardInterrupt traceback before
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", interrupted)
+    assert evaluate.main(["--config", str(base_config(tmp_path))]) == INTERRUPTED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip() == "interrupted (Ctrl-C); nothing was written"
+    monkeypatch.setattr(evaluate_strategy, "evaluate", interrupted)
+    assert evaluate_strategy.main(["--strategy", "direct", "--config", str(base_config(tmp_path))]) == INTERRUPTED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "interrupted (Ctrl-C)" in err and "the same command goes on" in err
+
+
 # ------------------------------------------------------------------------------------------------ plot
 @pytest.mark.slow   # seconds: matplotlib draws (not in `make test-fast`)
 def test_plot_command_line(tmp_path, capsys):
