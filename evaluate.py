@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.cli import print_interrupted, print_user_error
+from cooprl.cli import print_interrupted, print_user_error, run_above
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer, config_from_data, read_yaml,
                            trainer_of_data)
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.run:
             run_dir = Path(args.run)
             if not (run_dir / RUN_CONFIG).is_file():
-                raise ConfigError(f"--run {run_dir}: not a run folder (no config.yaml in it)")
+                raise ConfigError(f"--run {run_dir}: not a run folder (no config.yaml in it)"
+                                  f"{run_above(run_dir, '--run')}")
             if args.trainer:
                 check_made_by(run_dir, args.trainer, lambda maker: f"evaluate.py --run {run_dir} without --trainer")
             config_path = config_path or str(run_dir / RUN_CONFIG)

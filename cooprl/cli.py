@@ -139,9 +139,18 @@ def resume_folder(trainer: str, args: argparse.Namespace, choose: ChooseTaskConf
     else:
         run_dir = Path(args.resume)
         if not (run_dir / RUN_CONFIG).is_file():
-            raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml in it)")
+            raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml in it){run_above(run_dir, '--resume')}")
     check_made_by(run_dir, trainer, lambda maker: f"train_{maker}.py --resume {run_dir}")
     return run_dir.resolve()
+
+
+def run_above(folder: Path, option: str) -> str:
+    """Return "; it is in the run R: <option> R ..." when `folder` lies in a run folder R (a checkpoints/ or
+    checkpoint-N folder given where a run folder belongs), else ""."""
+    for parent in list(folder.resolve().parents)[:3]:
+        if (parent / RUN_CONFIG).is_file():
+            return f"; it is in the run {parent}: {option} {parent} takes its newest complete checkpoint"
+    return ""
 
 
 def _script(trainer: str) -> str:

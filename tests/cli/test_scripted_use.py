@@ -147,6 +147,15 @@ def test_resuming_with_the_wrong_script_names_the_trainer(tmp_path, capsys, make
                      f"is a run of {maker}, not {script}", f"use train_{maker}.py --resume {run_dir}")
 
 
+def test_resuming_or_evaluating_a_checkpoint_folder_names_its_run(tmp_path, capsys):
+    run_dir = fake_run(tmp_path / "run", "magrpo", checkpoint=True)
+    for folder in (run_dir / "checkpoints", run_dir / "checkpoints" / "checkpoint-1"):
+        assert_one_error(*cli(capsys, "magrpo", "--resume", str(folder)), "not a run folder",
+                         f"it is in the run {run_dir}: --resume {run_dir}")
+        assert evaluate.main(["--run", str(folder)]) == 2
+        assert_one_error(2, capsys.readouterr().err, f"it is in the run {run_dir}: --run {run_dir}")
+
+
 def test_resuming_a_run_with_another_config_file_is_refused(tmp_path, capsys):
     # a resumed run reads its own config.yaml: a --config beside --resume RUN_DIR would be dropped without a word
     run_dir = fake_run(tmp_path / "run", "magrpo", checkpoint=True)
