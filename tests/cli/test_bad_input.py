@@ -79,6 +79,17 @@ def test_binary_config_file(tmp_path, capsys):
     assert_one_error(*cli(capsys, path), "config file", "binary.yaml", "is not UTF-8 text")
 
 
+@pytest.mark.parametrize("text", ["", "\n", "# magrpo:\n#   max_steps: 2\n"], ids=["empty", "blank", "comments"])
+def test_empty_config_file(tmp_path, capsys, text):
+    # it trained with every default (a full epoch of the reference trainer), without a word
+    path = tmp_path / "empty.yaml"
+    path.write_text(text, encoding="utf-8")
+    missing = "agent_model.name=/no/such/model"   # what would load after the file: the error must come first
+    assert_one_error(*cli(capsys, path, missing), "empty.yaml", "is empty")
+    assert evaluate.main(["--config", str(path), "--override", missing]) == 2
+    assert_one_error(2, capsys.readouterr().err, "empty.yaml", "is empty")
+
+
 def test_utf16_config_file(tmp_path, capsys):
     path = tmp_path / "utf16.yaml"
     path.write_text(BASE, encoding="utf-16")
