@@ -240,6 +240,29 @@ def is_adapter_folder(folder: Path) -> bool:
     return (folder / "adapter_model.safetensors").is_file()
 
 
+def check_saved_lora(folder: Path | None, lora: Any) -> None:
+    """Raise ModelError when `folder` (an agent of agent_model.init_from) holds LoRA adapters whose settings differ
+    from `lora` (this run's LoraSection): a LoRA run continues with the saved adapters, so it would train them (say
+    r=16) under a config and a start summary that say another rank. Nothing to check without adapters or LoRA."""
+    if folder is None or lora is None or not is_adapter_folder(folder):
+        return
+    import json
+    try:
+        saved = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+        found = {"r": saved["r"], "alpha": saved["lora_alpha"], "dropout": saved["lora_dropout"],
+                 "target_modules": sorted(saved["target_modules"])}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ModelError(f"agent_model.init_from: {folder}/adapter_config.json cannot be read ({_reason(err)})") from None
+    asked = {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "target_modules": sorted(lora.target_modules)}
+    differ = [key for key in asked if found[key] != asked[key]]
+    if differ:
+        said = ", ".join(f"{key} {found[key]} (this run: {asked[key]})" for key in differ)
+        fix = " ".join(f"agent_model.lora.{key}={found[key]}" for key in differ).replace("'", "")
+        raise ModelError(f"agent_model.init_from: the adapters in {folder} were saved with {said}; a LoRA run "
+                         f"continues with them: --override {fix}, or agent_model.lora=null to merge them and fine-tune "
+                         "every weight")
+
+
 def _with_saved_adapters(model: Any, folder: Path, keep: bool) -> Any:
     """Return `model` with the LoRA adapters saved in `folder`: trainable (`keep`), or merged into its weights."""
     from peft import PeftModel

@@ -205,6 +205,19 @@ def test_a_bad_init_from_is_a_clear_error(sft_run, tmp_path, damage, message):
     assert isinstance(err.value, UserError)
 
 
+def test_init_from_adapters_of_other_lora_settings_is_a_clear_error(sft_run, tmp_path):
+    # a LoRA run continues with the saved adapters: with agent_model.lora.r=8 it trained the saved r=4 adapters
+    # while its config.yaml and its start summary said r=8
+    sft_dir, _ = sft_run
+    config = magrpo_config(tmp_path, "other_r", [f"agent_model.init_from={sft_dir}", *LORA, "agent_model.lora.r=8",
+                                                 "agent_model.lora.alpha=4"])
+    from cooprl.trainers import build_algorithm
+    with pytest.raises(ModelError, match="agent_model.init_from") as err:
+        build_algorithm(Run.of(config, "magrpo"), build_code_task(Run.of(config, "magrpo")))
+    assert "r 4 (this run: 8)" in str(err.value) and "alpha 8 (this run: 4)" in str(err.value)
+    assert "agent_model.lora.r=4 agent_model.lora.alpha=8" in str(err.value)
+
+
 def test_init_from_on_the_command_line_is_one_error_line(tmp_path):
     import subprocess
     import sys
