@@ -110,10 +110,18 @@ def results_folder(config: Config, strategy: str, checkpoint: str | None, named:
 def strategy_settings(config: Config, strategy: str, budget: Budget, strategy_config: Any, checkpoint: str | None,
                       endpoint: Endpoint | None) -> dict[str, Any]:
     """Return the settings that make a strategy's results (saved as strategy_config_<strategy>.json): the strategy
-    and its section, the budget, the LLM, the problems and the seed."""
-    dataset = config.task.dataset
+    and its section, the budget, the LLM (its model, how prompts reach it, and the weights loaded: the checkpoint
+    folder `checkpoint` names and agent_model.init_from's, resolved, so that a run folder's newer checkpoint is
+    another setting), the problems and the seed."""
+    from cooprl.models import init_source
+    from strategies.llm import checkpoint_folder
+    dataset, model = config.task.dataset, config.agent_model
+    weights = {"checkpoint": str(checkpoint_folder(checkpoint).resolve()) if checkpoint and not endpoint else None,
+               "init_from": str(init_source(model.init_from).resolve()) if model.init_from and not endpoint else None}
+    prompting = {"agents": config.agents, "torch_dtype": model.torch_dtype, "chat_template": model.chat_template,
+                 "special_tokens": model.special_tokens, "max_length": model.max_length}
     settings = {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),
-                "model": config.agent_model.name, "checkpoint": checkpoint,
+                "model": model.name, "checkpoint": checkpoint, "weights": weights, "prompting": prompting,
                 "endpoint": asdict(endpoint) if endpoint else None,
                 "dataset": {"name": dataset.name, "type": dataset.type, "path": dataset.path},
                 "eval_split": dataset.eval_split, "seed": config.seed}

@@ -223,7 +223,9 @@ def config_reference(strategy_sections: dict[str, type] | None = None) -> str:
                   "`<output.base_dir>/strategy-<strategy>-<dataset>/` (or `--override output.run_name=NAME`; a "
                   "config file's run_name names its training run and is not used; a training run's folder only "
                   "with `--checkpoint` from it) and are resumed only under the settings that made them "
-                  "(`strategy_config_<strategy>.json`): other settings are an error naming the keys that differ.", ""]
+                  "(`strategy_config_<strategy>.json`: the strategy, budget, model, prompting, the weights loaded, resolved "
+                  "(a run's newer checkpoint is another setting), data and seed): other settings are an error "
+                  "naming the keys that differ.", ""]
         for name, cls in strategy_sections.items():
             lines += [f"### `{name}`", "", *_table(_rows(cls, name)), ""]
     return "\n".join(lines)
