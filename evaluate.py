@@ -89,6 +89,8 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
     eval_items([], samples, 0)   # a bad --samples fails before any model is loaded
     folder = None
     if checkpoint is not None:
+        if (Path(checkpoint) / "checkpoints").is_dir():   # a run folder: its checkpoints (as evaluate_strategy)
+            checkpoint = str(Path(checkpoint) / "checkpoints")
         try:
             folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
         except FileNotFoundError as err:
@@ -96,8 +98,7 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
     task = environment_for(run.config).prepare_task(run)
     algorithm = build_algorithm(run, task)
     if folder is not None:
-        for i, model in enumerate(algorithm.models):
-            ckpt.load_agent_weights(model, folder, i)
+        ckpt.load_team_weights(algorithm.models, folder)
     torch.manual_seed(evaluation_seed(run.config.seed))  # the same evaluation stream as during training
     items = eval_items(task.eval_items, samples, run.section.eval_num_samples)
     threads = chosen_threads()
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", help="a run folder: its config.yaml and (unless --checkpoint) its newest checkpoint")
     parser.add_argument("--config", help="YAML config (default: the run's config.yaml with --run, else the "
                                          "trainer's reference config, configs/<trainer>_che_config.yaml)")
-    parser.add_argument("--checkpoint", help="checkpoint-N folder, or a checkpoints folder (newest); "
+    parser.add_argument("--checkpoint", help="checkpoint-N folder, or a checkpoints or run folder (newest); "
                                              "none: the starting models, as a baseline")
     parser.add_argument("--trainer", help="trainer section to use (default: the config's only trainer, else magrpo)")
     parser.add_argument("--samples", help="eval problems: a number or all (default: the trainer's eval_num_samples)")

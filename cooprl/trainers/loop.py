@@ -131,8 +131,7 @@ def _resume(checkpoint: Path, algorithm: Algorithm, ranks: Ranks = Ranks()) -> d
     if saved_world != ranks.world_size:
         raise ckpt.CheckpointError(f"checkpoint {checkpoint} was written by {saved_world} data-parallel process(es); "
                                    f"resume it with as many (this run has {ranks.world_size})")
-    for i, model in enumerate(algorithm.models):
-        ckpt.load_agent_weights(model, checkpoint, i)
+    ckpt.load_team_weights(algorithm.models, checkpoint)
     try:
         algorithm.load_state_dict(state["algorithm"])
         if ranks.world_size > 1:   # this rank's own buffers and counters (and a sharded optimizer's shard)
