@@ -287,7 +287,8 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
         except KeyboardInterrupt:   # Ctrl-C in the final evaluation: keep the training, a resume evaluates
             log.warning("interrupted during the final evaluation: saving the trained models first")
             interrupted = True
-        save(step, finished=not interrupted)
+        with _InterruptFlag():   # a Ctrl-C here waits for the final checkpoint (cut short, it would be lost)
+            save(step, finished=not interrupted)
     tracker.close()
     if not ranks.is_main:
         return {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted, "rank": ranks.rank}

@@ -355,6 +355,25 @@ def interrupted_cli(capsys, *argv: str) -> tuple[int, str]:
 
 
 @pytest.mark.slow
+def test_ctrl_c_during_the_final_save_waits_for_it(tmp_path, capsys, monkeypatch):
+    # a real SIGINT while the final checkpoint is written: it stopped the save (a KeyboardInterrupt in it), so the
+    # finished run had no final checkpoint and a resume trained its last steps again
+    import signal
+    original = ckpt.save_checkpoint
+
+    def save_with_ctrl_c(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_with_ctrl_c)
+    code, err = interrupted_cli(capsys, "--config", str(base_config(tmp_path)), "--override", "magrpo.max_steps=1",
+                                "magrpo.eval_at_start=false")
+    assert code == 0 and "Traceback" not in err   # the run finished: trained, evaluated and saved
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-1"]
+    monkeypatch.setattr(ckpt, "save_checkpoint", original)
+    assert "is finished" in cli(capsys, "magrpo", "--resume", str(tmp_path / "run"))[1]
+
+
+@pytest.mark.slow
 def test_ctrl_c_in_the_evaluation_before_training_exits_130_without_saving(tmp_path, capsys, monkeypatch, caplog):
     StopIn(monkeypatch, 1)
     code, err = interrupted_cli(capsys, "--config", str(base_config(tmp_path)), "--override",
