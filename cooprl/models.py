@@ -296,15 +296,30 @@ def init_source(run: str) -> Path:
                          f"({err})") from None
 
 
+def saved_models(folder: Path) -> list[int]:
+    """Return the indices of the agent_<i>/ folders in `folder` (a checkpoint, or a run's final/)."""
+    return sorted(int(p.name[6:]) for p in folder.glob("agent_*") if p.name[6:].isdigit())
+
+
+def saved_policies(folder: Path) -> list[int]:
+    """Return the indices of the agent_<i>/ folders in `folder` that hold a language model's weights, not a value
+    model's: an actor-critic or MARLHF run saves its critics or reward model (a value head file) after its agents.
+    (An actor with a value head of its own, use_separate_critic: false, counts as a value model here.)"""
+    from cooprl.value_model import HEAD_FILE
+    return [i for i in saved_models(folder) if not (folder / f"agent_{i}" / HEAD_FILE).is_file()]
+
+
 def init_folders(run: str, num_agents: int) -> list[Path]:
     """Return the saved folder of each of `num_agents` agents in `run` (agent_model.init_from): a run folder's
     final/ models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself.
     ModelError naming the problem when there is no such run, it holds another number of agents, or a file is damaged."""
     from cooprl import checkpoint as ckpt
     source = init_source(run)
-    saved = sorted(int(p.name[6:]) for p in source.glob("agent_*") if p.name[6:].isdigit())
-    if saved != list(range(num_agents)):
-        raise ModelError(f"agent_model.init_from: {source} holds {len(saved)} agent(s), this run has {num_agents}")
+    saved, policies = saved_models(source), saved_policies(source)
+    if saved != list(range(num_agents)) and policies != list(range(num_agents)):
+        others = len(saved) - len(policies)
+        held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
+        raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
     try:
         return [ckpt.check_agent_folder(source, i) for i in range(num_agents)]
     except ckpt.CheckpointError as err:

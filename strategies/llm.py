@@ -206,14 +206,16 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     from cooprl import checkpoint as ckpt
     from cooprl.agents import agent_model_names
     from cooprl.generation import HFGenerator
-    from cooprl.models import init_folders, init_source, load_causal_lm, load_tokenizer, resolve_model_path
+    from cooprl.models import (init_folders, init_source, load_causal_lm, load_tokenizer, resolve_model_path,
+                               saved_models, saved_policies)
 
     model_cfg = config.agent_model
     folder = checkpoint_folder(checkpoint) if checkpoint else None
     # agent_model.init_from: the starting weights of the run's agents (a checkpoint, when given, replaces them)
     start = init_source(model_cfg.init_from) if model_cfg.init_from else None
     saved = folder if folder is not None else start
-    num_agents = 2 if saved is not None and (saved / "agent_1").is_dir() else 1
+    # the saved agents (an actor-critic run's critics come after them: a single actor and its critic is no team)
+    num_agents = 2 if saved is not None and len(saved_policies(saved) or saved_models(saved)) >= 2 else 1
     names = agent_model_names(config, num_agents) if config.agents is None or saved is not None else config.agents[:1]
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
     if model_cfg.generation_backend == "vllm":   # every agent and its engine on agent_model.device: checked as training does
