@@ -308,7 +308,9 @@ def _already_finished(run: Run, run_dir: Path, step: int, total_steps: int, main
     """Say (on the `main` process) that the resumed run in `run_dir` ended: trained `step` of `total_steps` steps and
     evaluated; return its summary, without training, evaluating or writing anything."""
     if main:
-        print(f"{run_dir} is finished: {step} of {total_steps} steps trained and evaluated; nothing to do (to train "
+        done = (f"{step} of {total_steps} steps trained and evaluated" if step <= total_steps else
+                f"{step} steps trained and evaluated, more than the {total_steps} asked (a resume undoes no step)")
+        print(f"{run_dir} is finished: {done}; nothing to do (to train "
               f"it further: --resume {run_dir} --override {run.trainer}.max_steps=<more>; to evaluate it: "
               f"python evaluate.py --run {run_dir})")
     return {"run_dir": str(run_dir), "steps": step, "interrupted": False, "finished": True}

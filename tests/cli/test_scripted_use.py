@@ -328,6 +328,9 @@ def test_a_second_run_of_a_config_gets_its_own_folder_and_a_finished_run_says_so
     code, err = cli(capsys, "magrpo", "--resume", str(first))
     assert code == 0, err
     assert f"{first.resolve()} is finished: 2 of 2 steps" in err
+    # a smaller max_steps: said as such ("2 of 1 steps" before)
+    err = cli(capsys, "magrpo", "--resume", str(first), "--override", "magrpo.max_steps=1")[1]
+    assert "is finished: 2 steps trained and evaluated, more than the 1 asked" in err
     assert (first / "metrics.jsonl").read_text() == first_metrics
 
 
