@@ -289,6 +289,15 @@ def test_ctrl_c_in_evaluate_and_evaluate_strategy_is_one_line_and_130(tmp_path, 
     assert "Traceback" not in err and "interrupted (Ctrl-C)" in err and "the same command goes on" in err
 
 
+def test_python_m_envs_without_a_trainer_is_a_usage_error(monkeypatch, capsys):
+    import runpy
+    for argv, status in ([], 2), (["--config", "x.yaml"], 2), (["--help"], 0):
+        monkeypatch.setattr(sys, "argv", ["envs", *argv])
+        with pytest.raises(SystemExit) as done:
+            runpy.run_module("envs", run_name="__main__")
+        assert done.value.code == status and "usage: python -m envs TRAINER" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------------ plot
 @pytest.mark.slow   # seconds: matplotlib draws (not in `make test-fast`)
 def test_plot_command_line(tmp_path, capsys):
