@@ -174,7 +174,9 @@ RUNS_TEXT = [
     "`evaluate.py --trainer X` checks the same; `evaluate_strategy.py` reads no trainer section.",
     "- A new run never writes into a folder that holds anything: when `<output.base_dir>/<output.run_name>` is taken "
     "(the CPU configs fix run_name: `make demo` run twice), the run writes `<run_name>-2` (`-3`, ...) and says so "
-    "in its log. `--resume RUN_DIR` continues in the run's own folder, from its newest complete checkpoint, with "
+    "in its log; two commands started at once with one run_name get two folders (a new run claims its folder "
+    "with a `.claimed` file), and a run that stops before writing anything (a model that would not load) leaves "
+    "no folder behind. `--resume RUN_DIR` continues in the run's own folder, from its newest complete checkpoint, with "
     "its own config.yaml and the settings it was trained with: `--override` may change how far it trains "
     "(`max_steps`, `num_train_epochs`, `num_iterations`), its evaluation interval, logging, saving, W&B, the "
     "reward's executor and the devices (`cooprl.run_folders.RESUMABLE_KEYS`); another key is an error naming the "

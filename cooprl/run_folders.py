@@ -35,6 +35,37 @@ def fresh_folder(folder: Path) -> Path:
     return candidate
 
 
+# made with O_EXCL in a new run's folder when it is chosen: of two commands started at once with the same run name,
+# one gets the folder and the other the next free one (they both wrote into one folder, mixing their metrics)
+CLAIM = ".claimed"
+
+
+def claim_fresh_folder(folder: Path) -> Path:
+    """Return `fresh_folder(folder)`, created and claimed atomically (its CLAIM file made with O_EXCL): when another
+    process claims it first, the next free `<folder>-<n>`. OSError when a folder cannot be created."""
+    candidate = fresh_folder(folder)
+    while True:
+        candidate.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(candidate / CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return candidate
+        except FileExistsError:   # claimed by a command started at the same time: the next free one
+            n = int(candidate.name.rsplit("-", 1)[1]) + 1 if candidate != folder else 2
+            candidate = fresh_folder(folder.with_name(f"{folder.name}-{n}"))
+
+
+def release_unused(folder: Path) -> None:
+    """Give back a claimed folder that a run left before writing anything in it (a model that would not load,
+    Ctrl-C at start): remove its CLAIM and the folder when that leaves it empty, so that the same command, run
+    again, takes the same folder."""
+    try:
+        if [p.name for p in folder.iterdir()] == [CLAIM]:
+            (folder / CLAIM).unlink()
+            folder.rmdir()
+    except OSError:
+        pass   # written to meanwhile, or gone: nothing to give back
+
+
 def numbered_folders(folder: Path) -> list[Path]:
     """Return `folder` and its numbered siblings `<folder>-<n>` (what `fresh_folder` hands out) that exist."""
     siblings = folder.parent.glob(f"{folder.name}-*") if folder.parent.is_dir() else []
@@ -121,23 +152,29 @@ def check_resumed_settings(run_dir: Path, config: Config, trainer: str) -> None:
 
 def new_run_folder(config: Config, name: str, trainer: str) -> Path:
     """Return the folder `trainer`'s run named `name` writes under output.base_dir, created: for a new run a free one
-    (`fresh_folder`, logged when it is not `name`), for a resume (checkpoint.resume_from_checkpoint set) its own.
+    (`fresh_folder`, claimed: `claim_fresh_folder`; logged when it is not `name`), for a resume (checkpoint.resume_from_checkpoint set) its own.
     ConfigError when it cannot be created, when a resume changes the settings the run was trained with
     (check_resumed_settings), or when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints
     (their rotation would mix the two runs)."""
     from cooprl.checkpoint import list_checkpoints
     asked = Path(config.output.base_dir) / name
     resuming = bool(config.checkpoint.resume_from_checkpoint)
-    folder = asked if resuming else fresh_folder(asked)
-    if resuming:
-        check_resumed_settings(folder, config, trainer)
-    if folder != asked:
-        log.warning("%s holds an earlier run: this run writes %s (to continue the earlier one: --resume %s)",
-                    asked, folder, asked)
     shared = config.checkpoint.checkpoint_dir
     if not resuming and shared and list_checkpoints(Path(shared)):
         raise ConfigError(f"checkpoint.checkpoint_dir: {shared} holds an earlier run's checkpoints; give a new run "
                           "an empty folder, or continue that run with --resume")
+    if resuming:
+        folder = asked
+        check_resumed_settings(folder, config, trainer)
+    else:
+        try:
+            folder = claim_fresh_folder(asked)
+        except OSError as err:
+            raise ConfigError(f"output.base_dir: cannot create the run folder under {asked.parent} "
+                              f"({err.strerror or err})") from None
+    if folder != asked:
+        log.warning("%s holds an earlier run: this run writes %s (to continue the earlier one: --resume %s)",
+                    asked, folder, asked)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -312,6 +312,26 @@ def test_plot_command_line(tmp_path, capsys):
     assert plot_main([str(tmp_path)]) == 0 and (tmp_path / "rewards.png").is_file()
 
 
+def test_two_commands_started_at_once_get_two_folders(tmp_path, monkeypatch):
+    # both looked before either wrote: each saw `run` free, and both trained into it (two step-0 evaluations, every
+    # step twice in metrics.jsonl, one run's checkpoints over the other's), each exiting 0
+    from cooprl import run_folders
+    free = run_folders.fresh_folder
+    monkeypatch.setattr(run_folders, "fresh_folder", lambda folder: folder if folder.name == "run" else free(folder))
+    config = load_config(None, [f"output.base_dir={tmp_path}"])
+    first = run_folders.new_run_folder(config, "run", "magrpo")
+    second = run_folders.new_run_folder(config, "run", "magrpo")
+    assert (first, second) == (tmp_path / "run", tmp_path / "run-2")
+
+
+def test_a_run_that_stops_before_writing_leaves_its_folder_free(tmp_path, capsys):
+    # a model that would not load left an empty folder behind; now the claimed folder is given back
+    config = base_config(tmp_path)
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override",
+                          f"agent_model.init_from={config}"), "agent_model.init_from", "is not a folder")
+    assert not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------------------------------------------------------ runs that train
 @pytest.mark.slow
 def test_a_second_run_of_a_config_gets_its_own_folder_and_a_finished_run_says_so(tmp_path, capsys, caplog):
