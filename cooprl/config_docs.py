@@ -182,7 +182,7 @@ RUNS_TEXT = [
     "reward's executor and the devices (`cooprl.run_folders.RESUMABLE_KEYS`); another key is an error naming the "
     "change and how to start a new run from its models (`agent_model.init_from`). A `--config` beside it is an "
     "error too. A new "
-    "run whose `checkpoint.checkpoint_dir` holds checkpoints, or whose folders are files or read-only, stops with "
+    "run whose `checkpoint.checkpoint_dir` holds checkpoints, whose `output.save_path` holds final models, or whose folders are files or read-only, stops with "
     "one `error:` line before any model loads.",
     "- `--resume latest`: the newest run (its config.yaml written last: started or resumed last) of the script's "
     "trainer on the config's dataset, among `<run_name>` and `<run_name>-<n>` (without a run_name: "

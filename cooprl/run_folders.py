@@ -155,7 +155,7 @@ def new_run_folder(config: Config, name: str, trainer: str) -> Path:
     (`fresh_folder`, claimed: `claim_fresh_folder`; logged when it is not `name`), for a resume (checkpoint.resume_from_checkpoint set) its own.
     ConfigError when it cannot be created, when a resume changes the settings the run was trained with
     (check_resumed_settings), or when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints
-    (their rotation would mix the two runs)."""
+    (their rotation would mix the two runs) or its output.save_path an earlier run's final models."""
     from cooprl.checkpoint import list_checkpoints
     asked = Path(config.output.base_dir) / name
     resuming = bool(config.checkpoint.resume_from_checkpoint)
@@ -163,6 +163,12 @@ def new_run_folder(config: Config, name: str, trainer: str) -> Path:
     if not resuming and shared and list_checkpoints(Path(shared)):
         raise ConfigError(f"checkpoint.checkpoint_dir: {shared} holds an earlier run's checkpoints; give a new run "
                           "an empty folder, or continue that run with --resume")
+    final = config.output.save_path
+    if not resuming and final and config.output.save_final_model and any(Path(final).glob("agent_*")):
+        # the new agent_<i>/ would replace the earlier ones and keep the rest (a team's agent_1 beside a new single
+        # agent): agent_model.init_from that folder would then start from two runs' agents
+        raise ConfigError(f"output.save_path: {final} holds an earlier run's final models; give a new run an empty "
+                          "folder (or null: <run dir>/final)")
     if resuming:
         folder = asked
         check_resumed_settings(folder, config, trainer)

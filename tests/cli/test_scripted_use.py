@@ -324,6 +324,17 @@ def test_two_commands_started_at_once_get_two_folders(tmp_path, monkeypatch):
     assert (first, second) == (tmp_path / "run", tmp_path / "run-2")
 
 
+def test_a_new_run_refuses_a_save_path_with_an_earlier_run_s_final_models(tmp_path):
+    # the new agent_0/ replaced the earlier one beside the earlier agent_1/: a folder of two runs' agents
+    from cooprl.run_folders import new_run_folder
+    (tmp_path / "final" / "agent_1").mkdir(parents=True)
+    config = load_config(None, [f"output.base_dir={tmp_path}", f"output.save_path={tmp_path / 'final'}",
+                                "output.save_final_model=true"])
+    with pytest.raises(ConfigError, match="output.save_path: .* holds an earlier run's final models"):
+        new_run_folder(config, "run", "grpo")
+    assert not (tmp_path / "run").exists()   # refused before the folder is claimed
+
+
 def test_a_run_that_stops_before_writing_leaves_its_folder_free(tmp_path, capsys):
     # a model that would not load left an empty folder behind; now the claimed folder is given back
     config = base_config(tmp_path)
