@@ -11,7 +11,7 @@ pass rate, pass@k, aux usage); `--output` also writes them as JSON. `--samples a
 (default: the trainer's eval_num_samples); `--generations K` samples K answers per problem, for pass@k up to K.
 A bar counts the answers sampled, with their rate; the first line says the torch threads (cooprl/console.py).
 Bad input (config, dataset, model, a damaged checkpoint, a section the trainer does not read, `--run` of another
-trainer than `--trainer`, a run without a checkpoint) prints one `error: ...` line and exits 2.
+trainer than `--trainer`, a run without a checkpoint) prints one `error: ...` line and exits 2; Ctrl-C one line, 130.
 Without `--trainer`, the trainer is the one whose section the config holds (a run folder's config.yaml holds
 only its trainer's sections), else magrpo.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.cli import print_user_error
+from cooprl.cli import print_interrupted, print_user_error, run_above
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer, config_from_data, read_yaml,
                            trainer_of_data)
@@ -89,6 +89,8 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
     eval_items([], samples, 0)   # a bad --samples fails before any model is loaded
     folder = None
     if checkpoint is not None:
+        if (Path(checkpoint) / "checkpoints").is_dir():   # a run folder: its checkpoints (as evaluate_strategy)
+            checkpoint = str(Path(checkpoint) / "checkpoints")
         try:
             folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
         except FileNotFoundError as err:
@@ -96,8 +98,7 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
     task = environment_for(run.config).prepare_task(run)
     algorithm = build_algorithm(run, task)
     if folder is not None:
-        for i, model in enumerate(algorithm.models):
-            ckpt.load_agent_weights(model, folder, i)
+        ckpt.load_team_weights(algorithm.models, folder)
     torch.manual_seed(evaluation_seed(run.config.seed))  # the same evaluation stream as during training
     items = eval_items(task.eval_items, samples, run.section.eval_num_samples)
     threads = chosen_threads()
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", help="a run folder: its config.yaml and (unless --checkpoint) its newest checkpoint")
     parser.add_argument("--config", help="YAML config (default: the run's config.yaml with --run, else the "
                                          "trainer's reference config, configs/<trainer>_che_config.yaml)")
-    parser.add_argument("--checkpoint", help="checkpoint-N folder, or a checkpoints folder (newest); "
+    parser.add_argument("--checkpoint", help="checkpoint-N folder, or a checkpoints or run folder (newest); "
                                              "none: the starting models, as a baseline")
     parser.add_argument("--trainer", help="trainer section to use (default: the config's only trainer, else magrpo)")
     parser.add_argument("--samples", help="eval problems: a number or all (default: the trainer's eval_num_samples)")
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.run:
             run_dir = Path(args.run)
             if not (run_dir / RUN_CONFIG).is_file():
-                raise ConfigError(f"--run {run_dir}: not a run folder (no config.yaml in it)")
+                raise ConfigError(f"--run {run_dir}: not a run folder (no config.yaml in it)"
+                                  f"{run_above(run_dir, '--run')}")
             if args.trainer:
                 check_made_by(run_dir, args.trainer, lambda maker: f"evaluate.py --run {run_dir} without --trainer")
             config_path = config_path or str(run_dir / RUN_CONFIG)
@@ -149,10 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         metrics = evaluate_checkpoint(run, checkpoint, args.samples)
     except UserError as err:  # a bad config, dataset, model name or checkpoint: one line, exit 2
         return print_user_error(err)
+    except KeyboardInterrupt:   # one line and 130, as the trainers: nothing was written
+        return print_interrupted("nothing was written")
     for key in sorted(metrics):
         print(f"{key}: {metrics[key]:.4f}")
     if args.output:
-        try:
+        try:   # its folder may not exist yet: check_writable let it pass as one that can be created
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
             Path(args.output).write_text(json.dumps(metrics, indent=2), encoding="utf-8")
         except OSError as err:
             print(f"error: --output {args.output!r} cannot be written: {err.strerror or err}", file=sys.stderr)

@@ -18,7 +18,7 @@ Writes `<output.base_dir>/strategy-<strategy>-<dataset>/strategy_results.jsonl` 
 per problem, with the settings in `strategy_config_<strategy>.json`; a second run with the same folder skips the
 problems already there (resume), only under the same settings (else it stops and names the keys that differ).
 A training run's own folder is refused unless --checkpoint is from that run. Prints a summary table whose last line is `pass@1: X`, and draws strategy_results.png.
-Bad input prints one `error: ...` line and exits 2.
+Bad input prints one `error: ...` line and exits 2; Ctrl-C one line and 130 (the finished problems stay: rerun to resume).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cooprl.cli import print_user_error, read_config
+from cooprl.cli import print_interrupted, print_user_error, read_config
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
                            check_override_sections)
@@ -106,10 +106,18 @@ def results_folder(config: Config, strategy: str, checkpoint: str | None, named:
 def strategy_settings(config: Config, strategy: str, budget: Budget, strategy_config: Any, checkpoint: str | None,
                       endpoint: Endpoint | None) -> dict[str, Any]:
     """Return the settings that make a strategy's results (saved as strategy_config_<strategy>.json): the strategy
-    and its section, the budget, the LLM, the problems and the seed."""
-    dataset = config.task.dataset
+    and its section, the budget, the LLM (its model, how prompts reach it, and the weights loaded: the checkpoint
+    folder `checkpoint` names and agent_model.init_from's, resolved, so that a run folder's newer checkpoint is
+    another setting), the problems and the seed."""
+    from cooprl.models import init_source
+    from strategies.llm import checkpoint_folder
+    dataset, model = config.task.dataset, config.agent_model
+    weights = {"checkpoint": str(checkpoint_folder(checkpoint).resolve()) if checkpoint and not endpoint else None,
+               "init_from": str(init_source(model.init_from).resolve()) if model.init_from and not endpoint else None}
+    prompting = {"agents": config.agents, "torch_dtype": model.torch_dtype, "chat_template": model.chat_template,
+                 "special_tokens": model.special_tokens, "max_length": model.max_length}
     settings = {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),
-                "model": config.agent_model.name, "checkpoint": checkpoint,
+                "model": model.name, "checkpoint": checkpoint, "weights": weights, "prompting": prompting,
                 "endpoint": asdict(endpoint) if endpoint else None,
                 "dataset": {"name": dataset.name, "type": dataset.type, "path": dataset.path},
                 "eval_split": dataset.eval_split, "seed": config.seed}
@@ -322,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         run_dir, rows = evaluate(args.strategy, args.config, args.checkpoint, args.override, endpoint)
     except UserError as err:
         return print_user_error(err)
+    except KeyboardInterrupt:   # every finished problem's line is on disk: the same command resumes after it
+        return print_interrupted(f"the problems done are kept in {RESULTS}; the same command goes on from them")
     png = plot(run_dir, args.strategy, rows)
     print(f"results: {run_dir / RESULTS}" + (f"; plot: {png}" if png else ""))
     table = summary(args.strategy, rows)

@@ -24,7 +24,8 @@ import torch
 from cooprl import distributed, fsdp
 from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
-from cooprl.models import init_folders, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
+from cooprl.models import (check_saved_lora, init_folders, load_causal_lm, load_tokenizer, resolve_model_path,
+                           set_memory_options)
 from cooprl.optim import build_adamw
 from cooprl.vllm_generation import VLLMGenerator
 
@@ -84,6 +85,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     sharded = section.parallel_training == "fsdp" and distributed.current().world_size > 1
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
     inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents
+    for init in inits:   # before any model loads
+        check_saved_lora(init, model_cfg.lora)
     team = []
     for i, name in enumerate(agent_model_names(config, num_agents)):
         device = devices[i]

@@ -370,6 +370,25 @@ def check_agent_folder(checkpoint: Path, agent: int) -> Path:
     return folder
 
 
+def saved_agents(checkpoint: Path) -> int:
+    """Return how many models `checkpoint` holds (its agent_<i>/ folders: the agents, then critics or a reward
+    model, as the trainer's `models` list them)."""
+    return sum(1 for p in checkpoint.glob("agent_*") if p.name[6:].isdigit())
+
+
+def load_team_weights(models: list[Any], checkpoint: Path) -> None:
+    """Load agent i's saved weights into `models[i]`, for every model; CheckpointError when `checkpoint` holds
+    another number of agents (a single agent's checkpoint in a team, or a team's first agent evaluated alone, would
+    otherwise be called damaged, or load without a word)."""
+    held = saved_agents(checkpoint)
+    if held != len(models):
+        raise CheckpointError(f"checkpoint {checkpoint} holds {held} model(s) (agent_<i>/: agents, then critics), "
+                              f"this run has {len(models)}: it is another kind of run's (evaluate it with --run on "
+                              "the run that saved it)")
+    for i, model in enumerate(models):
+        load_agent_weights(model, checkpoint, i)
+
+
 def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
     """Load model `agent`'s saved weights (full model, LoRA adapters, or a value model) into `model` in place.
 

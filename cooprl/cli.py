@@ -20,7 +20,8 @@ from cooprl.console import add_threads_option, setup_logging, use_torch_threads
 from cooprl.config import (Config, ConfigError, Run, check_sections_read, check_trainer, config_from_data,
                            read_yaml)
 from cooprl.errors import UserError
-from cooprl.run_folders import RUN_CONFIG, check_made_by, check_output, made_by, numbered_folders
+from cooprl.run_folders import (RUN_CONFIG, check_made_by, check_output, check_resumed_settings, made_by,
+                                numbered_folders)
 
 # the environment's config sections class for a config file's mapping (None: the registered one); the library
 # names no environment, so the command line's caller (envs.launch) says which a file's sections name
@@ -138,9 +139,18 @@ def resume_folder(trainer: str, args: argparse.Namespace, choose: ChooseTaskConf
     else:
         run_dir = Path(args.resume)
         if not (run_dir / RUN_CONFIG).is_file():
-            raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml in it)")
+            raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml in it){run_above(run_dir, '--resume')}")
     check_made_by(run_dir, trainer, lambda maker: f"train_{maker}.py --resume {run_dir}")
     return run_dir.resolve()
+
+
+def run_above(folder: Path, option: str) -> str:
+    """Return "; it is in the run R: <option> R ..." when `folder` lies in a run folder R (a checkpoints/ or
+    checkpoint-N folder given where a run folder belongs), else ""."""
+    for parent in list(folder.resolve().parents)[:3]:
+        if (parent / RUN_CONFIG).is_file():
+            return f"; it is in the run {parent}: {option} {parent} takes its newest complete checkpoint"
+    return ""
 
 
 def _script(trainer: str) -> str:
@@ -170,6 +180,8 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
     config = config_from_data(data, overrides, choose(data) if choose is not None else None)
     run = Run.of(config, trainer)
     check_sections_read(run, data, path, args.override, _script(trainer), _script)
+    if args.resume:   # before any model loads (the loop checks again, for checkpoint.resume_from_checkpoint)
+        check_resumed_settings(run_dir, config, trainer)
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
         return None
@@ -181,6 +193,13 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
 INTERRUPTED = 130
 
 
+def print_interrupted(note: str = "") -> int:
+    """Say in one line on stderr, without a traceback, that Ctrl-C stopped the command (`note`: what was kept, how
+    to go on); return INTERRUPTED (130)."""
+    print(f"interrupted (Ctrl-C){'; ' + note if note else ''}", file=sys.stderr)
+    return INTERRUPTED
+
+
 def exit_status(run: Callable[[], object]) -> int:
     """Call `run()`; return the exit status of a command line: 0; 2 after printing a UserError as one line; 130
     (INTERRUPTED) when Ctrl-C stopped it: `run()` returned a summary saying `interrupted` (it saved first), or a
@@ -190,6 +209,5 @@ def exit_status(run: Callable[[], object]) -> int:
     except UserError as err:
         return print_user_error(err)
     except KeyboardInterrupt:
-        print("interrupted (Ctrl-C)", file=sys.stderr)
-        return INTERRUPTED
+        return print_interrupted()
     return INTERRUPTED if isinstance(result, dict) and result.get("interrupted") else 0

@@ -169,12 +169,20 @@ RUNS_TEXT = [
     "- A script reads its own trainer section (MARLHF also its `rl_algorithm`'s, `iac:` or `maac:`). A config file "
     "with other trainers' sections and none of its own, or an `--override` of a section the script does not read, is "
     "an error that names the script reading it (a file shared by several scripts, with each one's section, loads in "
-    "each). `evaluate.py --trainer X` checks the same; `evaluate_strategy.py` reads no trainer section.",
+    "each). An `iac:` or `maac:` section beside a `marlhf:` one that reads it as its `rl_algorithm` (or that sets none "
+    "of the keys every trainer has) is MARLHF's: `train_iac.py`/`train_maac.py` refuse the file. "
+    "`evaluate.py --trainer X` checks the same; `evaluate_strategy.py` reads no trainer section.",
     "- A new run never writes into a folder that holds anything: when `<output.base_dir>/<output.run_name>` is taken "
     "(the CPU configs fix run_name: `make demo` run twice), the run writes `<run_name>-2` (`-3`, ...) and says so "
-    "in its log. `--resume RUN_DIR` continues in the run's own folder, from its newest complete checkpoint, with "
-    "its own config.yaml (`--override` on top; a `--config` beside it is an error). A new "
-    "run whose `checkpoint.checkpoint_dir` holds checkpoints, or whose folders are files or read-only, stops with "
+    "in its log; two commands started at once with one run_name get two folders (a new run claims its folder "
+    "with a `.claimed` file), and a run that stops before writing anything (a model that would not load) leaves "
+    "no folder behind. `--resume RUN_DIR` continues in the run's own folder, from its newest complete checkpoint, with "
+    "its own config.yaml and the settings it was trained with: `--override` may change how far it trains "
+    "(`max_steps`, `num_train_epochs`, `num_iterations`), its evaluation interval, logging, saving, W&B, the "
+    "reward's executor and the devices (`cooprl.run_folders.RESUMABLE_KEYS`); another key is an error naming the "
+    "change and how to start a new run from its models (`agent_model.init_from`). A `--config` beside it is an "
+    "error too. A new "
+    "run whose `checkpoint.checkpoint_dir` holds checkpoints, whose `output.save_path` holds final models, or whose folders are files or read-only, stops with "
     "one `error:` line before any model loads.",
     "- `--resume latest`: the newest run (its config.yaml written last: started or resumed last) of the script's "
     "trainer on the config's dataset, among `<run_name>` and `<run_name>-<n>` (without a run_name: "
@@ -217,7 +225,9 @@ def config_reference(strategy_sections: dict[str, type] | None = None) -> str:
                   "`<output.base_dir>/strategy-<strategy>-<dataset>/` (or `--override output.run_name=NAME`; a "
                   "config file's run_name names its training run and is not used; a training run's folder only "
                   "with `--checkpoint` from it) and are resumed only under the settings that made them "
-                  "(`strategy_config_<strategy>.json`): other settings are an error naming the keys that differ.", ""]
+                  "(`strategy_config_<strategy>.json`: the strategy, budget, model, prompting, the weights loaded, resolved "
+                  "(a run's newer checkpoint is another setting), data and seed): other settings are an error "
+                  "naming the keys that differ.", ""]
         for name, cls in strategy_sections.items():
             lines += [f"### `{name}`", "", *_table(_rows(cls, name)), ""]
     return "\n".join(lines)

@@ -240,6 +240,29 @@ def is_adapter_folder(folder: Path) -> bool:
     return (folder / "adapter_model.safetensors").is_file()
 
 
+def check_saved_lora(folder: Path | None, lora: Any) -> None:
+    """Raise ModelError when `folder` (an agent of agent_model.init_from) holds LoRA adapters whose settings differ
+    from `lora` (this run's LoraSection): a LoRA run continues with the saved adapters, so it would train them (say
+    r=16) under a config and a start summary that say another rank. Nothing to check without adapters or LoRA."""
+    if folder is None or lora is None or not is_adapter_folder(folder):
+        return
+    import json
+    try:
+        saved = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+        found = {"r": saved["r"], "alpha": saved["lora_alpha"], "dropout": saved["lora_dropout"],
+                 "target_modules": sorted(saved["target_modules"])}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ModelError(f"agent_model.init_from: {folder}/adapter_config.json cannot be read ({_reason(err)})") from None
+    asked = {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "target_modules": sorted(lora.target_modules)}
+    differ = [key for key in asked if found[key] != asked[key]]
+    if differ:
+        said = ", ".join(f"{key} {found[key]} (this run: {asked[key]})" for key in differ)
+        fix = " ".join(f"agent_model.lora.{key}={found[key]}" for key in differ).replace("'", "")
+        raise ModelError(f"agent_model.init_from: the adapters in {folder} were saved with {said}; a LoRA run "
+                         f"continues with them: --override {fix}, or agent_model.lora=null to merge them and fine-tune "
+                         "every weight")
+
+
 def _with_saved_adapters(model: Any, folder: Path, keep: bool) -> Any:
     """Return `model` with the LoRA adapters saved in `folder`: trainable (`keep`), or merged into its weights."""
     from peft import PeftModel
@@ -273,15 +296,30 @@ def init_source(run: str) -> Path:
                          f"({err})") from None
 
 
+def saved_models(folder: Path) -> list[int]:
+    """Return the indices of the agent_<i>/ folders in `folder` (a checkpoint, or a run's final/)."""
+    return sorted(int(p.name[6:]) for p in folder.glob("agent_*") if p.name[6:].isdigit())
+
+
+def saved_policies(folder: Path) -> list[int]:
+    """Return the indices of the agent_<i>/ folders in `folder` that hold a language model's weights, not a value
+    model's: an actor-critic or MARLHF run saves its critics or reward model (a value head file) after its agents.
+    (An actor with a value head of its own, use_separate_critic: false, counts as a value model here.)"""
+    from cooprl.value_model import HEAD_FILE
+    return [i for i in saved_models(folder) if not (folder / f"agent_{i}" / HEAD_FILE).is_file()]
+
+
 def init_folders(run: str, num_agents: int) -> list[Path]:
     """Return the saved folder of each of `num_agents` agents in `run` (agent_model.init_from): a run folder's
     final/ models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself.
     ModelError naming the problem when there is no such run, it holds another number of agents, or a file is damaged."""
     from cooprl import checkpoint as ckpt
     source = init_source(run)
-    saved = sorted(int(p.name[6:]) for p in source.glob("agent_*") if p.name[6:].isdigit())
-    if saved != list(range(num_agents)):
-        raise ModelError(f"agent_model.init_from: {source} holds {len(saved)} agent(s), this run has {num_agents}")
+    saved, policies = saved_models(source), saved_policies(source)
+    if saved != list(range(num_agents)) and policies != list(range(num_agents)):
+        others = len(saved) - len(policies)
+        held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
+        raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
     try:
         return [ckpt.check_agent_folder(source, i) for i in range(num_agents)]
     except ckpt.CheckpointError as err:

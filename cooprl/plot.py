@@ -35,7 +35,7 @@ def plot_run(run_dir: str | Path) -> Path:
         eval_ax = ax.twinx()
         eval_ax.set_ylabel("eval reward (raw)")
     for key in sorted({k for e in events for k in e if k.startswith("eval/") and k.endswith("/reward_mean")}):
-        points = [(e["step"], e[key]) for e in events if e.get(key) is not None]
+        points = _points(events, key)
         if points:
             eval_ax.plot(*zip(*points), "o--", label=key, color=None if eval_ax is ax else "tab:green")
     ax.set_xlabel(X_LABEL)
@@ -54,7 +54,7 @@ def plot_run(run_dir: str | Path) -> Path:
 
 def _curve(ax: Any, events: list[dict[str, Any]], key: str, label: str) -> None:
     """Plot `key` against the training step: a moving average over a tenth of the points, and the raw points."""
-    points = [(e["step"], e[key]) for e in events if e.get(key) is not None]
+    points = _points(events, key)
     if not points:
         return
     steps, values = zip(*points)
@@ -80,8 +80,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _points(events: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    """Return the (step, value) points of `key`: the events where it is a number (a damaged value is no point)."""
+    return [(e["step"], e[key]) for e in events if "step" in e and _is_number(e.get(key))]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _plotted_keys(events: list[dict[str, Any]]) -> list[str]:
+    """Return the keys plot_run draws that hold at least one point: rewards per turn, eval rewards, SFT's loss."""
+    keys = {k for e in events for k in e if k.endswith("/reward_mean") and k.startswith(("turn_", "eval/"))}
+    return sorted(k for k in keys | {LOSS_KEY} if _points(events, k))
+
+
 def _unplottable(run_dir: Path) -> str | None:
-    """Return why `run_dir` has nothing to draw (None when its metrics.jsonl holds events)."""
+    """Return why `run_dir` has nothing to draw (None when its metrics.jsonl holds a reward or a loss to plot)."""
     if not run_dir.is_dir():
         return "no such folder" if not run_dir.exists() else "not a folder"
     try:
@@ -90,6 +105,9 @@ def _unplottable(run_dir: Path) -> str | None:
         return f"metrics.jsonl cannot be read ({type(err).__name__})"
     if not events:
         return "holds no metrics (no metrics.jsonl, or an empty one: not a run folder, or a run that logged nothing)"
+    if not _plotted_keys(events):
+        return (f"metrics.jsonl holds no reward or loss to plot (no turn_<t>/reward_mean, eval/.../reward_mean or "
+                f"{LOSS_KEY} with a number)")
     return None
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
-from cooprl.config import Config, ConfigError, read_yaml, trainer_of_data
+import yaml
+
+from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, read_yaml, show, trainer_of_data
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,37 @@ def fresh_folder(folder: Path) -> Path:
     while is_used(candidate) or (candidate.exists() and not candidate.is_dir()):
         candidate, n = folder.with_name(f"{folder.name}-{n}"), n + 1
     return candidate
+
+
+# made with O_EXCL in a new run's folder when it is chosen: of two commands started at once with the same run name,
+# one gets the folder and the other the next free one (they both wrote into one folder, mixing their metrics)
+CLAIM = ".claimed"
+
+
+def claim_fresh_folder(folder: Path) -> Path:
+    """Return `fresh_folder(folder)`, created and claimed atomically (its CLAIM file made with O_EXCL): when another
+    process claims it first, the next free `<folder>-<n>`. OSError when a folder cannot be created."""
+    candidate = fresh_folder(folder)
+    while True:
+        candidate.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(candidate / CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return candidate
+        except FileExistsError:   # claimed by a command started at the same time: the next free one
+            n = int(candidate.name.rsplit("-", 1)[1]) + 1 if candidate != folder else 2
+            candidate = fresh_folder(folder.with_name(f"{folder.name}-{n}"))
+
+
+def release_unused(folder: Path) -> None:
+    """Give back a claimed folder that a run left before writing anything in it (a model that would not load,
+    Ctrl-C at start): remove its CLAIM and the folder when that leaves it empty, so that the same command, run
+    again, takes the same folder."""
+    try:
+        if [p.name for p in folder.iterdir()] == [CLAIM]:
+            (folder / CLAIM).unlink()
+            folder.rmdir()
+    except OSError:
+        pass   # written to meanwhile, or gone: nothing to give back
 
 
 def numbered_folders(folder: Path) -> list[Path]:
@@ -54,33 +87,100 @@ def check_writable(path: Path, key: str) -> None:
 
 
 def check_output(config: Config) -> None:
-    """Raise ConfigError when a folder the run writes (its run folder, checkpoint.checkpoint_dir, output.save_path)
-    is a file, lies under a file, or cannot be written."""
+    """Raise ConfigError naming the key when a folder the run writes (output.base_dir, its run folder,
+    checkpoint.checkpoint_dir, output.save_path, wandb.dir) is a file, lies under a file, or cannot be written."""
     base = Path(config.output.base_dir)
-    check_writable(base / config.output.run_name if config.output.run_name else base,
-                   "output.run_name" if config.output.run_name else "output.base_dir")
+    check_writable(base, "output.base_dir")   # first: a run_name is not what makes a base_dir under a file wrong
+    if config.output.run_name:
+        check_writable(base / config.output.run_name, "output.run_name")
     if config.checkpoint.checkpoint_dir:
         check_writable(Path(config.checkpoint.checkpoint_dir), "checkpoint.checkpoint_dir")
     if config.output.save_path:
         check_writable(Path(config.output.save_path), "output.save_path")
+    if config.wandb.dir and config.wandb.mode != "disabled":   # W&B would write elsewhere without a word
+        check_writable(Path(config.wandb.dir), "wandb.dir")
 
 
-def new_run_folder(config: Config, name: str) -> Path:
-    """Return the folder a run named `name` writes under output.base_dir, created: for a new run a free one
-    (`fresh_folder`, logged when it is not `name`), for a resume (checkpoint.resume_from_checkpoint set) its own.
-    ConfigError when it cannot be created, or when a new run's checkpoint.checkpoint_dir holds an earlier run's
-    checkpoints (their rotation would mix the two runs)."""
+# What a resumed run may change (`--resume RUN --override KEY=...`): how far it trains, how it is evaluated, logged
+# and saved, and where it runs. Every other key made the run's checkpoints and its metrics so far: a change would
+# mix two runs' settings under a config.yaml that then describes only the second (or fail on the checkpoint once the
+# models are loaded: another LoRA rank, another number of agents)
+RESUMABLE_KEYS = ("output.", "wandb.", "reward.", "checkpoint.checkpoint_interval", "checkpoint.checkpoint_total_limit",
+                  "checkpoint.resume_from_checkpoint", "agent_model.device", "agent_model.generation_backend",
+                  "agent_model.vllm_", "agent_model.logprob_chunk_size", "agent_model.gradient_checkpointing",
+                  "agent_model.autocast")
+RESUMABLE_TRAINER_KEYS = ("max_steps", "num_train_epochs", "num_iterations", "logging_steps", "eval_interval",
+                          "eval_at_start", "eval_batch_size", "log_reward_distribution", "parallel_training",
+                          "agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
+
+
+def resumable(key: str) -> bool:
+    """Return whether a resumed run may change the config key `key` (dotted, e.g. "magrpo.max_steps")."""
+    section, _, name = key.partition(".")
+    if section in TRAINER_SECTIONS:
+        return name in RESUMABLE_TRAINER_KEYS
+    return key.startswith(RESUMABLE_KEYS)
+
+
+def _changes(saved: Any, now: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """Yield (key, saved value, new value) for every leaf where `now` differs from `saved` (keys only one holds: a
+    config.yaml of an older version, say, are no change)."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        for key in [k for k in saved if k in now]:
+            yield from _changes(saved[key], now[key], f"{prefix}{key}.")
+    elif saved != now:
+        yield prefix[:-1], saved, now
+
+
+def check_resumed_settings(run_dir: Path, config: Config, trainer: str) -> None:
+    """Raise ConfigError when the run in `run_dir` is resumed with `config` changing a setting it was trained with
+    (its config.yaml's; see RESUMABLE_KEYS for what may change), naming each change and the way to train with
+    them: a new run from this one's models (agent_model.init_from). Nothing to compare without a config.yaml."""
+    path = run_dir / RUN_CONFIG
+    if not path.is_file():
+        return
+    now = yaml.safe_load(config.to_yaml(trainer))
+    changed = [(k, a, b) for k, a, b in _changes(read_yaml(path), now) if not resumable(k)]
+    if changed:
+        said = ", ".join(f"{key} {show(a)} -> {show(b)}" for key, a, b in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise ConfigError(f"resuming {run_dir}: {said}{more} would change what the run was trained with (a resume "
+                          f"may change only how far it trains, its evaluation interval, logging, saving and devices); "
+                          f"to train with new settings, start a new run from its models: --config {path} --override "
+                          f"agent_model.init_from={run_dir} {changed[0][0]}=...")
+
+
+def new_run_folder(config: Config, name: str, trainer: str) -> Path:
+    """Return the folder `trainer`'s run named `name` writes under output.base_dir, created: for a new run a free one
+    (`fresh_folder`, claimed: `claim_fresh_folder`; logged when it is not `name`), for a resume (checkpoint.resume_from_checkpoint set) its own.
+    ConfigError when it cannot be created, when a resume changes the settings the run was trained with
+    (check_resumed_settings), or when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints
+    (their rotation would mix the two runs) or its output.save_path an earlier run's final models."""
     from cooprl.checkpoint import list_checkpoints
     asked = Path(config.output.base_dir) / name
     resuming = bool(config.checkpoint.resume_from_checkpoint)
-    folder = asked if resuming else fresh_folder(asked)
-    if folder != asked:
-        log.warning("%s holds an earlier run: this run writes %s (to continue the earlier one: --resume %s)",
-                    asked, folder, asked)
     shared = config.checkpoint.checkpoint_dir
     if not resuming and shared and list_checkpoints(Path(shared)):
         raise ConfigError(f"checkpoint.checkpoint_dir: {shared} holds an earlier run's checkpoints; give a new run "
                           "an empty folder, or continue that run with --resume")
+    final = config.output.save_path
+    if not resuming and final and config.output.save_final_model and any(Path(final).glob("agent_*")):
+        # the new agent_<i>/ would replace the earlier ones and keep the rest (a team's agent_1 beside a new single
+        # agent): agent_model.init_from that folder would then start from two runs' agents
+        raise ConfigError(f"output.save_path: {final} holds an earlier run's final models; give a new run an empty "
+                          "folder (or null: <run dir>/final)")
+    if resuming:
+        folder = asked
+        check_resumed_settings(folder, config, trainer)
+    else:
+        try:
+            folder = claim_fresh_folder(asked)
+        except OSError as err:
+            raise ConfigError(f"output.base_dir: cannot create the run folder under {asked.parent} "
+                              f"({err.strerror or err})") from None
+    if folder != asked:
+        log.warning("%s holds an earlier run: this run writes %s (to continue the earlier one: --resume %s)",
+                    asked, folder, asked)
     return create_folder(folder)
 
 

@@ -79,8 +79,26 @@ def _start_wandb(run_dir: Path, cfg: Any, config: dict[str, Any], run_name: str,
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Return the events of a run's metrics.jsonl, in order."""
+    """Return the events of a run's metrics.jsonl, in order ([] when there is none). A line that is not a JSON
+    object with a whole-number step (the last line of a run killed while writing it, or a damaged file) is skipped with a warning naming its
+    line number: a resume, the summary and the plot read the events around it instead of failing on it."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    events, skipped = [], []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict) and type(event.get("step", 0)) is int:   # every event's step is a whole number
+            events.append(event)
+        else:
+            skipped.append(number)
+    if skipped:
+        shown = ", ".join(map(str, skipped[:5])) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        log.warning("%s: skipped %d line(s) that are no JSON object (line %s; a write cut off by a kill?)", path,
+                    len(skipped), shown)
+    return events

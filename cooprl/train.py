@@ -12,6 +12,7 @@ from cooprl.task import Task
 from cooprl.trainers import build_algorithm
 from cooprl.checkpoint import save_model
 from cooprl.console import close_run_log
+from cooprl.run_folders import release_unused
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
 from cooprl.vllm_engines import close_engines
 from cooprl.trainers.report import results_summary
@@ -30,7 +31,12 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     seed_everything(config.seed)
     # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load
     run_dir = distributed.broadcast(run_folder(run) if ranks.is_main else None)
-    algorithm = build_algorithm(run, task)
+    try:
+        algorithm = build_algorithm(run, task)
+    except BaseException:   # a model that would not load, Ctrl-C: the folder stays free for the same command
+        if ranks.is_main:
+            release_unused(run_dir)
+        raise
     try:
         summary = train_loop(run, task, algorithm, run_dir)
         # sharded models (fsdp) are gathered on rank 0 while the processes are still together

@@ -5,6 +5,7 @@ import sys
 
 from envs.launch import train_main
 
-if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
-    sys.exit("usage: python -m envs TRAINER [--config FILE] [--override KEY=VALUE ...]")
+if len(sys.argv) < 2 or sys.argv[1].startswith("-"):   # a usage error: 2, as every other command line's
+    print("usage: python -m envs TRAINER [--config FILE] [--override KEY=VALUE ...]", file=sys.stderr)
+    sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
 sys.exit(train_main(sys.argv[1], sys.argv[2:]))

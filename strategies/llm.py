@@ -184,6 +184,19 @@ class ScriptedLLM:
         return out
 
 
+def checkpoint_folder(checkpoint: str) -> Path:
+    """Return the checkpoint folder `checkpoint` names (a checkpoint folder; a checkpoints folder or a run folder:
+    its newest complete checkpoint); ConfigError naming --checkpoint when there is none."""
+    from cooprl import checkpoint as ckpt
+    from cooprl.config import ConfigError
+    path = Path(checkpoint)
+    spec = str(path / "checkpoints") if (path / "checkpoints").is_dir() else checkpoint
+    try:
+        return ckpt.find_checkpoint(spec, Path(spec))
+    except FileNotFoundError as err:
+        raise ConfigError(f"--checkpoint: {err}") from None
+
+
 def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any] = (),
               max_new_tokens: int = 256) -> Any:
     """Return the LLM a cooprl config describes: `agent_model` (or `agents:`) through the configured generation
@@ -192,23 +205,17 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     the problems the team will see (to recognise their code prompts)."""
     from cooprl import checkpoint as ckpt
     from cooprl.agents import agent_model_names
-    from cooprl.config import ConfigError
     from cooprl.generation import HFGenerator
-    from cooprl.models import init_folders, init_source, load_causal_lm, load_tokenizer, resolve_model_path
+    from cooprl.models import (init_folders, init_source, load_causal_lm, load_tokenizer, resolve_model_path,
+                               saved_models, saved_policies)
 
     model_cfg = config.agent_model
-    folder = None
-    if checkpoint:
-        path = Path(checkpoint)
-        spec = str(path / "checkpoints") if (path / "checkpoints").is_dir() else checkpoint
-        try:
-            folder = ckpt.find_checkpoint(spec, Path(spec))
-        except FileNotFoundError as err:
-            raise ConfigError(f"--checkpoint: {err}") from None
+    folder = checkpoint_folder(checkpoint) if checkpoint else None
     # agent_model.init_from: the starting weights of the run's agents (a checkpoint, when given, replaces them)
     start = init_source(model_cfg.init_from) if model_cfg.init_from else None
     saved = folder if folder is not None else start
-    num_agents = 2 if saved is not None and (saved / "agent_1").is_dir() else 1
+    # the saved agents (an actor-critic run's critics come after them: a single actor and its critic is no team)
+    num_agents = 2 if saved is not None and len(saved_policies(saved) or saved_models(saved)) >= 2 else 1
     names = agent_model_names(config, num_agents) if config.agents is None or saved is not None else config.agents[:1]
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
     if model_cfg.generation_backend == "vllm":   # every agent and its engine on agent_model.device: checked as training does

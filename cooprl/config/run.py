@@ -79,7 +79,35 @@ def check_sections_read(run: Run, data: Mapping[str, Any], path: str | Path, ove
     read = run.config.sections_read_by(run.trainer)
     present = [name for name in TRAINER_SECTIONS if name in data]
     if present and not set(present) & set(read):
+        readers = [name for name in present if name not in helper_sections(data)] or present
         raise ConfigError(f"config file {str(path)!r} has no {run.trainer} section, only {', '.join(present)}: "
-                          f"{reader} would ignore it and train with {run.trainer}'s defaults; use "
-                          f"{use(present[0])}, or give the file a {run.trainer}: section")
+                          f"{reader} would ignore it and run with {run.trainer}'s defaults; use "
+                          f"{use(readers[0])}, or give the file a {run.trainer}: section")
+    _check_not_a_helper_section(run.trainer, data, path, reader, use)
     check_override_sections(overrides, read, {name: use(name) for name in TRAINER_SECTIONS}, reader)
+
+
+def helper_sections(data: Mapping[str, Any]) -> set[str]:
+    """Return the trainer sections of a config file's mapping `data` that a MARLHF section of the file reads as its
+    rl_algorithm's (IAC's or MAAC's own keys, such as critic_type, beside a marlhf: section that holds the shared
+    ones): the one a MARLHF section names (a MARLHF run's config.yaml), and those that set none of the keys every
+    trainer has (max_steps, learning_rate, num_turns, ...)."""
+    marlhf = [data[name] for name, cls in TRAINER_SECTIONS.items() if issubclass(cls, MARLHFSection) and name in data]
+    if not marlhf:
+        return set()
+    named = {section.get("rl_algorithm") for section in marlhf if isinstance(section, Mapping)}
+    shared = {f.name for f in dataclasses.fields(TrainerSection)}
+    return {name for name in set(RL_TRAINERS.values()) - {"magrpo"}
+            if isinstance(data.get(name), Mapping) and (name in named or not shared & set(data[name]))}
+
+
+def _check_not_a_helper_section(trainer: str, data: Mapping[str, Any], path: str | Path, reader: str,
+                                use: Callable[[str], str]) -> None:
+    """Raise ConfigError when the file's `trainer` section is one of its helper_sections: `trainer`'s script would
+    drop the MARLHF section (and run with `trainer`'s defaults for every shared key the section lacks)."""
+    if trainer in helper_sections(data):
+        marlhf = next(name for name, cls in TRAINER_SECTIONS.items() if issubclass(cls, MARLHFSection) and name in data)
+        raise ConfigError(f"config file {str(path)!r}: its {trainer} section is what {marlhf}'s rl_algorithm: "
+                          f"{trainer} reads besides {marlhf}'s own keys (max_steps, learning_rate, num_turns, ...): "
+                          f"{reader} would drop the {marlhf} section; use {use(marlhf)} --override "
+                          f"{marlhf}.rl_algorithm={trainer}, or (for {trainer} alone) a file without the {marlhf} section")

@@ -88,7 +88,7 @@ class AgentModelSection:
     init_from: Optional[str] = option(
         None, "start every agent from a finished run's agents: a run folder (its final/ models, else its newest "
         "checkpoint) or a checkpoint folder; each agent loads its own saved weights, or its LoRA adapters, which it "
-        "then trains on (the tokenizer stays agent_model.name's; with LoRA a reference KL's frozen start model is the base "
+        "then trains on (agent_model.lora must then match their settings, or be null: merged in; the tokenizer stays agent_model.name's; with LoRA a reference KL's frozen start model is the base "
         "model, adapters off); null = the models as agent_model names them")
 
 

@@ -85,7 +85,7 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Return the mapping in a YAML file; ConfigError when it is missing, not UTF-8 YAML, or not a mapping."""
+    """Return the mapping in a YAML file; ConfigError when it is missing, empty, not UTF-8 YAML, or not a mapping."""
     path = Path(path)
     name = repr(str(path))
     if path.is_dir():
@@ -113,8 +113,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {name} is not valid YAML: {_yaml_problem(err)}") from None
     except ConfigError as err:
         raise ConfigError(f"config file {name}: {err}") from None
-    if data is None:
-        return {}
+    if data is None:   # an empty or all-comment file: every key would silently take its default
+        raise ConfigError(f"config file {name} is empty (no sections, or only comments): give it its sections "
+                          "(docs/config.md), or leave out --config for the script's reference config")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {name}: expected a mapping of sections at the top level")
     return data

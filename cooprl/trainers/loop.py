@@ -108,7 +108,7 @@ def run_folder(run: Run) -> Path:
     """Return the run folder (created), named by output.run_name or trainer, dataset and time; a new run takes a
     free one (`<name>-2`, ... when the name is taken: cooprl.run_folders), a resume its own."""
     name = run.config.output.run_name or f"{run_prefix(run)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    return new_run_folder(run.config, name)
+    return new_run_folder(run.config, name, run.trainer)
 
 
 def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
@@ -131,8 +131,7 @@ def _resume(checkpoint: Path, algorithm: Algorithm, ranks: Ranks = Ranks()) -> d
     if saved_world != ranks.world_size:
         raise ckpt.CheckpointError(f"checkpoint {checkpoint} was written by {saved_world} data-parallel process(es); "
                                    f"resume it with as many (this run has {ranks.world_size})")
-    for i, model in enumerate(algorithm.models):
-        ckpt.load_agent_weights(model, checkpoint, i)
+    ckpt.load_team_weights(algorithm.models, checkpoint)
     try:
         algorithm.load_state_dict(state["algorithm"])
         if ranks.world_size > 1:   # this rank's own buffers and counters (and a sharded optimizer's shard)
@@ -288,7 +287,8 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
         except KeyboardInterrupt:   # Ctrl-C in the final evaluation: keep the training, a resume evaluates
             log.warning("interrupted during the final evaluation: saving the trained models first")
             interrupted = True
-        save(step, finished=not interrupted)
+        with _InterruptFlag():   # a Ctrl-C here waits for the final checkpoint (cut short, it would be lost)
+            save(step, finished=not interrupted)
     tracker.close()
     if not ranks.is_main:
         return {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted, "rank": ranks.rank}
@@ -308,7 +308,9 @@ def _already_finished(run: Run, run_dir: Path, step: int, total_steps: int, main
     """Say (on the `main` process) that the resumed run in `run_dir` ended: trained `step` of `total_steps` steps and
     evaluated; return its summary, without training, evaluating or writing anything."""
     if main:
-        print(f"{run_dir} is finished: {step} of {total_steps} steps trained and evaluated; nothing to do (to train "
+        done = (f"{step} of {total_steps} steps trained and evaluated" if step <= total_steps else
+                f"{step} steps trained and evaluated, more than the {total_steps} asked (a resume undoes no step)")
+        print(f"{run_dir} is finished: {done}; nothing to do (to train "
               f"it further: --resume {run_dir} --override {run.trainer}.max_steps=<more>; to evaluate it: "
               f"python evaluate.py --run {run_dir})")
     return {"run_dir": str(run_dir), "steps": step, "interrupted": False, "finished": True}
@@ -370,11 +372,10 @@ class _NoTracker:
 
 
 def _truncate_metrics(run_dir: Path, step: int) -> None:
-    events = read_metrics(run_dir)
-    kept = [e for e in events if e.get("step", 0) <= step]
-    if len(kept) != len(events):
-        import json
-        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
+    # rewritten whole, always: a line a kill cut off (which read_metrics skips) must not prefix the next event
+    import json
+    kept = [e for e in read_metrics(run_dir) if e.get("step", 0) <= step]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
 
 
 def summarize(run_dir: Path, step: int, final_eval: dict[str, float], interrupted: bool,

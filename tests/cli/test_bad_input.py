@@ -79,6 +79,17 @@ def test_binary_config_file(tmp_path, capsys):
     assert_one_error(*cli(capsys, path), "config file", "binary.yaml", "is not UTF-8 text")
 
 
+@pytest.mark.parametrize("text", ["", "\n", "# magrpo:\n#   max_steps: 2\n"], ids=["empty", "blank", "comments"])
+def test_empty_config_file(tmp_path, capsys, text):
+    # it trained with every default (a full epoch of the reference trainer), without a word
+    path = tmp_path / "empty.yaml"
+    path.write_text(text, encoding="utf-8")
+    missing = "agent_model.name=/no/such/model"   # what would load after the file: the error must come first
+    assert_one_error(*cli(capsys, path, missing), "empty.yaml", "is empty")
+    assert evaluate.main(["--config", str(path), "--override", missing]) == 2
+    assert_one_error(2, capsys.readouterr().err, "empty.yaml", "is empty")
+
+
 def test_utf16_config_file(tmp_path, capsys):
     path = tmp_path / "utf16.yaml"
     path.write_text(BASE, encoding="utf-16")
@@ -495,6 +506,23 @@ def test_evaluate_damaged_checkpoint(run_copy, tmp_path, capsys):
     _truncated_weights(checkpoints / "checkpoint-3", tmp_path)
     assert_one_error(*evaluate_cli(capsys, config, checkpoints / "checkpoint-3"),
                      "checkpoint-3 is damaged", "truncated")
+
+
+@pytest.mark.slow
+def test_evaluate_a_checkpoint_of_another_number_of_agents(run_copy, tmp_path, capsys):
+    # a team's checkpoint evaluated as a single agent loaded its first agent without a word; a single agent's
+    # checkpoint in a team was called damaged
+    config, checkpoints = run_copy
+    single = tmp_path / "grpo.yaml"
+    single.write_text(config.read_text().replace("magrpo:", "grpo:"), encoding="utf-8")
+    assert evaluate.main(["--config", str(single), "--checkpoint", str(checkpoints)]) == 2
+    assert_one_error(2, capsys.readouterr().err, "checkpoint-3 holds 2 model(s)", "this run has 1")
+    # a run folder as --checkpoint: its newest complete checkpoint, as evaluate_strategy.py takes it
+    assert evaluate_cli(capsys, config, checkpoints.parent, "magrpo.eval_num_samples=1")[0] == 0
+    shutil.rmtree(checkpoints / "checkpoint-3" / "agent_1")
+    line = assert_one_error(*evaluate_cli(capsys, config, checkpoints / "checkpoint-3"), "holds 1 model(s)",
+                            "this run has 2")
+    assert "damaged" not in line
 
 
 def test_evaluate_config_error(tmp_path, capsys):

@@ -20,7 +20,7 @@ import evaluate
 import evaluate_strategy
 from cooprl import checkpoint as ckpt
 from cooprl.cli import INTERRUPTED, exit_status, find_latest_run, read_command_line
-from cooprl.config import Run, load_config, trainer_of_file
+from cooprl.config import ConfigError, Run, load_config, trainer_of_file
 from cooprl.plot import main as plot_main
 from envs.launch import train_main
 from tests.cli.test_bad_input import BASE, assert_one_error, base_config
@@ -77,6 +77,39 @@ def test_an_override_of_another_trainer_is_refused(capsys):
     assert_one_error(code, err, "iac.num_turns=1", "train_iac.py")
 
 
+CPU_CONFIGS = {"magrpo": "magrpo_che_cpu", "grpo": "grpo_che_cpu", "iac": "iac_che_cpu", "maac": "maac_che_cpu",
+               "ac": "ac_che_cpu", "madpo": "madpo_che_cpu", "madpo_iter": "madpo_che_cpu",
+               "marlhf": "marlhf_che_cpu", "marlhf_iter": "marlhf_che_cpu", "sft": "sft_che_cpu"}
+
+
+@pytest.mark.slow   # seconds: every pair of scripts (not in `make test-fast`)
+def test_every_script_refuses_every_other_trainer_s_file_and_override(capsys):
+    # train_iac.py --config configs/marlhf_che_cpu.yaml trained IAC with its defaults (a full epoch, lr 2e-5, two
+    # turns): the file's iac: section holds only what MARLHF reads for rl_algorithm: iac
+    for script, own in CPU_CONFIGS.items():
+        for other, config in CPU_CONFIGS.items():
+            if config != own:
+                assert cli(capsys, script, "--config", f"configs/{config}.yaml", "--print-config")[0] == 2, \
+                    (script, config)
+            if other != script:
+                code, err = cli(capsys, script, "--config", f"configs/{own}.yaml", "--override",
+                                f"{other}.logging_steps=2", "--print-config")
+                assert code == 2 and "error:" in err, (script, other)
+    assert_one_error(*cli(capsys, "iac", "--config", "configs/marlhf_che_cpu.yaml", "--print-config"),
+                     "its iac section is what marlhf's rl_algorithm: iac reads",
+                     "use train_marlhf.py --override marlhf.rl_algorithm=iac")
+    assert_one_error(*cli(capsys, "maac", "--config", "configs/marlhf_che_cpu.yaml", "--print-config"),
+                     "no maac section", "use train_marlhf.py")
+
+
+def test_a_marlhf_run_s_config_is_not_trained_by_its_rl_algorithm_s_script(tmp_path, capsys):
+    # a MARLHF run with rl_algorithm: iac saves a full iac: section beside marlhf:
+    run_dir = fake_run(tmp_path / "run", "marlhf", **{"marlhf.rl_algorithm": "iac"})
+    assert_one_error(*cli(capsys, "iac", "--config", str(run_dir / "config.yaml"), "--print-config"),
+                     "would drop the marlhf section")
+    assert cli(capsys, "marlhf", "--config", str(run_dir / "config.yaml"), "--print-config")[0] == 0
+
+
 @pytest.mark.slow   # seconds: every shared and upstream config (not in `make test-fast`)
 def test_sections_a_run_reads_pass(capsys):
     # shared files: each script's own section is there; MARLHF with IAC reads iac.* too
@@ -114,12 +147,45 @@ def test_resuming_with_the_wrong_script_names_the_trainer(tmp_path, capsys, make
                      f"is a run of {maker}, not {script}", f"use train_{maker}.py --resume {run_dir}")
 
 
+def test_resuming_or_evaluating_a_checkpoint_folder_names_its_run(tmp_path, capsys):
+    run_dir = fake_run(tmp_path / "run", "magrpo", checkpoint=True)
+    for folder in (run_dir / "checkpoints", run_dir / "checkpoints" / "checkpoint-1"):
+        assert_one_error(*cli(capsys, "magrpo", "--resume", str(folder)), "not a run folder",
+                         f"it is in the run {run_dir}: --resume {run_dir}")
+        assert evaluate.main(["--run", str(folder)]) == 2
+        assert_one_error(2, capsys.readouterr().err, f"it is in the run {run_dir}: --run {run_dir}")
+
+
 def test_resuming_a_run_with_another_config_file_is_refused(tmp_path, capsys):
     # a resumed run reads its own config.yaml: a --config beside --resume RUN_DIR would be dropped without a word
     run_dir = fake_run(tmp_path / "run", "magrpo", checkpoint=True)
     assert_one_error(*cli(capsys, "magrpo", "--config", "configs/magrpo_che_cpu.yaml", "--resume", str(run_dir),
                           "--override", MISSING_MODEL), "--config configs/magrpo_che_cpu.yaml with --resume",
                      "drop --config")
+
+
+def test_resuming_with_changed_settings_is_refused_before_any_model_loads(tmp_path, capsys):
+    # a run trained with LoRA r=16 resumed with r=8 failed on the checkpoint after loading; another seed, data set,
+    # learning rate or G trained on silently and rewrote config.yaml, which then described only the second half
+    run_dir = fake_run(tmp_path / "run", "magrpo", checkpoint=True, **{"agent_model.lora": "{r: 16}"})
+    line = assert_one_error(*cli(capsys, "magrpo", "--resume", str(run_dir), "--override", "agent_model.lora.r=8",
+                                 "magrpo.max_steps=9", "--print-config"),
+                            f"resuming {run_dir}", "agent_model.lora.r 16 -> 8", f"agent_model.init_from={run_dir}")
+    assert "max_steps" not in line   # what a resume may change is not named
+    for change in ["seed=3", "dataset.train_split=train[:3]", "magrpo.learning_rate=0.1", "magrpo.num_generations=3",
+                   "magrpo.num_agents=1", "code_reward.cooperation=verified"]:
+        assert_one_error(*cli(capsys, "magrpo", "--resume", str(run_dir), "--override", change, "--print-config"),
+                         change.split("=")[0])
+    # how far it trains, evaluation, logging, saving and devices may change
+    assert cli(capsys, "magrpo", "--resume", str(run_dir), "--override", "magrpo.max_steps=9",
+               "magrpo.eval_interval=2", "wandb.mode=disabled", "agent_model.device=cpu",
+               "checkpoint.checkpoint_interval=3", "output.save_final_model=true", "--print-config")[0] == 0
+    # the same check when the config file itself resumes (checkpoint.resume_from_checkpoint), before models load
+    from cooprl.run_folders import new_run_folder
+    config = load_config(run_dir / "config.yaml", [f"output.base_dir={tmp_path}", "output.run_name=run",
+                                                   "checkpoint.resume_from_checkpoint=latest", "seed=7"])
+    with pytest.raises(ConfigError, match="seed 42 -> 7"):
+        new_run_folder(config, "run", "magrpo")
 
 
 def test_evaluating_with_the_wrong_trainer_names_the_trainer(tmp_path, capsys):
@@ -168,13 +234,28 @@ def test_an_output_folder_that_is_a_file_is_one_error_line(tmp_path, capsys):
     blocker.write_text("x")
     config = base_config(tmp_path)
     assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override", f"output.base_dir={blocker}",
-                          MISSING_MODEL), "output.run_name", "not_a_folder is a file, not a folder")
+                          MISSING_MODEL), "output.base_dir", "not_a_folder is a file, not a folder")
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override", f"output.base_dir={blocker}/runs",
+                          MISSING_MODEL), "output.base_dir: ", "not_a_folder is a file")
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override", "output.run_name=not_a_folder",
+                          MISSING_MODEL), "output.run_name: ", "not_a_folder is a file")
+    # W&B's folder: wandb wrote to /tmp/wandb instead, without a word
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override", "wandb.mode=offline",
+                          f"wandb.dir={blocker}", MISSING_MODEL), "wandb.dir", "is a file")
     assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override",
                           f"output.save_path={blocker / 'final'}", MISSING_MODEL), "output.save_path", "is a file")
     # evaluate.py --output: said before the evaluation, not after it
     assert evaluate.main(["--config", str(config), "--output", str(blocker / "eval.json"), "--override",
                           MISSING_MODEL]) == 2
     assert_one_error(2, capsys.readouterr().err, "--output", "is a file")
+
+
+def test_evaluate_writes_its_output_into_a_folder_it_creates(tmp_path, capsys, monkeypatch):
+    # --output new/eval.json passed the check (the folder can be created), then failed after the whole evaluation
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", lambda run, checkpoint, samples: {"eval/x": 1.0})
+    out = tmp_path / "new" / "deeper" / "eval.json"
+    assert evaluate.main(["--config", str(base_config(tmp_path)), "--output", str(out)]) == 0
+    assert json.loads(out.read_text()) == {"eval/x": 1.0}
 
 
 @pytest.mark.cli   # a command line in a child process (a read-only mount, or another user's permissions)
@@ -191,7 +272,30 @@ def test_a_read_only_output_folder_is_one_error_line(tmp_path):
         readonly.chmod(0o555)
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "WANDB_MODE": "disabled"})
-    assert_one_error(result.returncode, result.stderr, "output.run_name", f"{readonly} is read-only")
+    assert_one_error(result.returncode, result.stderr, "output.base_dir", f"{readonly} is read-only")
+
+
+def test_ctrl_c_in_evaluate_and_evaluate_strategy_is_one_line_and_130(tmp_path, capsys, monkeypatch):
+    # a bare KeyboardInterrupt traceback before
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", interrupted)
+    assert evaluate.main(["--config", str(base_config(tmp_path))]) == INTERRUPTED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip() == "interrupted (Ctrl-C); nothing was written"
+    monkeypatch.setattr(evaluate_strategy, "evaluate", interrupted)
+    assert evaluate_strategy.main(["--strategy", "direct", "--config", str(base_config(tmp_path))]) == INTERRUPTED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "interrupted (Ctrl-C)" in err and "the same command goes on" in err
+
+
+def test_python_m_envs_without_a_trainer_is_a_usage_error(monkeypatch, capsys):
+    import runpy
+    for argv, status in ([], 2), (["--config", "x.yaml"], 2), (["--help"], 0):
+        monkeypatch.setattr(sys, "argv", ["envs", *argv])
+        with pytest.raises(SystemExit) as done:
+            runpy.run_module("envs", run_name="__main__")
+        assert done.value.code == status and "usage: python -m envs TRAINER" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------ plot
@@ -206,6 +310,37 @@ def test_plot_command_line(tmp_path, capsys):
     assert "holds no metrics" in capsys.readouterr().err and not (tmp_path / "rewards.png").exists()
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "turn_1/reward_mean": 0.5}) + "\n")
     assert plot_main([str(tmp_path)]) == 0 and (tmp_path / "rewards.png").is_file()
+
+
+def test_two_commands_started_at_once_get_two_folders(tmp_path, monkeypatch):
+    # both looked before either wrote: each saw `run` free, and both trained into it (two step-0 evaluations, every
+    # step twice in metrics.jsonl, one run's checkpoints over the other's), each exiting 0
+    from cooprl import run_folders
+    free = run_folders.fresh_folder
+    monkeypatch.setattr(run_folders, "fresh_folder", lambda folder: folder if folder.name == "run" else free(folder))
+    config = load_config(None, [f"output.base_dir={tmp_path}"])
+    first = run_folders.new_run_folder(config, "run", "magrpo")
+    second = run_folders.new_run_folder(config, "run", "magrpo")
+    assert (first, second) == (tmp_path / "run", tmp_path / "run-2")
+
+
+def test_a_new_run_refuses_a_save_path_with_an_earlier_run_s_final_models(tmp_path):
+    # the new agent_0/ replaced the earlier one beside the earlier agent_1/: a folder of two runs' agents
+    from cooprl.run_folders import new_run_folder
+    (tmp_path / "final" / "agent_1").mkdir(parents=True)
+    config = load_config(None, [f"output.base_dir={tmp_path}", f"output.save_path={tmp_path / 'final'}",
+                                "output.save_final_model=true"])
+    with pytest.raises(ConfigError, match="output.save_path: .* holds an earlier run's final models"):
+        new_run_folder(config, "run", "grpo")
+    assert not (tmp_path / "run").exists()   # refused before the folder is claimed
+
+
+def test_a_run_that_stops_before_writing_leaves_its_folder_free(tmp_path, capsys):
+    # a model that would not load left an empty folder behind; now the claimed folder is given back
+    config = base_config(tmp_path)
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(config), "--override",
+                          f"agent_model.init_from={config}"), "agent_model.init_from", "is not a folder")
+    assert not (tmp_path / "run").exists()
 
 
 # ------------------------------------------------------------------------------------------------ runs that train
@@ -233,6 +368,9 @@ def test_a_second_run_of_a_config_gets_its_own_folder_and_a_finished_run_says_so
     code, err = cli(capsys, "magrpo", "--resume", str(first))
     assert code == 0, err
     assert f"{first.resolve()} is finished: 2 of 2 steps" in err
+    # a smaller max_steps: said as such ("2 of 1 steps" before)
+    err = cli(capsys, "magrpo", "--resume", str(first), "--override", "magrpo.max_steps=1")[1]
+    assert "is finished: 2 steps trained and evaluated, more than the 1 asked" in err
     assert (first / "metrics.jsonl").read_text() == first_metrics
 
 
@@ -257,6 +395,25 @@ def interrupted_cli(capsys, *argv: str) -> tuple[int, str]:
         return cli(capsys, "magrpo", *argv)
     except KeyboardInterrupt:
         pytest.fail("Ctrl-C escaped the command line (a traceback for the user)")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_final_save_waits_for_it(tmp_path, capsys, monkeypatch):
+    # a real SIGINT while the final checkpoint is written: it stopped the save (a KeyboardInterrupt in it), so the
+    # finished run had no final checkpoint and a resume trained its last steps again
+    import signal
+    original = ckpt.save_checkpoint
+
+    def save_with_ctrl_c(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_with_ctrl_c)
+    code, err = interrupted_cli(capsys, "--config", str(base_config(tmp_path)), "--override", "magrpo.max_steps=1",
+                                "magrpo.eval_at_start=false")
+    assert code == 0 and "Traceback" not in err   # the run finished: trained, evaluated and saved
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-1"]
+    monkeypatch.setattr(ckpt, "save_checkpoint", original)
+    assert "is finished" in cli(capsys, "magrpo", "--resume", str(tmp_path / "run"))[1]
 
 
 @pytest.mark.slow

@@ -325,11 +325,12 @@ def test_strategy_settings_are_typed_options_checked_and_documented():
     assert budget.max_calls == 7 and config.use_rt is False and config.max_iterations == 5
 
 
-def _results_made_with(folder, settings_overrides, strategy="codet"):
-    """Write the results folder a run of `strategy` on Coop/0 and Coop/1 leaves, made with `settings_overrides`."""
+def _results_made_with(folder, settings_overrides, strategy="codet", checkpoint=None):
+    """Write the results folder a run of `strategy` on Coop/0 and Coop/1 leaves, made with `settings_overrides` (and
+    the agents of `checkpoint`)."""
     rest, budget, strategy_config = evaluate_strategy.split_overrides(strategy, CLI[3:] + settings_overrides)
     config = evaluate_strategy.read_strategy_config(CLI[1], rest)
-    settings = evaluate_strategy.strategy_settings(config, strategy, budget, strategy_config, None, None)
+    settings = evaluate_strategy.strategy_settings(config, strategy, budget, strategy_config, checkpoint, None)
     folder.mkdir(parents=True)
     evaluate_strategy.settings_file(folder, strategy).write_text(json.dumps(settings), encoding="utf-8")
     row = {"strategy": strategy, "llm": "offline:tiny-random", "passed": True, "code": "", "seconds": 1.0,
@@ -352,6 +353,24 @@ def test_results_resume_only_under_the_settings_that_made_them(tmp_path, capsys)
     # the same settings resume (every problem is done: nothing to load or run)
     assert evaluate_strategy.main(argv + ["codet.num_codes=2"]) == 0
     assert "resuming: 2 problem(s)" in capsys.readouterr().out
+
+
+def test_results_of_a_run_s_older_checkpoint_are_not_resumed_with_its_newer_one(tmp_path, capsys, monkeypatch):
+    # --checkpoint RUN names the run's newest checkpoint: once the run saved a newer one, the settings file still
+    # said "checkpoint: RUN" and the results of the two checkpoints were mixed
+    from cooprl import checkpoint as ckpt
+    monkeypatch.setattr(ckpt, "check_checkpoint", lambda folder: None)   # folders with a done marker, no weights
+    run_dir = tmp_path / "trained"
+    for step in (1, 2):
+        (run_dir / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
+        (run_dir / "checkpoints" / f"checkpoint-{step}" / "done").write_text(str(step))
+        if step == 1:
+            _results_made_with(tmp_path / "strat", ["codet.num_codes=2"], checkpoint=str(run_dir))
+    argv = ["--strategy", "codet", "--checkpoint", str(run_dir)] + CLI + [f"output.base_dir={tmp_path}",
+                                                                          "codet.num_codes=2"]
+    assert evaluate_strategy.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "weights.checkpoint" in err[0] and "checkpoint-1" in err[0] and "checkpoint-2" in err[0]
 
 
 def test_results_never_go_into_a_training_run_folder(tmp_path, capsys):

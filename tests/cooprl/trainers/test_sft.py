@@ -205,6 +205,46 @@ def test_a_bad_init_from_is_a_clear_error(sft_run, tmp_path, damage, message):
     assert isinstance(err.value, UserError)
 
 
+def test_init_from_and_strategies_take_an_actor_critic_run_s_agents_not_its_critics(sft_run, tmp_path):
+    # an IAC run saves agent_0, agent_1 and then its critics agent_2, agent_3 (value models): init_from such a run
+    # failed with "holds 4 agent(s), this run has 2", though any trainer starts from a run's agents; an AC run's
+    # actor and critic were taken by evaluate_strategy.py --checkpoint as a team of two (the critic as main)
+    import shutil
+    from cooprl.models import init_folders
+    from cooprl.value_model import HEAD_FILE
+    from strategies.llm import TeamLLM, build_llm
+    sft_dir, _ = sft_run
+    checkpoint = sorted((sft_dir / "checkpoints").glob("checkpoint-*"))[-1]
+    iac = tmp_path / "iac"
+    shutil.copytree(checkpoint, iac)
+    for critic in (2, 3):
+        shutil.copytree(iac / "agent_0", iac / f"agent_{critic}")
+        (iac / f"agent_{critic}" / HEAD_FILE).write_bytes(b"")
+    assert init_folders(str(iac), 2) == [iac / "agent_0", iac / "agent_1"]
+    with pytest.raises(ModelError, match="holds 2 agent.s. and 2 value model.s. .critics., this run has 1"):
+        init_folders(str(iac), 1)
+    ac = tmp_path / "ac"
+    shutil.copytree(checkpoint, ac)
+    (ac / "agent_1" / HEAD_FILE).write_bytes(b"")
+    assert init_folders(str(ac), 1) == [ac / "agent_0"]
+    config = magrpo_config(tmp_path, "llm", [*LORA])
+    assert not isinstance(build_llm(config, str(ac), [], max_new_tokens=4), TeamLLM)
+    assert isinstance(build_llm(config, str(iac), [], max_new_tokens=4), TeamLLM)
+
+
+def test_init_from_adapters_of_other_lora_settings_is_a_clear_error(sft_run, tmp_path):
+    # a LoRA run continues with the saved adapters: with agent_model.lora.r=8 it trained the saved r=4 adapters
+    # while its config.yaml and its start summary said r=8
+    sft_dir, _ = sft_run
+    config = magrpo_config(tmp_path, "other_r", [f"agent_model.init_from={sft_dir}", *LORA, "agent_model.lora.r=8",
+                                                 "agent_model.lora.alpha=4"])
+    from cooprl.trainers import build_algorithm
+    with pytest.raises(ModelError, match="agent_model.init_from") as err:
+        build_algorithm(Run.of(config, "magrpo"), build_code_task(Run.of(config, "magrpo")))
+    assert "r 4 (this run: 8)" in str(err.value) and "alpha 8 (this run: 4)" in str(err.value)
+    assert "agent_model.lora.r=4 agent_model.lora.alpha=8" in str(err.value)
+
+
 def test_init_from_on_the_command_line_is_one_error_line(tmp_path):
     import subprocess
     import sys
