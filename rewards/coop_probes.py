@@ -43,6 +43,8 @@ cannot outscore a correct main that does not call aux.
 from __future__ import annotations
 
 import ast
+import hashlib
+import random
 import re
 from functools import lru_cache
 from types import CodeType
@@ -520,7 +522,8 @@ def scored_aux(aux_src: str, aux: str = "aux") -> str:
 
 
 def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, str]]:
-    """The probes of one aux, in the order they run: (name, what replaces aux's source in the program)."""
+    """The probes of one aux with the control run last: (name, what replaces aux's source in the program).
+    `verify` runs them in an order drawn from the pair (`in_drawn_order`)."""
     raising = _stub(aux_src, aux, "raise RuntimeError('aux failed')")
     if raising is None:
         return []
@@ -542,6 +545,18 @@ REASONS = {
 }
 
 
+def in_drawn_order(probes: list[tuple[str, str]], pair: str) -> list[tuple[str, str]]:
+    """Return `probes` (the control run among them) in an order drawn from the pair's text `pair`: the same pair is
+    probed in the same order (a reward is reproducible), another pair in another. Why: consecutive programs on one
+    slot share a short-lived timing channel (CPU caches; docs/sandbox.md), so a program may tell how many runs of
+    its pair came before it; with the control at a drawn place, that count does not tell a probe from the control
+    (a main that failed every run after the first but the last one was paid before)."""
+    seed = int.from_bytes(hashlib.sha256(pair.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    drawn = list(probes)
+    random.Random(seed).shuffle(drawn)
+    return drawn
+
+
 def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence[bool],
            run: Callable[[str], Sequence[bool]], aux: str = "aux", helpers: Sequence[str] = ()) -> str:
     """Run the probes of one pair whose normal run passed the tests marked in `passed`; return '' when the
@@ -554,7 +569,7 @@ def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence
     probes = probe_programs(aux_src, aux)
     if not probes:
         return "not probed: aux has no def"
-    for name, replacement in probes:
+    for name, replacement in in_drawn_order(probes, aux_src + "\n" + main_src):
         verdicts = run(replacement)
         if len(verdicts) != len(passed):
             return f"probe {name}: the run did not finish"

@@ -104,7 +104,8 @@ def test_an_argument_read_back_beside_a_companion_earns_no_bonus(sb, name, aux, 
     verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
     assert (seed.total, verified.tests_passed) == (4.0, 8), seed
     assert verified.total == 2.5, verified
-    assert verified.coop_check.startswith("aux's results are its arguments"), verified
+    # refused by the probes (which one says so first depends on their drawn order: rewards.coop_probes)
+    assert verified.coop_check and not verified.coop_check.startswith("not probed"), verified
 
 
 # aux does the work in one part of its result and hands the text back beside it: main uses the work, so the

@@ -226,7 +226,8 @@ def test_a_passthrough_of_any_parameter_earns_no_bonus(sb, name, aux, call):
     seed = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0)
     verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
     assert (seed.total, verified.total) == (4.0, 2.5), verified
-    assert verified.coop_check.startswith("aux's results are its arguments"), verified
+    # refused by the probes (which one says so first depends on their drawn order: rewards.coop_probes)
+    assert verified.coop_check and not verified.coop_check.startswith("not probed"), verified
 
 
 # ------------------------------------------------------------------------------------ inverting shapes

@@ -180,10 +180,17 @@ def _dentry_programs(where: str, nonce: str, pattern: list[int]) -> tuple[str, s
     return send, receive
 
 
+# Touches 64 MiB, more than the CPU's caches: run between the sender and the receiver, it leaves only what the
+# kernel keeps (dentries) to carry bits. Right after the sender, the CPU caches carry some for a moment (30-40 of 48
+# right on a tmpfs, chance after this program or a 2 s pause; docs/sandbox.md); the probes' drawn order is what keeps
+# that from telling a program which run of its pair it is (rewards.coop_probes.in_drawn_order).
+EVICT = "def f(x):\n    b = bytearray(64 << 20)\n    for i in range(0, len(b), 64):\n        b[i] = 1\n    return 0\n"
+
+
 def bits_carried(box, where: str, rounds: int = 3) -> int:
-    """How many of `rounds` x BITS bits a receiver decodes right from a sender's lookups (half the bits set; the
-    receiver takes the BITS/2 bits whose names it looked up fastest, by median, as the ones set). With no channel
-    the count is about half, give or take 2 per round."""
+    """How many of `rounds` x BITS bits a receiver decodes right from a sender's lookups, with EVICT run between them
+    (half the bits set; the receiver takes the BITS/2 bits whose names it looked up fastest, by median, as the ones
+    set). With no channel the count is about half, give or take 2 per round."""
     import random
     import secrets
     import statistics
@@ -193,6 +200,7 @@ def bits_carried(box, where: str, rounds: int = 3) -> int:
         random.shuffle(pattern)
         send, receive = _dentry_programs(where, secrets.token_hex(6), pattern)
         answer(box, send)
+        answer(box, EVICT)
         times = answer(box, receive)
         fastest = sorted(range(BITS), key=lambda i: statistics.median(times[i]))[:BITS // 2]
         guess = [int(i in fastest) for i in range(BITS)]
