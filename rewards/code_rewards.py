@@ -308,19 +308,19 @@ def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: 
 
 
 
+def scored_build(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False
+                 ) -> tuple[str | CodeType, str] | None:
+    """Return (the program `code_reward` runs for a pair, its source): the cleaned completions (the program compiled,
+    or the source when only the prompt's part fails to compile), or None when scoring stops before the tests (no
+    entry point with a return value, a syntax error). What other judges of a coder's code (a tester's tests) run
+    too; the source is what a judge that adds code to a correct program (`rewards.judged_tests.typed_junk_program`)
+    builds on. One cleaning for both."""
+    prep = _prepare(problem, aux, main, single_agent)
+    return None if prep.done is not None else (prep.program, prep.assemble(prep.aux_src))
+
+
 def scored_program(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False
                    ) -> str | CodeType | None:
-    """Return the program `code_reward` runs for a pair: the cleaned completions (compiled, or the source when only
-    the prompt's part fails to compile), or None when scoring stops before the tests (no entry point with a
-    return value, a syntax error). What other judges of a coder's code (a tester's tests) must run too."""
-    prep = _prepare(problem, aux, main, single_agent)
-    return None if prep.done is not None else prep.program
-
-
-def scored_source(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False
-                  ) -> str | None:
-    """Return the source of the program `scored_program` returns (None where that is None): what a judge that
-    adds code to a correct program (`rewards.judged_tests.typed_junk_program`) builds on."""
-    prep = _prepare(problem, aux, main, single_agent)
-    return None if prep.done is not None else prep.assemble(prep.aux_src)
-
+    """Return the program of `scored_build` (None where that is None)."""
+    built = scored_build(problem, aux, main, single_agent=single_agent)
+    return None if built is None else built[0]

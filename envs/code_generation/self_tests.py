@@ -28,7 +28,7 @@ from typing import Sequence
 from cooprl.task import Score, node_groups as groups   # one node's joint actions
 from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.task import score_code_pairs
-from rewards.code_rewards import hidden_tests_suite, scored_program, scored_source
+from rewards.code_rewards import hidden_tests_suite, scored_build
 from rewards.judged_tests import (judged_suite, spec_guarded_program, spec_kinds, stub_programs, typed_junk_program,
                                   typed_twin_program)
 from rewards.problem import Problem
@@ -40,64 +40,60 @@ from rewards.self_tests import (calls_of, caught_row, example_asserts, held_out_
 REWARD_TYPES = ("hidden_tests", "self_tests")
 
 
+def coder_builds(items: Sequence[Problem], codes: Sequence[str]) -> list[tuple[str | CodeType, str] | None]:
+    """Return, for each single-agent code, the program the hidden-test reward runs and its source
+    (`rewards.code_rewards.scored_build`: cleaned; None when its scoring stops before the tests): what every other
+    judge of the code runs too."""
+    return [scored_build(problem, "", code, single_agent=True) for problem, code in zip(items, codes)]
+
+
 def coder_programs(items: Sequence[Problem], codes: Sequence[str]) -> list[str | CodeType | None]:
-    """Return the program the hidden-test reward runs for each single-agent code (cleaned; None when its scoring
-    stops before the tests): what every other judge of the code runs too."""
-    return [scored_program(problem, "", code, single_agent=True) for problem, code in zip(items, codes)]
+    """Return the program of each `coder_builds` build (None where that is None)."""
+    return [None if built is None else built[0] for built in coder_builds(items, codes)]
 
 
-def coder_sources(items: Sequence[Problem], codes: Sequence[str]) -> list[str | None]:
-    """Return the source of each `coder_programs` program (None where that is None)."""
-    return [scored_source(problem, "", code, single_agent=True) for problem, code in zip(items, codes)]
+def reference_build(problem: Problem) -> tuple[str | CodeType, str] | None:
+    """Return the problem's reference solution built as a coder's code is (the coder's prefix + the canonical body,
+    or the cooperative set's reference aux + main as a pair, then cleaned): (program, source) as `scored_build`
+    returns them, or None when the record has none."""
+    extra = problem.extra
+    if extra.get("canonical_solution"):
+        return scored_build(problem, "", reference_source(problem), single_agent=True)
+    if extra.get("reference_main"):
+        return scored_build(problem, extra.get("reference_aux", ""), extra["reference_main"], single_agent=False)
+    return None
 
 
 def reference_program(problem: Problem) -> str | CodeType | None:
-    """Return the problem's reference solution built as a coder's code is (the coder's prefix + the canonical body,
-    or the cooperative set's reference aux + main as a pair, then cleaned), or None when the record has none."""
-    extra = problem.extra
-    if extra.get("canonical_solution"):
-        return scored_program(problem, "", reference_source(problem), single_agent=True)
-    if extra.get("reference_main"):
-        return scored_program(problem, extra.get("reference_aux", ""), extra["reference_main"], single_agent=False)
-    return None
+    """Return the program of `reference_build` (None where that is None)."""
+    built = reference_build(problem)
+    return None if built is None else built[0]
 
 
-def reference_scored_source(problem: Problem) -> str | None:
-    """Return the source of `reference_program` (None where that is None)."""
-    extra = problem.extra
-    if extra.get("canonical_solution"):
-        return scored_source(problem, "", reference_source(problem), single_agent=True)
-    if extra.get("reference_main"):
-        return scored_source(problem, extra.get("reference_aux", ""), extra["reference_main"])
-    return None
-
-
-def typed_junk(problem: Problem, shown_calls: Sequence[str] = ()) -> list[str]:
-    """Return the problem's typed junk (`rewards.judged_tests.typed_junk_program`: the reference, built as a coder's
-    code is, with every result changed to another value of its type, except on `shown_calls`, where it answers
-    right: a memoriser of those calls), as a list of one program; none without a reference."""
-    source = reference_scored_source(problem)
-    program = None if source is None else typed_junk_program(source, problem.entry_point, sorted(shown_calls))
+def typed_junk(problem: Problem, reference: str | None, shown_calls: Sequence[str] = ()) -> list[str]:
+    """Return the problem's typed junk (`rewards.judged_tests.typed_junk_program`: the reference, `reference` the
+    source of its `reference_build`, with every result changed to another value of its type, except on
+    `shown_calls`, where it answers right: a memoriser of those calls), as a list of one program; none without a
+    reference."""
+    program = None if reference is None else typed_junk_program(reference, problem.entry_point, sorted(shown_calls))
     return [] if program is None else [program]
 
 
-def typed_twins(problem: Problem, wrong_sources: Sequence[str]) -> list[str]:
+def typed_twins(problem: Problem, reference: str | None, wrong_sources: Sequence[str]) -> list[str]:
     """Return each wrong code (source) as its typed twin (`rewards.judged_tests.typed_twin_program`: a result of
-    another kind than the reference's raises, so that no test is paid for catching it with a type check); the
-    codes as they are without a reference."""
-    source = reference_scored_source(problem)
-    if source is None:
+    another kind than the reference's, `reference` the source of its `reference_build`, raises, so that no test is
+    paid for catching it with a type check); the codes as they are without a reference."""
+    if reference is None:
         return list(wrong_sources)
-    return [typed_twin_program(wrong, source, problem.entry_point) for wrong in wrong_sources]
+    return [typed_twin_program(wrong, reference, problem.entry_point) for wrong in wrong_sources]
 
 
-def spec_guarded(problem: Problem) -> list[str]:
-    """Return the reference that refuses arguments of a kind the hidden check never passes
-    (`rewards.judged_tests.spec_guarded_program`: a correct code), as a list of one program; none without a
-    reference or a check that constrains an argument."""
-    source = reference_scored_source(problem)
-    program = None if source is None or not problem.test else spec_guarded_program(
-        source, problem.entry_point, spec_kinds(problem.test, problem.entry_point))
+def spec_guarded(problem: Problem, reference: str | None) -> list[str]:
+    """Return the reference (`reference`: the source of its `reference_build`) refusing arguments of a kind the
+    hidden check never passes (`rewards.judged_tests.spec_guarded_program`: a correct code), as a list of one
+    program; none without a reference or a check that constrains an argument."""
+    program = None if reference is None or not problem.test else spec_guarded_program(
+        reference, problem.entry_point, spec_kinds(problem.test, problem.entry_point))
     return [] if program is None else [program]
 
 
@@ -175,7 +171,8 @@ def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Seq
         plan.rows = [k for k in run if programs[k] is not None] if plan.pool else []
         if plan.rows and plan.generated:
             plan.stubs, plan.mutants = stub_programs(problem.entry_point), mutants_of(problem)
-            plan.typed = typed_junk(problem, shown)
+            reference = reference_build(problem)
+            plan.typed = typed_junk(problem, None if reference is None else reference[1], shown)
         suite = judged_suite(problem.entry_point, plan.pool)
         jobs += [(program, suite) for program in
                  [programs[k] for k in plan.rows] + plan.stubs + plan.mutants + plan.typed]

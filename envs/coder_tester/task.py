@@ -47,8 +47,8 @@ from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn, task_problems
-from envs.code_generation.self_tests import (coder_programs, coder_sources, groups, mutants_of, reference_program,
-                                             score_functions, spec_guarded, typed_junk, typed_twins)
+from envs.code_generation.self_tests import (coder_builds, groups, mutants_of, reference_build, score_functions,
+                                             spec_guarded, typed_junk, typed_twins)
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
@@ -147,25 +147,27 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
     coder's code as the cleaned program it is scored on, in a process of its own per tester (one tester's slow
     test never skips another's); the junk stubs, pure and instant, run once per group on all its testers' tests.
     Every run of the batch goes in one sandbox batch."""
-    programs, sources, plans, jobs = coder_programs(items, codes), coder_sources(items, codes), [], []
+    builds, plans, jobs = coder_builds(items, codes), [], []
+    programs = [None if built is None else built[0] for built in builds]
     for run in groups(items):
         problem = items[run.start]
-        entry, reference = problem.entry_point, reference_program(problem)
+        built = reference_build(problem)
+        entry, (reference, reference_src) = problem.entry_point, (None, None) if built is None else built
         correct = [programs[k] for k in run if is_correct(coder_scores[k]) and programs[k] is not None]
         # the correct codes: the reference, the reference refusing arguments off the spec (so a test pinning what
         # the reference does there is wrong, as a correct alternative code shows it to be), the group's own; the
         # wrong ones as typed twins (a result of another kind than the reference's is caught by a type check:
         # no test is paid for it)
-        guarded = spec_guarded(problem) if reference is not None else []
-        judges = [] if reference is None else [reference, *guarded, *correct, *typed_twins(problem, [
-            sources[k] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None] + mutants_of(problem))]
+        guarded = spec_guarded(problem, reference_src)
+        judges = [] if reference is None else [reference, *guarded, *correct, *typed_twins(problem, reference_src, [
+            builds[k][1] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None] + mutants_of(problem))]
         plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(guarded) + len(correct), [])
         for k in run:
             plan.columns[k] = judged_pool(entry, tests[k], plan.pools[k])
             judged_pool(entry, plan.pools[k], plan.union)
             if plan.pools[k]:
                 jobs += [(program, judged_suite(entry, plan.pools[k])) for program in plan.judges]
-        plan.stubs = stub_programs(entry) + typed_junk(problem) if plan.judges and plan.union else []
+        plan.stubs = stub_programs(entry) + typed_junk(problem, reference_src) if plan.judges and plan.union else []
         jobs += [(stub, judged_suite(entry, plan.union)) for stub in plan.stubs]
         plans.append(plan)
     reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
