@@ -29,6 +29,7 @@ kinds of junk) holds whatever a code computes (`f(x) == f(x)`), so it is vacuous
 from __future__ import annotations
 
 import ast
+import inspect
 from typing import Sequence
 
 from rewards.code_cleaning import PARSE_ERRORS, compile_tree, parse_python
@@ -236,8 +237,9 @@ def typed_twin_program(wrong_source: str, correct_source: str, entry_point: str)
     return wrong_source.rstrip("\n") + "\n" + twin.replace("REFERENCE", repr(correct_source))
 
 
-def _category(value: object) -> str:
-    """The kind of an argument, as coarse as a spec is: numbers are one kind, lists and tuples another."""
+def _spec_category(value, isinstance=isinstance):
+    """The kind of an argument, as coarse as a spec is: numbers are one kind, lists and tuples another. Its source
+    goes into the guard the sandbox runs too (`_SPEC_GUARD`), so that the spec and the guard judge alike."""
     for kinds, name in (((bool, int, float, complex), "number"), ((str,), "str"), ((bytes, bytearray), "bytes"),
                         ((list, tuple), "sequence"), ((dict,), "dict"), ((set, frozenset), "set")):
         if isinstance(value, kinds):
@@ -245,9 +247,12 @@ def _category(value: object) -> str:
     return "none" if value is None else "other"
 
 
+_SPEC_CATEGORY_SOURCE = inspect.getsource(_spec_category)
+
+
 def spec_kinds(check: str, entry_point: str) -> dict[int | str, frozenset[str]]:
     """Return, for each argument (its position, or its name when passed by keyword), the kinds of value the hidden
-    check passes there (`_category`), where every call of the candidate in `check` passes it a literal; an argument
+    check passes there (`_spec_category`), where every call of the candidate in `check` passes it a literal; an argument
     some call passes a computed value (or `*args`) is left out: any kind may be on the spec there."""
     try:
         tree = parse_python(check)
@@ -263,7 +268,7 @@ def spec_kinds(check: str, entry_point: str) -> dict[int | str, frozenset[str]]:
             return {}
         for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]:
             try:
-                kinds.setdefault(where, set()).add(_category(ast.literal_eval(arg)))
+                kinds.setdefault(where, set()).add(_spec_category(ast.literal_eval(arg)))
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 free.add(where)
     return {where: frozenset(k) for where, k in kinds.items() if where not in free}
@@ -271,15 +276,10 @@ def spec_kinds(check: str, entry_point: str) -> dict[int | str, frozenset[str]]:
 
 _SPEC_GUARD = '''
 
-def _spec_wrap(real, kinds, isinstance=isinstance, TypeError=TypeError):
-    depth = [0]
+CATEGORY
 
-    def kind(v):
-        for types, name in (((bool, int, float, complex), "number"), ((str,), "str"), ((bytes, bytearray), "bytes"),
-                            ((list, tuple), "sequence"), ((dict,), "dict"), ((set, frozenset), "set")):
-            if isinstance(v, types):
-                return name
-        return "none" if v is None else "other"
+def _spec_wrap(real, kinds, kind=_spec_category, TypeError=TypeError):
+    depth = [0]
 
     def entry(*args, **kwargs):
         if not depth[0]:
@@ -308,7 +308,8 @@ def spec_guarded_program(correct_source: str, entry_point: str, kinds: dict[int 
         return None
     spec = "{" + ", ".join(f"{where!r}: frozenset({sorted(k)!r})" for where, k in sorted(
         kinds.items(), key=lambda item: str(item[0]))) + "}"
-    return correct_source.rstrip("\n") + "\n" + _SPEC_GUARD.replace("ENTRY", entry_point).replace("KINDS", spec)
+    guard = _SPEC_GUARD.replace("ENTRY", entry_point).replace("KINDS", spec).replace("CATEGORY", _SPEC_CATEGORY_SOURCE)
+    return correct_source.rstrip("\n") + "\n" + guard
 
 
 class _Checker:

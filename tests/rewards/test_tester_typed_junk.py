@@ -126,7 +126,7 @@ def test_the_spec_kinds_take_every_example_of_the_data_sets():
     # the kinds of argument the hidden checks pass (`spec_kinds`) are coarse: numbers, text, sequences, ...; every
     # example of HumanEval's and the coop set's prompts is on the spec by them
     import ast
-    from rewards.judged_tests import _category, spec_kinds
+    from rewards.judged_tests import _spec_category, spec_kinds
     from rewards.self_tests import calls_of, example_asserts
     from tests.rewards.test_tester_rewards import _problems
     constrained = 0
@@ -138,5 +138,5 @@ def test_the_spec_kinds_take_every_example_of_the_data_sets():
                 node = ast.parse(call).body[0].value
                 for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]:
                     if where in kinds:
-                        assert _category(ast.literal_eval(arg)) in kinds[where], (problem.task_id, test)
+                        assert _spec_category(ast.literal_eval(arg)) in kinds[where], (problem.task_id, test)
     assert constrained > 200
