@@ -89,10 +89,8 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
     eval_items([], samples, 0)   # a bad --samples fails before any model is loaded
     folder = None
     if checkpoint is not None:
-        if (Path(checkpoint) / "checkpoints").is_dir():   # a run folder: its checkpoints (as evaluate_strategy)
-            checkpoint = str(Path(checkpoint) / "checkpoints")
         try:
-            folder = ckpt.find_checkpoint(checkpoint, Path(checkpoint))
+            folder = ckpt.find_named_checkpoint(checkpoint)
         except FileNotFoundError as err:
             raise ConfigError(f"--checkpoint: {err}") from None
     task = environment_for(run.config).prepare_task(run)

@@ -36,6 +36,7 @@ import torch
 
 from cooprl import fsdp
 from cooprl.errors import UserError
+from cooprl.models import saved_models
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,15 @@ def find_checkpoint(spec: str, default_dir: Path) -> Path:
     raise FileNotFoundError(f"{spec}: neither a complete checkpoint nor a folder holding one")
 
 
+def find_named_checkpoint(spec: str) -> Path:
+    """Return the checkpoint folder an option such as `--checkpoint` names: a checkpoint folder, or a checkpoints
+    folder or a run folder (that holds checkpoints/): its newest undamaged checkpoint. FileNotFoundError as
+    `find_checkpoint` raises it."""
+    if (Path(spec) / "checkpoints").is_dir():   # a run folder
+        spec = str(Path(spec) / "checkpoints")
+    return find_checkpoint(spec, Path(spec))
+
+
 def _newest_undamaged(found: list[Path]) -> Path:
     problems = []
     for path in reversed(found):
@@ -370,17 +380,11 @@ def check_agent_folder(checkpoint: Path, agent: int) -> Path:
     return folder
 
 
-def saved_agents(checkpoint: Path) -> int:
-    """Return how many models `checkpoint` holds (its agent_<i>/ folders: the agents, then critics or a reward
-    model, as the trainer's `models` list them)."""
-    return sum(1 for p in checkpoint.glob("agent_*") if p.name[6:].isdigit())
-
-
 def load_team_weights(models: list[Any], checkpoint: Path) -> None:
     """Load agent i's saved weights into `models[i]`, for every model; CheckpointError when `checkpoint` holds
     another number of agents (a single agent's checkpoint in a team, or a team's first agent evaluated alone, would
     otherwise be called damaged, or load without a word)."""
-    held = saved_agents(checkpoint)
+    held = len(saved_models(checkpoint))   # the agents, then critics or a reward model, as `models` lists them
     if held != len(models):
         raise CheckpointError(f"checkpoint {checkpoint} holds {held} model(s) (agent_<i>/: agents, then critics), "
                               f"this run has {len(models)}: it is another kind of run's (evaluate it with --run on "

@@ -16,6 +16,7 @@ folder and renamed into place, so an interrupted or concurrent conversion never 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import contextlib
@@ -246,7 +247,6 @@ def check_saved_lora(folder: Path | None, lora: Any) -> None:
     r=16) under a config and a start summary that say another rank. Nothing to check without adapters or LoRA."""
     if folder is None or lora is None or not is_adapter_folder(folder):
         return
-    import json
     try:
         saved = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
         found = {"r": saved["r"], "alpha": saved["lora_alpha"], "dropout": saved["lora_dropout"],

@@ -189,10 +189,8 @@ def checkpoint_folder(checkpoint: str) -> Path:
     its newest complete checkpoint); ConfigError naming --checkpoint when there is none."""
     from cooprl import checkpoint as ckpt
     from cooprl.config import ConfigError
-    path = Path(checkpoint)
-    spec = str(path / "checkpoints") if (path / "checkpoints").is_dir() else checkpoint
     try:
-        return ckpt.find_checkpoint(spec, Path(spec))
+        return ckpt.find_named_checkpoint(checkpoint)
     except FileNotFoundError as err:
         raise ConfigError(f"--checkpoint: {err}") from None
 
