@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cooprl.task import Score, Task
+from cooprl.tracking import read_metrics as read_events
 
 
 def letter_reward(text: str) -> float:
@@ -29,9 +30,6 @@ TIMING_KEYS = ("wall_time", "time/step_s", "time/eval_s")
 
 
 def read_metrics(run_dir) -> list[dict]:
-    """Return the events of `run_dir`/metrics.jsonl without their timing keys (`TIMING_KEYS`): two runs that compute
-    the same numbers differ in those."""
-    import json
-    from pathlib import Path
-    events = map(json.loads, (Path(run_dir) / "metrics.jsonl").read_text().splitlines())
-    return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in events]
+    """Return the events of `run_dir`/metrics.jsonl (`cooprl.tracking.read_metrics`) without their timing keys
+    (`TIMING_KEYS`): two runs that compute the same numbers differ in those."""
+    return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in read_events(run_dir)]
