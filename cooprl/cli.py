@@ -139,7 +139,8 @@ def resume_folder(trainer: str, args: argparse.Namespace, choose: ChooseTaskConf
     else:
         run_dir = Path(args.resume)
         if not (run_dir / RUN_CONFIG).is_file():
-            raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml in it){run_above(run_dir, '--resume')}")
+            raise ConfigError(f"--resume {run_dir}: not a run folder (no config.yaml in it)"
+                              f"{run_above(run_dir, '--resume')}")
     check_made_by(run_dir, trainer, lambda maker: f"train_{maker}.py --resume {run_dir}")
     return run_dir.resolve()
 

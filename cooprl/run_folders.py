@@ -152,7 +152,8 @@ def check_resumed_settings(run_dir: Path, config: Config, trainer: str) -> None:
 
 def new_run_folder(config: Config, name: str, trainer: str) -> Path:
     """Return the folder `trainer`'s run named `name` writes under output.base_dir, created: for a new run a free one
-    (`fresh_folder`, claimed: `claim_fresh_folder`; logged when it is not `name`), for a resume (checkpoint.resume_from_checkpoint set) its own.
+    (`fresh_folder`, claimed: `claim_fresh_folder`; logged when it is not `name`), for a resume
+    (checkpoint.resume_from_checkpoint set) its own.
     ConfigError when it cannot be created, when a resume changes the settings the run was trained with
     (check_resumed_settings), or when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints
     (their rotation would mix the two runs) or its output.save_path an earlier run's final models."""

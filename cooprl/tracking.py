@@ -80,8 +80,9 @@ def _start_wandb(run_dir: Path, cfg: Any, config: dict[str, Any], run_name: str,
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """Return the events of a run's metrics.jsonl, in order ([] when there is none). A line that is not a JSON
-    object with a whole-number step (the last line of a run killed while writing it, or a damaged file) is skipped with a warning naming its
-    line number: a resume, the summary and the plot read the events around it instead of failing on it."""
+    object with a whole-number step (the last line of a run killed while writing it, or a damaged file) is skipped
+    with a warning naming its line number: a resume, the summary and the plot read the events around it instead of
+    failing on it."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
