@@ -109,7 +109,7 @@ def strategy_settings(config: Config, strategy: str, budget: Budget, strategy_co
     and its section, the budget, the LLM (its model, how prompts reach it, and the weights loaded: the checkpoint
     folder `checkpoint` names and agent_model.init_from's, resolved, so that a run folder's newer checkpoint is
     another setting), the problems and the seed."""
-    from cooprl.models import init_source
+    from cooprl.checkpoint import init_source
     from strategies.llm import checkpoint_folder
     dataset, model = config.task.dataset, config.agent_model
     weights = {"checkpoint": str(checkpoint_folder(checkpoint).resolve()) if checkpoint and not endpoint else None,

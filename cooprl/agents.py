@@ -24,8 +24,8 @@ import torch
 from cooprl import distributed, fsdp
 from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
 from cooprl.generation import Completion, HFGenerator, SamplingParams
-from cooprl.models import (check_saved_lora, init_folders, load_causal_lm, load_tokenizer, resolve_model_path,
-                           set_memory_options)
+from cooprl.checkpoint import init_folders
+from cooprl.models import check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 from cooprl.optim import build_adamw
 from cooprl.vllm_generation import VLLMGenerator
 

@@ -19,7 +19,6 @@ undamaged one.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import pickle
@@ -34,9 +33,9 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from cooprl import fsdp
 from cooprl.errors import UserError
-from cooprl.models import saved_models
+from cooprl.models import HEAD_FILE, ModelError, load_agent_weights_from_folder, saved_models
+from cooprl.samples import BUFFER_RECORDS, CriticSample, NodeGroup, Step, TrainSample
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +59,18 @@ def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-@functools.cache
+# The dataclasses a trainer's state may hold (its rollout buffer), by the name a checkpoint stores
+# (`module:qualname`): only these are saved and rebuilt, the registry being these class objects, never a name
+# looked up in a file. Checkpoints written before the records moved to cooprl.samples name them by their former
+# modules; those names still rebuild the same classes, so an older run resumes.
+STATE_DATACLASSES = {_class_name(cls): cls for cls in BUFFER_RECORDS}
+_FORMER_NAMES = {"cooprl.policy_update:TrainSample": TrainSample, "cooprl.trainers.magrpo:NodeGroup": NodeGroup,
+                 "cooprl.trainers.actor_critic:Step": Step, "cooprl.trainers.actor_critic:CriticSample": CriticSample}
+
+
 def state_dataclasses() -> dict[str, type]:
-    """Return the dataclasses a trainer's state may hold (its rollout buffer), by the name a checkpoint stores
-    (`module:qualname`): only these are saved and rebuilt, the registry being these class objects, never a name
-    looked up in a file. (Imported when first asked for: the trainers import this module.)"""
-    from cooprl.policy_update import TrainSample
-    from cooprl.trainers.actor_critic import CriticSample, Step
-    from cooprl.trainers.magrpo import NodeGroup
-    return {_class_name(cls): cls for cls in (TrainSample, NodeGroup, Step, CriticSample)}
+    """Return the dataclasses a trainer's state may hold, by the name a checkpoint stores (`module:qualname`)."""
+    return dict(STATE_DATACLASSES)
 
 
 def to_plain(value: Any, where: str = "state") -> Any:
@@ -110,7 +112,7 @@ def to_plain(value: Any, where: str = "state") -> Any:
 
 
 def _dataclass_type(name: Any) -> type:
-    cls = state_dataclasses().get(name) if isinstance(name, str) else None
+    cls = (STATE_DATACLASSES.get(name) or _FORMER_NAMES.get(name)) if isinstance(name, str) else None
     if cls is None:   # never import or build anything a file names, only the listed classes
         raise ValueError(f"unknown class {str(name)[:80]!r}")
     return cls
@@ -416,23 +418,42 @@ def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
                               f"({first[:200]})") from None
 
 
-def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
-    """Load a `save_pretrained` folder (full weights or LoRA adapters) into `model` in place."""
-    from safetensors.torch import load_file
-    if hasattr(model, "peft_config"):   # (peft loads into a sharded model's shards as well)
-        from peft import set_peft_model_state_dict
-        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
-        return
-    state = {}
-    for shard in sorted(folder.glob("*.safetensors")):
-        if shard.name != "value_head.safetensors":
-            state.update(load_file(shard))
-    if fsdp.is_sharded(model):   # each process keeps its shard of every tensor
-        missing, unexpected = fsdp.load_full_state_dict(model, state)
-    else:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
-    if missing or unexpected:
-        raise RuntimeError(f"{folder}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    if hasattr(model, "tie_weights") and not fsdp.is_sharded(model):   # (sharding keeps tied weights one tensor)
-        model.tie_weights()
+# ------------------------------------------------------------------------------------------------ agent_model.init_from
+def init_source(run: str) -> Path:
+    """Return the folder holding the agent_<i>/ folders of `run` (agent_model.init_from): a run folder's final/
+    models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself. ModelError when
+    there is none."""
+    path = Path(run).expanduser()
+    if not path.is_dir():
+        raise ModelError(f"agent_model.init_from: {run!r} is not a folder (give a finished run's folder)")
+    if (path / "final" / "agent_0").is_dir():
+        return path / "final"
+    try:
+        spec = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        return find_checkpoint(str(spec), spec)
+    except (FileNotFoundError, CheckpointError) as err:
+        raise ModelError(f"agent_model.init_from: {run!r} has no final/ models and no usable checkpoint "
+                         f"({err})") from None
+
+
+def saved_policies(folder: Path) -> list[int]:
+    """Return the indices of the agent_<i>/ folders in `folder` that hold a language model's weights, not a value
+    model's: an actor-critic or MARLHF run saves its critics or reward model (a value head file) after its agents.
+    (An actor with a value head of its own, use_separate_critic: false, counts as a value model here.)"""
+    return [i for i in saved_models(folder) if not (folder / f"agent_{i}" / HEAD_FILE).is_file()]
+
+
+def init_folders(run: str, num_agents: int) -> list[Path]:
+    """Return the saved folder of each of `num_agents` agents in `run` (agent_model.init_from): a run folder's
+    final/ models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself.
+    ModelError naming the problem when there is no such run, it holds another number of agents, or a file is damaged."""
+    source = init_source(run)
+    saved, policies = saved_models(source), saved_policies(source)
+    if saved != list(range(num_agents)) and policies != list(range(num_agents)):
+        others = len(saved) - len(policies)
+        held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
+        raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
+    try:
+        return [check_agent_folder(source, i) for i in range(num_agents)]
+    except CheckpointError as err:
+        raise ModelError(f"agent_model.init_from: {err}") from None

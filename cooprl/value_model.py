@@ -18,8 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from cooprl.logprobs import pad_group
-
-HEAD_FILE = "value_head.safetensors"
+from cooprl.models import HEAD_FILE, load_agent_weights_from_folder
 
 
 class ValueModel(torch.nn.Module):
@@ -80,7 +79,6 @@ class ValueModel(torch.nn.Module):
     def load_weights(self, folder: str | Path) -> None:
         """Load what `save_pretrained` wrote into this model in place."""
         from safetensors.torch import load_file
-        from cooprl.checkpoint import load_agent_weights_from_folder
         folder = Path(folder)
         if self.owns_lm:
             load_agent_weights_from_folder(self.lm, folder)

@@ -204,8 +204,8 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     from cooprl import checkpoint as ckpt
     from cooprl.agents import agent_model_names
     from cooprl.generation import HFGenerator
-    from cooprl.models import (init_folders, init_source, load_causal_lm, load_tokenizer, resolve_model_path,
-                               saved_models, saved_policies)
+    from cooprl.checkpoint import init_folders, init_source, saved_policies
+    from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, saved_models
 
     model_cfg = config.agent_model
     folder = checkpoint_folder(checkpoint) if checkpoint else None

@@ -52,7 +52,8 @@ from cooprl.losses import actor_advantages, td_target, value_errors
 from cooprl.evaluation import tree_metrics
 from cooprl.models import load_causal_lm, load_tokenizer
 from cooprl.optim import build_adamw
-from cooprl.policy_update import TrainSample, policy_gradient_step, sampled_kls
+from cooprl.samples import CriticSample, Step
+from cooprl.policy_update import policy_gradient_step, sampled_kls
 from cooprl.rollout import Node, RolloutSettings, iter_nodes, rollout
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
@@ -69,27 +70,6 @@ class Critic:
     tokenizer: Any
     optimizer: torch.optim.Optimizer | None
     reuses_agent_ids: bool   # reads its agent's own token ids (same tokenizer) instead of re-tokenizing text
-
-
-@dataclass
-class CriticSample:
-    """What one critic saw at one turn of one episode: its input ids (value read at the last), value, TD target."""
-
-    ids: torch.Tensor
-    value: float
-    target: float
-
-
-@dataclass
-class Step:
-    """One turn of one episode: each agent's action (advantage set at update time), each critic's sample, the turn,
-    and each agent's own TD target (its critic's bootstrap, its own reward: they differ with a reward-form KL)."""
-
-    actions: list[TrainSample]
-    critics: list[CriticSample]
-    turn: int = 0
-    targets: list[float] | None = None
-    kls: list[float] | None = None    # each agent's sampled KL to its start model (reward form), for the metrics
 
 
 def critic_input_text(prompts: Sequence[str], completions: Sequence[str] | None = None) -> str:

@@ -17,7 +17,8 @@ from cooprl.config import Config, Run, TrainerSection
 from cooprl.evaluation import evaluate_team
 from cooprl.generation import Completion
 from cooprl.parallel import Parallel
-from cooprl.policy_update import TrainSample, frozen_reference, importance_weights
+from cooprl.samples import TrainSample
+from cooprl.policy_update import frozen_reference, importance_weights
 from cooprl.rollout import iter_nodes
 from cooprl.task import Task
 from cooprl.text import safe_print

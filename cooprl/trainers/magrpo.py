@@ -25,7 +25,6 @@ scored when its group is built (before any update of the step): `cooprl.policy_u
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -34,20 +33,13 @@ from cooprl.agents import Agent, build_team
 from cooprl.config import ConfigError, MAGRPOSection, Run
 from cooprl.evaluation import evaluation_settings, tree_metrics
 from cooprl.losses import group_advantages, kl_penalized
-from cooprl.policy_update import TrainSample, policy_gradient_step, sampled_kls
+from cooprl.samples import NodeGroup
+from cooprl.policy_update import policy_gradient_step, sampled_kls
 from cooprl.rollout import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class NodeGroup:
-    """One agent's samples at one tree node (its sibling group), advantages set: the unit the buffer holds."""
-
-    turn: int                   # 0-based turn of the node
-    samples: list[TrainSample]
 
 
 class MAGRPO(TeamAlgorithm):

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from cooprl.checkpoint import init_source
 from cooprl.config import ActorCriticSection, MAGRPOSection, Run
 from cooprl.console import RUN_LOG, chosen_threads
 from cooprl.task import Task
@@ -34,8 +35,7 @@ def init_description(init_from: str | None) -> str:
     """Return what `agent_model.init_from` loads: the folder of the agents' saved weights, or that it is unset."""
     if not init_from:
         return "none (the model's own weights)"
-    from cooprl.models import init_source   # the folder build_team loaded the agents from
-    return f"{init_from} (agents loaded from {init_source(init_from)})"
+    return f"{init_from} (agents loaded from {init_source(init_from)})"   # where build_team loaded them from
 
 
 def lora_description(lora: Any) -> str:

@@ -23,8 +23,8 @@ import torch
 
 from cooprl import checkpoint as ckpt
 from cooprl.config import Run, load_config
-from cooprl.policy_update import TrainSample
-from cooprl.trainers.magrpo import NodeGroup
+from cooprl.samples import TrainSample
+from cooprl.samples import NodeGroup
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from envs.launch import train_main
@@ -475,12 +475,11 @@ def test_unlisted_classes_are_refused_on_save_and_on_load(tmp_path):
     with pytest.raises(TypeError, match=r"state_dataclasses\(\)"):
         ckpt.to_plain({"a": [Unlisted(1)]})
     # a class of the same name as a listed one is not the listed one
-    Unlisted.__module__, Unlisted.__qualname__ = "cooprl.trainers.magrpo", "NodeGroup"
+    Unlisted.__module__, Unlisted.__qualname__ = "cooprl.samples", "NodeGroup"
     with pytest.raises(TypeError, match=r"state_dataclasses\(\)"):
         ckpt.to_plain(Unlisted(1))
-    assert set(ckpt.state_dataclasses()) == {"cooprl.policy_update:TrainSample", "cooprl.trainers.magrpo:NodeGroup",
-                                             "cooprl.trainers.actor_critic:Step",
-                                             "cooprl.trainers.actor_critic:CriticSample"}
+    assert set(ckpt.state_dataclasses()) == {"cooprl.samples:TrainSample", "cooprl.samples:NodeGroup",
+                                             "cooprl.samples:Step", "cooprl.samples:CriticSample"}
     with pytest.raises(ValueError, match="unknown class"):
         ckpt.from_plain({ckpt._TAG: "dataclass", "class": "os:system", "fields": {}})
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from cooprl.engine import Sync, Term, train_step
-from cooprl.policy_update import TrainSample
-from cooprl.trainers.magrpo import MAGRPO, NodeGroup
+from cooprl.samples import TrainSample
+from cooprl.trainers.magrpo import MAGRPO
+from cooprl.samples import NodeGroup
 
 
 def linear_and_sgd(lr: float = 0.5) -> tuple[torch.nn.Linear, torch.optim.SGD]:

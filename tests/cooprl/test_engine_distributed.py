@@ -31,7 +31,8 @@ from cooprl import distributed, fsdp
 from cooprl.engine import Sync, Term, train_step
 from cooprl.logprobs import completion_logprobs
 from cooprl.losses import madpo_losses, value_errors
-from cooprl.policy_update import TrainSample, frozen_reference, policy_gradient_step
+from cooprl.samples import TrainSample
+from cooprl.policy_update import frozen_reference, policy_gradient_step
 
 PAD = 0
 LR = 1e-1

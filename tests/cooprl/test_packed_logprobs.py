@@ -8,7 +8,8 @@ import torch
 from cooprl import logprobs
 from cooprl.logprobs import TokenTrie, _padded_logprobs, completion_logprobs, group_by_prompt
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
-from cooprl.policy_update import TrainSample, policy_gradient_step
+from cooprl.samples import TrainSample
+from cooprl.policy_update import policy_gradient_step
 
 
 @pytest.fixture(scope="module")

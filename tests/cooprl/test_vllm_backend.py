@@ -803,7 +803,7 @@ def policy_step(model, samples, lr=1.0):
 
 def test_policy_gradient_step_weights_each_tokens_term():
     from cooprl.logprobs import completion_logprobs
-    from cooprl.policy_update import TrainSample
+    from cooprl.samples import TrainSample
     tokenizer = load_tokenizer(TINY_RANDOM)
     completions = sampled_completions(tokenizer)
     advantages = [1.0, -0.5, 2.0]

@@ -25,7 +25,8 @@ import torch
 from cooprl.config import TRAINER_SECTIONS, Run, load_config
 from cooprl.logprobs import completion_logprobs
 from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.policy_update import TrainSample, policy_gradient_step
+from cooprl.samples import TrainSample
+from cooprl.policy_update import policy_gradient_step
 from cooprl.preferences import PreferencePair
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
 from tests.learnable import HEAD, build_char_model, lowercase_task

@@ -210,7 +210,7 @@ def test_init_from_and_strategies_take_an_actor_critic_run_s_agents_not_its_crit
     # failed with "holds 4 agent(s), this run has 2", though any trainer starts from a run's agents; an AC run's
     # actor and critic were taken by evaluate_strategy.py --checkpoint as a team of two (the critic as main)
     import shutil
-    from cooprl.models import init_folders
+    from cooprl.checkpoint import init_folders
     from cooprl.value_model import HEAD_FILE
     from strategies.llm import TeamLLM, build_llm
     sft_dir, _ = sft_run

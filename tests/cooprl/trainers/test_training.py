@@ -160,7 +160,8 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path):
 
 def test_nonfinite_loss_skips_the_update(tiny):
     import copy
-    from cooprl.policy_update import TrainSample, policy_gradient_step
+    from cooprl.samples import TrainSample
+    from cooprl.policy_update import policy_gradient_step
     model = copy.deepcopy(tiny[0])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     before = model.lm_head.weight.clone()

@@ -12,13 +12,15 @@ import torch
 
 from cooprl.config import ConfigError, Run, load_config
 from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer, resolve_model_path
-from cooprl.policy_update import TrainSample, policy_gradient_step
+from cooprl.samples import TrainSample
+from cooprl.policy_update import policy_gradient_step
 from cooprl.preferences import Candidate, comparator_pairs, pairs_from_candidates, read_pairs
 from cooprl.rollout import RolloutSettings, advantages, rollout, sample_returns
 from cooprl.trainers.actor_critic import build_iac
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
-from cooprl.trainers.magrpo import MAGRPO, NodeGroup, build_magrpo, node_batches
+from cooprl.trainers.magrpo import MAGRPO, build_magrpo, node_batches
+from cooprl.samples import NodeGroup
 from tests.scripted import scripted_task
 from tests.cooprl.test_rollout import fake_sampler, table_task
 
@@ -330,7 +332,7 @@ def recording_update(monkeypatch, algorithm):
 
 def hand_built_buffer(turns_targets):
     """Return Steps (two agents, two critics valuing 0) with the given (turn, target); step k's prompt id is k."""
-    from cooprl.trainers.actor_critic import CriticSample, Step
+    from cooprl.samples import CriticSample, Step
     return [Step([TrainSample(torch.tensor([k]), torch.tensor([1]), 0.0) for _ in range(2)],
                  [CriticSample(torch.tensor([k]), 0.0, target) for _ in range(2)], turn=turn, targets=[target, target])
             for k, (turn, target) in enumerate(turns_targets)]
