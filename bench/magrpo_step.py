@@ -43,9 +43,10 @@ DEFAULT_RESULTS = C.ROOT / "runs" / "bench_magrpo_step"
 def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = True, schedule: str = "nodes") -> dict:
     import torch
 
-    from cooprl import logprobs, policy_update
+    from cooprl.models import logprobs
+    from cooprl.update import policy_gradient as policy_update
     from cooprl.config import Run, load_config
-    from cooprl.generation import HFGenerator
+    from cooprl.rollout.generation import HFGenerator
     from cooprl.task import Score, Task
     from cooprl.trainers import magrpo as magrpo_mod
 

@@ -55,8 +55,8 @@ def run_one(shape: str, chunk: int | None, checkpointing: bool, autocast: str, g
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from cooprl.logprobs import completion_logprobs
-    from cooprl.models import set_memory_options
+    from cooprl.models.logprobs import completion_logprobs
+    from cooprl.models.loading import set_memory_options
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

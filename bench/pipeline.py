@@ -77,7 +77,7 @@ def main() -> None:
     import torch
 
     from cooprl.config import Run, load_config
-    from cooprl.rollout import iter_nodes, rollout
+    from cooprl.rollout.tree import iter_nodes, rollout
     from cooprl.trainers.loop import seed_everything
     from cooprl.trainers.magrpo import build_magrpo
     from envs.code_generation.task import build_code_task

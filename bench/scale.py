@@ -121,7 +121,7 @@ def run_comlrl(G: int, turns: int, n: int) -> dict:
                         num_turns=turns, discount=1.0, joint_mode="aligned", early_termination_threshold=None,
                         eval_interval=0, eval_num_samples=0, rollout_buffer_size=nodes_per_problem(G, turns),
                         advantage_normalization=False, advantage_mode="mean", agent_devices="cpu")
-    from cooprl.models import resolve_model_path
+    from cooprl.models.loading import resolve_model_path
     trainer = MAGRPOTrainer(agent_model=str(resolve_model_path(MODEL)), num_agents=2,
                             model_config={"torch_dtype": torch.float32}, train_dataset=dataset, reward_func=reward,
                             formatters=[formatter(0), formatter(1)], external_transition=transition,
@@ -153,7 +153,7 @@ def run_ddp_worker(mode: str, n: int, model: str) -> None:
     import torch
     from cooprl.config import Run, load_config
     from cooprl.trainers import magrpo as magrpo_mod
-    from cooprl import distributed
+    from cooprl.parallel import distributed
     from cooprl.train import train
     torch.set_num_threads(1)
     world = distributed.launched_world_size()

@@ -92,7 +92,7 @@ def main() -> int:
 
     import torch
     from _common import embedded_generator   # bench/ is the script's folder
-    from cooprl.generation import SamplingParams
+    from cooprl.rollout.generation import SamplingParams
     from envs.code_generation.data import load_problems
     from envs.code_generation.prompts import completion_to_code, single_prompt, stop_strings
     from envs.code_generation.self_tests import score_functions

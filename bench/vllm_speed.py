@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cooprl.generation import HFGenerator, SamplingParams  # noqa: E402
-from cooprl.models import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
+from cooprl.rollout.generation import HFGenerator, SamplingParams  # noqa: E402
+from cooprl.models.loading import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from envs.code_generation.data import problem_from_record  # noqa: E402
 from envs.code_generation.prompts import main_prompt  # noqa: E402
 
@@ -33,7 +33,7 @@ def main(backend: str, dtype: str, reps: int = 2) -> None:
     params = SamplingParams(max_new_tokens=64, temperature=0.8, top_p=0.95)
     start = time.perf_counter()
     if backend == "vllm":
-        from cooprl.vllm_generation import VLLMGenerator, check_vllm_backend
+        from cooprl.rollout.vllm_generation import VLLMGenerator, check_vllm_backend
         generator = VLLMGenerator(model, tokenizer, model_path=folder, max_prompt_tokens=448, max_model_len=512,
                                   vllm_module=check_vllm_backend("cpu"))
     else:

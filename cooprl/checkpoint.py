@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from cooprl.errors import UserError
-from cooprl.models import HEAD_FILE, ModelError, load_agent_weights_from_folder, saved_models
+from cooprl.models.loading import HEAD_FILE, ModelError, load_agent_weights_from_folder, saved_models
 from cooprl.samples import BUFFER_RECORDS, CriticSample, NodeGroup, Step, TrainSample
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def _class_name(cls: type) -> str:
 # looked up in a file. Checkpoints written before the records moved to cooprl.samples name them by their former
 # modules; those names still rebuild the same classes, so an older run resumes.
 STATE_DATACLASSES = {_class_name(cls): cls for cls in BUFFER_RECORDS}
-_FORMER_NAMES = {"cooprl.policy_update:TrainSample": TrainSample, "cooprl.trainers.magrpo:NodeGroup": NodeGroup,
+_FORMER_NAMES = {"cooprl.update.policy_gradient:TrainSample": TrainSample, "cooprl.trainers.magrpo:NodeGroup": NodeGroup,
                  "cooprl.trainers.actor_critic:Step": Step, "cooprl.trainers.actor_critic:CriticSample": CriticSample}
 
 
@@ -209,7 +209,7 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
 
 def save_model(model: Any, folder: Path, weights: dict[str, Any] | None = None) -> None:
     """Write `model` with `save_pretrained` into `folder`: its own weights, or `weights` (a sharded model's whole
-    state dict, see cooprl.fsdp.full_state_dict; LoRA keeps only its adapters of it)."""
+    state dict, see cooprl.parallel.fsdp.full_state_dict; LoRA keeps only its adapters of it)."""
     if weights is None:
         model.save_pretrained(folder)
         return

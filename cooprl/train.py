@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cooprl import distributed, fsdp
+from cooprl.parallel import distributed, fsdp
 from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm
@@ -14,7 +14,7 @@ from cooprl.checkpoint import save_model
 from cooprl.console import close_run_log
 from cooprl.run_folders import release_unused
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
-from cooprl.vllm_engines import close_engines
+from cooprl.rollout.vllm_engines import close_engines
 from cooprl.trainers.report import results_summary
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     folder, save the final models when asked; return the run summary.
 
     Started by torchrun or accelerate with several processes, it joins their process group first
-    (`parallel_training: ddp` or `fsdp`, cooprl.distributed); rank 0 names the run folder and alone saves the final models."""
+    (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the final models."""
     config = run.config
     ranks = join_processes(run)
     seed_everything(config.seed)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence
 
 from cooprl.config import option
-from cooprl.generation import SamplingParams
+from cooprl.rollout.generation import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from cooprl.errors import UserError
-from cooprl.generation import SamplingParams
+from cooprl.rollout.generation import SamplingParams
 from strategies.base import Generation
 
 
@@ -37,7 +37,7 @@ def for_chat(params: SamplingParams) -> SamplingParams:
 
 
 class GeneratorLLM:
-    """A local model: wraps an HFGenerator or VLLMGenerator (cooprl.generation / cooprl.vllm_generation)."""
+    """A local model: wraps an HFGenerator or VLLMGenerator (cooprl.rollout.generation / cooprl.rollout.vllm_generation)."""
 
     def __init__(self, generator: Any, name: str = "local"):
         self.generator, self.name = generator, name
@@ -108,7 +108,7 @@ class OpenAILLM:
 
     def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
         """Return n answers to `prompt`, cut at the stop strings; tokens: each request's prompt and answer tokens."""
-        from cooprl.generation import first_stop
+        from cooprl.rollout.generation import first_stop
         if self.api == "chat":
             params = for_chat(params)
         out: list[Generation] = []
@@ -202,10 +202,10 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     of agent 0 (one agent) or agents 0 and 1 when it holds two (a team: aux + main, see TeamLLM). `problems` are
     the problems the team will see (to recognise their code prompts)."""
     from cooprl import checkpoint as ckpt
-    from cooprl.agents import agent_model_names
-    from cooprl.generation import HFGenerator
+    from cooprl.trainers.team import agent_model_names
+    from cooprl.rollout.generation import HFGenerator
     from cooprl.checkpoint import init_folders, init_source, saved_policies
-    from cooprl.models import load_causal_lm, load_tokenizer, resolve_model_path, saved_models
+    from cooprl.models.loading import load_causal_lm, load_tokenizer, resolve_model_path, saved_models
 
     model_cfg = config.agent_model
     folder = checkpoint_folder(checkpoint) if checkpoint else None
@@ -217,8 +217,8 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     names = agent_model_names(config, num_agents) if config.agents is None or saved is not None else config.agents[:1]
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
     if model_cfg.generation_backend == "vllm":   # every agent and its engine on agent_model.device: checked as training does
-        from cooprl.vllm_generation import check_vllm_devices
-        from cooprl.vllm_memory import check_vllm_memory
+        from cooprl.rollout.vllm_generation import check_vllm_devices
+        from cooprl.rollout.vllm_memory import check_vllm_memory
         check_vllm_devices(model_cfg, [model_cfg.device] * num_agents)   # fails fast, with the fix
         check_vllm_memory(config, [model_cfg.device] * num_agents, max_new_tokens=max_new_tokens)
     llms = []
@@ -231,7 +231,7 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
         model.config.use_cache = True
         max_prompt_tokens = max(model_cfg.max_length - max_new_tokens, 8)
         if model_cfg.generation_backend == "vllm":
-            from cooprl.vllm_generation import build_vllm_generator
+            from cooprl.rollout.vllm_generation import build_vllm_generator
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
                                              max_new_tokens, config.seed)
         else:

@@ -15,9 +15,9 @@ from cooprl.config.trainer_sections import (TRAINER_SECTIONS, ActorCriticSection
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
 DEVICE_KEYS = ("agent_devices", "critic_devices", "comparator_devices", "reward_model_device")
 MP_TRAINERS = ("magrpo", "grpo")    # parallel_training mp: the agents' generations and updates run concurrently
-# parallel_training fsdp: sharded agents (cooprl.fsdp), whose updates run as many passes on every process
+# parallel_training fsdp: sharded agents (cooprl.parallel.fsdp), whose updates run as many passes on every process
 FSDP_TRAINERS = ("magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter")
-DATA_PARALLEL_MODES = ("ddp", "fsdp")   # one process per device, items sharded over them (cooprl.distributed)
+DATA_PARALLEL_MODES = ("ddp", "fsdp")   # one process per device, items sharded over them (cooprl.parallel.distributed)
 
 
 def is_data_parallel(section: TrainerSection) -> bool:
@@ -196,7 +196,7 @@ def vllm_lora_slot(rank: int) -> int:
 
 def _check_vllm_devices(config: Config) -> None:
     """ConfigError for placements an in-process vLLM engine cannot follow. An engine of one shard sits on its agent's
-    GPU (cooprl.vllm_generation.gpu_executor), also under mp with one GPU per agent; under ddp each rank's engines sit
+    GPU (cooprl.rollout.vllm_generation.gpu_executor), also under mp with one GPU per agent; under ddp each rank's engines sit
     on its own GPU, built by vLLM's external_launcher executor, one rank each (tensor parallelism would span the ranks).
     Shards of tensor parallelism run on cuda:0..T-1 (vLLM's multiprocess executor), not on an agent's other GPU."""
     tensor_parallel = config.agent_model.vllm_tensor_parallel_size > 1

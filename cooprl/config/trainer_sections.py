@@ -257,7 +257,7 @@ class MARLHFSection(PreferenceFields, MAGRPOSection):
                                                aliases=("reward_learning_rate",))
     reward_model_epochs: int = option(1, "epochs over the preference pairs", min=1, aliases=("reward_num_train_epochs",))
     reward_train_batch_size: Optional[int] = option(None, "pairs per reward-model optimizer step (null = "
-                                                    "cooprl.reward_model's default batch)", min=1)
+                                                    "cooprl.preferences.reward_model's default batch)", min=1)
     reward_freeze_backbone: bool = option(False, "train only the reward model's linear head, the backbone frozen")
     dpo_beta: float = option(0.1, "accepted for upstream's configs (its MARLHF config inherits MADPO's); MARLHF "
                              "trains no DPO loss (no effect, as upstream)", min=0.0)

@@ -28,7 +28,7 @@ One training step on one dataset item:
    What a buffer holds at the end of an epoch is trained then (`end_epoch`), as upstream flushes it.
    Actor loss: -sum log pi(completion) * A (`policy_gradient_step`; with `agent_model.vllm_importance_cap` each token's
    term weighted by its truncated importance weight against vLLM's sampler, scored in `episode_steps`, see
-   cooprl.policy_update). Critic loss: value_loss_coef * (y - V)^2,
+   cooprl.update.policy_gradient). Critic loss: value_loss_coef * (y - V)^2,
    averaged over the step's samples; a value head on the actor clips it PPO-style with `value_clip_range`.
 Critics: `use_separate_critic: true` gives every agent (MAAC: the team) a value model of its own (`critics:`,
 else `critic_model.name`, else the agent's model) with its own AdamW at `critic_learning_rate`. `false` (IAC and
@@ -44,20 +44,20 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.agents import Agent, build_team
+from cooprl.trainers.team import Agent, build_team
 from cooprl.config import ActorCriticSection, Config, ConfigError, Run, model_devices
-from cooprl.engine import Term, train_step
-from cooprl.parallel import Parallel
-from cooprl.losses import actor_advantages, td_target, value_errors
-from cooprl.evaluation import tree_metrics
-from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.optim import build_adamw
+from cooprl.update.engine import Term, train_step
+from cooprl.parallel.context import Parallel
+from cooprl.update.losses import actor_advantages, td_target, value_errors
+from cooprl.rollout.evaluation import tree_metrics
+from cooprl.models.loading import load_causal_lm, load_tokenizer
+from cooprl.update.optim import build_adamw
 from cooprl.samples import CriticSample, Step
-from cooprl.policy_update import policy_gradient_step, sampled_kls
-from cooprl.rollout import Node, RolloutSettings, iter_nodes, rollout
+from cooprl.update.policy_gradient import policy_gradient_step, sampled_kls
+from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
-from cooprl.value_model import ValueModel
+from cooprl.models.value_model import ValueModel
 
 VALUE_BATCH = 8  # sequences per critic forward (rollout-time values and the value loss)
 

@@ -12,14 +12,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.agents import Agent, AgentRunner
+from cooprl.trainers.team import Agent, AgentRunner
 from cooprl.config import Config, Run, TrainerSection
-from cooprl.evaluation import evaluate_team
-from cooprl.generation import Completion
-from cooprl.parallel import Parallel
+from cooprl.rollout.evaluation import evaluate_team
+from cooprl.rollout.generation import Completion
+from cooprl.parallel.context import Parallel
 from cooprl.samples import TrainSample
-from cooprl.policy_update import frozen_reference, importance_weights
-from cooprl.rollout import iter_nodes
+from cooprl.update.policy_gradient import frozen_reference, importance_weights
+from cooprl.rollout.tree import iter_nodes
 from cooprl.task import Task
 from cooprl.text import safe_print
 
@@ -46,7 +46,7 @@ class TeamAlgorithm:
         self.process_reward = reward_processor(run.config, task)
         # the frozen start model of each agent, for a KL term to it (None when the algorithm needs none)
         self.references = [frozen_reference(agent.model) for agent in team] if references else None
-        # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.agents.AgentRunner)
+        # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.trainers.team.AgentRunner)
         self.runner = AgentRunner(team, run.section.parallel_training)
         # ddp/fsdp: what this process asks of the others (gathers, broadcasts, the engine's sync of each model)
         self.parallel = Parallel.of(run.section)
@@ -57,7 +57,7 @@ class TeamAlgorithm:
     def train_samples(self, agent: int, completions: Sequence[Completion]) -> list[TrainSample]:
         """Return a TrainSample per completion `agent` sampled (advantage 0, set later); with
         agent_model.vllm_importance_cap each carries its truncated importance weights against vLLM's sampler, scored
-        now: call it after the rollout, before the agent's next optimizer step (cooprl.policy_update)."""
+        now: call it after the rollout, before the agent's next optimizer step (cooprl.update.policy_gradient)."""
         samples = [TrainSample(c.prompt_ids, c.completion_ids, 0.0) for c in completions]
         cap = self.config.agent_model.vllm_importance_cap
         if cap is not None:

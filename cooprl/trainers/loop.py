@@ -9,7 +9,7 @@ extra state a checkpoint holds); this module does the rest the same way for all 
 - checkpoints every `checkpoint_interval` steps, at the end, and at the next safe point after Ctrl-C;
 - a summary at the end: the first quarter of steps against the last quarter.
 
-Under data-parallel training (`parallel_training: ddp`, see cooprl.distributed) a step takes one item per process,
+Under data-parallel training (`parallel_training: ddp`, see cooprl.parallel.distributed) a step takes one item per process,
 each item's rollout draws from a generator seeded by its position in the data order, the step's metrics are the
 processes' mean, and rank 0 alone writes the run folder, logs, evaluates, saves checkpoints and prints the summary.
 """
@@ -32,7 +32,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from cooprl import checkpoint as ckpt
 from cooprl.config import Config, Run, is_data_parallel
 from cooprl.console import open_run_log
-from cooprl.parallel import Parallel, Ranks, item_seed, mean_metrics, shard_order
+from cooprl.parallel.context import Parallel, Ranks, item_seed, mean_metrics, shard_order
 from cooprl.run_folders import new_run_folder
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
@@ -177,7 +177,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     data_parallel = is_data_parallel(section)
     parallel = Parallel.of(section)
     ranks = parallel.ranks
-    if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.distributed)
+    if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.parallel.distributed)
         if epoch_length < ranks.world_size:
             from cooprl.config import ConfigError
             raise ConfigError(f"{trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least as "
@@ -226,7 +226,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
 
     def evaluate(step: int) -> dict[str, float]:
         # under data-parallel training every rank holds the same weights: each evaluates its share of the problems
-        # (cooprl.evaluation.evaluate_team); otherwise the only process evaluates
+        # (cooprl.rollout.evaluation.evaluate_team); otherwise the only process evaluates
         items = task.eval_items[:section.eval_num_samples]
         # evaluation has no bar of its own: say what the run is doing after the bar reached its end
         if ranks.is_main:

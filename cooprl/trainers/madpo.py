@@ -35,16 +35,16 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.agents import Agent, build_team
-from cooprl.comparators import Comparator, build_comparator
+from cooprl.trainers.team import Agent, build_team
+from cooprl.preferences.comparators import Comparator, build_comparator
 from cooprl.config import ConfigError, IterativeFields, MADPOSection, Run, is_data_parallel
-from cooprl.engine import Term, train_step
-from cooprl.evaluation import tree_metrics
-from cooprl.logprobs import completion_logprobs
-from cooprl.losses import madpo_losses
-from cooprl.policy_update import k3_kl
+from cooprl.update.engine import Term, train_step
+from cooprl.rollout.evaluation import tree_metrics
+from cooprl.models.logprobs import completion_logprobs
+from cooprl.update.losses import madpo_losses
+from cooprl.update.policy_gradient import k3_kl
 from cooprl.text import safe_print
-from cooprl.preferences import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
+from cooprl.preferences.pairs import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
                                 plan_chunks,
                                 open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.task import Task
@@ -227,7 +227,7 @@ class MADPO(TeamAlgorithm):
 
         The loss is the weighted mean over pairs of every agent's `madpo_losses`; under data parallelism the engine
         weighs each process by its pairs' summed weight (a process without pairs joins with weight 0; under fsdp it
-        runs a padding pair whose loss counts zero: cooprl.engine)."""
+        runs a padding pair whose loss counts zero: cooprl.update.engine)."""
         metrics = {"dpo/pairs": float(len(pairs)), "dpo/skipped_nonfinite": 0.0}
         if not pairs and not self.parallel.data_parallel:
             return metrics

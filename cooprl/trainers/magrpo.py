@@ -19,7 +19,7 @@ With `reference_kl_coef` > 0 in the `reward` form (upstream's), each sample's re
 coef x its k3 KL to the frozen start model (scored once after the rollout, no gradient) before the group baseline;
 in the `loss` form the KL is a term of the policy loss instead.
 With `agent_model.vllm_importance_cap` each sample's tokens carry truncated importance weights against vLLM's sampler,
-scored when its group is built (before any update of the step): `cooprl.policy_update`.
+scored when its group is built (before any update of the step): `cooprl.update.policy_gradient`.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from typing import Any, Callable
 
 import torch
 
-from cooprl.agents import Agent, build_team
+from cooprl.trainers.team import Agent, build_team
 from cooprl.config import ConfigError, MAGRPOSection, Run
-from cooprl.evaluation import evaluation_settings, tree_metrics
-from cooprl.losses import group_advantages, kl_penalized
+from cooprl.rollout.evaluation import evaluation_settings, tree_metrics
+from cooprl.update.losses import group_advantages, kl_penalized
 from cooprl.samples import NodeGroup
-from cooprl.policy_update import policy_gradient_step, sampled_kls
-from cooprl.rollout import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns
+from cooprl.update.policy_gradient import policy_gradient_step, sampled_kls
+from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
 

@@ -35,17 +35,17 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from cooprl.parallel import Parallel
+from cooprl.parallel.context import Parallel
 # RL_TRAINERS: rl_algorithm -> the trainer of cooprl.trainers.TRAINERS that runs it (it lives with `Run`, which
 # derives the RL algorithm's run from the MARLHF section, cooprl.config.run)
 from cooprl.config import (RL_TRAINERS, ConfigError, IterativeFields, MARLHFIterSection, MARLHFSection, Run,
                            check_parallel_training, trainer_device)
-from cooprl.models import load_causal_lm, load_tokenizer
-from cooprl.preferences import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
+from cooprl.models.loading import load_causal_lm, load_tokenizer
+from cooprl.preferences.pairs import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
                                 plan_chunks, policy_checkpoints, read_pairs, write_pairs)
-from cooprl.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
+from cooprl.preferences.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
-from cooprl.value_model import ValueModel
+from cooprl.models.value_model import ValueModel
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +290,6 @@ def build_marlhf(run: Run[MARLHFSection], task: Task) -> MARLHF:
     rl = TRAINERS[RL_TRAINERS[section.rl_algorithm]].build(run.rl, learned_task)
     comparator = None
     if isinstance(section, IterativeFields):   # MARLHF_ITER: the comparator_* keys
-        from cooprl.comparators import build_comparator
+        from cooprl.preferences.comparators import build_comparator
         comparator = build_comparator(run, task, rl.team)
     return MARLHF(run, task, rl, reward_model, learned, comparator)

@@ -9,7 +9,7 @@ Why the project's own update and not TRL's SFTTrainer per agent: TRL's trainer o
 checkpoints per model, so a team of N agents would be N runs with N folders and no team evaluation between them;
 here one loop trains the agents side by side, evaluates them as a team on the task (the same rollouts and metrics as
 the RL trainers: the task's reward parts, pass@k) and saves them in the checkpoint layout the other trainers resume and
-start from. The update is one `cooprl.engine.train_step` per agent (`sft_step`) on `cooprl.losses.sft_loss` divided by
+start from. The update is one `cooprl.update.engine.train_step` per agent (`sft_step`) on `cooprl.update.losses.sft_loss` divided by
 the completion tokens: the mean NLL per token, with the engine's non-finite skip and clipping.
 
 Demonstrations (`sft.demonstrations`):
@@ -34,12 +34,12 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.agents import Agent, build_team
+from cooprl.trainers.team import Agent, build_team
 from cooprl.config import ConfigError, Run, SFTSection
 from cooprl.errors import UserError
-from cooprl.engine import Term, train_step
-from cooprl.logprobs import completion_logprobs
-from cooprl.losses import sft_loss
+from cooprl.update.engine import Term, train_step
+from cooprl.models.logprobs import completion_logprobs
+from cooprl.update.losses import sft_loss
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
 

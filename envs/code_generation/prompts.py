@@ -15,7 +15,7 @@ import re
 import textwrap
 from dataclasses import dataclass, replace
 
-from cooprl.generation import first_stop
+from cooprl.rollout.generation import first_stop
 from rewards.problem import Problem
 from rewards.code_cleaning import MAX_COMPLETION_CHARS, extract_function
 
@@ -129,7 +129,7 @@ def truncate_at_stop(role: str, text: str) -> str:
     """Return `text` cut at the first stop string of `role` that follows some non-blank text.
 
     Generators differ: vLLM drops the stop string, `transformers` keeps it; cutting here makes both the same.
-    A stop string at the very start is skipped, as the generator does (`cooprl.generation.first_stop`):
+    A stop string at the very start is skipped, as the generator does (`cooprl.rollout.generation.first_stop`):
     a completion that opens with a blank line and restarts the function header is the answer itself.
     """
     cut = first_stop(text, stop_strings(role))

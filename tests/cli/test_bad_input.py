@@ -23,8 +23,7 @@ import torch
 
 from cooprl import checkpoint as ckpt
 from cooprl.config import Run, load_config
-from cooprl.samples import TrainSample
-from cooprl.samples import NodeGroup
+from cooprl.samples import TrainSample, NodeGroup
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from envs.launch import train_main

@@ -1,4 +1,4 @@
-"""bf16 weights train as float32 ones do (cooprl.optim.build_adamw): Kahan-compensated AdamW with a float32 second
+"""bf16 weights train as float32 ones do (cooprl.update.optim.build_adamw): Kahan-compensated AdamW with a float32 second
 moment by default, pure bf16 AdamW only when asked (it loses most updates), float16 weights refused."""
 
 import io
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cooprl.config import Run
-from cooprl.optim import ADAM_BETAS, KahanAdamW, OptimizerError, build_adamw
+from cooprl.update.optim import ADAM_BETAS, KahanAdamW, OptimizerError, build_adamw
 
 
 class TinyBlock(torch.nn.Module):
@@ -175,13 +175,13 @@ def test_a_checkpoint_keeps_the_second_moment_in_float32():
 def test_sharded_weights_get_optimis_loop_and_a_float32_second_moment(tmp_path):
     """fsdp's sharded parameters are DTensors, which torch adds to the types optimi's kernel choice admits: on CUDA
     optimi would pick its Triton kernel for them (it would see the wrapper, not the shard), and its foreach path
-    has no sharding rule for `_foreach_copy_`. The optimizer built for them (as cooprl.agents builds it after
+    has no sharding rule for `_foreach_copy_`. The optimizer built for them (as cooprl.trainers.team builds it after
     fsdp.shard_model) runs the loop of torch ops: foreach and triton are off, the second moment is a float32
-    DTensor laid out as its parameter, and a checkpoint's shard (cooprl.fsdp) loads back exactly."""
+    DTensor laid out as its parameter, and a checkpoint's shard (cooprl.parallel.fsdp) loads back exactly."""
     from torch.distributed.tensor import DTensor
 
-    from cooprl import fsdp
-    from cooprl.models import TINY_RANDOM, load_causal_lm
+    from cooprl.parallel import fsdp
+    from cooprl.models.loading import TINY_RANDOM, load_causal_lm
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
     try:
         model = fsdp.shard_model(load_causal_lm(TINY_RANDOM, torch_dtype="bfloat16", device="cpu"))
@@ -238,7 +238,7 @@ def tiny_config(*overrides):
 
 
 def test_agents_critics_and_reward_models_in_bf16_get_the_kahan_optimizer_unless_pure():
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     from cooprl.trainers.actor_critic import separate_critic
     config = tiny_config("agent_model.torch_dtype=bfloat16", "critic_model.torch_dtype=bfloat16")
     agent, = build_team(Run.of(config, "magrpo"), 1)
@@ -254,10 +254,10 @@ def test_agents_critics_and_reward_models_in_bf16_get_the_kahan_optimizer_unless
 
 def test_bf16_reward_model_training_lands_its_updates(monkeypatch):
     """The reward model's trunk in bf16 at a small lr: the default moves the trunk, `pure` leaves most of it as it was."""
-    from cooprl.models import load_causal_lm, load_tokenizer
-    from cooprl.preferences import PreferencePair
-    from cooprl.reward_model import RewardModel, train_reward_model
-    from cooprl.value_model import ValueModel
+    from cooprl.models.loading import load_causal_lm, load_tokenizer
+    from cooprl.preferences.pairs import PreferencePair
+    from cooprl.preferences.reward_model import RewardModel, train_reward_model
+    from cooprl.models.value_model import ValueModel
     pairs = [PreferencePair(item_id=str(i), prompts=[f"task {i}"], chosen=["good answer"], rejected=["bad"],
                             chosen_reward=1.0, rejected_reward=0.0) for i in range(8)]
 
@@ -276,7 +276,7 @@ def test_bf16_reward_model_training_lands_its_updates(monkeypatch):
 
 
 def test_a_float16_agent_is_refused_with_one_clear_error():
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     from cooprl.errors import UserError
     config = tiny_config("agent_model.torch_dtype=float16")
     with pytest.raises(UserError, match="float16 weights cannot be trained"):

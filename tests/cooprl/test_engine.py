@@ -1,4 +1,4 @@
-"""The update engine in one process (cooprl.engine): one backward per batch, one step per optimizer, the
+"""The update engine in one process (cooprl.update.engine): one backward per batch, one step per optimizer, the
 denominator handed to the loss, non-finite losses skipped; and MAGRPO's `nodes` schedule packing each optimizer
 step's samples into one forward (issue 29, item 7). Two processes: tests/cooprl/test_engine_distributed.py."""
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cooprl.engine import Sync, Term, train_step
+from cooprl.update.engine import Sync, Term, train_step
 from cooprl.samples import TrainSample
 from cooprl.trainers.magrpo import MAGRPO
 from cooprl.samples import NodeGroup

@@ -1,4 +1,4 @@
-"""The distributed contract of the update engine (cooprl.engine), proved once and in-process: two processes
+"""The distributed contract of the update engine (cooprl.update.engine), proved once and in-process: two processes
 (torch.multiprocessing.spawn, gloo on CPU) take one optimizer step each on their own samples, and the weights equal
 one process's step on all the samples. Every case runs in the same spawn (one start-up for all):
 
@@ -27,12 +27,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl import distributed, fsdp
-from cooprl.engine import Sync, Term, train_step
-from cooprl.logprobs import completion_logprobs
-from cooprl.losses import madpo_losses, value_errors
+from cooprl.parallel import distributed, fsdp
+from cooprl.update.engine import Sync, Term, train_step
+from cooprl.models.logprobs import completion_logprobs
+from cooprl.update.losses import madpo_losses, value_errors
 from cooprl.samples import TrainSample
-from cooprl.policy_update import frozen_reference, policy_gradient_step
+from cooprl.update.policy_gradient import frozen_reference, policy_gradient_step
 
 PAD = 0
 LR = 1e-1
@@ -147,7 +147,7 @@ def dpo_case(rank: int) -> dict:
 
 def critic_case(rank: int) -> dict:
     """A value model's step on 3 samples (rank 0) and 1 (rank 1), replicated: the sample-weighted mean gradient."""
-    from cooprl.value_model import ValueModel
+    from cooprl.models.value_model import ValueModel
     generator = torch.Generator().manual_seed(3)
     every = [[(ids(generator, 6), float(t)) for t in (1.0, -2.0, 0.5)], [(ids(generator, 6), 3.0)]]
 
@@ -173,10 +173,10 @@ def critic_case(rank: int) -> dict:
 
 
 def kahan_case(rank: int) -> dict:
-    """Three steps of the default bf16 optimizer (cooprl.optim.KahanAdamW: optimi's loop, a float32 second moment)
+    """Three steps of the default bf16 optimizer (cooprl.update.optim.KahanAdamW: optimi's loop, a float32 second moment)
     on a sharded bf16 model, the same sample on both ranks, against one process's steps on it: each rank's loss is
     half the sample's, so the summed gradient is the single one exactly, and so must be every weight and moment."""
-    from cooprl.optim import build_adamw
+    from cooprl.update.optim import build_adamw
     sample = [ids(torch.Generator().manual_seed(4), 9)]
 
     def loss_of(model):

@@ -108,12 +108,12 @@ def test_accelerate_launch_trains_as_torchrun_does(tmp_path):
 
 
 def test_sampling_a_sharded_model_sets_no_attribute_on_it(monkeypatch):
-    # full_weights records which sharded models are gathered in cooprl.fsdp's own set: nothing named cooprl_* is
+    # full_weights records which sharded models are gathered in cooprl.parallel.fsdp's own set: nothing named cooprl_* is
     # planted on the torch model (or any of its modules), during sampling or after it. One gloo process is enough to
     # shard (FSDP2 over a world of 1) and to run the gathered-sampling path with its check.
-    from cooprl import fsdp
-    from cooprl.generation import HFGenerator, SamplingParams
-    from cooprl.models import load_causal_lm, load_tokenizer
+    from cooprl.parallel import fsdp
+    from cooprl.rollout.generation import HFGenerator, SamplingParams
+    from cooprl.models.loading import load_causal_lm, load_tokenizer
 
     def planted(model: torch.nn.Module) -> list[str]:
         return [name for module in model.modules() for name in vars(module) if name.startswith("cooprl")]
@@ -125,7 +125,7 @@ def test_sampling_a_sharded_model_sets_no_attribute_on_it(monkeypatch):
         model = fsdp.shard_model(load_causal_lm("offline:tiny-random", torch_dtype="float32", device="cpu"))
         generator = HFGenerator(model, load_tokenizer("offline:tiny-random"), max_prompt_tokens=32)
         params = SamplingParams(max_new_tokens=4, temperature=1.0, top_p=1.0)
-        with pytest.raises(RuntimeError, match="must run inside cooprl.fsdp.full_weights"):
+        with pytest.raises(RuntimeError, match="must run inside cooprl.parallel.fsdp.full_weights"):
             generator.sample(["def f(x):"], 1, params)
         with fsdp.full_weights(model):
             assert fsdp.is_gathered(model) and planted(model) == []

@@ -10,7 +10,7 @@ import torch
 
 from cooprl import checkpoint as ckpt
 from cooprl.config import Run
-from cooprl.optim import build_adamw
+from cooprl.update.optim import build_adamw
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
@@ -127,7 +127,7 @@ def test_evaluation_leaves_every_cuda_generator_as_it_was(tmp_path, monkeypatch)
 
 
 def test_sharded_work_restores_the_cuda_generators(monkeypatch):
-    from cooprl import distributed
+    from cooprl.parallel import distributed
     cuda = FakeCudaGenerators(monkeypatch)
     assert distributed.run_sharded([1, 2], 7, lambda task, rng: int(cuda.states[0])) == [7, distributed.item_seed(7, 1)]
     assert [int(s) for s in cuda.states.values()] == [10, 11]
@@ -138,8 +138,8 @@ def test_hf_sampling_ignores_the_extras_of_a_models_generation_config():
     """A model whose generation_config.json adds a repetition penalty, an n-gram ban, a minimum length, typical
     sampling and a top-k samples exactly what the same model without them samples, for the same seed: only the
     configured temperature, top-k and top-p shape the distribution (as the update and vLLM assume)."""
-    from cooprl.generation import HFGenerator, SamplingParams
-    from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
+    from cooprl.rollout.generation import HFGenerator, SamplingParams
+    from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
     tokenizer = load_tokenizer(TINY_RANDOM)
     plain = load_causal_lm(TINY_RANDOM, device="cpu", torch_dtype="float32")
     extras = load_causal_lm(TINY_RANDOM, device="cpu", torch_dtype="float32")
@@ -163,12 +163,12 @@ def test_hf_sampling_ignores_the_extras_of_a_models_generation_config():
 
 def as_second_of_two_processes(monkeypatch):
     """Make cooprl see itself as rank 1 of 2 (LOCAL_RANK 1): what each model's device resolves to is observed."""
-    from cooprl import distributed
+    from cooprl.parallel import distributed
     monkeypatch.setattr(distributed, "current", lambda: distributed.Ranks(rank=1, world_size=2, local_rank=1))
 
 
 def test_rank_device_gives_each_process_its_own_gpu(monkeypatch):
-    from cooprl import distributed
+    from cooprl.parallel import distributed
     ranks = distributed.Ranks(rank=1, world_size=2, local_rank=1)
     assert [distributed.rank_device(d, ranks) for d in ("cuda", "cuda:0", "cuda:3", "cpu")] == \
         ["cuda:1", "cuda:1", "cuda:1", "cpu"]
@@ -184,9 +184,9 @@ def test_rank_device_gives_each_process_its_own_gpu(monkeypatch):
 def test_critic_comparator_and_reward_model_follow_each_processs_gpu(monkeypatch, tmp_path):
     """Configured on cuda:0, each lands on this rank's GPU (cuda:1 on rank 1): loading fails on this CPU machine,
     naming the device it was sent to."""
-    from cooprl.comparators import _model_generators
+    from cooprl.preferences.comparators import _model_generators
     from cooprl.config import load_config
-    from cooprl.models import ModelError
+    from cooprl.models.loading import ModelError
     from cooprl.trainers import actor_critic, marlhf
     as_second_of_two_processes(monkeypatch)
     base = ["agent_model.name=offline:tiny-random", "agent_model.device=cpu", "wandb.mode=disabled"]
@@ -203,7 +203,7 @@ def test_critic_comparator_and_reward_model_follow_each_processs_gpu(monkeypatch
 
 
 def test_processes_join_with_their_gpu_bound_and_barriers_name_it(monkeypatch):
-    from cooprl import distributed
+    from cooprl.parallel import distributed
     joined, barriers = [], []
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")

@@ -1,4 +1,4 @@
-"""The algorithms' math (cooprl.losses) on hand-computed numbers: the pieces the engine's loss functions are built
+"""The algorithms' math (cooprl.update.losses) on hand-computed numbers: the pieces the engine's loss functions are built
 from. Most are also pinned where their algorithm is tested (test_rollout, test_actor_critic, test_madpo,
 test_reward_model); these cover the ones that are new with the module."""
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from cooprl import losses
+from cooprl.update import losses
 
 
 def test_sft_loss_is_the_summed_negative_log_likelihood_of_the_real_tokens():

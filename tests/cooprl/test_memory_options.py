@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, LoraSection, Run, load_config
-from cooprl.generation import HFGenerator, SamplingParams
-from cooprl.logprobs import _padded_logprobs, completion_logprobs
-from cooprl.models import (TINY_RANDOM, MemoryOptions, add_lora, load_causal_lm, load_tokenizer, memory_options,
+from cooprl.rollout.generation import HFGenerator, SamplingParams
+from cooprl.models.logprobs import _padded_logprobs, completion_logprobs
+from cooprl.models.loading import (TINY_RANDOM, MemoryOptions, add_lora, load_causal_lm, load_tokenizer, memory_options,
                            set_memory_options)
-from cooprl.policy_update import frozen_reference
+from cooprl.update.policy_gradient import frozen_reference
 from tests.cooprl.test_packed_logprobs import mixed_group, two_turn_tree
 
 LAYOUTS = {"trie": completion_logprobs, "padded": _padded_logprobs}
@@ -171,7 +171,7 @@ def test_bf16_autocast_generation_runs(tiny):
 
 
 def test_agent_model_fields_reach_the_agents():
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu",
                                 "agent_model.torch_dtype=float32", "agent_model.logprob_chunk_size=64",
                                 "agent_model.gradient_checkpointing=true", "agent_model.autocast=bf16"])

@@ -5,11 +5,11 @@ import copy
 import pytest
 import torch
 
-from cooprl import logprobs
-from cooprl.logprobs import TokenTrie, _padded_logprobs, completion_logprobs, group_by_prompt
-from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.models import logprobs
+from cooprl.models.logprobs import TokenTrie, _padded_logprobs, completion_logprobs, group_by_prompt
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.samples import TrainSample
-from cooprl.policy_update import policy_gradient_step
+from cooprl.update.policy_gradient import policy_gradient_step
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,7 @@ def test_policy_step_groups_siblings_whatever_their_order(tiny, case):
 
 def test_shared_prefill_samples_the_same_tokens_as_plain_generate(tiny):
     """The sampler prefills each prompt once for its G samples: same tokens as generate(num_return_sequences=G)."""
-    from cooprl.generation import HFGenerator, SamplingParams
+    from cooprl.rollout.generation import HFGenerator, SamplingParams
     model, tokenizer = tiny
     generator = HFGenerator(model, tokenizer, max_prompt_tokens=64)
     prompts, params = ["def f(x):", "a longer prompt, with more tokens", "x"], SamplingParams(max_new_tokens=8, temperature=1.0)
@@ -169,7 +169,7 @@ def test_masked_gqa_segments_repeat_their_kv_heads_where_sdpa_needs_it(monkeypat
     K/V heads of segments with a mask there (`REPEAT_KV_FOR_MASKS`); seen here on the CPU by listing it. The output is
     the same with and without the repeat, and the repeat happens exactly where a mask and grouped-query attention
     meet: never for a causal segment, never for a model whose K/V heads are its query heads."""
-    from cooprl import trie_attention as ta
+    from cooprl.models import trie_attention as ta
     trie = TokenTrie([[1, 2, 3, 4, 5], [1, 2, 3, 6, 7, 8], [1, 2, 9], [10, 11, 12]])   # roots, children, a split
     gen = torch.Generator().manual_seed(0)
     query = torch.randn(1, 4, trie.num_tokens, 8, generator=gen)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, Run, load_config
-from cooprl.generation import Completion
-from cooprl.rollout import RolloutSettings, iter_nodes, rollout
+from cooprl.rollout.generation import Completion
+from cooprl.rollout.tree import RolloutSettings, iter_nodes, rollout
 from cooprl.task import Score, Task
 from cooprl.trainers.loop import seed_everything
 from cooprl.trainers.magrpo import build_magrpo

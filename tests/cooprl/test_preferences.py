@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from cooprl.preferences import (Candidate, PairStore, PreferencePair, collect_pairs, pairs_from_candidates,
+from cooprl.preferences.pairs import (Candidate, PairStore, PreferencePair, collect_pairs, pairs_from_candidates,
                                 read_pairs, replay_weights, select_pairs, split_candidates, write_pairs)
 from tests.scripted import scripted_task
 
@@ -111,7 +111,7 @@ def test_collect_pairs_scores_policy_and_comparator_candidates():
     seen = []
 
     def sample_fn(agent, prompts, n):
-        from cooprl.generation import Completion
+        from cooprl.rollout.generation import Completion
         import torch
         seen.append(n)
         return [[Completion("b" * (g + 1), torch.tensor([1]), torch.tensor([g]), False) for g in range(n)] for _ in prompts]
@@ -127,7 +127,7 @@ def test_a_sequential_teams_pairs_keep_each_sides_own_prompts(tmp_path):
     # agent 1 reads agent 0's answer: its prompt differs between the winner and the loser, and each pair keeps both
     import dataclasses
     import torch
-    from cooprl.generation import Completion
+    from cooprl.rollout.generation import Completion
     task = dataclasses.replace(scripted_task(), follow_prompt=lambda item, a, prompt, earlier: f"{prompt}|{earlier[0]}")
 
     def sample_fn(agent, prompts, n):

@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from cooprl.evaluation import tree_metrics
-from cooprl.generation import Completion
-from cooprl.rollout import RolloutSettings, rollout
+from cooprl.rollout.evaluation import tree_metrics
+from cooprl.rollout.generation import Completion
+from cooprl.rollout.tree import RolloutSettings, rollout
 from cooprl.task import SafeScore, Score, Task
 
 

@@ -6,11 +6,11 @@ import random
 import pytest
 import torch
 
-from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
-from cooprl.preferences import PreferencePair
-from cooprl.reward_model import (RewardModel, bradley_terry_loss, reward_input, split_pairs,
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.preferences.pairs import PreferencePair
+from cooprl.preferences.reward_model import (RewardModel, bradley_terry_loss, reward_input, split_pairs,
                                  train_reward_model)
-from cooprl.value_model import ValueModel
+from cooprl.models.value_model import ValueModel
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
@@ -93,7 +93,7 @@ def test_reward_model_learns_a_separable_toy_preference():
 
 def test_training_in_chunks_of_pairs_equals_one_forward_per_batch(monkeypatch):
     # memory: a batch's gradient is accumulated over forwards of PAIRS_PER_FORWARD pairs; the step must not change
-    import cooprl.reward_model as reward_model_module
+    import cooprl.preferences.reward_model as reward_model_module
     pairs, weights = _toy_pairs(8), [1.0, 0.5] * 4
     trained = []
     for per_forward in (2, 8):

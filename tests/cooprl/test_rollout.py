@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from cooprl.generation import Completion
-from cooprl.rollout import (RolloutSettings, advantages, compute_returns, iter_nodes, joint_actions, rollout,
+from cooprl.rollout.generation import Completion
+from cooprl.rollout.tree import (RolloutSettings, advantages, compute_returns, iter_nodes, joint_actions, rollout,
                             sample_returns)
 from cooprl.task import Score, Task
 
@@ -97,8 +97,8 @@ def test_sharded_evaluation_reports_the_metrics_of_one_process(monkeypatch):
     # in one process (rank 1 first, stopped at the gather with its share kept; then rank 0 receives it) must report
     # exactly the metrics of one process, on a reward that depends on every sampled token.
     from types import SimpleNamespace
-    from cooprl import distributed
-    from cooprl.evaluation import evaluate_team
+    from cooprl.parallel import distributed
+    from cooprl.rollout.evaluation import evaluate_team
 
     def random_sampler(agent, prompts, n):
         return [[Completion(str(torch.randint(0, 100, ()).item()), torch.tensor([1]), torch.tensor([2]), False)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl import distributed
+from cooprl.parallel import distributed
 from cooprl.config import ConfigError, Run, load_config, model_devices
-from cooprl.models import TINY_RANDOM
+from cooprl.models.loading import TINY_RANDOM
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from tests.scripted import read_metrics, scripted_task
@@ -108,7 +108,7 @@ def one_thread():
 
 
 def test_agents_go_to_the_devices_named(one_thread):
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:7",
                                 "magrpo.agent_devices=[cpu, cpu]", "magrpo.parallel_training=mp"])
     team = build_team(Run.of(config, "magrpo"), 2)   # agent_model.device (cuda:7) is overridden per agent
@@ -294,7 +294,7 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
 @pytest.mark.parametrize("collection,mode", [("online", "ddp"), ("offline", "fsdp")])
 def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collection, mode):
     from cooprl.config import load_config
-    from cooprl.preferences import read_pairs
+    from cooprl.preferences.pairs import read_pairs
     from cooprl.trainers.loop import seed_everything
     from cooprl.trainers.madpo import build_madpo
     from tests.learnable import lowercase_task
@@ -338,7 +338,7 @@ def test_marlhf_two_processes_of_one_item_equal_one_process_of_two_items(tmp_pat
     # RL step (MAGRPO on the learned reward: 2 ranks x 1 item vs 1 process x 2 items; raw advantages, no per-rank
     # normalization) all come out as in one process; under fsdp the policies are sharded (gathered for the collection,
     # where the processes sample different numbers of chunks) and the reward model is replicated
-    from cooprl.preferences import read_pairs
+    from cooprl.preferences.pairs import read_pairs
     common = ["marlhf.num_generations=2", "marlhf.update_schedule=items", "marlhf.learning_rate=1e-4",
               "marlhf.advantage_mode=raw", "marlhf.advantage_normalization=false", "marlhf.reward_model_epochs=2",
               "marlhf.reward_model_learning_rate=1e-3"]

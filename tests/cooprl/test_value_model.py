@@ -3,8 +3,8 @@
 import torch
 
 from cooprl.checkpoint import load_agent_weights, save_checkpoint
-from cooprl.models import TINY_RANDOM, load_causal_lm
-from cooprl.value_model import ValueModel
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm
+from cooprl.models.value_model import ValueModel
 
 
 def _inputs():

@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, Run, load_config
-from cooprl.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
-from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
-from cooprl.vllm_generation import VLLMGenerator, adapters_enabled, check_vllm_backend, merged_weights, watch_optimizer
+from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.rollout.vllm_generation import VLLMGenerator, adapters_enabled, check_vllm_backend, merged_weights, watch_optimizer
 
 STOPS = ("\ndef ", "\nclass ", "\nif __name__")
 
@@ -181,7 +181,7 @@ def fake_vllm(monkeypatch):
     executor_module.UniProcExecutor = FakeUniProcExecutor
     monkeypatch.setitem(sys.modules, "vllm.v1.executor.uniproc_executor", executor_module)
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)   # each build sets it (cooprl.vllm_engines)
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)   # each build sets it (cooprl.rollout.vllm_engines)
     monkeypatch.setattr(VLLMGenerator, "_sleeping_engines", 0)
     FakeLLM.instances = []
     return module
@@ -233,7 +233,7 @@ def test_engine_is_created_in_process_with_the_configured_memory_share(tiny, fak
 
 
 def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
-    import cooprl.vllm_generation as backend
+    import cooprl.rollout.vllm_generation as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
     backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
@@ -360,7 +360,7 @@ def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_v
     from cooprl.trainers.magrpo import build_magrpo
     from tests.scripted import scripted_task
 
-    import cooprl.vllm_generation as backend
+    import cooprl.rollout.vllm_generation as backend
     # a "GPU" for the fake
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, [
@@ -603,7 +603,7 @@ def test_missing_vllm_is_a_config_error_with_the_install_command(monkeypatch):
     with pytest.raises(ConfigError, match=r"pip install -e \.\[vllm\]"):
         check_vllm_backend("auto")
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm"])
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     with pytest.raises(ConfigError, match="not installed"):
         build_team(Run.of(config, "magrpo"), 2)
 
@@ -619,8 +619,8 @@ def test_no_cuda_is_a_config_error(fake_vllm, monkeypatch):
 
 
 def test_engines_that_would_take_the_whole_gpu_are_refused(fake_vllm, monkeypatch):
-    from cooprl.agents import build_team
-    import cooprl.vllm_generation as backend
+    from cooprl.trainers.team import build_team
+    import cooprl.rollout.vllm_generation as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:0",
                                 "agent_model.generation_backend=vllm", "agent_model.vllm_gpu_memory_utilization=0.5",
@@ -639,7 +639,7 @@ def test_config_keys():
 
 
 def test_the_default_backend_is_still_transformers():
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu"])
     [agent] = build_team(Run.of(config, "grpo"), 1)
     assert type(agent.generator) is HFGenerator
@@ -698,7 +698,7 @@ def test_a_stop_token_vllm_left_out_has_an_unknown_logprob(tiny, fake_vllm, monk
                                                        (0.6, 5, 0.9), (0.0, 5, 0.5)])
 def test_sampling_logits_are_those_hf_generate_samples_from(temperature, top_k, top_p):
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-    from cooprl.generation import sampling_logits
+    from cooprl.rollout.generation import sampling_logits
     torch.manual_seed(0)
     logits = torch.randn(6, 50) * 3
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -723,8 +723,8 @@ def sampled_completions(tokenizer, lengths=(5, 3, 6)):
 
 def model_sampler_logprobs(model, tokenizer, completions, params) -> list[torch.Tensor]:
     """Return each completion's log-probs under `model`'s own sampler (eval mode, one batch)."""
-    from cooprl.generation import sampling_logits
-    from cooprl.logprobs import completion_logprobs
+    from cooprl.rollout.generation import sampling_logits
+    from cooprl.models.logprobs import completion_logprobs
     model.eval()
     with torch.no_grad():
         logps, _ = completion_logprobs(model, [c.prompt_ids for c in completions],
@@ -734,9 +734,9 @@ def model_sampler_logprobs(model, tokenizer, completions, params) -> list[torch.
 
 
 def test_warped_logprobs_are_the_samplers_in_every_layout(tiny):
-    from cooprl.generation import sampling_logits
-    from cooprl.logprobs import _padded_logprobs, completion_logprobs
-    from cooprl.models import set_memory_options
+    from cooprl.rollout.generation import sampling_logits
+    from cooprl.models.logprobs import _padded_logprobs, completion_logprobs
+    from cooprl.models.loading import set_memory_options
     model, tokenizer = tiny
     completions = sampled_completions(tokenizer)
     params = SamplingParams(temperature=0.7, top_p=0.95)
@@ -765,7 +765,7 @@ def test_warped_logprobs_are_the_samplers_in_every_layout(tiny):
 
 
 def test_importance_weights_compare_the_models_sampler_with_vllms(tiny):
-    from cooprl.policy_update import importance_weights
+    from cooprl.update.policy_gradient import importance_weights
     model, tokenizer = tiny
     params = SamplingParams(temperature=0.7)
     completions = sampled_completions(tokenizer)
@@ -794,7 +794,7 @@ def test_importance_weights_compare_the_models_sampler_with_vllms(tiny):
 
 def policy_step(model, samples, lr=1.0):
     """Return (the step's metrics, each parameter's change) of one plain SGD policy_gradient_step on `samples`."""
-    from cooprl.policy_update import policy_gradient_step
+    from cooprl.update.policy_gradient import policy_gradient_step
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     metrics = policy_gradient_step(model, optimizer, samples, 0, max_grad_norm=None)
@@ -802,7 +802,7 @@ def policy_step(model, samples, lr=1.0):
 
 
 def test_policy_gradient_step_weights_each_tokens_term():
-    from cooprl.logprobs import completion_logprobs
+    from cooprl.models.logprobs import completion_logprobs
     from cooprl.samples import TrainSample
     tokenizer = load_tokenizer(TINY_RANDOM)
     completions = sampled_completions(tokenizer)
@@ -839,7 +839,7 @@ def test_policy_gradient_step_weights_each_tokens_term():
 def importance_config(fake_vllm, monkeypatch, tmp_path, trainer: str, *overrides: str):
     """Return a config sampling with the fake vLLM engine with importance weights capped at 2 (`trainer`: 4 new
     tokens, 2 generations), plus `overrides`."""
-    import cooprl.vllm_generation as backend
+    import cooprl.rollout.vllm_generation as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     return load_config(None, [
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
@@ -889,7 +889,7 @@ def test_actor_critic_carries_the_weights_into_its_actor_steps(fake_vllm, monkey
 
 
 def rollout_root(algo):
-    from cooprl.rollout import rollout
+    from cooprl.rollout.tree import rollout
     return rollout([algo.task.train_items[0]], algo.task, algo._sample, algo.rollout_settings())[0]
 
 
@@ -987,7 +987,7 @@ def cpu_vllm(fake_vllm, monkeypatch):
 
 
 def test_vllms_cpu_build_runs_agents_on_the_cpu_without_sleep_mode(cpu_vllm, monkeypatch):
-    from cooprl.vllm_generation import engine_device
+    from cooprl.rollout.vllm_generation import engine_device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert check_vllm_backend("cpu") is cpu_vllm and check_vllm_backend("auto") is cpu_vllm
     assert engine_device("cpu") == "cpu"
@@ -1001,8 +1001,8 @@ def test_vllms_cpu_build_runs_agents_on_the_cpu_without_sleep_mode(cpu_vllm, mon
 
 
 def test_vllm_sleep_on_vllms_cpu_build_is_refused_before_a_model_loads(cpu_vllm, monkeypatch):
-    from cooprl.agents import build_team
-    import cooprl.agents as agents
+    from cooprl.trainers.team import build_team
+    import cooprl.trainers.team as agents
     monkeypatch.setattr(agents, "load_causal_lm", lambda *a, **k: pytest.fail("a model was loaded"))
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu",
                                 "agent_model.generation_backend=vllm", "agent_model.vllm_sleep=true"])
@@ -1069,8 +1069,8 @@ def two_gpus(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: state["current"])
     monkeypatch.setattr(torch.cuda, "set_device", set_device)
-    import cooprl.vllm_memory
-    monkeypatch.setattr(cooprl.vllm_memory, "gpu_total_bytes", lambda device: 80 << 30)   # two 80 GiB GPUs
+    import cooprl.rollout.vllm_memory
+    monkeypatch.setattr(cooprl.rollout.vllm_memory, "gpu_total_bytes", lambda device: 80 << 30)   # two 80 GiB GPUs
     return state
 
 
@@ -1123,9 +1123,9 @@ def test_engines_of_tensor_parallelism_and_on_the_cpu_get_vllms_own_executor(tin
 
 
 def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_vllm, monkeypatch, two_gpus):
-    from cooprl.agents import build_team
-    import cooprl.agents as agents
-    import cooprl.vllm_generation as backend
+    from cooprl.trainers.team import build_team
+    import cooprl.trainers.team as agents
+    import cooprl.rollout.vllm_generation as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     monkeypatch.setattr(fake_vllm, "LLM", GPUWorkerLLM)
     cpu_model = agents.load_causal_lm   # the models themselves on the CPU: there is no GPU here
@@ -1152,11 +1152,11 @@ def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_v
 def test_evaluation_checks_its_engines_where_and_as_training_does(monkeypatch, two_gpus):
     # evaluate.py / evaluate_strategy.py put every agent and its engine on agent_model.device: the same check as
     # build_team (vLLM can run there; the engines on one GPU fit), before any model is loaded
-    import cooprl.vllm_generation as backend
+    import cooprl.rollout.vllm_generation as backend
     from strategies.llm import build_llm
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: None)
-    import cooprl.vllm_engines
-    monkeypatch.setattr(cooprl.vllm_engines, "vllm_platform_is_cpu", lambda: False)
+    import cooprl.rollout.vllm_engines
+    monkeypatch.setattr(cooprl.rollout.vllm_engines, "vllm_platform_is_cpu", lambda: False)
     config = load_config(None, ["agent_model.generation_backend=vllm", "agent_model.device=cuda",
                                 "agent_model.vllm_gpu_memory_utilization=0.5", "agent_model.vllm_kv_cache_bytes=0"])
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):
@@ -1175,7 +1175,7 @@ def test_evaluation_checks_its_engines_where_and_as_training_does(monkeypatch, t
 
 
 def test_agents_with_vllm_engines_never_sample_concurrently():
-    from cooprl.agents import AgentRunner
+    from cooprl.trainers.team import AgentRunner
 
     def agent(index, generator):
         parameter = types.SimpleNamespace(device=torch.device("cuda", index))

@@ -1,4 +1,4 @@
-"""Engines on different devices keep their device-bound state apart (cooprl.vllm_engines), and vLLM under ddp
+"""Engines on different devices keep their device-bound state apart (cooprl.rollout.vllm_engines), and vLLM under ddp
 (external_launcher), against fake vLLM modules that do what vLLM does where it matters:
 
 - `FakeEnvs` is vllm.envs: VLLM_CACHE_ROOT read from the environment until the first engine's build freezes it
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.vllm_engines import DEVICE_CACHE_PREFIX, close_engines, engine_cache_root
+from cooprl.rollout.vllm_engines import DEVICE_CACHE_PREFIX, close_engines, engine_cache_root
 from tests.cooprl.test_vllm_backend import (FakeLLM, GPUWorkerLLM, fake_vllm, make_generator, tiny,  # noqa: F401
                                             two_gpus)
 

@@ -1,4 +1,4 @@
-"""The per-GPU memory check of runs with vLLM engines (cooprl.vllm_memory): what the trainer holds (weights,
+"""The per-GPU memory check of runs with vLLM engines (cooprl.rollout.vllm_memory): what the trainer holds (weights,
 gradients, optimizer states, references, critics) plus what each engine reserves, counted before any model loads,
 and the KV cache an engine is sized by (agent_model.vllm_kv_cache_bytes)."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import cooprl.vllm_engines
-import cooprl.vllm_generation as backend
-import cooprl.vllm_memory as memory
+import cooprl.rollout.vllm_engines
+import cooprl.rollout.vllm_generation as backend
+import cooprl.rollout.vllm_memory as memory
 from cooprl.config import ConfigError, Run, load_config
-from cooprl.models import TINY_RANDOM, load_causal_lm
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm
 from tests.cooprl.test_vllm_backend import FakeLLM, fake_vllm  # noqa: F401
 
 GIB = 1 << 30
@@ -70,11 +70,11 @@ def test_exact_figures_for_a_tiny_model():
 def on_h200(fake_vllm, monkeypatch):
     """One 141 GB GPU (cuda:0), Qwen2.5-Coder-3B's shape for every model, vLLM's CUDA build (fake); loading a model
     fails the test (the check comes first)."""
-    import cooprl.agents as agents
+    import cooprl.trainers.team as agents
     monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: H200)
     monkeypatch.setattr(memory, "model_shape", lambda name, lora=None: QWEN_3B)
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
-    monkeypatch.setattr(cooprl.vllm_engines, "vllm_platform_is_cpu", lambda: False)
+    monkeypatch.setattr(cooprl.rollout.vllm_engines, "vllm_platform_is_cpu", lambda: False)
     monkeypatch.setattr(agents, "load_causal_lm", lambda *a, **k: pytest.fail("a model was loaded"))
 
 
@@ -84,7 +84,7 @@ def he_config(*overrides: str):
 
 
 def test_magrpo_he_config_with_engines_at_0_3_is_refused_at_start_with_the_figures(on_h200):
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = he_config("agent_model.vllm_kv_cache_bytes=0")   # engines sized by vllm_gpu_memory_utilization 0.3
     trainer = 2 * QWEN_3B.parameters * (4 + memory.optimizer_state_bytes(torch.bfloat16, "kahan"))
     engines = 2 * int(0.3 * H200)
@@ -127,7 +127,7 @@ def test_references_and_critics_are_counted_where_they_sit(on_h200):
 
 @pytest.mark.slow   # loads models
 def test_an_engines_kv_cache_in_bytes_reaches_vllm(fake_vllm, monkeypatch, tmp_path):
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     base = [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
             "magrpo.num_generations=2", "magrpo.max_new_tokens=8"]

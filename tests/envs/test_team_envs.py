@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, Run, load_config, read_yaml
-from cooprl.generation import Completion
-from cooprl.rollout import RolloutSettings, rollout, sample_returns
+from cooprl.rollout.generation import Completion
+from cooprl.rollout.tree import RolloutSettings, rollout, sample_returns
 from cooprl.trainers import build_algorithm
 from envs.coder_tester.config import CoderTesterConfig
 from envs.coder_tester.task import build_coder_tester_task

@@ -392,7 +392,7 @@ def test_memory_estimate_counts():
         assert {p.dtype for p in trained} == {torch.float32}
     weight = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
     weight.grad = torch.ones(2, dtype=torch.bfloat16)
-    from cooprl.optim import build_adamw
+    from cooprl.update.optim import build_adamw
     # the bytes per parameter the table counts: 2 (weight) + 2 (gradient) + the optimizer's states
     for mode, slots, per_parameter in (("pure", ("exp_avg", "exp_avg_sq"), 8),
                                        ("kahan", ("exp_avg", "exp_avg_sq", "kahan_comp"), 12)):

@@ -69,15 +69,15 @@ def _module_imports(path: Path) -> set[str]:
 
 
 def test_trainers_reach_other_processes_only_through_the_parallel_context():
-    # the trainers (and their loop) ask the other processes through cooprl.parallel and step through cooprl.engine;
+    # the trainers (and their loop) ask the other processes through cooprl.parallel.context and step through cooprl.update.engine;
     # the collectives and the sharding stay behind those two
-    wrong = {str(path.relative_to(ROOT)): sorted(_module_imports(path) & {"cooprl.distributed", "cooprl.fsdp"})
+    wrong = {str(path.relative_to(ROOT)): sorted(_module_imports(path) & {"cooprl.parallel.distributed", "cooprl.parallel.fsdp"})
              for path in (ROOT / "cooprl" / "trainers").glob("*.py")}
     assert {path: names for path, names in wrong.items() if names} == {}
 
 
 def test_the_losses_are_pure_tensor_math():
-    # cooprl/losses.py: no model call, no process group, no optimizer: torch alone
+    # cooprl/update/losses.py: no model call, no process group, no optimizer: torch alone
     imported = {name.split(".")[0] for name in _module_imports(ROOT / "cooprl" / "losses.py")}
     assert imported <= {"__future__", "typing", "torch"}, imported
 

@@ -272,8 +272,8 @@ SURROGATE_PROBLEM = Problem("S/0", PROMPT, ADD_CHECK, "add_all")
 
 @pytest.mark.slow
 def test_surrogate_feedback_reaches_the_tokenizer_and_the_terminal(sb, capsys):
-    from cooprl.generation import HFGenerator
-    from cooprl.models import TINY_RANDOM, load_tokenizer
+    from cooprl.rollout.generation import HFGenerator
+    from cooprl.models.loading import TINY_RANDOM, load_tokenizer
     from cooprl.text import safe_print, safe_text
     main = "def add_all(xs):\n    t = aux(xs)\n    raise ValueError('\\ud800 bad \\x1b[2J')\n"
     r = code_reward(SURROGATE_PROBLEM, AUX, main, sandbox=sb, timeout_s=2.0)
@@ -296,8 +296,8 @@ def test_surrogate_feedback_reaches_the_tokenizer_and_the_terminal(sb, capsys):
 
 
 def test_verbose_tree_printing_survives_surrogates(capsys):
-    from cooprl.generation import Completion
-    from cooprl.rollout import Node
+    from cooprl.rollout.generation import Completion
+    from cooprl.rollout.tree import Node
     from cooprl.task import Score
     from cooprl.trainers.base import print_tree
     import torch

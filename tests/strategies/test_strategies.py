@@ -14,7 +14,7 @@ from rewards.sandbox import Sandbox
 from strategies import codet, collabcoder, cosplay, direct
 from strategies.base import Budget, Session
 from strategies.execution import ERROR, pass_matrix, score, signatures
-from cooprl.generation import SamplingParams
+from cooprl.rollout.generation import SamplingParams
 from strategies.llm import ScriptedLLM, TeamLLM
 from strategies.text import code_prompt, extract_code
 

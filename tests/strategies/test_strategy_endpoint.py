@@ -12,7 +12,7 @@ import pytest
 
 import evaluate_strategy
 import strategies.llm as llm_module
-from cooprl.generation import SamplingParams
+from cooprl.rollout.generation import SamplingParams
 from strategies.llm import EndpointError, OpenAILLM
 
 ADD_PROMPT = 'def add(a, b):\n    """Return a + b."""\n'

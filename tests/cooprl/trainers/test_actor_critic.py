@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from cooprl.config import Run, load_config
-from cooprl.generation import Completion
-from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
-from cooprl.rollout import rollout
+from cooprl.rollout.generation import Completion
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.rollout.tree import rollout
 from cooprl.trainers.actor_critic import (ActorCritic, Critic, actor_advantages, build_iac, build_maac,
                                           critic_input_text, td_target, value_errors)
 from cooprl.trainers.loop import seed_everything, train_loop

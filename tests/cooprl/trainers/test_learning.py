@@ -23,11 +23,11 @@ import pytest
 import torch
 
 from cooprl.config import TRAINER_SECTIONS, Run, load_config
-from cooprl.logprobs import completion_logprobs
-from cooprl.models import load_causal_lm, load_tokenizer
+from cooprl.models.logprobs import completion_logprobs
+from cooprl.models.loading import load_causal_lm, load_tokenizer
 from cooprl.samples import TrainSample
-from cooprl.policy_update import policy_gradient_step
-from cooprl.preferences import PreferencePair
+from cooprl.update.policy_gradient import policy_gradient_step
+from cooprl.preferences.pairs import PreferencePair
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
 from tests.learnable import HEAD, build_char_model, lowercase_task
 
@@ -189,7 +189,7 @@ def learn(model: Path, tmp_path: Path, trainer: str, overrides: list[str], seed:
 @pytest.mark.parametrize("run", list(RUNS))
 def test_trainer_raises_the_reward_of_a_learnable_task(char_model, tmp_path, monkeypatch, run):
     # the reward model's forwards take 2 pairs each to bound memory on real models; 8 on this one is 3x faster
-    monkeypatch.setattr("cooprl.reward_model.PAIRS_PER_FORWARD", 8)
+    monkeypatch.setattr("cooprl.preferences.reward_model.PAIRS_PER_FORWARD", 8)
     trainer, keys, steps, curve_margin, eval_margin = RUNS[run]
     result = learn(char_model, tmp_path, trainer, [*common(trainer, steps), *keys(trainer)],
                    sequential=run.endswith("_sequential"))
@@ -290,8 +290,8 @@ def test_one_dpo_update_raises_the_chosen_log_ratio_against_the_rejected(char_mo
 
 def test_one_reward_model_epoch_raises_the_chosen_score_against_the_rejected(char_model):
     # MARLHF's learned reward: Bradley-Terry training moves r(chosen) - r(rejected) up
-    from cooprl.reward_model import RewardModel, train_reward_model
-    from cooprl.value_model import ValueModel
+    from cooprl.preferences.reward_model import RewardModel, train_reward_model
+    from cooprl.models.value_model import ValueModel
     task = lowercase_task(2)
     torch.manual_seed(0)
     reward_model = RewardModel(ValueModel(load_causal_lm(str(char_model), device="cpu", torch_dtype="float32")),

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, Run, load_config
-from cooprl.models import TINY_RANDOM
-from cooprl.preferences import PairStore, PreferencePair, read_pairs
+from cooprl.models.loading import TINY_RANDOM
+from cooprl.preferences.pairs import PairStore, PreferencePair, read_pairs
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
 from tests.scripted import scripted_task
@@ -62,7 +62,7 @@ def test_margins_score_texts_like_their_ids_and_accept_empty_answers(tmp_path):
 
 def test_a_losers_own_prompts_score_its_completions(tmp_path):
     # a sequential team's pair: the loser's follower answered another prompt than the winner's, and its margin says so
-    from cooprl.logprobs import completion_logprobs
+    from cooprl.models.logprobs import completion_logprobs
     algorithm = build_madpo(Run.of(madpo_config(tmp_path, "x", "madpo", []), "madpo"), scripted_task())
     pair = PreferencePair("i", ["p0", "p1 after abc"], ["abc", "def"], ["uvw", "xyz"], 1.0, 0.0,
                           rejected_prompts=["p0", "p1 after uvw"])

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from cooprl.config import Run, load_config
-from cooprl.models import TINY_RANDOM
-from cooprl.preferences import PreferencePair, open_pair_store, read_pairs, write_pairs
+from cooprl.models.loading import TINY_RANDOM
+from cooprl.preferences.pairs import PreferencePair, open_pair_store, read_pairs, write_pairs
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.marlhf import MARLHF, build_marlhf, learned_reward_task
 from tests.scripted import letter_reward, scripted_task

@@ -10,7 +10,7 @@ import torch
 
 from cooprl.config import Run, load_config
 from cooprl.errors import UserError
-from cooprl.models import TINY_RANDOM, ModelError, load_causal_lm
+from cooprl.models.loading import TINY_RANDOM, ModelError, load_causal_lm
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
 from cooprl.trainers.sft import (DemonstrationError, build_sft, nll_loss, read_demonstrations,
                                  reference_demonstrations)
@@ -139,7 +139,7 @@ def greedy_texts(algorithm) -> list[str]:
     texts = []
     for agent in algorithm.team:
         torch.manual_seed(evaluation_seed(0))
-        from cooprl.generation import SamplingParams
+        from cooprl.rollout.generation import SamplingParams
         out = agent.generator.sample(prompts, 1, SamplingParams(max_new_tokens=8, temperature=0.0))
         texts += [group[0].text for group in out]
     return texts
@@ -211,7 +211,7 @@ def test_init_from_and_strategies_take_an_actor_critic_run_s_agents_not_its_crit
     # actor and critic were taken by evaluate_strategy.py --checkpoint as a team of two (the critic as main)
     import shutil
     from cooprl.checkpoint import init_folders
-    from cooprl.value_model import HEAD_FILE
+    from cooprl.models.value_model import HEAD_FILE
     from strategies.llm import TeamLLM, build_llm
     sft_dir, _ = sft_run
     checkpoint = sorted((sft_dir / "checkpoints").glob("checkpoint-*"))[-1]

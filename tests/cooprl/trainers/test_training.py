@@ -8,9 +8,9 @@ import torch
 
 from cooprl.checkpoint import list_checkpoints, load_agent_weights
 from cooprl.config import Run, load_config
-from cooprl.generation import HFGenerator, SamplingParams
-from cooprl.logprobs import completion_logprobs
-from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.rollout.generation import HFGenerator, SamplingParams
+from cooprl.models.logprobs import completion_logprobs
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from tests.scripted import scripted_task
@@ -161,7 +161,7 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path):
 def test_nonfinite_loss_skips_the_update(tiny):
     import copy
     from cooprl.samples import TrainSample
-    from cooprl.policy_update import policy_gradient_step
+    from cooprl.update.policy_gradient import policy_gradient_step
     model = copy.deepcopy(tiny[0])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     before = model.lm_head.weight.clone()

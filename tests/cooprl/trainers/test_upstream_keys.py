@@ -9,15 +9,15 @@ import random
 import pytest
 import torch
 
-from cooprl.comparators import build_comparator, generic_api_completer
+from cooprl.preferences.comparators import build_comparator, generic_api_completer
 from cooprl.config import Run, load_config
-from cooprl.evaluation import evaluate_team
-from cooprl.generation import SamplingParams
-from cooprl.models import TINY_RANDOM
-from cooprl.preferences import (Candidate, IterationPlan, PreferencePair, RewardDistribution, draw_weighted,
+from cooprl.rollout.evaluation import evaluate_team
+from cooprl.rollout.generation import SamplingParams
+from cooprl.models.loading import TINY_RANDOM
+from cooprl.preferences.pairs import (Candidate, IterationPlan, PreferencePair, RewardDistribution, draw_weighted,
                                 replay_weights, split_candidates)
-from cooprl.reward_model import train_reward_model
-from cooprl.rollout import Completion
+from cooprl.preferences.reward_model import train_reward_model
+from cooprl.rollout.tree import Completion
 from tests.scripted import scripted_task
 from tests.cooprl.trainers.test_madpo import madpo_config, run_madpo, train_events
 from tests.cooprl.trainers.test_marlhf import marlhf_config, run_marlhf
@@ -43,7 +43,7 @@ def test_eval_batch_size_rolls_out_that_many_problems_at_once():
 
 
 def test_trainer_top_k_overrides_the_models():
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.top_k=7",
                                 "grpo.top_k=3"])
     assert build_team(Run.of(config, "grpo"), 1)[0].params.top_k == 3
@@ -74,7 +74,7 @@ def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps():
 
 def test_critic_model_max_length_cuts_the_critic_input_from_the_left():
     from tests.cooprl.trainers.test_actor_critic import scripted_actor_critic
-    from cooprl.models import load_tokenizer
+    from cooprl.models.loading import load_tokenizer
     from cooprl.trainers.actor_critic import Critic
     algorithm = scripted_actor_critic("maac", "critic_model.max_length=16")
     critic = Critic(None, load_tokenizer(TINY_RANDOM), None, reuses_agent_ids=False)
@@ -191,7 +191,7 @@ def with_api(task, factory):
 
 def test_centralized_comparator_of_the_current_policy_is_agent_index_s_live_model(tmp_path):
     from cooprl.task import JointFormat
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = madpo_config(tmp_path, "x", "madpo_iter", ["madpo_iter.comparator_generation_mode=centralized",
                                                         "madpo_iter.comparator_centralized_agent_index=1"])
     task = scripted_task()
@@ -209,7 +209,7 @@ def test_centralized_comparator_of_the_current_policy_is_agent_index_s_live_mode
 
 
 def test_comparator_agents_load_one_model_per_role_on_comparator_devices(tmp_path):
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = madpo_config(tmp_path, "x", "madpo_iter", [
         "madpo_iter.comparator_policy=model", f"madpo_iter.comparator_agents=[{TINY_RANDOM}, {TINY_RANDOM}]",
         "madpo_iter.comparator_devices=cpu"])
@@ -240,7 +240,7 @@ def test_generic_api_splits_requests_by_max_n_and_sends_upstreams_payload():
 
 
 def test_api_comparator_keys_build_the_client(tmp_path, monkeypatch):
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     seen = {}
 
     def factory(model, max_tokens, base_url=None, api_key=None):
@@ -288,7 +288,7 @@ def test_preference_scoring_reward_scores_later_iterations_with_the_reward_model
     assert algorithm.scoring_task(0) is algorithm.task                       # no trained model yet: the task reward
     learned = algorithm.scoring_task(1)
     assert learned.score.raw is algorithm.learned and learned.name.endswith("+reward_model")   # under SafeScore
-    from cooprl.preferences import read_pairs
+    from cooprl.preferences.pairs import read_pairs
     task_rewards = {r for p in read_pairs(tmp_path / "s" / "preferences" / "iteration_0.jsonl")
                     for r in (p.chosen_reward, p.rejected_reward)}
     later = [r for p in read_pairs(tmp_path / "s" / "preferences" / "iteration_1.jsonl")
@@ -298,8 +298,8 @@ def test_preference_scoring_reward_scores_later_iterations_with_the_reward_model
 
 
 def test_history_comparator_plays_the_policies_of_comparator_history_k_iterations_ago(tmp_path):
-    from cooprl.agents import build_team
-    from cooprl.comparators import HistoryComparator
+    from cooprl.trainers.team import build_team
+    from cooprl.preferences.comparators import HistoryComparator
     config = madpo_config(tmp_path, "h", "madpo_iter", ["madpo_iter.comparator_policy=history",
                                                         "madpo_iter.comparator_history_k=2"])
     team = build_team(Run.of(config, "madpo_iter"), 2)

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from cooprl.checkpoint import load_trainer_state
-from cooprl.comparators import Comparator, CurrentCopyComparator, HistoryComparator, build_comparator
+from cooprl.preferences.comparators import Comparator, CurrentCopyComparator, HistoryComparator, build_comparator
 from cooprl.config import ConfigError, Run, load_config
-from cooprl.preferences import PairStore, split_candidates
-from cooprl.rollout import Completion, Node
+from cooprl.preferences.pairs import PairStore, split_candidates
+from cooprl.rollout.tree import Completion, Node
 from tests.scripted import scripted_task
 from tests.cooprl.trainers.test_madpo import madpo_config, run_madpo, train_events
 from tests.cooprl.trainers.test_marlhf import marlhf_config, run_marlhf
@@ -42,7 +42,7 @@ def reward_distribution(run_dir, iteration: int = 0) -> dict:
 
 # ---------------------------------------------------------------------------------------------- comparator budget
 def test_the_comparator_writes_a_candidate_set_of_its_own_by_default(tmp_path):
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     task = scripted_task()
     config = madpo_config(tmp_path, "b", "madpo_iter", [])
     assert config.madpo_iter.comparator_candidate_budget == "separate"
@@ -117,7 +117,7 @@ def test_a_resumed_run_plays_the_same_history_comparator_as_the_uninterrupted_ru
 
 # ---------------------------------------------------------------------------------------------- current_copy
 def test_current_copy_is_refreshed_at_the_start_of_every_iteration(tmp_path):
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = madpo_config(tmp_path, "cc", "madpo_iter", ["madpo_iter.comparator_policy=current_copy"])
     team = build_team(Run.of(config, "madpo_iter"), 2)
     comparator = build_comparator(Run.of(config, "madpo_iter"), scripted_task(), team)

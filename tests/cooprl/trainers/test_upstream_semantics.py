@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, Run, load_config
-from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer, resolve_model_path
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer, resolve_model_path
 from cooprl.samples import TrainSample
-from cooprl.policy_update import policy_gradient_step
-from cooprl.preferences import Candidate, comparator_pairs, pairs_from_candidates, read_pairs
-from cooprl.rollout import RolloutSettings, advantages, rollout, sample_returns
+from cooprl.update.policy_gradient import policy_gradient_step
+from cooprl.preferences.pairs import Candidate, comparator_pairs, pairs_from_candidates, read_pairs
+from cooprl.rollout.tree import RolloutSettings, advantages, rollout, sample_returns
 from cooprl.trainers.actor_critic import build_iac
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
@@ -166,7 +166,7 @@ def test_madpo_loss_includes_the_kl_term(tmp_path):
             model.lm_head.weight.add_(0.05 * torch.randn_like(model.lm_head.weight))
     tokenizer = algorithm.team[0].tokenizer
     ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
-    from cooprl.preferences import PreferencePair
+    from cooprl.preferences.pairs import PreferencePair
     pairs = [PreferencePair("i", ["p0", "p1"], ["aaaa", "aa"], ["bb", "b"], 1.0, 0.0,
                             chosen_ids=[ids("aaaa"), ids("aa")], rejected_ids=[ids("bb"), ids("b")])]
     with torch.no_grad():

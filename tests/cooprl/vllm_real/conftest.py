@@ -20,7 +20,7 @@ def tiny32(tmp_path_factory) -> str:
     """Return the folder of a random tiny Llama (head size 32, float32, seeded) with SmolLM2's tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from cooprl.models import TINY_RANDOM, load_tokenizer
+    from cooprl.models.loading import TINY_RANDOM, load_tokenizer
     folder = tmp_path_factory.mktemp("tiny32")
     tokenizer = load_tokenizer(TINY_RANDOM)
     torch.manual_seed(0)

@@ -34,5 +34,5 @@ def test_magrpo_under_ddp_builds_one_external_launcher_engine_per_agent_and_rank
     assert output.count("Using external launcher for distributed inference") >= 2, output[-4000:]   # vLLM's log
     steps = [json.loads(line) for line in (tmp_path / "runs/vllm-ddp/metrics.jsonl").read_text().splitlines()]
     assert sum("agent_0/loss" in step for step in steps) == 2
-    # every engine's caches under its device's own root (cooprl.vllm_engines)
+    # every engine's caches under its device's own root (cooprl.rollout.vllm_engines)
     assert [p.name for p in (tmp_path / "vllm-cache").iterdir()] in ([], ["cooprl-engines-on-cpu"])

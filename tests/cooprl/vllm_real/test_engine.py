@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from cooprl.config import LoraSection
-from cooprl.generation import HFGenerator, SamplingParams
-from cooprl.models import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path
-from cooprl.vllm_generation import VLLMGenerator, check_vllm_backend, gpu_executor
+from cooprl.rollout.generation import HFGenerator, SamplingParams
+from cooprl.models.loading import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path
+from cooprl.rollout.vllm_generation import VLLMGenerator, check_vllm_backend, gpu_executor
 from envs.code_generation.data import problem_from_record
 from envs.code_generation.prompts import aux_prompt, main_prompt, stop_strings
 
@@ -139,7 +139,7 @@ def test_greedy_texts_and_stops_are_hfs(smollm2, chat_template):
 def test_each_engine_reads_its_own_cache_root_and_makes_its_own_rotary_embedding(tiny32, tmp_path, monkeypatch):
     """vLLM freezes its environment at the first engine's build and caches one rotary module per shape process-wide:
     a second engine (on another GPU, on a GPU machine) reads the cache root set for it and makes its own module
-    (cooprl.vllm_engines.prepare_engine_build). Against the real vllm.envs and _ROPE_DICT."""
+    (cooprl.rollout.vllm_engines.prepare_engine_build). Against the real vllm.envs and _ROPE_DICT."""
     import vllm.envs as envs
     from vllm.model_executor.layers.rotary_embedding import _ROPE_DICT
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "cache"))

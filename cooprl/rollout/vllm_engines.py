@@ -1,5 +1,5 @@
 """Where an in-process vLLM engine runs (`engine_device`, `gpu_executor`, `current_cuda_device`: see
-cooprl.vllm_generation's docstring and docs/vllm.md, "Devices"), and what every engine needs around its build and its
+cooprl.rollout.vllm_generation's docstring and docs/vllm.md, "Devices"), and what every engine needs around its build and its
 end, so that engines on different GPUs (one process under `parallel_training: mp`, or one per rank under ddp) never
 share device-bound state.
 
@@ -52,7 +52,7 @@ def engine_device(device: str | torch.device) -> str:
     where the agent's model is put too); a CPU device as it is (the GPU build refuses it, see `check_vllm_backend`)."""
     if vllm_platform_is_cpu():
         return "cpu"
-    if str(device) == "auto":   # as cooprl.models.pick_device
+    if str(device) == "auto":   # as cooprl.models.loading.pick_device
         device = "cuda" if torch.cuda.is_available() else "cpu"
     chosen = torch.device(device)
     if chosen.type != "cuda":
@@ -153,7 +153,7 @@ def close_engines(generators: Iterable[Any]) -> int:
     """Shut down the vLLM engines of `generators` (VLLMGenerators; others are skipped) and, when any was closed,
     vLLM's model-parallel groups (which an `external_launcher` engine made from the trainers' process group), so that
     the process group can be shut down after; return how many engines were closed."""
-    from cooprl.vllm_generation import VLLMGenerator
+    from cooprl.rollout.vllm_generation import VLLMGenerator
     closed = sum(generator.close() for generator in generators if isinstance(generator, VLLMGenerator))
     if closed:
         gc.collect()

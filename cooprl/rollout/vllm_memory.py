@@ -7,7 +7,7 @@ its activation peak and exactly that KV cache. The trainer's states arrive at th
 not fit builds and compiles its engines and then dies there. So the check counts, per GPU:
 
 - each trained model (agents, separate critics): weights, gradients and the optimizer's states, in bytes per
-  parameter of what `cooprl.optim.build_adamw` really keeps (measured on a small tensor, `optimizer_state_bytes`);
+  parameter of what `cooprl.update.optim.build_adamw` really keeps (measured on a small tensor, `optimizer_state_bytes`);
   with LoRA, the frozen weights plus float32 adapters (peft upcasts them), their gradients and AdamW states;
 - each frozen full copy (a reference model for `reference_kl_coef` > 0 or madpo's `reference_model` without LoRA);
 - each engine: `vllm_kv_cache_bytes` (vLLM's `kv_cache_memory_bytes`; null: `default_kv_cache_bytes`, sized from the
@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from cooprl.config import ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, TrainerSection
-from cooprl.models import pick_dtype, resolve_model_path
+from cooprl.models.loading import pick_dtype, resolve_model_path
 
 GIB = 1 << 30
 MEMORY_SHARE = 0.9          # of a GPU the counted states may take; the rest is for activations and the CUDA context
@@ -78,7 +78,7 @@ def model_shape(name: str, lora: Any = None) -> ModelShape:
 def optimizer_state_bytes(dtype: torch.dtype, bf16_optimizer: str) -> int:
     """Return the bytes of optimizer state per trained parameter of `dtype` that `build_adamw` keeps (with
     `bf16_optimizer`), measured: one step on a small tensor, its per-element states added up."""
-    from cooprl.optim import build_adamw
+    from cooprl.update.optim import build_adamw
     weight = torch.nn.Parameter(torch.zeros(64, dtype=dtype))
     optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=bf16_optimizer)
     weight.grad = torch.ones_like(weight)
@@ -89,7 +89,7 @@ def optimizer_state_bytes(dtype: torch.dtype, bf16_optimizer: str) -> int:
 
 def gpu_name(device: str) -> str:
     """Return `device` with a CUDA GPU named by its index ('cuda' and 'auto' with CUDA: torch's current one)."""
-    if device == "auto":   # as cooprl.models.pick_device
+    if device == "auto":   # as cooprl.models.loading.pick_device
         device = "cuda" if torch.cuda.is_available() else "cpu"
     chosen = torch.device(device)
     if chosen.type != "cuda":
@@ -235,9 +235,9 @@ def check_vllm_memory(config: Any, agent_devices: Sequence[str], run: Any = None
     """ConfigError when the models and vLLM engines of a run (`run`, a cooprl.config.Run; None: an evaluation's agents,
     untrained) on `agent_devices` would not fit their GPUs (`memory_accounts`, `check_accounts`); called before any
     model loads."""
-    from cooprl import distributed
+    from cooprl.parallel import distributed
     from cooprl.config import model_devices
-    from cooprl.vllm_generation import engine_devices
+    from cooprl.rollout.vllm_generation import engine_devices
     section = run.section if run is not None else None
     if max_new_tokens is None:
         max_new_tokens = section.max_new_tokens

@@ -4,7 +4,7 @@
 An update hands it its forward batches and a loss function per batch (`Term`): `loss(batch, denominator)` returns
 the batch's samples' summed loss divided by `denominator`, and metrics to add up. The engine then:
 - runs the micro-batch loop, with the one `backward()` of the library (gradients accumulate over the batches);
-- under sharded data parallelism (cooprl.fsdp, `Sync.SHARDED`) pads every process's list of passes to the longest
+- under sharded data parallelism (cooprl.parallel.fsdp, `Sync.SHARDED`) pads every process's list of passes to the longest
   with zero-weight passes of `padding` (every forward and backward of a sharded model is a collective), and hands
   the loss the sample count of every process as `denominator`, since the sharded backward sums the gradients;
   otherwise `denominator` is this process's own count (`weight`);
@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl import distributed, fsdp
+from cooprl.parallel import distributed, fsdp
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ LossFn = Callable[[Any, float], "tuple[torch.Tensor, dict[str, float]]"]
 
 
 class Sync(enum.Enum):
-    """How an optimizer step's gradients meet the other processes' (cooprl.parallel.Parallel.sync_of says which)."""
+    """How an optimizer step's gradients meet the other processes' (cooprl.parallel.context.Parallel.sync_of says which)."""
 
     NONE = "none"                # one process, or a model every process trains on the same data alike
     REPLICATED = "replicated"    # ddp: each process holds the whole model; gradients are averaged before the step

@@ -1,6 +1,6 @@
 """Sparse attention over a token-trie row: each segment attends only to the segments on its own path.
 
-`cooprl.logprobs` packs a batch of sequences that share prefixes into one row (a token trie). A dense L x L
+`cooprl.models.logprobs` packs a batch of sequences that share prefixes into one row (a token trie). A dense L x L
 mask over that row makes every layer's attention cost grow with the square of the whole row, although a token
 only ever sees its own path (a few hundred tokens): on a 2-agent, 2-turn MAGRPO tree (~1,000 trie tokens,
 SmolLM2-135M, 1 CPU thread) the masked dense attention was a quarter of the update's time. Here each segment
@@ -46,7 +46,7 @@ class SegmentAttention:
 
 
 def segment_plan(trie: Any, device: torch.device) -> list[SegmentAttention]:
-    """Return the attention of every segment of `trie` (a `cooprl.logprobs.TokenTrie`), in column order."""
+    """Return the attention of every segment of `trie` (a `cooprl.models.logprobs.TokenTrie`), in column order."""
     plan = []
     for seg, ancestors in trie.segments:
         start, end = seg.start, seg.start + len(seg.tokens)

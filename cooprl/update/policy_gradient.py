@@ -1,7 +1,7 @@
 """The policy-gradient update shared by the trainers: loss = -sum_t log pi(token_t) * advantage.
 
 Samples are scored in batches of at most `batch_size` (one forward each, `completion_logprobs`), the loss
-is averaged over all samples of the buffer, and the update engine (cooprl.engine) accumulates the gradients across
+is averaged over all samples of the buffer, and the update engine (cooprl.update.engine) accumulates the gradients across
 batches and takes the one optimizer step; this module is the loss it is handed. Samples that share a prompt
 (a sibling group) go into the same batch, where `completion_logprobs` packs the batch as a token trie and runs each shared prefix once: a sibling group's prompt, and with a batch
 that holds a whole multi-turn tree, the turn-1 prompt that every turn-2 prompt starts with.
@@ -38,12 +38,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl import fsdp, losses
-from cooprl.engine import Sync, Term, train_step
-from cooprl.generation import Completion, SamplingParams, sampling_logits
-from cooprl.logprobs import completion_logprobs, group_by_prompt
+from cooprl.parallel import fsdp
+from cooprl.update import losses
+from cooprl.update.engine import Sync, Term, train_step
+from cooprl.rollout.generation import Completion, SamplingParams, sampling_logits
+from cooprl.models.logprobs import completion_logprobs, group_by_prompt
 from cooprl.samples import TrainSample
-from cooprl.losses import kl_penalized  # noqa: F401  (the reward form's penalty, where the trainers look for it)
+from cooprl.update.losses import kl_penalized  # noqa: F401  (the reward form's penalty, where the trainers look for it)
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def k3_kl(token_logps: torch.Tensor, mask: torch.Tensor, reference: Any, prompts
           completions: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
     """Return the k3 estimate of KL(policy || reference) per sequence, shape [batch], differentiable through the
     policy's `token_logps` ([batch, tokens], `mask` marking real tokens): the reference scores the same completions
-    without gradient, then cooprl.losses.k3_kl."""
+    without gradient, then cooprl.update.losses.k3_kl."""
     with torch.no_grad():
         ref_logps, _ = completion_logprobs(reference, prompts, completions, pad_id)
     return losses.k3_kl(token_logps, ref_logps, mask)
@@ -176,7 +177,7 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
                          *, batch_size: int | None = None, max_grad_norm: float | None = 1.0,
                          kl_coef: float = 0.0, reference: Any = None, extra_terms: Sequence[Term] = (),
                          extra_samples: int = 0, sync: Sync = Sync.NONE) -> dict[str, float]:
-    """Apply one optimizer step on `samples` through the update engine (cooprl.engine); return metrics (loss,
+    """Apply one optimizer step on `samples` through the update engine (cooprl.update.engine); return metrics (loss,
     grad_norm, skipped_nonfinite, trained_samples; extra_loss with `extra_terms`; kl when the KL term is on:
     `kl_coef` > 0 with a `reference`, the loss form of `reference_kl_form`; is_weight_mean and is_weight_max over the
     tokens of `samples` when they carry importance weights).
@@ -185,7 +186,7 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     averaged over all of `samples` (zero-advantage ones are not run without a KL term: their gradient is zero).
     `extra_terms`: more losses of the same optimizer step, averaged over the same count (the actor-critic's value
     loss on a head sharing the actor's trunk); with no policy `samples` (a separate critic's step) `extra_samples`
-    is that count. `sync`: how the step meets the other processes (cooprl.parallel.Parallel.sync_of)."""
+    is that count. `sync`: how the step meets the other processes (cooprl.parallel.context.Parallel.sync_of)."""
     kl_on = kl_coef > 0 and reference is not None
     active = [s for s in samples if s.advantage != 0.0 or kl_on] if samples else []
     metrics = {"loss": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from cooprl import distributed, fsdp
+from cooprl.parallel import distributed, fsdp
 from cooprl.checkpoint import save_model
 from cooprl.config import IterativeFields, PreferenceFields, TrainerSection, is_data_parallel
 from cooprl.errors import UserError
-from cooprl.rollout import Node, RolloutSettings, Sampler, rollout
+from cooprl.rollout.tree import Node, RolloutSettings, Sampler, rollout
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Candidate:
 
 
 class Comparator(Protocol):
-    """Writes comparison candidates for the policies' items (see cooprl.comparators)."""
+    """Writes comparison candidates for the policies' items (see cooprl.preferences.comparators)."""
 
     max_candidates: int | None   # at most this many candidates per item (None = no limit; an API at T=0: 1)
 
@@ -235,7 +235,7 @@ ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (b
 def plan_chunks(task: Any, section: TrainerSection, seed: int, steps_per_round: int) -> list[list[Any]]:
     """Return the training items a preference iteration's step plan takes, each once, in plan order, cut into
     sampling batches of ITEMS_PER_COLLECTION: the first `steps_per_round` of the data order, or under data-parallel
-    training every process's first `steps_per_round` (cooprl.distributed.shard_order)."""
+    training every process's first `steps_per_round` (cooprl.parallel.distributed.shard_order)."""
     from cooprl.trainers.loop import data_order   # lazily: importing cooprl.trainers imports this module
     order = data_order(len(task.train_items), section.num_train_epochs, seed)
     world = distributed.current().world_size if is_data_parallel(section) else 1

@@ -7,8 +7,8 @@ LOCAL_RANK, MASTER_ADDR, MASTER_PORT); `setup` joins the process group (nccl on 
 - random numbers: under ddp each item's rollout draws from torch's generator seeded by (seed, the item's position in
   the data order) (`item_seed`), so which process rolls an item out changes nothing: 2 processes x 1 item per step
   equal 1 process x 2 items per step;
-- gradients: the update engine's guarded step (cooprl.engine), told by the trainer's parallel context
-  (cooprl.parallel) that a model is replicated over the processes, sums the ranks' gradients weighted by their
+- gradients: the update engine's guarded step (cooprl.update.engine), told by the trainer's parallel context
+  (cooprl.parallel.context) that a model is replicated over the processes, sums the ranks' gradients weighted by their
   sample counts before clipping (`average_gradients`).
   We do not wrap the models in DistributedDataParallel: its all-reduce runs inside `backward`, so every rank would
   have to call backward the same number of times, yet an update's forward batches follow each rank's own samples

@@ -20,10 +20,10 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.engine import Term, train_step
-from cooprl.losses import bradley_terry_loss, bradley_terry_losses
-from cooprl.optim import build_adamw
-from cooprl.value_model import ValueModel
+from cooprl.update.engine import Term, train_step
+from cooprl.update.losses import bradley_terry_loss, bradley_terry_losses
+from cooprl.update.optim import build_adamw
+from cooprl.models.value_model import ValueModel
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
     A seeded `eval_fraction` of the pairs is held out; `weights` (one per pair, e.g. replay weights) scale
     each pair's loss. Metrics: pair counts, the last epoch's training loss and accuracy, and the held-out
     accuracy and loss (when any pair is held out). `bf16_optimizer`: how bf16 weights are updated
-    (cooprl.optim.build_adamw).
+    (cooprl.update.optim.build_adamw).
     """
     train_idx, eval_idx = split_pairs(len(pairs), eval_fraction, seed)
     weights = list(weights) if weights is not None else [1.0] * len(pairs)

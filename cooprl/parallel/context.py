@@ -1,6 +1,6 @@
 """The parallel context: everything a trainer asks of the other processes, through one object (TRL's `accelerator`,
-verl's worker group). Trainers hold a `Parallel` and import neither cooprl.distributed nor cooprl.fsdp
-(tests/project/test_layers.py); the update engine (cooprl.engine) is told by `sync_of` how a model's gradients meet.
+verl's worker group). Trainers hold a `Parallel` and import neither cooprl.parallel.distributed nor cooprl.parallel.fsdp
+(tests/project/test_layers.py); the update engine (cooprl.update.engine) is told by `sync_of` how a model's gradients meet.
 
 A `Parallel` is built from the trainer's section (`Parallel.of`): `parallel_training` ddp or fsdp under a launcher
 with several processes; otherwise it is the single process (`SINGLE`), where every method is the plain local thing
@@ -17,13 +17,13 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
 
-from cooprl import distributed, fsdp
+from cooprl.parallel import distributed, fsdp
 from cooprl.config import TrainerSection
-from cooprl.engine import Sync
+from cooprl.update.engine import Sync
 
 T, R = TypeVar("T"), TypeVar("R")
 DATA_PARALLEL_MODES = ("ddp", "fsdp")
-# the pure parts of the data order, for the loop (cooprl.distributed holds them beside the collectives)
+# the pure parts of the data order, for the loop (cooprl.parallel.distributed holds them beside the collectives)
 Ranks, shard_order, item_seed, mean_metrics = (distributed.Ranks, distributed.shard_order, distributed.item_seed,
                                                distributed.mean_metrics)
 
@@ -70,26 +70,26 @@ class Parallel:
 
     # -------------------------------------------------------------------------------------- models
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Return `model` sharded over the processes in place under fsdp (cooprl.fsdp.shard_model), else as is."""
+        """Return `model` sharded over the processes in place under fsdp (cooprl.parallel.fsdp.shard_model), else as is."""
         return fsdp.shard_model(model) if self.sharded else model
 
     @contextlib.contextmanager
     def sampling(self, *models: Any) -> Iterator[None]:
         """Within this context the sharded `models` hold their whole weights, for a phase of forwards without
         gradient whose number differs between processes (a rollout, an evaluation, a collection): every process
-        enters it together (cooprl.fsdp.full_weights). Nothing happens to unsharded models."""
+        enters it together (cooprl.parallel.fsdp.full_weights). Nothing happens to unsharded models."""
         with fsdp.full_weights(*models):
             yield
 
     def whole_state_dicts(self, models: Sequence[Any]) -> Iterator[dict[str, torch.Tensor] | None]:
         """Yield each sharded model's whole state dict on rank 0 (None for an unsharded one); every process runs it
-        through together (cooprl.fsdp.whole_state_dicts)."""
+        through together (cooprl.parallel.fsdp.whole_state_dicts)."""
         return fsdp.whole_state_dicts(models)
 
     @staticmethod
     def devices(devices: Sequence[str]) -> list[str]:
         """Return where this process puts models configured for `devices` (critics, comparators, the reward model):
-        under data-parallel training a CUDA device is this process's own GPU (cooprl.distributed.process_devices)."""
+        under data-parallel training a CUDA device is this process's own GPU (cooprl.parallel.distributed.process_devices)."""
         return distributed.process_devices(devices)
 
     @staticmethod
@@ -117,7 +117,7 @@ class Parallel:
 
     def run_seeded(self, tasks: Sequence[T], seed: int, work: Callable[[T, random.Random], R]) -> list[R]:
         """Return `work(task, rng)` for every task, each run on one process with generators seeded by its index, so
-        the results do not depend on the number of processes (cooprl.distributed.run_sharded)."""
+        the results do not depend on the number of processes (cooprl.parallel.distributed.run_sharded)."""
         return distributed.run_sharded(tasks, seed, work)
 
     def own_shares(self, count: int) -> range:

@@ -16,7 +16,7 @@ prompt; none when all its advantages are zero). So:
   (`pad_batches`): a zero-weight batch runs the same code on a one-token sample and adds exact zeros to the
   gradients. The gradients are summed over the processes in float32 (no division), and each process's loss is
   divided by the sample count of all processes (`global_count`), so the summed gradient is the mean over every
-  sample, as ddp's (cooprl.engine does this for every update: policy gradient, DPO);
+  sample, as ddp's (cooprl.update.engine does this for every update: policy gradient, DPO);
 - checkpoints and the final models are written from whole weights gathered on rank 0 one model at a time
   (`whole_state_dicts`); each process's optimizer-state shard (`local_optimizer_state`) is its own file in the
   checkpoint, which is why a resume needs the same number of processes (as under ddp).
@@ -32,7 +32,7 @@ from typing import Any, Iterator, Sequence, TypeVar
 
 import torch
 
-from cooprl import distributed
+from cooprl.parallel import distributed
 
 T = TypeVar("T")
 
@@ -114,7 +114,7 @@ def check_gathered(model: Any, what: str) -> None:
     """RuntimeError when `model` is sharded but not gathered: `what` (sampling, scoring without gradient) runs a
     number of forwards of its own, which in the shards' lock-step would hang every process."""
     if is_sharded(model) and not is_gathered(model):
-        raise RuntimeError(f"{what} of a sharded model must run inside cooprl.fsdp.full_weights (entered by every "
+        raise RuntimeError(f"{what} of a sharded model must run inside cooprl.parallel.fsdp.full_weights (entered by every "
                            "process together)")
 
 

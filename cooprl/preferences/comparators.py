@@ -29,11 +29,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl import distributed
+from cooprl.parallel import distributed
 from cooprl.config import (ConfigError, IterativeFields, MADPOIterSection, MARLHFIterSection, Run, model_devices,
                            trainer_device)
-from cooprl.generation import Completion, HFGenerator, SamplingParams
-from cooprl.preferences import Candidate
+from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
+from cooprl.preferences.pairs import Candidate
 from cooprl.task import ApiClientFactory, JointFormat, Task
 
 class Comparator:
@@ -110,7 +110,7 @@ def build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[Any
 def comparator_candidate_count(section: IterativeFields) -> int | None:
     """Return how many candidates of its own the comparator writes per problem: `comparator_num_candidates`, else
     (budget `separate`, upstream's) `preference_num_candidates`; None (budget `shared`): up to half of
-    `preference_num_candidates` (see cooprl.preferences.split_candidates)."""
+    `preference_num_candidates` (see cooprl.preferences.pairs.split_candidates)."""
     if section.comparator_num_candidates is not None:
         return section.comparator_num_candidates
     return section.preference_num_candidates if section.comparator_candidate_budget == "separate" else None
@@ -258,7 +258,7 @@ def comparator_model_names(run: Run[ComparatorSection], roles: int) -> list[str]
 def _model_generators(run: Run[ComparatorSection], names: Sequence[str], max_tokens: int) -> list[Any]:
     """Return one frozen generator per role for `names` (a name used by several roles is loaded once, on its first
     role's device), on `comparator_devices` (one for all, or one per role; else the first agent's device)."""
-    from cooprl.models import load_causal_lm, load_tokenizer
+    from cooprl.models.loading import load_causal_lm, load_tokenizer
     cfg, section = run.config.agent_model, run.section
     devices = distributed.process_devices(model_devices(section.comparator_devices, "comparator_devices", len(names),
                                                         trainer_device(section.agent_devices, "agent_devices",

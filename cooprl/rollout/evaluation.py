@@ -15,9 +15,9 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from cooprl import distributed
+from cooprl.parallel import distributed
 from cooprl.config import TrainerSection
-from cooprl.rollout import Node, RolloutSettings, Sampler, iter_nodes, rollout
+from cooprl.rollout.tree import Node, RolloutSettings, Sampler, iter_nodes, rollout
 from cooprl.task import Task
 
 

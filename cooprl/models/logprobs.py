@@ -16,7 +16,7 @@ Two layouts, chosen by `completion_logprobs`, give the same numbers up to float 
 
 The trie layout is written by hand rather than through transformers' packed-sequence support: that support
 (`position_ids` restarting at 0, flash-attention varlen) separates whole sequences, it cannot let several
-segments share one prefix. The row's attention is `cooprl.trie_attention`: each segment attends to the
+segments share one prefix. The row's attention is `cooprl.models.trie_attention`: each segment attends to the
 segments of its own path only, so no L x L mask or score matrix is ever built (L the trie's tokens). Models on
 eager or SDPA attention get the trie; others (flash attention kernels) get the padded layout. A batch whose
 trie would exceed `MAX_TRIE_TOKENS` is split into consecutive parts; a batch whose trie saves less than 10% of
@@ -25,7 +25,7 @@ its tokens gets the padded layout (one attention call per layer instead of one p
 Only the logits of the positions that predict completion tokens are materialized, and padding after a
 completion's end is masked out of every sum.
 
-Chunked log-probs (`agent_model.logprob_chunk_size`, set on the model, see `cooprl.models.memory_options`): even
+Chunked log-probs (`agent_model.logprob_chunk_size`, set on the model, see `cooprl.models.loading.memory_options`): even
 those logits are [predictions x vocab] floats (a 49k vocab: 200 KB per completion token, 400 MB for 2,048 tokens,
 plus the same again for the log-softmax and for each in the backward; TRL issue 4585 is this OOM). With a chunk
 size the model's LM head is switched off for the forward (it returns its input, the final hidden states), and
@@ -44,8 +44,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from cooprl.models import autocast_context, memory_options
-from cooprl.trie_attention import PLACEHOLDER_MASK, trie_attention
+from cooprl.models.loading import autocast_context, memory_options
+from cooprl.models.trie_attention import PLACEHOLDER_MASK, trie_attention
 
 # Attention implementations whose models take the trie layout (the sparse trie attention replaces them for the
 # forward); flash attention kernels keep the padded layout.
@@ -223,7 +223,7 @@ class TokenTrie:
 
     def allowed(self) -> torch.Tensor:
         """Return the row's [L, L] bool mask: query column i may attend to key column j (j on i's path, at or
-        before i). The definition `cooprl.trie_attention` computes sparsely; built densely only for checks."""
+        before i). The definition `cooprl.models.trie_attention` computes sparsely; built densely only for checks."""
         allowed = torch.zeros((self.num_tokens, self.num_tokens), dtype=torch.bool)
         for seg, ancestors in self.segments:
             a, b = seg.start, seg.start + len(seg.tokens)
@@ -254,7 +254,7 @@ def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
         keep = torch.zeros(1, dtype=torch.long)
     index = torch.searchsorted(keep, predictors).clamp(max=keep.numel() - 1)
     head, chunk = _chunking(model)
-    # each segment attends to its own path only (`cooprl.trie_attention`): no dense L x L mask or scores
+    # each segment attends to its own path only (`cooprl.models.trie_attention`): no dense L x L mask or scores
     with trie_attention(model, trie), autocast_context(model), _head_returns_hidden(head):
         out = model(input_ids=input_ids[None].to(device), attention_mask=PLACEHOLDER_MASK.to(device),
                     position_ids=position_ids[None].to(device), logits_to_keep=keep.to(device),

@@ -3,7 +3,7 @@
 `ValueModel(lm)` puts a linear head on the LM's last hidden state (after the final norm). `values(prompts,
 completions)` scores each sequence at one token: the last prompt token when `completions` is None (a V
 critic: value of the prompt), else the last completion token (a Q critic, or a reward model scoring a
-prompt and its answer). The batch uses the same layout as the log-probs (`cooprl.logprobs.pad_group`), so a
+prompt and its answer). The batch uses the same layout as the log-probs (`cooprl.models.logprobs.pad_group`), so a
 padded row gives the same value as that row alone.
 
 Sharing the trunk: `ValueModel(actor, owns_lm=False)` is a value head on the actor (IAC's shared mode); its
@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.logprobs import pad_group
-from cooprl.models import HEAD_FILE, load_agent_weights_from_folder
+from cooprl.models.logprobs import pad_group
+from cooprl.models.loading import HEAD_FILE, load_agent_weights_from_folder
 
 
 class ValueModel(torch.nn.Module):

@@ -31,8 +31,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.generation import Completion
-from cooprl.losses import group_advantages as advantages  # noqa: F401  (where the trainers import it from)
+from cooprl.rollout.generation import Completion
+from cooprl.update.losses import group_advantages as advantages  # noqa: F401  (where the trainers import it from)
 from cooprl.task import Score, Task
 
 # sample(agent, prompts, n) -> for each prompt, n completions
@@ -87,7 +87,7 @@ class RolloutSettings:
     nodes_per_generation: int | None = None   # nodes of a turn sampled per generate call (None = the whole turn)
     pipeline: bool = True                     # score a chunk on a background thread while the next one generates
     # run_agents(call, num_agents) -> [call(0), call(1), ...]: how the agents' sampling calls run (None = in order;
-    # parallel_training mp passes cooprl.agents.AgentRunner.sample, which may run them on one thread each)
+    # parallel_training mp passes cooprl.trainers.team.AgentRunner.sample, which may run them on one thread each)
     run_agents: Callable[[Callable[[int], Any], int], list[Any]] | None = None
 
 

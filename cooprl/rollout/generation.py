@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl import fsdp
-from cooprl.models import autocast_context
+from cooprl.parallel import fsdp
+from cooprl.models.loading import autocast_context
 from cooprl.text import safe_text
 
 
@@ -140,7 +140,7 @@ class HFGenerator:
         device = self.model.device
         greedy = params.temperature == 0
         # synced_gpus off: transformers turns it on for a sharded model, to decode in lock-step with the other
-        # processes; ours samples with its gathered weights alone (cooprl.fsdp.full_weights)
+        # processes; ours samples with its gathered weights alone (cooprl.parallel.fsdp.full_weights)
         kwargs = dict(do_sample=not greedy, max_new_tokens=params.max_new_tokens, num_return_sequences=num_samples,
                       pad_token_id=pad_id, eos_token_id=self.tokenizer.eos_token_id, synced_gpus=False)
         kwargs.update(_plain_sampling())
@@ -152,7 +152,7 @@ class HFGenerator:
         input_ids, attention = input_ids.to(device), attention.to(device)
         was_training = self.model.training
         self.model.eval()
-        fsdp.check_gathered(self.model, "sampling")   # (parallel_training fsdp: see cooprl.fsdp.full_weights)
+        fsdp.check_gathered(self.model, "sampling")   # (parallel_training fsdp: see cooprl.parallel.fsdp.full_weights)
         try:
             with autocast_context(self.model):
                 if num_samples > 1 and width > 1:
