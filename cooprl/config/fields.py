@@ -46,11 +46,8 @@ def option(default: Any, doc: str, *, choices: tuple | None = None, min: float |
     return field(default=default, metadata=meta)
 
 
-_NONE = type(None)
-
-
 def _describe(tp: Any) -> str:
-    if tp is _NONE:
+    if tp is types.NoneType:
         return "null"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
@@ -69,9 +66,9 @@ def _coerce(value: Any, tp: Any, key: str, trainer_sections: Mapping[str, type] 
     `build_section`."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):
-        if value is None and _NONE in args:
+        if value is None and types.NoneType in args:
             return None
-        candidates = [a for a in args if a is not _NONE]
+        candidates = [a for a in args if a is not types.NoneType]
         if len(candidates) == 1:  # Optional[X]: let X's own, more precise error through
             return _coerce(value, candidates[0], key, trainer_sections)
         for arg in candidates:
