@@ -36,7 +36,7 @@ def option(default: Any, doc: str, *, choices: tuple | None = None, min: float |
 
     `aliases`: other names the key is read under (upstream's names, e.g. agent_learning_rate for learning_rate);
     the config keeps and prints ours. `null_is_default`: a section field where `null` means "all defaults"
-    (upstream writes `critic_model: null`)."""
+    (`critic_model: null`)."""
     meta = {"doc": doc, "choices": choices, "min": min, "max": max, "aliases": tuple(aliases),
             "null_is_default": null_is_default}
     if isinstance(default, (list, dict)):
