@@ -10,7 +10,7 @@ import reprlib
 import types
 import typing
 from dataclasses import field
-from typing import Any, Union
+from typing import Any, Mapping, Union
 
 from cooprl.errors import UserError
 
@@ -36,7 +36,7 @@ def option(default: Any, doc: str, *, choices: tuple | None = None, min: float |
 
     `aliases`: other names the key is read under (upstream's names, e.g. agent_learning_rate for learning_rate);
     the config keeps and prints ours. `null_is_default`: a section field where `null` means "all defaults"
-    (upstream writes `critic_model: null`)."""
+    (`critic_model: null`)."""
     meta = {"doc": doc, "choices": choices, "min": min, "max": max, "aliases": tuple(aliases),
             "null_is_default": null_is_default}
     if isinstance(default, (list, dict)):
@@ -46,11 +46,8 @@ def option(default: Any, doc: str, *, choices: tuple | None = None, min: float |
     return field(default=default, metadata=meta)
 
 
-_NONE = type(None)
-
-
 def _describe(tp: Any) -> str:
-    if tp is _NONE:
+    if tp is types.NoneType:
         return "null"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
@@ -64,35 +61,37 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Return `value` converted to type `tp`, or raise ConfigError naming `key`."""
+def _coerce(value: Any, tp: Any, key: str, trainer_sections: Mapping[str, type] | None = None) -> Any:
+    """Return `value` converted to type `tp`, or raise ConfigError naming `key`; `trainer_sections`: as in
+    `build_section`."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):
-        if value is None and _NONE in args:
+        if value is None and types.NoneType in args:
             return None
-        candidates = [a for a in args if a is not _NONE]
+        candidates = [a for a in args if a is not types.NoneType]
         if len(candidates) == 1:  # Optional[X]: let X's own, more precise error through
-            return _coerce(value, candidates[0], key)
+            return _coerce(value, candidates[0], key, trainer_sections)
         for arg in candidates:
             try:
-                return _coerce(value, arg, key)
+                return _coerce(value, arg, key, trainer_sections)
             except ConfigError:
                 continue
         raise ConfigError(f"{key}: expected {_describe(tp)}, got {show(value)}")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping of {tp.__name__} keys, got {show(value)}")
-        return build_section(tp, value, key)
+        return build_section(tp, value, key, trainer_sections)
     if origin is list:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected {_describe(tp)}, got {show(value)}")
-        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_coerce(v, args[0], f"{key}[{i}]", trainer_sections) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {show(value)}")
         if len(args) != 2:
             return dict(value)
-        return {_coerce(k, args[0], f"{key} key"): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
+        return {_coerce(k, args[0], f"{key} key"): _coerce(v, args[1], f"{key}.{k}", trainer_sections)
+                for k, v in value.items()}
     if tp is Any:
         return value
     if tp is bool:
@@ -136,8 +135,11 @@ def _check_bounds(value: Any, meta: Any, key: str) -> None:
             raise ConfigError(f"{key}: {show(value)} is out of range; expected a value in {bounds}")
 
 
-def unknown_key_error(key: str, known: list[str], prefix: str) -> ConfigError:
-    """Return a ConfigError for an unknown key with the nearest valid keys as suggestions."""
+def unknown_key_error(key: str, known: list[str], prefix: str,
+                      trainer_sections: Mapping[str, type] | None = None) -> ConfigError:
+    """Return a ConfigError for an unknown key with the nearest valid keys as suggestions; when none is near and
+    `prefix` is a trainer of `trainer_sections` (trainer name -> its section's dataclass), the error names the
+    trainers whose sections have `key`."""
     full = f"{prefix}.{key}" if prefix else key
     if len(full) > 100:
         full = show(full)
@@ -146,16 +148,19 @@ def unknown_key_error(key: str, known: list[str], prefix: str) -> ConfigError:
     if hint:
         return ConfigError(f"{full}: unknown key; did you mean {hint}?")
     # a key of another trainer (e.g. madpo.comparator_policy, which only the iterative trainers have)
-    from cooprl.config.trainer_sections import TRAINER_SECTIONS   # it imports this module
-    owners = [name for name, cls in TRAINER_SECTIONS.items()
-              if prefix in TRAINER_SECTIONS and key in {f.name for f in dataclasses.fields(cls)}]
+    trainer_sections = trainer_sections or {}
+    owners = [name for name, cls in trainer_sections.items()
+              if prefix in trainer_sections and key in {f.name for f in dataclasses.fields(cls)}]
     if owners:
         return ConfigError(f"{full}: unknown key; {prefix} has no {key}, these trainers do: {', '.join(owners)}")
     return ConfigError(f"{full}: unknown key; valid keys here: {', '.join(known)}")
 
 
-def build_section(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Return an instance of dataclass `cls` built from `data`, every key and value checked."""
+def build_section(cls: type, data: dict[str, Any], prefix: str = "",
+                  trainer_sections: Mapping[str, type] | None = None) -> Any:
+    """Return an instance of dataclass `cls` built from `data`, every key and value checked. `trainer_sections`
+    (trainer name -> its section's dataclass; the loader passes TRAINER_SECTIONS): an unknown key of a trainer's
+    section below `cls` that other trainers have is named with them (`unknown_key_error`)."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("task")}
     data = resolve_aliases(cls, data, prefix)
@@ -163,10 +168,10 @@ def build_section(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
-            raise unknown_key_error(str(key), list(fields), prefix)
+            raise unknown_key_error(str(key), list(fields), prefix, trainer_sections)
         if value is None and fields[key].metadata.get("null_is_default"):
             continue  # `critic_model: null`: the section with its defaults
-        converted = _coerce(value, hints[key], full)
+        converted = _coerce(value, hints[key], full, trainer_sections)
         _check_bounds(converted, fields[key].metadata, full)
         kwargs[key] = converted
     return cls(**kwargs)

@@ -11,6 +11,7 @@ from cooprl.config.fields import build_section, unknown_key_error
 from cooprl.config.overrides import apply_overrides
 from cooprl.config.rules import check_consistency
 from cooprl.config.schema import Config
+from cooprl.config.trainer_sections import TRAINER_SECTIONS
 from cooprl.config.upstream import lift_reward_shift, read_old_madpo_preference
 from cooprl.config.yaml_io import read_yaml
 
@@ -66,7 +67,7 @@ def config_from_data(data: dict[str, Any], overrides: list[str] | None = None,
         unknown = [key for key in data if key not in library_names]
         if unknown:
             raise unknown_key_error(str(unknown[0]), known, "")
-    config = build_section(Config, data)
+    config = build_section(Config, data, trainer_sections=TRAINER_SECTIONS)
     if task_config is not None:
         config.task = build_section(task_config, task_data)
     check_consistency(config)

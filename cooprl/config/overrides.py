@@ -4,15 +4,16 @@ winning over the file's value under another name (an upstream alias)."""
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from typing import Any, Collection, Mapping
 
 import yaml
 
-from cooprl.config.fields import _NONE, ConfigError, field_aliases
+from cooprl.config.fields import ConfigError, field_aliases
 from cooprl.config.schema import Config
 from cooprl.config.trainer_sections import TRAINER_SECTIONS
-from cooprl.config.yaml_io import _yaml_problem, load_yaml_text
+from cooprl.config.yaml_io import load_yaml_text, yaml_problem
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -26,7 +27,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = load_yaml_text(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
-        raise ConfigError(f"--override {text!r}: value is not valid YAML ({_yaml_problem(err)})") from None
+        raise ConfigError(f"--override {text!r}: value is not valid YAML ({yaml_problem(err)})") from None
     except ConfigError as err:
         raise ConfigError(f"--override {text!r}: {err}") from None
     return path, value
@@ -77,7 +78,7 @@ def _section_at(path: list[str], task_config: type | None = None) -> type | None
         if part not in fields:
             return None
         tp = typing.get_type_hints(cls)[part]
-        args = [a for a in typing.get_args(tp) if a is not _NONE] or [tp]
+        args = [a for a in typing.get_args(tp) if a is not types.NoneType] or [tp]
         cls = next((a for a in args if dataclasses.is_dataclass(a)), None)
         if cls is None:
             return None

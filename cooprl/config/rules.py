@@ -42,7 +42,7 @@ def device_list(value: Any, key: str) -> list[str]:
 
 def model_devices(value: Any, key: str, count: int, fallback: str) -> list[str]:
     """Return the device of each of `count` models from `value`, a section's `key` (e.g. agent_devices): one device
-    for all (a device, or a list naming one device, repeated or not: upstream writes [cuda:0]), or one per model;
+    for all (a device, or a list naming one device, repeated or not, e.g. [cuda:0]), or one per model;
     `fallback` (e.g. agent_model.device) when the key is null. ConfigError for a list of several devices of another
     length, naming the key."""
     devices = device_list(value, key)

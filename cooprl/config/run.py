@@ -24,8 +24,8 @@ S = TypeVar("S", bound=TrainerSection)
 # MARLHF's rl_algorithm -> the trainer (of cooprl.trainers.TRAINERS) that runs it
 RL_TRAINERS = {"magrpo": "magrpo", "mareinforce": "magrpo", "maremax": "magrpo", "marloo": "magrpo",
                "iac": "iac", "maac": "maac"}
-# upstream's REINFORCE family: MAGRPO whose advantage baseline is none (raw returns), the group's best return, or
-# the mean of the other samples' returns (leave-one-out); they override the section's advantage_mode, as upstream
+# the REINFORCE family: MAGRPO whose advantage baseline is none (raw returns), the group's best return, or the mean
+# of the other samples' returns (leave-one-out); they override the section's advantage_mode
 MAGRPO_ADVANTAGE_MODES = {"magrpo": None, "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
 
 

@@ -82,7 +82,7 @@ class AgentModelSection:
         "kahan", "how bfloat16 weights are trained (agents, critics, reward model): kahan (torch-optimi's AdamW with "
         "Kahan summation and a float32 second moment: a bf16 buffer per weight keeps what rounding dropped, so "
         "updates below a bf16 ulp add up as in float32, and the second moment decays as in float32; 4 more bytes per "
-        "weight) or pure (torch.optim.AdamW on the bf16 weights, as upstream: most updates at lr 2e-5 round away, and "
+        "weight) or pure (torch.optim.AdamW on the bf16 weights: most updates at lr 2e-5 round away, and "
         "its bf16 second moment does not decay); float32 weights and LoRA adapters always get torch.optim.AdamW",
         choices=("kahan", "pure"))
     init_from: Optional[str] = option(
@@ -98,10 +98,9 @@ class CriticModelSection:
     type: str = option("qwen", "model family (informational, like agent_model.type)")
     max_length: Optional[int] = option(None, "longest critic input in tokens, cut from the left like the actors' "
                                        "prompts (null = agent_model.max_length)", min=16)
-    temperature: Optional[float] = option(None, "accepted for upstream's configs and unused: a critic scores, it does "
-                                          "not sample", min=0.0)
-    top_p: Optional[float] = option(None, "accepted for upstream's configs and unused: a critic does not sample",
-                                    min=0.0, max=1.0)
+    temperature: Optional[float] = option(None, "no effect: a critic scores, it does not sample",
+                                          min=0.0)
+    top_p: Optional[float] = option(None, "no effect: a critic does not sample", min=0.0, max=1.0)
     torch_dtype: str = option("auto", "critic weights dtype", choices=("auto", "float32", "bfloat16", "float16"))
     lora: Optional[LoraSection] = option(None, "LoRA adapters on the critic backbone; null = full fine-tuning")
 
@@ -132,7 +131,7 @@ class RewardSection:
                                           "what lacks)")
     pipeline_nodes: Optional[int] = option(
         None, "MAGRPO/GRPO rollouts: nodes of a turn sampled per generate call (null = the whole turn in one call per "
-        "agent; 1 = node by node, as upstream): with reward.pipeline, each chunk's joint actions are scored "
+        "agent; 1 = node by node): with reward.pipeline, each chunk's joint actions are scored "
         "while the next chunk generates. Another chunking draws other samples (same distributions)", min=1)
     pipeline: bool = option(True, "score each chunk of reward.pipeline_nodes nodes on a background thread while the "
                             "next chunk generates (the results are identical to scoring each chunk in turn)")

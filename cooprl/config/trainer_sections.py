@@ -20,12 +20,12 @@ class TrainerSection:
                                       "takes num_iterations x max_steps steps", min=1)
     learning_rate: float = option(2e-5, "actor learning rate (AdamW)", min=0.0,
                                   aliases=("agent_learning_rate", "actor_learning_rate"))
-    weight_decay: float = option(0.01, "AdamW weight decay (0.01: torch's default, what upstream's AdamW gets)", min=0.0)
-    max_grad_norm: Optional[float] = option(None, "gradient clipping norm (null = off, as upstream)", min=0.0)
+    weight_decay: float = option(0.01, "AdamW weight decay (0.01: torch's default)", min=0.0)
+    max_grad_norm: Optional[float] = option(None, "gradient clipping norm (null = off)", min=0.0)
     reference_kl_coef: float = option(0.0, "weight of a k3 KL penalty to the frozen start model (0 = off, no "
                                       "reference model kept); how it acts: reference_kl_form", min=0.0)
     reference_kl_form: str = option(
-        "reward", "reward (upstream): coef x the k3 KL of each sampled completion (summed over its tokens, no gradient) "
+        "reward", "reward: coef x the k3 KL of each sampled completion (summed over its tokens, no gradient) "
         "is subtracted from its reward (MAGRPO: its return; IAC/MAAC: its TD target) before advantages; loss: coef x "
         "the k3 KL is added to the policy loss, with gradient", choices=("reward", "loss"))
     max_new_tokens: int = option(256, "tokens generated per completion (joint budget in centralized mode)", min=1)
@@ -74,10 +74,10 @@ class MAGRPOSection(TrainerSection):
     advantage_mode: str = option("mean", "baseline for advantages within a sibling group",
                                  choices=("mean", "raw", "max", "rloo"))
     advantage_normalization: bool = option(True, "standardize each sibling group's advantages (center, divide by std)")
-    cross_return: str = option("sum", "cross mode: a sample's return is the sum (upstream) or the mean of the returns "
+    cross_return: str = option("sum", "cross mode: a sample's return is the sum or the mean of the returns "
                                "of the joint actions it is in", choices=("sum", "mean"))
     update_schedule: str = option(
-        "nodes", "nodes (upstream): rollout_buffer_size counts tree nodes per agent; a full buffer is trained turn by "
+        "nodes", "nodes: rollout_buffer_size counts tree nodes per agent; a full buffer is trained turn by "
         "turn, shuffled, one optimizer step per train_batch_size nodes. items: rollout_buffer_size counts dataset "
         "items; one optimizer step per agent on all their samples (train_batch_size = sequences per forward)",
         choices=("nodes", "items"))
@@ -104,7 +104,7 @@ class ActorCriticSection(TrainerSection):
     advantage_normalization: bool = option(True, "normalize advantages (within each turn's group with "
                                            "update_schedule turns, over the whole buffer with episodes)")
     update_schedule: str = option(
-        "turns", "turns (upstream): rollout_buffer_size counts one agent's turn samples (one per turn of each "
+        "turns", "turns: rollout_buffer_size counts one agent's turn samples (one per turn of each "
         "episode); a full buffer is trained turn by turn (turn 1 first), advantages normalized within the turn, its "
         "samples shuffled, one optimizer step per train_batch_size samples. episodes: rollout_buffer_size counts "
         "episodes; advantages normalized over the whole buffer; steps over it in buffer order",
@@ -112,7 +112,7 @@ class ActorCriticSection(TrainerSection):
     rollout_buffer_size: int = option(4, "turn samples per agent (update_schedule turns) or episodes (episodes) "
                                       "collected before each update", min=1)
     train_batch_size: Optional[int] = option(None, "turn samples per optimizer step within an update (null: "
-                                             "rollout_buffer_size with update_schedule turns, as upstream; the whole "
+                                             "rollout_buffer_size with update_schedule turns; the whole "
                                              "buffer in one step with episodes)", min=1)
     critic_devices: Union[str, list[str], None] = option(
         None, "the separate critics' devices: one device for every critic, or a list with one per critic (IAC: one "
@@ -134,8 +134,8 @@ class PreferenceFields:
     preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)", min=1,
                                                         aliases=("preference_pairs_per_item",))
     min_reward_gap: float = option(0.0, "pairs need winner reward - loser reward > this", min=0.0)
-    use_environment_step: bool = option(True, "upstream's env_step (W&B's x axis, default as upstream): "
-                                        "environment_steps_per_pair per trained pair (MADPO); false = the joint "
+    use_environment_step: bool = option(True, "env_step (W&B's x axis) advances "
+                                        "environment_steps_per_pair per trained pair (MADPO); false = by the joint "
                                         "answers sampled")
     environment_steps_per_pair: int = option(2, "environment steps one trained pair counts for (a pair = 2 joint "
                                              "answers)", min=1)
@@ -144,29 +144,28 @@ class PreferenceFields:
 @dataclass
 class MADPOSection(PreferenceFields, TrainerSection):
     num_turns: int = option(1, "preference methods are single-turn", min=1, max=1)
-    # upstream's older MADPO schema (commit 88b74938) named three of these keys otherwise: read as aliases
+    # the aliases of three of these keys: the names of upstream's older MADPO schema (docs/upstream.md)
     num_train_epochs: int = option(1, "passes over the training split (offline pairs: each problem's pairs are "
                                    "trained on once per pass)", min=1, aliases=("dpo_epochs_per_iteration",))
-    num_iterations: int = option(1, "plain MADPO is one iteration (upstream's older MADPO schema has the key; "
-                                 "madpo_iter iterates)", min=1, max=1)
+    num_iterations: int = option(1, "plain MADPO is one iteration (madpo_iter "
+                                 "iterates)", min=1, max=1)
     dpo_beta: float = option(0.1, "DPO inverse temperature beta", min=0.0, aliases=("beta",))
     joint_mode: str = option("aligned", "candidates are aligned joint answers (the g-th sample of each agent); "
                              "the only mode preference pairs support", choices=("aligned",))
-    rollout_buffer_size: Optional[int] = option(None, "upstream's fallback for train_batch_size: pairs per DPO "
+    rollout_buffer_size: Optional[int] = option(None, "the fallback for train_batch_size: pairs per DPO "
                                                 "optimizer step when train_batch_size is null", min=1)
     train_batch_size: Optional[int] = option(None, "pairs per DPO optimizer step: a step's pairs (new and replayed) "
                                              "are trained in chunks of this many, one optimizer step each "
                                              "(null = rollout_buffer_size; both null = all in one step)", min=1)
-    advantage_normalization: bool = option(True, "accepted for upstream's configs; DPO has no advantages (no effect, "
-                                           "as upstream)")
-    num_generations: int = option(1, "accepted for upstream's configs; candidates per problem are "
-                                  "preference_num_candidates (no effect)", min=1)
+    advantage_normalization: bool = option(True, "no effect: DPO has no advantages")
+    num_generations: int = option(1, "no effect: candidates per problem are "
+                                  "preference_num_candidates", min=1)
     reference_model: bool = option(False, "add the usual DPO reference-model terms (default: reference-free)",
                                    aliases=("use_reference_model",))
     reference_kl_form: str = option("loss", "MADPO: reference_kl_coef x the k3 KL is a term of the DPO loss (a DPO "
                                     "step has no reward to penalize)", choices=("loss",))
     pair_collection: str = option(
-        "offline", "offline (upstream): each iteration's pairs are collected once, at its first step, from the policy "
+        "offline", "offline: each iteration's pairs are collected once, at its first step, from the policy "
         "as it is then (MADPO: the start policy) on every problem of the step plan, then trained on; online: every "
         "step samples new pairs for its problem from the current policy", choices=("offline", "online"))
 
@@ -174,8 +173,7 @@ class MADPOSection(PreferenceFields, TrainerSection):
 @dataclass
 class IterativeFields:
     num_iterations: int = option(4, "preference refresh iterations", min=1)
-    pair_selection: str = option("comparator_reward", "how pairs are picked (as in madpo; the iterative default is "
-                                 "upstream's comparator_reward)",
+    pair_selection: str = option("comparator_reward", "how pairs are picked (as in madpo)",
                                  choices=("reward_gap", "random", "all", "comparator_reward"))
     comparator_policy: str = option("current", "who generates the comparison candidates: current (the live "
                                     "policies), current_copy (a frozen copy of the policies, refreshed at the start of "
@@ -193,13 +191,13 @@ class IterativeFields:
         None, "comparator candidates per problem (null: preference_num_candidates with comparator_candidate_budget "
         "separate; up to half of preference_num_candidates with shared)", min=1)
     comparator_candidate_budget: str = option(
-        "separate", "separate (upstream): the policies write preference_num_candidates and the comparator "
+        "separate", "separate: the policies write preference_num_candidates and the comparator "
         "comparator_num_candidates of its own (comparator_policy current: the live policies write that second set); "
         "shared: without comparator_num_candidates the comparator's candidates come out of preference_num_candidates "
         "(up to half; current: the policies' first half plays the comparator)", choices=("separate", "shared"))
     comparator_history_k: Optional[int] = option(None, "comparator_policy history: at iteration i, the policies as "
-                                                 "upstream's checkpoint of iteration i - k held them (the start of "
-                                                 "iteration i - k + 1; the start policies before that; null = 1)",
+                                                 "iteration i - k ended them (the start of iteration i - k + 1; the "
+                                                 "start policies before that; null = 1)",
                                                  min=1)
     comparator_generation_mode: str = option("decentralized", "comparator writes each role's answer "
                                              "separately or all in one answer",
@@ -248,7 +246,7 @@ class MADPOIterSection(IterativeFields, MADPOSection):
 class MARLHFSection(PreferenceFields, MAGRPOSection):
     num_turns: int = option(1, "turns of the online RL phase", min=1)
     rl_algorithm: str = option("magrpo", "online RL algorithm on the learned reward: magrpo; mareinforce, maremax, "
-                               "marloo (MAGRPO with advantage_mode raw, max, rloo, as upstream); iac; maac",
+                               "marloo (MAGRPO with advantage_mode raw, max, rloo); iac; maac",
                                choices=("magrpo", "mareinforce", "maremax", "marloo", "iac", "maac"))
     reward_model_name: Optional[str] = option(None, "reward model backbone (null = agent_model.name)")
     reward_model_device: Optional[str] = option(None, "the reward model's device (null = agent_model.device); "
@@ -259,8 +257,7 @@ class MARLHFSection(PreferenceFields, MAGRPOSection):
     reward_train_batch_size: Optional[int] = option(None, "pairs per reward-model optimizer step (null = "
                                                     "cooprl.preferences.reward_model's default batch)", min=1)
     reward_freeze_backbone: bool = option(False, "train only the reward model's linear head, the backbone frozen")
-    dpo_beta: float = option(0.1, "accepted for upstream's configs (its MARLHF config inherits MADPO's); MARLHF "
-                             "trains no DPO loss (no effect, as upstream)", min=0.0)
+    dpo_beta: float = option(0.1, "no effect: MARLHF trains no DPO loss", min=0.0)
     reward_max_length: int = option(2048, "longest joint prompt + both outputs scored by the reward model", min=16)
     reward_eval_fraction: float = option(0.2, "held-out share of pairs for reward-model accuracy", min=0.0, max=0.9)
     normalize_reward: bool = option(True, "learned reward = (score - mean) / std of its scores on the pairs' answers")

@@ -73,7 +73,7 @@ def load_yaml_text(text: str) -> Any:
         raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep: refused") from None
 
 
-def _yaml_problem(err: yaml.YAMLError) -> str:
+def yaml_problem(err: yaml.YAMLError) -> str:
     """Return a one-line description of a YAML error, without the snippet of the file PyYAML appends."""
     problem = getattr(err, "problem", None)
     mark = getattr(err, "problem_mark", None)
@@ -110,7 +110,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = load_yaml_text(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file {name} is not valid YAML: {_yaml_problem(err)}") from None
+        raise ConfigError(f"config file {name} is not valid YAML: {yaml_problem(err)}") from None
     except ConfigError as err:
         raise ConfigError(f"config file {name}: {err}") from None
     if data is None:   # an empty or all-comment file: every key would silently take its default

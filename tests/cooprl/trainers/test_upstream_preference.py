@@ -19,7 +19,7 @@ from tests.scripted import scripted_task
 from tests.cooprl.trainers.test_madpo import madpo_config, run_madpo, train_events
 from tests.cooprl.trainers.test_marlhf import marlhf_config, run_marlhf
 from tests.cooprl.trainers.test_marlhf import train_events as marlhf_train_events
-from tests.cooprl.config.test_upstream_configs import OFFLINE, ROOT, UPSTREAM, few_steps
+from tests.cooprl.config.test_upstream import OFFLINE, ROOT, UPSTREAM, few_steps
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 

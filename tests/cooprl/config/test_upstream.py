@@ -18,7 +18,7 @@ import pytest
 from cooprl.config import ConfigError, Run, load_config
 from envs.launch import train_main
 
-pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
+# the end-to-end tests (trainers, command lines, subprocesses) are marked slow: not in `make test-fast`
 
 ROOT = Path(__file__).resolve().parents[3]
 UPSTREAM = ROOT / "tests" / "data" / "upstream_configs"
@@ -79,6 +79,7 @@ def train_events(run_dir: Path) -> list[dict]:
             and not any(k.startswith("eval/") for k in e)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", SEED_COMMANDS, ids=lambda c: " ".join(c.split()[1:])[:80])
 def test_seed_command_runs_as_written(command, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -90,6 +91,7 @@ def test_seed_command_runs_as_written(command, tmp_path, monkeypatch):
     assert [e["step"] for e in logged] == [1, 2]
 
 
+@pytest.mark.slow
 def test_the_seed_commands_values_land_in_the_config():
     argv = shlex.split(SEED_COMMANDS[3].replace("\\\n", " "))
     config = load_config(ROOT / argv[3], argv[5:])
@@ -105,6 +107,7 @@ def upstream(trainer: str, dataset: str) -> Path:
     return UPSTREAM / f"{trainer}_{dataset}_config.yaml"
 
 
+@pytest.mark.slow
 def test_every_upstream_config_is_here_with_its_source():
     readme = (UPSTREAM / "README.md").read_text()
     for trainer in TRAINERS:
@@ -114,6 +117,7 @@ def test_every_upstream_config_is_here_with_its_source():
             assert path.name in readme and "commit" in readme
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainer", TRAINERS)
 @pytest.mark.parametrize("dataset", ["che", "he"])
 def test_upstream_config_loads_and_its_values_land_in_our_fields(trainer, dataset):
@@ -163,6 +167,7 @@ def test_upstream_config_loads_and_its_values_land_in_our_fields(trainer, datase
     assert "reward_shift" not in printed[trainer]
 
 
+@pytest.mark.slow
 def test_print_config_of_an_upstream_config_shows_our_names(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     assert train_main("madpo_iter", ["--config", str(upstream("madpo_iter", "che")), "--print-config"]) == 0
@@ -171,6 +176,7 @@ def test_print_config_of_an_upstream_config_shows_our_names(tmp_path, monkeypatc
     assert "comparator_model: null" in out and "comparator_model_name" not in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trainer,dataset", [("magrpo", "che"), ("iac", "he"), ("madpo_iter", "che"),
                                              ("marlhf_iter", "che")])
 def test_upstream_config_runs_end_to_end(trainer, dataset, tmp_path, monkeypatch):
@@ -181,48 +187,16 @@ def test_upstream_config_runs_end_to_end(trainer, dataset, tmp_path, monkeypatch
     assert train_events(tmp_path / "up")[-1]["step"] == 2   # upstream logs every logging_steps (50) and at the end
 
 
-# ---------------------------------------------------------------------------------------------- aliases and devices
-def test_an_alias_and_our_name_with_different_values_is_an_error(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("magrpo:\n  agent_learning_rate: 1.0e-5\n  learning_rate: 3.0e-5\n")
-    with pytest.raises(ConfigError, match="agent_learning_rate.*learning_rate|learning_rate.*agent_learning_rate"):
-        load_config(path, [])
-    path.write_text("magrpo:\n  agent_learning_rate: 1.0e-5\n  learning_rate: 1e-5\n")   # the same value: fine
-    assert load_config(path, []).magrpo.learning_rate == 1e-5
-    with pytest.raises(ConfigError, match="reward_shift"):
-        load_config(None, ["grpo.reward_shift=-2", "reward_processor.shift=-3"])
-    with pytest.raises(ConfigError, match="give one"):
-        load_config(None, ["magrpo.agent_learning_rate=1e-5", "magrpo.learning_rate=2e-5"])
-
-
-def test_an_override_wins_over_the_files_value_under_the_other_name():
-    config = load_config(upstream("magrpo", "che"), ["magrpo.learning_rate=7e-6", "reward_processor.shift=-2"])
-    assert config.magrpo.learning_rate == 7e-6 and config.reward_processor.shift == -2.0
-    config = load_config(ROOT / "configs/magrpo_che_config.yaml", ["magrpo.agent_learning_rate=7e-6",
-                                                                   "magrpo.reward_shift=-1"])
-    assert config.magrpo.learning_rate == 7e-6 and config.reward_processor.shift == -1.0
-    assert load_config(None, ["critic_model=null"]).critic_model.name is None   # null = the defaults
-
-
-@pytest.mark.parametrize("override,message", [
-    ("iac.parallel_training=mp", "iac.parallel_training: mp is supported by magrpo, grpo"),
-    ("maac.parallel_training=ddp", "set maac.update_schedule=episodes and maac.train_batch_size=null"),
-    ("iac.parallel_training=ddp", "set iac.update_schedule=episodes and iac.train_batch_size=null"),
-    ("magrpo.agent_devices=[cuda:0, cuda1]", "magrpo.agent_devices: 'cuda1' is not a device"),
-    ("maac.critic_devices=[cpu, gpu]", "maac.critic_devices: 'gpu' is not a device"),
-    ("madpo_iter.comparator_devices=[cuda:0, cuda:x]", "madpo_iter.comparator_devices: 'cuda:x' is not a device"),
-    ("marlhf.reward_model_device=gpu0", "marlhf.reward_model_device: 'gpu0' is not a device"),
-])
-def test_device_and_parallel_keys_are_checked(override, message):
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
-        load_config(None, [override])
-
-
-def test_one_device_is_accepted_and_used():
-    from cooprl.trainers.team import build_team
-    config = load_config(None, ["agent_model.name=offline:tiny-random", "agent_model.device=cuda:7",
-                                "magrpo.agent_devices=[cpu, cpu]", "magrpo.parallel_training=none",
-                                "iac.critic_devices=cpu", "madpo_iter.comparator_devices=cpu",
-                                "marlhf.reward_model_device=cpu"])
-    team = build_team(Run.of(config, "magrpo"), 1)   # agent_model.device (cuda:7) is overridden by agent_devices
-    assert str(team[0].model.device) == "cpu"
+# ---------------------------------------------------------------------------------------------- the trainer of a file
+def test_trainer_of_file_names_the_run_config_trainer(tmp_path):
+    from cooprl.config import trainer_of_file
+    path = tmp_path / "config.yaml"
+    cases = [("iac", []), ("marlhf", ["marlhf.rl_algorithm=iac"]), ("madpo_iter", [])]
+    for trainer, overrides in cases:
+        path.write_text(load_config(None, overrides).to_yaml(trainer))
+        assert trainer_of_file(path) == trainer
+    path.write_text("seed: 1\n")
+    assert trainer_of_file(path) is None  # no trainer section: the caller's default
+    path.write_text("madpo: {}\nmadpo_iter: {}\n")
+    with pytest.raises(ConfigError, match="several trainers .*--trainer"):
+        trainer_of_file(path)
