@@ -1,4 +1,4 @@
-"""The agents' model names (cooprl/agents.py): heterogeneous agents from the `agents` key."""
+"""The agents' model names (cooprl/trainers/team.py): heterogeneous agents from the `agents` key."""
 
 import pytest
 
@@ -6,7 +6,7 @@ from cooprl.config import ConfigError, load_config
 
 
 def test_heterogeneous_agent_names():
-    from cooprl.agents import agent_model_names
+    from cooprl.trainers.team import agent_model_names
     config = load_config(None, ["agents=[offline:tiny-random, some/hub-model]"])
     assert agent_model_names(config, 2) == ["offline:tiny-random", "some/hub-model"]
     assert agent_model_names(load_config(None, []), 2) == ["offline:smollm2-135m-instruct"] * 2

@@ -1,4 +1,4 @@
-"""The embedded models (cooprl/models.py): tiny-random generates, an unknown name and a missing package are named,
+"""The embedded models (cooprl/models/loading.py): tiny-random generates, an unknown name and a missing package are named,
 filling the model cache draws nothing from the run's random generators, SmolLM2's conversion is cached."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 
 def test_tiny_random_generates(tmp_path):
     import torch
-    from cooprl.models import TINY_RANDOM, load_causal_lm, load_tokenizer
+    from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
     model, tokenizer = load_causal_lm(TINY_RANDOM, device="cpu"), load_tokenizer(TINY_RANDOM)
     assert model.config.hidden_size == 64 and model.config.num_hidden_layers == 2
     ids = tokenizer(["def aux(x):"], return_tensors="pt")
@@ -20,7 +20,7 @@ def test_tiny_random_generates(tmp_path):
 
 
 def test_unknown_embedded_model_and_missing_package(monkeypatch):
-    from cooprl import models
+    from cooprl.models import loading as models
     with pytest.raises(models.ModelError, match="unknown embedded model 'offline:gpt5'"):
         models.resolve_model_path("offline:gpt5")
     monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
@@ -36,7 +36,7 @@ def test_filling_the_model_cache_draws_nothing_from_the_runs_random_generators(t
     import numpy as np
     import torch
 
-    from cooprl import models
+    from cooprl.models import loading as models
     monkeypatch.setenv("COOPRL_CACHE", str(tmp_path))
 
     def build(out):
@@ -58,7 +58,7 @@ def test_filling_the_model_cache_draws_nothing_from_the_runs_random_generators(t
 
 @pytest.mark.slow
 def test_smollm2_conversion_is_cached_and_trainable():
-    from cooprl.models import SMOLLM2, cache_dir, load_causal_lm, resolve_model_path
+    from cooprl.models.loading import SMOLLM2, cache_dir, load_causal_lm, resolve_model_path
     path = Path(resolve_model_path(SMOLLM2))
     assert path.parent == cache_dir() and (path / "config.json").is_file()
     config = json.loads((path / "config.json").read_text())

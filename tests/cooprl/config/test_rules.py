@@ -23,7 +23,7 @@ def test_device_and_parallel_keys_are_checked(override, message):
 
 @pytest.mark.slow
 def test_one_device_is_accepted_and_used():
-    from cooprl.agents import build_team
+    from cooprl.trainers.team import build_team
     config = load_config(None, ["agent_model.name=offline:tiny-random", "agent_model.device=cuda:7",
                                 "magrpo.agent_devices=[cpu, cpu]", "magrpo.parallel_training=none",
                                 "iac.critic_devices=cpu", "madpo_iter.comparator_devices=cpu",
