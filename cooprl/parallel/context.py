@@ -11,21 +11,26 @@ whether an optimizer's step is a collective follows from this object and the mod
 from __future__ import annotations
 
 import contextlib
+import enum
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import torch
 
+from cooprl.config import DATA_PARALLEL_MODES, TrainerSection
 from cooprl.parallel import distributed, fsdp
-from cooprl.config import TrainerSection
-from cooprl.update.engine import Sync
+from cooprl.parallel.order import Ranks
 
 T, R = TypeVar("T"), TypeVar("R")
-DATA_PARALLEL_MODES = ("ddp", "fsdp")
-# the pure parts of the data order, for the loop (cooprl.parallel.distributed holds them beside the collectives)
-Ranks, shard_order, item_seed, mean_metrics = (distributed.Ranks, distributed.shard_order, distributed.item_seed,
-                                               distributed.mean_metrics)
+
+
+class Sync(enum.Enum):
+    """How an optimizer step's gradients meet the other processes' (`Parallel.sync_of` says which)."""
+
+    NONE = "none"                # one process, or a model every process trains on the same data alike
+    REPLICATED = "replicated"    # ddp: each process holds the whole model; gradients are averaged before the step
+    SHARDED = "sharded"          # fsdp: the sharded backward sums the gradients; passes must match in number
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Parallel:
     """This process's place in a data-parallel run: `mode` (none, ddp, fsdp) and its `ranks`."""
 
     mode: str = "none"
-    ranks: distributed.Ranks = field(default_factory=distributed.Ranks)
+    ranks: Ranks = field(default_factory=Ranks)
 
     @classmethod
     def of(cls, section: TrainerSection) -> "Parallel":

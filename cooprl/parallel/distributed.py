@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 import torch
 
 from cooprl.errors import UserError
+from cooprl.parallel.order import Ranks, item_seed
 
 log = logging.getLogger(__name__)
 T, R = TypeVar("T"), TypeVar("R")
@@ -44,20 +45,6 @@ class DistributedError(UserError, RuntimeError):
 # how long a rank waits at a collective for the others: rank 0 evaluates and saves alone while the rest wait
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=3)
 BUCKET_ELEMENTS = 1 << 24           # gradients are all-reduced in flat buckets of this many elements
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """Where this process stands: its rank, the number of processes, its rank on this node."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        """Return whether this process writes the run's outputs (rank 0)."""
-        return self.rank == 0
 
 
 def launched_world_size() -> int:
@@ -123,27 +110,6 @@ def process_devices(devices: Iterable[str]) -> list[str]:
 
 def _backend() -> str | None:
     return torch.distributed.get_backend() if torch.distributed.is_initialized() else None
-
-
-def shard_order(order: list[int], epoch_length: int, ranks: Ranks) -> tuple[list[int], list[int], int]:
-    """Return (this rank's item of every step, each of those items' position in `order`, steps per epoch): step k of
-    an epoch takes its items k*W .. k*W+W-1 (W = world size), this rank the one at k*W + rank; an epoch's last
-    items that fill no step are left out."""
-    world = ranks.world_size
-    steps = epoch_length // world
-    items, positions = [], []
-    for start in range(0, len(order), epoch_length):
-        for k in range(steps):
-            position = start + k * world + ranks.rank
-            items.append(order[position])
-            positions.append(position)
-    return items, positions, steps
-
-
-def item_seed(seed: int, position: int) -> int:
-    """Return the seed of the item at `position` of the data order (a hash of both, below 2^63)."""
-    digest = hashlib.sha256(f"{seed}:{position}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def agree_to_step(params: Iterable[torch.Tensor], weight: float = 1.0, skip: bool = False) -> tuple[float, str]:
@@ -320,23 +286,6 @@ def broadcast_parameters(model: torch.nn.Module) -> None:
         for p in model.parameters():
             if p.requires_grad:
                 torch.distributed.broadcast(p.data, src=0)
-
-
-def mean_metrics(per_rank: list[dict[str, float]], summed: tuple[str, ...] = ()) -> dict[str, float]:
-    """Return the ranks' metrics of one step as one: per key the mean over the ranks that have it, the keys ending
-    with one of `summed` added up (counts such as env_steps); keys in the order they first appear."""
-    keys = dict.fromkeys(k for metrics in per_rank for k in metrics)
-    merged = {}
-    for key in keys:
-        values = [m[key] for m in per_rank if key in m]
-        numeric = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(numeric) != len(values):
-            merged[key] = values[0]
-        elif key.endswith(summed):
-            merged[key] = sum(numeric)
-        else:
-            merged[key] = sum(numeric) / len(numeric)
-    return merged
 
 
 def shutdown() -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from cooprl.parallel import distributed, fsdp
+from cooprl.parallel.order import Ranks, data_order, shard_order
 from cooprl.checkpoint import save_model
 from cooprl.config import IterativeFields, PreferenceFields, TrainerSection, is_data_parallel
 from cooprl.errors import UserError
@@ -235,12 +236,11 @@ ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (b
 def plan_chunks(task: Any, section: TrainerSection, seed: int, steps_per_round: int) -> list[list[Any]]:
     """Return the training items a preference iteration's step plan takes, each once, in plan order, cut into
     sampling batches of ITEMS_PER_COLLECTION: the first `steps_per_round` of the data order, or under data-parallel
-    training every process's first `steps_per_round` (cooprl.parallel.distributed.shard_order)."""
-    from cooprl.trainers.loop import data_order   # lazily: importing cooprl.trainers imports this module
+    training every process's first `steps_per_round` (cooprl.parallel.order.shard_order)."""
     order = data_order(len(task.train_items), section.num_train_epochs, seed)
     world = distributed.current().world_size if is_data_parallel(section) else 1
-    positions = sorted(position for rank in range(world) for position in distributed.shard_order(
-        order, len(task.train_items), distributed.Ranks(rank, world))[1][:steps_per_round])
+    positions = sorted(position for rank in range(world) for position in shard_order(
+        order, len(task.train_items), Ranks(rank, world))[1][:steps_per_round])
     items = [task.train_items[i] for i in dict.fromkeys(order[position] for position in positions)]
     return [items[start:start + ITEMS_PER_COLLECTION] for start in range(0, len(items), ITEMS_PER_COLLECTION)]
 

@@ -32,7 +32,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from cooprl import checkpoint as ckpt
 from cooprl.config import Config, Run, is_data_parallel
 from cooprl.console import open_run_log
-from cooprl.parallel.context import Parallel, Ranks, item_seed, mean_metrics, shard_order
+from cooprl.parallel.context import Parallel
+from cooprl.parallel.order import Ranks, data_order, ends_epoch, item_seed, mean_metrics, shard_order
 from cooprl.run_folders import new_run_folder
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
@@ -76,24 +77,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def data_order(num_items: int, epochs: int, seed: int) -> list[int]:
-    """Return the item index of every training step: a seeded permutation per epoch."""
-    order = []
-    for epoch in range(epochs):
-        generator = torch.Generator().manual_seed(seed * 1000 + epoch)
-        order.extend(torch.randperm(num_items, generator=generator).tolist())
-    return order
-
-
-def ends_epoch(step: int, steps_per_round: int, epoch_length: int, rounds: int = 1) -> bool:
-    """Return whether training step `step` (1-based) is the last of an epoch of `epoch_length` items, or, with
-    several rounds (the iterative trainers' iterations), the last of its round (`steps_per_round` steps: the epochs,
-    cut at max_steps). The end of a single-round plan cut by max_steps is not an epoch's end: a run extended
-    later from its last checkpoint then trains exactly as one that ran the longer plan from the start."""
-    position = (step - 1) % steps_per_round + 1
-    return position % epoch_length == 0 or (rounds > 1 and position == steps_per_round)
 
 
 def run_prefix(run: Run) -> str:

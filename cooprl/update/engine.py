@@ -20,7 +20,6 @@ batch's loss, so a process's gradient is bit for bit the one of a single process
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from dataclasses import dataclass, field
@@ -29,19 +28,12 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl.parallel import distributed, fsdp
+from cooprl.parallel.context import Sync
 
 log = logging.getLogger(__name__)
 
 # (batch, denominator) -> (the batch's summed loss / denominator, metrics to add up over this step's real batches)
 LossFn = Callable[[Any, float], "tuple[torch.Tensor, dict[str, float]]"]
-
-
-class Sync(enum.Enum):
-    """How an optimizer step's gradients meet the other processes' (cooprl.parallel.context.Parallel.sync_of says which)."""
-
-    NONE = "none"                # one process, or a model every process trains on the same data alike
-    REPLICATED = "replicated"    # ddp: each process holds the whole model; gradients are averaged before the step
-    SHARDED = "sharded"          # fsdp: the sharded backward sums the gradients; passes must match in number
 
 
 @dataclass
