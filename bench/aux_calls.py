@@ -53,7 +53,7 @@ def main() -> int:
     from envs.code_generation.data import load_problems
     from envs.code_generation.prompts import (aux_prompt, completion_to_code, main_prompt, open_body, stop_strings,
                                               with_aux_code)
-    from rewards.code_cleaning import calls_aux
+    from rewards.cooperation import calls_aux
 
     generator = embedded_generator(args.threads)
     problems = load_problems({"name": "coop", "type": "coophumaneval"}, f"train[16:{16 + args.problems}]")

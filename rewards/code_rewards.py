@@ -42,7 +42,7 @@ from types import CodeType
 from typing import Any, Mapping, Sequence
 
 from rewards.problem import Problem
-from rewards.code_cleaning import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completion, cooperation, parse_python,
+from rewards.cooperation import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completion, cooperation, parse_python,
                                    prompt_helpers, prompt_imports)
 from rewards.coop_probes import MODES as COOPERATION_MODES, compile_program, scored_aux, verify as verify_cooperation
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox

@@ -50,7 +50,7 @@ from functools import lru_cache
 from types import CodeType
 from typing import Callable, Sequence
 
-from rewards.code_cleaning import PARSE_ERRORS, parse_python
+from rewards.cooperation import PARSE_ERRORS, parse_python
 from rewards.coop_gate import SAFE_MODULES, probe_gate  # noqa: F401 - re-exported: the gate of the probes
 
 MODES = ("seed", "verified")

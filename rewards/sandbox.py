@@ -49,8 +49,8 @@ from types import CodeType
 from typing import Any, Iterable, Sequence
 
 from rewards._sandbox_worker import frame, unframe
-from rewards.code_cleaning import parse_python
-from rewards.code_cleaning import PARSE_ERRORS
+from rewards.cooperation import parse_python
+from rewards.cooperation import PARSE_ERRORS
 from rewards.sandbox_cgroup import SlotCgroups, make_slot_cgroups
 
 logger = logging.getLogger("cooprl.sandbox")
@@ -138,7 +138,7 @@ class TestSuite:
         too. The rest of the test file (e.g. METADATA) joins the context. A file that does not parse gives a
         suite with no tests.
         """
-        from rewards.code_cleaning import check_units
+        from rewards.cooperation import check_units
         try:
             module = parse_python(test_source)
             param, parts, rest = check_units(module, entry_point, context)

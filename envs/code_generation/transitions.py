@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from envs.code_generation.prompts import code_prefix, completion_to_code, problem_code
 from cooprl.text import safe_text
-from rewards.code_cleaning import PARSE_ERRORS, check_units, parse_python
+from rewards.cooperation import PARSE_ERRORS, check_units, parse_python
 from rewards.problem import Problem
 
 MODES = ("level_feedback", "plain", "expert_edits")

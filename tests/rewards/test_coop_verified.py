@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cooprl.config import ConfigError, Run, load_config  # noqa: E402
-from rewards.code_cleaning import FLOW_STEPS, Cooperation, cooperation  # noqa: E402
+from rewards.cooperation import FLOW_STEPS, Cooperation, cooperation  # noqa: E402
 from rewards.code_rewards import code_reward, code_rewards_batch  # noqa: E402
 from rewards.coop_probes import (in_drawn_order, probe_gate, probe_programs, scored_aux,  # noqa: E402
                                   verify as verify_cooperation)

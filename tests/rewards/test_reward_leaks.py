@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from envs.code_generation.data import Problem, load_problems  # noqa: E402
 from envs.code_generation.transitions import next_prompt, slice_tests, visible_asserts  # noqa: E402
-from rewards.code_cleaning import (check_units, clean_completion, cooperation, defines_with_return,  # noqa: E402
+from rewards.cooperation import (check_units, clean_completion, cooperation, defines_with_return,  # noqa: E402
                                    prompt_imports, strip_fences)
 from rewards.code_rewards import RewardBreakdown, code_reward, code_rewards_batch  # noqa: E402
 from rewards.sandbox import Sandbox, TestSuite  # noqa: E402
