@@ -49,8 +49,8 @@ from types import CodeType
 from typing import Any, Iterable, Sequence
 
 from rewards._sandbox_worker import frame, unframe
-from rewards.cooperation import parse_python
-from rewards.cooperation import PARSE_ERRORS
+from rewards.assert_units import check_units
+from rewards.cleaning import PARSE_ERRORS, parse_python
 from rewards.sandbox_cgroup import SlotCgroups, make_slot_cgroups
 
 logger = logging.getLogger("cooprl.sandbox")
@@ -127,7 +127,7 @@ class TestSuite:
     @classmethod
     def from_check(cls, test_source: str, entry_point: str, context: Sequence[str] = (),
                    trusted: bool = True) -> "TestSuite":
-        """Split a HumanEval `check(candidate)` into units (`rewards.code_cleaning.check_units` has the rules).
+        """Split a HumanEval `check(candidate)` into units (`rewards.assert_units.check_units` has the rules).
 
         A test is an assert, or a statement holding asserts (a loop, say: HumanEval/32, 38, 44, 50, 53, 151),
         that can run and exercises the candidate: it calls the candidate (by the check's parameter, the entry
@@ -138,7 +138,6 @@ class TestSuite:
         too. The rest of the test file (e.g. METADATA) joins the context. A file that does not parse gives a
         suite with no tests.
         """
-        from rewards.cooperation import check_units
         try:
             module = parse_python(test_source)
             param, parts, rest = check_units(module, entry_point, context)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from cooprl.generation import first_stop
 from rewards.problem import Problem
-from rewards.cooperation import MAX_COMPLETION_CHARS, extract_function
+from rewards.cleaning import MAX_COMPLETION_CHARS, extract_function
 
 ROLES = ("aux", "main", "single")
 AUX_HEADER = "def aux("

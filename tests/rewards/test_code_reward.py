@@ -11,7 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from envs.code_generation.data import Problem, load_problems  # noqa: E402
-from rewards.cooperation import clean_completion, defines_with_return, ignores_aux_return, is_thin_wrapper  # noqa: E402
+from rewards.cleaning import clean_completion, defines_with_return  # noqa: E402
+from rewards.cooperation import ignores_aux_return, is_thin_wrapper  # noqa: E402
 from rewards.code_rewards import RewardBreakdown, code_reward, code_rewards_batch  # noqa: E402
 from rewards.sandbox import Sandbox  # noqa: E402
 

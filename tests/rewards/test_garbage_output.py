@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from envs.code_generation.data import Problem  # noqa: E402
 from envs.code_generation.prompts import completion_to_code, parse_joint_answer  # noqa: E402
 from envs.code_generation.transitions import level_feedback, next_prompt  # noqa: E402
-from rewards.cooperation import clean_completion, cooperation  # noqa: E402
+from rewards.cleaning import clean_completion  # noqa: E402
+from rewards.cooperation import cooperation  # noqa: E402
 from rewards.code_rewards import code_rewards_batch  # noqa: E402
 from rewards.sandbox import Sandbox  # noqa: E402
 

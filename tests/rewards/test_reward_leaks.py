@@ -19,8 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from envs.code_generation.data import Problem, load_problems  # noqa: E402
 from envs.code_generation.transitions import next_prompt, slice_tests, visible_asserts  # noqa: E402
-from rewards.cooperation import (check_units, clean_completion, cooperation, defines_with_return,  # noqa: E402
-                                   prompt_imports, strip_fences)
+from rewards.assert_units import check_units  # noqa: E402
+from rewards.cleaning import clean_completion, defines_with_return, prompt_imports, strip_fences  # noqa: E402
+from rewards.cooperation import cooperation  # noqa: E402
 from rewards.code_rewards import RewardBreakdown, code_reward, code_rewards_batch  # noqa: E402
 from rewards.sandbox import Sandbox, TestSuite  # noqa: E402
 
