@@ -17,7 +17,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rewards.sandbox import SCRATCH_DIRS, Sandbox, TestSuite  # noqa: E402
+from rewards.sandbox import Sandbox, TestSuite  # noqa: E402
+from rewards.sandbox_view import SCRATCH_DIRS  # noqa: E402
 # the adversary's probes are round 1's (test_sandbox_leaks): a value read back through the assert's message
 from tests.rewards.test_sandbox_leaks import HONEST, ONE, answer, honest_passes  # noqa: E402
 
