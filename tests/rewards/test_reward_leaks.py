@@ -324,7 +324,7 @@ def test_verbose_tree_printing_survives_surrogates(capsys):
     ("def add_all(xs):\n    return sum(xs)\n", False, False),
 ])
 def test_calls_aux_is_logged_whatever_the_tests_say(sb, main, calls, uses):
-    from envs.code_generation.task import breakdown_metrics
+    from envs.code_generation.scoring import breakdown_metrics
     r = code_reward({"prompt": PROMPT, "test": FAKE_CHECK, "entry_point": "add_all"}, AUX, main, sandbox=sb,
                     timeout_s=2.0)
     assert (r.calls_aux, r.uses_aux) == (calls, uses), r
@@ -334,7 +334,7 @@ def test_calls_aux_is_logged_whatever_the_tests_say(sb, main, calls, uses):
 
 def test_the_cooperation_bonus_metric_has_no_float_residue():
     # 1 of 7 tests passed, no bonus: the total (rounded to 6 digits) minus the float levels was -1.4e-07 (-0.000)
-    from envs.code_generation.task import breakdown_metrics
+    from envs.code_generation.scoring import breakdown_metrics
     b = RewardBreakdown(total=round(1.5 + 1 / 7, 6), aux_defined=True, main_defined=True, syntax_ok=True,
                         tests_passed=1, tests_total=7)
     bonus = breakdown_metrics(b, single_agent=False)["cooperation_bonus"]
