@@ -4,8 +4,7 @@ Per (aux completion, main completion) pair:
 1. Cleaning (`rewards.cleaning`): markdown fences and prose are stripped; the function `aux` is taken from
    the aux completion and the function `entry_point` from the main completion (AST first, text fallback). The
    completions' own top-level imports are kept; every other top-level statement of a completion (helpers,
-   classes, prints, demo calls, `if __name__ == "__main__":`) is dropped, as upstream's reward
-   (OpenMLRL/LLM_Collab_Code_Generation) does.
+   classes, prints, demo calls, `if __name__ == "__main__":`) is dropped.
 2. Level 1: +0.4 when `aux` has a `def` with a `return <value>` (judged on the text when it does not parse),
    +0.6 likewise for the entry point. Without the entry point scoring stops here.
 3. Level 2: the prompt's import lines + the completions' imports + aux + main must parse: +0.5, else stop.
@@ -27,7 +26,7 @@ Per (aux completion, main completion) pair:
    structure-only transform, returning one value for every call, and returning other values of the same kind,
    and each time some test that passed must fail
    (`rewards.coop_probes` states the rules); the bonus is then scaled by the share of tests passed. The seed's
-   rule (`cooperation="seed"`, the default) reproduces the paper; docs/rewards.md compares the two.
+   rule (`cooperation="seed"`, the default) judges main's code alone; docs/rewards.md compares the two.
 A completion over `MAX_COMPLETION_CHARS` (1,000,000) is refused whole, as if missing (reason "main completion too
 long").
 Single agent (GRPO/AC baselines): no aux term, no bonus: 0.6 + 0.5 + pass fraction = 2.1 at most.
@@ -258,7 +257,7 @@ def code_reward(problem: Problem | Mapping[str, Any], aux: str, main: str, *, si
 
     `single_agent=True` scores `main` alone (aux ignored; maximum 2.1). `sandbox` defaults to the process-wide
     pool (`rewards.sandbox.default_sandbox()`). `cooperation` is how the bonus is judged: "seed" (main's code,
-    the paper's rule) or "verified" (probe runs, scaled by the share of tests passed; `rewards.coop_probes`).
+    `rewards.cooperation`) or "verified" (probe runs, scaled by the share of tests passed; `rewards.coop_probes`).
     """
     return code_rewards_batch([problem], [aux], [main], single_agent=single_agent, timeout_s=timeout_s,
                               max_timeouts=max_timeouts, sandbox=sandbox, cooperation=cooperation)[0]
