@@ -16,8 +16,6 @@ from rewards.cooperation import cooperation, ignores_aux_return, is_thin_wrapper
 
 
 N = 100_000
-
-
 ADVERSARIAL = {
     "fence_of_blank_lines": "```python\n" + "\n" * N + "```\n",
     "unterminated_fences": "```\n" * (N // 4),
