@@ -3,7 +3,7 @@ samples, so this rate, measured before any training, bounds what the cooperation
 
 The embedded SmolLM2 samples G main completions per problem of the coop set's training split under each prompt
 variant, and we count the completions whose rebuilt main function calls `aux(...)` (the reward's own check,
-`rewards.code_cleaning.calls_aux`):
+`rewards.cooperation.calls_aux`):
 - `upstream`: main's prompt as in training (aux exists and should be called; main does not see it);
 - `sees_aux`: the same, preceded by one aux sample of the aux agent (`aux_main.main_sees_aux: true`);
 - `example`: the same, preceded by a worked example of a function that calls a helper (a one-shot prompt);
@@ -53,7 +53,7 @@ def main() -> int:
     from envs.code_generation.data import load_problems
     from envs.code_generation.prompts import (aux_prompt, completion_to_code, main_prompt, open_body, stop_strings,
                                               with_aux_code)
-    from rewards.code_cleaning import calls_aux
+    from rewards.cooperation import calls_aux
 
     generator = embedded_generator(args.threads)
     problems = load_problems({"name": "coop", "type": "coophumaneval"}, f"train[16:{16 + args.problems}]")

@@ -7,7 +7,7 @@ all below the trainer:
 - the *worker* (this process after set-up): enters fresh network (no interface, not even loopback), mount, IPC and
   PID namespaces and a private root file system that holds only an allow-list of host paths, read-only (the
   interpreter, its standard library, the shared libraries it loads, copied to a tmpfs; see
-  `rewards.sandbox.interpreter_view`), a few device nodes and fresh scratch tmpfs mounts (`_isolate`), then
+  `rewards.sandbox_view.interpreter_view`), a few device nodes and fresh scratch tmpfs mounts (`_isolate`), then
   judges jobs it reads from the trainer.
   It stays root *inside its namespaces* so that no sandboxed program can signal, ptrace or read it.
   Test code (trusted: it comes from the data set) runs here, with every call of `candidate(...)` replaced by a
@@ -1627,8 +1627,8 @@ class _Worker:
 #
 # What a program may see is an allow-list: a new root file system (a tmpfs) holding copies of the paths the
 # trainer lists in `cfg["copy"]` (the interpreter, its standard library, the shared libraries it loads; see
-# `rewards.sandbox.interpreter_view`), read-only binds of the extra paths in `cfg["expose"]` (none by default), a
-# few device nodes, fresh scratch tmpfs mounts and /proc; nothing else of the host's file system exists there.
+# `rewards.sandbox_view.interpreter_view`), read-only binds of the extra paths in `cfg["expose"]` (none by default),
+# a few device nodes, fresh scratch tmpfs mounts and /proc; nothing else of the host's file system exists there.
 # The steps, in order: `_enter_namespaces`, `_build_root`, `_pivot_into`; the zygote then mounts the programs'
 # own /proc (`_programs_proc`).
 #

@@ -1,11 +1,10 @@
 """The three-level code reward, scored in the isolated sandbox of `rewards.sandbox`.
 
 Per (aux completion, main completion) pair:
-1. Cleaning (`rewards.code_cleaning`): markdown fences and prose are stripped; the function `aux` is taken from
+1. Cleaning (`rewards.cleaning`): markdown fences and prose are stripped; the function `aux` is taken from
    the aux completion and the function `entry_point` from the main completion (AST first, text fallback). The
    completions' own top-level imports are kept; every other top-level statement of a completion (helpers,
-   classes, prints, demo calls, `if __name__ == "__main__":`) is dropped, as upstream's reward
-   (OpenMLRL/LLM_Collab_Code_Generation) does.
+   classes, prints, demo calls, `if __name__ == "__main__":`) is dropped.
 2. Level 1: +0.4 when `aux` has a `def` with a `return <value>` (judged on the text when it does not parse),
    +0.6 likewise for the entry point. Without the entry point scoring stops here.
 3. Level 2: the prompt's import lines + the completions' imports + aux + main must parse: +0.5, else stop.
@@ -15,19 +14,19 @@ Per (aux completion, main completion) pair:
    to the problem, and the canonical solutions call them. A test is a top-level assert of `check`, or a loop
    or other statement holding asserts, that exercises the candidate (calls it, or uses a value computed by
    calling it) with a condition that is not constant; `assert True, "..."` (36 HumanEval checks), `assert 1 == 1`
-   and the like are setup: they run, with no verdict (`TestSuite.from_check`, `code_cleaning.check_units`).
+   and the like are setup: they run, with no verdict (`TestSuite.from_check`, `assert_units.check_units`).
    A check with no test at all gives no level-3 credit and no cooperation bonus (reason "no tests: ..."):
    the pass fraction is never 1.0 for nothing.
 5. Cooperation (two agents only, when a test passed and aux is defined): +0.5 when main calls `aux`; then +1.0
    when main is not a thin wrapper, and −0.5 when it ignores aux's return value. All three are judged on the
    code of main that can run (dead branches, code after a return, nested functions never called are dropped)
-   and on data flow; `rewards.code_cleaning` states the rules.
+   and on data flow; `rewards.cooperation` states the rules.
    With `cooperation="verified"` (`code_reward.cooperation: verified`) the bonus is paid only for what runs: the
    pair is run again with aux raising, handing main its argument wherever aux's result is that argument under a
    structure-only transform, returning one value for every call, and returning other values of the same kind,
    and each time some test that passed must fail
    (`rewards.coop_probes` states the rules); the bonus is then scaled by the share of tests passed. The seed's
-   rule (`cooperation="seed"`, the default) reproduces the paper; docs/rewards.md compares the two.
+   rule (`cooperation="seed"`, the default) judges main's code alone; docs/rewards.md compares the two.
 A completion over `MAX_COMPLETION_CHARS` (1,000,000) is refused whole, as if missing (reason "main completion too
 long").
 Single agent (GRPO/AC baselines): no aux term, no bonus: 0.6 + 0.5 + pass fraction = 2.1 at most.
@@ -42,8 +41,9 @@ from types import CodeType
 from typing import Any, Mapping, Sequence
 
 from rewards.problem import Problem
-from rewards.code_cleaning import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completion, cooperation, parse_python,
-                                   prompt_helpers, prompt_imports)
+from rewards.cleaning import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completion, parse_python, prompt_helpers,
+                              prompt_imports)
+from rewards.cooperation import cooperation
 from rewards.coop_probes import MODES as COOPERATION_MODES, compile_program, scored_aux, verify as verify_cooperation
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
@@ -257,7 +257,7 @@ def code_reward(problem: Problem | Mapping[str, Any], aux: str, main: str, *, si
 
     `single_agent=True` scores `main` alone (aux ignored; maximum 2.1). `sandbox` defaults to the process-wide
     pool (`rewards.sandbox.default_sandbox()`). `cooperation` is how the bonus is judged: "seed" (main's code,
-    the paper's rule) or "verified" (probe runs, scaled by the share of tests passed; `rewards.coop_probes`).
+    `rewards.cooperation`) or "verified" (probe runs, scaled by the share of tests passed; `rewards.coop_probes`).
     """
     return code_rewards_batch([problem], [aux], [main], single_agent=single_agent, timeout_s=timeout_s,
                               max_timeouts=max_timeouts, sandbox=sandbox, cooperation=cooperation)[0]

@@ -42,7 +42,7 @@ import symtable
 import types
 from typing import Iterable, Sequence
 
-from rewards.code_cleaning import PARSE_ERRORS, _AST_LOCK, parse_python
+from rewards.cleaning import PARSE_ERRORS, _AST_LOCK, parse_python
 
 # Modules a main or aux may import and still be probed: plain computation only.
 SAFE_MODULES = frozenset({

@@ -1,7 +1,7 @@
 """Verified cooperation (`code_reward.cooperation: verified`): the bonus is paid for what runs, not for what the
 text of main says.
 
-The seed's rule (`rewards.code_cleaning.cooperation`) reads main's code: it pays an aux that does no work (an
+The seed's rule (`rewards.cooperation.cooperation`) reads main's code: it pays an aux that does no work (an
 identity, a constant `''` joined to the answer, an aux that always raises inside main's `try`, a call in a branch
 that never runs, an aux whose result main just inverts). Here the pair is run again with aux changed, and every
 verdict is a test verdict, decided in the sandbox's worker from plain data (`rewards.sandbox`), never a record
@@ -50,7 +50,7 @@ from functools import lru_cache
 from types import CodeType
 from typing import Callable, Sequence
 
-from rewards.code_cleaning import PARSE_ERRORS, parse_python
+from rewards.cleaning import PARSE_ERRORS, parse_python
 from rewards.coop_gate import SAFE_MODULES, probe_gate  # noqa: F401 - re-exported: the gate of the probes
 
 MODES = ("seed", "verified")

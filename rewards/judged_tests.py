@@ -32,7 +32,7 @@ import ast
 import inspect
 from typing import Sequence
 
-from rewards.code_cleaning import PARSE_ERRORS, compile_tree, parse_python
+from rewards.cleaning import PARSE_ERRORS, compile_tree, parse_python
 from rewards.sandbox import TestSuite
 
 MAX_TEST_CHARS = 4000   # a generated assert longer than this is not judged (the judge compiles and runs it)

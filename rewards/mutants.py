@@ -23,7 +23,7 @@ import copy
 import threading
 from typing import Any, Callable
 
-from rewards.code_cleaning import PARSE_ERRORS, parse_python
+from rewards.cleaning import PARSE_ERRORS, parse_python
 
 MAX_MUTANTS = 6          # wrong mutants kept per problem
 MAX_CANDIDATES = 16      # mutants tried against the hidden tests per problem (spread over the sites)

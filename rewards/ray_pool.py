@@ -30,7 +30,7 @@ from types import CodeType
 from typing import Any, Sequence
 
 from rewards import sandbox as local
-from rewards.sandbox import RunReport, TestOutcome, TestSuite
+from rewards.sandbox import IsolationError, RunReport, TestOutcome, TestSuite
 
 logger = logging.getLogger("cooprl.sandbox")
 
@@ -241,7 +241,6 @@ def use_configured_executor(reward: Any) -> None:
     (ConfigError naming the key) when `require_full_isolation` is set and the sandbox cannot isolate fully, or when
     Ray is missing."""
     from cooprl.config import ConfigError
-    from rewards.sandbox import IsolationError
     options: dict[str, Any] = {"require_full_isolation": reward.require_full_isolation}
     if reward.executor == "ray":
         options.update(actors=reward.ray_actors, address=reward.ray_address,

@@ -5,9 +5,9 @@ big models): `Sandbox` starts `workers` long-lived processes (`python -s -P rewa
 fixed: `WORKER_HASH_SEED`) through
 `subprocess`, and feeds them jobs over pipes from threads, so up to `workers` programs run in parallel.
 Each worker enters its own network namespace (no interfaces, not even loopback), mount, IPC and PID namespaces, and
-a private root file system holding only what `interpreter_view` allows (copies of the interpreter, its standard
-library and shared libraries on a tmpfs, read-only), forks a *zygote* before it sees any job, and asks the zygote
-for one fresh child per program. The child runs in its own session with rlimits (address space, CPU, processes,
+a private root file system holding only what `rewards.sandbox_view.interpreter_view` allows (copies of the
+interpreter, its standard library and shared libraries on a tmpfs, read-only), forks a *zygote* before it sees any
+job, and asks the zygote for one fresh child per program. The child runs in its own session with rlimits (address space, CPU, processes,
 file size, open files, no core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
 keyring syscalls, no user namespace, no widening of its CPU affinity) and, when we are root, its own unprivileged
 uid per worker slot, so it cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a
@@ -38,27 +38,23 @@ import os
 import queue
 import select
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from types import CodeType
 from typing import Any, Iterable, Sequence
 
 from rewards._sandbox_worker import frame, unframe
-from rewards.code_cleaning import parse_python
-from rewards.code_cleaning import PARSE_ERRORS
+from rewards.assert_units import check_units
+from rewards.cleaning import PARSE_ERRORS, parse_python
 from rewards.sandbox_cgroup import SlotCgroups, make_slot_cgroups
+from rewards.sandbox_view import INTERPRETER, SCRATCH_DIRS, InterpreterView, interpreter_view
 
 logger = logging.getLogger("cooprl.sandbox")
 
 WORKER_SCRIPT = Path(__file__).with_name("_sandbox_worker.py")
-# The worker (stdlib only) runs on the interpreter's real binary, not a venv's link to it: programs then see it as
-# their sys.executable, and it is exposed wherever the venv lives (a venv below /tmp would be covered by scratch).
-INTERPRETER = os.path.realpath(sys.executable)
 # Every worker (and so every program: children are forks) hashes str, bytes and datetimes with one fixed seed, so
 # no verdict depends on which worker ran it (`str({'a', 'b'})`, `list(a_set)`, a dict built from a set). `-I`
 # would ignore PYTHONHASHSEED (it implies -E), so the worker runs with the other two flags -I stands for (-s: no
@@ -127,7 +123,7 @@ class TestSuite:
     @classmethod
     def from_check(cls, test_source: str, entry_point: str, context: Sequence[str] = (),
                    trusted: bool = True) -> "TestSuite":
-        """Split a HumanEval `check(candidate)` into units (`rewards.code_cleaning.check_units` has the rules).
+        """Split a HumanEval `check(candidate)` into units (`rewards.assert_units.check_units` has the rules).
 
         A test is an assert, or a statement holding asserts (a loop, say: HumanEval/32, 38, 44, 50, 53, 151),
         that can run and exercises the candidate: it calls the candidate (by the check's parameter, the entry
@@ -138,7 +134,6 @@ class TestSuite:
         too. The rest of the test file (e.g. METADATA) joins the context. A file that does not parse gives a
         suite with no tests.
         """
-        from rewards.code_cleaning import check_units
         try:
             module = parse_python(test_source)
             param, parts, rest = check_units(module, entry_point, context)
@@ -153,94 +148,6 @@ class TestSuite:
 
 
 # ------------------------------------------------------------------------------------------------ the pool
-
-# What a program sees of the host's files: an allow-list, found once per process by asking the interpreter itself.
-_VIEW_SCRIPT = r"""
-import importlib, json, os, sys, sysconfig
-paths = sysconfig.get_paths()
-stdlib = sorted({paths["stdlib"], paths["platstdlib"]} | {p for p in sys.path if p.endswith(".zip")})
-for d in [p for p in sys.path if p.endswith("lib-dynload")]:
-    for name in sorted(os.listdir(d)):
-        if name.endswith(".so"):
-            try:
-                importlib.import_module(name.split(".")[0])
-            except BaseException:
-                pass
-mapped = set()
-with open("/proc/self/maps") as f:
-    for line in f:
-        parts = line.split(None, 5)
-        if len(parts) == 6 and parts[5].startswith("/"):
-            mapped.add(parts[5].strip().removesuffix(" (deleted)"))
-print(json.dumps({"stdlib": stdlib, "mapped": sorted(mapped)}))
-"""
-SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # a fresh tmpfs on each, for each program
-
-
-@dataclass(frozen=True)
-class InterpreterView:
-    """The host paths a program may see (all read-only): `expose` (the interpreter, its standard library, the
-    shared libraries it loads with the names the loader asks for them by, the loader's cache; each worker copies
-    them into a tmpfs), `cover` (directories inside those left empty: the site-packages below the standard
-    library) and `links` (root-level links such as /lib -> usr/lib)."""
-
-    expose: tuple[str, ...]
-    cover: tuple[str, ...]
-    links: tuple[tuple[str, str], ...]
-
-
-def _aliases(paths: Iterable[str]) -> list[str]:
-    """The symbolic links beside each of `paths` (files, by their real paths) that resolve to one of them: the
-    names the dynamic loader asks for a library by."""
-    wanted = set(paths)
-    out = []
-    for folder in sorted({os.path.dirname(p) for p in wanted}):
-        with os.scandir(folder) as entries:
-            out += [e.path for e in entries if e.is_symlink() and os.path.realpath(e.path) in wanted]
-    return out
-
-
-@lru_cache(maxsize=None)
-def interpreter_view() -> InterpreterView:
-    """Return the allow-list of host paths for this interpreter, found by importing every extension module of the
-    standard library in a fresh interpreter and reading the files it maps (about half a second, once). Each worker
-    copies them into its root (`_sandbox_worker._copy_view`), leaving out what `COPY_SKIP` names."""
-    out = subprocess.run([INTERPRETER, "-I", "-c", _VIEW_SCRIPT], capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL, timeout=120, check=True)
-    found = json.loads(out.stdout.strip().splitlines()[-1])
-    stdlib = [os.path.realpath(p) for p in found["stdlib"]   # (a venv's "platstdlib" holds only site-packages)
-              if os.path.isfile(os.path.join(p, "os.py")) or os.path.isfile(p)]
-
-    def inside(path: str, dirs: Iterable[str]) -> bool:
-        return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
-
-    expose = list(stdlib)
-    for path in found["mapped"]:
-        path = os.path.realpath(path)
-        if inside(path, stdlib) or not os.path.exists(path):
-            continue
-        # each mapped file comes alone (the interpreter, libpython, the C libraries, a locale archive), a shared
-        # library with the names the loader asks for it by (below: libssl.so.3 -> libssl.so.3.0.2)
-        expose.append(path)
-    expose += _aliases([p for p in expose if ".so" in os.path.basename(p)])
-    # the dynamic loader by the name executables ask for (a program may start the interpreter again)
-    loaders = [os.path.join("/lib64", n) for n in (os.listdir("/lib64") if os.path.isdir("/lib64") else ())
-               if n.startswith("ld-linux")]
-    for path in (INTERPRETER, "/etc/ld.so.cache", *loaders):
-        if os.path.exists(path):
-            expose.append(os.path.abspath(path))
-    # A scratch dir is a fresh tmpfs for each program, which would cover anything bound below it: the interpreter's
-    # own files cannot live there (a venv's `bin/python` link there is left out: the real binary is exposed).
-    if any(inside(s, SCRATCH_DIRS) for s in stdlib):
-        raise RuntimeError(f"the interpreter's standard library is below {', '.join(SCRATCH_DIRS)}, which every "
-                           f"sandboxed program gets empty: install Python elsewhere ({', '.join(stdlib)})")
-    expose = sorted(p for p in set(expose) if not inside(p, SCRATCH_DIRS))
-    expose = [p for p in expose if not inside(p, [q for q in expose if q != p and os.path.isdir(q)])]
-    cover = [os.path.join(d, name) for d in stdlib for name in ("site-packages", "dist-packages")
-             if os.path.isdir(os.path.join(d, name))]
-    links = [(top, os.readlink(top)) for top in ("/bin", "/sbin", "/lib", "/lib32", "/libx32")
-             if os.path.islink(top)]
-    return InterpreterView(tuple(expose), tuple(cover), tuple(links))
 
 
 def _claim_uid_block() -> tuple[int, Any]:

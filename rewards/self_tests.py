@@ -40,7 +40,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Sequence
 
-from rewards.code_cleaning import MAX_COMPLETION_CHARS, PARSE_ERRORS, parse_python
+from rewards.cleaning import MAX_COMPLETION_CHARS, PARSE_ERRORS, parse_python
 from rewards.judged_tests import judged_test
 from rewards.problem import Problem
 from rewards.sandbox import RunReport, TestSuite

@@ -10,7 +10,7 @@ import re
 
 from rewards.problem import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
-from rewards.code_cleaning import PARSE_ERRORS, parse_python, prompt_imports, strip_fences
+from rewards.cleaning import PARSE_ERRORS, parse_python, prompt_imports, strip_fences
 
 CODE_STOP = tuple(stop_strings("single"))   # column-0 code after the function: the answer is over
 LINE_STOP = ("\n",)

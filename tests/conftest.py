@@ -27,7 +27,7 @@ import envs.code_generation  # noqa: E402, F401
 LANES = ("unit", "integration", "distributed", "sandbox", "cli")
 BY_COST = ("unit", "sandbox", "integration", "cli", "distributed")   # what a test of each lane costs, least first
 CLI_FILES = {"test_cli_smoke.py", "test_evaluate_cli.py", "test_resume_cli.py"}
-SANDBOX_FILES = {"test_sandbox.py", "test_sandbox_leaks.py", "test_sandbox_round3.py", "test_sandbox_nonroot.py",
+SANDBOX_FILES = {"test_sandbox.py", "test_sandbox_leaks.py", "test_sandbox_isolation.py", "test_sandbox_nonroot.py",
                  "test_reward_leaks.py", "test_ray_pool.py", "test_sandbox_lifetime.py"}
 
 

@@ -1,7 +1,7 @@
 """The code task's own config sections: `dataset` (which problems), `external` (the transitions between turns) and
 `code_reward` (hidden tests or self tests).
 
-They sit at the top level of a config file, as in upstream's files, and are read into `config.task` (a
+They sit at the top level of a config file and are read into `config.task` (a
 `CodeTaskConfig`): the library's `Config` holds only its own sections, and this environment registers these
 (`register_task_config`) when `envs.code_generation` is imported.
 """
@@ -26,7 +26,7 @@ class DatasetSection:
 
 @dataclass
 class ExternalSection:
-    """Upstream's `external` section: how the next turn's prompts are built (the code task's transitions)."""
+    """The `external` section: how the next turn's prompts are built (the code task's transitions)."""
     mode: str = option("level_feedback", "how the next turn's prompt is built",
                        choices=("level_feedback", "plain", "expert_edits"))
     sandbox_slice: Union[int, str, None] = option(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from cooprl.rollout.generation import first_stop
 from rewards.problem import Problem
-from rewards.code_cleaning import MAX_COMPLETION_CHARS, extract_function
+from rewards.cleaning import MAX_COMPLETION_CHARS, extract_function
 
 ROLES = ("aux", "main", "single")
 AUX_HEADER = "def aux("

@@ -27,7 +27,7 @@ from typing import Sequence
 
 from cooprl.task import Score, node_groups as groups   # one node's joint actions
 from envs.code_generation.prompts import code_prefix, completion_to_code
-from envs.code_generation.task import score_code_pairs
+from envs.code_generation.scoring import score_code_pairs
 from rewards.code_rewards import hidden_tests_suite, scored_build
 from rewards.judged_tests import (judged_suite, spec_guarded_program, spec_kinds, stub_programs, typed_junk_program,
                                   typed_twin_program)

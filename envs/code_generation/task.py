@@ -22,8 +22,10 @@ from envs.code_generation.demonstrations import code_demonstrations
 from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import (JointAnswer, agent_prompts, open_body, centralized_prompt, centralized_stop_strings,
                                           completion_to_code, parse_joint_answer, stop_strings, with_aux_code)
+from envs.code_generation.scoring import score_code_pairs
+from envs.code_generation.self_tests import score_functions
 from envs.code_generation.transitions import feedback_problem, make_expert_client, next_prompt
-from rewards.code_rewards import code_reward, code_rewards_batch
+from rewards.code_rewards import code_reward
 
 MAX_REWARD = {2: 4.0, 1: 2.1}
 
@@ -41,23 +43,6 @@ def joint_code(problem: Problem, roles: Sequence[str], completions: Sequence[str
     return codes.get("aux", ""), codes.get("main", codes.get("single", ""))
 
 
-def breakdown_metrics(b: Any, single_agent: bool) -> dict[str, float]:
-    """Return the reward's levels and cooperation statistics as numbers for the logs."""
-    level1 = 0.6 * b.main_defined + (0.0 if single_agent else 0.4 * b.aux_defined)
-    level2 = 0.5 * b.syntax_ok
-    pass_rate = b.tests_passed / b.tests_total if b.tests_total else 0.0
-    metrics = {"level1_definitions": level1, "level2_syntax": level2, "level3_tests": pass_rate if b.syntax_ok else 0.0,
-               "pass_rate": pass_rate, "syntax_ok": float(b.syntax_ok), "main_defined": float(b.main_defined),
-               "timeouts": float(b.timeouts)}
-    if not single_agent:
-        metrics.update(aux_defined=float(b.aux_defined), uses_aux=float(b.uses_aux), calls_aux=float(b.calls_aux),
-                       thin_wrapper=float(b.uses_aux and not b.not_wrapper),
-                       ignored_aux_return=float(b.ignored_aux_return),
-                       # rounded: the difference of the float levels is otherwise a -1e-17 that logs as -0.000
-                       cooperation_bonus=round(b.total - level1 - level2 - metrics["level3_tests"], 6) + 0.0)
-    return metrics
-
-
 def parse_metrics(answer: JointAnswer) -> dict[str, float]:
     """Return how a joint answer was split, as 0/1 numbers (averaged into rates in the logs).
 
@@ -66,19 +51,6 @@ def parse_metrics(answer: JointAnswer) -> dict[str, float]:
     """
     return {"parse_fallback": float(answer.used_fallback), "parse_missing_aux": float(not answer.aux),
             "parse_missing_main": float(not answer.main)}
-
-
-def score_code_pairs(items: Sequence[Problem], codes: Sequence[tuple[str, str]], single_agent: bool,
-                     cooperation: str = "seed") -> list[Score]:
-    """Return the Score of each (aux code, main code) pair for its problem, all scored in one sandbox batch.
-
-    `details` is (aux code, main code, reward breakdown): what the transitions need for feedback. `cooperation`
-    is `code_reward.cooperation` (seed or verified).
-    """
-    breakdowns = code_rewards_batch(items, [aux for aux, _ in codes], [main for _, main in codes],
-                                    single_agent=single_agent, cooperation=cooperation)
-    return [Score(b.total, breakdown_metrics(b, single_agent), b.tests_total > 0 and b.tests_passed == b.tests_total,
-                  details=(aux, main, b)) for (aux, main), b in zip(codes, breakdowns)]
 
 
 def score_joint_answers(items: Sequence[Problem], answers: Sequence[str], answer_style: str = "open",
@@ -165,7 +137,6 @@ def _decentralized_task(run: Run) -> Task:
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         codes = [joint_code(problem, roles, joint) for problem, joint in zip(items, joints)]
         if reward_type == "self_tests":
-            from envs.code_generation.self_tests import score_functions   # it imports this module
             return score_functions(items, [main for _, main in codes], reward_type)
         return score_code_pairs(items, codes, single, cooperation)
 

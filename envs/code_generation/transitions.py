@@ -28,7 +28,8 @@ from typing import Any, Callable, Sequence
 
 from envs.code_generation.prompts import code_prefix, completion_to_code, problem_code
 from cooprl.text import safe_text
-from rewards.code_cleaning import PARSE_ERRORS, check_units, parse_python
+from rewards.assert_units import check_units
+from rewards.cleaning import PARSE_ERRORS, parse_python
 from rewards.problem import Problem
 
 MODES = ("level_feedback", "plain", "expert_edits")
@@ -57,7 +58,7 @@ def _select(sandbox_slice: Any, count: int) -> range:
 def _test_units(test_src: str, prompt: str = "", entry_point: str = "") -> list[tuple[int, int]] | None:
     """Return the (first, last) 1-based line spans of the tests in `check`, or None when it does not parse.
 
-    The tests are exactly those of the reward's sandbox (`TestSuite.from_check`, `code_cleaning.check_units`):
+    The tests are exactly those of the reward's sandbox (`TestSuite.from_check`, `assert_units.check_units`):
     an assert, or a loop or other statement holding asserts, that exercises the candidate; `assert True` and
     other asserts that test nothing are setup, and setup is always kept.
     """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from envs.code_generation.demonstrations import function_body, single_completion
-from rewards.code_cleaning import parse_python
+from rewards.cleaning import parse_python
 from rewards.problem import Problem
 
 MAX_EXPRESSION = 60   # characters of code quoted in a step; longer expressions are named by their kind

@@ -194,6 +194,6 @@ def test_parse_bounded_answer_starts_after_the_tag():
     ("class K:\n    def f(self):\n        return 1\n", "def f(self):\n    return 1"),
 ])
 def test_joint_answer_parser_and_reward_extract_the_same_function(code, expected):
-    from rewards.code_cleaning import clean_completion
+    from rewards.cleaning import clean_completion
     assert extract_function(code, "f") == expected
     assert clean_completion(code, "f").function == expected

@@ -11,7 +11,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from envs.code_generation.data import Problem, load_problems  # noqa: E402
-from rewards.code_cleaning import clean_completion, defines_with_return, ignores_aux_return, is_thin_wrapper  # noqa: E402
 from rewards.code_rewards import RewardBreakdown, code_reward, code_rewards_batch  # noqa: E402
 from rewards.sandbox import Sandbox  # noqa: E402
 
@@ -165,17 +164,6 @@ def test_batch_forms():
     problems = [Problem(f"item/{i}", PROMPT, TEST, "add_all") for i in range(3)]
     results = code_rewards_batch(problems, [AUX, AUX, ""], [MAIN_GOOD, "def add_all(xs):\n    return aux(xs)\n", ""])
     assert [r.total for r in results] == [4.0, 3.0, 0.0]
-
-
-def test_cleaning_helpers():
-    c = clean_completion("blah\n```python\ndef f(x):\n    return x\n```\nmore ```", "f")
-    assert c.function == "def f(x):\n    return x"
-    assert defines_with_return("def f(x):\n    return x +\n", "f")            # text fallback
-    assert not defines_with_return("def f(x):\n    def g():\n        return 1\n    g()\n", "f")
-    assert is_thin_wrapper("def f(x):\n    '''d'''\n    pass\n", "f")
-    # a read earlier in an enclosing loop counts (the next iteration sees the value)
-    assert not ignores_aux_return("def f(x):\n    out = 0\n    for i in x:\n        if i:\n            out = out + r\n"
-                                  "        r = aux(i)\n    return out\n", "f")
 
 
 @pytest.mark.slow

@@ -189,7 +189,7 @@ def test_humaneval_solutions_pass_the_gate_as_mains():
     # the allow-list refuses what a pure program does not do, not plain code: every canonical solution but one
     # (HumanEval/160 calls eval) passes it as a main that would call aux
     from envs.code_generation.data import load_problems
-    from rewards.code_cleaning import clean_completion, prompt_helpers, prompt_imports
+    from rewards.cleaning import clean_completion, prompt_helpers, prompt_imports
     refused = []
     for p in load_problems({"type": "humaneval"}, "test"):
         main = clean_completion(p.prompt + p.extra["canonical_solution"], p.entry_point)

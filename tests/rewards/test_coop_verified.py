@@ -6,7 +6,6 @@ could tell the probes apart are not probed. Also: the data-flow analysis of the 
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from pathlib import Path
@@ -16,11 +15,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cooprl.config import ConfigError, Run, load_config  # noqa: E402
-from rewards.code_cleaning import FLOW_STEPS, Cooperation, cooperation  # noqa: E402
 from rewards.code_rewards import code_reward, code_rewards_batch  # noqa: E402
 from rewards.coop_probes import (in_drawn_order, probe_gate, probe_programs, scored_aux,  # noqa: E402
                                   verify as verify_cooperation)
 from rewards.sandbox import Sandbox  # noqa: E402
+from tests.rewards.test_cooperation import degenerate_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = ('def shout_words(text: str) -> str:\n    """Upper-case the words of text, join them with one space and '
@@ -227,6 +226,7 @@ def test_config_key_reaches_the_reward(monkeypatch):
     assert load_config(ROOT / "configs" / "magrpo_che_cpu.yaml").task.code_reward.cooperation == "seed"
     with pytest.raises(ConfigError, match="code_reward.cooperation"):
         load_config(ROOT / "configs" / "magrpo_che_cpu.yaml", ["code_reward.cooperation=trusting"])
+    import envs.code_generation.scoring as scoring_module
     import envs.code_generation.task as task_module
     seen = {}
 
@@ -234,7 +234,7 @@ def test_config_key_reaches_the_reward(monkeypatch):
         seen.update(kw)
         return code_rewards_batch(items, aux, main, **kw)
 
-    monkeypatch.setattr(task_module, "code_rewards_batch", fake_batch)
+    monkeypatch.setattr(scoring_module, "code_rewards_batch", fake_batch)
     task = task_module.build_code_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
     task.score([problem], [["def aux(x):\n    return x\n", "return 1\n"]])
@@ -242,51 +242,6 @@ def test_config_key_reaches_the_reward(monkeypatch):
 
 
 # ------------------------------------------------------------------------------ the data-flow analysis is bounded
-
-def degenerate_main(depth: int, chain: int = 11) -> str:
-    """Nested loops; each body resets the next level's chain of assignments and then runs its own in reverse
-    order, so that every loop takes all its fixpoint passes each time it is entered (x11 per level unbounded)."""
-    out = ["def f(x):", "    v = aux(x)"]
-    ind = "    "
-    for d in range(depth):
-        out.append(ind + f"for i{d} in x:")
-        ind += "    "
-        out += [ind + f"c{d + 1}_{k} = 0" for k in range(chain + 1)]
-        out += [ind + f"c{d}_{k} = c{d}_{k - 1}" for k in range(chain, 0, -1)]
-        out.append(ind + f"c{d}_0 = v")
-    out.append(f"    return c0_{chain}")
-    return "\n".join(out) + "\n"
-
-
-class AnalysisTooSlow(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise AnalysisTooSlow()
-
-
-@pytest.mark.parametrize("depth", [6, 9])
-def test_degenerate_nested_loops_give_the_conservative_verdict_quickly(depth):
-    src = degenerate_main(depth)
-    assert len(src) <= 8192
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, 10.0)   # unbounded, depth 6 would take minutes: fail instead of hanging
-    try:
-        t0 = time.process_time()
-        verdict = cooperation(src, "f")
-        spent = time.process_time() - t0
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    assert spent < 1.0
-    assert verdict == Cooperation(uses_aux=False, thin_wrapper=True, ignores_return=True)
-
-
-def test_shallow_nesting_is_still_analysed():
-    assert cooperation(degenerate_main(1), "f").uses_aux
-    assert FLOW_STEPS >= 10_000   # HumanEval's and the coop set's mains take under 300 steps
-
 
 def test_degenerate_main_earns_no_bonus_in_either_mode(sb):
     problem = {"prompt": "def f(x: list) -> int:\n    '''Zero.'''\n",

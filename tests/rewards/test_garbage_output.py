@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from envs.code_generation.data import Problem  # noqa: E402
 from envs.code_generation.prompts import completion_to_code, parse_joint_answer  # noqa: E402
 from envs.code_generation.transitions import level_feedback, next_prompt  # noqa: E402
-from rewards.code_cleaning import clean_completion, cooperation  # noqa: E402
+from rewards.cleaning import clean_completion  # noqa: E402
+from rewards.cooperation import cooperation  # noqa: E402
 from rewards.code_rewards import code_rewards_batch  # noqa: E402
 from rewards.sandbox import Sandbox  # noqa: E402
 
@@ -101,40 +102,3 @@ def test_reward_and_feedback_never_raise(sb):
         assert isinstance(prompt, str) and prompt
     # the good pair still scores full marks next to all that garbage
     assert code_rewards_batch([PROBLEM], [GOOD_AUX], [GOOD_MAIN], sandbox=sb)[0].total == 4.0
-
-
-def test_answers_are_parsed_safely_from_many_threads():
-    # CPython 3.11: two threads building ASTs at once, one switched out mid-construction (here by a garbage-collection
-    # callback that runs Python code), made ast.parse raise SystemError "AST constructor recursion depth mismatch"
-    # (python/cpython#106905); it failed this suite once, in the reward's thread pool. The reward parses under a lock.
-    import gc
-    import threading
-
-    errors: list[BaseException] = []
-    source = "def add_one(x):\n    return x + 1\nif __name__ == '__main__':\n" + "    print(add_one(1))\n" * 300
-
-    def clean_many():
-        for _ in range(60):
-            try:
-                clean_completion(source, "add_one")
-            except SystemError as error:
-                errors.append(error)
-
-    def python_during_gc(phase, info):
-        sum(range(50))
-
-    interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
-    gc.callbacks.append(python_during_gc)
-    sys.setswitchinterval(1e-6)
-    gc.set_threshold(50, 5, 5)
-    try:
-        threads = [threading.Thread(target=clean_many) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        gc.callbacks.remove(python_during_gc)
-        sys.setswitchinterval(interval)
-        gc.set_threshold(*thresholds)
-    assert errors == []

@@ -12,7 +12,7 @@ import pytest
 from cooprl.config import Run, load_config
 from envs.coder_tester.config import CoderTesterConfig
 from envs.coder_tester.task import build_coder_tester_task
-from rewards.code_cleaning import MAX_COMPLETION_CHARS
+from rewards.cleaning import MAX_COMPLETION_CHARS
 from rewards.code_rewards import code_reward, code_rewards_batch, scored_program
 from rewards.judged_tests import MAX_TEST_CHARS, judged_test
 from rewards.sandbox import Sandbox

@@ -16,7 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rewards.sandbox import SCRATCH_DIRS, Sandbox, interpreter_view  # noqa: E402
+from rewards.sandbox import Sandbox  # noqa: E402
+from rewards.sandbox_view import SCRATCH_DIRS, interpreter_view  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 HONEST = "def f(x):\n    return x + 1\n"

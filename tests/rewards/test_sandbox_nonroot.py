@@ -4,7 +4,7 @@ Without root the workers cannot give each slot its own uid; they enter a user na
 capability dropped in the programs) and the same isolation table holds otherwise (no /proc for the programs where
 the host's /proc is partly masked, as in containers). When the suite already runs unprivileged, its own sandbox
 tests cover this; as root, this test reruns `test_sandbox.py`, `test_sandbox_leaks.py`
-and `test_sandbox_round3.py` as `nobody`
+and `test_sandbox_isolation.py` as `nobody`
 (setpriv), with the interpreter reached through a bind mount in a private mount namespace when it sits below a
 directory nobody may enter (e.g. pyenv under /root)."""
 
@@ -50,7 +50,7 @@ def test_hostile_suites_pass_as_an_unprivileged_user():
               f"exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups env -i HOME={home} "
               f"PATH=/usr/bin:/bin PYTHONPATH={site}:{repo_mount} {py_mount}/bin/{python} -m pytest "
               "-p no:cacheprovider -o addopts= -q tests/rewards/test_sandbox.py tests/rewards/test_sandbox_leaks.py "
-              "tests/rewards/test_sandbox_round3.py tests/rewards/test_sandbox_lifetime.py\n")
+              "tests/rewards/test_sandbox_isolation.py tests/rewards/test_sandbox_lifetime.py\n")
     mode = os.stat(repo).st_mode
     os.chmod(repo, mode | 0o005)   # a checkout made by mktemp is 700: let nobody in for the run, then restore
     try:

@@ -1,6 +1,7 @@
-"""The sandbox, round 3 (issue 27): no user namespaces, memory and processes bounded per program as a whole, a
-CPU affinity that cannot be widened, no timestamps carried from one program to the next, results that are not
-plain data failing their test whatever the test catches, and a zygote no program's signal can end.
+"""The sandbox's isolation, round 3 of the adversary (issue 27): no user namespaces, memory and processes bounded
+per program as a whole, a CPU affinity that cannot be widened, no timestamps carried from one program to the next,
+results that are not plain data failing their test whatever the test catches, and a zygote no program's signal can
+end. (Finding the cgroups is test_sandbox_cgroup.py's.)
 
 Each test plays the adversary against a one-slot pool (every program follows the last one on the same worker).
 Where there is no cgroup to bound a program as a whole (not root), the sandbox falls back to per-process bounds
@@ -17,7 +18,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rewards.sandbox import SCRATCH_DIRS, Sandbox, TestSuite  # noqa: E402
+from rewards.sandbox import Sandbox, TestSuite  # noqa: E402
+from rewards.sandbox_view import SCRATCH_DIRS  # noqa: E402
 # the adversary's probes are round 1's (test_sandbox_leaks): a value read back through the assert's message
 from tests.rewards.test_sandbox_leaks import HONEST, ONE, answer, honest_passes  # noqa: E402
 
@@ -313,47 +315,6 @@ def test_signals_from_a_program_cannot_end_its_zygote(box):
         assert report.outcomes[0].passed, report
     assert honest_passes(box)
     assert box.run_detailed(HONEST, ONE, 5.0, 1, entry_point="f").error is None
-
-
-# --------------------------------------------------------------------------------- finding the cgroups (no root needed)
-
-def test_cgroup_hierarchies_are_read_from_proc():
-    from rewards.sandbox_cgroup import hierarchies
-    v2 = hierarchies("0::/user.slice/job-7\n",
-                     "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n")
-    assert v2 == {"v2": "/sys/fs/cgroup/user.slice/job-7"}
-    # v1 as on this kind of host: per-controller mounts; a container's mount root is cut off its own path
-    v1 = hierarchies("4:memory:/process_api/abc\n8:pids:/\n0::/\n",
-                     "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
-                     "39 31 0:36 /ctr /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n"
-                     "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n")
-    assert v1["memory"] == "/sys/fs/cgroup/memory/process_api/abc" and v1["v2"] == "/sys/fs/cgroup/unified"
-    assert "pids" not in v1   # our pids cgroup "/" lies outside the mounted "/ctr": not reachable
-
-
-def test_v2_cgroups_below_our_own_or_beside_it(tmp_path):
-    from rewards.sandbox_cgroup import v2_cgroups
-    own = tmp_path / "job"
-    own.mkdir()
-    (own / "cgroup.controllers").write_text("cpu memory pids\n")
-    made = v2_cgroups(str(own), "cooprl-sandbox-b1", 2, 128, 65)
-    assert made.base == [str(own / "cooprl-sandbox-b1")]
-    for slot in (0, 1):
-        d = own / "cooprl-sandbox-b1" / f"slot-{slot}"
-        assert (d / "memory.max").read_text() == str(128 << 20) and (d / "pids.max").read_text() == "65"
-    assert "+memory +pids" in (own / "cooprl-sandbox-b1" / "cgroup.subtree_control").read_text()
-    # our own cgroup holds processes (its subtree_control refuses controllers): the sandbox's goes beside it
-    busy = tmp_path / "busy"
-    busy.mkdir()
-    (busy / "cgroup.controllers").write_text("memory pids\n")
-    (busy / "cgroup.subtree_control").mkdir()   # any write fails, as with EBUSY
-    made = v2_cgroups(str(busy), "cooprl-sandbox-b2", 1, 64, 9)
-    assert made.base == [str(tmp_path / "cooprl-sandbox-b2")]
-    assert (tmp_path / "cooprl-sandbox-b2" / "slot-0" / "pids.max").read_text() == "9"
-    (tmp_path / "none").mkdir()
-    (tmp_path / "none" / "cgroup.controllers").write_text("cpu io\n")
-    with pytest.raises(OSError, match="lacks the memory and pids"):
-        v2_cgroups(str(tmp_path / "none"), "x", 1, 64, 9)
 
 
 def _pid_after(box, forks: int) -> int:
