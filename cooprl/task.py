@@ -101,6 +101,11 @@ class Task:
             self.score = SafeScore(self.score)
 
 
+def no_next_turn(*args: Any) -> list[str]:
+    """The `next_prompts` of a centralized (one-policy) task: it is single-turn, so asking for a next turn raises."""
+    raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
+
+
 def centralized_task(team: Task) -> Task:
     """Return the one-policy version of `team` (centralized collaboration): one model answers the team's
     `joint_format` prompt for every agent at once; its answer is split into the agents' texts and scored by the team's
@@ -113,9 +118,6 @@ def centralized_task(team: Task) -> Task:
     def score(items: Sequence[Any], joints: Sequence[Sequence[str]]) -> list[Score]:
         scores = team.score(items, [joint.split(item, answer[0]) for item, answer in zip(items, joints)])
         return [replace(s, agent_rewards=None) for s in scores]
-
-    def no_next_turn(*args: Any) -> list[str]:
-        raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
 
     return replace(team, num_agents=1, first_prompts=lambda item: [joint.prompt(item)], score=score,
                    next_prompts=no_next_turn, stop_strings=[tuple(joint.stop_strings)], agent_rewards=False,

@@ -21,7 +21,7 @@ from cooprl.config.trainer_sections import TRAINER_SECTIONS, MARLHFSection, Trai
 
 S = TypeVar("S", bound=TrainerSection)
 
-# MARLHF's rl_algorithm -> the trainer (of cooprl.trainers.TRAINERS) that runs it
+# MARLHF's rl_algorithm -> the trainer that runs it (cooprl.trainers.marlhf.RL_BUILDERS builds it)
 RL_TRAINERS = {"magrpo": "magrpo", "mareinforce": "magrpo", "maremax": "magrpo", "marloo": "magrpo",
                "iac": "iac", "maac": "maac"}
 # the REINFORCE family: MAGRPO whose advantage baseline is none (raw returns), the group's best return, or the mean

@@ -32,7 +32,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl.rollout.generation import Completion
-from cooprl.update.losses import group_advantages as advantages  # noqa: F401  (where the trainers import it from)
 from cooprl.task import Score, Task
 
 # sample(agent, prompts, n) -> for each prompt, n completions

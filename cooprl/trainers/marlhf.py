@@ -35,19 +35,24 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from cooprl.parallel.context import Parallel
-# RL_TRAINERS: rl_algorithm -> the trainer of cooprl.trainers.TRAINERS that runs it (it lives with `Run`, which
-# derives the RL algorithm's run from the MARLHF section, cooprl.config.run)
+# RL_TRAINERS: rl_algorithm -> the trainer that runs it (it lives with `Run`, which derives the RL algorithm's run
+# from the MARLHF section, cooprl.config.run)
 from cooprl.config import (RL_TRAINERS, ConfigError, IterativeFields, MARLHFIterSection, MARLHFSection, Run,
                            check_parallel_training, trainer_device)
 from cooprl.models.loading import load_causal_lm, load_tokenizer
+from cooprl.models.value_model import ValueModel
+from cooprl.parallel.context import Parallel
+from cooprl.preferences.comparators import build_comparator
 from cooprl.preferences.pairs import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
-                                plan_chunks, policy_checkpoints, read_pairs, write_pairs)
+                                      plan_chunks, policy_checkpoints, read_pairs, write_pairs)
 from cooprl.preferences.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
-from cooprl.models.value_model import ValueModel
+from cooprl.trainers.actor_critic import build_iac, build_maac
+from cooprl.trainers.magrpo import build_magrpo
 
 log = logging.getLogger(__name__)
+# the builders of the trainers RL_TRAINERS names
+RL_BUILDERS = {"magrpo": build_magrpo, "iac": build_iac, "maac": build_maac}
 
 MIN_SCORE_STD = 1e-6        # floor of the std the learned reward is divided by (all pairs' answers scored alike)
 
@@ -276,7 +281,6 @@ def build_reward_model(run: Run[MARLHFSection]) -> RewardModel:
 def build_marlhf(run: Run[MARLHFSection], task: Task) -> MARLHF:
     """Return MARLHF (or MARLHF_ITER): the reward model, the RL algorithm on the learned reward (built with `run.rl`,
     see cooprl.config.run), the comparator."""
-    from cooprl.trainers import TRAINERS   # the registry imports this module
     trainer, section = run.trainer, run.section
     if task.agent_rewards:   # its pairs rank joint answers by one reward, as MADPO's
         raise ConfigError(f"{trainer}: MARLHF's preference pairs rank joint answers by the team's one reward, and "
@@ -287,9 +291,8 @@ def build_marlhf(run: Run[MARLHFSection], task: Task) -> MARLHF:
     check_parallel_training(run.rl)
     reward_model = build_reward_model(run)
     learned_task, learned = learned_reward_task(task, reward_model)
-    rl = TRAINERS[RL_TRAINERS[section.rl_algorithm]].build(run.rl, learned_task)
+    rl = RL_BUILDERS[RL_TRAINERS[section.rl_algorithm]](run.rl, learned_task)
     comparator = None
     if isinstance(section, IterativeFields):   # MARLHF_ITER: the comparator_* keys
-        from cooprl.preferences.comparators import build_comparator
         comparator = build_comparator(run, task, rl.team)
     return MARLHF(run, task, rl, reward_model, learned, comparator)

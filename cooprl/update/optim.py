@@ -97,6 +97,3 @@ def build_adamw(params: Iterable[torch.nn.Parameter], *, lr: float, weight_decay
     if torch.bfloat16 in dtypes and bf16_optimizer == "kahan":
         return KahanAdamW(params, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=weight_decay)
     return torch.optim.AdamW(params, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=weight_decay)
-
-
-from cooprl.update.engine import guarded_step  # noqa: F401,E402  (the step lives with the update engine that takes it)

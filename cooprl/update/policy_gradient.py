@@ -44,7 +44,6 @@ from cooprl.update.engine import Sync, Term, train_step
 from cooprl.rollout.generation import Completion, SamplingParams, sampling_logits
 from cooprl.models.logprobs import completion_logprobs, group_by_prompt
 from cooprl.samples import TrainSample
-from cooprl.update.losses import kl_penalized  # noqa: F401  (the reward form's penalty, where the trainers look for it)
 
 log = logging.getLogger(__name__)
 

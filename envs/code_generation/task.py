@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from cooprl.config import ConfigError, Run
-from cooprl.task import Score, Task
+from cooprl.task import Score, Task, no_next_turn
 from envs.code_generation.comparator import api_client, code_joint_format
 from envs.code_generation.demonstrations import code_demonstrations
 from envs.code_generation.data import Problem, load_problems
@@ -174,9 +174,6 @@ def _centralized_task(run: Run) -> Task:
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         return score_joint_answers(items, [joint[0] for joint in joints], answer_style, style,  # the one policy's
                                    cooperation)
-
-    def no_next_turn(*args: Any) -> list[str]:
-        raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")
 
     return _code_task(run, num_agents=1, first_prompts=lambda p: [centralized_prompt(p, style, answer_style)],
                       score=score, next_prompts=no_next_turn, max_reward=MAX_REWARD[2],

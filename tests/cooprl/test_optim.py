@@ -1,10 +1,10 @@
-"""The one guarded optimizer step (cooprl.update.optim.guarded_step) that every update takes."""
+"""The one guarded optimizer step (cooprl.update.engine.guarded_step) that every update takes."""
 
 import math
 
 import torch
 
-from cooprl.update.optim import guarded_step
+from cooprl.update.engine import guarded_step
 
 
 def _model_with_grad(grad: float) -> tuple[torch.nn.Linear, torch.optim.Optimizer]:

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from cooprl.rollout.generation import Completion
-from cooprl.rollout.tree import (RolloutSettings, advantages, compute_returns, iter_nodes, joint_actions, rollout,
+from cooprl.update.losses import group_advantages as advantages
+from cooprl.rollout.tree import (RolloutSettings, compute_returns, iter_nodes, joint_actions, rollout,
                             sample_returns)
 from cooprl.task import Score, Task
 

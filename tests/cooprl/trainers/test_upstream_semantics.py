@@ -15,7 +15,8 @@ from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer, r
 from cooprl.samples import TrainSample
 from cooprl.update.policy_gradient import policy_gradient_step
 from cooprl.preferences.pairs import Candidate, comparator_pairs, pairs_from_candidates, read_pairs
-from cooprl.rollout.tree import RolloutSettings, advantages, rollout, sample_returns
+from cooprl.update.losses import group_advantages as advantages
+from cooprl.rollout.tree import RolloutSettings, rollout, sample_returns
 from cooprl.trainers.actor_critic import build_iac
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
