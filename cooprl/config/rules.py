@@ -7,7 +7,7 @@ from typing import Any
 
 from cooprl.config.fields import ConfigError, show
 from cooprl.config.run import Run
-from cooprl.config.schema import AgentModelSection, Config
+from cooprl.config.schema import Config
 from cooprl.config.trainer_sections import (TRAINER_SECTIONS, ActorCriticSection, IterativeFields, MADPOSection,
                                             MAGRPOSection, MARLHFSection, TrainerSection)
 

@@ -23,7 +23,6 @@ LOCAL_RANK, MASTER_ADDR, MASTER_PORT); `setup` joins the process group (nccl on 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import logging
 import os
 import random

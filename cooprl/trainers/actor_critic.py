@@ -53,7 +53,7 @@ from cooprl.rollout.evaluation import tree_metrics
 from cooprl.models.loading import load_causal_lm, load_tokenizer
 from cooprl.update.optim import build_adamw
 from cooprl.samples import CriticSample, Step
-from cooprl.update.policy_gradient import policy_gradient_step, sampled_kls
+from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
 from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
@@ -306,11 +306,12 @@ class ActorCritic(TeamAlgorithm):
                 part = [replace(x, target=t) for x, t in zip(part, value_targets)]
             extra = [self.value_term(head, part)]
         kl_in_loss = self.references is not None and not self.kl_in_reward
-        result = policy_gradient_step(
-            actor.model, actor.optimizer, samples, actor.tokenizer.pad_token_id,
-            batch_size=s.rollout_buffer_size, max_grad_norm=s.max_grad_norm,
-            kl_coef=s.reference_kl_coef if kl_in_loss else 0.0, reference=self.references[agent] if kl_in_loss else None,
-            extra_terms=extra, sync=self.parallel.sync_of(actor.model))
+        kl_coef = s.reference_kl_coef if kl_in_loss else 0.0
+        policy = policy_gradient_term(actor.model, samples, actor.tokenizer.pad_token_id, batch_size=s.rollout_buffer_size,
+                                      kl_coef=kl_coef, reference=self.references[agent] if kl_in_loss else None)
+        step = train_step([actor.optimizer], [policy, *extra], weight=len(samples), max_grad_norm=s.max_grad_norm,
+                          sync=self.parallel.sync_of(actor.model), models=[actor.model])
+        result = policy_gradient_metrics(samples, policy, step, kl_coef)
         return _prefixed(f"agent_{agent}", result)
 
     def critic_step(self, c: int, part: Sequence[CriticSample]) -> dict[str, float]:

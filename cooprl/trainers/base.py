@@ -18,7 +18,8 @@ from cooprl.rollout.evaluation import evaluate_team
 from cooprl.rollout.generation import Completion
 from cooprl.parallel.context import Parallel
 from cooprl.samples import TrainSample
-from cooprl.update.policy_gradient import frozen_reference, importance_weights
+from cooprl.rollout.importance import importance_weights
+from cooprl.update.policy_gradient import frozen_reference
 from cooprl.rollout.tree import iter_nodes
 from cooprl.task import Task
 from cooprl.text import safe_print

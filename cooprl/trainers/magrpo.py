@@ -34,7 +34,8 @@ from cooprl.config import ConfigError, MAGRPOSection, Run
 from cooprl.rollout.evaluation import evaluation_settings, tree_metrics
 from cooprl.update.losses import group_advantages, kl_penalized
 from cooprl.samples import NodeGroup
-from cooprl.update.policy_gradient import policy_gradient_step, sampled_kls
+from cooprl.update.engine import train_step
+from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
 from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
@@ -158,11 +159,13 @@ class MAGRPO(TeamAlgorithm):
         """Take one optimizer step of `agent_index` on the samples of `groups`; return its metrics."""
         agent = self.team[agent_index]
         kl_in_loss = self.references is not None and not self.kl_in_reward
-        return policy_gradient_step(
-            agent.model, agent.optimizer, [x for group in groups for x in group.samples], agent.tokenizer.pad_token_id,
-            batch_size=forward_batch, max_grad_norm=self.section.max_grad_norm,
-            kl_coef=self.section.reference_kl_coef if kl_in_loss else 0.0,
-            reference=self.references[agent_index] if kl_in_loss else None, sync=self.parallel.sync_of(agent.model))
+        kl_coef = self.section.reference_kl_coef if kl_in_loss else 0.0
+        samples = [x for group in groups for x in group.samples]
+        policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id, batch_size=forward_batch,
+                                      kl_coef=kl_coef, reference=self.references[agent_index] if kl_in_loss else None)
+        result = train_step([agent.optimizer], [policy], weight=len(samples), max_grad_norm=self.section.max_grad_norm,
+                            sync=self.parallel.sync_of(agent.model), models=[agent.model])
+        return policy_gradient_metrics(samples, policy, result, kl_coef)
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ class Term:
     batches: Sequence[Any]
     loss: LossFn
     name: str = "loss"
+    padding: Any = None   # the batch a sharded step's zero-weight passes run (see train_step's `padding`)
 
 
 @dataclass
@@ -63,7 +64,8 @@ def train_step(optimizers: Sequence[torch.optim.Optimizer], terms: Sequence[Term
     """Take one optimizer step of every optimizer on the summed loss of `terms`; return its StepResult.
 
     `weight`: this process's sample count (or summed sample weights), the denominator of its mean loss and its share
-    of the processes' averaged gradient. `padding`: the one-batch term whose zero-weight passes fill a sharded step.
+    of the processes' averaged gradient. `padding`: the one-batch term whose zero-weight passes fill a sharded step
+    (None: the first term's own `padding` batch, with its loss).
     `models` are put in training mode first. With no batch and `Sync.NONE` no step is taken (norms 0.0)."""
     for model in models:
         model.train()
@@ -77,6 +79,7 @@ def train_step(optimizers: Sequence[torch.optim.Optimizer], terms: Sequence[Term
         return result
     real, denominator = len(passes), weight
     if sync is Sync.SHARDED:
+        padding = padding or next((Term([t.padding], t.loss, t.name) for t in terms if t.padding is not None), None)
         if padding is None:
             raise ValueError("a sharded step needs a padding term (its processes run as many passes)")
         passes, real = fsdp.pad_batches(passes, (padding, padding.batches[0]))

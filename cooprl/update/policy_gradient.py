@@ -1,10 +1,12 @@
-"""The policy-gradient update shared by the trainers: loss = -sum_t log pi(token_t) * advantage.
+"""The policy-gradient loss shared by the trainers: loss = -sum_t log pi(token_t) * advantage.
 
-Samples are scored in batches of at most `batch_size` (one forward each, `completion_logprobs`), the loss
-is averaged over all samples of the buffer, and the update engine (cooprl.update.engine) accumulates the gradients across
-batches and takes the one optimizer step; this module is the loss it is handed. Samples that share a prompt
-(a sibling group) go into the same batch, where `completion_logprobs` packs the batch as a token trie and runs each shared prefix once: a sibling group's prompt, and with a batch
-that holds a whole multi-turn tree, the turn-1 prompt that every turn-2 prompt starts with.
+`policy_gradient_term` hands the update engine (cooprl.update.engine.train_step) the loss as a `Term`, as MADPO's,
+SFT's, the critics' and the reward model's are: the trainer calls the engine with it (and a value loss of the same
+step, for an actor with a value head) and reads the step's metrics with `policy_gradient_metrics`. Samples are
+scored in batches of at most `batch_size` (one forward each, `completion_logprobs`) and the loss is averaged over
+all samples of the step. Samples that share a prompt (a sibling group) go into the same batch, where
+`completion_logprobs` packs the batch as a token trie and runs each shared prefix once: a sibling group's prompt,
+and with a batch that holds a whole multi-turn tree, the turn-1 prompt that every turn-2 prompt starts with.
 Samples with a zero advantage are skipped when there is no KL term: their gradient is exactly zero.
 A non-finite loss skips the whole update (counted in the metrics), never a silent substitute value.
 
@@ -14,20 +16,8 @@ per sequence. It acts in one of two forms (`reference_kl_form`):
 - `reward` (upstream's): `sampled_kls` scores each sampled completion once, without gradient, and the trainer
   subtracts coef x that KL from the sample's reward or return before its advantage is computed (`kl_penalized`);
   the policy loss then has no KL term;
-- `loss`: `policy_gradient_step(kl_coef=...)` adds coef x the k3 KL to the loss, with gradient (MADPO adds it to
+- `loss`: `policy_gradient_term(kl_coef=...)` adds coef x the k3 KL to the loss, with gradient (MADPO adds it to
   its DPO loss the same way: a DPO step has no reward to penalize).
-
-Off-policy correction for vLLM's sampler (`agent_model.vllm_importance_cap`, TRL's truncated importance sampling):
-vLLM computes with its own kernels, so the distribution it samples from, q_vllm, differs slightly from the one the
-trained model's sampler would use, q_model (the same temperature, top-k and top-p on the HF model's logits).
-`importance_weights` scores each sampled token under q_model right after the rollout (no gradient, eval mode; the
-trainers call it through `TeamAlgorithm.train_samples`), and the sample keeps w_t = min(q_model(token_t) /
-q_vllm(token_t), cap) per token (`TrainSample.importance_weights`); the policy loss becomes
--sum_t w_t log pi(token_t) * advantage. Why at sampling time and not from the update's own forward: the update's
-log-probs are the raw model's (temperature 1, no top-p), not q_model, and several trainer schedules take more than
-one optimizer step per batch of samples (MAGRPO `nodes`, the actor-critics' `turns` and `train_batch_size`) or
-train a buffer's leftover nodes after later steps, so the update's model is not always the one that sampled. The
-KL term of the loss form is not weighted.
 """
 
 from __future__ import annotations
@@ -38,41 +28,17 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.parallel import fsdp
-from cooprl.update import losses
-from cooprl.update.engine import Sync, Term, train_step
-from cooprl.rollout.generation import Completion, SamplingParams, sampling_logits
 from cooprl.models.logprobs import completion_logprobs, group_by_prompt
+from cooprl.parallel import fsdp
+from cooprl.parallel.context import Sync
 from cooprl.samples import TrainSample
+from cooprl.update import losses
+from cooprl.update.engine import StepResult, Term, train_step
 
 log = logging.getLogger(__name__)
 
 
-@torch.no_grad()
-def importance_weights(model: Any, completions: Sequence[Completion], pad_id: int, params: SamplingParams,
-                       cap: float, batch_size: int | None = None) -> list[torch.Tensor]:
-    """Return, per completion, each token's truncated importance weight min(q_model / q_sampler, cap) as a 1-D float
-    tensor on the CPU: q_model is `model`'s probability of the token under the sampling settings `params` (temperature,
-    top-k, top-p: `sampling_logits`), scored now in eval mode; q_sampler the sampler's, from
-    `completion.sampler_logprobs`. A token the sampler gave no log-prob (NaN) weighs 1. Call it before `model`'s next
-    optimizer step: q_model is the sampling policy's."""
-    if any(c.sampler_logprobs is None for c in completions):
-        raise ValueError("importance weights need each completion's sampler_logprobs (the vLLM backend with "
-                         "agent_model.vllm_importance_cap fills them)")
-
-    def score(batch: list[Completion]) -> list[torch.Tensor]:
-        logps, _ = completion_logprobs(model, [c.prompt_ids for c in batch], [c.completion_ids for c in batch],
-                                       pad_id, warp=lambda logits: sampling_logits(logits, params))
-        weights = []
-        for row, c in zip(logps.float().cpu(), batch):
-            ratio = torch.exp(row[:len(c.completion_ids)] - c.sampler_logprobs).clamp(max=cap)
-            weights.append(torch.where(torch.isnan(c.sampler_logprobs), 1.0, ratio))
-        return weights
-
-    return _scored_in_eval(model, completions, batch_size, score)
-
-
-def _scored_in_eval(model: Any, samples: Sequence[Any], batch_size: int | None,
+def scored_in_eval(model: Any, samples: Sequence[Any], batch_size: int | None,
                     score: Callable[[list[Any]], list[Any]]) -> list[Any]:
     """Return `score(batch)`'s value for each of `samples` (TrainSamples or Completions), in their order: `score` runs
     on sibling batches of at most `batch_size` (null: all at once) with `model` in eval mode, as at sampling time (no
@@ -141,7 +107,7 @@ def sampled_kls(model: Any, reference: Any, samples: Sequence[TrainSample], pad_
         token_logps, mask = completion_logprobs(model, prompts, completions, pad_id)
         return k3_kl(token_logps, mask, reference, prompts, completions, pad_id).float().cpu().tolist()
 
-    return _scored_in_eval(model, samples, batch_size, score)
+    return scored_in_eval(model, samples, batch_size, score)
 
 
 def sibling_batches(samples: Sequence[Any], size: int) -> list[list[Any]]:
@@ -172,29 +138,18 @@ def _padding_sample(pad_id: int) -> TrainSample:
     return TrainSample(token, token, 0.0)
 
 
-def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
-                         *, batch_size: int | None = None, max_grad_norm: float | None = 1.0,
-                         kl_coef: float = 0.0, reference: Any = None, extra_terms: Sequence[Term] = (),
-                         extra_samples: int = 0, sync: Sync = Sync.NONE) -> dict[str, float]:
-    """Apply one optimizer step on `samples` through the update engine (cooprl.update.engine); return metrics (loss,
-    grad_norm, skipped_nonfinite, trained_samples; extra_loss with `extra_terms`; kl when the KL term is on:
-    `kl_coef` > 0 with a `reference`, the loss form of `reference_kl_form`; is_weight_mean and is_weight_max over the
-    tokens of `samples` when they carry importance weights).
-
-    A sample's loss is -sum_t w_t log pi(token_t) x its advantage, w_t its `importance_weights` (1 without them),
-    averaged over all of `samples` (zero-advantage ones are not run without a KL term: their gradient is zero).
-    `extra_terms`: more losses of the same optimizer step, averaged over the same count (the actor-critic's value
-    loss on a head sharing the actor's trunk); with no policy `samples` (a separate critic's step) `extra_samples`
-    is that count. `sync`: how the step meets the other processes (cooprl.parallel.context.Parallel.sync_of)."""
+def policy_gradient_term(model: Any, samples: Sequence[TrainSample], pad_id: int, *, batch_size: int | None = None,
+                         kl_coef: float = 0.0, reference: Any = None) -> Term:
+    """Return the policy loss of `samples` as a Term of the update engine (cooprl.update.engine.train_step, with
+    `weight` = len(samples)): a sample's loss is -sum_t w_t log pi(token_t) x its advantage, w_t its
+    `importance_weights` (1 without them), plus `kl_coef` x its k3 KL to `reference` when both are set (the loss form
+    of `reference_kl_form`; its metric `kl`). Forward batches of at most `batch_size` samples (None: all), siblings
+    together; zero-advantage samples are not run without a KL term (their gradient is zero). Its padding batch is a
+    one-token sample, for a sharded step."""
     kl_on = kl_coef > 0 and reference is not None
-    active = [s for s in samples if s.advantage != 0.0 or kl_on] if samples else []
-    metrics = {"loss": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": float(len(active))}
-    if kl_on:   # reported only when it is a term of this loss (the reward form reports the sampled KL instead)
-        metrics["kl"] = 0.0
-    weighted = any(s.importance_weights is not None for s in samples or ())
-    if weighted:
-        metrics.update(_weight_metrics(samples))
+    active = [s for s in samples if s.advantage != 0.0 or kl_on]
     total = len(samples)
+    weighted = any(s.importance_weights is not None for s in samples)
 
     def loss(batch: list[TrainSample], denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
         prompts = [s.prompt_ids for s in batch]
@@ -208,18 +163,42 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
         kl = k3_kl(token_logps, mask, reference, prompts, completions, pad_id)
         return value + kl_coef * kl.sum() / max(denominator, 1), {"kl": kl.sum().item() / total}
 
-    terms = [Term(sibling_batches(active, batch_size or max(len(active), 1)), loss), *extra_terms]
-    result = train_step([optimizer], terms, weight=total or extra_samples, max_grad_norm=max_grad_norm, sync=sync,
-                        padding=Term([[_padding_sample(pad_id)]], loss), models=[model])
+    return Term(sibling_batches(active, batch_size or max(len(active), 1)), loss, padding=[_padding_sample(pad_id)])
+
+
+def policy_gradient_metrics(samples: Sequence[TrainSample], term: Term, result: StepResult,
+                            kl_coef: float = 0.0) -> dict[str, float]:
+    """Return the metrics of an optimizer step (`result`) whose policy loss was `term` on `samples`: loss, grad_norm
+    (of the step's first optimizer), skipped_nonfinite, trained_samples; kl with a KL term (`kl_coef` > 0); the other
+    terms' losses summed as extra_loss; is_weight_mean and is_weight_max when the samples carry importance weights."""
+    metrics = {"loss": result.losses[term.name], "grad_norm": 0.0, "skipped_nonfinite": 0.0,
+               "trained_samples": float(sum(len(batch) for batch in term.batches))}
+    if kl_coef > 0:   # reported only when it is a term of this loss (the reward form reports the sampled KL instead)
+        metrics["kl"] = 0.0
+    if any(s.importance_weights is not None for s in samples):
+        metrics.update(_weight_metrics(samples))
     metrics.update(result.metrics)
-    metrics["loss"] = result.losses["loss"]
-    if extra_terms:
-        metrics["extra_loss"] = sum(value for name, value in result.losses.items() if name != "loss")
+    others = [value for name, value in result.losses.items() if name != term.name]
+    if others:
+        metrics["extra_loss"] = sum(others)
     if result.skipped:
         metrics["skipped_nonfinite"] = 1.0
     elif result.grad_norms:
         metrics["grad_norm"] = result.grad_norms[0]
     return metrics
+
+
+def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
+                         *, batch_size: int | None = None, max_grad_norm: float | None = 1.0, kl_coef: float = 0.0,
+                         reference: Any = None, sync: Sync = Sync.NONE) -> dict[str, float]:
+    """Take one optimizer step of `model` on the policy loss of `samples` alone (policy_gradient_term) through the
+    update engine; return its metrics (policy_gradient_metrics). The trainers build the term and call the engine
+    themselves (a step may hold other terms); this is the one-term step for scripts and checks."""
+    kl_coef = kl_coef if reference is not None else 0.0
+    term = policy_gradient_term(model, samples, pad_id, batch_size=batch_size, kl_coef=kl_coef, reference=reference)
+    result = train_step([optimizer], [term], weight=len(samples), max_grad_norm=max_grad_norm, sync=sync,
+                        models=[model])
+    return policy_gradient_metrics(samples, term, result, kl_coef)
 
 
 def _token_weights(batch: Sequence[TrainSample], like: torch.Tensor) -> torch.Tensor:

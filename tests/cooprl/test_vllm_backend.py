@@ -765,7 +765,7 @@ def test_warped_logprobs_are_the_samplers_in_every_layout(tiny):
 
 
 def test_importance_weights_compare_the_models_sampler_with_vllms(tiny):
-    from cooprl.update.policy_gradient import importance_weights
+    from cooprl.rollout.importance import importance_weights
     model, tokenizer = tiny
     params = SamplingParams(temperature=0.7)
     completions = sampled_completions(tokenizer)

@@ -114,3 +114,93 @@ def test_a_trainer_section_is_looked_up_by_name_only_in_the_config_package():
     found = [f"{path.relative_to(ROOT)}:{n}" for path in _project_files() if "config" not in path.parent.name
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ".trainer(" in line]
     assert found == []
+
+
+# ------------------------------------------------------------------------------------------------ floors
+# cooprl's floors, lowest first (docs/architecture.md): a module imports only modules of its own floor or lower ones,
+# and no two modules import each other, even through others or inside a function.
+FLOORS = (
+    ("cooprl", "cooprl.errors", "cooprl.text", "cooprl.task", "cooprl.samples", "cooprl.console", "cooprl.tracking",
+     "cooprl.plot"),
+    ("cooprl.config",),
+    ("cooprl.parallel",),
+    ("cooprl.models",),
+    ("cooprl.checkpoint", "cooprl.run_folders"),
+    ("cooprl.update",),
+    ("cooprl.rollout",),
+    ("cooprl.preferences",),
+    ("cooprl.trainers",),
+    ("cooprl.cli", "cooprl.train", "cooprl.config_docs"),
+)
+
+
+def _modules(*packages: str) -> dict[str, Path]:
+    """Return every module of `packages` by its dotted name (a package by its own name, not `.__init__`)."""
+    return {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
+            for package in packages for path in (ROOT / package).rglob("*.py")}
+
+
+def _import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Return, per module, the modules of `modules` it imports (anywhere in its file)."""
+    return {name: {other for other in _module_imports(path) if other in modules and other != name}
+            for name, path in modules.items()}
+
+
+def _floor(module: str) -> int:
+    """Return the floor of a cooprl module: the highest floor naming it or a package above it."""
+    found = [level for level, names in enumerate(FLOORS) for name in names
+             if module == name or (name != "cooprl" and module.startswith(name + "."))]
+    assert found, f"{module} is on no floor: add it to FLOORS (and to docs/architecture.md)"
+    return max(found)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """Return one import cycle of `graph` as a path that ends where it starts, or [] when it has none."""
+    done, path = set(), []
+
+    def visit(module: str) -> list[str]:
+        if module in path:
+            return path[path.index(module):] + [module]
+        if module in done:
+            return []
+        path.append(module)
+        for other in sorted(graph[module]):
+            cycle = visit(other)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(module)
+        return []
+
+    for module in sorted(graph):
+        cycle = visit(module)
+        if cycle:
+            return cycle
+    return []
+
+
+def test_find_cycle_finds_a_cycle_through_several_modules():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+@pytest.mark.parametrize("package", ["cooprl", "rewards", "envs"])
+def test_no_import_cycle(package):
+    assert find_cycle(_import_graph(_modules(package))) == []
+
+
+def test_no_module_imports_a_higher_floor():
+    graph = _import_graph(_modules("cooprl"))
+    upward = [f"{module} (floor {_floor(module)}) imports {other} (floor {_floor(other)})"
+              for module, others in sorted(graph.items()) for other in sorted(others) if _floor(other) > _floor(module)]
+    assert upward == []
+
+
+def test_library_files_stay_short():
+    # one job per module; the sandbox worker (a stdlib-only script run as `python -I`, one auditable boundary) and
+    # the problem data written as Python are the exceptions
+    exempt = {"rewards/_sandbox_worker.py", "envs/code_generation/data/coop_source.py"}
+    long = {str(path.relative_to(ROOT)): n for package in ("cooprl", "rewards", "envs", "strategies")
+            for path in (ROOT / package).rglob("*.py")
+            if str(path.relative_to(ROOT)) not in exempt and (n := len(path.read_text(encoding="utf-8").splitlines())) > 600}
+    assert long == {}
