@@ -6,15 +6,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cooprl.parallel import distributed, fsdp
+from cooprl.checkpoint import save_model
 from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run
+from cooprl.console import close_run_log
+from cooprl.parallel.context import Parallel
+from cooprl.rollout.vllm_engines import close_engines
+from cooprl.run_folders import release_unused
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm
-from cooprl.checkpoint import save_model
-from cooprl.console import close_run_log
-from cooprl.run_folders import release_unused
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
-from cooprl.rollout.vllm_engines import close_engines
 from cooprl.trainers.report import results_summary
 
 log = logging.getLogger(__name__)
@@ -27,28 +27,28 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     Started by torchrun or accelerate with several processes, it joins their process group first
     (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the final models."""
     config = run.config
-    ranks = join_processes(run)
+    parallel = join_processes(run)   # the run's one parallel context, handed to the trainer (and by it to the loop)
     seed_everything(config.seed)
     # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load
-    run_dir = distributed.broadcast(run_folder(run) if ranks.is_main else None)
+    run_dir = parallel.from_main(lambda: run_folder(run))
     try:
-        algorithm = build_algorithm(run, task)
+        algorithm = build_algorithm(run, task, parallel)
     except BaseException:   # a model that would not load, Ctrl-C: the folder stays free for the same command
-        if ranks.is_main:
+        if parallel.is_main:
             release_unused(run_dir)
         raise
     try:
         summary = train_loop(run, task, algorithm, run_dir)
         # sharded models (fsdp) are gathered on rank 0 while the processes are still together
-        weights = list(fsdp.whole_state_dicts(algorithm.models)) if config.output.save_final_model else []
+        weights = list(parallel.whole_state_dicts(algorithm.models)) if config.output.save_final_model else []
     finally:
-        if ranks.world_size > 1:
+        if parallel.data_parallel:
             # vLLM engines (external_launcher) joined the group and made their own from it: they go first
-            close_engines(agent.generator for agent in getattr(algorithm, "team", []))
+            close_engines(algorithm.generators())
             # leave the group we joined; a single process's group (an in-process vLLM engine creates one) is its
             # creator's to destroy: destroying it here made vLLM's own exit fail ("Invalid process group specified")
-            distributed.shutdown()
-    if not ranks.is_main or summary.get("finished"):   # (a finished run resumed: its final models are saved)
+            parallel.leave()
+    if not parallel.is_main or summary.get("finished"):   # (a finished run resumed: its final models are saved)
         return summary
     target = None
     if config.output.save_final_model:
@@ -62,13 +62,13 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     return summary
 
 
-def join_processes(run: Run) -> distributed.Ranks:
-    """Return this process's Ranks, after joining the launcher's process group when torchrun or accelerate started
-    several processes; ConfigError when several processes run a trainer section without `parallel_training: ddp`
-    (each would train its own copy into the same run folder)."""
-    world = distributed.launched_world_size()
+def join_processes(run: Run) -> Parallel:
+    """Return the run's parallel context, after joining the launcher's process group when torchrun or accelerate
+    started several processes; ConfigError when several processes run a trainer section without `parallel_training:
+    ddp` (each would train its own copy into the same run folder)."""
+    world = Parallel.launched_world_size()
     trainer, mode = run.trainer, run.section.parallel_training
     if world > 1 and mode not in DATA_PARALLEL_MODES:
         raise ConfigError(f"{trainer}.parallel_training: {mode}, but {world} processes were launched (WORLD_SIZE); "
                           f"set --override {trainer}.parallel_training=ddp (or fsdp), or start one process")
-    return distributed.setup(run.config.agent_model.device) if mode in DATA_PARALLEL_MODES else distributed.current()
+    return Parallel.join(run.section, run.config.agent_model.device)

@@ -50,6 +50,25 @@ class Parallel:
             return SINGLE
         return cls(mode, ranks)
 
+    @classmethod
+    def join(cls, section: TrainerSection, device: str) -> "Parallel":
+        """Return the context of a run of trainer `section`, after joining the launcher's process group when the
+        section asks for data parallelism (ddp, fsdp: cooprl.parallel.distributed.setup; `device` picks nccl or
+        gloo). The one context of a run: the script builds it and hands it to the trainer and the loop."""
+        if section.parallel_training in DATA_PARALLEL_MODES:
+            distributed.setup(device)
+        return cls.of(section)
+
+    @staticmethod
+    def launched_world_size() -> int:
+        """Return the number of processes the launcher (torchrun, accelerate) started: 1 without one."""
+        return distributed.launched_world_size()
+
+    def leave(self) -> None:
+        """Leave the process group `join` joined (the end of a data-parallel run); nothing in a single process."""
+        if self.data_parallel:
+            distributed.shutdown()
+
     # -------------------------------------------------------------------------------------- where we stand
     @property
     def data_parallel(self) -> bool:

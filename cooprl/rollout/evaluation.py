@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from cooprl.parallel import distributed
+from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.config import TrainerSection
 from cooprl.rollout.tree import Node, RolloutSettings, Sampler, iter_nodes, rollout
 from cooprl.task import Task
@@ -91,18 +91,18 @@ def evaluation_settings(section: TrainerSection, process_reward: Callable[[float
 
 
 def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: TrainerSection,
-                  process_reward: Callable[[float], float]) -> dict[str, float]:
+                  process_reward: Callable[[float], float], parallel: Parallel = SINGLE) -> dict[str, float]:
     """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team's sampler on `items`.
 
     The items are rolled out in batches of `eval_batch_size`. Batch 0 draws from torch's generator as the caller
     seeded it; batch b > 0 from a seed derived from that one and b, so a batch's samples do not depend on which
-    process rolls it out. Under data-parallel training every rank calls this with the same items and seed, rolls out
-    batches rank, rank + W, ... and receives the metrics of all of them: W processes evaluate in 1/W of the time
-    and report the numbers of one process (tests/cooprl/test_scale_out.py)."""
+    process rolls it out. Under data-parallel training (`parallel`) every rank calls this with the same items and
+    seed, rolls out batches rank, rank + W, ... and receives the metrics of all of them: W processes evaluate in 1/W
+    of the time and report the numbers of one process (tests/cooprl/test_scale_out.py)."""
     settings = evaluation_settings(section, process_reward)
     size = section.eval_batch_size or max(len(items), 1)   # problems rolled out together
     batches = [items[start:start + size] for start in range(0, len(items), size)]
-    bar = answers_bar(len(items), section, task.num_agents)
+    bar = answers_bar(len(items), section, task.num_agents, parallel.is_main)
     counted = counting_sampler(sample, bar)
 
     def roll_out(batch: Sequence[Any], rng: Any) -> list[Node]:
@@ -111,7 +111,7 @@ def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: Tr
 
     # the caller's evaluation seed (cooprl.trainers.loop, evaluate.py) seeds batch 0, derived seeds the others
     with bar:
-        roots = [root for batch_roots in distributed.run_sharded(batches, torch.initial_seed(), roll_out)
+        roots = [root for batch_roots in parallel.run_seeded(batches, torch.initial_seed(), roll_out)
                  for root in batch_roots]
         bar.total = bar.n   # chains that ended early sampled fewer answers than the bar's estimate
     metrics = tree_metrics(roots, section.num_turns, prefix="eval/")
@@ -119,13 +119,13 @@ def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: Tr
     return metrics
 
 
-def answers_bar(num_items: int, section: TrainerSection, num_agents: int) -> tqdm:
+def answers_bar(num_items: int, section: TrainerSection, num_agents: int, drawn: bool = True) -> tqdm:
     """Return the evaluation's progress bar: answers sampled, with their rate. Its total counts every chain to its
-    last turn (eval_num_generations per problem and agent, each turn); drawn by the main process only, and removed
+    last turn (eval_num_generations per problem and agent, each turn); `drawn` by the main process only, and removed
     once done (the summary's numbers stay)."""
     total = num_items * section.eval_num_generations * num_agents * section.num_turns
     return tqdm(total=total, desc="evaluating", unit="answer", dynamic_ncols=True, leave=False,
-                disable=not distributed.current().is_main)
+                disable=not drawn)
 
 
 def counting_sampler(sample: Sampler, bar: tqdm) -> Sampler:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cooprl.config import TRAINER_SECTIONS, ConfigError, MAGRPOSection, Run
+from cooprl.parallel.context import Parallel
 from cooprl.task import Task
 from cooprl.trainers.actor_critic import build_iac, build_maac
 from cooprl.trainers.madpo import build_madpo
@@ -26,10 +27,10 @@ class TrainerSpec:
     """A trainer: its config section class and its builder."""
 
     section: type
-    build: Callable[[Run, Task], Any]
+    build: Callable[[Run, Task, Parallel | None], Any]
 
 
-_BUILDERS: dict[str, Callable[[Run, Task], Any]] = {
+_BUILDERS: dict[str, Callable[[Run, Task, Parallel | None], Any]] = {
     "magrpo": build_magrpo, "grpo": build_magrpo,          # GRPO: MAGRPO with one agent
     "iac": build_iac, "ac": build_iac,                     # AC: IAC with one agent
     "maac": build_maac,
@@ -43,11 +44,12 @@ if set(_BUILDERS) != set(TRAINER_SECTIONS):
 TRAINERS: dict[str, TrainerSpec] = {name: TrainerSpec(TRAINER_SECTIONS[name], build) for name, build in _BUILDERS.items()}
 
 
-def build_algorithm(run: Run, task: Task) -> Any:
-    """Return the algorithm of `run`'s trainer for `task`, its agents loaded (ConfigError for a section the task
-    cannot be trained with, before any model is loaded)."""
+def build_algorithm(run: Run, task: Task, parallel: Parallel | None = None) -> Any:
+    """Return the algorithm of `run`'s trainer for `task`, its agents loaded, with the run's parallel context (None:
+    the section's, in one process); ConfigError for a section the task cannot be trained with, before any model is
+    loaded."""
     check_task_fits(run, task)
-    return TRAINERS[run.trainer].build(run, task)
+    return TRAINERS[run.trainer].build(run, task, parallel)
 
 
 def check_task_fits(run: Run, task: Task) -> None:

@@ -103,10 +103,10 @@ class ActorCritic(TeamAlgorithm):
     section: ActorCriticSection
 
     def __init__(self, run: Run[ActorCriticSection], task: Task, team: list[Agent], critics: list[Critic],
-                 centralized: bool):
+                 centralized: bool, parallel: Parallel | None = None):
         section = run.section
         # the actors' frozen start models: the k3 KL to them (reference_kl_coef, in reference_kl_form)
-        super().__init__(run, task, team, references=section.reference_kl_coef > 0)
+        super().__init__(run, task, team, references=section.reference_kl_coef > 0, parallel=parallel)
         self.critics = critics
         self.centralized = centralized  # MAAC: one critic for the whole team
         self.models = self.models + [critic.model for critic in critics]
@@ -398,7 +398,7 @@ def head_on_actor(section: ActorCriticSection, agent: Agent) -> Critic:
     return Critic(model, agent.tokenizer, None, reuses_agent_ids=True)
 
 
-def _build(run: Run[ActorCriticSection], task: Task, centralized: bool) -> ActorCritic:
+def _build(run: Run[ActorCriticSection], task: Task, centralized: bool, parallel: Parallel | None) -> ActorCritic:
     config, trainer, section = run.config, run.trainer, run.section
     if centralized and task.agent_rewards and section.num_turns > 1:
         raise ConfigError(f"{trainer}.num_turns={section.num_turns}: the task gives each agent its own reward and "
@@ -407,23 +407,24 @@ def _build(run: Run[ActorCriticSection], task: Task, centralized: bool) -> Actor
     if centralized and not section.use_separate_critic:
         raise ConfigError(f"{trainer}.use_separate_critic=false: the centralized critic is a model of its own; "
                           "set it true")
-    team = build_team(run, task.num_agents, task.stop_strings)  # the task says how many policies play
+    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train); a caller in one process may leave it out
+    team = build_team(run, task.num_agents, task.stop_strings, parallel)  # the task says how many policies play
     if not section.use_separate_critic:
-        return ActorCritic(run, task, team, [head_on_actor(section, agent) for agent in team], centralized)
+        return ActorCritic(run, task, team, [head_on_actor(section, agent) for agent in team], centralized, parallel)
     names = critic_model_names(config, team, 1 if centralized else len(team))
     # one per critic; under ddp each process's own GPU
     devices = Parallel.devices(model_devices(section.critic_devices, "critic_devices", len(names),
                                              config.agent_model.device))
     critics = [separate_critic(run, name, reuses_agent_ids=not centralized and name == team[i].name,
                                device=devices[i]) for i, name in enumerate(names)]
-    return ActorCritic(run, task, team, critics, centralized)
+    return ActorCritic(run, task, team, critics, centralized, parallel)
 
 
-def build_iac(run: Run[ActorCriticSection], task: Task) -> ActorCritic:
+def build_iac(run: Run[ActorCriticSection], task: Task, parallel: Parallel | None = None) -> ActorCritic:
     """Return IAC (AC when the task has one policy): each agent with its own critic."""
-    return _build(run, task, centralized=False)
+    return _build(run, task, centralized=False, parallel=parallel)
 
 
-def build_maac(run: Run[ActorCriticSection], task: Task) -> ActorCritic:
+def build_maac(run: Run[ActorCriticSection], task: Task, parallel: Parallel | None = None) -> ActorCritic:
     """Return MAAC: the agents and one centralized critic over the joint prompt (v) or joint prompt and answer (q)."""
-    return _build(run, task, centralized=True)
+    return _build(run, task, centralized=True, parallel=parallel)

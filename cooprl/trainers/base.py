@@ -12,17 +12,18 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.trainers.team import Agent, AgentRunner
 from cooprl.config import Config, Run, TrainerSection
+from cooprl.parallel.context import Parallel
 from cooprl.rollout.evaluation import evaluate_team
 from cooprl.rollout.generation import Completion
-from cooprl.parallel.context import Parallel
-from cooprl.samples import TrainSample
 from cooprl.rollout.importance import importance_weights
-from cooprl.update.policy_gradient import frozen_reference
 from cooprl.rollout.tree import iter_nodes
+from cooprl.samples import TrainSample
 from cooprl.task import Task
 from cooprl.text import safe_print
+from cooprl.trainers.loop import Algorithm
+from cooprl.trainers.team import Agent, AgentRunner
+from cooprl.update.policy_gradient import frozen_reference
 
 
 def reward_processor(config: Config, task: Task) -> Callable[[float], float]:
@@ -35,13 +36,15 @@ def reward_processor(config: Config, task: Task) -> Callable[[float], float]:
     return lambda r: r * cfg.scale_factor + shift
 
 
-class TeamAlgorithm:
+class TeamAlgorithm(Algorithm):
     """The shared part of a team algorithm: its run (config and typed section), task, agents, reward processor,
-    references."""
+    references, parallel context (`parallel`: the one the team was built with; None: the run's section's, for a
+    caller in one process)."""
 
     section: TrainerSection   # each algorithm names its own section class here
 
-    def __init__(self, run: Run, task: Task, team: list[Agent], *, references: bool = False):
+    def __init__(self, run: Run, task: Task, team: list[Agent], *, references: bool = False,
+                 parallel: Parallel | None = None):
         self.config, self.section, self.task, self.team = run.config, run.section, task, team
         self.models = [agent.model for agent in team]   # what checkpoints save, in agent order
         self.process_reward = reward_processor(run.config, task)
@@ -50,7 +53,7 @@ class TeamAlgorithm:
         # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.trainers.team.AgentRunner)
         self.runner = AgentRunner(team, run.section.parallel_training)
         # ddp/fsdp: what this process asks of the others (gathers, broadcasts, the engine's sync of each model)
-        self.parallel = Parallel.of(run.section)
+        self.parallel = parallel or Parallel.of(run.section)
 
     def _sample(self, agent: int, prompts: list[str], n: int):
         return self.team[agent].sample(prompts, n)
@@ -72,7 +75,7 @@ class TeamAlgorithm:
     def evaluate(self, items: list[Any]) -> dict[str, float]:
         """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team on `items`."""
         with self.parallel.sampling(*self.models):   # sharded agents are gathered for the whole evaluation
-            return evaluate_team(items, self.task, self._sample, self.section, self.process_reward)
+            return evaluate_team(items, self.task, self._sample, self.section, self.process_reward, self.parallel)
 
     def state_dict(self) -> dict[str, Any]:
         """Return what a checkpoint needs besides the weights: the optimizers and the algorithm's own state. The
@@ -117,6 +120,10 @@ class TeamAlgorithm:
             for agent, shard in zip(self.team, state["optimizer_shards"], strict=True):
                 self.parallel.load_optimizer_state(agent.optimizer, shard)
         self.load_extra_state(state)
+
+    def generators(self) -> list[Any]:
+        """Return the agents' samplers."""
+        return [agent.generator for agent in self.team]
 
     def print_tree(self, root: Any) -> None:
         """Print every joint action of a rollout tree with its reward (`output.verbose`)."""

@@ -22,7 +22,7 @@ import random
 import signal
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,10 +30,11 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from cooprl import checkpoint as ckpt
-from cooprl.config import Config, Run, is_data_parallel
+from cooprl.config import Config, ConfigError, Run, is_data_parallel
 from cooprl.console import open_run_log
-from cooprl.parallel.context import Parallel
+from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.parallel.order import Ranks, data_order, ends_epoch, item_seed, mean_metrics, shard_order
+from cooprl.plot import plot_run
 from cooprl.run_folders import new_run_folder
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
@@ -48,23 +49,52 @@ EVAL_REWARD = "eval/turn_1/reward_mean"  # the evaluation's reward of turn 1 (th
 MIN_STEPS_PER_QUARTER = 2
 
 
-class Algorithm(Protocol):
-    models: list[Any]                     # saved as agent_<i>/ in checkpoints
-    # Optional: `rounds` (int, default 1) repeats the step plan (items of the epochs, cut at max_steps) that
-    # many times (the preference iterations); `start_run(run_dir, step, steps_per_round)` is called on every rank
-    # once the run folder is known and a resume has restored `step` (for files the algorithm keeps in the run folder,
-    # which rank 0 alone writes);
-    # `end_epoch(metrics)` is called after the last step of every epoch (and of every iteration of the iterative
-    # trainers) to train what its buffers still hold, adding that update's metrics to the step's `metrics` (upstream
-    # flushes there). `task_reward_key` (default TRAINING_REWARD): the metric of the task's own reward, when the
-    # training reward is another (MARLHF trains on a learned reward). `loss_key`: a trainer without a reward (SFT) names
-    # the loss its bar, summary and plot show instead (lower is better). Data-parallel runs also need
-    # `rank_state()` / `load_rank_state(state)`: what differs between the processes (buffers, counters).
+class Algorithm:
+    """What the shared loop trains: a trainer subclasses it (TeamAlgorithm, MARLHF) and gives the four methods a run
+    needs (`train_step`, `evaluate`, `state_dict`, `load_state_dict`); the other members are defaults the loop calls
+    on every algorithm, which a trainer overrides when it has something to do there."""
 
-    def train_step(self, item: Any, step: int) -> dict[str, float]: ...      # one dataset item
-    def evaluate(self, items: list[Any]) -> dict[str, float]: ...
-    def state_dict(self) -> dict[str, Any]: ...                              # optimizers, buffers, counters
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    models: list[Any]                 # saved as agent_<i>/ in checkpoints
+    parallel: Parallel = SINGLE       # the run's parallel context (the builder's): gathers, the data order's shards
+    rounds: int = 1                   # the step plan (items of the epochs, cut at max_steps) repeats this often
+    task_reward_key: str = TRAINING_REWARD   # the metric of the task's own reward (MARLHF trains on a learned one)
+    loss_key: str | None = None       # without a reward (SFT): the loss the bar, summary and plot show (lower is better)
+
+    def train_step(self, item: Any, step: int) -> dict[str, float]:
+        """Train on one dataset item; return the step's metrics."""
+        raise NotImplementedError
+
+    def evaluate(self, items: list[Any]) -> dict[str, float]:
+        """Return the evaluation metrics on `items`."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return what a checkpoint needs besides the weights: optimizers, buffers, counters."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` saved."""
+        raise NotImplementedError
+
+    def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
+        """Called on every rank once the run folder is known and a resume has restored `step` (for files the
+        algorithm keeps in the run folder, which rank 0 alone writes); nothing by default."""
+
+    def end_epoch(self, metrics: dict[str, float]) -> None:
+        """Called after the last step of every epoch (and of every round) to train what the buffers still hold,
+        adding that update's metrics to the step's `metrics`; nothing by default."""
+
+    def rank_state(self) -> dict[str, Any]:
+        """Return what differs between the processes of a data-parallel run (buffers, counters); none by default."""
+        return {}
+
+    def load_rank_state(self, state: dict[str, Any]) -> None:
+        """Restore this rank's part saved by `rank_state`."""
+
+    def generators(self) -> list[Any]:
+        """Return the samplers the algorithm built: a data-parallel run closes their vLLM engines before it leaves
+        its process group; none by default."""
+        return []
 
 
 def evaluation_seed(seed: int) -> int:
@@ -101,7 +131,6 @@ def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
     try:
         return ckpt.find_checkpoint(spec, checkpoint_dir)
     except FileNotFoundError as err:
-        from cooprl.config import ConfigError
         raise ConfigError(f"checkpoint.resume_from_checkpoint: {err}") from None
 
 
@@ -158,16 +187,15 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
     epoch_length, positions = len(task.train_items), None
     data_parallel = is_data_parallel(section)
-    parallel = Parallel.of(section)
+    parallel = algorithm.parallel
     ranks = parallel.ranks
     if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.parallel.distributed)
         if epoch_length < ranks.world_size:
-            from cooprl.config import ConfigError
             raise ConfigError(f"{trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least as "
                               f"many training items; the training split has {epoch_length}")
         order, positions, epoch_length = shard_order(order, epoch_length, ranks)
     steps_per_round = min(len(order), section.max_steps or len(order))
-    rounds = getattr(algorithm, "rounds", 1)
+    rounds = algorithm.rounds
     total_steps = steps_per_round * rounds
 
     start_step, env_step, wandb_id = 0, 0, None
@@ -183,8 +211,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
         if state is not None:
             log.info("resumed from %s at step %d", resume_from, start_step)
         log.info("%s", start_summary(run, task, algorithm.models, run_dir, total_steps, start_step, rounds))
-    if hasattr(algorithm, "start_run"):   # on every rank; only rank 0's writes files (MADPO's pair store)
-        algorithm.start_run(run_dir, start_step, steps_per_round)
+    algorithm.start_run(run_dir, start_step, steps_per_round)   # on every rank; only rank 0's writes files
     tracker = (RunTracker(run_dir, config.wandb, config.to_dict(trainer), run_dir.name, resume_id=wandb_id)
                if ranks.is_main else _NoTracker())
 
@@ -237,8 +264,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
             log.warning("interrupted during the evaluation before training: nothing was trained or saved; run the "
                         "same command again to start afresh")
             return {"run_dir": str(run_dir), "steps": 0, "interrupted": True}
-    task_reward = getattr(algorithm, "task_reward_key", TRAINING_REWARD)
-    loss_key = getattr(algorithm, "loss_key", None)
+    task_reward, loss_key = algorithm.task_reward_key, algorithm.loss_key
     bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True,
                disable=not ranks.is_main)
     # log lines written while the bar is drawn (an iteration's pair collection, say) go above it, not through it
@@ -280,7 +306,6 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
         log.warning("interrupted at step %d of %d; to continue: python train_%s.py --resume %s", step, total_steps,
                     trainer, run_dir)
     try:
-        from cooprl.plot import plot_run
         plot_run(run_dir)
     except Exception as err:  # a missing plotting backend must not fail a finished run
         log.warning("could not draw rewards.png: %s", err)
@@ -316,7 +341,7 @@ def _open_run_folder(run: Run, run_dir: Path, resumed_at: int | None) -> None:
 
 def _train_step(config: Config, task: Task, algorithm: Algorithm, order: list[int], positions: list[int] | None,
                 step: int, steps_per_round: int, epoch_length: int, rounds: int,
-                parallel: Parallel = Parallel()) -> dict[str, float]:
+                parallel: Parallel = SINGLE) -> dict[str, float]:
     """Train on step `step`'s item (this rank's, under data-parallel training), flush the buffers at an epoch's end;
     return the step's metrics (under data-parallel training: the ranks' mean, env_steps summed)."""
     index = (step - 1) % steps_per_round
@@ -327,7 +352,7 @@ def _train_step(config: Config, task: Task, algorithm: Algorithm, order: list[in
         # the item's own seed: its samples do not depend on which rank rolls it out, nor on the items before it
         torch.manual_seed(item_seed(config.seed, positions[index]))
         metrics = algorithm.train_step(item, step)
-    if hasattr(algorithm, "end_epoch") and ends_epoch(step, steps_per_round, epoch_length, rounds):
+    if ends_epoch(step, steps_per_round, epoch_length, rounds):
         algorithm.end_epoch(metrics)
     if positions is not None and parallel.data_parallel:
         metrics = mean_metrics(parallel.gather(metrics), summed=("env_steps", "trained_samples"))

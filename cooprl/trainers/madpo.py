@@ -38,6 +38,7 @@ import torch
 from cooprl.trainers.team import Agent, build_team
 from cooprl.preferences.comparators import Comparator, build_comparator
 from cooprl.config import ConfigError, IterativeFields, MADPOSection, Run, is_data_parallel
+from cooprl.parallel.context import Parallel
 from cooprl.update.engine import Term, train_step
 from cooprl.rollout.evaluation import tree_metrics
 from cooprl.models.logprobs import completion_logprobs
@@ -57,9 +58,11 @@ class MADPO(TeamAlgorithm):
 
     section: MADPOSection
 
-    def __init__(self, run: Run[MADPOSection], task: Task, team: list[Agent], comparator: Comparator | None = None):
+    def __init__(self, run: Run[MADPOSection], task: Task, team: list[Agent], comparator: Comparator | None = None,
+                 parallel: Parallel | None = None):
         section = run.section
-        super().__init__(run, task, team, references=section.reference_model or section.reference_kl_coef > 0)
+        super().__init__(run, task, team, references=section.reference_model or section.reference_kl_coef > 0,
+                         parallel=parallel)
         self.comparator = comparator
         self.plan = plan = IterationPlan.of(section)
         self.rounds = plan.rounds          # the loop repeats its step plan this often
@@ -312,7 +315,7 @@ def _completion_ids(tokenizer: Any, text: str, ids: list[int] | None) -> torch.T
     return torch.tensor(ids, dtype=torch.long)
 
 
-def build_madpo(run: Run[MADPOSection], task: Task) -> MADPO:
+def build_madpo(run: Run[MADPOSection], task: Task, parallel: Parallel | None = None) -> MADPO:
     """Return MADPO (or MADPO_ITER) with one agent per policy of the task and the section's comparator."""
     config, trainer, section = run.config, run.trainer, run.section
     if config.agent_model.vllm_importance_cap is not None:
@@ -324,7 +327,8 @@ def build_madpo(run: Run[MADPOSection], task: Task) -> MADPO:
         # a preference pair ranks two joint answers by one reward: agents rewarded apart would rank them differently
         raise ConfigError(f"{trainer}: MADPO ranks joint answers by the team's one reward, and this task gives each "
                           f"agent its own (a general-sum team); use the task's shared reward, or MAGRPO/IAC")
-    team = build_team(run, task.num_agents, task.stop_strings)
+    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train); a caller in one process may leave it out
+    team = build_team(run, task.num_agents, task.stop_strings, parallel)
     comparator = None
     if isinstance(section, IterativeFields):   # MADPO_ITER: the comparator_* keys
         comparator = build_comparator(run, task, team)
@@ -334,4 +338,4 @@ def build_madpo(run: Run[MADPOSection], task: Task) -> MADPO:
         raise ConfigError(f"{trainer}: this task is a sequential team (a later agent reads the earlier agents' "
                           f"answers) and a comparator writes joint answers without that; compare the policies' own "
                           f"candidates: {trainer}.comparator_policy=current {trainer}.comparator_candidate_budget=shared")
-    return MADPO(run, task, team, comparator)
+    return MADPO(run, task, team, comparator, parallel)

@@ -31,6 +31,7 @@ import torch
 
 from cooprl.trainers.team import Agent, build_team
 from cooprl.config import ConfigError, MAGRPOSection, Run
+from cooprl.parallel.context import Parallel
 from cooprl.rollout.evaluation import evaluation_settings, tree_metrics
 from cooprl.update.losses import group_advantages, kl_penalized
 from cooprl.samples import NodeGroup
@@ -48,9 +49,9 @@ class MAGRPO(TeamAlgorithm):
 
     section: MAGRPOSection
 
-    def __init__(self, run: Run[MAGRPOSection], task: Task, team: list[Agent]):
+    def __init__(self, run: Run[MAGRPOSection], task: Task, team: list[Agent], parallel: Parallel | None = None):
         section = run.section
-        super().__init__(run, task, team, references=section.reference_kl_coef > 0)
+        super().__init__(run, task, team, references=section.reference_kl_coef > 0, parallel=parallel)
         self.buffer: list[list[NodeGroup]] = [[] for _ in team]   # per agent, in tree order (breadth-first)
         self.buffered_items = 0                                   # items of the buffer (update_schedule items)
         self.kl_in_reward = self.references is not None and section.reference_kl_form == "reward"
@@ -216,7 +217,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def build_magrpo(run: Run[MAGRPOSection], task: Task) -> MAGRPO:
+def build_magrpo(run: Run[MAGRPOSection], task: Task, parallel: Parallel | None = None) -> MAGRPO:
     """Return a MAGRPO algorithm (GRPO when the task has one policy) with one agent per policy of the task.
 
     The task, not the section, says how many policies play: a centralized task has one model for both roles.
@@ -227,5 +228,6 @@ def build_magrpo(run: Run[MAGRPOSection], task: Task) -> MAGRPO:
         raise ConfigError(f"{trainer}.num_generations={section.num_generations}: MAGRPO's advantages are relative to "
                           f"the group of a node's samples; with one sample every advantage is 0 and nothing trains "
                           f"(advantage_mode {section.advantage_mode}): set it to 2 or more")
-    team = build_team(run, task.num_agents, task.stop_strings)
-    return MAGRPO(run, task, team)
+    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train); a caller in one process may leave it out
+    team = build_team(run, task.num_agents, task.stop_strings, parallel)
+    return MAGRPO(run, task, team, parallel)

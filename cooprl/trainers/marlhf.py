@@ -48,6 +48,7 @@ from cooprl.preferences.pairs import (IterationPlan, PairStore, RewardDistributi
 from cooprl.preferences.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
 from cooprl.trainers.actor_critic import build_iac, build_maac
+from cooprl.trainers.loop import Algorithm
 from cooprl.trainers.magrpo import build_magrpo
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def learned_reward_task(task: Task, reward_model: RewardModel) -> tuple[Task, Le
     return dataclasses.replace(task, name=f"{task.name}+reward_model", score=learned), learned
 
 
-class MARLHF:
+class MARLHF(Algorithm):
     """MARLHF (and MARLHF_ITER) for the shared training loop: wraps the RL algorithm built on the learned reward."""
 
     task_reward_key = "turn_1/task_reward_mean"   # it trains on the learned reward: the summary judges the task's
@@ -118,7 +119,7 @@ class MARLHF:
         self.store: PairStore | None = None
         self.steps_per_round = 1
         self.reward_dist: RewardDistribution | None = None   # log_reward_distribution (opened in start_run)
-        self.parallel = Parallel.of(section)
+        self.parallel = rl.parallel   # the RL algorithm's, the run's one context
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
         """Open the run's pair files (the loop calls this on every rank once the run folder and the resumed step are
@@ -149,9 +150,8 @@ class MARLHF:
         return metrics
 
     def end_epoch(self, metrics: dict[str, float]) -> None:
-        """At an epoch's end the RL algorithm trains what its buffer still holds (as upstream flushes it)."""
-        if hasattr(self.rl, "end_epoch"):
-            self.rl.end_epoch(metrics)
+        """At an epoch's end the RL algorithm trains what its buffer still holds."""
+        self.rl.end_epoch(metrics)
 
     def _seed(self, iteration: int) -> int:
         return self.config.seed * 1000 + 777 + iteration
@@ -235,6 +235,10 @@ class MARLHF:
             return self.rl.evaluate(items)
 
     # ------------------------------------------------------------------------------------------ checkpoints
+    def generators(self) -> list[Any]:
+        """Return the RL algorithm's samplers."""
+        return self.rl.generators()
+
     def rank_state(self) -> dict[str, Any]:
         """Return what differs between the processes of a data-parallel run: the RL algorithm's buffers."""
         return self.rl.rank_state()
@@ -278,7 +282,7 @@ def build_reward_model(run: Run[MARLHFSection]) -> RewardModel:
     return RewardModel(model, load_tokenizer(name), section.reward_max_length)
 
 
-def build_marlhf(run: Run[MARLHFSection], task: Task) -> MARLHF:
+def build_marlhf(run: Run[MARLHFSection], task: Task, parallel: Parallel | None = None) -> MARLHF:
     """Return MARLHF (or MARLHF_ITER): the reward model, the RL algorithm on the learned reward (built with `run.rl`,
     see cooprl.config.run), the comparator."""
     trainer, section = run.trainer, run.section
@@ -291,7 +295,7 @@ def build_marlhf(run: Run[MARLHFSection], task: Task) -> MARLHF:
     check_parallel_training(run.rl)
     reward_model = build_reward_model(run)
     learned_task, learned = learned_reward_task(task, reward_model)
-    rl = RL_BUILDERS[RL_TRAINERS[section.rl_algorithm]](run.rl, learned_task)
+    rl = RL_BUILDERS[RL_TRAINERS[section.rl_algorithm]](run.rl, learned_task, parallel)
     comparator = None
     if isinstance(section, IterativeFields):   # MARLHF_ITER: the comparator_* keys
         comparator = build_comparator(run, task, rl.team)

@@ -36,6 +36,7 @@ import torch
 
 from cooprl.trainers.team import Agent, build_team
 from cooprl.config import ConfigError, Run, SFTSection
+from cooprl.parallel.context import Parallel
 from cooprl.errors import UserError
 from cooprl.update.engine import Term, train_step
 from cooprl.models.logprobs import completion_logprobs
@@ -274,7 +275,7 @@ def note_long_demonstrations(tokenized: Sequence[TokenizedDemonstration], max_ne
     return long
 
 
-def build_sft(run: Run[SFTSection], task: Task) -> SFT:
+def build_sft(run: Run[SFTSection], task: Task, parallel: Parallel | None = None) -> SFT:
     """Return the SFT algorithm for `task`, its agents loaded; `task.train_items` become the batches of tokenized
     demonstrations the loop steps through (the eval items stay the task's problems). ConfigError for a data-parallel
     `parallel_training` (one process trains the agents) and for demonstrations that cannot be had."""
@@ -283,10 +284,11 @@ def build_sft(run: Run[SFTSection], task: Task) -> SFT:
         raise ConfigError(f"{trainer}.parallel_training: {section.parallel_training}: supervised fine-tuning runs in "
                           f"one process, the agents one after the other; set it to none")
     demonstrations = load_demonstrations(section.demonstrations, task)   # before any model is loaded
-    team = build_team(run, task.num_agents, task.stop_strings)
+    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train): one process, as checked above
+    team = build_team(run, task.num_agents, task.stop_strings, parallel)
     tokenized = [tokenize(d, team) for d in demonstrations]
     note_long_demonstrations(tokenized, section.max_new_tokens, trainer)
     task.train_items = demonstration_batches(tokenized, section.batch_size, config.seed)
     log.info("sft: %d demonstrations in %d batches of up to %d", len(tokenized), len(task.train_items),
              section.batch_size)
-    return SFT(run, task, team)
+    return SFT(run, task, team, parallel=parallel)

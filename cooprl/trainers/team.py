@@ -21,11 +21,11 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from cooprl.parallel import distributed, fsdp
-from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
-from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
 from cooprl.checkpoint import init_folders
+from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
 from cooprl.models.loading import check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
+from cooprl.parallel.context import Parallel
+from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
 from cooprl.update.optim import build_adamw
 from cooprl.rollout.vllm_generation import VLLMGenerator
 
@@ -62,12 +62,13 @@ def agent_devices(config: Config, section: TrainerSection, num_agents: int) -> l
     """Return each agent's device: `agent_devices` (one for all, or one per agent), else agent_model.device; under
     data-parallel training with several processes, the process's own GPU when the device is CUDA."""
     devices = model_devices(section.agent_devices, "agent_devices", num_agents, config.agent_model.device)
-    return [distributed.rank_device(device, distributed.current()) for device in devices]
+    return Parallel.devices(devices)
 
 
-def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]] = ()) -> list[Agent]:
+def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]] = (),
+               parallel: Parallel | None = None) -> list[Agent]:
     """Return one Agent per role of `run` with its model (agent_model), sampler settings and AdamW optimizer (the
-    run's section)."""
+    run's section); under fsdp (`parallel`, None: the run's section's) each process keeps a shard of every agent."""
     config, section = run.config, run.section
     model_cfg = config.agent_model
     params = SamplingParams(
@@ -81,8 +82,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         from cooprl.rollout.vllm_memory import check_vllm_memory
         check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
         check_vllm_memory(config, devices, run)  # the models' states and the engines, per GPU
-    # fsdp with several processes: each process keeps a shard of every agent (cooprl.parallel.fsdp); one process: unsharded
-    sharded = section.parallel_training == "fsdp" and distributed.current().world_size > 1
+    parallel = parallel or Parallel.of(section)
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
     inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents
     for init in inits:   # before any model loads
@@ -96,8 +96,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
                            gradient_checkpointing=model_cfg.gradient_checkpointing, autocast=model_cfg.autocast)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
         model.config.use_cache = True
-        if sharded:   # before the optimizer, which must hold the sharded parameters
-            fsdp.shard_model(model)
+        model = parallel.prepare(model)   # sharded under fsdp, before the optimizer, which must hold the shards
         max_prompt_tokens = max(model_cfg.max_length - section.max_new_tokens, 8)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = build_adamw(trainable, lr=section.learning_rate, weight_decay=section.weight_decay,

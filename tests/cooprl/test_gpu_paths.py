@@ -93,11 +93,11 @@ def test_evaluation_leaves_every_cuda_generator_as_it_was(tmp_path, monkeypatch)
 
     from cooprl.config import load_config
     from cooprl.task import Score, Task
-    from cooprl.trainers.loop import train_loop
+    from cooprl.trainers.loop import Algorithm as LoopAlgorithm, train_loop
     cuda = FakeCudaGenerators(monkeypatch)
     seen = []
 
-    class Algorithm:
+    class Algorithm(LoopAlgorithm):
         models: list = []
 
         def train_step(self, item, step):

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.parallel import distributed
 from cooprl.parallel.order import Ranks, item_seed, mean_metrics, shard_order
 from cooprl.config import ConfigError, Run, load_config, model_devices
 from cooprl.models.loading import TINY_RANDOM
