@@ -29,7 +29,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.parallel import distributed
+from cooprl.models.loading import load_causal_lm, load_tokenizer
+from cooprl.parallel.context import Parallel
 from cooprl.config import (ConfigError, IterativeFields, MADPOIterSection, MARLHFIterSection, Run, model_devices,
                            trainer_device)
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
@@ -258,11 +259,9 @@ def comparator_model_names(run: Run[ComparatorSection], roles: int) -> list[str]
 def _model_generators(run: Run[ComparatorSection], names: Sequence[str], max_tokens: int) -> list[Any]:
     """Return one frozen generator per role for `names` (a name used by several roles is loaded once, on its first
     role's device), on `comparator_devices` (one for all, or one per role; else the first agent's device)."""
-    from cooprl.models.loading import load_causal_lm, load_tokenizer
     cfg, section = run.config.agent_model, run.section
-    devices = distributed.process_devices(model_devices(section.comparator_devices, "comparator_devices", len(names),
-                                                        trainer_device(section.agent_devices, "agent_devices",
-                                                                       cfg.device)))
+    devices = Parallel.devices(model_devices(section.comparator_devices, "comparator_devices", len(names),
+                                             trainer_device(section.agent_devices, "agent_devices", cfg.device)))
     loaded: dict[str, Any] = {}
     for name, device in zip(names, devices):
         if name in loaded:   # a model two roles share stays on its first role's device

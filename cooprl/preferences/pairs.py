@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from cooprl.parallel import distributed, fsdp
+from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.parallel.order import Ranks, data_order, shard_order
 from cooprl.checkpoint import save_model
-from cooprl.config import IterativeFields, PreferenceFields, TrainerSection, is_data_parallel
+from cooprl.config import IterativeFields, PreferenceFields, TrainerSection
 from cooprl.errors import UserError
 from cooprl.rollout.tree import Node, RolloutSettings, Sampler, rollout
 
@@ -233,12 +233,13 @@ def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: 
 ITEMS_PER_COLLECTION = 16   # items whose candidates are sampled in one batch (bounds generation memory)
 
 
-def plan_chunks(task: Any, section: TrainerSection, seed: int, steps_per_round: int) -> list[list[Any]]:
+def plan_chunks(task: Any, section: TrainerSection, seed: int, steps_per_round: int,
+                parallel: Parallel = SINGLE) -> list[list[Any]]:
     """Return the training items a preference iteration's step plan takes, each once, in plan order, cut into
     sampling batches of ITEMS_PER_COLLECTION: the first `steps_per_round` of the data order, or under data-parallel
-    training every process's first `steps_per_round` (cooprl.parallel.order.shard_order)."""
+    training (`parallel`) every process's first `steps_per_round` (cooprl.parallel.order.shard_order)."""
     order = data_order(len(task.train_items), section.num_train_epochs, seed)
-    world = distributed.current().world_size if is_data_parallel(section) else 1
+    world = parallel.ranks.world_size if parallel.data_parallel else 1
     positions = sorted(position for rank in range(world) for position in shard_order(
         order, len(task.train_items), Ranks(rank, world))[1][:steps_per_round])
     items = [task.train_items[i] for i in dict.fromkeys(order[position] for position in positions)]
@@ -427,7 +428,8 @@ class RewardDistribution:
         return out
 
 
-def save_policy_checkpoint(section: TrainerSection, models: Sequence[Any], label: str) -> Path | None:
+def save_policy_checkpoint(section: TrainerSection, models: Sequence[Any], label: str,
+                           parallel: Parallel = SINGLE) -> Path | None:
     """policy_checkpoint_dir: save every policy (`save_pretrained`: the LoRA adapters, or the whole model) in
     `<policy_checkpoint_dir>/<label>/agent_<i>` (label `initial` or `iteration_<k>`, as upstream); a snapshot that
     is already there (a resumed run) is kept; rank 0 writes. Every process calls it (sharded policies are gathered).
@@ -436,21 +438,21 @@ def save_policy_checkpoint(section: TrainerSection, models: Sequence[Any], label
     if not folder:
         return None
     target = Path(folder) / label
-    weights = list(fsdp.whole_state_dicts(models))   # sharded policies are gathered (every process takes part)
-    if distributed.current().is_main and not all((target / f"agent_{i}").is_dir() for i in range(len(models))):
+    weights = list(parallel.whole_state_dicts(models))   # sharded policies are gathered (every process takes part)
+    if parallel.is_main and not all((target / f"agent_{i}").is_dir() for i in range(len(models))):
         for i, model in enumerate(models):
             save_model(model, target / f"agent_{i}", weights[i])
     return target
 
 
 def policy_checkpoints(section: TrainerSection, models: Sequence[Any], step: int, steps_per_round: int,
-                       before: bool) -> None:
+                       before: bool, parallel: Parallel = SINGLE) -> None:
     """Save the policy snapshots a step boundary calls for: `initial` before the first step of the run, and
     `iteration_<k>` after the last step of iteration k."""
     if before and step == 1:
-        save_policy_checkpoint(section, models, "initial")
+        save_policy_checkpoint(section, models, "initial", parallel)
     elif not before and step % steps_per_round == 0:
-        save_policy_checkpoint(section, models, f"iteration_{(step - 1) // steps_per_round}")
+        save_policy_checkpoint(section, models, f"iteration_{(step - 1) // steps_per_round}", parallel)
 
 
 def draw_weighted(weighted: Sequence[tuple[Any, float]], count: int, rng: random.Random) -> list[Any]:

@@ -100,7 +100,8 @@ class MADPO(TeamAlgorithm):
         update on them and the replayed ones; return metrics."""
         item_id = self.task.item_id(item)
         iteration = (step - 1) // self.steps_per_round
-        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=True)   # rank 0 writes
+        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=True,
+                           parallel=self.parallel)   # rank 0 writes
         if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
             self.comparator.start_iteration(iteration)
         if self.section.pair_collection == "online":
@@ -122,7 +123,8 @@ class MADPO(TeamAlgorithm):
             metrics["env_steps"] = self.section.environment_steps_per_pair * len(weighted)
         if self.reward_dist is not None:
             metrics.update(self.reward_dist.metrics(iteration))
-        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=False)
+        policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=False,
+                           parallel=self.parallel)
         return metrics
 
     def train_pairs(self, pairs: Sequence[PreferencePair], weights: Sequence[float], step: int) -> dict[str, float]:
@@ -163,7 +165,7 @@ class MADPO(TeamAlgorithm):
 
         Sampling runs on its own seeded generators (like MARLHF's collection), so the training steps' random numbers
         do not depend on how many candidates the collection drew."""
-        chunks = plan_chunks(self.task, self.section, self.config.seed, self.steps_per_round)
+        chunks = plan_chunks(self.task, self.section, self.config.seed, self.steps_per_round, self.parallel)
 
         def collect(chunk: list[Any], rng: random.Random) -> list[tuple[Any, list[PreferencePair], dict, int]]:
             roots, candidates = collect_candidates(chunk, self.task, self._sample, self.section.preference_num_candidates,

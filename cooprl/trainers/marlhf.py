@@ -135,7 +135,8 @@ class MARLHF(Algorithm):
         """Learn the iteration's reward model first if needed, then one RL step on the learned reward; return metrics."""
         iteration = (step - 1) // self.steps_per_round
         policies = self.rl.models[:len(self.rl.team)]
-        policy_checkpoints(self.section, policies, step, self.steps_per_round, before=True)   # rank 0 writes
+        policy_checkpoints(self.section, policies, step, self.steps_per_round, before=True,
+                           parallel=self.parallel)   # rank 0 writes
         if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
             self.comparator.start_iteration(iteration)
         if iteration > self.trained_iteration:
@@ -146,7 +147,8 @@ class MARLHF(Algorithm):
                     self.reward_metrics.update(self.reward_dist.metrics(iteration))
             self.trained_iteration = iteration
         metrics = {**self.rl.train_step(item, step), **self.reward_metrics}
-        policy_checkpoints(self.section, policies, step, self.steps_per_round, before=False)
+        policy_checkpoints(self.section, policies, step, self.steps_per_round, before=False,
+                           parallel=self.parallel)
         return metrics
 
     def end_epoch(self, metrics: dict[str, float]) -> None:
@@ -198,7 +200,7 @@ class MARLHF(Algorithm):
 
     def collect(self, iteration: int, step: int) -> list[Any]:
         """Return preference pairs on the items of the step plan, scored with the task reward."""
-        chunks = plan_chunks(self.task, self.section, self.config.seed, self.steps_per_round)
+        chunks = plan_chunks(self.task, self.section, self.config.seed, self.steps_per_round, self.parallel)
         # before the first RL step of the iteration: the bar does not move meanwhile, so say what takes the time
         log.info("iteration %d: sampling %d candidates on each of %d problems for preference pairs", iteration,
                  self.section.preference_num_candidates, sum(map(len, chunks)))
