@@ -28,7 +28,7 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
-from cooprl.parallel import fsdp
+from cooprl.parallel.context import Parallel
 from cooprl.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -296,15 +296,10 @@ def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     for shard in sorted(folder.glob("*.safetensors")):
         if shard.name != HEAD_FILE:
             state.update(load_file(shard))
-    if fsdp.is_sharded(model):   # each process keeps its shard of every tensor
-        missing, unexpected = fsdp.load_full_state_dict(model, state)
-    else:
-        missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = Parallel.load_whole_state_dict(model, state)   # a sharded model: into each shard
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
     if missing or unexpected:
         raise RuntimeError(f"{folder}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    if hasattr(model, "tie_weights") and not fsdp.is_sharded(model):   # (sharding keeps tied weights one tensor)
-        model.tie_weights()
 
 
 def add_lora(model: Any, lora: Any) -> Any:

@@ -97,6 +97,23 @@ class Parallel:
         """Return `model` sharded over the processes in place under fsdp (cooprl.parallel.fsdp.shard_model), else as is."""
         return fsdp.shard_model(model) if self.sharded else model
 
+    @staticmethod
+    def check_gathered(model: Any, what: str) -> None:
+        """RuntimeError when `model` is sharded but not gathered (`sampling`): `what` runs a number of forwards of
+        its own, which in the shards' lock-step would hang every process (cooprl.parallel.fsdp.check_gathered)."""
+        fsdp.check_gathered(model, what)
+
+    @staticmethod
+    def load_whole_state_dict(model: Any, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+        """Load a whole state dict into `model` (into each process's shard of it when it is sharded); return (the
+        model's keys `state` lacks, the keys of `state` the model lacks). Tied weights are tied again afterwards."""
+        if fsdp.is_sharded(model):   # every process passes the same state, together; sharding keeps tied weights one
+            return fsdp.load_full_state_dict(model, state)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if hasattr(model, "tie_weights"):
+            model.tie_weights()
+        return list(missing), list(unexpected)
+
     @contextlib.contextmanager
     def sampling(self, *models: Any) -> Iterator[None]:
         """Within this context the sharded `models` hold their whole weights, for a phase of forwards without

@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.parallel import fsdp
 from cooprl.models.loading import autocast_context
+from cooprl.parallel.context import Parallel
 from cooprl.text import safe_text
 
 
@@ -152,7 +152,7 @@ class HFGenerator:
         input_ids, attention = input_ids.to(device), attention.to(device)
         was_training = self.model.training
         self.model.eval()
-        fsdp.check_gathered(self.model, "sampling")   # (parallel_training fsdp: see cooprl.parallel.fsdp.full_weights)
+        Parallel.check_gathered(self.model, "sampling")   # (parallel_training fsdp: see Parallel.sampling)
         try:
             with autocast_context(self.model):
                 if num_samples > 1 and width > 1:

@@ -29,8 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl.models.logprobs import completion_logprobs, group_by_prompt
-from cooprl.parallel import fsdp
-from cooprl.parallel.context import Sync
+from cooprl.parallel.context import Parallel, Sync
 from cooprl.samples import TrainSample
 from cooprl.update import losses
 from cooprl.update.engine import StepResult, Term, train_step
@@ -45,7 +44,7 @@ def scored_in_eval(model: Any, samples: Sequence[Any], batch_size: int | None,
     dropout); the model's train/eval mode is restored afterwards."""
     if not samples:
         return []
-    fsdp.check_gathered(model, "scoring without gradient")   # each process scores its own number of batches
+    Parallel.check_gathered(model, "scoring without gradient")   # each process scores its own number of batches
     training = model.training
     model.eval()
     values: dict[int, Any] = {}
