@@ -1,7 +1,7 @@
 """Comparators for the iterative preference trainers: who writes the candidates the policies are compared against.
 
 `comparator_policy`:
-- `current`: the live policies write a second candidate set of their own (upstream); with
+- `current`: the live policies write a second candidate set of their own; with
   `comparator_candidate_budget: shared` and no `comparator_num_candidates`, no comparator (build returns None): the
   policies' own samples are compared with each other. In centralized mode the live policy of agent
   `comparator_centralized_agent_index` writes joint answers;
@@ -110,7 +110,7 @@ def build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[Any
 
 def comparator_candidate_count(section: IterativeFields) -> int | None:
     """Return how many candidates of its own the comparator writes per problem: `comparator_num_candidates`, else
-    (budget `separate`, upstream's) `preference_num_candidates`; None (budget `shared`): up to half of
+    (budget `separate`, the default) `preference_num_candidates`; None (budget `shared`): up to half of
     `preference_num_candidates` (see cooprl.preferences.pairs.split_candidates)."""
     if section.comparator_num_candidates is not None:
         return section.comparator_num_candidates
@@ -147,7 +147,7 @@ def _build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[An
     params = [replace(team[0].params, max_new_tokens=max_tokens, stop_strings=tuple(s)) for s in stops]
     roles = len(params)
 
-    if kind == "current" and centralized:  # the live policy of agent `writer` answers the joint prompt (upstream)
+    if kind == "current" and centralized:  # the live policy of agent `writer` answers the joint prompt
         return Comparator(task, [team[writer].generator], params, joint_format)
     if kind == "current":  # the live policies write a candidate set of their own
         return Comparator(task, [agent.generator for agent in team[:roles]], params, keep_ids=True)
@@ -188,12 +188,12 @@ def _build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[An
 
 
 class HistoryComparator(Comparator):
-    """comparator_policy history: at iteration i the comparator is the policies as they were when upstream saved
-    its checkpoint of iteration i - comparator_history_k, i.e. at the start of iteration i - k + 1 (the start
-    policies when that is before iteration 0). With k = 1 that is the policies as the iteration began, frozen while
-    it trains. Snapshots of the trainable weights are kept on the CPU, one per iteration start, and only as long as
-    a later iteration can still play them (at most k); `state_dict` hands them to the trainer's checkpoint, so a
-    resumed run plays exactly the snapshots the uninterrupted run would."""
+    """comparator_policy history: at iteration i the comparator is the policies as iteration
+    i - comparator_history_k ended them, i.e. at the start of iteration i - k + 1 (the start policies when that is
+    before iteration 0). With k = 1 that is the policies as the iteration began, frozen while it trains. Snapshots
+    of the trainable weights are kept on the CPU, one per iteration start, and only as long as a later iteration can
+    still play them (at most k); `state_dict` hands them to the trainer's checkpoint, so a resumed run plays exactly
+    the snapshots the uninterrupted run would."""
 
     def __init__(self, task: Task, players: Sequence[Any], params: Sequence[SamplingParams], history_k: int,
                  joint_format: JointFormat | None = None):
@@ -235,8 +235,8 @@ class HistoryComparator(Comparator):
 
 
 class CurrentCopyComparator(HistoryComparator):
-    """comparator_policy current_copy (upstream's): a copy of the current policies made at the start of every
-    iteration and frozen while it trains (upstream copies them per iteration onto the comparator's devices). Pairs
+    """comparator_policy current_copy: a copy of the current policies made at the start of every iteration and
+    frozen while it trains. Pairs
     collected offline at the iteration's first step see the same weights as `current`; online collection (every step)
     compares the moving policies with the iteration's starting point. A history comparator with k = 1."""
 
@@ -283,9 +283,10 @@ def _post_json(url: str, payload: dict, headers: dict[str, str], timeout_s: floa
 def generic_api_completer(url: str, model: str | None, api_key: str | None, max_tokens: int,
                           max_n_per_request: int | None, params: SamplingParams,
                           post: Callable[[str, dict, dict], Any] = _post_json) -> Callable[[str, int], list[str]]:
-    """Return `complete(prompt, n) -> n texts` for upstream's generic comparator API: POST {prompt, n, max_tokens,
-    temperature, top_p, model} to `url`, answer {"completions": [text, ...]}; at most `max_n_per_request`
-    completions asked per request (several requests when n is larger)."""
+    """Return `complete(prompt, n) -> n texts` for the generic comparator API (`comparator_api_format: generic`;
+    docs/upstream.md says where it comes from): POST {prompt, n, max_tokens, temperature, top_p, model} to `url`,
+    answer {"completions": [text, ...]}; at most `max_n_per_request` completions asked per request (several
+    requests when n is larger); an answer without a non-empty `completions` list is a RuntimeError."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def complete(prompt: str, n: int) -> list[str]:
@@ -304,7 +305,7 @@ def generic_api_completer(url: str, model: str | None, api_key: str | None, max_
 
 
 class _CompletionApiGenerator:
-    """Samples from upstream's generic completion API: `complete(prompt, n)` returns n texts."""
+    """Samples from the generic comparator API (`generic_api_completer`): `complete(prompt, n)` returns n texts."""
 
     def __init__(self, complete: Callable[[str, int], list[str]]):
         self.complete = complete

@@ -5,7 +5,7 @@ Shared by the preference trainers (MADPO, MARLHF and their iterative variants):
    optionally, from a comparator (another model, an API, one centralized writer...), all scored with the
    task reward;
 2. `select_pairs` / `comparator_pairs` / `pairs_from_candidates`: pick (winner, loser) pairs by reward (largest
-   gaps, random, all), or upstream's `comparator_reward`: the policy's candidate i against the comparator's i;
+   gaps, random, all), or `comparator_reward`: the policy's candidate i against the comparator's i;
 3. `write_pairs` / `read_pairs` / `PairStore`: JSONL files in the run folder (inspectable, reused on resume);
 4. `replay_weights`: which earlier iterations' pairs are trained on again, and with what weight.
 
@@ -113,7 +113,7 @@ def select_pairs(rewards: Sequence[float], mode: str, pairs_per_sample: int, min
 
 def comparator_pairs(policy_rewards: Sequence[float], comparator_rewards: Sequence[float], pairs_per_sample: int | None,
                      min_gap: float) -> list[tuple[int, int]]:
-    """Return upstream's `comparator_reward` pairs as (winner, loser) indices into policy + comparator candidates
+    """Return the `comparator_reward` pairs as (winner, loser) indices into policy + comparator candidates
     (the comparator's candidate j has index len(policy_rewards) + j).
 
     The policy's candidate i is compared with the comparator's candidate i (cycling through the comparator's when it
@@ -172,12 +172,12 @@ def pairs_from_candidates(item_id: str, prompts: list[str], candidates: Sequence
 # ---------------------------------------------------------------------------------------------- sampling
 def split_candidates(total: int, comparator: Comparator | None) -> tuple[int, int]:
     """Return (policy candidates, comparator candidates) per item: with the comparator's own `num_candidates`
-    (upstream's budget: comparator_num_candidates, else preference_num_candidates) the policies write `total` and it
-    that many (at most its `max_candidates`); without (`comparator_candidate_budget: shared`) it writes up to half of
-    `total`."""
+    (comparator_num_candidates, else with budget `separate` preference_num_candidates) the policies write `total`
+    and it that many (at most its `max_candidates`); without (`comparator_candidate_budget: shared`) it writes up to
+    half of `total`."""
     if comparator is None:
         return total, 0
-    if getattr(comparator, "num_candidates", None):   # its own count: upstream's two candidate sets
+    if getattr(comparator, "num_candidates", None):   # its own count: the policies' set and the comparator's
         n_comp = comparator.num_candidates
         if comparator.max_candidates is not None:
             n_comp = min(n_comp, comparator.max_candidates)
@@ -369,7 +369,7 @@ class IterationPlan:
                  rng: random.Random, draws: int | None = None) -> list[tuple[PreferencePair, float]]:
         """Return (pair, weight) to train on: `replay_weights` of the plan's mode; with `replay_sample_size`, the
         current iteration's pairs (weight 1) plus `draws` earlier pairs (default: replay_sample_size) drawn with
-        `rng` in proportion to their replay weights, each of weight 1 (upstream's sampled replay)."""
+        `rng` in proportion to their replay weights, each of weight 1 (the weights only decide the draw)."""
         weighted = replay_weights(pairs_by_iteration, self.replay_mode, self.replay_lambda, current_iteration,
                                   nearest=self.replay_k)
         if self.replay_sample_size is None:
@@ -431,7 +431,7 @@ class RewardDistribution:
 def save_policy_checkpoint(section: TrainerSection, models: Sequence[Any], label: str,
                            parallel: Parallel = SINGLE) -> Path | None:
     """policy_checkpoint_dir: save every policy (`save_pretrained`: the LoRA adapters, or the whole model) in
-    `<policy_checkpoint_dir>/<label>/agent_<i>` (label `initial` or `iteration_<k>`, as upstream); a snapshot that
+    `<policy_checkpoint_dir>/<label>/agent_<i>` (label `initial` or `iteration_<k>`); a snapshot that
     is already there (a resumed run) is kept; rank 0 writes. Every process calls it (sharded policies are gathered).
     Return its folder, or None when the key is not set (or the trainer has none: not an iterative one)."""
     folder = section.policy_checkpoint_dir if isinstance(section, IterativeFields) else None
@@ -457,8 +457,7 @@ def policy_checkpoints(section: TrainerSection, models: Sequence[Any], step: int
 
 def draw_weighted(weighted: Sequence[tuple[Any, float]], count: int, rng: random.Random) -> list[Any]:
     """Return `count` items drawn from (item, weight) in proportion to the weights: without replacement while
-    items remain, then again from all (upstream draws a shard's records without replacement, repeating them when it
-    needs more than it holds)."""
+    items remain, then again from all."""
     drawn: list[Any] = []
     while weighted and len(drawn) < count:
         pool = list(weighted)
@@ -473,7 +472,7 @@ def replay_weights(pairs_by_iteration: Mapping[int, Sequence[PreferencePair]], m
     """Return (pair, weight) for the pairs to train on at `current_iteration`.
 
     `current`: only the current iteration's pairs (weight 1); `all_history`: every iteration up to the
-    current one (weight 1); `lambda_decay`: upstream's sampling weights. Iteration k (age = current - k) gets the
+    current one (weight 1); `lambda_decay`: sampling weights. Iteration k (age = current - k) gets the
     share (1 - lam) * lam^age of the replayed weight, normalized over the iterations that have pairs (so the
     (1 - lam) factor cancels: share = lam^age / sum of lam^age), spread evenly over its pairs and scaled so that
     the weights average 1 (a pair's weight is its chance to be drawn, relative to a uniform draw). With lam = 0 only

@@ -14,7 +14,7 @@ one completion for each joint action g, from the prompt `follow_prompt` builds o
 texts of agents 0..a-1. Joint actions are aligned; `Node.sample_prompts` keeps the prompt each sample answered.
 
 Pipelining (`reward.pipeline_nodes`, `reward.pipeline`): a turn's nodes can instead be sampled in chunks of
-`nodes_per_generation` nodes (1 = node by node, as upstream samples). With `pipeline` on, each chunk's joint
+`nodes_per_generation` nodes (1 = node by node). With `pipeline` on, each chunk's joint
 actions are scored on a background thread while the next chunk generates: a task whose reward runs in other
 processes (the code task's sandbox) then overlaps generation (torch, this process) and scoring. The turn's next
 prompts and early terminations wait for all of its scores, as without pipelining. The results are identical:
@@ -254,7 +254,7 @@ def iter_nodes(root: Node):
 def sample_returns(node: Node, agent: int, reduce: str = "mean") -> list[float]:
     """Return, for each of `agent`'s samples at `node`, the agent's own returns of the joint actions that contain it
     (the shared returns unless the task gives per-agent rewards), reduced:
-    `mean` (the same scale as an aligned tree's returns) or `sum` (upstream comlrl's cross mode). In aligned mode
+    `mean` (the same scale as an aligned tree's returns) or `sum` (what `cross_return` defaults to). In aligned mode
     each sample is in one joint action, so both give its return."""
     if reduce not in ("mean", "sum"):
         raise ValueError(f"cross_return {reduce!r}: expected 'mean' or 'sum'")

@@ -8,7 +8,7 @@ One training step on one dataset item:
    MAAC: every agent's prompt, labelled (v), then every agent's response (q), see `critic_input_text`;
 3. TD target of a turn: y = r + discount * (the same critic's value of the episode's next turn), or y = r when
    the episode ended there (last turn or early termination). With `reference_kl_coef` > 0 in the `reward` form
-   (upstream's), agent a's r is its shaped reward r - coef * KL(a's completion || start model), so each agent has
+   (the default), agent a's r is its shaped reward r - coef * KL(a's completion || start model), so each agent has
    its own target y_a; a centralized critic (MAAC) learns the team's mean of them in the `episodes` schedule.
    A general-sum task (`Score.agent_rewards`) gives each agent its own r as well: IAC's critic a learns agent a's;
    MAAC's one critic learns the team's mean reward, its value a baseline of each agent's own target (single-turn
@@ -19,13 +19,13 @@ One training step on one dataset item:
    zero-mean for every action once Q is accurate, cancelling the policy gradient; the q critic therefore
    acts through the bootstrap Q(s', a') inside y, and the group's mean Q is an action-free baseline.
    `update_schedule` says when and over what group (`advantage_normalization` standardizes within the group):
-   - `turns` (upstream's): `rollout_buffer_size` counts one agent's turn samples (every agent has one per turn of
+   - `turns` (the default): `rollout_buffer_size` counts one agent's turn samples (every agent has one per turn of
      each episode); once an item's turns fill it, the whole buffer is trained turn by turn (turn 1 first), each
      turn's samples a group: advantages normalized within it, shuffled, one optimizer step per `train_batch_size`
      samples (null: rollout_buffer_size), and with each actor step its critic's step on the same samples (a
-     centralized critic steps with every agent's batches, on that agent's targets, as upstream's MAAC);
+     centralized critic steps with every agent's batches, on that agent's targets);
    - `episodes`: `rollout_buffer_size` counts episodes; the whole buffer is one group, stepped in buffer order.
-   What a buffer holds at the end of an epoch is trained then (`end_epoch`), as upstream flushes it.
+   What a buffer holds at the end of an epoch is trained then (`end_epoch`).
    Actor loss: -sum log pi(completion) * A (`policy_gradient_step`; with `agent_model.vllm_importance_cap` each token's
    term weighted by its truncated importance weight against vLLM's sampler, scored in `episode_steps`, see
    cooprl.update.policy_gradient). Critic loss: value_loss_coef * (y - V)^2,
@@ -81,8 +81,8 @@ def critic_input_text(prompts: Sequence[str], completions: Sequence[str] | None 
 
 
 def turn_groups(steps: Sequence[Step]) -> list[list[int]]:
-    """Return the buffer's indices grouped by turn, turn 1 first, each group in buffer order (upstream's update
-    groups: one agent's samples of one turn)."""
+    """Return the buffer's indices grouped by turn, turn 1 first, each group in buffer order (`update_schedule:
+    turns` trains each agent on its samples of each group in turn)."""
     turns = sorted({step.turn for step in steps})
     return [[k for k, step in enumerate(steps) if step.turn == turn] for turn in turns]
 
@@ -220,8 +220,8 @@ class ActorCritic(TeamAlgorithm):
         return held >= self.section.rollout_buffer_size
 
     def end_epoch(self, metrics: dict[str, float]) -> None:
-        """At an epoch's end, train on what the buffer still holds (upstream flushes its buffers there) and add the
-        update's metrics to `metrics`, those of the epoch's last step."""
+        """At an epoch's end, train on what the buffer still holds (no epoch's samples wait for the next) and add
+        the update's metrics to `metrics`, those of the epoch's last step."""
         if self.buffer:
             metrics.update(self.update())
 
@@ -257,7 +257,7 @@ class ActorCritic(TeamAlgorithm):
         return metrics
 
     def update_by_turn(self) -> dict[str, float]:
-        """update_schedule turns (upstream's): per agent, the buffer's samples of each turn (turn 1 first) are a group
+        """update_schedule turns (the default): per agent, the buffer's samples of each turn (turn 1 first) are a group
         whose advantages are normalized together; the group is shuffled and cut into `train_batch_size` samples
         (null: rollout_buffer_size); each batch is one actor step, then one step of the agent's separate critic on the
         same samples with the agent's own targets (a centralized critic steps with every agent's batches). A group

@@ -1,7 +1,7 @@
 """MADPO: multi-agent DPO on preferences built from task rewards (and its iterative variant, MADPO_ITER).
 
 Where the pairs come from (`pair_collection`):
-- `offline` (upstream's): at the first step of iteration k, sample `preference_num_candidates` joint candidates
+- `offline` (the default): at the first step of iteration k, sample `preference_num_candidates` joint candidates
   (one rollout turn; a comparator adds its own set, see `comparator_candidate_budget`) for every problem of the step
   plan from the policies as they are then (iteration 0: the start policies), score them with the task reward,
   pick (winner, loser) pairs and write them to `<run dir>/preferences/iteration_<k>.jsonl`; every step of the
@@ -119,7 +119,7 @@ class MADPO(TeamAlgorithm):
         if pairs:
             metrics["dpo/reward_gap"] = sum(p.reward_gap for p in pairs) / len(pairs)
         metrics.update(self.train_pairs([p for p, _ in weighted], [w for _, w in weighted], step))
-        if self.section.use_environment_step:   # upstream's env_step: environment_steps_per_pair per trained pair
+        if self.section.use_environment_step:   # env_step (W&B's x axis): environment_steps_per_pair per trained pair
             metrics["env_steps"] = self.section.environment_steps_per_pair * len(weighted)
         if self.reward_dist is not None:
             metrics.update(self.reward_dist.metrics(iteration))
@@ -129,7 +129,7 @@ class MADPO(TeamAlgorithm):
 
     def train_pairs(self, pairs: Sequence[PreferencePair], weights: Sequence[float], step: int) -> dict[str, float]:
         """Train on the step's weighted pairs: one `update` (optimizer step) per `train_batch_size` pairs (null:
-        `rollout_buffer_size`; both null: all in one step), the pairs shuffled first as upstream does (with a
+        `rollout_buffer_size`; both null: all in one step), the pairs shuffled first (with a
         generator seeded by the step, so runs and resumes repeat it); return the last update's metrics, with
         `dpo/pairs` the step's total and `dpo/optimizer_steps`."""
         size = self.section.train_batch_size or self.section.rollout_buffer_size

@@ -6,16 +6,16 @@ One training step on one dataset item:
 2. returns: reward + discount x mean return of the child node;
 3. advantages: each agent's G samples at a node form a sibling group; advantage = return - group baseline,
    standardized within the group (`advantage_normalization`). In cross mode a sample's return is the sum
-   (`cross_return: sum`, upstream) or the mean of the returns of the G^(N-1) joint actions it is in;
+   (`cross_return: sum`, the default) or the mean of the returns of the G^(N-1) joint actions it is in;
 4. buffer the sibling groups and update (loss = -sum log pi(completion) x advantage, averaged over the samples of
    an optimizer step, optional k3 KL to the start model), on one of two schedules (`update_schedule`):
-   - `nodes` (upstream's): `rollout_buffer_size` counts nodes (an agent's sibling group at one node); each time an
+   - `nodes` (the default): `rollout_buffer_size` counts nodes (an agent's sibling group at one node); each time an
      agent's buffer holds that many, it is trained turn by turn (turn 1's nodes first), the nodes of a turn in a
      shuffled order, one optimizer step per `train_batch_size` nodes, its samples in one forward;
    - `items`: `rollout_buffer_size` counts dataset items; one optimizer step per agent on all of their samples, the
      samples of one item's whole tree in one forward (its shared turn-1 prompt runs once: the faster update).
-   What the buffer holds at the end of an epoch is trained then (`end_epoch`), as upstream flushes it.
-With `reference_kl_coef` > 0 in the `reward` form (upstream's), each sample's return at its node is lowered by
+   What the buffer holds at the end of an epoch is trained then (`end_epoch`).
+With `reference_kl_coef` > 0 in the `reward` form (the default), each sample's return at its node is lowered by
 coef x its k3 KL to the frozen start model (scored once after the rollout, no gradient) before the group baseline;
 in the `loss` form the KL is a term of the policy loss instead.
 With `agent_model.vllm_importance_cap` each sample's tokens carry truncated importance weights against vLLM's sampler,
@@ -74,7 +74,7 @@ class MAGRPO(TeamAlgorithm):
         """Roll out one item, buffer its sibling groups with advantages, update when the buffer is full (see the
         module docstring for the two schedules); return metrics."""
         # every node's groups first: their advantages (and reward-form KLs) come from the policy that sampled them,
-        # as upstream's, which buffers a whole tree before it trains; sharded agents are gathered meanwhile
+        # before any update of this step trains on them; sharded agents are gathered meanwhile
         node_groups, kls = [], [[] for _ in self.team]
         with self.parallel.sampling(*self.models):
             root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
@@ -118,8 +118,8 @@ class MAGRPO(TeamAlgorithm):
         return groups
 
     def end_epoch(self, metrics: dict[str, float]) -> None:
-        """At an epoch's end, train on what the buffers still hold (upstream flushes its buffers there: nodes short of
-        `rollout_buffer_size` would otherwise never be trained) and merge that update into `metrics`, those of the
+        """At an epoch's end, train on what the buffers still hold (nodes short of `rollout_buffer_size` would
+        otherwise never be trained) and merge that update into `metrics`, those of the
         epoch's last step."""
         if any(self.buffer):
             self.step_updates.append(self.update())
@@ -179,8 +179,9 @@ class MAGRPO(TeamAlgorithm):
 
 
 def node_batches(groups: list[NodeGroup], size: int) -> list[list[NodeGroup]]:
-    """Return upstream's optimizer batches of a full buffer: the nodes grouped by turn (turn 1 first), each turn's
-    nodes in a random order (torch's generator, so a resumed run draws the same), cut into batches of `size` nodes."""
+    """Return the optimizer batches of a full buffer (`update_schedule: nodes`): the nodes grouped by turn (turn 1
+    first), each turn's nodes in a random order (torch's generator, so a resumed run draws the same), cut into
+    batches of `size` nodes."""
     batches = []
     for turn in sorted({g.turn for g in groups}):
         nodes = [g for g in groups if g.turn == turn]

@@ -278,7 +278,7 @@ def build_reward_model(run: Run[MARLHFSection]) -> RewardModel:
                                                config.agent_model.device)])
     lm = load_causal_lm(name, torch_dtype=config.agent_model.torch_dtype, device=device)
     model = ValueModel(lm)
-    if section.reward_freeze_backbone:  # upstream's reward_freeze_backbone: only the linear head learns
+    if section.reward_freeze_backbone:  # only the linear head learns
         for p in model.trunk_parameters():
             p.requires_grad_(False)
     return RewardModel(model, load_tokenizer(name), section.reward_max_length)

@@ -17,7 +17,8 @@ from cooprl.console import RUN_LOG, chosen_threads
 from cooprl.task import Task
 
 
-# the sections whose num_generations is what a run samples per prompt (MADPO's is accepted for upstream's configs only)
+# the sections whose num_generations is what a run samples per prompt (MADPO's has no effect: it samples
+# preference_num_candidates)
 GENERATING = (MAGRPOSection, ActorCriticSection)
 
 

@@ -14,7 +14,7 @@ from cooprl.errors import UserError
 log = logging.getLogger(__name__)
 
 BF16_OPTIMIZERS = ("kahan", "pure")
-# torch.optim.AdamW's own: upstream's trainers get these, and so does every weight here (optimi's defaults differ)
+# torch.optim.AdamW's own, given to every weight here, KahanAdamW's too (optimi's defaults differ)
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
 
 
@@ -80,7 +80,7 @@ def build_adamw(params: Iterable[torch.nn.Parameter], *, lr: float, weight_decay
     update lost to rounding, so steps far below a bf16 ulp, lr 2e-5 on a weight of 0.02 or any step on an RMSNorm
     weight of 1.0, accumulate as in float32; bench/bf16_updates.py) and its second moment in float32 (in bf16 it
     stops decaying after ~600 steps), for 4 bytes per weight more than `pure`. With `pure`, torch.optim.AdamW updates
-    the bf16 weights directly, as upstream does: most small updates round away, and its bf16 second moment ratchets.
+    the bf16 weights directly: most small updates round away, and its bf16 second moment ratchets.
 
     Float16 weights are refused (OptimizerError): AdamW's eps (1e-8) is 0 in float16, so a weight whose gradient is 0
     (an unused token's embedding row) becomes 0/0 = NaN after one step, and without loss scaling small gradients

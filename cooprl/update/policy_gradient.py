@@ -13,9 +13,9 @@ A non-finite loss skips the whole update (counted in the metrics), never a silen
 The reference-model KL is shared by every trainer (`reference_kl_coef` of any trainer section): the frozen start
 model (`frozen_reference`) scores the same completions, and `k3_kl` gives the k3 estimate of KL(policy || reference)
 per sequence. It acts in one of two forms (`reference_kl_form`):
-- `reward` (upstream's): `sampled_kls` scores each sampled completion once, without gradient, and the trainer
-  subtracts coef x that KL from the sample's reward or return before its advantage is computed (`kl_penalized`);
-  the policy loss then has no KL term;
+- `reward` (the default; MADPO's only form is `loss`): `sampled_kls` scores each sampled completion once, without
+  gradient, and the trainer subtracts coef x that KL from the sample's reward or return before its advantage is
+  computed (`kl_penalized`); the policy loss then has no KL term;
 - `loss`: `policy_gradient_term(kl_coef=...)` adds coef x the k3 KL to the loss, with gradient (MADPO adds it to
   its DPO loss the same way: a DPO step has no reward to penalize).
 """
@@ -98,7 +98,7 @@ def k3_kl(token_logps: torch.Tensor, mask: torch.Tensor, reference: Any, prompts
 def sampled_kls(model: Any, reference: Any, samples: Sequence[TrainSample], pad_id: int,
                 batch_size: int | None = None) -> list[float]:
     """Return the k3 KL(policy || reference) of each sample's completion, summed over its tokens, as plain floats
-    (no gradient): what upstream's reward form subtracts from the reward. The policy scores in eval mode, as at
+    (no gradient): what the `reward` form subtracts, times coef, from the reward. The policy scores in eval mode, as at
     sampling time; its train/eval mode is restored afterwards."""
     def score(batch: list[TrainSample]) -> list[float]:
         prompts = [s.prompt_ids for s in batch]
