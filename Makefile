@@ -51,7 +51,7 @@ demo-coop: $(STAMP)
 # them all, as CI does (one pytest worker per core, whole files per worker so that a module's shared fixtures are
 # built once, the files of the costliest lanes first: --no-loadscope-reorder keeps conftest's order instead of
 # xdist's by number of tests; the 15 slowest tests are listed at the end); `make test-fast` the unit lane only.
-# `.venv/bin/python -m pytest tests/cooprl/test_rollout.py -m unit` runs one file's unit tests in one process.
+# `.venv/bin/python -m pytest tests/cooprl/rollout/test_tree.py -m unit` runs one file's unit tests in one process.
 test: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 

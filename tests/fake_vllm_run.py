@@ -1,7 +1,7 @@
-"""Run a training script with a fake vLLM CPU build in this process (tests/cooprl/test_vllm_engines.py starts it
+"""Run a training script with a fake vLLM CPU build in this process (tests/cooprl/rollout/test_vllm_engines.py starts it
 under torchrun): `python tests/fake_vllm_run.py RECORDS_DIR train_magrpo.py --config ...`.
 
-Each engine is tests/cooprl/test_vllm_backend.py's FakeLLM, and records, in RECORDS_DIR/rank<RANK>.json at exit: its
+Each engine is tests/cooprl/rollout/test_vllm_generation.py's FakeLLM, and records, in RECORDS_DIR/rank<RANK>.json at exit: its
 build options, whether the process group was up when it was built and when it was shut down, the prompts it sampled
 and a checksum of each version of the weights pushed into it."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.cooprl.test_vllm_backend import FakeLLM, FakeLoRARequest, FakeSamplingParams  # noqa: E402
+from tests.cooprl.rollout.test_vllm_generation import FakeLLM, FakeLoRARequest, FakeSamplingParams  # noqa: E402
 
 RECORDS: list[dict] = []
 

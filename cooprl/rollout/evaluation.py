@@ -98,7 +98,7 @@ def evaluate_team(items: Sequence[Any], task: Task, sample: Sampler, section: Tr
     seeded it; batch b > 0 from a seed derived from that one and b, so a batch's samples do not depend on which
     process rolls it out. Under data-parallel training (`parallel`) every rank calls this with the same items and
     seed, rolls out batches rank, rank + W, ... and receives the metrics of all of them: W processes evaluate in 1/W
-    of the time and report the numbers of one process (tests/cooprl/test_scale_out.py)."""
+    of the time and report the numbers of one process (tests/cooprl/parallel/test_scale_out.py)."""
     settings = evaluation_settings(section, process_reward)
     size = section.eval_batch_size or max(len(items), 1)   # problems rolled out together
     batches = [items[start:start + size] for start in range(0, len(items), size)]

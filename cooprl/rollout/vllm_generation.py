@@ -45,7 +45,7 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   cut and joined exactly as the ids are (`finish` keeps a prefix; a continued sample appends its next round) and
   land in `Completion.sampler_logprobs`, for the trainers' truncated importance weights (cooprl.update.policy_gradient).
 
-vLLM is imported only when this backend is chosen. tests/cooprl/test_vllm_backend.py runs against a fake `vllm`
+vLLM is imported only when this backend is chosen. tests/cooprl/rollout/test_vllm_generation.py runs against a fake `vllm`
 module; tests/cooprl/vllm_real/ (`make test-vllm`, docs/vllm.md) against vLLM's CPU build 0.32 on a tiny Llama:
 log-probs equal to HF's, texts equal to HF's, training and evaluation runs. No GPU has run this backend yet.
 """

@@ -19,7 +19,7 @@ Under data-parallel training (`parallel_training: ddp`) a step takes one item pe
 its item's pairs (offline: its share of the collection's batches, each seeded by its index), every process receives
 all of them (replay needs every item's history; rank 0 writes the files), and the one DPO step per agent averages
 the processes' gradients weighted by their pairs' weights: the gradient of the weighted mean loss over all the
-step's pairs, as one process training on them at once (tests/cooprl/test_scale_out.py).
+step's pairs, as one process training on them at once (tests/cooprl/parallel/test_scale_out.py).
 
 Iterations (MADPO_ITER): iteration k is one pass over the step plan (the training items of the epochs, cut at
 `max_steps`), so a run takes `num_iterations` x that many steps; MADPO is one iteration without a comparator.

@@ -15,7 +15,7 @@ from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.marlhf import MARLHF, build_marlhf, learned_reward_task
 from tests.scripted import letter_reward, scripted_task
 from tests.cli.test_cli_smoke import SMALL, events, run
-from tests.cooprl.test_reward_model import tiny_reward_model
+from tests.cooprl.preferences.test_reward_model import tiny_reward_model
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 

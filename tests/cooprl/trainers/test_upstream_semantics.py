@@ -23,7 +23,7 @@ from cooprl.trainers.madpo import build_madpo, madpo_losses
 from cooprl.trainers.magrpo import MAGRPO, build_magrpo, node_batches
 from cooprl.samples import NodeGroup
 from tests.scripted import scripted_task
-from tests.cooprl.test_rollout import fake_sampler, table_task
+from tests.cooprl.rollout.test_tree import fake_sampler, table_task
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 

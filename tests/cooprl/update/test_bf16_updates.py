@@ -293,7 +293,7 @@ def test_the_bf16_bench_runs_2000_nonstationary_steps_by_default(monkeypatch, ca
     import runpy
     import sys
     from pathlib import Path
-    bench = Path(__file__).resolve().parents[2] / "bench" / "bf16_updates.py"
+    bench = Path(__file__).resolve().parents[3] / "bench" / "bf16_updates.py"
     monkeypatch.setattr(sys, "argv", ["bf16_updates.py", "--device", "cpu", "--size", "1000"])
     runpy.run_path(str(bench), run_name="__main__")
     lines = capsys.readouterr().out.splitlines()

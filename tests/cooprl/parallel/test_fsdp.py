@@ -1,7 +1,7 @@
 """Sharded data-parallel training (issue 16, `parallel_training: fsdp`): its config rules, the one resume test of a
 data-parallel run and the one accelerate launch (gloo on CPU), and the per-process checkpoint files. The padded
-update's equality with one process is tests/cooprl/test_engine_distributed.py (in-process); the trainers' command lines
-under torchrun are tests/cooprl/test_scale_out.py. A file of its own so that pytest-xdist's loadfile runs it beside
+update's equality with one process is tests/cooprl/update/test_engine_distributed.py (in-process); the trainers' command lines
+under torchrun are tests/cooprl/parallel/test_scale_out.py. A file of its own so that pytest-xdist's loadfile runs it beside
 test_scale_out.py."""
 
 import os
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, load_config
-from tests.cooprl.test_scale_out import (ACCELERATE, DDP_OVERRIDES, ROOT, TORCHRUN, agent_weights, launch,
+from tests.cooprl.parallel.test_scale_out import (ACCELERATE, DDP_OVERRIDES, ROOT, TORCHRUN, agent_weights, launch,
                                   update_events)
 
 @pytest.mark.parametrize("override,message", [
@@ -41,7 +41,7 @@ def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     # checkpoint of step 1 holds a buffered item on each rank; a run resumed there (each rank's buffer and optimizer
     # shard) ends bit for bit where the uninterrupted one does; the checkpoint and the final models hold the adapters in
     # the usual layout (gathered); a resume without sharding is refused. (LoRA dropout off: its masks draw from each
-    # process's generator.) The 2-vs-1-process equality of the sharded update: tests/cooprl/test_engine_distributed.py.
+    # process's generator.) The 2-vs-1-process equality of the sharded update: tests/cooprl/update/test_engine_distributed.py.
     adapters = ["agent_model.lora.r=4", "agent_model.lora.dropout=0.0", "magrpo.learning_rate=1e-3"]
     common = ["magrpo.rollout_buffer_size=2", "checkpoint.checkpoint_interval=1", *adapters]
     launch(tmp_path, "straight", 2, [*common, "magrpo.max_steps=2", "output.save_final_model=true"],

@@ -1,4 +1,4 @@
-"""A training script for the data-parallel tests: `python tests/cooprl/ddp_learnable_main.py TRAINER --override ...`
+"""A training script for the data-parallel tests: `python tests/cooprl/parallel/ddp_learnable_main.py TRAINER --override ...`
 (or the same under torchrun) trains TRAINER on the learnable lowercase task (tests/learnable.py) through
 cooprl.train.train, the recipe every environment's script runs. Its config is the library's defaults plus the
 overrides."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(ROOT)]
 
 from cooprl.cli import exit_status, read_command_line  # noqa: E402

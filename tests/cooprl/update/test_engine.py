@@ -1,6 +1,6 @@
 """The update engine in one process (cooprl.update.engine): one backward per batch, one step per optimizer, the
 denominator handed to the loss, non-finite losses skipped; and MAGRPO's `nodes` schedule packing each optimizer
-step's samples into one forward (issue 29, item 7). Two processes: tests/cooprl/test_engine_distributed.py."""
+step's samples into one forward (issue 29, item 7). Two processes: tests/cooprl/update/test_engine_distributed.py."""
 
 from types import SimpleNamespace
 

@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from cooprl.rollout.vllm_engines import DEVICE_CACHE_PREFIX, close_engines, engine_cache_root
-from tests.cooprl.test_vllm_backend import (FakeLLM, GPUWorkerLLM, fake_vllm, make_generator, tiny,  # noqa: F401
+from tests.cooprl.rollout.test_vllm_generation import (FakeLLM, GPUWorkerLLM, fake_vllm, make_generator, tiny,  # noqa: F401
                                             two_gpus)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
@@ -117,7 +117,7 @@ def test_closing_engines_shuts_each_down_once(tiny, fake_vllm):
 @pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_vllm_under_ddp_builds_external_launcher_engines_in_order_and_closes_them_first(tmp_path):
-    from tests.cooprl.test_scale_out import DDP_OVERRIDES
+    from tests.cooprl.parallel.test_scale_out import DDP_OVERRIDES
     records = tmp_path / "records"
     records.mkdir()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",

@@ -17,7 +17,7 @@ from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from tests.scripted import read_metrics, scripted_task
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
@@ -274,7 +274,7 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
     t = trainer
-    args = ["tests/cooprl/ddp_learnable_main.py", t, "--config", str(config), "--override",
+    args = ["tests/cooprl/parallel/ddp_learnable_main.py", t, "--config", str(config), "--override",
             f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
             "agent_model.temperature=1.0", "agent_model.top_p=1.0", f"{t}.num_agents=2", f"{t}.num_turns=1",
             f"{t}.max_new_tokens=6", f"{t}.preference_num_candidates=4", f"{t}.preference_pairs_per_sample=2",
@@ -290,7 +290,7 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 # the two collections are two code paths (online: each process pairs its own item and every process gathers them;
 # offline: the collection's chunks run seeded over the processes); the ddp and fsdp DPO steps are one engine step,
-# proved against one process in tests/cooprl/test_engine_distributed.py, so each collection runs under one of them
+# proved against one process in tests/cooprl/update/test_engine_distributed.py, so each collection runs under one of them
 @pytest.mark.parametrize("collection,mode", [("online", "ddp"), ("offline", "fsdp")])
 def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collection, mode):
     from cooprl.config import load_config

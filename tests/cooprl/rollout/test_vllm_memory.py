@@ -12,7 +12,7 @@ import cooprl.rollout.vllm_generation as backend
 import cooprl.rollout.vllm_memory as memory
 from cooprl.config import ConfigError, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm
-from tests.cooprl.test_vllm_backend import FakeLLM, fake_vllm  # noqa: F401
+from tests.cooprl.rollout.test_vllm_generation import FakeLLM, fake_vllm  # noqa: F401
 
 GIB = 1 << 30
 H200 = 143_771 << 20           # what torch reports for a 141 GB H200 (140.4 GiB)

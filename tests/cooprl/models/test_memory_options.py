@@ -15,7 +15,7 @@ from cooprl.models.logprobs import _padded_logprobs, completion_logprobs
 from cooprl.models.loading import (TINY_RANDOM, MemoryOptions, add_lora, load_causal_lm, load_tokenizer, memory_options,
                            set_memory_options)
 from cooprl.update.policy_gradient import frozen_reference
-from tests.cooprl.test_packed_logprobs import mixed_group, two_turn_tree
+from tests.cooprl.models.test_logprobs import mixed_group, two_turn_tree
 
 LAYOUTS = {"trie": completion_logprobs, "padded": _padded_logprobs}
 
