@@ -14,7 +14,7 @@ from cooprl.checkpoint import save_model
 from cooprl.console import close_run_log
 from cooprl.run_folders import release_unused
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
-from cooprl.rollout.vllm_engines import close_engines
+from cooprl.rollout.vllm_generation import close_engines
 from cooprl.trainers.report import results_summary
 
 log = logging.getLogger(__name__)
