@@ -10,7 +10,7 @@ from cooprl.checkpoint import save_model
 from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
-from cooprl.rollout.vllm_engines import close_engines
+from cooprl.rollout.vllm_generation import close_engines
 from cooprl.run_folders import release_unused
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm

@@ -196,7 +196,7 @@ def vllm_lora_slot(rank: int) -> int:
 
 def _check_vllm_devices(config: Config) -> None:
     """ConfigError for placements an in-process vLLM engine cannot follow. An engine of one shard sits on its agent's
-    GPU (cooprl.rollout.vllm_generation.gpu_executor), also under mp with one GPU per agent; under ddp each rank's engines sit
+    GPU (cooprl.rollout.vllm_platform.gpu_executor), also under mp with one GPU per agent; under ddp each rank's engines sit
     on its own GPU, built by vLLM's external_launcher executor, one rank each (tensor parallelism would span the ranks).
     Shards of tensor parallelism run on cuda:0..T-1 (vLLM's multiprocess executor), not on an agent's other GPU."""
     tensor_parallel = config.agent_model.vllm_tensor_parallel_size > 1

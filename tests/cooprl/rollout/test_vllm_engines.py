@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.rollout.vllm_engines import DEVICE_CACHE_PREFIX, close_engines, engine_cache_root
+from cooprl.rollout.vllm_engines import DEVICE_CACHE_PREFIX, engine_cache_root
+from cooprl.rollout.vllm_generation import close_engines
 from tests.cooprl.rollout.test_vllm_generation import (FakeLLM, GPUWorkerLLM, fake_vllm, make_generator, tiny,  # noqa: F401
                                             two_gpus)
 

@@ -24,7 +24,8 @@ import torch
 from cooprl.config import ConfigError, Run, load_config
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
-from cooprl.rollout.vllm_generation import VLLMGenerator, adapters_enabled, check_vllm_backend, merged_weights, watch_optimizer
+from cooprl.rollout.vllm_generation import VLLMGenerator, adapters_enabled, merged_weights, watch_optimizer
+from cooprl.rollout.vllm_platform import check_vllm_backend
 
 STOPS = ("\ndef ", "\nclass ", "\nif __name__")
 
@@ -234,7 +235,8 @@ def test_engine_is_created_in_process_with_the_configured_memory_share(tiny, fak
 
 def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
     import cooprl.rollout.vllm_generation as backend
-    monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
+    import cooprl.rollout.vllm_platform
+    monkeypatch.setattr(cooprl.rollout.vllm_platform, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
     backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
     kwargs = FakeLLM.instances[-1].kwargs
@@ -360,7 +362,7 @@ def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_v
     from cooprl.trainers.magrpo import build_magrpo
     from tests.scripted import scripted_task
 
-    import cooprl.rollout.vllm_generation as backend
+    import cooprl.rollout.vllm_platform as backend
     # a "GPU" for the fake
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, [
@@ -620,7 +622,7 @@ def test_no_cuda_is_a_config_error(fake_vllm, monkeypatch):
 
 def test_engines_that_would_take_the_whole_gpu_are_refused(fake_vllm, monkeypatch):
     from cooprl.trainers.team import build_team
-    import cooprl.rollout.vllm_generation as backend
+    import cooprl.rollout.vllm_platform as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cuda:0",
                                 "agent_model.generation_backend=vllm", "agent_model.vllm_gpu_memory_utilization=0.5",
@@ -839,7 +841,7 @@ def test_policy_gradient_step_weights_each_tokens_term():
 def importance_config(fake_vllm, monkeypatch, tmp_path, trainer: str, *overrides: str):
     """Return a config sampling with the fake vLLM engine with importance weights capped at 2 (`trainer`: 4 new
     tokens, 2 generations), plus `overrides`."""
-    import cooprl.rollout.vllm_generation as backend
+    import cooprl.rollout.vllm_platform as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     return load_config(None, [
         f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.generation_backend=vllm",
@@ -987,7 +989,7 @@ def cpu_vllm(fake_vllm, monkeypatch):
 
 
 def test_vllms_cpu_build_runs_agents_on_the_cpu_without_sleep_mode(cpu_vllm, monkeypatch):
-    from cooprl.rollout.vllm_generation import engine_device
+    from cooprl.rollout.vllm_platform import engine_device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert check_vllm_backend("cpu") is cpu_vllm and check_vllm_backend("auto") is cpu_vllm
     assert engine_device("cpu") == "cpu"
@@ -1125,7 +1127,7 @@ def test_engines_of_tensor_parallelism_and_on_the_cpu_get_vllms_own_executor(tin
 def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_vllm, monkeypatch, two_gpus):
     from cooprl.trainers.team import build_team
     import cooprl.trainers.team as agents
-    import cooprl.rollout.vllm_generation as backend
+    import cooprl.rollout.vllm_platform as backend
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     monkeypatch.setattr(fake_vllm, "LLM", GPUWorkerLLM)
     cpu_model = agents.load_causal_lm   # the models themselves on the CPU: there is no GPU here
@@ -1152,11 +1154,10 @@ def test_each_agents_engine_sits_on_its_gpu_and_memory_is_counted_per_gpu(fake_v
 def test_evaluation_checks_its_engines_where_and_as_training_does(monkeypatch, two_gpus):
     # evaluate.py / evaluate_strategy.py put every agent and its engine on agent_model.device: the same check as
     # build_team (vLLM can run there; the engines on one GPU fit), before any model is loaded
-    import cooprl.rollout.vllm_generation as backend
+    import cooprl.rollout.vllm_platform as backend
     from strategies.llm import build_llm
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: None)
-    import cooprl.rollout.vllm_engines
-    monkeypatch.setattr(cooprl.rollout.vllm_engines, "vllm_platform_is_cpu", lambda: False)
+    monkeypatch.setattr(backend, "vllm_platform_is_cpu", lambda: False)
     config = load_config(None, ["agent_model.generation_backend=vllm", "agent_model.device=cuda",
                                 "agent_model.vllm_gpu_memory_utilization=0.5", "agent_model.vllm_kv_cache_bytes=0"])
     with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):

@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import cooprl.rollout.vllm_engines
-import cooprl.rollout.vllm_generation as backend
 import cooprl.rollout.vllm_memory as memory
+import cooprl.rollout.vllm_platform as backend
 from cooprl.config import ConfigError, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm
 from tests.cooprl.rollout.test_vllm_generation import FakeLLM, fake_vllm  # noqa: F401
@@ -74,7 +73,7 @@ def on_h200(fake_vllm, monkeypatch):
     monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: H200)
     monkeypatch.setattr(memory, "model_shape", lambda name, lora=None: QWEN_3B)
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
-    monkeypatch.setattr(cooprl.rollout.vllm_engines, "vllm_platform_is_cpu", lambda: False)
+    monkeypatch.setattr(backend, "vllm_platform_is_cpu", lambda: False)
     monkeypatch.setattr(agents, "load_causal_lm", lambda *a, **k: pytest.fail("a model was loaded"))
 
 

@@ -13,7 +13,8 @@ import torch
 from cooprl.config import LoraSection
 from cooprl.rollout.generation import HFGenerator, SamplingParams
 from cooprl.models.loading import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path
-from cooprl.rollout.vllm_generation import VLLMGenerator, check_vllm_backend, gpu_executor
+from cooprl.rollout.vllm_generation import VLLMGenerator
+from cooprl.rollout.vllm_platform import check_vllm_backend, gpu_executor
 from envs.code_generation.data import problem_from_record
 from envs.code_generation.prompts import aux_prompt, main_prompt, stop_strings
 
