@@ -23,7 +23,6 @@ is within its tolerance (TOLERANCE).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess

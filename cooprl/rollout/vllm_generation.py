@@ -65,7 +65,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import torch
 
 from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
-from cooprl.parallel import distributed
+from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
@@ -163,7 +163,7 @@ class VLLMGenerator:
                  weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  sampler_logprobs: bool = False, adapter_dir: str | None = None, device: str | None = None,
-                 kv_cache_bytes: int | None = None, vllm_module: Any = None):
+                 kv_cache_bytes: int | None = None, vllm_module: Any = None, ranks: Ranks | None = None):
         vllm = vllm_module if vllm_module is not None else vllm_platform.check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
@@ -210,7 +210,7 @@ class VLLMGenerator:
         self.device = engine_device(device if device is not None else next(model.parameters()).device)
         self._cuda_index = (int(self.device.partition(":")[2])
                             if self.device.startswith("cuda:") and tensor_parallel_size == 1 else None)
-        ranks = distributed.current()
+        ranks = ranks or Ranks()   # this process's place in a data-parallel run (the run's Parallel.ranks)
         if ranks.world_size > 1:
             # ddp: one engine per rank on its own GPU (cuda:LOCAL_RANK, as the agent), built by vLLM's
             # external_launcher executor, which reads RANK and LOCAL_RANK, joins the trainers' process group and takes
@@ -553,10 +553,11 @@ def _dtype_name(model: Any) -> str:
 
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
                          max_new_tokens: int, seed: int, device: str | None = None,
-                         section: TrainerSection | None = None) -> VLLMGenerator:
+                         section: TrainerSection | None = None, ranks: Ranks | None = None) -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
     engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
-    says (null: sized from the trainer's `section`, cooprl.rollout.vllm_memory.default_kv_cache_bytes)."""
+    says (null: sized from the trainer's `section`, cooprl.rollout.vllm_memory.default_kv_cache_bytes); under ddp one
+    engine per process (`ranks`: this process's place, the run's Parallel.ranks)."""
     device = model_cfg.device if device is None else device
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
@@ -570,7 +571,7 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          max_num_seqs=model_cfg.vllm_max_num_seqs,
                          max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
                          sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
-                         kv_cache_bytes=kv_cache_bytes, vllm_module=vllm)
+                         kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks)
 
 
 def close_engines(generators: Iterable[Any]) -> int:

@@ -28,7 +28,7 @@ import torch
 
 from cooprl.config import ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, TrainerSection, model_devices
 from cooprl.models.loading import pick_dtype, resolve_model_path
-from cooprl.parallel import distributed
+from cooprl.parallel.context import Parallel
 from cooprl.rollout import vllm_platform   # not its engine_devices: memory_accounts' argument has that name
 from cooprl.update.optim import build_adamw
 
@@ -245,8 +245,8 @@ def check_vllm_memory(config: Any, agent_devices: Sequence[str], run: Any = None
     critics: list[str] = []
     if isinstance(section, ActorCriticSection) and section.use_separate_critic:   # one per agent, MAAC's one
         count = 1 if run.trainer == "maac" else len(agent_devices)
-        critics = distributed.process_devices(model_devices(section.critic_devices, "critic_devices", count,
-                                                            config.agent_model.device))
+        critics = Parallel.devices(model_devices(section.critic_devices, "critic_devices", count,
+                                                 config.agent_model.device))
     trainer = run.trainer if run is not None else None
     accounts = memory_accounts(config, trainer, section, max_new_tokens, agent_devices, engines, critics)
     check_accounts(accounts, trainer)

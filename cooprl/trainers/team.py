@@ -25,9 +25,10 @@ from cooprl.checkpoint import init_folders
 from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
 from cooprl.models.loading import check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
 from cooprl.parallel.context import Parallel
+from cooprl.rollout import vllm_memory, vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
+from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, watch_optimizer
 from cooprl.update.optim import build_adamw
-from cooprl.rollout.vllm_generation import VLLMGenerator
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -78,10 +79,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         top_k=section.top_k if section.top_k is not None else model_cfg.top_k)
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
-        from cooprl.rollout.vllm_platform import check_vllm_devices
-        from cooprl.rollout.vllm_memory import check_vllm_memory
-        check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
-        check_vllm_memory(config, devices, run)  # the models' states and the engines, per GPU
+        vllm_platform.check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
+        vllm_memory.check_vllm_memory(config, devices, run)    # the models' states and the engines, per GPU
     parallel = parallel or Parallel.of(section)
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
     inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents
@@ -102,10 +101,9 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         optimizer = build_adamw(trainable, lr=section.learning_rate, weight_decay=section.weight_decay,
                                 bf16_optimizer=model_cfg.bf16_optimizer)
         if model_cfg.generation_backend == "vllm":
-            from cooprl.rollout.vllm_generation import build_vllm_generator, watch_optimizer
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
                                              section.max_new_tokens, config.seed, device=device,  # engine on it
-                                             section=section)
+                                             section=section, ranks=parallel.ranks)
             watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
