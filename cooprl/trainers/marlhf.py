@@ -107,7 +107,7 @@ class MARLHF(Algorithm):
     task_reward_key = "turn_1/task_reward_mean"   # it trains on the learned reward: the summary judges the task's
 
     def __init__(self, run: Run[MARLHFSection], task: Task, rl: Any, reward_model: RewardModel,
-                 learned: LearnedReward, comparator: Any = None):
+                 learned: LearnedReward, comparator: Any = None, parallel: Parallel | None = None):
         section = run.section
         self.config, self.section, self.task, self.rl = run.config, section, task, rl
         self.reward_model, self.learned, self.comparator = reward_model, learned, comparator
@@ -119,7 +119,7 @@ class MARLHF(Algorithm):
         self.store: PairStore | None = None
         self.steps_per_round = 1
         self.reward_dist: RewardDistribution | None = None   # log_reward_distribution (opened in start_run)
-        self.parallel = rl.parallel   # the RL algorithm's, the run's one context
+        self.parallel = parallel or Parallel.of(section)   # the run's one context, the RL algorithm's too
 
     def start_run(self, run_dir: Path, step: int, steps_per_round: int) -> None:
         """Open the run's pair files (the loop calls this on every rank once the run folder and the resumed step are
@@ -297,8 +297,9 @@ def build_marlhf(run: Run[MARLHFSection], task: Task, parallel: Parallel | None 
     check_parallel_training(run.rl)
     reward_model = build_reward_model(run)
     learned_task, learned = learned_reward_task(task, reward_model)
+    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train); a caller in one process may leave it out
     rl = RL_BUILDERS[RL_TRAINERS[section.rl_algorithm]](run.rl, learned_task, parallel)
     comparator = None
     if isinstance(section, IterativeFields):   # MARLHF_ITER: the comparator_* keys
         comparator = build_comparator(run, task, rl.team)
-    return MARLHF(run, task, rl, reward_model, learned, comparator)
+    return MARLHF(run, task, rl, reward_model, learned, comparator, parallel)
