@@ -27,9 +27,9 @@ import torch
 
 from cooprl import checkpoint as ckpt
 from cooprl.cli import print_interrupted, print_user_error, run_above
-from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer, config_from_data, read_yaml,
                            trainer_of_data)
+from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.errors import UserError
 from cooprl.run_folders import RUN_CONFIG, check_made_by, check_writable
 from cooprl.trainers import build_algorithm

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from cooprl.cli import print_interrupted, print_user_error, read_config
-from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
                            check_override_sections)
+from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.errors import UserError
 from cooprl.run_folders import RUN_CONFIG, create_folder
 from envs import environment_for, task_config_of

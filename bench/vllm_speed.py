@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cooprl.rollout.generation import HFGenerator, SamplingParams  # noqa: E402
 from cooprl.models.loading import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
+from cooprl.rollout.generation import HFGenerator, SamplingParams  # noqa: E402
 from envs.code_generation.data import problem_from_record  # noqa: E402
 from envs.code_generation.prompts import main_prompt  # noqa: E402
 

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cooprl.console import add_threads_option, setup_logging, use_torch_threads
 from cooprl.config import (Config, ConfigError, Run, check_sections_read, check_trainer, config_from_data,
                            read_yaml)
+from cooprl.console import add_threads_option, setup_logging, use_torch_threads
 from cooprl.errors import UserError
 from cooprl.run_folders import (RUN_CONFIG, check_made_by, check_output, check_resumed_settings, made_by,
                                 numbered_folders)

@@ -21,21 +21,21 @@ The package, one concern a module (`from cooprl.config import X` works for every
 # every public name of the package, from the module that holds it
 from cooprl.config.fields import (build_section, ConfigError, field_aliases, field_doc, option, resolve_aliases, show,
                                   unknown_key_error)
-from cooprl.config.yaml_io import (load_yaml_text, MAX_CONFIG_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_yaml,
-                                   yaml_problem)
-from cooprl.config.trainer_sections import (ACSection, ActorCriticSection, GRPOSection, IterativeFields,
-                                            MADPOIterSection, MADPOSection, MAGRPOSection, MARLHFIterSection,
-                                            MARLHFSection, PreferenceFields, SFTSection, TRAINER_SECTIONS,
-                                            TrainerSection)
-from cooprl.config.schema import (AgentModelSection, CheckpointSection, Config, CriticModelSection, LoraSection,
-                                  OutputSection, RewardProcessorSection, RewardSection, WandbSection)
+from cooprl.config.load import config_from_data, load_config, register_task_config, registered_task_config
 from cooprl.config.overrides import apply_overrides, check_override_sections, parse_override
-from cooprl.config.upstream import (lift_reward_shift, OLD_MADPO_COMPARATOR_NULLS, read_old_madpo_preference,
-                                    trainer_of_data, trainer_of_file)
-from cooprl.config.run import (MAGRPO_ADVANTAGE_MODES, RL_TRAINERS, Run, check_sections_read, check_trainer,
-                               helper_sections)
 from cooprl.config.rules import (check_consistency, check_parallel_training, check_vllm_temperature, vllm_lora_slot,
                                  VLLM_LORA_RANKS, VLLM_MIN_TEMPERATURE, DATA_PARALLEL_MODES, DEVICE_KEYS, device_list,
                                  FSDP_TRAINERS, is_data_parallel, model_devices, MP_TRAINERS, section_devices,
                                  trainer_device)
-from cooprl.config.load import config_from_data, load_config, register_task_config, registered_task_config
+from cooprl.config.run import (MAGRPO_ADVANTAGE_MODES, RL_TRAINERS, Run, check_sections_read, check_trainer,
+                               helper_sections)
+from cooprl.config.schema import (AgentModelSection, CheckpointSection, Config, CriticModelSection, LoraSection,
+                                  OutputSection, RewardProcessorSection, RewardSection, WandbSection)
+from cooprl.config.trainer_sections import (ACSection, ActorCriticSection, GRPOSection, IterativeFields,
+                                            MADPOIterSection, MADPOSection, MAGRPOSection, MARLHFIterSection,
+                                            MARLHFSection, PreferenceFields, SFTSection, TRAINER_SECTIONS,
+                                            TrainerSection)
+from cooprl.config.upstream import (lift_reward_shift, OLD_MADPO_COMPARATOR_NULLS, read_old_madpo_preference,
+                                    trainer_of_data, trainer_of_file)
+from cooprl.config.yaml_io import (load_yaml_text, MAX_CONFIG_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_yaml,
+                                   yaml_problem)

@@ -28,8 +28,8 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
-from cooprl.parallel.context import Parallel
 from cooprl.errors import UserError
+from cooprl.parallel.context import Parallel
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.models.logprobs import pad_group
 from cooprl.models.loading import HEAD_FILE, load_agent_weights_from_folder
+from cooprl.models.logprobs import pad_group
 
 
 class ValueModel(torch.nn.Module):

@@ -29,12 +29,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.models.loading import load_causal_lm, load_tokenizer
-from cooprl.parallel.context import Parallel
 from cooprl.config import (ConfigError, IterativeFields, MADPOIterSection, MARLHFIterSection, Run, model_devices,
                            trainer_device)
-from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
+from cooprl.models.loading import load_causal_lm, load_tokenizer
+from cooprl.parallel.context import Parallel
 from cooprl.preferences.pairs import Candidate
+from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
 from cooprl.task import ApiClientFactory, JointFormat, Task
 
 class Comparator:

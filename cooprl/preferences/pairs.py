@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from cooprl.parallel.context import SINGLE, Parallel
-from cooprl.parallel.order import Ranks, data_order, shard_order
 from cooprl.checkpoint import save_model
 from cooprl.config import IterativeFields, PreferenceFields, TrainerSection
 from cooprl.errors import UserError
+from cooprl.parallel.context import SINGLE, Parallel
+from cooprl.parallel.order import Ranks, data_order, shard_order
 from cooprl.rollout.tree import Node, RolloutSettings, Sampler, rollout
 
 log = logging.getLogger(__name__)

@@ -20,10 +20,10 @@ from typing import Any, Sequence
 
 import torch
 
+from cooprl.models.value_model import ValueModel
 from cooprl.update.engine import Term, train_step
 from cooprl.update.losses import bradley_terry_loss, bradley_terry_losses
 from cooprl.update.optim import build_adamw
-from cooprl.models.value_model import ValueModel
 
 log = logging.getLogger(__name__)
 

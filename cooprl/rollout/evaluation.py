@@ -15,8 +15,8 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.config import TrainerSection
+from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.rollout.tree import Node, RolloutSettings, Sampler, iter_nodes, rollout
 from cooprl.task import Task
 

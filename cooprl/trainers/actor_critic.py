@@ -44,20 +44,20 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.trainers.team import Agent, build_team
 from cooprl.config import ActorCriticSection, Config, ConfigError, Run, model_devices
-from cooprl.update.engine import Term, train_step
-from cooprl.parallel.context import Parallel
-from cooprl.update.losses import actor_advantages, td_target, value_errors
-from cooprl.rollout.evaluation import tree_metrics
 from cooprl.models.loading import load_causal_lm, load_tokenizer
-from cooprl.update.optim import build_adamw
-from cooprl.samples import CriticSample, Step
-from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
+from cooprl.models.value_model import ValueModel
+from cooprl.parallel.context import Parallel
+from cooprl.rollout.evaluation import tree_metrics
 from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout
+from cooprl.samples import CriticSample, Step
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
-from cooprl.models.value_model import ValueModel
+from cooprl.trainers.team import Agent, build_team
+from cooprl.update.engine import Term, train_step
+from cooprl.update.losses import actor_advantages, td_target, value_errors
+from cooprl.update.optim import build_adamw
+from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
 
 VALUE_BATCH = 8  # sequences per critic forward (rollout-time values and the value loss)
 

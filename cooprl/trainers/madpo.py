@@ -35,21 +35,21 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.trainers.team import Agent, build_team
-from cooprl.preferences.comparators import Comparator, build_comparator
 from cooprl.config import ConfigError, IterativeFields, MADPOSection, Run, is_data_parallel
-from cooprl.parallel.context import Parallel
-from cooprl.update.engine import Term, train_step
-from cooprl.rollout.evaluation import tree_metrics
 from cooprl.models.logprobs import completion_logprobs
-from cooprl.update.losses import madpo_losses
-from cooprl.update.policy_gradient import k3_kl
-from cooprl.text import safe_print
+from cooprl.parallel.context import Parallel
+from cooprl.preferences.comparators import Comparator, build_comparator
 from cooprl.preferences.pairs import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
                                 plan_chunks,
                                 open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
+from cooprl.rollout.evaluation import tree_metrics
 from cooprl.task import Task
+from cooprl.text import safe_print
 from cooprl.trainers.base import TeamAlgorithm
+from cooprl.trainers.team import Agent, build_team
+from cooprl.update.engine import Term, train_step
+from cooprl.update.losses import madpo_losses
+from cooprl.update.policy_gradient import k3_kl
 
 
 

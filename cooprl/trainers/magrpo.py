@@ -29,17 +29,17 @@ from typing import Any, Callable
 
 import torch
 
-from cooprl.trainers.team import Agent, build_team
 from cooprl.config import ConfigError, MAGRPOSection, Run
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.evaluation import evaluation_settings, tree_metrics
-from cooprl.update.losses import group_advantages, kl_penalized
-from cooprl.samples import NodeGroup
-from cooprl.update.engine import train_step
-from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
 from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns
+from cooprl.samples import NodeGroup
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
+from cooprl.trainers.team import Agent, build_team
+from cooprl.update.engine import train_step
+from cooprl.update.losses import group_advantages, kl_penalized
+from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
 
 log = logging.getLogger(__name__)
 

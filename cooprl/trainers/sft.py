@@ -34,15 +34,15 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.trainers.team import Agent, build_team
 from cooprl.config import ConfigError, Run, SFTSection
-from cooprl.parallel.context import Parallel
 from cooprl.errors import UserError
-from cooprl.update.engine import Term, train_step
 from cooprl.models.logprobs import completion_logprobs
-from cooprl.update.losses import sft_loss
+from cooprl.parallel.context import Parallel
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm
+from cooprl.trainers.team import Agent, build_team
+from cooprl.update.engine import Term, train_step
+from cooprl.update.losses import sft_loss
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from cooprl.checkpoint import list_checkpoints
 from cooprl.config import ConfigError, Run, load_config
-from cooprl.rollout.generation import first_stop
 from cooprl.models.loading import TINY_RANDOM
+from cooprl.rollout.generation import first_stop
 from cooprl.trainers.magrpo import build_magrpo
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import centralized_prompt

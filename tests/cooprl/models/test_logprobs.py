@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from cooprl.models import logprobs
-from cooprl.models.logprobs import TokenTrie, _padded_logprobs, completion_logprobs, group_by_prompt
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.models.logprobs import TokenTrie, _padded_logprobs, completion_logprobs, group_by_prompt
 from cooprl.samples import TrainSample
 from cooprl.update.policy_gradient import policy_gradient_step
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, LoraSection, Run, load_config
-from cooprl.rollout.generation import HFGenerator, SamplingParams
-from cooprl.models.logprobs import _padded_logprobs, completion_logprobs
 from cooprl.models.loading import (TINY_RANDOM, MemoryOptions, add_lora, load_causal_lm, load_tokenizer, memory_options,
                            set_memory_options)
+from cooprl.models.logprobs import _padded_logprobs, completion_logprobs
+from cooprl.rollout.generation import HFGenerator, SamplingParams
 from cooprl.update.policy_gradient import frozen_reference
 from tests.cooprl.models.test_logprobs import mixed_group, two_turn_tree
 

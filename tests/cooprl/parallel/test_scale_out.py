@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.parallel.order import Ranks, item_seed, mean_metrics, shard_order
 from cooprl.config import ConfigError, Run, load_config, model_devices
 from cooprl.models.loading import TINY_RANDOM
+from cooprl.parallel.order import Ranks, item_seed, mean_metrics, shard_order
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from tests.scripted import read_metrics, scripted_task

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.models.value_model import ValueModel
 from cooprl.preferences.pairs import PreferencePair
 from cooprl.preferences.reward_model import (RewardModel, bradley_terry_loss, reward_input, split_pairs,
                                  train_reward_model)
-from cooprl.models.value_model import ValueModel
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from cooprl.rollout.generation import Completion
-from cooprl.update.losses import group_advantages as advantages
 from cooprl.rollout.tree import (RolloutSettings, compute_returns, iter_nodes, joint_actions, rollout,
                             sample_returns)
 from cooprl.task import Score, Task
+from cooprl.update.losses import group_advantages as advantages
 
 
 def fake_sampler(texts_per_call):

@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from cooprl.config import ConfigError, Run, load_config
-from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
 from cooprl.rollout.vllm_generation import VLLMGenerator, adapters_enabled, merged_weights, watch_optimizer
 from cooprl.rollout.vllm_platform import check_vllm_backend
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import cooprl.rollout.vllm_memory as memory
-import cooprl.rollout.vllm_platform as backend
 from cooprl.config import ConfigError, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm
+import cooprl.rollout.vllm_memory as memory
+import cooprl.rollout.vllm_platform as backend
 from tests.cooprl.rollout.test_vllm_generation import FakeLLM, fake_vllm  # noqa: F401
 
 GIB = 1 << 30

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from cooprl.config import Run, load_config
-from cooprl.rollout.generation import Completion
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.rollout.generation import Completion
 from cooprl.rollout.tree import rollout
 from cooprl.trainers.actor_critic import (ActorCritic, Critic, actor_advantages, build_iac, build_maac,
                                           critic_input_text, td_target, value_errors)

@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from cooprl.config import TRAINER_SECTIONS, Run, load_config
-from cooprl.models.logprobs import completion_logprobs
 from cooprl.models.loading import load_causal_lm, load_tokenizer
-from cooprl.samples import TrainSample
-from cooprl.update.policy_gradient import policy_gradient_step
+from cooprl.models.logprobs import completion_logprobs
 from cooprl.preferences.pairs import PreferencePair
+from cooprl.samples import TrainSample
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
+from cooprl.update.policy_gradient import policy_gradient_step
 from tests.learnable import HEAD, build_char_model, lowercase_task
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`

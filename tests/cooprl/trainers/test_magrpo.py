@@ -8,9 +8,9 @@ import torch
 
 from cooprl.checkpoint import list_checkpoints, load_agent_weights
 from cooprl.config import Run, load_config
-from cooprl.rollout.generation import HFGenerator, SamplingParams
-from cooprl.models.logprobs import completion_logprobs
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.models.logprobs import completion_logprobs
+from cooprl.rollout.generation import HFGenerator, SamplingParams
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from tests.scripted import scripted_task

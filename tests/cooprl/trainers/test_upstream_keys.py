@@ -9,14 +9,14 @@ import random
 import pytest
 import torch
 
-from cooprl.preferences.comparators import build_comparator, generic_api_completer
 from cooprl.config import Run, load_config
-from cooprl.rollout.evaluation import evaluate_team
-from cooprl.rollout.generation import SamplingParams
 from cooprl.models.loading import TINY_RANDOM
+from cooprl.preferences.comparators import build_comparator, generic_api_completer
 from cooprl.preferences.pairs import (Candidate, IterationPlan, PreferencePair, RewardDistribution, draw_weighted,
                                 replay_weights, split_candidates)
 from cooprl.preferences.reward_model import train_reward_model
+from cooprl.rollout.evaluation import evaluate_team
+from cooprl.rollout.generation import SamplingParams
 from cooprl.rollout.tree import Completion
 from tests.scripted import scripted_task
 from tests.cooprl.trainers.test_madpo import madpo_config, run_madpo, train_events

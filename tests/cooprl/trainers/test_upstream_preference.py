@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from cooprl.checkpoint import load_trainer_state
-from cooprl.preferences.comparators import Comparator, CurrentCopyComparator, HistoryComparator, build_comparator
 from cooprl.config import ConfigError, Run, load_config
+from cooprl.preferences.comparators import Comparator, CurrentCopyComparator, HistoryComparator, build_comparator
 from cooprl.preferences.pairs import PairStore, split_candidates
 from cooprl.rollout.tree import Completion, Node
 from tests.scripted import scripted_task

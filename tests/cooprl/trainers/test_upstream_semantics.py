@@ -12,16 +12,16 @@ import torch
 
 from cooprl.config import ConfigError, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer, resolve_model_path
-from cooprl.samples import TrainSample
-from cooprl.update.policy_gradient import policy_gradient_step
 from cooprl.preferences.pairs import Candidate, comparator_pairs, pairs_from_candidates, read_pairs
-from cooprl.update.losses import group_advantages as advantages
 from cooprl.rollout.tree import RolloutSettings, rollout, sample_returns
+from cooprl.samples import TrainSample
+from cooprl.samples import NodeGroup
 from cooprl.trainers.actor_critic import build_iac
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
 from cooprl.trainers.magrpo import MAGRPO, build_magrpo, node_batches
-from cooprl.samples import NodeGroup
+from cooprl.update.losses import group_advantages as advantages
+from cooprl.update.policy_gradient import policy_gradient_step
 from tests.scripted import scripted_task
 from tests.cooprl.rollout.test_tree import fake_sampler, table_task
 

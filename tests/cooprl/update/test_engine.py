@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cooprl.update.engine import Sync, Term, train_step
 from cooprl.samples import TrainSample
-from cooprl.trainers.magrpo import MAGRPO
 from cooprl.samples import NodeGroup
+from cooprl.trainers.magrpo import MAGRPO
+from cooprl.update.engine import Sync, Term, train_step
 
 
 def linear_and_sgd(lr: float = 0.5) -> tuple[torch.nn.Linear, torch.optim.SGD]:

@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from cooprl.parallel import distributed, fsdp
-from cooprl.update.engine import Sync, Term, train_step
 from cooprl.models.logprobs import completion_logprobs
-from cooprl.update.losses import madpo_losses, value_errors
+from cooprl.parallel import distributed, fsdp
 from cooprl.samples import TrainSample
+from cooprl.update.engine import Sync, Term, train_step
+from cooprl.update.losses import madpo_losses, value_errors
 from cooprl.update.policy_gradient import frozen_reference, policy_gradient_step
 
 PAD = 0

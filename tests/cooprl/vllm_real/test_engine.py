@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from cooprl.config import LoraSection
-from cooprl.rollout.generation import HFGenerator, SamplingParams
 from cooprl.models.loading import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path
+from cooprl.rollout.generation import HFGenerator, SamplingParams
 from cooprl.rollout.vllm_generation import VLLMGenerator
 from cooprl.rollout.vllm_platform import check_vllm_backend, gpu_executor
 from envs.code_generation.data import problem_from_record
