@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from cooprl.config import TrainerSection
 from cooprl.parallel.context import SINGLE, Parallel
-from cooprl.rollout.tree import Node, RolloutSettings, Sampler, iter_nodes, rollout
+from cooprl.rollout.tree import Node, RolloutSettings, Sampler, rollout, tree_metrics
 from cooprl.task import Task
 
 
@@ -26,41 +26,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - comb(n - c, k) / comb(n, k)
-
-
-SUMMED = ("/reward_errors",)   # score metrics logged as counts (per turn), not means
-
-
-def tree_metrics(roots: Sequence[Node], num_turns: int, prefix: str = "") -> dict[str, float]:
-    """Return per-turn means of reward, processed reward, return and every score metric (but the counts of
-    `SUMMED`: how many joint actions' rewards raised), plus terminations."""
-    sums: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
-    terminations = [0] * num_turns
-    nodes = [0] * num_turns
-
-    def add(key: str, value: float) -> None:
-        sums[key] += value
-        counts[key] += 1
-
-    for root in roots:
-        for node in iter_nodes(root):
-            t = node.turn
-            nodes[t] += 1
-            terminations[t] += int(node.terminated_early)
-            for score, reward, ret in zip(node.scores, node.rewards, node.returns):
-                add(f"turn_{t + 1}/reward_mean", score.total)
-                add(f"turn_{t + 1}/processed_reward_mean", reward)
-                add(f"turn_{t + 1}/expected_return", ret)
-                add(f"turn_{t + 1}/success_rate", float(score.success))
-                for key, value in score.metrics.items():
-                    add(f"turn_{t + 1}/{key}", float(value))
-    metrics = {f"{prefix}{k}": v if k.endswith(SUMMED) else v / counts[k] for k, v in sums.items()}
-    for t in range(num_turns):
-        if nodes[t]:
-            metrics[f"{prefix}turn_{t + 1}/nodes"] = float(nodes[t])
-            metrics[f"{prefix}turn_{t + 1}/early_terminations"] = float(terminations[t])
-    return metrics
 
 
 def chain_pass_at_k(roots: Sequence[Node], num_turns: int, ks: Sequence[int], prefix: str = "eval/") -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""The rollout tree of one episode per item: nodes, joint actions, rewards, early termination, returns.
+"""The rollout tree of one episode per item: nodes, joint actions, rewards, early termination, returns, metrics.
 
 At every node each agent samples `samples_per_node` completions for its own prompt. `aligned` pairs the
 g-th samples of all agents (G joint actions per node); `cross` takes their Cartesian product (G^N). Each
@@ -6,8 +6,9 @@ joint action gets the shared reward and, while turns remain and the node was not
 a child node whose prompts the task's transition builds. The return of a joint action is its reward plus
 `discount` times the mean return of its child node. A general-sum task (`Score.agent_rewards`) gives each agent its
 own reward: `agent_rewards` and `agent_returns` hold them per joint action and agent, by the same rule (with a
-shared reward they equal `rewards` and `returns` exactly); trainers read an agent's through `sample_returns`. All nodes of a turn are generated and scored together
-(one batched `generate` per agent per turn, one parallel scoring batch per turn).
+shared reward they equal `rewards` and `returns` exactly); trainers read an agent's through `sample_returns`. All
+nodes of a turn are generated and scored together (one batched `generate` per agent per turn, one parallel scoring
+batch per turn); `tree_metrics` reads a tree's per-turn rewards, returns and terminations for the logs.
 
 Sequential teams (`Task.follow_prompt`): agent 0 samples G completions of its node prompt; agent a > 0 then samples
 one completion for each joint action g, from the prompt `follow_prompt` builds out of its node prompt and the g-th
@@ -25,6 +26,7 @@ the chunks are scored in order, one at a time, with the caller's grad mode.
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -267,3 +269,38 @@ def sample_returns(node: Node, agent: int, reduce: str = "mean") -> list[float]:
     if reduce == "sum":
         return totals
     return [t / c if c else 0.0 for t, c in zip(totals, counts)]
+
+
+SUMMED = ("/reward_errors",)   # score metrics logged as counts (per turn), not means
+
+
+def tree_metrics(roots: Sequence[Node], num_turns: int, prefix: str = "") -> dict[str, float]:
+    """Return per-turn means of reward, processed reward, return and every score metric (but the counts of
+    `SUMMED`: how many joint actions' rewards raised), plus terminations."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    terminations = [0] * num_turns
+    nodes = [0] * num_turns
+
+    def add(key: str, value: float) -> None:
+        sums[key] += value
+        counts[key] += 1
+
+    for root in roots:
+        for node in iter_nodes(root):
+            t = node.turn
+            nodes[t] += 1
+            terminations[t] += int(node.terminated_early)
+            for score, reward, ret in zip(node.scores, node.rewards, node.returns):
+                add(f"turn_{t + 1}/reward_mean", score.total)
+                add(f"turn_{t + 1}/processed_reward_mean", reward)
+                add(f"turn_{t + 1}/expected_return", ret)
+                add(f"turn_{t + 1}/success_rate", float(score.success))
+                for key, value in score.metrics.items():
+                    add(f"turn_{t + 1}/{key}", float(value))
+    metrics = {f"{prefix}{k}": v if k.endswith(SUMMED) else v / counts[k] for k, v in sums.items()}
+    for t in range(num_turns):
+        if nodes[t]:
+            metrics[f"{prefix}turn_{t + 1}/nodes"] = float(nodes[t])
+            metrics[f"{prefix}turn_{t + 1}/early_terminations"] = float(terminations[t])
+    return metrics

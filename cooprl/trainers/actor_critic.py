@@ -48,8 +48,7 @@ from cooprl.config import ActorCriticSection, Config, ConfigError, Run, model_de
 from cooprl.models.loading import load_causal_lm, load_tokenizer
 from cooprl.models.value_model import ValueModel
 from cooprl.parallel.context import Parallel
-from cooprl.rollout.evaluation import tree_metrics
-from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout
+from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout, tree_metrics
 from cooprl.samples import CriticSample, Step
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm

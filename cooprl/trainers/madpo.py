@@ -42,7 +42,7 @@ from cooprl.preferences.comparators import Comparator, build_comparator
 from cooprl.preferences.pairs import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
                                 plan_chunks,
                                 open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
-from cooprl.rollout.evaluation import tree_metrics
+from cooprl.rollout.tree import tree_metrics
 from cooprl.task import Task
 from cooprl.text import safe_print
 from cooprl.trainers.base import TeamAlgorithm

@@ -31,8 +31,8 @@ import torch
 
 from cooprl.config import ConfigError, MAGRPOSection, Run
 from cooprl.parallel.context import Parallel
-from cooprl.rollout.evaluation import evaluation_settings, tree_metrics
-from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns
+from cooprl.rollout.evaluation import evaluation_settings
+from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns, tree_metrics
 from cooprl.samples import NodeGroup
 from cooprl.task import Task
 from cooprl.trainers.base import TeamAlgorithm

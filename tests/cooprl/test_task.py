@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from cooprl.rollout.evaluation import tree_metrics
 from cooprl.rollout.generation import Completion
+from cooprl.rollout.tree import tree_metrics
 from cooprl.rollout.tree import RolloutSettings, rollout
 from cooprl.task import SafeScore, Score, Task
 
