@@ -5,6 +5,7 @@ names no task, the reward knows no environment, so a new environment is a new fo
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -197,6 +198,29 @@ def test_no_module_imports_a_higher_floor():
     upward = [f"{module} (floor {_floor(module)}) imports {other} (floor {_floor(other)})"
               for module, others in sorted(graph.items()) for other in sorted(others) if _floor(other) > _floor(module)]
     assert upward == []
+
+
+def test_the_architecture_page_draws_these_floors():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawing = page[page.index("## The library's floors"):page.index("## One training step")]
+    # a package as `name/`, a module by its name, each on the row of its floor's number
+    rows = {int(line.split()[0]): line for line in drawing.splitlines() if line.strip()[:1].isdigit()}
+    missing = [name for level, names in enumerate(FLOORS) for name in names[1 if level == 0 else 0:]
+               if not re.search(rf"\b{name.split('.')[-1]}(/|\.py|,|\s|$)", rows.get(level, "") + "\n"
+                                + _continuation(drawing, level))]
+    assert missing == []
+
+
+def _continuation(drawing: str, level: int) -> str:
+    """Return the lines of the floors drawing that continue floor `level`'s row (indented, no number)."""
+    lines, taken, out = drawing.splitlines(), False, []
+    for line in lines:
+        head = line.strip()[:1]
+        if head.isdigit():
+            taken = int(line.split()[0]) == level
+        elif taken and line.startswith("   "):
+            out.append(line)
+    return "\n".join(out)
 
 
 def test_library_files_stay_short():
