@@ -56,18 +56,20 @@ def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps():
     for size, steps in [("null", 1), (1, 2)]:
         algorithm = scripted_actor_critic("iac", f"iac.train_batch_size={size}", "iac.num_generations=1",
                                           "iac.early_termination_threshold=null", "iac.update_schedule=episodes")
-        for agent in algorithm.team:   # scripted agents: what the update passes on (policy_gradient_step is faked)
+        for agent in algorithm.team:   # scripted agents: what the update passes on (the policy term and the engine's step are faked)
             agent.optimizer, agent.tokenizer = None, type("T", (), {"pad_token_id": 0})()
         taken = []
         import cooprl.trainers.actor_critic as ac
-        real = ac.policy_gradient_step
-        ac.policy_gradient_step = lambda model, opt, samples, *a, **k: taken.append(len(samples)) or {
-            "loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": 0.0, "extra_loss": 0.0}
+        from cooprl.update.engine import StepResult, Term
+        real = ac.policy_gradient_term, ac.train_step
+        ac.policy_gradient_term = lambda model, samples, *a, **k: taken.append(len(samples)) or Term(
+            [], lambda batch, denominator: (torch.zeros(()), {}))
+        ac.train_step = lambda optimizers, terms, **k: StepResult({term.name: 0.0 for term in terms}, grad_norms=[0.0])
         try:
             algorithm.buffer = algorithm.episode_steps(roll_out_one_item(algorithm))   # 2 turns of one episode
             metrics = algorithm.update()
         finally:
-            ac.policy_gradient_step = real
+            ac.policy_gradient_term, ac.train_step = real
         assert metrics["update/actor_optimizer_steps"] == 2 * steps      # two agents
         assert taken == [2 // steps] * (2 * steps)                        # each step on its share of the buffer
 

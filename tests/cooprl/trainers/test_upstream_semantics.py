@@ -316,6 +316,7 @@ def recording_update(monkeypatch, algorithm):
     """Fake the actor-critic's optimizer steps: return the list that records, per step, (agent, {prompt id: advantage},
     turns of the step's samples)."""
     import cooprl.trainers.actor_critic as ac
+    from cooprl.update.engine import StepResult, Term
     taken = []
     agent_of = {id(agent.model): a for a, agent in enumerate(algorithm.team)}
     for a, agent in enumerate(algorithm.team):   # scripted agents: a model to tell them apart, a tokenizer's pad id
@@ -323,11 +324,15 @@ def recording_update(monkeypatch, algorithm):
         agent_of[id(agent.model)] = a
         agent.tokenizer = type("T", (), {"pad_token_id": 0})()
 
-    def fake(model, optimizer, samples, *args, **kwargs):
+    def fake_term(model, samples, *args, **kwargs):   # the policy term of a step: record its samples
         if samples:
             taken.append((agent_of[id(model)], {int(x.prompt_ids[0]): x.advantage for x in samples}))
-        return {"loss": 0.0, "grad_norm": 0.0, "skipped_nonfinite": 0.0, "trained_samples": 0.0, "extra_loss": 0.0}
-    monkeypatch.setattr(ac, "policy_gradient_step", fake)
+        return Term([], lambda batch, denominator: (torch.zeros(()), {}))
+
+    def fake_step(optimizers, terms, **kwargs):   # the engine's step: nothing to train
+        return StepResult({term.name: 0.0 for term in terms}, grad_norms=[0.0])
+    monkeypatch.setattr(ac, "policy_gradient_term", fake_term)
+    monkeypatch.setattr(ac, "train_step", fake_step)
     return taken
 
 
@@ -500,7 +505,9 @@ def test_ends_epoch_marks_each_epochs_last_step_and_each_iterations_last():
 
 
 def test_loop_calls_end_epoch_at_each_epochs_end(tmp_path):
-    class Recorder:
+    from cooprl.trainers.loop import Algorithm
+
+    class Recorder(Algorithm):
         models: list = []
 
         def __init__(self):
