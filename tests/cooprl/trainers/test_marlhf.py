@@ -267,4 +267,5 @@ def test_marlhf_passes_the_epoch_end_to_its_rl_algorithm():
     rl = SimpleNamespace(end_epoch=lambda metrics: seen.append(dict(metrics)))
     MARLHF.end_epoch(SimpleNamespace(rl=rl), {"x": 1.0})
     assert seen == [{"x": 1.0}]
-    MARLHF.end_epoch(SimpleNamespace(rl=SimpleNamespace()), {})   # an RL algorithm without buffers: nothing to do
+    from cooprl.trainers.loop import Algorithm
+    MARLHF.end_epoch(SimpleNamespace(rl=Algorithm()), {})   # an RL algorithm without buffers: the base's no-op
