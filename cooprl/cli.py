@@ -90,7 +90,7 @@ def _saved_config(run_dir: Path, choose: ChooseTaskConfig | None = None) -> Conf
 
 
 def _has_checkpoint(run_dir: Path, saved: Config) -> bool:
-    from cooprl import checkpoint as ckpt
+    from cooprl import checkpoint as ckpt   # torch: only when a run folder is asked about (--help stays light)
     return bool(ckpt.list_checkpoints(Path(saved.checkpoint.checkpoint_dir or run_dir / "checkpoints")))
 
 
@@ -105,7 +105,7 @@ def find_latest_run(run: Run, choose: ChooseTaskConfig | None = None) -> Path:
     run_name, `<trainer>-<dataset>-<time>`), the runs of this trainer on this dataset, the one whose config.yaml
     was written last (a run writes it when it starts and when it resumes). ConfigError when there is none, or when
     that run holds no complete checkpoint (it stopped before its first save)."""
-    from cooprl.trainers.loop import run_prefix
+    from cooprl.trainers.loop import run_prefix   # torch and the trainers: only for --resume latest
     config, trainer = run.config, run.trainer
     base = Path(config.output.base_dir)
     if config.output.run_name:

@@ -157,7 +157,7 @@ def new_run_folder(config: Config, name: str, trainer: str) -> Path:
     ConfigError when it cannot be created, when a resume changes the settings the run was trained with
     (check_resumed_settings), or when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints
     (their rotation would mix the two runs) or its output.save_path an earlier run's final models."""
-    from cooprl.checkpoint import list_checkpoints
+    from cooprl.checkpoint import list_checkpoints   # torch: once a run folder is made, not for the command line
     asked = Path(config.output.base_dir) / name
     resuming = bool(config.checkpoint.resume_from_checkpoint)
     shared = config.checkpoint.checkpoint_dir

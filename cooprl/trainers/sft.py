@@ -70,13 +70,6 @@ class TokenizedDemonstration:
 
 
 # ------------------------------------------------------------------------------------------ the loss and the update
-def nll_loss(token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Return the mean negative log-likelihood per completion token: -sum(log p * mask) / sum(mask) (0 without a
-    token). `token_logps` and `mask` are [batch, tokens]; prompt and padding positions have mask 0."""
-    mask = mask.to(token_logps.dtype)
-    return sft_loss(token_logps, mask) / mask.sum().clamp(min=1.0)
-
-
 def sft_step(model: Any, optimizer: torch.optim.Optimizer, prompts: Sequence[torch.Tensor],
              completions: Sequence[torch.Tensor], pad_id: int, max_grad_norm: float | None) -> dict[str, float]:
     """Take one optimizer step of `model` on the NLL of `completions` after `prompts` (one forward, through the update

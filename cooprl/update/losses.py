@@ -101,6 +101,13 @@ def sft_loss(token_logps: torch.Tensor, mask: torch.Tensor, weights: torch.Tenso
     return (nll * weights).sum() if weights is not None else nll.sum()
 
 
+def nll_loss(token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Return the mean negative log-likelihood per completion token: -sum(log p * mask) / sum(mask) (0 without a
+    token). `token_logps` and `mask` are [batch, tokens]; prompt and padding positions have mask 0."""
+    mask = mask.to(token_logps.dtype)
+    return sft_loss(token_logps, mask) / mask.sum().clamp(min=1.0)
+
+
 # ---------------------------------------------------------------------------------------------- critics
 def value_errors(values: torch.Tensor, targets: torch.Tensor, old_values: torch.Tensor,
                  clip_range: float | None) -> torch.Tensor:

@@ -12,8 +12,7 @@ from cooprl.config import Run, load_config
 from cooprl.errors import UserError
 from cooprl.models.loading import TINY_RANDOM, ModelError, load_causal_lm
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
-from cooprl.trainers.sft import (DemonstrationError, build_sft, nll_loss, read_demonstrations,
-                                 reference_demonstrations)
+from cooprl.trainers.sft import DemonstrationError, build_sft, read_demonstrations, reference_demonstrations
 from envs.code_generation.task import build_code_task
 
 pytestmark = pytest.mark.slow   # trainers end to end
@@ -48,13 +47,6 @@ def eval_at(run_dir: Path, step: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ the loss
-def test_nll_loss_is_the_mean_negative_log_prob_of_the_completion_tokens():
-    logps = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -7.0, -7.0]])
-    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    assert nll_loss(logps, mask).item() == pytest.approx((1.0 + 2.0 + 0.5) / 3)
-    assert nll_loss(logps, torch.zeros_like(mask)).item() == 0.0   # no token: no loss, not NaN
-
-
 def test_sft_lowers_the_nll_of_its_demonstrations(tmp_path):
     algorithm, _ = run(sft_config(tmp_path, "learn", ["sft.num_train_epochs=3", "sft.eval_num_samples=1"]), "sft",
                        "learn", tmp_path)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cooprl.update import losses
+from cooprl.update.losses import nll_loss
 
 
 def test_sft_loss_is_the_summed_negative_log_likelihood_of_the_real_tokens():
@@ -34,3 +35,10 @@ def test_k3_kl_is_zero_at_the_reference_and_positive_elsewhere():
     d = -0.5 - -1.0   # reference -0.5 against policy -1.0 on the first token, the second masked out
     value = losses.k3_kl(policy, torch.tensor([[-0.5, 5.0]]), torch.tensor([[1.0, 0.0]])).item()
     assert value == pytest.approx(math.exp(d) - d - 1)
+
+
+def test_nll_loss_is_the_mean_negative_log_prob_of_the_completion_tokens():
+    logps = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -7.0, -7.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert nll_loss(logps, mask).item() == pytest.approx((1.0 + 2.0 + 0.5) / 3)
+    assert nll_loss(logps, torch.zeros_like(mask)).item() == 0.0   # no token: no loss, not NaN
