@@ -64,8 +64,10 @@ def _class_name(cls: type) -> str:
 # looked up in a file. Checkpoints written before the records moved to cooprl.samples name them by their former
 # modules; those names still rebuild the same classes, so an older run resumes.
 STATE_DATACLASSES = {_class_name(cls): cls for cls in BUFFER_RECORDS}
-_FORMER_NAMES = {"cooprl.update.policy_gradient:TrainSample": TrainSample, "cooprl.trainers.magrpo:NodeGroup": NodeGroup,
-                 "cooprl.trainers.actor_critic:Step": Step, "cooprl.trainers.actor_critic:CriticSample": CriticSample}
+_FORMER_NAMES = {"cooprl.policy_update:TrainSample": TrainSample,
+                 "cooprl.trainers.magrpo:NodeGroup": NodeGroup,
+                 "cooprl.trainers.actor_critic:Step": Step,
+                 "cooprl.trainers.actor_critic:CriticSample": CriticSample}
 
 
 def state_dataclasses() -> dict[str, type]:

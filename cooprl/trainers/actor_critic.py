@@ -306,8 +306,9 @@ class ActorCritic(TeamAlgorithm):
             extra = [self.value_term(head, part)]
         kl_in_loss = self.references is not None and not self.kl_in_reward
         kl_coef = s.reference_kl_coef if kl_in_loss else 0.0
-        policy = policy_gradient_term(actor.model, samples, actor.tokenizer.pad_token_id, batch_size=s.rollout_buffer_size,
-                                      kl_coef=kl_coef, reference=self.references[agent] if kl_in_loss else None)
+        policy = policy_gradient_term(actor.model, samples, actor.tokenizer.pad_token_id,
+                                      batch_size=s.rollout_buffer_size, kl_coef=kl_coef,
+                                      reference=self.references[agent] if kl_in_loss else None)
         step = train_step([actor.optimizer], [policy, *extra], weight=len(samples), max_grad_norm=s.max_grad_norm,
                           sync=self.parallel.sync_of(actor.model), models=[actor.model])
         result = policy_gradient_metrics(samples, policy, step, kl_coef)

@@ -58,7 +58,7 @@ class Algorithm:
     parallel: Parallel = SINGLE       # the run's parallel context (the builder's): gathers, the data order's shards
     rounds: int = 1                   # the step plan (items of the epochs, cut at max_steps) repeats this often
     task_reward_key: str = TRAINING_REWARD   # the metric of the task's own reward (MARLHF trains on a learned one)
-    loss_key: str | None = None       # without a reward (SFT): the loss the bar, summary and plot show (lower is better)
+    loss_key: str | None = None       # no reward (SFT): the loss the bar, summary and plot show (lower is better)
 
     def train_step(self, item: Any, step: int) -> dict[str, float]:
         """Train on one dataset item; return the step's metrics."""
@@ -189,7 +189,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     data_parallel = is_data_parallel(section)
     parallel = algorithm.parallel
     ranks = parallel.ranks
-    if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.parallel.distributed)
+    if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.parallel.order)
         if epoch_length < ranks.world_size:
             raise ConfigError(f"{trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least as "
                               f"many training items; the training split has {epoch_length}")

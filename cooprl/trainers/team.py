@@ -23,7 +23,8 @@ import torch
 
 from cooprl.checkpoint import init_folders
 from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
-from cooprl.models.loading import check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path, set_memory_options
+from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
+                                   set_memory_options)
 from cooprl.parallel.context import Parallel
 from cooprl.rollout import vllm_memory, vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams

@@ -20,7 +20,7 @@ def test_a_state_saved_under_the_records_former_module_names_still_loads():
     fields = {"prompt_ids": torch.tensor([1]), "completion_ids": torch.tensor([2]), "advantage": 1.5,
               "importance_weights": None}
     old = {ckpt._TAG: "dataclass", "class": "cooprl.trainers.magrpo:NodeGroup",
-           "fields": {"turn": 0, "samples": [{ckpt._TAG: "dataclass", "class": "cooprl.update.policy_gradient:TrainSample",
+           "fields": {"turn": 0, "samples": [{ckpt._TAG: "dataclass", "class": "cooprl.policy_update:TrainSample",
                                               "fields": fields}]}}
     group = ckpt.from_plain(old)
     assert type(group) is NodeGroup and type(group.samples[0]) is TrainSample and group.samples[0].advantage == 1.5
