@@ -245,6 +245,7 @@ def test_gpu_check_fits_eight_minutes_and_parses(tmp_path):
     assert f"{sum(limits) + 5 * len(limits)}s of the {budget}s budget" in out
 
 
+@pytest.mark.cli   # runs bench/gpu_check.sh's stage function in bash, 5 s of it a stage's timeout
 def test_the_gpu_checks_stages_never_run_past_its_budget():
     """A stage that would run past what is left of the budget is cut to it, and one with under 5 s left is skipped,
     so added stages cannot push the check past 8 minutes: the script's `stage` function with a 10 s budget."""

@@ -12,6 +12,7 @@ them) followed by `HFGenerator._trim`. Asked for log-probs (`SamplingParams(logp
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 import sys
@@ -28,6 +29,13 @@ from cooprl.rollout.vllm_generation import VLLMGenerator, adapters_enabled, merg
 from cooprl.rollout.vllm_platform import check_vllm_backend
 
 STOPS = ("\ndef ", "\nclass ", "\nif __name__")
+
+
+@functools.cache
+def tiny_tokenizer() -> object:
+    """Return the tiny model's tokenizer, loaded once for the module (no code path here changes a tokenizer; each
+    load costs ~0.3 s, and every fake engine and most tests want one)."""
+    return load_tokenizer(TINY_RANDOM)
 
 
 # ----------------------------------------------------------------------------------------------- the fake vllm
@@ -81,7 +89,7 @@ class FakeLLM:
         self.kwargs = kwargs
         self.env_multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
         self.events, self.calls, self.script = [], [], {}
-        self.tokenizer = load_tokenizer(TINY_RANDOM)
+        self.tokenizer = tiny_tokenizer()
         self.engine_model = FakeEngineModel(self.events)
         if in_process:  # the attribute path of an in-process (V1, multiprocessing off) engine
             runner = types.SimpleNamespace(model=self.engine_model)
@@ -190,7 +198,7 @@ def fake_vllm(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny():
-    return load_causal_lm(TINY_RANDOM, device="cpu"), load_tokenizer(TINY_RANDOM)
+    return load_causal_lm(TINY_RANDOM, device="cpu"), tiny_tokenizer()
 
 
 def make_generator(tiny, fake_vllm, **kwargs) -> VLLMGenerator:
@@ -357,6 +365,7 @@ def test_an_early_stop_is_continued_from_where_it_stopped(tiny, fake_vllm):
     assert completion.sampler_logprobs.tolist() == pytest.approx([fake_logprob(k) for k in range(kept)])
 
 
+@pytest.mark.integration   # a trainer runs in-process (tests/conftest.py's lanes)
 def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_vllm, monkeypatch, tmp_path):
     from cooprl.trainers.loop import seed_everything
     from cooprl.trainers.magrpo import build_magrpo
@@ -400,7 +409,7 @@ def test_an_engine_out_of_this_process_needs_lora_sync(tiny, fake_vllm, monkeypa
     monkeypatch.setattr(fake_vllm, "LLM", lambda **kw: FakeLLM(in_process=False, **kw))
     with pytest.raises(ConfigError, match="vllm_weight_sync=lora"):
         make_generator(tiny, fake_vllm)   # merged: weights cannot be pushed into another process
-    gen = VLLMGenerator(lora_model(), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+    gen = VLLMGenerator(lora_model(), tiny_tokenizer(), model_path="m", max_prompt_tokens=16,
                         max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
     gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
     assert FakeLLM.instances[-1].events == ["generate"]   # the adapter is requested, nothing pushed
@@ -427,7 +436,7 @@ def test_lora_weights_are_merged_and_follow_disable_adapter(fake_vllm):
     assert adapters_enabled(model)
 
     # a comparator samples the start model inside disable_adapter(): the engine gets the base weights, then back
-    gen = VLLMGenerator(model, load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16, max_model_len=32,
+    gen = VLLMGenerator(model, tiny_tokenizer(), model_path="m", max_prompt_tokens=16, max_model_len=32,
                         vllm_module=fake_vllm)
     engine = FakeLLM.instances[-1].engine_model
     params = SamplingParams(max_new_tokens=2, temperature=1.0)
@@ -455,7 +464,7 @@ def lora_model(seed: int = 0, r: int = 8):
 def test_lora_sync_samples_each_adapter_version_as_a_lora_request(fake_vllm, tmp_path):
     from safetensors.torch import load_file
     model = lora_model()
-    gen = VLLMGenerator(model, load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16, max_model_len=32,
+    gen = VLLMGenerator(model, tiny_tokenizer(), model_path="m", max_prompt_tokens=16, max_model_len=32,
                         weight_sync="lora", tensor_parallel_size=2, adapter_dir=str(tmp_path), vllm_module=fake_vllm)
     engine = FakeLLM.instances[-1]
     assert engine.kwargs["enable_lora"] is True and engine.kwargs["max_lora_rank"] == 8
@@ -499,7 +508,7 @@ def test_a_sleeping_engine_sleeps_once_per_update_and_wakes_to_sample(fake_vllm,
     """Merged sync: the engine sleeps at level 2 (its weights discarded: the next sample loads them anyway) and wakes
     in vLLM's order for weight updates: the weights' memory, the load, then the KV cache."""
     model = load_causal_lm(TINY_RANDOM, device="cpu")   # its own: the engine hooks the model's forward
-    gen = make_generator((model, load_tokenizer(TINY_RANDOM)), fake_vllm, sleep=True)
+    gen = make_generator((model, tiny_tokenizer()), fake_vllm, sleep=True)
     engine = FakeLLM.instances[-1]
     assert engine.kwargs["enable_sleep_mode"] is True
     # torch's CUDA cache must hand back the update's memory before the engine maps its own again
@@ -527,14 +536,14 @@ def test_a_sleeping_engine_sleeps_once_per_update_and_wakes_to_sample(fake_vllm,
     torch.testing.assert_close(engine.engine_model.loads[-1]["model.embed_tokens.weight"],
                                model.get_input_embeddings().weight)
     with pytest.raises(ConfigError, match="one engine per process"):
-        make_generator((model, load_tokenizer(TINY_RANDOM)), fake_vllm, sleep=True)   # a second sleeping engine
+        make_generator((model, tiny_tokenizer()), fake_vllm, sleep=True)   # a second sleeping engine
 
 
 def test_a_sleeping_lora_engine_keeps_its_base_weights_at_level_1(fake_vllm, tmp_path):
     """LoRA sync never pushes weights (the engine's base weights never change): it sleeps at level 1, which keeps
     them in CPU memory, and wakes whole."""
     model = lora_model()
-    gen = make_generator((model, load_tokenizer(TINY_RANDOM)), fake_vllm, sleep=True, weight_sync="lora",
+    gen = make_generator((model, tiny_tokenizer()), fake_vllm, sleep=True, weight_sync="lora",
                          adapter_dir=str(tmp_path))
     engine = FakeLLM.instances[-1]
     params = SamplingParams(max_new_tokens=2, temperature=1.0)
@@ -806,7 +815,7 @@ def policy_step(model, samples, lr=1.0):
 def test_policy_gradient_step_weights_each_tokens_term():
     from cooprl.models.logprobs import completion_logprobs
     from cooprl.samples import TrainSample
-    tokenizer = load_tokenizer(TINY_RANDOM)
+    tokenizer = tiny_tokenizer()
     completions = sampled_completions(tokenizer)
     advantages = [1.0, -0.5, 2.0]
 
@@ -850,6 +859,7 @@ def importance_config(fake_vllm, monkeypatch, tmp_path, trainer: str, *overrides
         "wandb.mode=disabled", f"output.base_dir={tmp_path}", *overrides])
 
 
+@pytest.mark.integration   # a trainer runs in-process (tests/conftest.py's lanes)
 def test_magrpo_trains_with_importance_weights_from_the_vllm_sampler(fake_vllm, monkeypatch, tmp_path):
     from cooprl.trainers.loop import seed_everything
     from cooprl.trainers.magrpo import build_magrpo
@@ -875,6 +885,7 @@ def test_magrpo_trains_with_importance_weights_from_the_vllm_sampler(fake_vllm, 
         assert 0 <= metrics[f"agent_{a}/is_weight_mean"] <= metrics[f"agent_{a}/is_weight_max"] <= 2.0
 
 
+@pytest.mark.integration   # a trainer runs in-process (tests/conftest.py's lanes)
 def test_actor_critic_carries_the_weights_into_its_actor_steps(fake_vllm, monkeypatch, tmp_path):
     from cooprl.trainers.actor_critic import build_iac
     from cooprl.trainers.loop import seed_everything
@@ -908,6 +919,7 @@ def test_importance_cap_config_rules():
             build_madpo(Run.of(config, trainer), None)
 
 
+@pytest.mark.integration   # a trainer runs in-process (tests/conftest.py's lanes)
 def test_grpo_trains_with_lora_requests_sleep_and_importance_weights_together(fake_vllm, monkeypatch, tmp_path):
     # bench/gpu_check.sh's last stage on the fake engine: LoRA adapters sampled as LoRA requests (a new version after
     # the update), the engine asleep outside sampling, importance weights against the engine's log-probs
@@ -954,7 +966,7 @@ def test_merged_weights_go_through_vllms_in_place_reload(fake_vllm, monkeypatch)
     # ("'Parameter' object has no attribute 'weight_loader'"); reload_weights re-runs that processing
     monkeypatch.setattr(fake_vllm, "LLM", ReloadingLLM)
     model = lora_model()
-    gen = VLLMGenerator(model, load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16, max_model_len=32,
+    gen = VLLMGenerator(model, tiny_tokenizer(), model_path="m", max_prompt_tokens=16, max_model_len=32,
                         vllm_module=fake_vllm)
     engine = FakeLLM.instances[-1]
     gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
@@ -969,7 +981,7 @@ def test_lora_sync_folders_are_removed_with_their_generator(fake_vllm, monkeypat
     import gc
     import tempfile
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gen = VLLMGenerator(lora_model(), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+    gen = VLLMGenerator(lora_model(), tiny_tokenizer(), model_path="m", max_prompt_tokens=16,
                         max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
     gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
     [folder] = tmp_path.glob("cooprl-vllm-lora-*")
@@ -1019,7 +1031,7 @@ def test_a_lora_rank_is_served_by_the_smallest_slot_at_least_its_size(fake_vllm,
     config = load_config(None, ["agent_model.generation_backend=vllm", f"agent_model.lora.r={rank}",
                                 "agent_model.vllm_weight_sync=lora"])
     assert config.agent_model.lora.r == rank
-    VLLMGenerator(lora_model(r=rank), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+    VLLMGenerator(lora_model(r=rank), tiny_tokenizer(), model_path="m", max_prompt_tokens=16,
                   max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
     assert FakeLLM.instances[-1].kwargs["max_lora_rank"] == slot
 
@@ -1117,7 +1129,7 @@ def test_an_agents_engine_is_built_and_run_on_the_agents_gpu(tiny, fake_vllm, mo
 
 def test_engines_of_tensor_parallelism_and_on_the_cpu_get_vllms_own_executor(tiny, fake_vllm, two_gpus):
     make_generator(tiny, fake_vllm)          # the model is on the CPU: nothing placed, no CUDA device touched
-    gen = VLLMGenerator(lora_model(r=8), load_tokenizer(TINY_RANDOM), model_path="m", max_prompt_tokens=16,
+    gen = VLLMGenerator(lora_model(r=8), tiny_tokenizer(), model_path="m", max_prompt_tokens=16,
                         max_model_len=32, weight_sync="lora", tensor_parallel_size=2, device="cuda:0",
                         vllm_module=fake_vllm)
     assert all("distributed_executor_backend" not in engine.kwargs for engine in FakeLLM.instances)
@@ -1191,6 +1203,7 @@ def test_agents_with_vllm_engines_never_sample_concurrently():
     assert not runner.concurrent_sampling and runner.concurrent_updates
 
 
+@pytest.mark.integration   # a trainer runs in-process (tests/conftest.py's lanes)
 def test_a_run_leaves_a_process_group_it_did_not_create(tmp_path):
     # an in-process vLLM engine initialises torch.distributed itself (a world of 1); destroying that group at the end
     # of the run made vLLM's own exit fail ("ValueError: Invalid process group specified")
