@@ -1,6 +1,8 @@
-"""What a GPU run needs of code that runs on CPU here: checkpoints that load into CPU memory, evaluation that leaves
-every generator as it was, sampling with exactly the configured parameters, models that follow each process's GPU
-under ddp. Where a GPU is needed, the CUDA calls are observed instead (no GPU runs these tests)."""
+"""What a GPU run needs of code that runs on CPU here: checkpoints that load into CPU memory, models that follow each
+process's GPU under ddp, bench/gpu_check.sh's budget. Where a GPU is needed, the CUDA calls are observed instead (no GPU
+runs these tests). Those of one module are in its own file: the evaluation's generators in trainers/test_loop.py,
+sampling with exactly the configured parameters in rollout/test_generation.py, devices and sharded work in
+parallel/test_distributed.py."""
 
 import os
 from pathlib import Path
@@ -65,120 +67,12 @@ def test_loading_reads_into_cpu_memory(tmp_path, monkeypatch):
     assert seen and set(seen) == {"cpu"}
 
 
-# ------------------------------------------------------------------------------------------------- generators
-class FakeCudaGenerators:
-    """Two CUDA devices' generator states, kept as torch keeps them (get/set_rng_state, seeded by manual_seed_all),
-    on a machine without CUDA."""
-
-    def __init__(self, monkeypatch):
-        self.states = {0: torch.tensor([10]), 1: torch.tensor([11])}
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": self.states[self.index(device)].clone())
-        monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": self.states.update(
-            {self.index(device): state.clone()}))
-        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [s.clone() for s in self.states.values()])
-        monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: self.states.update(
-            {d: torch.tensor([seed]) for d in self.states}))
-
-    @staticmethod
-    def index(device) -> int:
-        return device if isinstance(device, int) else (torch.device(device).index or 0)
-
-
-def test_evaluation_leaves_every_cuda_generator_as_it_was(tmp_path, monkeypatch):
-    """The loop's evaluation seeds torch (every CUDA generator too) and must restore them all: GPU sampling draws from
-    the CUDA generators, so a reseeded one would restart training's samples from the evaluation seed."""
-    from types import SimpleNamespace
-
-    from cooprl.config import load_config
-    from cooprl.task import Score, Task
-    from cooprl.trainers.loop import Algorithm as LoopAlgorithm, train_loop
-    cuda = FakeCudaGenerators(monkeypatch)
-    seen = []
-
-    class Algorithm(LoopAlgorithm):
-        models: list = []
-
-        def train_step(self, item, step):
-            seen.append(("train", [int(s) for s in cuda.states.values()]))
-            return {"turn_1/reward_mean": 0.0}
-
-        def evaluate(self, items):
-            seen.append(("eval", [int(s) for s in cuda.states.values()]))
-            return {"eval/turn_1/reward_mean": 0.0}
-
-        def state_dict(self):
-            return {}
-
-        def load_state_dict(self, state):
-            pass
-
-    task = Task(name="t", num_agents=1, train_items=["a", "b"], eval_items=["c"], first_prompts=lambda item: [item],
-                score=lambda items, joints: [Score(0.0) for _ in joints], max_reward=1.0,
-                next_prompts=lambda item, histories, joint, score: [h[-1][0] for h in histories])
-    config = load_config(None, ["wandb.mode=disabled", f"output.base_dir={tmp_path}", "magrpo.max_steps=2",
-                                "magrpo.eval_interval=1", "magrpo.eval_at_start=true"])
-    train_loop(Run.of(config, "magrpo"), task, Algorithm(), tmp_path / "run")
-    assert [kind for kind, _ in seen] == ["eval", "train", "eval", "train", "eval"]
-    assert all(states == [10, 11] for kind, states in seen if kind == "train")   # as training left them
-    assert all(states[0] == states[1] != 10 for kind, states in seen if kind == "eval")   # the evaluation seed
-    assert [int(s) for s in cuda.states.values()] == [10, 11]
-
-
-def test_sharded_work_restores_the_cuda_generators(monkeypatch):
-    from cooprl.parallel import distributed
-    cuda = FakeCudaGenerators(monkeypatch)
-    assert distributed.run_sharded([1, 2], 7, lambda task, rng: int(cuda.states[0])) == [7, distributed.item_seed(7, 1)]
-    assert [int(s) for s in cuda.states.values()] == [10, 11]
-
-
-# ---------------------------------------------------------------------------------------------------- sampling
-def test_hf_sampling_ignores_the_extras_of_a_models_generation_config():
-    """A model whose generation_config.json adds a repetition penalty, an n-gram ban, a minimum length, typical
-    sampling and a top-k samples exactly what the same model without them samples, for the same seed: only the
-    configured temperature, top-k and top-p shape the distribution (as the update and vLLM assume)."""
-    from cooprl.rollout.generation import HFGenerator, SamplingParams
-    from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
-    tokenizer = load_tokenizer(TINY_RANDOM)
-    plain = load_causal_lm(TINY_RANDOM, device="cpu", torch_dtype="float32")
-    extras = load_causal_lm(TINY_RANDOM, device="cpu", torch_dtype="float32")
-    extras.generation_config.update(repetition_penalty=3.0, no_repeat_ngram_size=1, min_new_tokens=12,
-                                    typical_p=0.5, top_k=5)
-    prompts = ["def add(a, b):", "Write a function"]
-
-    for params in (SamplingParams(max_new_tokens=12, temperature=1.0, top_p=1.0),
-                   SamplingParams(max_new_tokens=12, temperature=0.0, top_p=1.0)):   # and greedy
-        samples = []
-        for model in (plain, extras):
-            torch.manual_seed(3)
-            out = HFGenerator(model, tokenizer, max_prompt_tokens=64).sample(prompts, 4, params)
-            samples.append([c.completion_ids.tolist() for group in out for c in group])
-        assert samples[0] == samples[1]
-        if params.temperature:
-            assert len({tuple(s) for s in samples[0]}) > 1   # (sampled, not all alike)
-
-
 # ------------------------------------------------------------------------------------------ devices under ddp
 
 def as_second_of_two_processes(monkeypatch):
     """Make cooprl see itself as rank 1 of 2 (LOCAL_RANK 1): what each model's device resolves to is observed."""
     from cooprl.parallel import distributed
     monkeypatch.setattr(distributed, "current", lambda: distributed.Ranks(rank=1, world_size=2, local_rank=1))
-
-
-def test_rank_device_gives_each_process_its_own_gpu(monkeypatch):
-    from cooprl.parallel import distributed
-    ranks = distributed.Ranks(rank=1, world_size=2, local_rank=1)
-    assert [distributed.rank_device(d, ranks) for d in ("cuda", "cuda:0", "cuda:3", "cpu")] == \
-        ["cuda:1", "cuda:1", "cuda:1", "cpu"]
-    assert distributed.rank_device("cuda:0", distributed.Ranks()) == "cuda:0"   # one process: as configured
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert distributed.rank_device("auto", ranks) == "cuda:1"
-    # a CPU model among processes joined over nccl could not average its gradients: refused, saying why
-    monkeypatch.setattr(distributed, "_backend", lambda: "nccl")
-    with pytest.raises(distributed.DistributedError, match="on cpu under data-parallel training on GPUs.*nccl"):
-        distributed.rank_device("cpu", ranks)
 
 
 def test_critic_comparator_and_reward_model_follow_each_processs_gpu(monkeypatch, tmp_path):
@@ -200,25 +94,6 @@ def test_critic_comparator_and_reward_model_follow_each_processs_gpu(monkeypatch
         marlhf.build_reward_model(Run.of(config, "marlhf"))
     with pytest.raises(ModelError, match="device 'cuda:1'"):
         _model_generators(Run.of(config, "madpo_iter"), ["offline:tiny-random"], 16)
-
-
-def test_processes_join_with_their_gpu_bound_and_barriers_name_it(monkeypatch):
-    from cooprl.parallel import distributed
-    joined, barriers = [], []
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
-    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, **kwargs: joined.append((backend, kwargs)))
-    monkeypatch.setattr(torch.distributed, "new_group", lambda **kwargs: None)
-    distributed.setup("cuda")
-    assert joined[0][0] == "nccl" and joined[0][1]["device_id"] == torch.device("cuda", 1)
-    as_second_of_two_processes(monkeypatch)
-    monkeypatch.setattr(distributed, "_backend", lambda: "nccl")
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
-    monkeypatch.setattr(torch.distributed, "barrier", lambda **kwargs: barriers.append(kwargs))
-    distributed.barrier()
-    assert barriers == [{"device_ids": [1]}]
 
 
 # ------------------------------------------------------------------------------------------- bench/gpu_check.sh

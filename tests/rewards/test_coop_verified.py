@@ -16,8 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cooprl.config import ConfigError, Run, load_config  # noqa: E402
 from rewards.code_rewards import code_reward, code_rewards_batch  # noqa: E402
-from rewards.coop_probes import (in_drawn_order, probe_gate, probe_programs, scored_aux,  # noqa: E402
-                                  verify as verify_cooperation)
+from rewards.coop_probes import probe_gate  # noqa: E402
 from rewards.sandbox import Sandbox  # noqa: E402
 from tests.rewards.test_cooperation import degenerate_main  # noqa: E402
 
@@ -151,55 +150,6 @@ def test_programs_that_could_tell_the_probes_apart_are_not_probed(sb, name, head
     # fails its own tests; one that does not is not probed
     assert verified.tests_passed < 8 or verified.coop_check.startswith("not probed: main "), verified
     assert not verified.uses_aux and verified.total <= 2.5
-
-
-def test_probe_gate_on_aux_and_imports():
-    assert probe_gate(SPLIT_AUX, HONEST_MAIN, ()) == ""
-    assert probe_gate(SPLIT_AUX, HONEST_MAIN, ("import inspect",)) == "imports inspect"
-    assert probe_gate("def aux(t):\n    import gc\n    return t.split()\n", HONEST_MAIN, ()) == "aux imports gc"
-    assert probe_gate("def aux(t):\n    class A:\n        pass\n    return t\n", HONEST_MAIN, ()).startswith("aux defines")
-    assert probe_gate(SPLIT_AUX, "def f(xs):\n    return sorted(xs, key=aux) + list(map(aux, xs))\n", ()) == ""
-    assert probe_gate(SPLIT_AUX, "def f(xs):\n    g = aux\n    return g(xs)\n", ()).startswith("main uses aux as an object")
-    assert probe_gate("def aux(t):\n    aux.seen = True\n    return t.split()\n", HONEST_MAIN, ()) == "aux reads .seen"
-    assert probe_gate("def aux(t):\n    return t.split() if aux else []\n", HONEST_MAIN, ()).startswith(
-        "aux uses aux as an object")
-    assert probe_gate("def aux(n):\n    return 1 if n < 2 else n * aux(n - 1)\n", HONEST_MAIN, ()) == ""
-    # a local `sorted` would receive the probe's wrapper and could look at it
-    assert probe_gate(SPLIT_AUX, "def f(xs):\n    def sorted(g):\n        return repr(g)\n    return sorted(aux)\n",
-                      ()) == "main binds the name sorted"
-
-
-def test_verdicts_that_change_from_run_to_run_pay_nothing():
-    # a pair whose tests fail by chance would fail the probes by chance: the control run must agree
-    passed = [True] * 4
-    control = scored_aux(SPLIT_AUX)   # the control runs the program as scored; every probe fails test 1
-
-    def flaky(src):
-        return [True, True, False, True] if src == control else [False, True, True, True]
-    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, flaky).startswith(
-        "the pair's verdicts change from run to run")
-    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed,
-                              lambda src: [True] * 4 if src == control else [False, True, True, True]) == ""
-
-
-def test_a_main_that_knows_how_many_runs_came_before_cannot_find_the_control():
-    # consecutive programs share a short-lived timing channel (docs/sandbox.md), so a main may count the runs of
-    # its pair before it. It passes the scored run; to be paid it must fail every probe and pass the control. With
-    # the control always last, "pass the last run" was paid for every pair; in a drawn order about 1 pair in 5
-    passed = [True] * 4
-    paid = 0
-    pairs = [(f"def aux(xs):\n    return sorted(xs)[:{k}] + sorted(xs)[{k}:]\n", HONEST_MAIN) for k in range(60)]
-    for aux_src, main_src in pairs:
-        count = iter(range(1, 100))
-        total = len(probe_programs(aux_src))
-
-        def knows_its_place(src):
-            return [True] * 4 if next(count) == total else [False] * 4
-        paid += verify_cooperation(aux_src, main_src, (), passed, knows_its_place) == ""
-    assert paid <= 60 * 0.35, paid
-    order = [name for name, _ in in_drawn_order(probe_programs(pairs[0][0]), pairs[0][0] + "\n" + pairs[0][1])]
-    assert order == [name for name, _ in in_drawn_order(probe_programs(pairs[0][0]),
-                                                        pairs[0][0] + "\n" + pairs[0][1])]   # reproducible
 
 
 def test_probe_runs_are_bounded_when_a_probe_loops(sb):

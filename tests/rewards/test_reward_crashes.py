@@ -69,14 +69,6 @@ def test_a_compact_assert_that_unparsing_widens_past_the_bound_is_not_judged(tmp
     assert [s.metrics["tester_reward"] for s in scores] == [0.5, 0.5]    # (0 + 1) / 2: add(1, 2) == 3 catches a - b
 
 
-def test_the_judged_test_gate_is_linear_in_the_tests_size():
-    products = " + ".join(["*".join(["1"] * 320)] * 6)                  # 3.8 kB: 1.6-2.1 CPU s before
-    start = time.process_time()
-    for test in (f"assert add(1, 2) == {products}", "assert add(1, 2) == " + "**".join(["1"] * 950)):
-        judged_test("add", test)
-    assert time.process_time() - start < 0.8      # ~0.05 s alone, 0.34 s seen under make test's load; 2 s before
-
-
 def test_a_completion_over_the_bound_is_refused_whole_and_quickly(sb):
     huge = "def add(a, b):\n" + "    x = 1\n" * (MAX_COMPLETION_CHARS // 10) + "    return a + b\n"
     start = time.process_time()

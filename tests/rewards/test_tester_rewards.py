@@ -150,17 +150,6 @@ def test_tester_metrics_say_what_each_test_was(tmp_path):
 
 # ------------------------------------------------------------------------ which asserts the judge decides
 
-@pytest.mark.parametrize("test", ["assert add(1, 2) == 3", "assert add(1, 2) == 3, 'message'",
-                                  "assert abs(add(0.1, 0.2) - 0.3) < 1e-9", "assert sorted(add([2], [1])) == [1, 2]",
-                                  "assert math.isclose(add(0.1, 0.2), 0.3)", "assert add(1, 2) in (3, 4)",
-                                  "assert not add(0, 0)", "assert add(2, -3) < 0",
-                                  "assert add('a', 'b')[0] == 'a'", "assert len(add([1], [2])) == 2",
-                                  "assert add(add(1, 1), 1) == 3", "assert add(3 * 19, 2 ** 3) == 65",
-                                  "assert isinstance(add(1, 2), int)"])
-def test_asserts_on_plain_values_are_judged(test):
-    assert judged_test("add", test) is not None
-
-
 def test_judged_tests_run_in_the_judge_on_the_calls_values():
     from rewards.judged_tests import judged_suite
     from rewards.sandbox import default_sandbox
@@ -173,19 +162,6 @@ def test_judged_tests_run_in_the_judge_on_the_calls_values():
     programs = [PROMPT + RIGHT, PROMPT + "    return a\n", PROMPT + ALWAYS_EQUAL]
     assert [pass_row(r) for r in run_judged(default_sandbox(), [(p, suite) for p in programs])] == [
         [1] * 6, [0, 0, 0, 0, 0, 0], [0] * 6]
-
-
-@pytest.mark.parametrize("test", ["assert 'aux' in globals() and add(1, 2) == 3", "assert add.__doc__ is None",
-                                  "assert add(1, 2) == 3 and aux(1, 2) == 3", "assert add(1, 2) == 3 or add",
-                                  "assert (lambda: add(1, 2))() == 3", "assert [add(i, i) for i in (1, 2)] == [2, 4]",
-                                  "assert add(1, 2) == __import__('os').getpid()", "assert add(*[1, 2]) == 3",
-                                  "assert add([0] * 10 ** 9, []) == []", "assert add('a', 'b') * 10 ** 9 != ''",
-                                  "assert f'{add(1, 2):>999999999}' != ''", "assert add(1, 2).real == 3",
-                                  "assert 1 == 1", "assert 'add(' != ''", "assert set(add([1], [2])) == {1, 2}",
-                                  "assert round(add(1.5, 2), -10 ** 9) == 0", "assert (x := add(1, 2)) == 3",
-                                  "assert type(add(1, 2)) is int", "assert add(1, 2) == 3\nassert add(0, 0) == 0"])
-def test_asserts_that_inspect_run_code_or_cost_the_judge_are_not(test):
-    assert judged_test("add", test) is None
 
 
 # ------------------------------------------------------------------------ self_tests: hostile coders
@@ -426,12 +402,3 @@ def test_a_code_that_memorises_the_examples_earns_no_more_than_one_that_fails_th
     honest, memorised, failing = [s.total for s in scores]
     assert memorised <= failing < honest     # the memoriser scored 2.1, as the honest code, before
     assert honest == 2.1
-
-
-def test_held_out_tests_call_some_input_the_examples_do_not_show():
-    from rewards.self_tests import held_out_asserts
-    check = ("def check(candidate):\n    assert candidate(1, 2) == 3\n    assert abs(candidate(1, 2) - 3) < 1e-9\n"
-             "    assert candidate(1, 2) == candidate(2, 1)\n    assert candidate(-1, 1) == 0\n")
-    problem = Problem("T/0", PROMPT, check, "add")
-    # the second only rewrites the example add(1, 2): a memoriser passes it; the third calls add(2, 1) too
-    assert held_out_asserts(problem) == ["assert add(1, 2) == add(2, 1)", "assert add(-1, 1) == 0"]

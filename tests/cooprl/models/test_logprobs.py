@@ -1,15 +1,11 @@
 """Token-trie packing of the update's forward: the same log-probs and gradients as the padded layout."""
 
-import copy
-
 import pytest
 import torch
 
 from cooprl.models import logprobs
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.models.logprobs import TokenTrie, _padded_logprobs, completion_logprobs, group_by_prompt
-from cooprl.samples import TrainSample
-from cooprl.update.policy_gradient import policy_gradient_step
 
 
 @pytest.fixture(scope="module")
@@ -121,79 +117,3 @@ def test_trie_update_gives_the_padded_gradient(tiny, case):
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-5), name
-
-
-@pytest.mark.parametrize("case", [mixed_group, two_turn_tree])
-def test_policy_step_groups_siblings_whatever_their_order(tiny, case):
-    """Interleaved sibling groups and whole trees give the same step as one sample per forward (float noise)."""
-    model, tokenizer = tiny
-    prompts, completions = case()
-    advantages = torch.linspace(-1, 1, len(prompts)).tolist()
-    samples = [TrainSample(p, c, adv) for p, c, adv in zip(prompts, completions, advantages)]
-    results = []
-    for batch_size in (None, 1):
-        copy_ = copy.deepcopy(model)
-        optimizer = torch.optim.SGD(copy_.parameters(), lr=1.0)
-        metrics = policy_gradient_step(copy_, optimizer, samples, tokenizer.pad_token_id, batch_size=batch_size)
-        results.append((metrics, copy_))
-    (m1, a), (m2, b) = results
-    assert m1["loss"] == pytest.approx(m2["loss"], abs=1e-5)
-    for (name, p1), p2 in zip(a.named_parameters(), b.parameters()):
-        assert torch.allclose(p1, p2, atol=1e-5), name
-
-
-def test_shared_prefill_samples_the_same_tokens_as_plain_generate(tiny):
-    """The sampler prefills each prompt once for its G samples: same tokens as generate(num_return_sequences=G)."""
-    from cooprl.rollout.generation import HFGenerator, SamplingParams
-    model, tokenizer = tiny
-    generator = HFGenerator(model, tokenizer, max_prompt_tokens=64)
-    prompts, params = ["def f(x):", "a longer prompt, with more tokens", "x"], SamplingParams(max_new_tokens=8, temperature=1.0)
-    torch.manual_seed(0)
-    ours = [c.completion_ids.tolist() for group in generator.sample(prompts, 3, params) for c in group]
-    encoded = generator.encode_prompts(prompts)
-    width = max(len(e) for e in encoded)
-    input_ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
-    attention = torch.zeros_like(input_ids)
-    for row, ids in enumerate(encoded):
-        input_ids[row, width - len(ids):], attention[row, width - len(ids):] = ids, 1
-    torch.manual_seed(0)
-    plain = model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True, max_new_tokens=8,
-                           num_return_sequences=3, temperature=1.0, top_p=1.0, top_k=0,
-                           pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    assert ours == [generator._trim(row, params)[1].tolist() for row in plain[:, width:]]
-
-
-@pytest.mark.parametrize("kv_heads", [2, 4])
-def test_masked_gqa_segments_repeat_their_kv_heads_where_sdpa_needs_it(monkeypatch, kv_heads):
-    """On CUDA a masked SDPA call with `enable_gqa` can only run the math kernel, so the trie attention repeats the
-    K/V heads of segments with a mask there (`REPEAT_KV_FOR_MASKS`); seen here on the CPU by listing it. The output is
-    the same with and without the repeat, and the repeat happens exactly where a mask and grouped-query attention
-    meet: never for a causal segment, never for a model whose K/V heads are its query heads."""
-    from cooprl.models import trie_attention as ta
-    trie = TokenTrie([[1, 2, 3, 4, 5], [1, 2, 3, 6, 7, 8], [1, 2, 9], [10, 11, 12]])   # roots, children, a split
-    gen = torch.Generator().manual_seed(0)
-    query = torch.randn(1, 4, trie.num_tokens, 8, generator=gen)
-    key, value = (torch.randn(1, kv_heads, trie.num_tokens, 8, generator=gen) for _ in range(2))
-    calls = []
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def spy(q, k, v, attn_mask=None, enable_gqa=False, **kwargs):
-        calls.append((attn_mask is not None, k.shape[1], v.shape[1], enable_gqa))
-        return sdpa(q, k, v, attn_mask=attn_mask, enable_gqa=enable_gqa, **kwargs)
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-
-    def attend() -> torch.Tensor:
-        calls.clear()
-        with ta.trie_attention(torch.nn.Linear(1, 1), trie):
-            return ta.trie_attention_forward(None, query, key, value, ta.PLACEHOLDER_MASK)[0]
-
-    plain, plain_calls = attend(), list(calls)
-    monkeypatch.setattr(ta, "REPEAT_KV_FOR_MASKS", ("cpu", "cuda"))
-    repeated = attend()
-    assert torch.equal(repeated, plain)
-    gqa = kv_heads < 4
-    assert sorted(set(plain_calls)) == [(False, kv_heads, kv_heads, gqa), (True, kv_heads, kv_heads, gqa)]
-    if gqa:   # masked segments: heads repeated, a plain call; causal ones untouched
-        assert sorted(set(calls)) == [(False, kv_heads, kv_heads, True), (True, 4, 4, False)]
-    else:
-        assert calls == plain_calls

@@ -1,0 +1,25 @@
+"""Unit tests of cooprl/parallel/order.py: each process's share of the data order, its seeds, the merged metrics."""
+
+from cooprl.parallel.order import Ranks, item_seed, mean_metrics, shard_order
+
+
+def test_shard_order_gives_each_rank_its_slice_of_every_step():
+    order = [5, 3, 0, 1, 4, 2, 10, 8, 6, 7, 9, 11]   # two epochs of 6 items (ids are what the order holds)
+    r0 = shard_order(order, 6, Ranks(0, 4))
+    r1 = shard_order(order, 6, Ranks(1, 4))
+    # 6 items, 4 ranks: one step per epoch, the last 2 items of each epoch left out (drop_last)
+    assert r0 == ([5, 10], [0, 6], 1) and r1 == ([3, 8], [1, 7], 1)
+    assert shard_order(order, 6, Ranks(0, 1)) == (order, list(range(12)), 6)
+
+
+def test_item_seed_depends_on_seed_and_position_only():
+    assert item_seed(42, 3) == item_seed(42, 3)
+    assert len({item_seed(42, p) for p in range(100)} | {item_seed(43, 0)}) == 101
+    assert 0 <= item_seed(42, 3) < 2 ** 63
+
+
+def test_mean_metrics_averages_and_sums_counts():
+    merged = mean_metrics([{"r": 1.0, "env_steps": 4, "agent_0/trained_samples": 4.0},
+                                       {"r": 0.0, "env_steps": 2, "agent_0/trained_samples": 2.0, "turn_2/r": 0.5}],
+                                      summed=("env_steps", "trained_samples"))
+    assert merged == {"r": 0.5, "env_steps": 6, "agent_0/trained_samples": 6.0, "turn_2/r": 0.5}

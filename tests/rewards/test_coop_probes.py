@@ -1,0 +1,38 @@
+"""Unit tests of rewards/coop_probes.py: the verdict of the probe runs, their control run and its drawn place among
+them."""
+
+from rewards.coop_probes import in_drawn_order, probe_programs, scored_aux, verify as verify_cooperation
+from tests.rewards.test_coop_verified import HONEST_MAIN, SPLIT_AUX
+
+
+def test_verdicts_that_change_from_run_to_run_pay_nothing():
+    # a pair whose tests fail by chance would fail the probes by chance: the control run must agree
+    passed = [True] * 4
+    control = scored_aux(SPLIT_AUX)   # the control runs the program as scored; every probe fails test 1
+
+    def flaky(src):
+        return [True, True, False, True] if src == control else [False, True, True, True]
+    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, flaky).startswith(
+        "the pair's verdicts change from run to run")
+    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed,
+                              lambda src: [True] * 4 if src == control else [False, True, True, True]) == ""
+
+
+def test_a_main_that_knows_how_many_runs_came_before_cannot_find_the_control():
+    # consecutive programs share a short-lived timing channel (docs/sandbox.md), so a main may count the runs of
+    # its pair before it. It passes the scored run; to be paid it must fail every probe and pass the control. With
+    # the control always last, "pass the last run" was paid for every pair; in a drawn order about 1 pair in 5
+    passed = [True] * 4
+    paid = 0
+    pairs = [(f"def aux(xs):\n    return sorted(xs)[:{k}] + sorted(xs)[{k}:]\n", HONEST_MAIN) for k in range(60)]
+    for aux_src, main_src in pairs:
+        count = iter(range(1, 100))
+        total = len(probe_programs(aux_src))
+
+        def knows_its_place(src):
+            return [True] * 4 if next(count) == total else [False] * 4
+        paid += verify_cooperation(aux_src, main_src, (), passed, knows_its_place) == ""
+    assert paid <= 60 * 0.35, paid
+    order = [name for name, _ in in_drawn_order(probe_programs(pairs[0][0]), pairs[0][0] + "\n" + pairs[0][1])]
+    assert order == [name for name, _ in in_drawn_order(probe_programs(pairs[0][0]),
+                                                        pairs[0][0] + "\n" + pairs[0][1])]   # reproducible
