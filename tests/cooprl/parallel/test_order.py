@@ -1,6 +1,7 @@
-"""Unit tests of cooprl/parallel/order.py: each process's share of the data order, its seeds, the merged metrics."""
+"""Unit tests of cooprl/parallel/order.py: each process's share of the data order, its seeds, the merged metrics, the
+end of an epoch."""
 
-from cooprl.parallel.order import Ranks, item_seed, mean_metrics, shard_order
+from cooprl.parallel.order import Ranks, ends_epoch, item_seed, mean_metrics, shard_order
 
 
 def test_shard_order_gives_each_rank_its_slice_of_every_step():
@@ -23,3 +24,10 @@ def test_mean_metrics_averages_and_sums_counts():
                                        {"r": 0.0, "env_steps": 2, "agent_0/trained_samples": 2.0, "turn_2/r": 0.5}],
                                       summed=("env_steps", "trained_samples"))
     assert merged == {"r": 0.5, "env_steps": 6, "agent_0/trained_samples": 6.0, "turn_2/r": 0.5}
+
+
+def test_ends_epoch_marks_each_epochs_last_step_and_each_iterations_last():
+    # 3 items, 2 epochs cut at 5 steps, 2 rounds (iterations): epochs end at 3, 5 (the iteration's end), 8, 10
+    assert [s for s in range(1, 11) if ends_epoch(s, 5, 3, rounds=2)] == [3, 5, 8, 10]
+    # one round: a plan cut at max_steps does not end an epoch (an extended run must equal the longer plan)
+    assert [s for s in range(1, 6) if ends_epoch(s, 5, 3)] == [3]

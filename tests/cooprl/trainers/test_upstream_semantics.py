@@ -496,14 +496,6 @@ def test_use_environment_step_defaults_to_upstreams_true():
 
 
 # ---------------------------------------------------------------------------------------------- epoch ends
-def test_ends_epoch_marks_each_epochs_last_step_and_each_iterations_last():
-    from cooprl.parallel.order import ends_epoch
-    # 3 items, 2 epochs cut at 5 steps, 2 rounds (iterations): epochs end at 3, 5 (the iteration's end), 8, 10
-    assert [s for s in range(1, 11) if ends_epoch(s, 5, 3, rounds=2)] == [3, 5, 8, 10]
-    # one round: a plan cut at max_steps does not end an epoch (an extended run must equal the longer plan)
-    assert [s for s in range(1, 6) if ends_epoch(s, 5, 3)] == [3]
-
-
 def test_loop_calls_end_epoch_at_each_epochs_end(tmp_path):
     from cooprl.trainers.loop import Algorithm
 
