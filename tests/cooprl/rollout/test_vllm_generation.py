@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 import os
 import sys
 import types
@@ -773,78 +772,6 @@ def test_warped_logprobs_are_the_samplers_in_every_layout(tiny):
             assert torch.allclose(layout[i, :n], e, atol=1e-5)
             assert (layout[i, n:] == 0).all()   # padding stays 0 (never NaN) though the warp puts it at -inf
     assert not torch.allclose(trie, raw, atol=1e-3)   # temperature and top-p change the log-probs
-
-
-def test_importance_weights_compare_the_models_sampler_with_vllms(tiny):
-    from cooprl.rollout.importance import importance_weights
-    model, tokenizer = tiny
-    params = SamplingParams(temperature=0.7)
-    completions = sampled_completions(tokenizer)
-    own = model_sampler_logprobs(model, tokenizer, completions, params)
-    # vLLM's log-probs: equal (weight 1), log 1.5 lower (1.5), log 3 lower (3, capped at 2), unknown (1)
-    offsets = [torch.zeros(5), torch.full((3,), math.log(1.5)), torch.tensor([math.log(3), 0, math.nan, 0, 0, 0])]
-    for c, logps, offset in zip(completions, own, offsets):
-        c.sampler_logprobs = logps - offset
-    model.train()
-    weights = importance_weights(model, completions, tokenizer.pad_token_id, params, cap=2.0)
-    assert model.training   # scored in eval mode, the mode restored
-    assert torch.allclose(weights[0], torch.ones(5), atol=1e-5)
-    assert torch.allclose(weights[1], torch.full((3,), 1.5), atol=1e-5)
-    assert torch.allclose(weights[2], torch.tensor([2.0, 1, 1, 1, 1, 1]), atol=1e-5)
-    with pytest.raises(ValueError, match="sampler_logprobs"):
-        importance_weights(model, [Completion("", completions[0].prompt_ids, completions[0].completion_ids, False)],
-                           tokenizer.pad_token_id, params, cap=2.0)
-    # a token the model's own sampler would never draw (outside its top-k) weighs 0
-    top1 = SamplingParams(temperature=0.7, top_k=1)
-    for c in completions:
-        c.sampler_logprobs = torch.zeros(len(c.completion_ids))
-    weights = torch.cat(importance_weights(model, completions, tokenizer.pad_token_id, top1, cap=2.0))
-    kept = torch.cat(model_sampler_logprobs(model, tokenizer, completions, top1)) == 0   # log 1: the argmax
-    assert torch.equal(weights, kept.float()) and not kept.all()
-
-
-def policy_step(model, samples, lr=1.0):
-    """Return (the step's metrics, each parameter's change) of one plain SGD policy_gradient_step on `samples`."""
-    from cooprl.update.policy_gradient import policy_gradient_step
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    metrics = policy_gradient_step(model, optimizer, samples, 0, max_grad_norm=None)
-    return metrics, {n: p.detach() - before[n] for n, p in model.named_parameters()}
-
-
-def test_policy_gradient_step_weights_each_tokens_term():
-    from cooprl.models.logprobs import completion_logprobs
-    from cooprl.samples import TrainSample
-    tokenizer = tiny_tokenizer()
-    completions = sampled_completions(tokenizer)
-    advantages = [1.0, -0.5, 2.0]
-
-    def samples(weights):
-        return [TrainSample(c.prompt_ids, c.completion_ids, a, w)
-                for c, a, w in zip(completions, advantages, weights)]
-
-    # weights of 1 take exactly the uncorrected step
-    plain_metrics, plain = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"), samples([None] * 3))
-    ones_metrics, ones = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"),
-                                     samples([torch.ones(len(c.completion_ids)) for c in completions]))
-    assert all(torch.equal(plain[n], ones[n]) for n in plain)
-    assert ones_metrics["loss"] == plain_metrics["loss"] and "is_weight_mean" not in plain_metrics
-    assert (ones_metrics["is_weight_mean"], ones_metrics["is_weight_max"]) == (1.0, 1.0)
-
-    # known weights: the loss is -sum_i A_i sum_t w_it log pi(token_it) / N, by hand, and so is its gradient
-    weights = [torch.tensor([0.5, 1.0, 2.0, 1.5, 0.0]), torch.tensor([2.0, 2.0, 0.25]), torch.linspace(0.2, 1.2, 6)]
-    metrics, step = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"), samples(weights))
-    model = load_causal_lm(TINY_RANDOM, device="cpu")
-    model.train()
-    logps, _ = completion_logprobs(model, [c.prompt_ids for c in completions],
-                                   [c.completion_ids for c in completions], 0)
-    loss = -sum(a * (w * logps[i, :len(w)]).sum() for i, (a, w) in enumerate(zip(advantages, weights))) / 3
-    loss.backward()
-    assert metrics["loss"] == pytest.approx(loss.item(), rel=1e-5)
-    for name, p in model.named_parameters():
-        assert torch.allclose(step[name], -p.grad, atol=1e-6), name
-    tokens = torch.cat(weights)
-    assert metrics["is_weight_mean"] == pytest.approx(tokens.mean().item()) and metrics["is_weight_max"] == 2.0
 
 
 def importance_config(fake_vllm, monkeypatch, tmp_path, trainer: str, *overrides: str):

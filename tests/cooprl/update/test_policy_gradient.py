@@ -5,9 +5,12 @@ import copy
 import pytest
 import torch
 
+from cooprl.models.loading import TINY_RANDOM, load_causal_lm
+from cooprl.models.logprobs import completion_logprobs
 from cooprl.samples import TrainSample
 from cooprl.update.policy_gradient import policy_gradient_step
 from tests.cooprl.models.test_logprobs import mixed_group, tiny, two_turn_tree
+from tests.cooprl.rollout.test_vllm_generation import sampled_completions, tiny_tokenizer
 
 
 @pytest.mark.parametrize("case", [mixed_group, two_turn_tree])
@@ -27,3 +30,44 @@ def test_policy_step_groups_siblings_whatever_their_order(tiny, case):
     assert m1["loss"] == pytest.approx(m2["loss"], abs=1e-5)
     for (name, p1), p2 in zip(a.named_parameters(), b.parameters()):
         assert torch.allclose(p1, p2, atol=1e-5), name
+
+
+def policy_step(model, samples, lr=1.0):
+    """Return (the step's metrics, each parameter's change) of one plain SGD policy_gradient_step on `samples`."""
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    metrics = policy_gradient_step(model, optimizer, samples, 0, max_grad_norm=None)
+    return metrics, {n: p.detach() - before[n] for n, p in model.named_parameters()}
+
+
+def test_policy_gradient_step_weights_each_tokens_term():
+    tokenizer = tiny_tokenizer()
+    completions = sampled_completions(tokenizer)
+    advantages = [1.0, -0.5, 2.0]
+
+    def samples(weights):
+        return [TrainSample(c.prompt_ids, c.completion_ids, a, w)
+                for c, a, w in zip(completions, advantages, weights)]
+
+    # weights of 1 take exactly the uncorrected step
+    plain_metrics, plain = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"), samples([None] * 3))
+    ones_metrics, ones = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"),
+                                     samples([torch.ones(len(c.completion_ids)) for c in completions]))
+    assert all(torch.equal(plain[n], ones[n]) for n in plain)
+    assert ones_metrics["loss"] == plain_metrics["loss"] and "is_weight_mean" not in plain_metrics
+    assert (ones_metrics["is_weight_mean"], ones_metrics["is_weight_max"]) == (1.0, 1.0)
+
+    # known weights: the loss is -sum_i A_i sum_t w_it log pi(token_it) / N, by hand, and so is its gradient
+    weights = [torch.tensor([0.5, 1.0, 2.0, 1.5, 0.0]), torch.tensor([2.0, 2.0, 0.25]), torch.linspace(0.2, 1.2, 6)]
+    metrics, step = policy_step(load_causal_lm(TINY_RANDOM, device="cpu"), samples(weights))
+    model = load_causal_lm(TINY_RANDOM, device="cpu")
+    model.train()
+    logps, _ = completion_logprobs(model, [c.prompt_ids for c in completions],
+                                   [c.completion_ids for c in completions], 0)
+    loss = -sum(a * (w * logps[i, :len(w)]).sum() for i, (a, w) in enumerate(zip(advantages, weights))) / 3
+    loss.backward()
+    assert metrics["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    for name, p in model.named_parameters():
+        assert torch.allclose(step[name], -p.grad, atol=1e-6), name
+    tokens = torch.cat(weights)
+    assert metrics["is_weight_mean"] == pytest.approx(tokens.mean().item()) and metrics["is_weight_max"] == 2.0
