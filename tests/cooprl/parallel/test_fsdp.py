@@ -32,8 +32,8 @@ def test_fsdp_rules_are_config_errors(override, message):
 FSDP_OVERRIDES = [o.replace("=ddp", "=fsdp") for o in DDP_OVERRIDES]
 
 
-# The sharded run of the resume test (LoRA dropout off: its masks draw from each process's generator); rollout_buffer_size
-# 2 so that the checkpoint of step 1 holds a buffered item on each rank, and the update at step 2
+# The sharded run of the resume test (LoRA dropout off: its masks draw from each process's generator);
+# rollout_buffer_size 2 so that the checkpoint of step 1 holds a buffered item on each rank, and the update at step 2
 ADAPTERS = ["agent_model.lora.r=4", "agent_model.lora.dropout=0.0", "magrpo.learning_rate=1e-3"]
 RESUMABLE = ["magrpo.rollout_buffer_size=2", "checkpoint.checkpoint_interval=1", *ADAPTERS]
 STRAIGHT = [*RESUMABLE, "magrpo.max_steps=2", "output.save_final_model=true"]
