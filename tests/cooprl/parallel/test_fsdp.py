@@ -4,16 +4,14 @@ update's equality with one process is tests/cooprl/update/test_engine_distribute
 under torchrun are tests/cooprl/parallel/test_scale_out.py. A file of its own so that pytest-xdist's loadfile runs it beside
 test_scale_out.py."""
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
 from cooprl.config import ConfigError, load_config
-from tests.cooprl.parallel.test_scale_out import (ACCELERATE, DDP_OVERRIDES, ROOT, TORCHRUN, agent_weights, launch,
-                                  update_events)
+from tests.cooprl.parallel.test_scale_out import (ACCELERATE, DDP_OVERRIDES, TORCHRUN, agent_weights, launch,
+                                                  update_events)
 
 @pytest.mark.parametrize("override,message", [
     (["madpo.parallel_training=fsdp", "madpo.train_batch_size=null", "madpo.rollout_buffer_size=null",
@@ -34,40 +32,59 @@ def test_fsdp_rules_are_config_errors(override, message):
 FSDP_OVERRIDES = [o.replace("=ddp", "=fsdp") for o in DDP_OVERRIDES]
 
 
+# The sharded run of the resume test (LoRA dropout off: its masks draw from each process's generator);
+# rollout_buffer_size 2 so that the checkpoint of step 1 holds a buffered item on each rank, and the update at step 2
+ADAPTERS = ["agent_model.lora.r=4", "agent_model.lora.dropout=0.0", "magrpo.learning_rate=1e-3"]
+RESUMABLE = ["magrpo.rollout_buffer_size=2", "checkpoint.checkpoint_interval=1", *ADAPTERS]
+STRAIGHT = [*RESUMABLE, "magrpo.max_steps=2", "output.save_final_model=true"]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    """Return the folder of one uninterrupted 2-step sharded run under torchrun, `straight` in it: the resume test
+    and the accelerate test each compare theirs with it (one launch fewer for each)."""
+    if not TORCHRUN.exists():
+        pytest.skip("torchrun is not in the interpreter's folder")
+    base = tmp_path_factory.mktemp("fsdp")
+    launch(base, "straight", 2, STRAIGHT, base=FSDP_OVERRIDES)
+    return base
+
+
 @pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
-def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
-    # The one resume test of a data-parallel run: sharded LoRA agents (fsdp), rollout_buffer_size 2 so that the
-    # checkpoint of step 1 holds a buffered item on each rank; a run resumed there (each rank's buffer and optimizer
-    # shard) ends bit for bit where the uninterrupted one does; the checkpoint and the final models hold the adapters in
-    # the usual layout (gathered); a resume without sharding is refused. (LoRA dropout off: its masks draw from each
-    # process's generator.) The 2-vs-1-process equality of the sharded update: tests/cooprl/update/test_engine_distributed.py.
-    adapters = ["agent_model.lora.r=4", "agent_model.lora.dropout=0.0", "magrpo.learning_rate=1e-3"]
-    common = ["magrpo.rollout_buffer_size=2", "checkpoint.checkpoint_interval=1", *adapters]
-    launch(tmp_path, "straight", 2, [*common, "magrpo.max_steps=2", "output.save_final_model=true"],
-           base=FSDP_OVERRIDES)
-    launch(tmp_path, "resumed", 2, [*common, "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
-    launch(tmp_path, "resumed", 2, [*common, "magrpo.max_steps=2", "checkpoint.resume_from_checkpoint=latest"],
+def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, straight):
+    # The one resume test of a data-parallel run: sharded LoRA agents (fsdp); a run resumed at step 1 (each rank's
+    # buffer and optimizer shard) ends bit for bit where the uninterrupted one does; the checkpoint and the final models
+    # hold the adapters in the usual layout (gathered); a resume without sharding is refused. The 2-vs-1-process
+    # equality of the sharded update: tests/cooprl/update/test_engine_distributed.py.
+    launch(tmp_path, "resumed", 2, [*RESUMABLE, "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
+    launch(tmp_path, "resumed", 2, [*RESUMABLE, "magrpo.max_steps=2", "checkpoint.resume_from_checkpoint=latest"],
            base=FSDP_OVERRIDES)
     for agent in (0, 1):
-        straight = agent_weights(tmp_path / "straight/checkpoints/checkpoint-2", agent)
-        assert straight and all("lora_" in k for k in straight)   # the adapters, as an unsharded save writes them
+        straight_weights = agent_weights(straight / "straight/checkpoints/checkpoint-2", agent)
+        assert straight_weights and all("lora_" in k for k in straight_weights)   # the adapters, as unsharded
         resumed = agent_weights(tmp_path / "resumed/checkpoints/checkpoint-2", agent)
-        assert sorted(straight) == sorted(resumed) and all(torch.equal(straight[k], resumed[k]) for k in straight)
-        final = agent_weights(tmp_path / "straight/final", agent)
-        assert all(torch.equal(straight[k], final[k]) for k in straight)
-    assert update_events(tmp_path / "straight") == update_events(tmp_path / "resumed") != []
+        assert sorted(straight_weights) == sorted(resumed)
+        assert all(torch.equal(straight_weights[k], resumed[k]) for k in straight_weights)
+        final = agent_weights(straight / "straight/final", agent)
+        assert all(torch.equal(straight_weights[k], final[k]) for k in straight_weights)
+    assert update_events(straight / "straight") == update_events(tmp_path / "resumed") != []
 
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
-           "WANDB_MODE": "disabled"}
-    result = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "train_magrpo.py", "--config",
-                             "configs/magrpo_che_config.yaml", "--override", *DDP_OVERRIDES, *adapters,
-                             f"output.base_dir={tmp_path}", "output.run_name=resumed", "magrpo.rollout_buffer_size=2",
-                             "magrpo.max_steps=3", "checkpoint.resume_from_checkpoint=latest"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0
-    assert "optimizers are sharded (parallel_training fsdp); resume with the parallel_training that wrote it" in \
-        result.stderr
+    # A resume without sharding is refused. The refusal is TeamAlgorithm.load_state_dict's, the same function whether
+    # a launch of 2 ddp processes or this process (neither sharded) reads the checkpoint's state: checked here, in
+    # process, on the sharded checkpoint (a launch only to see it refuse cost ~15 s).
+    from cooprl.checkpoint import load_trainer_state
+    from cooprl.config import Run
+    from cooprl.trainers.magrpo import build_magrpo
+    from tests.scripted import scripted_task
+    unsharded = build_magrpo(Run.of(load_config(None, ["agent_model.name=offline:tiny-random",
+                                                       "agent_model.device=cpu", *ADAPTERS]), "magrpo"),
+                             scripted_task())
+    assert not unsharded.sharded
+    state = load_trainer_state(tmp_path / "resumed/checkpoints/checkpoint-2")
+    with pytest.raises(ValueError, match=r"optimizers are sharded \(parallel_training fsdp\); resume with the "
+                                         "parallel_training that wrote it"):
+        unsharded.load_state_dict(state["algorithm"])
 
 
 def test_every_ranks_state_is_its_own_file_and_a_missing_one_is_damage(tmp_path):
@@ -94,17 +111,16 @@ def test_every_ranks_state_is_its_own_file_and_a_missing_one_is_damage(tmp_path)
 
 @pytest.mark.distributed
 @pytest.mark.skipif(not ACCELERATE.exists(), reason="accelerate is not in the interpreter's folder")
-def test_accelerate_launch_trains_as_torchrun_does(tmp_path):
+def test_accelerate_launch_trains_as_torchrun_does(tmp_path, straight):
     # `accelerate launch --multi_gpu --num_processes 2` starts the same processes as torchrun (it runs
-    # torch.distributed.run): the same sharded run gives the same weights, bit for bit
-    common = ["magrpo.rollout_buffer_size=1", "magrpo.max_steps=1"]
-    result = launch(tmp_path, "accelerated", 2, common, base=FSDP_OVERRIDES, launcher="accelerate")
-    launch(tmp_path, "torchrun", 2, common, base=FSDP_OVERRIDES)
+    # torch.distributed.run): the same sharded run gives the same weights, bit for bit. The torchrun run is the resume
+    # test's uninterrupted one (sharded LoRA agents, one update at step 2), launched once for both tests.
+    result = launch(tmp_path, "accelerated", 2, STRAIGHT, base=FSDP_OVERRIDES, launcher="accelerate")
     assert "data-parallel rank 1 of 2 (gloo)" in result.stderr
     for agent in (0, 1):
-        a = agent_weights(tmp_path / "accelerated/checkpoints/checkpoint-1", agent)
-        b = agent_weights(tmp_path / "torchrun/checkpoints/checkpoint-1", agent)
-        assert all(torch.equal(a[k], b[k]) for k in a)
+        a = agent_weights(tmp_path / "accelerated/checkpoints/checkpoint-2", agent)
+        b = agent_weights(straight / "straight/checkpoints/checkpoint-2", agent)
+        assert a and sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_sampling_a_sharded_model_sets_no_attribute_on_it(monkeypatch):
