@@ -29,6 +29,7 @@ from typing import Any, Callable, ContextManager, Iterator
 import torch
 
 from cooprl.errors import UserError
+from cooprl.models.trie_attention import checkpoint_contexts
 from cooprl.parallel.context import Parallel
 
 log = logging.getLogger(__name__)
@@ -340,7 +341,6 @@ def enable_gradient_checkpointing(model: Any) -> None:
     Non-reentrant checkpointing needs no input that requires grad, so frozen embeddings under LoRA are fine; the
     layers recompute only in training mode, so generation (eval mode) is unaffected. A layer recomputed in the
     backward of a token-trie forward gets the trie attention back (`trie_attention.checkpoint_contexts`)."""
-    from cooprl.models.trie_attention import checkpoint_contexts   # imports transformers: only when asked
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     kwargs = {"use_reentrant": False, "context_fn": checkpoint_contexts}
     if hasattr(base, "activation_checkpointing_enable"):   # transformers >= 5.x; the old name warns there

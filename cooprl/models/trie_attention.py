@@ -8,7 +8,7 @@ runs its own small attention, its queries against the keys of its ancestors (all
 tokens (causal), so the work follows the path lengths instead of the row length.
 
 It is written as an attention function of transformers' `AttentionInterface` (registered as
-`TRIE_ATTENTION`), switched on for one forward by `trie_attention(model, trie)`; the forward must then be given
+`TRIE_ATTENTION` when first switched on), switched on for one forward by `trie_attention(model, trie)`; the forward must then be given
 a 4-D attention mask, which the model passes through untouched and this function ignores (`PLACEHOLDER_MASK`).
 The autograd graph records the per-segment operations, so the backward needs no switch, except where a layer is
 recomputed in the backward (gradient checkpointing): `checkpoint_contexts`, given to torch's checkpoint as its
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
 
 TRIE_ATTENTION = "cooprl_trie"
 
@@ -110,7 +110,13 @@ def trie_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: to
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(TRIE_ATTENTION, trie_attention_forward)
+@functools.cache
+def _registered() -> None:
+    """Register `trie_attention_forward` with transformers as `TRIE_ATTENTION`, once, when it is first switched on:
+    importing transformers' attention interface loads its whole modeling stack (~2 s), which a process that stops
+    before loading a model (a refused resume, a bad init_from) should not pay."""
+    from transformers import AttentionInterface
+    AttentionInterface.register(TRIE_ATTENTION, trie_attention_forward)
 
 
 @contextlib.contextmanager
@@ -129,6 +135,7 @@ def trie_attention(model: Any, trie: Any) -> Iterator[None]:
 @contextlib.contextmanager
 def _switched_on(plan: list[SegmentAttention], configs: list[Any]) -> Iterator[None]:
     """Within the block, `configs` select the trie attention over `plan`; their own attention is back on exit."""
+    _registered()
     previous = [c._attn_implementation for c in configs]
     token, active = _PLAN.set(plan), _ACTIVE.set((plan, configs))
     try:
