@@ -26,7 +26,7 @@ One training step on one dataset item:
      centralized critic steps with every agent's batches, on that agent's targets);
    - `episodes`: `rollout_buffer_size` counts episodes; the whole buffer is one group, stepped in buffer order.
    What a buffer holds at the end of an epoch is trained then (`end_epoch`).
-   Actor loss: -sum log pi(completion) * A (`policy_gradient_step`; with `agent_model.vllm_importance_cap` each token's
+   Actor loss: -sum log pi(completion) * A (`policy_gradient_term`; with `agent_model.vllm_importance_cap` each token's
    term weighted by its truncated importance weight against vLLM's sampler, scored in `episode_steps`, see
    cooprl.update.policy_gradient). Critic loss: value_loss_coef * (y - V)^2,
    averaged over the step's samples; a value head on the actor clips it PPO-style with `value_clip_range`.
@@ -359,7 +359,7 @@ def _values(critic: Critic, ids: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _prefixed(prefix: str, result: dict[str, float]) -> dict[str, float]:
-    names = {"extra_loss": "value_loss"}  # the extra term of policy_gradient_step is the value loss here
+    names = {"extra_loss": "value_loss"}  # the step's second term (policy_gradient_metrics' extra_loss): the value loss
     return {f"{prefix}/{names.get(k, k)}": v for k, v in result.items()}
 
 
