@@ -283,7 +283,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from common import CUDA, DEVICE, load, peaks, reset_peaks, sync
-from cooprl import trie_attention
+from cooprl.models import trie_attention
 from cooprl.models.logprobs import completion_logprobs
 model, tokenizer = load()
 heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
