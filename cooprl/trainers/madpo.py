@@ -259,10 +259,10 @@ class MADPO(TeamAlgorithm):
             # processes' summed weight (1 unsharded, where the engine averages the processes' gradients)
             return losses.sum() * (weight / denominator if denominator else 0.0), out
 
-        result = train_step([agent.optimizer for agent in self.team], [Term([(pairs, weights)] if pairs else [], loss)],
-                            weight=weight, max_grad_norm=s.max_grad_norm,
-                            sync=self.parallel.sync_of(self.team[0].model), models=self.models,
-                            padding=Term([([self._padding_pair()], [1.0])], loss))
+        dpo = Term([(pairs, weights)] if pairs else [], loss, padding=([self._padding_pair()], [1.0]))
+        result = train_step([agent.optimizer for agent in self.team], [dpo], weight=weight,
+                            max_grad_norm=s.max_grad_norm, sync=self.parallel.sync_of(self.team[0].model),
+                            models=self.models)
         metrics.update(result.metrics)
         if result.skipped:
             metrics["dpo/skipped_nonfinite"] = 1.0

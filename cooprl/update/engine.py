@@ -4,9 +4,10 @@
 An update hands it its forward batches and a loss function per batch (`Term`): `loss(batch, denominator)` returns
 the batch's samples' summed loss divided by `denominator`, and metrics to add up. The engine then:
 - runs the micro-batch loop, with the one `backward()` of the library (gradients accumulate over the batches);
-- under sharded data parallelism (cooprl.parallel.fsdp, `Sync.SHARDED`) pads every process's list of passes to the longest
-  with zero-weight passes of `padding` (every forward and backward of a sharded model is a collective), and hands
-  the loss the sample count of every process as `denominator`, since the sharded backward sums the gradients;
+- under sharded data parallelism (cooprl.parallel.fsdp, `Sync.SHARDED`) pads every process's list of passes to the
+  longest with zero-weight passes of a term's `padding` batch (every forward and backward of a sharded model is a
+  collective), and hands the loss the sample count of every process as `denominator`, since the sharded backward sums
+  the gradients;
   otherwise `denominator` is this process's own count (`weight`);
 - stops at a non-finite loss: the step is skipped, on every process alike (the ones of a sharded model run their
   remaining passes with zero loss first);
@@ -43,7 +44,7 @@ class Term:
     batches: Sequence[Any]
     loss: LossFn
     name: str = "loss"
-    padding: Any = None   # the batch a sharded step's zero-weight passes run (see train_step's `padding`)
+    padding: Any = None   # the batch its loss scores in a sharded step's zero-weight passes (None: it has none)
 
 
 @dataclass
@@ -59,13 +60,12 @@ class StepResult:
 
 
 def train_step(optimizers: Sequence[torch.optim.Optimizer], terms: Sequence[Term], *, weight: float,
-               max_grad_norm: float | None, sync: Sync = Sync.NONE, padding: Term | None = None,
-               models: Sequence[Any] = ()) -> StepResult:
+               max_grad_norm: float | None, sync: Sync = Sync.NONE, models: Sequence[Any] = ()) -> StepResult:
     """Take one optimizer step of every optimizer on the summed loss of `terms`; return its StepResult.
 
     `weight`: this process's sample count (or summed sample weights), the denominator of its mean loss and its share
-    of the processes' averaged gradient. `padding`: the one-batch term whose zero-weight passes fill a sharded step
-    (None: the first term's own `padding` batch, with its loss).
+    of the processes' averaged gradient. A sharded step's zero-weight passes run the first term's `padding` batch
+    with its loss.
     `models` are put in training mode first. With no batch and `Sync.NONE` no step is taken (norms 0.0)."""
     for model in models:
         model.train()
@@ -79,10 +79,10 @@ def train_step(optimizers: Sequence[torch.optim.Optimizer], terms: Sequence[Term
         return result
     real, denominator = len(passes), weight
     if sync is Sync.SHARDED:
-        padding = padding or next((Term([t.padding], t.loss, t.name) for t in terms if t.padding is not None), None)
-        if padding is None:
-            raise ValueError("a sharded step needs a padding term (its processes run as many passes)")
-        passes, real = fsdp.pad_batches(passes, (padding, padding.batches[0]))
+        padded = next((term for term in terms if term.padding is not None), None)
+        if padded is None:
+            raise ValueError("a sharded step needs a term with a padding batch (its processes run as many passes)")
+        passes, real = fsdp.pad_batches(passes, (padded, padded.padding))
         denominator = fsdp.global_count(weight)
     nonfinite = False
     for index, (term, batch) in enumerate(passes):

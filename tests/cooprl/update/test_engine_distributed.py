@@ -124,8 +124,8 @@ def dpo_case(rank: int) -> dict:
                 deltas.append(seq[:len(batch_pairs)] - seq[len(batch_pairs):])
             losses = madpo_losses(torch.stack(deltas), 0.5, torch.tensor(batch_weights))
             return losses.sum() * (weight / denominator if denominator else 0.0), {"dpo_loss": losses[0].item()}
-        result = train_step(optimizers, [Term([(mine, mine_weights)] if mine else [], loss)], weight=weight,
-                            max_grad_norm=1.0, sync=sync, models=models, padding=Term([(padding, [1.0])], loss))
+        result = train_step(optimizers, [Term([(mine, mine_weights)] if mine else [], loss, padding=(padding, [1.0]))],
+                            weight=weight, max_grad_norm=1.0, sync=sync, models=models)
         return {"skipped": result.skipped, "grad_norms": result.grad_norms, **result.metrics}
 
     models = [tiny_model(), tiny_model()]
@@ -188,8 +188,8 @@ def kahan_case(rank: int) -> dict:
     def steps(model, sync: Sync) -> torch.optim.Optimizer:
         optimizer = build_adamw(model.parameters(), lr=1e-3)
         for _ in range(3):
-            train_step([optimizer], [Term([sample], loss_of(model))], weight=1.0, max_grad_norm=None, sync=sync,
-                       models=[model], padding=Term([sample], loss_of(model)))
+            train_step([optimizer], [Term([sample], loss_of(model), padding=sample)], weight=1.0, max_grad_norm=None,
+                       sync=sync, models=[model])
         return optimizer
 
     model = tiny_model().to(torch.bfloat16)
