@@ -407,7 +407,6 @@ def _build(run: Run[ActorCriticSection], task: Task, centralized: bool, parallel
     if centralized and not section.use_separate_critic:
         raise ConfigError(f"{trainer}.use_separate_critic=false: the centralized critic is a model of its own; "
                           "set it true")
-    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train); a caller in one process may leave it out
     team = build_team(run, task.num_agents, task.stop_strings, parallel)  # the task says how many policies play
     if not section.use_separate_critic:
         return ActorCritic(run, task, team, [head_on_actor(section, agent) for agent in team], centralized, parallel)

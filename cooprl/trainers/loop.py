@@ -17,6 +17,7 @@ processes' mean, and rank 0 alone writes the run folder, logs, evaluates, saves 
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import random
 import signal
@@ -381,7 +382,6 @@ class _NoTracker:
 
 def _truncate_metrics(run_dir: Path, step: int) -> None:
     # rewritten whole, always: a line a kill cut off (which read_metrics skips) must not prefix the next event
-    import json
     kept = [e for e in read_metrics(run_dir) if e.get("step", 0) <= step]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept), encoding="utf-8")
 

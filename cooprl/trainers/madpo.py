@@ -329,7 +329,6 @@ def build_madpo(run: Run[MADPOSection], task: Task, parallel: Parallel | None = 
         # a preference pair ranks two joint answers by one reward: agents rewarded apart would rank them differently
         raise ConfigError(f"{trainer}: MADPO ranks joint answers by the team's one reward, and this task gives each "
                           f"agent its own (a general-sum team); use the task's shared reward, or MAGRPO/IAC")
-    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train); a caller in one process may leave it out
     team = build_team(run, task.num_agents, task.stop_strings, parallel)
     comparator = None
     if isinstance(section, IterativeFields):   # MADPO_ITER: the comparator_* keys

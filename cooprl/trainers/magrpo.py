@@ -229,6 +229,5 @@ def build_magrpo(run: Run[MAGRPOSection], task: Task, parallel: Parallel | None 
         raise ConfigError(f"{trainer}.num_generations={section.num_generations}: MAGRPO's advantages are relative to "
                           f"the group of a node's samples; with one sample every advantage is 0 and nothing trains "
                           f"(advantage_mode {section.advantage_mode}): set it to 2 or more")
-    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train); a caller in one process may leave it out
     team = build_team(run, task.num_agents, task.stop_strings, parallel)
     return MAGRPO(run, task, team, parallel)

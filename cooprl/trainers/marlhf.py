@@ -297,7 +297,6 @@ def build_marlhf(run: Run[MARLHFSection], task: Task, parallel: Parallel | None 
     check_parallel_training(run.rl)
     reward_model = build_reward_model(run)
     learned_task, learned = learned_reward_task(task, reward_model)
-    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train); a caller in one process may leave it out
     rl = RL_BUILDERS[RL_TRAINERS[section.rl_algorithm]](run.rl, learned_task, parallel)
     comparator = None
     if isinstance(section, IterativeFields):   # MARLHF_ITER: the comparator_* keys

@@ -277,7 +277,6 @@ def build_sft(run: Run[SFTSection], task: Task, parallel: Parallel | None = None
         raise ConfigError(f"{trainer}.parallel_training: {section.parallel_training}: supervised fine-tuning runs in "
                           f"one process, the agents one after the other; set it to none")
     demonstrations = load_demonstrations(section.demonstrations, task)   # before any model is loaded
-    parallel = parallel or Parallel.of(section)   # the run's (cooprl.train): one process, as checked above
     team = build_team(run, task.num_agents, task.stop_strings, parallel)
     tokenized = [tokenize(d, team) for d in demonstrations]
     note_long_demonstrations(tokenized, section.max_new_tokens, trainer)
