@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from cooprl.errors import UserError
-from cooprl.models.loading import HEAD_FILE, ModelError, load_agent_weights_from_folder, saved_models
+from cooprl.models.loading import (HEAD_FILE, ModelError, load_agent_weights_from_folder, save_pretrained_on_this_rank,
+                                   saved_models)
 from cooprl.samples import BUFFER_RECORDS, CriticSample, NodeGroup, Step, TrainSample
 
 log = logging.getLogger(__name__)
@@ -211,15 +212,19 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
 
 def save_model(model: Any, folder: Path, weights: dict[str, Any] | None = None) -> None:
     """Write `model` with `save_pretrained` into `folder`: its own weights, or `weights` (a sharded model's whole
-    state dict, see cooprl.parallel.fsdp.full_state_dict; LoRA keeps only its adapters of it)."""
-    if weights is None:
-        model.save_pretrained(folder)
-        return
-    # tied weights (an LM head that is the embedding) are one tensor: saved once, as save_pretrained does
-    tied = getattr(model, "_tied_weights_keys", None) or {}
-    if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
-        weights = {k: v for k, v in weights.items() if k not in tied}
-    model.save_pretrained(folder, state_dict=weights)
+    state dict, see cooprl.parallel.fsdp.full_state_dict; LoRA keeps only its adapters of it). The caller picks the
+    process that saves (rank 0 of a data-parallel run: every checkpoint, final model and policy snapshot), and that
+    process writes, whatever transformers' own rule; CheckpointError when no weights were written."""
+    if weights is not None:
+        # tied weights (an LM head that is the embedding) are one tensor: saved once, as save_pretrained does
+        tied = getattr(model, "_tied_weights_keys", None) or {}
+        if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+            weights = {k: v for k, v in weights.items() if k not in tied}
+        save_pretrained_on_this_rank(model, folder, state_dict=weights)
+    else:
+        save_pretrained_on_this_rank(model, folder)
+    if not any(Path(folder).glob("*.safetensors")):
+        raise CheckpointError(f"saving {type(model).__name__} into {folder} wrote no weights")
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

@@ -9,8 +9,9 @@ Model names:
 An agent's memory options (`agent_model.logprob_chunk_size`, `gradient_checkpointing`, `autocast`) are set on its
 model by `set_memory_options` and travel with it (through peft wrappers and copies): `cooprl.models.logprobs` and the
 generator read them with `memory_options` and `autocast_context`, so no call site has to pass them along.
-The cache lives in `~/.cache/cooprl` (env `COOPRL_CACHE` overrides). Every cache entry is written to a temp
-folder and renamed into place, so an interrupted or concurrent conversion never leaves a broken entry.
+The cache lives in `~/.cache/cooprl` (env `COOPRL_CACHE` overrides). Every cache entry is built by one process at a
+time (a lock file) in a temp folder, checked for the files a load needs and renamed into place, so an interrupted,
+concurrent or non-rank-0 build never leaves an entry that a load would take.
 """
 
 from __future__ import annotations
@@ -77,29 +78,85 @@ def _random_state_kept() -> Iterator[None]:
         np.random.set_state(numpy_state)
 
 
-def _build_cached(name: str, build: Callable[[Path], None]) -> Path:
-    """Return cache_dir()/name, building it with `build(tmp_folder)` first when missing (atomic rename).
+# what a folder of the model cache must hold before a load may use it: the files `from_pretrained` reads
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def _missing_files(folder: Path, required: tuple[str, ...]) -> list[str]:
+    """Return what `folder` lacks of `required`, [] when it holds everything: a config.json without a model_type and a
+    weights file whose header does not read count as missing (transformers could not load them)."""
+    from safetensors import safe_open
+    missing = [name for name in required if not (folder / name).is_file()]
+    if "config.json" in required and "config.json" not in missing:
+        try:
+            if "model_type" not in json.loads((folder / "config.json").read_text(encoding="utf-8")):
+                missing.append("model_type in config.json")
+        except (OSError, ValueError):
+            missing.append("readable config.json")
+    if "model.safetensors" in required and "model.safetensors" not in missing:
+        try:
+            with safe_open(folder / "model.safetensors", framework="pt") as weights:
+                weights.keys()
+        except Exception:   # noqa: BLE001 (safetensors raises its own error type, or OSError)
+            missing.append("readable model.safetensors")
+    return missing
+
+
+def _build_cached(name: str, build: Callable[[Path], None], required: tuple[str, ...] = MODEL_FILES) -> Path:
+    """Return cache_dir()/name, building it with `build(tmp_folder)` first unless it holds the `required` files. A
+    folder that lacks any (half-built by an earlier version, say) is rebuilt, with a log line. One process builds at a
+    time (a lock file beside the folder); the others wait for its result. A build is checked before it is renamed into
+    place.
 
     The build draws random numbers (a model built from its config initializes its weights before the converted ones
     are copied in) after the run has been seeded; the generators are set back afterwards, so a run's LoRA
     initialization and samples are the same whether or not it was the one that filled the cache (the first run after
     install once drew different LoRA matrices than every later run with the same seed)."""
+    from filelock import FileLock   # (a dependency of transformers' hub client)
     final = cache_dir() / name
-    if (final / "config.json").is_file() or (final / "tokenizer.json").is_file():
+    if final.is_dir() and not _missing_files(final, required):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
-    try:
-        with _random_state_kept():
-            build(tmp)
+    with FileLock(str(final.parent / f".{name}.lock")):
+        missing = _missing_files(final, required)
+        if final.is_dir() and not missing:   # another process built it while this one waited
+            return final
+        if final.exists():
+            # (an earlier version kept any folder with a tokenizer.json: a rank other than 0 of a process group
+            # wrote only its tokenizer, since transformers saves a model's files on rank 0 alone)
+            log.warning("model cache %s is incomplete (no %s): building it again", final, ", ".join(missing))
+            stale = Path(tempfile.mkdtemp(prefix=f".{name}-stale-", dir=final.parent))
+            final.rename(stale / name)
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
         try:
+            with _random_state_kept():
+                build(tmp)
+            missing = _missing_files(tmp, required)
+            if missing:
+                raise ModelError(f"building the model cache {final} wrote no {', '.join(missing)}; "
+                                 "please report this with your transformers version")
             tmp.rename(final)
-        except OSError:  # a concurrent builder won the race: its folder is as good as ours
-            if not final.exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def save_pretrained_on_this_rank(model: Any, folder: str | Path, **kwargs: Any) -> None:
+    """`model.save_pretrained(folder, **kwargs)`, written by this process whatever its rank.
+
+    transformers (5.x) writes a model's files on rank 0 only once a process group exists, and its tokenizer's on every
+    rank: a cache folder built by rank 1 held a tokenizer and no model. A folder that each process needs for itself
+    (the model cache, a rank's own adapter for its vLLM engine) is written with this."""
+    if hasattr(model, "should_save_on_this_rank"):   # a transformers model (peft's adapters are saved on any rank)
+        model.should_save_on_this_rank = lambda is_main_process: is_main_process
+        try:
+            model.save_pretrained(folder, **kwargs)
+        finally:
+            del model.should_save_on_this_rank
+    else:
+        model.save_pretrained(folder, **kwargs)
 
 
 def _convert_smollm2_tokenizer(out: Path) -> None:
@@ -107,6 +164,10 @@ def _convert_smollm2_tokenizer(out: Path) -> None:
     gguf = _gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tokenizer.save_pretrained(out)
+
+
+def _tokenizer_folder() -> Path:
+    return _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer, required=TOKENIZER_FILES)
 
 
 def _convert_smollm2(out: Path) -> None:
@@ -125,22 +186,20 @@ def _convert_smollm2(out: Path) -> None:
         raise ModelError(f"SmolLM2 conversion: missing {missing[:3]}, unexpected {unexpected[:3]}")
     model.tie_weights()
     model.generation_config.pad_token_id = model.generation_config.eos_token_id
-    model.save_pretrained(out)
-    tokenizer_folder = _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer)
-    for item in tokenizer_folder.iterdir():
+    save_pretrained_on_this_rank(model, out)
+    for item in _tokenizer_folder().iterdir():
         shutil.copy2(item, out / item.name)
 
 
 def _build_tiny_random(out: Path) -> None:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-    tokenizer_folder = _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    tokenizer = AutoTokenizer.from_pretrained(_tokenizer_folder())
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
     torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(out)
+    save_pretrained_on_this_rank(LlamaForCausalLM(config), out)
     tokenizer.save_pretrained(out)
 
 

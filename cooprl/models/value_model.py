@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.models.loading import HEAD_FILE, load_agent_weights_from_folder
+from cooprl.models.loading import HEAD_FILE, load_agent_weights_from_folder, save_pretrained_on_this_rank
 from cooprl.models.logprobs import pad_group
 
 
@@ -73,7 +73,7 @@ class ValueModel(torch.nn.Module):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         if self.owns_lm:
-            self.lm.save_pretrained(folder)
+            save_pretrained_on_this_rank(self.lm, folder)
         save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}, folder / HEAD_FILE)
 
     def load_weights(self, folder: str | Path) -> None:

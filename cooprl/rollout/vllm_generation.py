@@ -65,6 +65,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import torch
 
 from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
+from cooprl.models.loading import save_pretrained_on_this_rank
 from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
@@ -308,7 +309,7 @@ class VLLMGenerator:
             # ours to remove: when this generator is collected, or at the latest when the process exits
             weakref.finalize(self, shutil.rmtree, self._adapter_dir, ignore_errors=True)
         folder = os.path.join(self._adapter_dir, f"v{version}")
-        self.model.save_pretrained(folder)
+        save_pretrained_on_this_rank(self.model, folder)   # each rank's engine reads its own copy
         if self._lora_request is not None:
             shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
         return LoRARequest(f"cooprl-v{version}", version, folder)

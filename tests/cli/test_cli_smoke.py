@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.environment import child_env
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
@@ -23,8 +24,7 @@ def trainer_overrides(trainer, tmp_path, name):
 
 def run(args, tmp_path):
     # one torch thread, as the test process has (conftest.py): two would contend with the other pytest worker
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-           "OMP_NUM_THREADS": "1"}
+    env = child_env(PATH="/usr/bin:/bin", WANDB_MODE="offline", WANDB_SILENT="true", OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.environment import child_env
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
 
@@ -19,7 +20,7 @@ SMALL = ["agent_model.name=offline:tiny-random", "agent_model.device=cpu", "agen
          "dataset.eval_split=test[:1]", "wandb.mode=disabled", f"magrpo.max_steps={STEPS}",
          "magrpo.num_generations=2", "magrpo.max_new_tokens=6", "magrpo.num_turns=1", "magrpo.eval_interval=0",
          "magrpo.eval_num_samples=1", "checkpoint.checkpoint_interval=1", "checkpoint.checkpoint_total_limit=null"]
-ENV = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+ENV = child_env(PATH="/usr/bin:/bin", WANDB_SILENT="true", OMP_NUM_THREADS="1")
 
 
 def start(args):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.environment import child_env
 
 pytestmark = pytest.mark.cli
 
@@ -23,8 +24,7 @@ SCRIPTS = sorted(p.name for p in ROOT.glob("train_*.py"))
 
 def run(args, env_extra=None, timeout=600):
     """Run a script of the checkout as a user does, without OMP_NUM_THREADS unless `env_extra` sets it."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-           **(env_extra or {})}
+    env = child_env(PATH="/usr/bin:/bin", WANDB_MODE="offline", WANDB_SILENT="true", **(env_extra or {}))
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 

@@ -43,7 +43,7 @@ def test_filling_the_model_cache_draws_nothing_from_the_runs_random_generators(t
         torch.manual_seed(0)                       # as the tiny-random builder does
         torch.nn.Linear(8, 8)                      # as a model built from its config does
         random.random(), np.random.rand()
-        (out / "config.json").write_text("{}")
+        (out / "config.json").write_text('{"model_type": "llama"}')
 
     def draws():
         return torch.rand(3).tolist(), random.random(), float(np.random.rand())
@@ -51,9 +51,9 @@ def test_filling_the_model_cache_draws_nothing_from_the_runs_random_generators(t
     torch.manual_seed(1234), random.seed(1234), np.random.seed(1234)
     expected = draws()
     torch.manual_seed(1234), random.seed(1234), np.random.seed(1234)
-    folder = models._build_cached("some-model", build)
+    folder = models._build_cached("some-model", build, required=("config.json",))
     assert (folder / "config.json").is_file() and draws() == expected
-    assert models._build_cached("some-model", build) == folder        # cached: not built again
+    assert models._build_cached("some-model", build, required=("config.json",)) == folder   # cached: not built again
 
 
 @pytest.mark.slow
@@ -66,3 +66,47 @@ def test_smollm2_conversion_is_cached_and_trainable():
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".smollm2")]  # no temp folder left
     model = load_causal_lm(SMOLLM2, device="cpu")
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) > 100e6
+
+
+def test_a_half_built_cache_folder_is_built_again_with_a_log_line(tmp_path, monkeypatch, caplog):
+    # what a rank-1 process of an earlier version left: the tokenizer's files, no model (transformers saves a model on
+    # rank 0 only); a config.json transformers cannot read is as good as none
+    from cooprl.models import loading as models
+    monkeypatch.setenv("COOPRL_CACHE", str(tmp_path))
+    required = ("config.json", "tokenizer.json")
+    builds = []
+
+    def build(out):
+        builds.append(out)
+        (out / "config.json").write_text('{"model_type": "llama"}')
+        (out / "tokenizer.json").write_text("{}")
+
+    for leftover in ({"tokenizer.json": "{}"}, {"tokenizer.json": "{}", "config.json": "{}"},
+                     {"tokenizer.json": "{}", "config.json": "not json"}):
+        folder = tmp_path / "some-model"
+        folder.mkdir()
+        for name, text in leftover.items():
+            (folder / name).write_text(text)
+        with caplog.at_level("WARNING", logger="cooprl.models.loading"):
+            assert models._build_cached("some-model", build, required) == folder
+        assert "model cache" in caplog.text and "is incomplete" in caplog.text and "building it again" in caplog.text
+        assert json.loads((folder / "config.json").read_text()) == {"model_type": "llama"}
+        caplog.clear()
+        models.shutil.rmtree(folder)
+    assert len(builds) == 3
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".some-model-")]   # no temp or stale folder left
+
+
+def test_a_build_that_writes_no_model_is_an_error_and_leaves_no_folder(tmp_path, monkeypatch):
+    from cooprl.models import loading as models
+    monkeypatch.setenv("COOPRL_CACHE", str(tmp_path))
+    with pytest.raises(models.ModelError, match="wrote no config.json, model.safetensors"):
+        models._build_cached("some-model", lambda out: (out / "tokenizer.json").write_text("{}"))
+    assert not (tmp_path / "some-model").exists()
+
+
+def test_an_unreadable_weights_file_is_missing(tmp_path):
+    from cooprl.models.loading import MODEL_FILES, _missing_files
+    for name in MODEL_FILES:
+        (tmp_path / name).write_text('{"model_type": "llama"}')
+    assert _missing_files(tmp_path, MODEL_FILES) == ["readable model.safetensors"]

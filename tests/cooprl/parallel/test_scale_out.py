@@ -2,7 +2,6 @@
 torchrun (parallel_training ddp, gloo on CPU, through the real command line)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from cooprl.models.loading import TINY_RANDOM
 from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.magrpo import build_magrpo
 from tests.scripted import read_metrics, scripted_task
+from tests.environment import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -137,8 +137,7 @@ ACCELERATE = Path(sys.executable).with_name("accelerate")
 
 def launch(tmp_path: Path, name: str, processes: int, overrides: list[str], trainer: str = "magrpo",
            base: list[str] = DDP_OVERRIDES, launcher: str = "torchrun") -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
-           "WANDB_MODE": "disabled"}
+    env = child_env(OMP_NUM_THREADS="1", WANDB_MODE="disabled")
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
     if launcher == "accelerate":   # --multi_gpu: accelerate's torch.distributed launcher (on CPU too, with gloo)
         command = [str(ACCELERATE), "launch", "--multi_gpu", f"--num_processes={processes}", "--num_machines=1",
@@ -249,7 +248,7 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
         build_char_model(model)
     config = tmp_path / "base.yaml"
     config.write_text("wandb: {mode: disabled}\n")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
+    env = child_env(OMP_NUM_THREADS="1")
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
     t = trainer
     args = ["tests/cooprl/parallel/ddp_learnable_main.py", t, "--config", str(config), "--override",

@@ -24,6 +24,7 @@ from cooprl.rollout.vllm_engines import DEVICE_CACHE_PREFIX, engine_cache_root
 from cooprl.rollout.vllm_generation import close_engines
 from tests.cooprl.rollout.test_vllm_generation import (FakeLLM, GPUWorkerLLM, fake_vllm, make_generator, tiny,  # noqa: F401
                                             two_gpus)
+from tests.environment import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -121,8 +122,7 @@ def test_vllm_under_ddp_builds_external_launcher_engines_in_order_and_closes_the
     from tests.cooprl.parallel.test_scale_out import DDP_OVERRIDES
     records = tmp_path / "records"
     records.mkdir()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
-           "WANDB_MODE": "disabled", "VLLM_CACHE_ROOT": str(tmp_path / "cache")}
+    env = child_env(OMP_NUM_THREADS="1", WANDB_MODE="disabled", VLLM_CACHE_ROOT=str(tmp_path / "cache"))
     result = subprocess.run(
         [str(TORCHRUN), "--standalone", "--nproc_per_node=2", "tests/fake_vllm_run.py", str(records),
          "train_magrpo.py", "--config", "configs/magrpo_che_config.yaml", "--override", *DDP_OVERRIDES,
