@@ -132,8 +132,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             return None
         if t is bool:
             return not v
-        if t is int:
-            w = (v * 7 + 3) % 11 - 5
+        if t is int:   # the sign kept (a loop that counts down by it still ends), the size scrambled
+            w = (abs(v) * 7 + 3) % 11 + 1
+            w = w if v >= 0 else -w
             return w if w != v else v + 1
         if t is float:
             if v != v or v in (float("inf"), float("-inf")):
@@ -252,17 +253,43 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                     (free if len(r) == 1 else fit).add(("item", tr, len(r), i, inner, rest))
                 for inner in inner_fit:
                     fit.add(("item", tr, len(r), i, inner, rest))
-        if tr in NUM:
-            for name, v in vs:   # a number shifted or scaled by a constant (a itself, or negated: ~a)
-                if type(v) in NUM:
-                    fit.add((name, "shift", key(r - v)))
-                    if type(v) is int and tr is int and v and not r % v and r // v not in (0, 1):
-                        fit.add((name, "scale", r // v))
-                    if type(v) is int and tr is int:   # both at once, a small factor (2 * n + 1), or bits flipped
-                        fit.add((name, "xor", r ^ v))
-                        for k in AFFINE:
-                            fit.add((name, "affine", k, r - k * v))
+        for form, x in readings(r):
+            for name, v in vs:   # a number read out of r, shifted, scaled, divided or mapped by a small affine map
+                if type(v) not in NUM:
+                    continue
+                if form == "value" and tr is type(v) and x == v:
+                    continue
+                if x == v:
+                    fit.add((name, form))
+                    continue
+                fit.add((name, form, "shift", key(x - v)))
+                if type(v) is int and type(x) is int:
+                    if v and not x % v and x // v not in (0, 1):
+                        fit.add((name, form, "scale", x // v))
+                    fit.add((name, form, "xor", x ^ v))   # both at once, a small factor (2 * n + 1), bits flipped
+                    for k in AFFINE:
+                        fit.add((name, form, "affine", k, x - k * v))
+                        if k > 1 and x == v // k:
+                            fit.add((name, form, "quotient", k))
         return free, fit
+
+    def readings(r):
+        # the numbers a main reads back out of r (its digit forms; a quotient and remainder; a float times a small
+        # denominator): (form, number)
+        t = type(r)
+        out = []
+        if t is int or t is float:
+            out.append(("value", r))
+            if t is float and r == r and r not in (float("inf"), float("-inf")):
+                out += [(("ratio", q), int(r * q)) for q in range(2, 17) if r * q == int(r * q)]
+        elif t is str and 0 < len(r) <= 40 and r.strip().lstrip("+-").isdigit():
+            out.append(("digits", int(r)))
+        elif (t is list or t is tuple) and 0 < len(r) <= 40:
+            if all(type(d) is int and 0 <= d <= 9 or type(d) is str and len(d) == 1 and d.isdigit() for d in r):
+                out.append(("digits", int("".join(str(d) for d in r))))
+            if len(r) == 2 and type(r[0]) is int and type(r[1]) is int:   # divmod(n, k): n is q * k + m
+                out += [(("divmod", k), r[0] * k + r[1]) for k in range(2, 17) if 0 <= r[1] < k]
+        return out
 
     def derived(value, vlists):
         # True when aux's result is one of its arguments under a structure-only transform (free), or under a
@@ -372,6 +399,139 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
 
     budget = [STAND_IN_BUDGET]   # nodes of results the stand-ins may look at in one run
 
+    FRESH = "ZYXWVTSQPOMLKJIHGFEDCAzywvsqpomlkjihgedca"   # (no letter of an escape: \\t, \\u00e9, \\x, \\N)
+    QUOTES = chr(34) + chr(39) + chr(92)   # the quotes and the backslash
+
+    def texts(v, out, left, depth=0):
+        # the strings in v (a call's arguments; dict values, not keys), in order, counted against `left`
+        left[0] -= 1
+        t = type(v)
+        if left[0] < 0 or depth > 20:
+            raise ValueError
+        if t is str:
+            out.append(v)
+        elif t is list or t is tuple or t is set or t is frozenset:
+            for x in v:
+                texts(x, out, left, depth + 1)
+        elif t is dict:
+            for x in v.values():
+                texts(x, out, left, depth + 1)
+        elif t is int or t is float:
+            out.append(None)   # a number: its place, for `renamed` (which changes it when asked to)
+        elif t not in PLAIN:
+            raise ValueError
+
+    def renamed(v, names, change_numbers, depth=0):
+        # v with the characters of its strings renamed (`names` gives each string, in `texts` order, its new
+        # characters) and its numbers changed when `change_numbers`; the structure (containers, dict keys) kept
+        t = type(v)
+        if depth > 50:
+            raise ValueError
+        if t is str:
+            return next(names)
+        if t is int or t is float:
+            next(names)
+            return other(v) if change_numbers else v
+        if t is list:
+            return [renamed(x, names, change_numbers, depth + 1) for x in v]
+        if t is tuple:
+            return tuple(renamed(x, names, change_numbers, depth + 1) for x in v)
+        if t is set or t is frozenset:
+            return t(renamed(x, names, change_numbers, depth + 1) for x in v)
+        if t is dict:
+            return {k: renamed(x, names, change_numbers, depth + 1) for k, x in v.items()}
+        return v
+
+    def restored(v, table, depth=0):
+        # v (a result) with the renamed characters put back (`table`: the inverse renaming, for str.translate)
+        t = type(v)
+        if depth > 50:
+            raise ValueError
+        if t is str:
+            return v.translate(table)
+        if t is list:
+            return [restored(x, table, depth + 1) for x in v]
+        if t is tuple:
+            return tuple(restored(x, table, depth + 1) for x in v)
+        if t is set or t is frozenset:
+            return t(restored(x, table, depth + 1) for x in v)
+        if t is dict:
+            return {restored(k, table, depth + 1): restored(x, table, depth + 1) for k, x in v.items()}
+        return v
+
+    def moves_content(value, args, kwargs):
+        # The rule of the derived probe: True when aux, called again with the characters of its strings renamed
+        # (every character, separators too, each occurrence to its own letter while they last, else each
+        # distinct character), returns its result renamed the same way, and the renaming reaches the result:
+        # aux only moves, wraps, re-encodes or re-joins what it was given, whatever the shape. Work commutes
+        # with no such renaming (a split on a separator, a case change, a comparison, a count). False when the
+        # second call raises, or the strings are too many to rename
+        found = []
+        for a in list(args) + list(kwargs.values()):
+            texts(a, found, [STAND_IN_CALL_LIMIT])
+        numbers = len([x for x in found if x is None])
+        chars = "".join([x for x in found if x is not None])
+        if not chars:   # nothing to rename: only a result with no content moved
+            return hollow(value)
+        # printable ASCII is renamed, separators too; a character that a repr or JSON escapes (a tab, a quote, a
+        # backslash, anything past ASCII) stays, so that an escaped form renames as its source does
+        movable = [c for c in chars if " " <= c <= "~" and c not in QUOTES]
+        if len(movable) <= len(FRESH):
+            names_of = iter(FRESH)
+            fresh = "".join([next(names_of) if " " <= c <= "~" and c not in QUOTES else c for c in chars])
+        else:
+            distinct = dict.fromkeys(movable)
+            if len(distinct) > len(FRESH):
+                return False
+            names_of = dict(zip(distinct, FRESH))
+            fresh = "".join([names_of.get(c, c) for c in chars])
+        table = {ord(f): ord(c) for f, c in zip(fresh, chars) if f != c}
+        pieces, at = [], 0
+        for x in found:
+            pieces.append(None if x is None else fresh[at:at + len(x)])
+            at += 0 if x is None else len(x)
+        # the strings renamed; then, where there are numbers, the numbers changed too: a move that a number
+        # decides (which pieces, how many) is work done on that number
+        for change_numbers in ([False, True] if numbers else [False]):
+            names = iter(pieces)
+            new_args, new_kwargs = twin_arguments(args, kwargs, names, change_numbers)
+            depth[0] += 1
+            try:
+                twin = real(*new_args, **new_kwargs)
+            finally:
+                depth[0] -= 1
+            if size(twin, STAND_IN_CALL_LIMIT) > STAND_IN_CALL_LIMIT:
+                return False
+            if same(twin, value):   # the renaming did not reach the result: only a result with no content moved
+                if not hollow(value):
+                    return False
+            elif not same(restored(twin, table), value):
+                return False
+        return True
+
+    def twin_arguments(args, kwargs, names, change_numbers):
+        # the arguments with their strings renamed (`names`, in `texts` order: the positional arguments, then
+        # the keyword ones), and their numbers changed (`other`) when `change_numbers`
+        def each(a):
+            return renamed(a, names, change_numbers)
+        return [each(a) for a in args], {k: each(a) for k, a in kwargs.items()}
+
+    def hollow(v, depth=0):
+        # True for a result with no content: None, and strings, bytes and containers without a letter, digit or
+        # number (`''`, `[]`, `'!'`); a bool or a number is content (a palindrome check's verdict)
+        t = type(v)
+        if depth > 20:
+            raise ValueError
+        if v is None:
+            return True
+        if t is str or t is bytes:
+            return not any([c.isalnum() for c in (v.decode("latin-1") if t is bytes else v)])
+        if t is list or t is tuple or t is set or t is frozenset:
+            return all([hollow(x, depth + 1) for x in v])
+        if t is dict:
+            return all([hollow(k, depth + 1) and hollow(x, depth + 1) for k, x in v.items()])
+        return False
+
     def stand_ins(value, args, kwargs):
         # what each mode hands main for this result; every mode computes all of them (the same work, so that no
         # run is slower than another for the wrapper's sake), each falling back to aux's own result. Past the
@@ -393,14 +553,18 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
         except BaseException:
             pass
         try:
+            moved = moves_content(value, args, kwargs)
+        except BaseException:
+            moved = False
+        try:
             values = arguments(args, kwargs)
             vlists = [all_views(a) for a in values]
-            if not derived(value, vlists):
+            if not (moved or derived(value, vlists)):
                 # the parts of the result that are arguments (under a free transform) kept, the rest changed;
                 # with no such part, aux's first argument
                 stand_in, kept = keep(value, by_type(vlists), [KEEP_LIMIT])
                 if not kept:
-                    stand_in = values[0] if values else other(value)
+                    stand_in = other(value)
                 # where the stand-in equals aux's own result, main gets aux's own object
                 out[3] = value if same(value, stand_in) else stand_in
         except BaseException:
@@ -557,12 +721,25 @@ def in_drawn_order(probes: list[tuple[str, str]], pair: str) -> list[tuple[str, 
     return drawn
 
 
+# A probe run's verdict on one test: (passed, ran to completion). A test cut by its timeout or by the run's budget,
+# or skipped after too many timeouts, did not run to completion: it says nothing about what aux does.
+Verdict = tuple[bool, bool]
+
+
+def failed_to_completion(passed: Sequence[bool], verdicts: Sequence[Verdict]) -> bool:
+    """True when some test that passed in the scored run failed in `verdicts` having run to completion (its
+    assert was false, or the program raised): the only failure a probe counts."""
+    return any(was and not now and ran for was, (now, ran) in zip(passed, verdicts))
+
+
 def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence[bool],
-           run: Callable[[str], Sequence[bool]], aux: str = "aux", helpers: Sequence[str] = ()) -> str:
+           run: Callable[[str], Sequence[Verdict]], aux: str = "aux", helpers: Sequence[str] = ()) -> str:
     """Run the probes of one pair whose normal run passed the tests marked in `passed`; return '' when the
     cooperation is verified, else why not. `imports` are the program's import lines and `helpers` the names of
     the prompt's functions (`probe_gate`). `run(aux_source)` runs the program with aux's source replaced and
-    returns the test verdicts (from the worker); probes stop at the first one that denies the bonus."""
+    returns its `Verdict`s (from the worker); probes stop at the first one that denies the bonus. A probe counts
+    only tests that ran to completion: one whose tests fail only by timing out, or that are cut, refuses the
+    bonus (time and chance can then decide it), and so does a control run with a test that did not complete."""
     why = probe_gate(aux_src, main_src, imports, aux, helpers)
     if why:
         return f"not probed: {why}"
@@ -574,8 +751,30 @@ def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence
         if len(verdicts) != len(passed):
             return f"probe {name}: the run did not finish"
         if name == "control":
-            if list(verdicts) != list(passed):
+            if [now for now, _ in verdicts] != list(passed) or not all(ran for _, ran in verdicts):
                 return "the pair's verdicts change from run to run: the probes cannot tell what aux does"
-        elif not any(was and not now for was, now in zip(passed, verdicts)):
+        elif not failed_to_completion(passed, verdicts):
+            if any(was and not ran for was, (_, ran) in zip(passed, verdicts)):
+                return (f"probe {name}: the tests it failed did not run to completion (timed out or cut); a "
+                        "probe counts only tests that did")
             return REASONS.get(name.split()[0], f"aux's results are a {name}, as far as the tests tell")
     return ""
+
+
+def bypass_main(main_src: str, entry_point: str, aux: str = "aux") -> str | None:
+    """main with its body replaced by a call of aux on main's own arguments (the main-bypass probe: aux alone);
+    None when main has no top-level def."""
+    try:
+        tree = parse_python(main_src)
+    except PARSE_ERRORS:
+        return None
+    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == entry_point), None)
+    if node is None:
+        return None
+    a = node.args
+    forwarded = [p.arg for p in a.posonlyargs + a.args]
+    forwarded += [f"*{a.vararg.arg}"] if a.vararg else []
+    forwarded += [f"{p.arg}={p.arg}" for p in a.kwonlyargs]
+    forwarded += [f"**{a.kwarg.arg}"] if a.kwarg else []
+    return _stub(main_src, entry_point, f"return {aux}({', '.join(forwarded)})")
