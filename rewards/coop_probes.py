@@ -67,7 +67,8 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                      enumerate=enumerate, range=range, ord=ord, chr=chr, getattr=getattr, ValueError=ValueError,
                      BaseException=BaseException):
     # the builtins it uses are bound here, when the program loads
-    first = []        # aux's first result, copied (the constant probe's stand-in)
+    first = []        # aux's first result, copied (the constant probe's stand-in), and its twin's
+    twins = []        # the result of the last renamed call (`moves_content`)
     fitted = []       # the fitted recipes every derived call so far shares (`derived`)
     PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, type(None))
     AFFINE = [k for k in range(-16, 17) if k not in (0, 1)]   # the factors of an affine recipe (1 is a shift)
@@ -262,15 +263,17 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                 if x == v:
                     fit.add((name, form))
                     continue
-                fit.add((name, form, "shift", key(x - v)))
                 if type(v) is int and type(x) is int:
                     if v and not x % v and x // v not in (0, 1):
                         fit.add((name, form, "scale", x // v))
+                    if form != "value":   # a digit form, ratio or divmod: read back, or scaled (`str(2 * n)`)
+                        continue
                     fit.add((name, form, "xor", x ^ v))   # both at once, a small factor (2 * n + 1), bits flipped
                     for k in AFFINE:
                         fit.add((name, form, "affine", k, x - k * v))
-                        if k > 1 and x == v // k:
-                            fit.add((name, form, "quotient", k))
+                    fit |= {(name, form, "quotient", k) for k in range(2, 17) if x == v // k}
+                if form == "value":
+                    fit.add((name, form, "shift", key(x - v)))
         return free, fit
 
     def readings(r):
@@ -397,7 +400,8 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                 todo.extend(x.values())
         return n
 
-    budget = [STAND_IN_BUDGET]   # nodes of results the stand-ins may look at in one run
+    budget = [STAND_IN_BUDGET]   # nodes of results and arguments the stand-ins may look at in one run
+    VIEW_COST = 8
 
     FRESH = "ZYXWVTSQPOMLKJIHGFEDCAzywvsqpomlkjihgedca"   # (no letter of an escape: \\t, \\u00e9, \\x, \\N)
     QUOTES = chr(34) + chr(39) + chr(92)   # the quotes and the backslash
@@ -416,20 +420,21 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
         elif t is dict:
             for x in v.values():
                 texts(x, out, left, depth + 1)
-        elif t is int or t is float:
-            out.append(None)   # a number: its place, for `renamed` (which changes it when asked to)
+        elif t is int:
+            out.append(None)   # an int: its place, for `renamed` (which changes it when asked to)
         elif t not in PLAIN:
             raise ValueError
 
     def renamed(v, names, change_numbers, depth=0):
         # v with the characters of its strings renamed (`names` gives each string, in `texts` order, its new
-        # characters) and its numbers changed when `change_numbers`; the structure (containers, dict keys) kept
+        # characters) and its ints changed when `change_numbers` (floats stay: a ratio past 1 may never end a
+        # loop); the structure (containers, dict keys) kept
         t = type(v)
         if depth > 50:
             raise ValueError
         if t is str:
             return next(names)
-        if t is int or t is float:
+        if t is int:   # to one of 1..11 (-1..-11 when negative): a loop it bounds stays short
             next(names)
             return other(v) if change_numbers else v
         if t is list:
@@ -471,43 +476,48 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             texts(a, found, [STAND_IN_CALL_LIMIT])
         numbers = len([x for x in found if x is None])
         chars = "".join([x for x in found if x is not None])
-        if not chars:   # nothing to rename: only a result with no content moved
+        if not chars and not numbers:   # nothing to rename: only a result with no content moved
             return hollow(value)
-        # printable ASCII is renamed, separators too; a character that a repr or JSON escapes (a tab, a quote, a
-        # backslash, anything past ASCII) stays, so that an escaped form renames as its source does
-        movable = [c for c in chars if " " <= c <= "~" and c not in QUOTES]
-        if len(movable) <= len(FRESH):
-            names_of = iter(FRESH)
-            fresh = "".join([next(names_of) if " " <= c <= "~" and c not in QUOTES else c for c in chars])
-        else:
-            distinct = dict.fromkeys(movable)
-            if len(distinct) > len(FRESH):
-                return False
-            names_of = dict(zip(distinct, FRESH))
-            fresh = "".join([names_of.get(c, c) for c in chars])
-        table = {ord(f): ord(c) for f, c in zip(fresh, chars) if f != c}
+        fresh, table = "", {}
+        if chars:
+            # printable ASCII is renamed, separators too; a character that a repr or JSON escapes (a tab, a quote,
+            # a backslash, anything past ASCII) stays, so that an escaped form renames as its source does
+            movable = [c for c in chars if " " <= c <= "~" and c not in QUOTES]
+            if len(movable) <= len(FRESH):
+                names_of = iter(FRESH)
+                fresh = "".join([next(names_of) if " " <= c <= "~" and c not in QUOTES else c for c in chars])
+            else:
+                distinct = dict.fromkeys(movable)
+                if len(distinct) > len(FRESH):
+                    return False
+                names_of = dict(zip(distinct, FRESH))
+                fresh = "".join([names_of.get(c, c) for c in chars])
+            table = {ord(f): ord(c) for f, c in zip(fresh, chars) if f != c}
         pieces, at = [], 0
         for x in found:
             pieces.append(None if x is None else fresh[at:at + len(x)])
             at += 0 if x is None else len(x)
         # the strings renamed; then, where there are numbers, the numbers changed too: a move that a number
-        # decides (which pieces, how many) is work done on that number
-        for change_numbers in ([False, True] if numbers else [False]):
-            names = iter(pieces)
-            new_args, new_kwargs = twin_arguments(args, kwargs, names, change_numbers)
+        # decides (which pieces, how many) is work done on that number. Numbers alone are judged by their
+        # readings (`recipes`); their twin is kept for the constant probe's second try (`twins`)
+        moved = bool(chars) or hollow(value)
+        for change_numbers in ([False] if chars else []) + ([True] if numbers else []):
+            new_args, new_kwargs = twin_arguments(args, kwargs, iter(pieces), change_numbers)
             depth[0] += 1
             try:
                 twin = real(*new_args, **new_kwargs)
             finally:
                 depth[0] -= 1
+            twins[:] = [twin]
+            if not chars:
+                continue
             if size(twin, STAND_IN_CALL_LIMIT) > STAND_IN_CALL_LIMIT:
                 return False
             if same(twin, value):   # the renaming did not reach the result: only a result with no content moved
-                if not hollow(value):
-                    return False
+                moved = moved and hollow(value)
             elif not same(restored(twin, table), value):
-                return False
-        return True
+                moved = False
+        return moved
 
     def twin_arguments(args, kwargs, names, change_numbers):
         # the arguments with their strings renamed (`names`, in `texts` order: the positional arguments, then
@@ -537,25 +547,36 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
         # run is slower than another for the wrapper's sake), each falling back to aux's own result. Past the
         # run's budget (a big result, many calls) every mode hands main aux's own result: the same in every run,
         # and no probe then fails a test for it (the conservative side)
-        out = [value, value, value, value]   # indexed by the mode: real, other values, constant, derived
+        out = [value] * 5   # indexed by the mode: real, other values, constant, derived, constant twin
         cost = size(value, min(budget[0], STAND_IN_CALL_LIMIT))
         budget[0] -= cost
         if budget[0] < 0 or cost > STAND_IN_CALL_LIMIT:
+            return out
+        # the arguments' views and the renamed second call cost about VIEW_COST x the arguments' items each
+        for a in list(args) + list(kwargs.values()):
+            budget[0] -= VIEW_COST * (size(a, min(budget[0], STAND_IN_CALL_LIMIT)) +
+                                      (len(a) if type(a) in SEQ else 0))
+        if budget[0] < 0:
             return out
         try:
             out[1] = other(value)
         except BaseException:
             pass
         try:
-            if not first:
-                first.append(plain_copy(value))
-            out[2] = value if same(value, first[0]) else plain_copy(first[0])
-        except BaseException:
-            pass
-        try:
+            twins[:] = []
             moved = moves_content(value, args, kwargs)
         except BaseException:
             moved = False
+        try:
+            if not first:
+                first.append(plain_copy(value))
+                # the constant probe's second try (`verify`): aux's result on its first call's arguments renamed,
+                # which is aux's first result itself when aux is constant
+                first.append(plain_copy(twins[0]) if twins else first[0])
+            out[2] = value if same(value, first[0]) else plain_copy(first[0])
+            out[4] = value if same(value, first[1]) else plain_copy(first[1])
+        except BaseException:
+            pass
         try:
             values = arguments(args, kwargs)
             vlists = [all_views(a) for a in values]
@@ -631,7 +652,7 @@ def _signature(aux_src: str, aux: str) -> tuple[tuple[str, ...], tuple[str, ...]
 
 # The wrapper's modes. A small int: every run's program then differs from the scored one in one cached constant,
 # not in a string whose size could shift the addresses of later objects (which `repr` shows).
-WRAPPER_MODES = {"real": 0, "other": 1, "constant": 2, "derived": 3}
+WRAPPER_MODES = {"real": 0, "other": 1, "constant": 2, "derived": 3, "constant twin": 4}
 
 
 # Bounds of the stand-ins' work in one run (every run does it, the scored one too): nodes of one result, and of
@@ -696,6 +717,8 @@ def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, str]]:
             ("derived", _wrapped(aux_src, "derived", signature)),
             ("constant", _wrapped(aux_src, "constant", signature)),
             ("other values", _wrapped(aux_src, "other", signature)),
+            # run only when the constant probe's failures did not complete (`verify`)
+            ("constant twin", _wrapped(aux_src, "constant twin", signature)),
             # the pair as scored, once more: its verdicts must not change from run to run
             ("control", scored_aux(aux_src, aux))]
 
@@ -707,6 +730,10 @@ REASONS = {
     "constant": "aux's results are one value for every call, as far as the tests tell",
     "other": "main does not need what aux computes: the tests that pass still pass with other values",
 }
+
+
+# A probe whose failures did not complete, and the probe that tries once more in its place
+SECOND_TRIES = {"constant": "constant twin"}
 
 
 def in_drawn_order(probes: list[tuple[str, str]], pair: str) -> list[tuple[str, str]]:
@@ -746,8 +773,15 @@ def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence
     probes = probe_programs(aux_src, aux)
     if not probes:
         return "not probed: aux has no def"
-    for name, replacement in in_drawn_order(probes, aux_src + "\n" + main_src):
+    second_tries = {name: program for name, program in probes if name in SECOND_TRIES.values()}
+    for name, replacement in in_drawn_order([p for p in probes if p[0] not in second_tries],
+                                            aux_src + "\n" + main_src):
         verdicts = run(replacement)
+        if name in SECOND_TRIES and len(verdicts) == len(passed) and not failed_to_completion(passed, verdicts) \
+                and any(was and not ran for was, (_, ran) in zip(passed, verdicts)):
+            # a constant that sends main into a loop (`n = aux(n)` while n >= 10): once more with aux's result on
+            # its first call's arguments renamed, which a constant aux gives as well
+            verdicts = run(second_tries[SECOND_TRIES[name]])
         if len(verdicts) != len(passed):
             return f"probe {name}: the run did not finish"
         if name == "control":

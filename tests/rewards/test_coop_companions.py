@@ -56,9 +56,11 @@ COMPANIONS = [
 ]
 
 
-# What the probes cannot tell apart (docs/rewards.md): a main that checks what aux hands it against its own
-# computation, or against what aux tells it through a list main handed it (a side channel): both still 4.0
-UNTOLD = [
+# A main that checks what aux hands it against its own computation, or against what aux tells it through a list
+# main handed it (a side channel): 4.0 before issue 42; aux only moves its argument (the renaming rule of the
+# derived probe: aux's result renamed with it), so the derived probe hands main aux's own result and main's check
+# holds: 2.5 now
+CHECKED = [
     ("companion_checked_by_main", "def aux(text):\n    return (text, len(text))\n",
      "def shout_words(text):\n    r = aux(text)\n    if r[1] != len(text):\n        return None\n    s = r[0]\n" + JOIN),
     ("companion_compared_with_a_side_channel",
@@ -78,9 +80,8 @@ DOC_LABELS = {
     "utf16_bytes": "aux returns `text.encode('utf-16')`, main decodes it",
     "numbered_characters": "aux returns `dict(enumerate(text))`, main joins the values",
     "interleaved_with_a_separator": "aux returns `'#'.join(text)`, main takes every other character",
-    "companion_checked_by_main": "aux returns `(text, len(text))`, main checks the length (not told apart)",
-    "companion_compared_with_a_side_channel":
-        "aux also appends its result to a list main hands it, main compares (not told apart)",
+    "companion_checked_by_main": "aux returns `(text, len(text))`, main checks the length",
+    "companion_compared_with_a_side_channel": "aux also appends its result to a list main hands it, main compares",
 }
 
 
@@ -88,7 +89,7 @@ def doc_rows() -> list[tuple[str, str, str]]:
     """(label, aux, main) of the shapes above that docs/rewards.md's table lists."""
     rows = [(DOC_LABELS[n], aux, "def shout_words(text):\n" + head + JOIN) for n, aux, head in COMPANIONS
             if n in DOC_LABELS]
-    return rows + [(DOC_LABELS[n], aux, main) for n, aux, main in UNTOLD]
+    return rows + [(DOC_LABELS[n], aux, main) for n, aux, main in CHECKED]
 
 
 @pytest.fixture(scope="module")
@@ -178,9 +179,8 @@ def test_a_program_with_the_wrapper_is_compiled_once_for_all_and_runs_as_its_sou
     assert compile_program(plain_program).co_code == compile(plain_program, "<program>", "exec").co_code
 
 
-@pytest.mark.parametrize("name,aux,main", UNTOLD, ids=[u[0] for u in UNTOLD])
-def test_a_main_that_checks_what_aux_hands_it_is_not_told_apart(sb, name, aux, main):
-    # docs/rewards.md, "What the bonus can and cannot tell apart": any probe changes what main gets, and a main
-    # that checks it sees the change; these stay paid (a test that says so, so that the docs stay true)
+@pytest.mark.parametrize("name,aux,main", CHECKED, ids=[u[0] for u in CHECKED])
+def test_a_main_that_checks_what_aux_hands_it_earns_no_bonus_when_aux_only_moves_it(sb, name, aux, main):
     verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
-    assert verified.total == 4.0, verified
+    assert (verified.tests_passed, verified.total) == (8, 2.5), verified
+    assert verified.coop_check.startswith("aux's results are its arguments"), verified
