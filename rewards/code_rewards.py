@@ -60,7 +60,7 @@ W_USES_AUX, W_NOT_WRAPPER, W_IGNORED = 0.5, 1.0, -0.5
 PROBE_TIME_FACTOR = 3.0
 PROBE_TIME_FLOOR_S = 0.5
 PROBES_TOTAL_FACTOR = 2.0
-PROBE_RUNS = 7   # raise, derived, constant (and its second try), other values, control, main bypass
+PROBE_RUNS = 8   # raise, derived and constant (each with a second try), other values, control, main bypass
 
 
 @dataclass(frozen=True)

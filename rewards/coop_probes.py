@@ -262,6 +262,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                     continue
                 if x == v:
                     fit.add((name, form))
+                    if not v:   # 0 is any multiple, any quotient of 0
+                        fit |= {(name, form, "scale", k) for k in AFFINE}
+                        fit |= {(name, form, "quotient", k) for k in range(2, 17)}
                     continue
                 if type(v) is int and type(x) is int:
                     if v and not x % v and x // v not in (0, 1):
@@ -547,7 +550,7 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
         # run is slower than another for the wrapper's sake), each falling back to aux's own result. Past the
         # run's budget (a big result, many calls) every mode hands main aux's own result: the same in every run,
         # and no probe then fails a test for it (the conservative side)
-        out = [value] * 5   # indexed by the mode: real, other values, constant, derived, constant twin
+        out = [value] * 6   # by the mode: real, other values, constant, derived, constant twin, derived other
         cost = size(value, min(budget[0], STAND_IN_CALL_LIMIT))
         budget[0] -= cost
         if budget[0] < 0 or cost > STAND_IN_CALL_LIMIT:
@@ -584,10 +587,14 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                 # the parts of the result that are arguments (under a free transform) kept, the rest changed;
                 # with no such part, aux's first argument
                 stand_in, kept = keep(value, by_type(vlists), [KEEP_LIMIT])
+                # with no part kept: aux's first argument (what an aux that does nothing gives back); the second
+                # try (`verify`, when that sends main into a loop) another value of the result's kind
+                changed = stand_in if kept else other(value)
                 if not kept:
-                    stand_in = other(value)
+                    stand_in = values[0] if values else changed
                 # where the stand-in equals aux's own result, main gets aux's own object
                 out[3] = value if same(value, stand_in) else stand_in
+                out[5] = value if same(value, changed) else changed
         except BaseException:
             pass
         return out
@@ -652,7 +659,7 @@ def _signature(aux_src: str, aux: str) -> tuple[tuple[str, ...], tuple[str, ...]
 
 # The wrapper's modes. A small int: every run's program then differs from the scored one in one cached constant,
 # not in a string whose size could shift the addresses of later objects (which `repr` shows).
-WRAPPER_MODES = {"real": 0, "other": 1, "constant": 2, "derived": 3, "constant twin": 4}
+WRAPPER_MODES = {"real": 0, "other": 1, "constant": 2, "derived": 3, "constant twin": 4, "derived other": 5}
 
 
 # Bounds of the stand-ins' work in one run (every run does it, the scored one too): nodes of one result, and of
@@ -717,8 +724,9 @@ def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, str]]:
             ("derived", _wrapped(aux_src, "derived", signature)),
             ("constant", _wrapped(aux_src, "constant", signature)),
             ("other values", _wrapped(aux_src, "other", signature)),
-            # run only when the constant probe's failures did not complete (`verify`)
+            # run only when the failures of the constant or derived probe did not complete (`verify`)
             ("constant twin", _wrapped(aux_src, "constant twin", signature)),
+            ("derived other", _wrapped(aux_src, "derived other", signature)),
             # the pair as scored, once more: its verdicts must not change from run to run
             ("control", scored_aux(aux_src, aux))]
 
@@ -733,7 +741,7 @@ REASONS = {
 
 
 # A probe whose failures did not complete, and the probe that tries once more in its place
-SECOND_TRIES = {"constant": "constant twin"}
+SECOND_TRIES = {"constant": "constant twin", "derived": "derived other"}
 
 
 def in_drawn_order(probes: list[tuple[str, str]], pair: str) -> list[tuple[str, str]]:

@@ -1,7 +1,7 @@
 """Unit tests of rewards/coop_probes.py: the verdict of the probe runs, their control run and its drawn place among
 them."""
 
-from rewards.coop_probes import in_drawn_order, probe_programs, scored_aux, verify as verify_cooperation
+from rewards.coop_probes import SECOND_TRIES, in_drawn_order, probe_programs, scored_aux, verify as verify_cooperation
 from tests.rewards.test_coop_verified import HONEST_MAIN, SPLIT_AUX
 
 
@@ -52,7 +52,7 @@ def test_a_main_that_knows_how_many_runs_came_before_cannot_find_the_control():
     pairs = [(f"def aux(xs):\n    return sorted(xs)[:{k}] + sorted(xs)[{k}:]\n", HONEST_MAIN) for k in range(60)]
     for aux_src, main_src in pairs:
         count = iter(range(1, 100))
-        total = len([name for name, _ in probe_programs(aux_src) if name != "constant twin"])
+        total = len([name for name, _ in probe_programs(aux_src) if name not in SECOND_TRIES.values()])
 
         def knows_its_place(src):
             return done([True] * 4 if next(count) == total else [False] * 4)
