@@ -740,6 +740,10 @@ REASONS = {
 }
 
 
+# The largest pair (aux's and main's cleaned source together, in characters) the probes run: past it the probes'
+# compiles and transfers would cost the trainer seconds per batch (a 640 kB aux: 11 CPU s), and the bonus is refused.
+MAX_PROBED_CHARS = 20_000
+
 # A probe whose failures did not complete, and the probe that tries once more in its place
 SECOND_TRIES = {"constant": "constant twin", "derived": "derived other"}
 
@@ -775,6 +779,10 @@ def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence
     returns its `Verdict`s (from the worker); probes stop at the first one that denies the bonus. A probe counts
     only tests that ran to completion: one whose tests fail only by timing out, or that are cut, refuses the
     bonus (time and chance can then decide it), and so does a control run with a test that did not complete."""
+    size = len(aux_src) + len(main_src)
+    if size > MAX_PROBED_CHARS:   # each probe compiles and sends the whole program again
+        return f"not probed: aux and main are {size:,} characters (the probes run pairs of at most " \
+               f"{MAX_PROBED_CHARS:,})"
     why = probe_gate(aux_src, main_src, imports, aux, helpers)
     if why:
         return f"not probed: {why}"

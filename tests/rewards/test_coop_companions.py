@@ -199,7 +199,8 @@ RENAMED = [
     ("pieces_joined", "def aux(a, b):\n    return a + b\n", "    s = aux(text[:1], text[1:])\n"),
     ("rotated", "def aux(t):\n    return t[1:] + t[:1]\n", "    r = aux(text)\n    s = r[-1:] + r[:-1]\n"),
     ("interleaved", "def aux(t):\n    return t[::2] + t[1::2]\n",
-     "    r = aux(text)\n    h = (len(r) + 1) // 2\n    s = ''.join(a + b for a, b in zip(r[:h], r[h:] + ' '))[:len(r)]\n"),
+     "    r = aux(text)\n    h = (len(r) + 1) // 2\n"
+     "    s = ''.join(a + b for a, b in zip(r[:h], r[h:] + ' '))[:len(r)]\n"),
     ("halves_swapped", "def aux(t):\n    h = len(t) // 2\n    return t[h:] + t[:h]\n",
      "    r = aux(text)\n    h = len(r) - len(r) // 2\n    s = r[h:] + r[:h]\n"),
     ("zero_filled", "def aux(t):\n    return t.zfill(40)\n", "    s = aux(text)[40 - len(text):]\n"),
@@ -304,7 +305,8 @@ def test_many_aux_calls_with_a_long_argument_stay_within_the_stand_in_budget(sb)
                        "    assert candidate('b' * 1000) == 0\n",
                "entry_point": "count_a"}
     aux = "def aux(text):\n    return text.count('a')\n"
-    main = "def count_a(text):\n    total = 0\n    for _ in range(16000):\n        total += aux(text)\n    return total\n"
+    main = ("def count_a(text):\n    total = 0\n    for _ in range(16000):\n        total += aux(text)\n"
+            "    return total\n")
     t0 = time.monotonic()
     verified = code_reward(problem, aux, main, sandbox=sb, timeout_s=10.0, cooperation="verified")
     assert (verified.tests_passed, verified.timeouts) == (2, 0), verified

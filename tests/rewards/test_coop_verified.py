@@ -265,3 +265,15 @@ def test_the_docs_table_is_what_the_reward_pays(sb):
         row = (f"| {label} | {seed.tests_passed}/{seed.tests_total} | {seed.total:g} | {verified.total:g} | "
                f"{extra_chars(aux, main)} |")
         assert line.replace(".0 |", " |").startswith(row), (line, row)
+
+
+def test_a_pair_past_the_probed_size_is_not_probed(sb):
+    # issue 42: a 640 kB honest aux cost 11.4 trainer CPU s per batch (compiled and sent again for every probe);
+    # past MAX_PROBED_CHARS the probes do not run and the bonus is refused, in one line of why
+    from rewards.coop_probes import MAX_PROBED_CHARS
+    table = "    table = [" + ", ".join(repr("w%05d" % i) for i in range(MAX_PROBED_CHARS // 9)) + "]\n"
+    aux = "def aux(text):\n" + table + "    return text.split()\n"
+    seed, verified = both(sb, aux, HONEST_MAIN)
+    assert (seed.total, verified.total, verified.tests_passed) == (4.0, 2.5, 8), verified
+    assert verified.coop_check.startswith("not probed: aux and main are "), verified
+    assert verified.coop_check.endswith(f"(the probes run pairs of at most {MAX_PROBED_CHARS:,})"), verified
