@@ -22,9 +22,9 @@ Per (aux completion, main completion) pair:
    code of main that can run (dead branches, code after a return, nested functions never called are dropped)
    and on data flow; `rewards.cooperation` states the rules.
    With `cooperation="verified"` (`code_reward.cooperation: verified`) the bonus is paid only for what runs: the
-   pair is run again with aux raising, handing main its argument wherever aux's result is that argument under a
-   structure-only transform, returning one value for every call, and returning other values of the same kind,
-   and each time some test that passed must fail
+   pair is run again with aux raising, handing main its argument wherever aux's result is not a move of it,
+   returning one value for every call, and returning other values of the same kind, and each time some test that
+   passed must fail, having run to completion; the +1.0 also needs aux alone on main's arguments to fail one
    (`rewards.coop_probes` states the rules); the bonus is then scaled by the share of tests passed. The seed's
    rule (`cooperation="seed"`, the default) judges main's code alone; docs/rewards.md compares the two.
 A completion over `MAX_COMPLETION_CHARS` (1,000,000) is refused whole, as if missing (reason "main completion too

@@ -9,16 +9,15 @@ the program could write:
 
 1. raise: aux replaced by a stub that raises. Some test that passed must now fail: aux is called while a
    passing test runs, and main cannot do without it (a `try` that falls back to main's own answer pays nothing).
-2. derived: aux runs; wherever its result is one of its arguments (any parameter, each element of `*args`, each
-   value of `**kwargs`, the defaults a call leaves out) under a structure-only transform (`derived` in
-   `_WRAPPER`: the argument itself, reversed, re-typed, negated, repeated, an item of a tuple, list or dict,
-   with a constant affix, shift, integer factor or small affine map that is the same on every call; re-encoded
-   as code points, bytes or numbered items), main gets aux's own result; where a part of it is such an argument
-   (an item, a dict value or key, a substring: `keep` in `_WRAPPER`), main gets it with those parts kept and the
-   rest changed;
-   elsewhere main gets aux's first argument. Some test that passed must fail: aux's results are not its
-   arguments in a form main just undoes (aux's side effects still happen, so a side channel from aux to main
-   does not count as a result).
+2. derived: aux runs; each call's result is judged by a rule (`moves_content` in `_WRAPPER`): aux is called once
+   more with the characters of its arguments' strings renamed (and once more with their ints changed too); a
+   result that comes back renamed the same way only moves, wraps, re-encodes or re-joins what aux was given,
+   whatever the shape. Numbers are read back (`readings`, `recipes`: digit forms, ratios, quotients, divmod,
+   small affine maps, with constants the same on every call), and the transforms of the earlier list still
+   count. On such a call main gets aux's own result; on any other, the parts that are arguments kept and the
+   rest changed (`keep`), or with no such part aux's first argument. Some test that passed must fail: aux's
+   results are not its arguments in a form main just undoes (aux's side effects still happen, so a side channel
+   from aux to main does not count as a result).
 3. constant: aux's real results replaced by its first result, for every call of the run. Some test that passed
    must fail: aux's results are not one value for every call.
 4. other values: each result replaced by another value of the same kind (`other` in `_WRAPPER`: a number
@@ -26,6 +25,11 @@ the program could write:
    passed must fail: main needs what aux computes, not only that it was called.
 5. control: the pair as it is, once more. Its verdicts must be those of the scored run: a program that fails
    tests by chance (a random bit, a clock) would otherwise fail the probes by chance.
+
+A probe counts only tests that ran to completion (`failed_to_completion`): a timed-out or cut test never earns the
+bonus. Where the constant or derived probe failed only by timing out, it is tried once more with another stand-in
+of its kind (`SECOND_TRIES`). Main's "not a thin wrapper" credit needs one more run, the main bypass
+(`bypass_main`: aux alone on main's arguments), to fail a test main passed.
 
 Probes 2 and 3 behave exactly like the degenerate auxes they stand for (with an identity aux, the derived probe
 returns the very object aux would), so no program can tell them apart by the values. Probes 2-4 wrap the real
@@ -733,8 +737,8 @@ def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, str]]:
 
 REASONS = {
     "raise": "aux is not needed: the tests that pass still pass when aux raises",
-    "derived": "aux's results are its arguments passed through, or reversed, re-typed, wrapped, shifted or "
-               "given a constant affix, as far as the tests tell",
+    "derived": "aux's results are its arguments moved, wrapped, re-encoded or re-joined (they come back renamed "
+               "with them), or a number read back, or what main's own work makes moot, as far as the tests tell",
     "constant": "aux's results are one value for every call, as far as the tests tell",
     "other": "main does not need what aux computes: the tests that pass still pass with other values",
 }

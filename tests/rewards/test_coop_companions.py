@@ -311,3 +311,25 @@ def test_many_aux_calls_with_a_long_argument_stay_within_the_stand_in_budget(sb)
     verified = code_reward(problem, aux, main, sandbox=sb, timeout_s=10.0, cooperation="verified")
     assert (verified.tests_passed, verified.timeouts) == (2, 0), verified
     assert time.monotonic() - t0 < 8, verified
+
+
+# The cheapest non-work shapes verified mode still pays after issue 42 (docs/rewards.md, "What a policy reaches
+# most cheaply"): (name, aux, main's first lines, characters beyond a lone correct main)
+STILL_PAID = [
+    ("hex_of_the_utf8_bytes", "def aux(t):\n    return t.encode().hex()\n",
+     "    s = bytes.fromhex(aux(text)).decode()\n", 79),
+    ("rotation_behind_a_flag", "def aux(t, f):\n    return t[1:] + t[:1] if f == 'r' else t\n",
+     "    r = aux(text, 'r')\n    s = r[-1:] + r[:-1]\n", 103),
+    ("character_shift", "def aux(t):\n    return ''.join(chr(ord(c) + 1) for c in t)\n",
+     "    s = ''.join(chr(ord(c) - 1) for c in aux(text))\n", 108),
+    ("rotation_when_the_text_holds_a_space", "def aux(t):\n    return t[1:] + t[:1] if ' ' in t else t\n",
+     "    r = aux(text)\n    s = r[-1:] + r[:-1] if ' ' in text else r\n", 117),
+]
+
+
+@pytest.mark.parametrize("name,aux,head,chars", STILL_PAID, ids=[p[0] for p in STILL_PAID])
+def test_the_cheapest_shapes_still_paid(sb, name, aux, head, chars):
+    from tests.rewards.test_coop_verified import extra_chars
+    main = "def shout_words(text):\n" + head + JOIN
+    verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (verified.total, extra_chars(aux, main)) == (4.0, chars), verified
