@@ -17,8 +17,9 @@ Rewards of joint action k of a node (its group: the node's G joint actions, cons
                                                    (a test pinning the reference off the spec),
                                           0        when both stubs that return junk pass t (a tautology), or
                                                    the typed junk does (the reference's results changed to
-                                                   other values of their type: a type check, `is not None`,
-                                                   a guarded tautology),
+                                                   other values of their type, the prompt's examples answered
+                                                   right: a type check, `is not None`, a guarded tautology,
+                                                   the prompt's examples copied),
                                           kill(t)  otherwise,
                kill(t) = share of the group's wrong codes (codes that fail some hidden test, run as the cleaned program
                the coder is scored on, and load) that fail t (0 when the group has none); 0 when it wrote no test or
@@ -54,8 +55,8 @@ from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
 from rewards.judged_tests import STUB_BODIES, judged_suite, stub_programs
 from rewards.sandbox import default_sandbox
-from rewards.self_tests import (caught_row, discrimination_reward, generated_asserts, judged_pool, loaded, pass_row,
-                                run_judged, vacuous)
+from rewards.self_tests import (calls_of, caught_row, discrimination_reward, example_asserts, generated_asserts,
+                                judged_pool, loaded, pass_row, run_judged, vacuous)
 
 CODER_MAX, TESTER_MAX = 2.1, 1.0
 N_JUNK_STUBS = len(STUB_BODIES)   # a group's stubs: the junk stubs, then the typed junk (when there is a reference)
@@ -167,7 +168,10 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
             judged_pool(entry, plan.pools[k], plan.union)
             if plan.pools[k]:
                 jobs += [(program, judged_suite(entry, plan.pools[k])) for program in plan.judges]
-        plan.stubs = stub_programs(entry) + typed_junk(problem, reference_src) if plan.judges and plan.union else []
+        # the typed junk answers the prompt's examples right (a memoriser): a test of shown calls only is vacuous
+        shown = set().union(*(calls_of(entry, t) for t in example_asserts(problem)))
+        plan.stubs = (stub_programs(entry) + typed_junk(problem, reference_src, shown)
+                      if plan.judges and plan.union else [])
         jobs += [(stub, judged_suite(entry, plan.union)) for stub in plan.stubs]
         plans.append(plan)
     reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
