@@ -11,6 +11,9 @@ Rewards of joint action k of a node (its group: the node's G joint actions, cons
                group, weighted by reliability (rewards/self_tests.py); no hidden verdict then.
     tester_k = mean over its tests t of   0        when t is not a judged test (rewards/judged_tests.py: an assert
                                                    on the values of calls, not one that inspects the program),
+                                                   or calls the function with a literal number outside the
+                                                   range the hidden check passes there (an input the prompt
+                                                   may exclude: `off_spec_range`),
                                           -1       when the reference solution fails t, or a correct
                                                    code of the group, or the reference refusing
                                                    arguments of kinds the hidden check never passes
@@ -53,7 +56,7 @@ from envs.code_generation.self_tests import (coder_builds, groups, mutants_of, r
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
-from rewards.judged_tests import STUB_BODIES, judged_suite, stub_programs
+from rewards.judged_tests import STUB_BODIES, judged_suite, off_spec_range, spec_ranges, stub_programs
 from rewards.sandbox import default_sandbox
 from rewards.self_tests import (calls_of, caught_row, discrimination_reward, example_asserts, generated_asserts,
                                 judged_pool, loaded, pass_row, run_judged, vacuous)
@@ -163,8 +166,11 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
         judges = [] if reference is None else [reference, *guarded, *correct, *typed_twins(problem, reference_src, [
             builds[k][1] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None] + mutants_of(problem))]
         plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(guarded) + len(correct), [])
+        # a test on a number outside the range the hidden calls take is no test: it earns 0, paid or wrong alike
+        ranges = spec_ranges(problem.test, entry) if problem.test else {}
         for k in run:
-            plan.columns[k] = judged_pool(entry, tests[k], plan.pools[k])
+            plan.columns[k] = [None if off_spec_range(test, entry, ranges) else column
+                               for test, column in zip(tests[k], judged_pool(entry, tests[k], plan.pools[k]))]
             judged_pool(entry, plan.pools[k], plan.union)
             if plan.pools[k]:
                 jobs += [(program, judged_suite(entry, plan.pools[k])) for program in plan.judges]

@@ -87,6 +87,29 @@ def test_the_prompts_examples_copied_as_asserts_earn_nothing(tmp_path):
     assert testers == [1.0, 1.0]
 
 
+def test_a_test_on_numbers_outside_the_hidden_calls_range_earns_nothing(tmp_path):
+    # issue 42: asserts on inputs the prompt excludes (`n <= 0` where it says n is at least 1) paid 0.5, or -0.47
+    # with a correct code in the group; the hidden check passes add's first argument -1..2 and its second 0..5
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    for off in ("10, 1) == 11\n", "-5, 1) == -4\n", "1, 9) == 10\n", "-5, 1) == 7\n"):
+        testers, _ = _tester_rewards(task, problem, [[RIGHT, off], [ALMOST, off]])
+        assert testers == [0.0, 0.0], off    # caught the mutant a - b (0.5), or rejected the reference (-1)
+    inside = "2, 1) == 3\n"
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, inside], [ALMOST, inside]])
+    assert testers == [0.5, 0.5]             # in range: the mutant a - b caught, ALMOST passes it
+
+
+def test_the_spec_range_of_a_check():
+    from rewards.judged_tests import off_spec_range, spec_ranges
+    ranges = spec_ranges(CHECK, "add")
+    assert ranges == {0: (-1, 2), 1: (0, 5)}
+    assert not off_spec_range("assert add(2, 5) == 7", "add", ranges)
+    assert off_spec_range("assert add(3, 5) == 8", "add", ranges)
+    assert not off_spec_range("assert add(x, 5) == 8", "add", ranges)   # not a literal: not judged here
+    assert spec_ranges("def check(candidate):\n    assert candidate(1, 'a') == 1\n    n = 3\n"
+                       "    assert candidate(n, 'b') == 2\n", "f") == {}    # a computed argument: no range
+
+
 def test_a_program_that_does_not_load_is_not_a_caught_bug(tmp_path):
     task, problem = _task(tmp_path, HUMANEVAL_LIKE)
     broken = "import no_such_module_anywhere\ndef add(a, b):\n    return a + b\n"   # parses; its import fails
