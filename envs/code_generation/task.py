@@ -24,7 +24,7 @@ from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import (JointAnswer, agent_prompts, open_body, centralized_prompt, centralized_stop_strings,
                                           completion_to_code, parse_joint_answer, stop_strings, with_aux_code)
 from envs.code_generation.scoring import score_code_pairs
-from envs.code_generation.self_tests import score_functions
+from envs.code_generation.self_tests import feedback_slice_of, score_functions
 from envs.code_generation.transitions import feedback_problem, make_expert_client, next_prompt
 from rewards.code_rewards import code_rewards_batch
 
@@ -131,6 +131,7 @@ def _decentralized_task(run: Run) -> Task:
     expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
 
     reward_type, cooperation = config.task.code_reward.type, config.task.code_reward.cooperation
+    feedback_slice = feedback_slice_of(run)   # the asserts later turns show leave the self-tests' held-out pool
     if reward_type == "self_tests" and not single:
         raise ConfigError("code_reward.type=self_tests scores one function (a single agent): the aux/main team's "
                           "cooperation bonus needs hidden-test verdicts; use num_agents 1 or hidden_tests")
@@ -138,7 +139,7 @@ def _decentralized_task(run: Run) -> Task:
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         codes = [joint_code(problem, roles, joint) for problem, joint in zip(items, joints)]
         if reward_type == "self_tests":
-            return score_functions(items, [main for _, main in codes], reward_type)
+            return score_functions(items, [main for _, main in codes], reward_type, feedback_slice=feedback_slice)
         scores = score_code_pairs(items, codes, single, cooperation)
         if external.mode == "level_feedback":
             scores = with_feedback_scores(items, codes, scores, external.sandbox_slice, single)

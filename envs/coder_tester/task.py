@@ -51,8 +51,8 @@ from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn, task_problems
-from envs.code_generation.self_tests import (coder_builds, groups, mutants_of, reference_build, score_functions,
-                                             spec_guarded, typed_junk, typed_twins)
+from envs.code_generation.self_tests import (coder_builds, feedback_slice_of, groups, mutants_of, reference_build,
+                                             score_functions, spec_guarded, typed_junk, typed_twins)
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
@@ -233,7 +233,8 @@ def build_coder_tester_task(run: Run) -> Task:
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         codes, tests = zip(*(parts(p, joint) for p, joint in zip(items, joints))) if joints else ((), ())
-        coder = score_functions(items, list(codes), reward_type, group_tests=list(tests))
+        coder = score_functions(items, list(codes), reward_type, group_tests=list(tests),
+                                feedback_slice=feedback_slice_of(run))
         verdicts = tester_verdicts(items, list(codes), coder, list(tests))
         out = []
         for c, v in zip(coder, verdicts):

@@ -305,3 +305,16 @@ def test_each_team_config_trains_through_the_command_line(tmp_path, trainer):
         assert main(trainer, argv) == 0, (team, trainer)
         events = [json.loads(line) for line in (tmp_path / f"{team}-{trainer}" / "metrics.jsonl").read_text().splitlines()]
         assert any(e.get("step") == 1 and "turn_1/reward_mean" in e for e in events), (team, trainer)
+
+
+def test_the_asserts_later_turns_show_leave_the_self_tests_pool(data):
+    # issue 42: the self-tests' held-out pool leaves out what any turn's level (or expert) feedback can show
+    from envs.code_generation.self_tests import feedback_slice_of
+    two_turns = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.num_turns=2",
+                        "external.mode=level_feedback", "external.sandbox_slice=2")
+    assert feedback_slice_of(Run.of(two_turns, "magrpo")) == 2
+    one_turn = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.num_turns=1",
+                       "external.mode=level_feedback")
+    assert feedback_slice_of(Run.of(one_turn, "magrpo")) is None
+    plain = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.num_turns=2", "external.mode=plain")
+    assert feedback_slice_of(Run.of(plain, "magrpo")) is None
