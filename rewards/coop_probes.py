@@ -10,9 +10,9 @@ the program could write:
 1. raise: aux replaced by a stub that raises. Some test that passed must now fail: aux is called while a
    passing test runs, and main cannot do without it (a `try` that falls back to main's own answer pays nothing).
 2. derived: aux runs; each call's result is judged by a rule (`moves_content` in `rewards.coop_wrapper`): aux is
-   called once more with the characters of its arguments' strings renamed (and once more with their ints changed too); a
-   result that comes back renamed the same way only moves, wraps, re-encodes or re-joins what aux was given,
-   whatever the shape. Numbers are read back (`readings`, `recipes`: digit forms, ratios, quotients, divmod,
+   called once more with the characters of its arguments' strings renamed (and once more with their ints
+   changed too); a result that comes back renamed the same way only moves, wraps, re-encodes or re-joins what aux
+   was given, whatever the shape. Numbers are read back (`readings`, `recipes`: digit forms, ratios, quotients, divmod,
    small affine maps, with constants the same on every call), and the transforms of the earlier list still
    count. On such a call main gets aux's own result; on any other, the parts that are arguments kept and the
    rest changed (`keep`), or with no such part aux's first argument. Some test that passed must fail: aux's
