@@ -1465,10 +1465,15 @@ def _ended(pid):
 WARM_MAX_AGE_S = 0.05   # a pre-forked child older than this is replaced at the job (`_Worker.take_warm`)
 
 
+PLAN_CACHE_SIZE = 512   # suites whose call plans a worker keeps (the oldest goes first): a data set's, and a few
+                        # hundred testers' pools (about 77 KiB each)
+
+
 class _Worker:
     def __init__(self, cfg):
         self.cfg = cfg
         self.cache = {}
+        self.plans = {}
         self.zsock = None
         self.zygote_pid = None
         self.warm = None             # the pre-forked _Child waiting for the next program
@@ -1539,13 +1544,15 @@ class _Worker:
         context names the entry point: a helper of the prompt could then call it from any unit."""
         names = (job.get("param", "candidate"), job["entry_point"])
         key = ("plan", names, tuple(job["context"]), tuple(src for _, src, _ in job["units"]))
-        plan = self.cache.get(key)
+        plan = self.plans.get(key)
         if plan is None:
             if any(_plan_unit(src, names) is not NEUTRAL for src in job["context"]):
                 plan = []
             else:
                 plan = [_plan_unit(src, names) for _, src, _ in job["units"]]
-            self.cache[key] = plan
+            while len(self.plans) >= PLAN_CACHE_SIZE:
+                del self.plans[next(iter(self.plans))]
+            self.plans[key] = plan
         return plan
 
     def compiled(self, src):

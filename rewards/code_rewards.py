@@ -22,9 +22,9 @@ Per (aux completion, main completion) pair:
    code of main that can run (dead branches, code after a return, nested functions never called are dropped)
    and on data flow; `rewards.cooperation` states the rules.
    With `cooperation="verified"` (`code_reward.cooperation: verified`) the bonus is paid only for what runs: the
-   pair is run again with aux raising, handing main its argument wherever aux's result is that argument under a
-   structure-only transform, returning one value for every call, and returning other values of the same kind,
-   and each time some test that passed must fail
+   pair is run again with aux raising, handing main its argument wherever aux's result is not a move of it,
+   returning one value for every call, and returning other values of the same kind, and each time some test that
+   passed must fail, having run to completion; the +1.0 also needs aux alone on main's arguments to fail one
    (`rewards.coop_probes` states the rules); the bonus is then scaled by the share of tests passed. The seed's
    rule (`cooperation="seed"`, the default) judges main's code alone; docs/rewards.md compares the two.
 A completion over `MAX_COMPLETION_CHARS` (1,000,000) is refused whole, as if missing (reason "main completion too
@@ -44,16 +44,23 @@ from rewards.problem import Problem
 from rewards.cleaning import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completion, parse_python, prompt_helpers,
                               prompt_imports)
 from rewards.cooperation import cooperation
-from rewards.coop_probes import MODES as COOPERATION_MODES, compile_program, scored_aux, verify as verify_cooperation
+from rewards.coop_probes import (MODES as COOPERATION_MODES, bypass_main, compile_program, failed_to_completion,
+                                  scored_aux, verify as verify_cooperation)
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
 AUX_NAME = "aux"
 W_AUX_DEF, W_MAIN_DEF, W_SYNTAX, W_TESTS = 0.4, 0.6, 0.5, 1.0
 W_USES_AUX, W_NOT_WRAPPER, W_IGNORED = 0.5, 1.0, -0.5
-# verified cooperation: a probe run's tests get the scored run's timeout, and the whole probe run at most
-# PROBE_TIME_FACTOR x the scored run's time (at least PROBE_TIME_FLOOR_S); what is cut counts as timed out
+# The scored run's total budget: as long as its timeouts may take (max_timeouts x timeout_s, at least one
+# timeout); the tests it cuts count as timed out.
+# Verified cooperation: a probe run's tests get the scored run's timeout, and the whole probe run at most
+# PROBE_TIME_FACTOR x the scored run's time (at least PROBE_TIME_FLOOR_S), and never more than its share of
+# PROBES_TOTAL_FACTOR x timeout_s for all the pair's probe runs together (an absolute bound); what is cut
+# counts as timed out, and a probe counts only tests that ran to completion.
 PROBE_TIME_FACTOR = 3.0
 PROBE_TIME_FLOOR_S = 0.5
+PROBES_TOTAL_FACTOR = 2.0
+PROBE_RUNS = 8   # raise, derived and constant (each with a second try), other values, control, main bypass
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ class _Prepared:
     aux_src: str = ""                                # what verified cooperation needs to rebuild the program
     imports: tuple[str, ...] = ()                    # the program's import lines (prompt's and completions')
     helper_names: tuple[str, ...] = ()               # the functions the prompt defines
-    assemble: Any = None                             # aux source -> program source
+    assemble: Any = None                             # (aux source[, main source]) -> program source
 
 
 
@@ -164,10 +171,10 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     head = "\n".join(dict.fromkeys(pieces))
     aux_src = aux_clean.function if aux_clean is not None else ""
 
-    def assemble(aux_function: str) -> str:
+    def assemble(aux_function: str, main_function: str | None = None) -> str:
         # prompt helpers first, so that the completions' own definitions win
         parts = ([head] if head else []) + list(helpers) + ([aux_function] if aux_function else [])
-        return "\n\n".join(parts + [main_clean.function]) + "\n"
+        return "\n\n".join(parts + [main_clean.function if main_function is None else main_function]) + "\n"
 
     code_parts = ([head] if head else []) + ([aux_src] if aux_src else []) + [main_clean.function]
     # verified mode scores aux behind the probes' wrapper (passing results through): same frames as the probes
@@ -199,8 +206,8 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
 
 def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "", cooperation_mode: str = "seed",
             probe: Any = None) -> RewardBreakdown:
-    """The breakdown of a pair after its test run. In verified mode `probe(aux_source)` runs the program with
-    aux's source replaced and returns the test verdicts (`_probe_runner`)."""
+    """The breakdown of a pair after its test run. In verified mode `probe(aux_source[, main_source])` runs the
+    program with aux's (and main's) source replaced and returns its verdicts (`_probe_runner`)."""
     parts = dict(prep.parts)
     total = (W_AUX_DEF if parts["aux_defined"] else 0.0) + W_MAIN_DEF + W_SYNTAX
     n = len(outcomes)
@@ -246,8 +253,18 @@ def _verified_bonus(prep: _Prepared, parts: dict, coop, passed: list[bool], prob
     if why:
         parts["coop_check"] = why
         return 0.0
-    parts.update(uses_aux=True, not_wrapper=not coop.thin_wrapper, ignored_aux_return=coop.ignores_return)
-    return bonus * sum(passed) / len(passed)
+    not_wrapper = not coop.thin_wrapper
+    if not_wrapper:
+        # main's own work: aux alone on main's arguments must fail (to completion) a test main passed
+        bypass = bypass_main(prep.main_src, prep.entry_point, AUX_NAME)
+        verdicts = probe(scored_aux(prep.aux_src, AUX_NAME), bypass) if bypass is not None else []
+        if len(verdicts) != len(passed) or not failed_to_completion(passed, verdicts):
+            not_wrapper = False
+            bonus -= W_NOT_WRAPPER
+            parts["coop_check"] = ("main adds nothing aux does not do: aux alone on main's arguments passes the "
+                                   "tests main passes")
+    parts.update(uses_aux=True, not_wrapper=not_wrapper, ignored_aux_return=coop.ignores_return)
+    return max(0.0, bonus) * sum(passed) / len(passed)
 
 
 def code_reward(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False,
@@ -280,13 +297,15 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
         prep = _prepare(*item, single_agent, cooperation)
         if prep.done is not None:
             return prep.done
-        report = sb.run_detailed(prep.program, prep.suite, timeout_s, max_timeouts)
+        report = sb.run_detailed(prep.program, prep.suite, timeout_s, max_timeouts,
+                                 total_s=max(1, max_timeouts) * timeout_s)
         probe = None
         if cooperation == "verified":
             # a probe that changes aux may send main into a loop, or main may be slow only on a probe's values:
-            # each probe run is bounded like the scored run (same timeout per test, same number of timeouts)
-            # and as a whole by a few times the scored run's own time
-            budget = max(PROBE_TIME_FLOOR_S, PROBE_TIME_FACTOR * report.elapsed_s)
+            # each probe run is bounded like the scored run (same timeout per test, same number of timeouts),
+            # as a whole by a few times the scored run's own time, and by its share of an absolute budget
+            budget = max(PROBE_TIME_FLOOR_S, min(PROBE_TIME_FACTOR * report.elapsed_s,
+                                                 PROBES_TOTAL_FACTOR * timeout_s / PROBE_RUNS))
             probe = _probe_runner(sb, prep, timeout_s, max_timeouts, budget)
         return _finish(prep, report.outcomes, report.error or "", cooperation, probe)
 
@@ -294,17 +313,23 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
 
 
 def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: int, budget_s: float):
-    """run(aux source) -> the test verdicts of the pair's program with aux's source replaced (verified mode),
-    each run within `budget_s` seconds in all (tests past it count as timed out)."""
-    def run(aux_function: str) -> list[bool]:
-        source = prep.assemble(aux_function)
+    """run(aux source[, main source]) -> the verdicts (passed, ran to completion) of the pair's program with aux's
+    (and main's) source replaced (verified mode), each run within `budget_s` seconds in all (tests past it count
+    as timed out, and did not run to completion)."""
+    def run(aux_function: str, main_function: str | None = None) -> list[tuple[bool, bool]]:
+        source = prep.assemble(aux_function, main_function)
         try:
             program: str | CodeType = compile_program(source)
         except PARSE_ERRORS:   # the sandbox reports why it does not load
             program = source
         report = sb.run_detailed(program, prep.suite, timeout_s, max_timeouts, total_s=budget_s)
-        return [] if report.error else [o.passed for o in report.outcomes]
+        return [] if report.error else [(o.passed, ran_to_completion(o)) for o in report.outcomes]
     return run
+
+
+def ran_to_completion(outcome: TestOutcome) -> bool:
+    """Whether a test ran to its end: not cut by its timeout or the run's budget, not skipped after timeouts."""
+    return outcome.passed or not (outcome.timed_out or outcome.error.startswith("skipped"))
 
 
 

@@ -57,12 +57,15 @@ DENIED = frozenset({
     "utcnow", "with_traceback", "NamedTuple", "TypedDict", "cast", "call", "update_wrapper", "wraps",
     # its memo maps each object's id to its copy: `id` by another name, which tells whether main got the very object
     # aux returned (the probes hand main another)
-    "deepcopy"})
+    "deepcopy",
+    # draws from the process's random state (seeded from the OS): a verdict that differs from run to run, which a
+    # main could make slow or wrong in some runs only
+    "samples"})
 # Builtins of plain computation (exceptions are added below).
 _PURE_BUILTINS = {
     "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "complex", "dict",
     "divmod", "enumerate", "filter", "float", "format", "frozenset", "hex", "int", "isinstance", "issubclass",
-    "iter", "len", "list", "map", "max", "min", "next", "object", "oct", "ord", "pow", "print", "range", "repr",
+    "iter", "len", "list", "map", "max", "min", "next", "oct", "ord", "pow", "print", "range", "repr",
     "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip", "True", "False", "None",
     "NotImplemented", "Ellipsis"}
 BUILTINS = frozenset(_PURE_BUILTINS | {

@@ -274,6 +274,66 @@ def spec_kinds(check: str, entry_point: str) -> dict[int | str, frozenset[str]]:
     return {where: frozenset(k) for where, k in kinds.items() if where not in free}
 
 
+def _numeric_literals(tree: ast.AST, entry_point: str) -> dict[int | str, list[float]] | None:
+    """The literal numbers (not bools) each argument of the calls of the entry point (or `candidate`) in `tree`
+    gets, by position or keyword; an argument some call passes another value is left out. None when a call
+    passes `*args` or `**kwargs`."""
+    values: dict[int | str, list[float]] = {}
+    other: set[int | str] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("candidate", entry_point)):
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return None
+        for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]:
+            try:
+                value = ast.literal_eval(arg)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                value = None
+            if type(value) in (int, float) and value == value:
+                values.setdefault(where, []).append(value)
+            else:
+                other.add(where)
+    return {where: v for where, v in values.items() if where not in other}
+
+
+def spec_ranges(check: str, entry_point: str) -> dict[int | str, tuple[float, float]]:
+    """Return, for each argument that every call of the hidden check passes a literal number, the range of those
+    numbers (min, max): the values the spec is known to take there."""
+    try:
+        found = _numeric_literals(parse_python(check), entry_point)
+    except PARSE_ERRORS:
+        return {}
+    return {where: (min(v), max(v)) for where, v in (found or {}).items()}
+
+
+def off_spec_range(test: str, entry_point: str, ranges: dict[int | str, tuple[float, float]]) -> bool:
+    """Return whether `test` calls the entry point with a literal number outside the range the hidden check takes
+    for that argument (`spec_ranges`): an input the prompt may exclude (`n <= 0` where it says n is at least 1),
+    on which no code's answer is known to be right or wrong."""
+    if not ranges:
+        return False
+    try:
+        tree = parse_python(test)
+    except PARSE_ERRORS:
+        return False
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry_point):
+            continue
+        for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords if k.arg)]:
+            if where not in ranges or isinstance(arg, ast.Starred):
+                continue
+            try:
+                value = ast.literal_eval(arg)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            low, high = ranges[where]
+            if type(value) in (int, float) and not low <= value <= high:
+                return True
+    return False
+
+
 _SPEC_GUARD = '''
 
 CATEGORY

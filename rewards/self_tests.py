@@ -118,11 +118,14 @@ def example_asserts(problem: Problem) -> list[str]:
     return out
 
 
-def held_out_asserts(problem: Problem) -> list[str]:
+def held_out_asserts(problem: Problem, feedback_shows: Sequence[str] = ()) -> list[str]:
     """Return the one-line asserts of the problem's hidden check (`assert candidate(...)`, called by the entry
-    point's name) that call it on some input the prompt's examples do not show: tests the prompt does not show."""
+    point's name) that call it on some input the prompt's examples do not show, nor the tests a later turn's
+    feedback shows (`feedback_shows`: their source, `candidate(...)` or the entry point's name): tests no prompt
+    shows."""
     entry = problem.entry_point
-    shown = set().union(*(calls_of(entry, t) for t in example_asserts(problem)))
+    shown = set().union(*(calls_of(entry, t) for t in example_asserts(problem)),
+                        *(calls_of(entry, t.replace("candidate(", f"{entry}(")) for t in feedback_shows))
     out = []
     for line in (problem.test or "").splitlines():
         line = line.strip()

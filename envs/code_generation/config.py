@@ -45,9 +45,10 @@ class CodeRewardSection:
                        "coder_tester)", choices=("hidden_tests", "self_tests"))
     cooperation: str = option("seed", "how the aux+main cooperation bonus is judged: seed (the paper's rule, on "
                               "main's code: +0.5 calls aux, +1.0 not a thin wrapper, -0.5 ignores its return) or "
-                              "verified (paid only when runs with aux raising, passing an argument through, "
-                              "returning one value, or returning other values each fail a passing test; scaled "
-                              "by the share of tests passed; recommended for research: docs/rewards.md)",
+                              "verified (paid only when runs with aux raising, passing an argument through "
+                              "where its result is a move of it, returning one value, or returning other values "
+                              "each fail a passing test to completion, and +1.0 only when aux alone fails one; "
+                              "scaled by the share of tests passed; recommended for research: docs/rewards.md)",
                               choices=("seed", "verified"))
 
 

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import CodeType
-from typing import Sequence
+from typing import Any, Sequence
 
 from cooprl.task import Score, node_groups as groups   # one node's joint actions
 from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.scoring import score_code_pairs
+from envs.code_generation.transitions import visible_asserts
 from rewards.code_rewards import hidden_tests_suite, scored_build
 from rewards.judged_tests import (judged_suite, spec_guarded_program, spec_kinds, stub_programs, typed_junk_program,
                                   typed_twin_program)
@@ -134,15 +135,17 @@ def mutants_of(problem: Problem) -> list[str]:
 
 
 def score_functions(items: Sequence[Problem], codes: Sequence[str], reward_type: str,
-                    group_tests: Sequence[Sequence[str]] | None = None) -> list[Score]:
+                    group_tests: Sequence[Sequence[str]] | None = None, feedback_slice: Any = None) -> list[Score]:
     """Return each code's Score (single-agent reward, max 2.1): by the hidden tests, or by self tests, where
-    `group_tests[k]` are extra generated tests of entry k's group (entries of one group give the union)."""
+    `group_tests[k]` are extra generated tests of entry k's group (entries of one group give the union).
+    `feedback_slice`: the `external.sandbox_slice` whose asserts a later turn's feedback shows (None: no feedback
+    shows tests, `feedback_slice_of`); they leave the held-out pool."""
     if reward_type not in REWARD_TYPES:
         raise ValueError(f"code_reward.type {reward_type!r}: expected one of {', '.join(REWARD_TYPES)}")
     hidden = score_code_pairs(items, [("", code) for code in codes], single_agent=True)
     if reward_type == "hidden_tests":
         return hidden
-    totals = self_test_totals(items, codes, hidden, group_tests)
+    totals = self_test_totals(items, codes, hidden, group_tests, feedback_slice)
     return [replace(score, total=total, metrics={**score.metrics, "hidden_reward": score.total,
                                                    "self_support": round(total - levels_of(score), 6)})
             for score, total in zip(hidden, totals)]
@@ -154,15 +157,24 @@ def levels_of(score: Score) -> float:
     return levels_reward(b.main_defined, b.syntax_ok)
 
 
+def feedback_slice_of(run: Any) -> Any:
+    """The `external.sandbox_slice` whose asserts a later turn's feedback shows for `run` (level or expert
+    feedback, more than one turn), or None: what the self-tests' held-out pool leaves out."""
+    external = run.config.task.external
+    shows = run.section.num_turns > 1 and external.mode in ("level_feedback", "expert_edits")
+    return external.sandbox_slice if shows else None
+
+
 def self_test_totals(items: Sequence[Problem], codes: Sequence[str], hidden: Sequence[Score],
-                     group_tests: Sequence[Sequence[str]] | None) -> list[float]:
+                     group_tests: Sequence[Sequence[str]] | None, feedback_slice: Any = None) -> list[float]:
     """Return each code's self-tests reward: levels 1-2 + its support in its group's execution matrix (module
     docstring: which tests make the pool)."""
     programs = coder_programs(items, codes)
     jobs, plans = [], []
     for run in groups(items):
         problem, plan = items[run.start], _SelfTestsPlan(run)
-        plan.held_out = pool_of(problem.entry_point, held_out_asserts(problem))
+        shown_later = () if feedback_slice is None else visible_asserts(problem, feedback_slice)
+        plan.held_out = pool_of(problem.entry_point, held_out_asserts(problem, shown_later))
         shown = set().union(*(calls_of(problem.entry_point, t) for t in example_asserts(problem)))
         generated = pool_of(problem.entry_point, [t for k in run for t in (group_tests[k] if group_tests else ())])
         plan.generated = [t for t in generated if t not in plan.held_out

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Sequence
 
 from cooprl.config import ConfigError, Run
@@ -23,9 +24,9 @@ from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import (JointAnswer, agent_prompts, open_body, centralized_prompt, centralized_stop_strings,
                                           completion_to_code, parse_joint_answer, stop_strings, with_aux_code)
 from envs.code_generation.scoring import score_code_pairs
-from envs.code_generation.self_tests import score_functions
+from envs.code_generation.self_tests import feedback_slice_of, score_functions
 from envs.code_generation.transitions import feedback_problem, make_expert_client, next_prompt
-from rewards.code_rewards import code_reward
+from rewards.code_rewards import code_rewards_batch
 
 MAX_REWARD = {2: 4.0, 1: 2.1}
 
@@ -130,6 +131,7 @@ def _decentralized_task(run: Run) -> Task:
     expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
 
     reward_type, cooperation = config.task.code_reward.type, config.task.code_reward.cooperation
+    feedback_slice = feedback_slice_of(run)   # the asserts later turns show leave the self-tests' held-out pool
     if reward_type == "self_tests" and not single:
         raise ConfigError("code_reward.type=self_tests scores one function (a single agent): the aux/main team's "
                           "cooperation bonus needs hidden-test verdicts; use num_agents 1 or hidden_tests")
@@ -137,17 +139,17 @@ def _decentralized_task(run: Run) -> Task:
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         codes = [joint_code(problem, roles, joint) for problem, joint in zip(items, joints)]
         if reward_type == "self_tests":
-            return score_functions(items, [main for _, main in codes], reward_type)
-        return score_code_pairs(items, codes, single, cooperation)
+            return score_functions(items, [main for _, main in codes], reward_type, feedback_slice=feedback_slice)
+        scores = score_code_pairs(items, codes, single, cooperation)
+        if external.mode == "level_feedback":
+            scores = with_feedback_scores(items, codes, scores, external.sandbox_slice, single)
+        return scores
 
     def next_prompts(problem: Problem, histories: Sequence[Sequence[tuple[str, str]]], joint: Sequence[str],
                      score_: Score) -> list[str]:
-        aux, main, breakdown = score_.details
-        if external.mode == "level_feedback":
-            # the feedback shows (and runs) only the chosen asserts; re-score only when some were dropped
-            sliced = feedback_problem(problem, external.sandbox_slice)
-            if sliced.test != problem.test:
-                breakdown = code_reward(sliced, aux, main, single_agent=single, cooperation=cooperation)
+        aux, main, breakdown = score_.details[:3]
+        if len(score_.details) > 3:   # the feedback's own run: the asserts it shows (`with_feedback_scores`)
+            breakdown = score_.details[3]
         partner = {"aux": main, "main": aux, "single": ""}  # shown to the expert only, never to the agents
         return [next_prompt(external.mode, problem, role, list(history), breakdown, expert_client=expert,
                             sandbox_slice=external.sandbox_slice, passthrough=external.external_prompt_passthrough,
@@ -165,6 +167,23 @@ def _decentralized_task(run: Run) -> Task:
                       stop_strings=[tuple(stop_strings(role)) for role in roles],
                       follow_prompt=main_reads_aux if sequential else None,
                       demonstrations=lambda p: code_demonstrations(p, len(roles)))
+
+
+def with_feedback_scores(items: Sequence[Problem], codes: Sequence[tuple[str, str]], scores: Sequence[Score],
+                         sandbox_slice: Any, single: bool) -> list[Score]:
+    """`scores` with the breakdown of the asserts level feedback shows and runs appended to each one's details,
+    where the slice drops some: all of a turn's pairs in one sandbox batch, inside the task's scoring (its guard,
+    `cooprl.task.SafeScore`), and without the cooperation probes (seed mode: the feedback reports the levels and the
+    tests, and a one-assert slice cannot show what aux does)."""
+    sliced = [feedback_problem(problem, sandbox_slice) for problem in items]
+    redo = [i for i, (problem, cut) in enumerate(zip(items, sliced)) if cut.test != problem.test]
+    out = list(scores)
+    if redo:
+        breakdowns = code_rewards_batch([sliced[i] for i in redo], [codes[i][0] for i in redo],
+                                        [codes[i][1] for i in redo], single_agent=single, cooperation="seed")
+        for i, b in zip(redo, breakdowns):
+            out[i] = dataclasses.replace(out[i], details=tuple(out[i].details) + (b,))
+    return out
 
 
 def _centralized_task(run: Run) -> Task:

@@ -11,14 +11,18 @@ Rewards of joint action k of a node (its group: the node's G joint actions, cons
                group, weighted by reliability (rewards/self_tests.py); no hidden verdict then.
     tester_k = mean over its tests t of   0        when t is not a judged test (rewards/judged_tests.py: an assert
                                                    on the values of calls, not one that inspects the program),
+                                                   or calls the function with a literal number outside the
+                                                   range the hidden check passes there (an input the prompt
+                                                   may exclude: `off_spec_range`),
                                           -1       when the reference solution fails t, or a correct
                                                    code of the group, or the reference refusing
                                                    arguments of kinds the hidden check never passes
                                                    (a test pinning the reference off the spec),
                                           0        when both stubs that return junk pass t (a tautology), or
                                                    the typed junk does (the reference's results changed to
-                                                   other values of their type: a type check, `is not None`,
-                                                   a guarded tautology),
+                                                   other values of their type, the prompt's examples answered
+                                                   right: a type check, `is not None`, a guarded tautology,
+                                                   the prompt's examples copied),
                                           kill(t)  otherwise,
                kill(t) = share of the group's wrong codes (codes that fail some hidden test, run as the cleaned program
                the coder is scored on, and load) that fail t (0 when the group has none); 0 when it wrote no test or
@@ -47,15 +51,15 @@ from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn, task_problems
-from envs.code_generation.self_tests import (coder_builds, groups, mutants_of, reference_build, score_functions,
-                                             spec_guarded, typed_junk, typed_twins)
+from envs.code_generation.self_tests import (coder_builds, feedback_slice_of, groups, mutants_of, reference_build,
+                                             score_functions, spec_guarded, typed_junk, typed_twins)
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
-from rewards.judged_tests import STUB_BODIES, judged_suite, stub_programs
+from rewards.judged_tests import STUB_BODIES, judged_suite, off_spec_range, spec_ranges, stub_programs
 from rewards.sandbox import default_sandbox
-from rewards.self_tests import (caught_row, discrimination_reward, generated_asserts, judged_pool, loaded, pass_row,
-                                run_judged, vacuous)
+from rewards.self_tests import (calls_of, caught_row, discrimination_reward, example_asserts, generated_asserts,
+                                judged_pool, loaded, pass_row, run_judged, vacuous)
 
 CODER_MAX, TESTER_MAX = 2.1, 1.0
 N_JUNK_STUBS = len(STUB_BODIES)   # a group's stubs: the junk stubs, then the typed junk (when there is a reference)
@@ -162,12 +166,18 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
         judges = [] if reference is None else [reference, *guarded, *correct, *typed_twins(problem, reference_src, [
             builds[k][1] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None] + mutants_of(problem))]
         plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(guarded) + len(correct), [])
+        # a test on a number outside the range the hidden calls take is no test: it earns 0, paid or wrong alike
+        ranges = spec_ranges(problem.test, entry) if problem.test else {}
         for k in run:
-            plan.columns[k] = judged_pool(entry, tests[k], plan.pools[k])
+            plan.columns[k] = [None if off_spec_range(test, entry, ranges) else column
+                               for test, column in zip(tests[k], judged_pool(entry, tests[k], plan.pools[k]))]
             judged_pool(entry, plan.pools[k], plan.union)
             if plan.pools[k]:
                 jobs += [(program, judged_suite(entry, plan.pools[k])) for program in plan.judges]
-        plan.stubs = stub_programs(entry) + typed_junk(problem, reference_src) if plan.judges and plan.union else []
+        # the typed junk answers the prompt's examples right (a memoriser): a test of shown calls only is vacuous
+        shown = set().union(*(calls_of(entry, t) for t in example_asserts(problem)))
+        plan.stubs = (stub_programs(entry) + typed_junk(problem, reference_src, shown)
+                      if plan.judges and plan.union else [])
         jobs += [(stub, judged_suite(entry, plan.union)) for stub in plan.stubs]
         plans.append(plan)
     reports = iter(run_judged(default_sandbox(), jobs) if jobs else [])
@@ -223,7 +233,8 @@ def build_coder_tester_task(run: Run) -> Task:
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
         codes, tests = zip(*(parts(p, joint) for p, joint in zip(items, joints))) if joints else ((), ())
-        coder = score_functions(items, list(codes), reward_type, group_tests=list(tests))
+        coder = score_functions(items, list(codes), reward_type, group_tests=list(tests),
+                                feedback_slice=feedback_slice_of(run))
         verdicts = tester_verdicts(items, list(codes), coder, list(tests))
         out = []
         for c, v in zip(coder, verdicts):

@@ -32,7 +32,7 @@ from cooprl.task import JointFormat, Score, Task, centralized_task
 from envs.code_generation.data import Problem, load_problems
 from envs.code_generation.prompts import completion_to_code, problem_code, single_prompt, stop_strings
 from envs.code_generation.task import check_single_turn
-from envs.code_generation.self_tests import score_functions
+from envs.code_generation.self_tests import feedback_slice_of, score_functions
 from envs.code_generation.transitions import diagnostics, feedback_problem, next_prompt
 from envs.planner_coder.demonstrations import planner_coder_demonstrations
 from rewards.code_rewards import code_reward
@@ -103,7 +103,8 @@ def build_planner_coder_task(run: Run) -> Task:
         return completion_to_code("single", problem, text)
 
     def score(items: Sequence[Problem], joints: Sequence[Sequence[str]]) -> list[Score]:
-        return score_functions(items, [coder_code(p, joint[1]) for p, joint in zip(items, joints)], reward_type)
+        return score_functions(items, [coder_code(p, joint[1]) for p, joint in zip(items, joints)], reward_type,
+                               feedback_slice=feedback_slice_of(run))
 
     def follow_prompt(problem: Problem, agent: int, prompt: str, earlier: Sequence[str]) -> str:
         return with_plan(problem, prompt, plan_text(earlier[0], max_chars))

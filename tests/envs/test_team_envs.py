@@ -28,7 +28,7 @@ PROBLEM = {"task_id": "T/0", "entry_point": "add",
                    "    assert candidate(-1, 1) == 0\n    assert candidate(2, 5) == 7\n",
            "canonical_solution": "    return a + b\n"}
 RIGHT, ALMOST = "    return a + b\n", "    return abs(a) + b\n"   # ALMOST fails candidate(-1, 1) only: 3/4
-TESTS = "1, 2) == 3\nassert add(2, 2) == 5\nassert add(-1, 1) == 0\n"  # valid, rejects the reference, valid
+TESTS = "0, 3) == 3\nassert add(2, 2) == 5\nassert add(-1, 1) == 0\n"  # valid, rejects the reference, valid
 
 
 @pytest.fixture
@@ -190,7 +190,7 @@ def test_coder_tester_scripted_rewards(data, sharing):
     problem = task.train_items[0]
     sample = scripted({0: [RIGHT, ALMOST], 1: [TESTS, "0, 0) == 0\nassert add(-1, 1) == 0\n"]})
     root = rollout([problem], task, sample, RolloutSettings(num_turns=1, samples_per_turn=[2]))[0]
-    # wrong codes: ALMOST and the reference's mutant a - b (rewards/mutants.py). Tester 1: add(1,2)==3 rejects a - b
+    # wrong codes: ALMOST and the reference's mutant a - b (rewards/mutants.py). Tester 1: add(0,3)==3 rejects a - b
     # only: 0.5; add(2,2)==5 rejects the reference: -1; add(-1,1)==0 rejects both: 1.0 -> 0.5/3. Tester 2:
     # add(0,0)==0 both pass: 0; add(-1,1)==0: 1.0 -> 0.5
     tester = [round(0.5 / 3, 6), 0.5]
@@ -209,7 +209,8 @@ def test_coder_tester_self_tests_uses_the_groups_tests(data):
     config = _config("coder_tester_cpu.yaml", CoderTesterConfig, data, "code_reward.type=self_tests")
     task = build_coder_tester_task(Run.of(config, "magrpo"))
     problem = task.train_items[0]
-    scores = task.score([problem, problem], [[RIGHT, TESTS], [ALMOST, TESTS]])
+    tests = "1, 2) == 3\n" + TESTS.split("\n", 1)[1]   # the prompt's example, then TESTS' other two
+    scores = task.score([problem, problem], [[RIGHT, tests], [ALMOST, tests]])
     # pool: the held-out add(0,0)==0, add(-1,1)==0, add(2,5)==7 (weight 1; the tester's add(-1,1)==0 is one of them),
     # and add(2,2)==5 (no code passes it: weight 0); add(1,2)==3 calls the example only: out. ALMOST passes 2 of 3
     assert [s.metrics["coder_reward"] for s in scores] == [2.1, round(1.1 + 1 / 1.5, 6)]
@@ -305,3 +306,16 @@ def test_each_team_config_trains_through_the_command_line(tmp_path, trainer):
         assert main(trainer, argv) == 0, (team, trainer)
         events = [json.loads(line) for line in (tmp_path / f"{team}-{trainer}" / "metrics.jsonl").read_text().splitlines()]
         assert any(e.get("step") == 1 and "turn_1/reward_mean" in e for e in events), (team, trainer)
+
+
+def test_the_asserts_later_turns_show_leave_the_self_tests_pool(data):
+    # issue 42: the self-tests' held-out pool leaves out what any turn's level (or expert) feedback can show
+    from envs.code_generation.self_tests import feedback_slice_of
+    two_turns = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.num_turns=2",
+                        "external.mode=level_feedback", "external.sandbox_slice=2")
+    assert feedback_slice_of(Run.of(two_turns, "magrpo")) == 2
+    one_turn = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.num_turns=1",
+                       "external.mode=level_feedback")
+    assert feedback_slice_of(Run.of(one_turn, "magrpo")) is None
+    plain = _config("planner_coder_cpu.yaml", PlannerCoderConfig, data, "magrpo.num_turns=2", "external.mode=plain")
+    assert feedback_slice_of(Run.of(plain, "magrpo")) is None

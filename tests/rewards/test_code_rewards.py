@@ -144,6 +144,22 @@ def test_timeouts(sb):
     assert sum("skipped" in f for f in r.failures) == 2
 
 
+def test_the_scored_run_has_a_total_budget(sb):
+    # issue 42: a correct pair whose tests each run just under the timeout took n x timeout_s (about 20 timeouts'
+    # worth per batch in verified mode); the scored run now stops at max_timeouts x timeout_s, and the tests it
+    # cuts count as timed out
+    import time as clock
+    problem = {"prompt": "def slow_id(x: int) -> int:\n    \"\"\"x, slowly.\"\"\"\n",
+               "test": "def check(candidate):\n" + "".join(f"    assert candidate({i}) == {i}\n" for i in range(8)),
+               "entry_point": "slow_id"}
+    main = "import time\ndef slow_id(x):\n    time.sleep(0.35)\n    return x\n"
+    t0 = clock.monotonic()
+    r = code_reward(problem, "", main, single_agent=True, sandbox=sb, timeout_s=0.5, max_timeouts=2)
+    assert clock.monotonic() - t0 < 0.35 * 8 - 0.5, r   # 8 tests of 0.35 s ran 2.8 s in all before
+    assert 0 < r.tests_passed <= 3 and r.timeouts == 8 - r.tests_passed, r
+    assert any("the run's 1 s were spent" in f for f in r.failures), r
+
+
 def test_single_agent(sb):
     main = "def add_all(xs):\n    return sum(xs)\n"
     r = score(sb, AUX, main, single_agent=True)

@@ -14,6 +14,8 @@ Each shape here was paid 4.0 in verified mode before.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from rewards.code_rewards import code_reward
@@ -56,9 +58,11 @@ COMPANIONS = [
 ]
 
 
-# What the probes cannot tell apart (docs/rewards.md): a main that checks what aux hands it against its own
-# computation, or against what aux tells it through a list main handed it (a side channel): both still 4.0
-UNTOLD = [
+# A main that checks what aux hands it against its own computation, or against what aux tells it through a list
+# main handed it (a side channel): 4.0 before issue 42; aux only moves its argument (the renaming rule of the
+# derived probe: aux's result renamed with it), so the derived probe hands main aux's own result and main's check
+# holds: 2.5 now
+CHECKED = [
     ("companion_checked_by_main", "def aux(text):\n    return (text, len(text))\n",
      "def shout_words(text):\n    r = aux(text)\n    if r[1] != len(text):\n        return None\n    s = r[0]\n" + JOIN),
     ("companion_compared_with_a_side_channel",
@@ -78,9 +82,8 @@ DOC_LABELS = {
     "utf16_bytes": "aux returns `text.encode('utf-16')`, main decodes it",
     "numbered_characters": "aux returns `dict(enumerate(text))`, main joins the values",
     "interleaved_with_a_separator": "aux returns `'#'.join(text)`, main takes every other character",
-    "companion_checked_by_main": "aux returns `(text, len(text))`, main checks the length (not told apart)",
-    "companion_compared_with_a_side_channel":
-        "aux also appends its result to a list main hands it, main compares (not told apart)",
+    "companion_checked_by_main": "aux returns `(text, len(text))`, main checks the length",
+    "companion_compared_with_a_side_channel": "aux also appends its result to a list main hands it, main compares",
 }
 
 
@@ -88,7 +91,7 @@ def doc_rows() -> list[tuple[str, str, str]]:
     """(label, aux, main) of the shapes above that docs/rewards.md's table lists."""
     rows = [(DOC_LABELS[n], aux, "def shout_words(text):\n" + head + JOIN) for n, aux, head in COMPANIONS
             if n in DOC_LABELS]
-    return rows + [(DOC_LABELS[n], aux, main) for n, aux, main in UNTOLD]
+    return rows + [(DOC_LABELS[n], aux, main) for n, aux, main in CHECKED]
 
 
 @pytest.fixture(scope="module")
@@ -178,9 +181,155 @@ def test_a_program_with_the_wrapper_is_compiled_once_for_all_and_runs_as_its_sou
     assert compile_program(plain_program).co_code == compile(plain_program, "<program>", "exec").co_code
 
 
-@pytest.mark.parametrize("name,aux,main", UNTOLD, ids=[u[0] for u in UNTOLD])
-def test_a_main_that_checks_what_aux_hands_it_is_not_told_apart(sb, name, aux, main):
-    # docs/rewards.md, "What the bonus can and cannot tell apart": any probe changes what main gets, and a main
-    # that checks it sees the change; these stay paid (a test that says so, so that the docs stay true)
+@pytest.mark.parametrize("name,aux,main", CHECKED, ids=[u[0] for u in CHECKED])
+def test_a_main_that_checks_what_aux_hands_it_earns_no_bonus_when_aux_only_moves_it(sb, name, aux, main):
     verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (verified.tests_passed, verified.total) == (8, 2.5), verified
+    assert verified.coop_check.startswith("aux's results are its arguments"), verified
+
+
+# Issue 42: the derived probe's rule. An aux whose result only moves, wraps, re-encodes or re-joins what it was given
+# commutes with a renaming of its strings' characters (each occurrence its own letter), so aux(rename(args)) ==
+# rename(aux(args)) marks the call structure-only, whatever the shape. Each was paid 4.0 before (the issue's list
+# first, then shapes beyond it); main reads the text back out of aux's result and does the work itself.
+RENAMED = [
+    ("unwrapped_from_a_list", "def aux(x):\n    return x[0]\n", "    s = aux([text, 0])\n"),
+    ("unwrapped_from_a_dict", "def aux(d):\n    return d['t']\n", "    s = aux({'t': text})\n"),
+    ("affix_main_added_stripped", "def aux(t):\n    return t[1:-1]\n", "    s = aux('<' + text + '>')\n"),
+    ("pieces_joined", "def aux(a, b):\n    return a + b\n", "    s = aux(text[:1], text[1:])\n"),
+    ("rotated", "def aux(t):\n    return t[1:] + t[:1]\n", "    r = aux(text)\n    s = r[-1:] + r[:-1]\n"),
+    ("interleaved", "def aux(t):\n    return t[::2] + t[1::2]\n",
+     "    r = aux(text)\n    h = (len(r) + 1) // 2\n"
+     "    s = ''.join(a + b for a, b in zip(r[:h], r[h:] + ' '))[:len(r)]\n"),
+    ("halves_swapped", "def aux(t):\n    h = len(t) // 2\n    return t[h:] + t[:h]\n",
+     "    r = aux(text)\n    h = len(r) - len(r) // 2\n    s = r[h:] + r[:h]\n"),
+    ("zero_filled", "def aux(t):\n    return t.zfill(40)\n", "    s = aux(text)[40 - len(text):]\n"),
+    ("str_of_the_characters", "def aux(t):\n    return str(list(t))\n",
+     "    s = ''.join(c[1:-1] for c in aux(text)[1:-1].split(', ')).replace(chr(92) + 't', chr(9))\n"),
+    ("json_of_the_characters", "import json\ndef aux(t):\n    return json.dumps(list(t))\n",
+     "    s = ''.join(json.loads(aux(text)))\n"),
+    # beyond the issue's list
+    ("rotated_by_two", "def aux(t):\n    return t[2:] + t[:2]\n", "    r = aux(text)\n    s = r[-2:] + r[:-2]\n"),
+    ("three_pieces_permuted", "def aux(a, b, c):\n    return c + a + b\n",
+     "    k = len(text) // 3\n    r = aux(text[:k], text[k:2 * k], text[2 * k:])\n"
+     "    s = r[len(text) - 2 * k:] + r[:len(text) - 2 * k]\n"),
+    ("chunks_of_three", "def aux(t):\n    return [t[i:i + 3] for i in range(0, len(t), 3)]\n",
+     "    s = ''.join(aux(text))\n"),
+    ("centred", "def aux(t):\n    return t.center(40, '.')\n", "    s = aux(text).strip('.')\n"),
+    ("repr_of_the_text", "def aux(t):\n    return repr(t)\n", "    s = aux(text)[1:-1].replace('\\\\t', chr(9))\n"),
+    ("nested_in_a_dict_of_lists", "def aux(t):\n    return {'x': [t, [t]]}\n", "    s = aux(text)['x'][1][0]\n"),
+    ("separator_reversed", "def aux(t):\n    return '-'.join(t[::-1])\n", "    s = aux(text)[::2][::-1]\n"),
+]
+# numbers (the rule's counterpart: a number read back out of a digit form, a ratio, a quotient or divmod)
+RENAMED_NUMBERS = [
+    ("halved", "def aux(n):\n    return n / 2\n", "int(aux(2 * n))"),
+    ("doubled_as_text", "def aux(n):\n    return str(2 * n)\n", "int(aux(n)) // 2"),
+    ("digit_list", "def aux(n):\n    return [int(d) for d in str(n)]\n", "int(''.join(map(str, aux(n))))"),
+    ("divmod", "def aux(n):\n    return divmod(n, 7)\n", "aux(n)[0] * 7 + aux(n)[1]"),
+    ("factor_main_added_divided_out", "def aux(n):\n    return n // 3\n", "aux(3 * n)"),
+    ("zero_filled_number", "def aux(n):\n    return str(n).zfill(9)\n", "int(aux(n))"),
+    # beyond the issue's list
+    ("three_quarters", "def aux(n):\n    return n * 3 / 4\n", "round(aux(n) * 4 / 3)"),
+    ("tens_and_units", "def aux(n):\n    return [n // 10, n % 10]\n", "aux(n)[0] * 10 + aux(n)[1]"),
+    ("formatted", "def aux(n):\n    return f'{n:08d}'\n", "int(aux(n))"),
+    ("as_float", "def aux(n):\n    return float(n)\n", "int(aux(n))"),
+]
+
+
+@pytest.mark.parametrize("name,aux,head", RENAMED, ids=[r[0] for r in RENAMED])
+def test_an_aux_that_only_moves_its_text_earns_no_bonus(sb, name, aux, head):
+    imports = "import json\n" if "json" in aux else ""
+    main = imports + "def shout_words(text):\n" + head + JOIN
+    seed = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0)
+    verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (seed.total, seed.tests_passed) == (4.0, 8), seed
+    assert verified.total == 2.5, verified
+    assert verified.coop_check and not verified.coop_check.startswith("not probed"), verified
+
+
+@pytest.mark.parametrize("name,aux,undo", RENAMED_NUMBERS, ids=[r[0] for r in RENAMED_NUMBERS])
+def test_an_aux_that_only_moves_its_number_earns_no_bonus(sb, name, aux, undo):
+    from tests.rewards.test_coop_escapes import NUMERIC
+    main = f"def count_up(n):\n    m = {undo}\n    return m * (m + 1) // 2\n"
+    seed = code_reward(NUMERIC, aux, main, sandbox=sb, timeout_s=2.0)
+    verified = code_reward(NUMERIC, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (seed.total, verified.total) == (4.0, 2.5), verified
+
+
+# the renaming tells work apart: a split on a separator, a case change, a comparison, a count
+WORK = [
+    ("split_on_whitespace", "def aux(text):\n    return text.split()\n",
+     "    words = aux(text)\n    return ' '.join(w.upper() for w in words) + '!'\n"),
+    ("upper_cased", "def aux(text):\n    return text.upper()\n",
+     "    s = aux(text)\n    return ' '.join(s.split()) + '!'\n"),
+    ("words_and_their_count", "def aux(text):\n    return (len(text.split()), text.split())\n",
+     "    n, words = aux(text)\n    return ' '.join(w.upper() for w in words[:n]) + '!'\n"),
+]
+
+
+@pytest.mark.parametrize("name,aux,body", WORK, ids=[w[0] for w in WORK])
+def test_an_aux_whose_result_does_not_commute_with_the_renaming_keeps_the_bonus(sb, name, aux, body):
+    verified = code_reward(PROBLEM, aux, "def shout_words(text):\n" + body, sandbox=sb, timeout_s=2.0,
+                           cooperation="verified")
     assert verified.total == 4.0, verified
+
+
+# Main's "not a thin wrapper" credit: aux solves the whole problem and main hands back what aux returned, in a
+# form equal to it (4.0 for 3 characters before issue 42). The main-bypass probe runs aux alone on main's
+# arguments; it passes main's tests, so the credit (1.0) is refused: 3.0, what a thin wrapper gets
+WHOLE = "def aux(text):\n    return ' '.join(w.upper() for w in text.split()) + '!'\n"
+
+
+@pytest.mark.parametrize("tail", ["r[:]", "str(r)", "''.join(r)", "'%s' % r"])
+def test_a_main_that_only_hands_back_what_aux_solved_is_a_thin_wrapper(sb, tail):
+    main = f"def shout_words(text):\n    r = aux(text)\n    return {tail}\n"
+    seed = code_reward(PROBLEM, WHOLE, main, sandbox=sb, timeout_s=2.0)
+    verified = code_reward(PROBLEM, WHOLE, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert seed.total == 4.0, seed
+    assert (verified.total, verified.not_wrapper) == (3.0, False), verified
+    assert verified.coop_check.startswith("main adds nothing aux does not do"), verified
+
+
+def test_a_main_that_adds_work_to_aux_keeps_the_credit(sb):
+    aux = "def aux(text):\n    return [w.upper() for w in text.split()]\n"
+    main = "def shout_words(text):\n    words = aux(text)\n    return ' '.join(words) + '!'\n"
+    verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (verified.total, verified.not_wrapper) == (4.0, True), verified
+
+
+def test_many_aux_calls_with_a_long_argument_stay_within_the_stand_in_budget(sb):
+    # issue 42: the wrapper built its argument views on every call without charging them (16,000 calls with a
+    # 1,000-character argument: 2.7-6.3 s); they count against the run's stand-in budget now
+    problem = {"prompt": "def count_a(text: str) -> int:\n    '''How often 'a' occurs, 16,000 times over.'''\n",
+               "test": "def check(candidate):\n    assert candidate('a' * 1000) == 16000000\n"
+                       "    assert candidate('b' * 1000) == 0\n",
+               "entry_point": "count_a"}
+    aux = "def aux(text):\n    return text.count('a')\n"
+    main = ("def count_a(text):\n    total = 0\n    for _ in range(16000):\n        total += aux(text)\n"
+            "    return total\n")
+    t0 = time.monotonic()
+    verified = code_reward(problem, aux, main, sandbox=sb, timeout_s=10.0, cooperation="verified")
+    assert (verified.tests_passed, verified.timeouts) == (2, 0), verified
+    assert time.monotonic() - t0 < 8, verified
+
+
+# The cheapest non-work shapes verified mode still pays after issue 42 (docs/rewards.md, "What a policy reaches
+# most cheaply"): (name, aux, main's first lines, characters beyond a lone correct main)
+STILL_PAID = [
+    ("hex_of_the_utf8_bytes", "def aux(t):\n    return t.encode().hex()\n",
+     "    s = bytes.fromhex(aux(text)).decode()\n", 79),
+    ("rotation_behind_a_flag", "def aux(t, f):\n    return t[1:] + t[:1] if f == 'r' else t\n",
+     "    r = aux(text, 'r')\n    s = r[-1:] + r[:-1]\n", 103),
+    ("character_shift", "def aux(t):\n    return ''.join(chr(ord(c) + 1) for c in t)\n",
+     "    s = ''.join(chr(ord(c) - 1) for c in aux(text))\n", 108),
+    ("rotation_when_the_text_holds_a_space", "def aux(t):\n    return t[1:] + t[:1] if ' ' in t else t\n",
+     "    r = aux(text)\n    s = r[-1:] + r[:-1] if ' ' in text else r\n", 117),
+]
+
+
+@pytest.mark.parametrize("name,aux,head,chars", STILL_PAID, ids=[p[0] for p in STILL_PAID])
+def test_the_cheapest_shapes_still_paid(sb, name, aux, head, chars):
+    from tests.rewards.test_coop_verified import extra_chars
+    main = "def shout_words(text):\n" + head + JOIN
+    verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (verified.total, extra_chars(aux, main)) == (4.0, chars), verified

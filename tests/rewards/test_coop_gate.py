@@ -18,3 +18,13 @@ def test_probe_gate_on_aux_and_imports():
     # a local `sorted` would receive the probe's wrapper and could look at it
     assert probe_gate(SPLIT_AUX, "def f(xs):\n    def sorted(g):\n        return repr(g)\n    return sorted(aux)\n",
                       ()) == "main binds the name sorted"
+
+
+def test_entropy_and_object_addresses_are_refused():
+    # issue 42: what a program can read must not differ between the scored run and its probes; statistics'
+    # `samples` draws from the OS-seeded random state, and `object()`'s text is its address
+    draws = "from statistics import NormalDist\ndef f(t):\n    NormalDist().samples(1)\n    return aux(t)\n"
+    assert probe_gate(SPLIT_AUX, draws, ("from statistics import NormalDist",)) != ""
+    sampled = "import statistics\ndef f(t):\n    statistics.NormalDist().samples(1)\n    return aux(t)\n"
+    assert probe_gate(SPLIT_AUX, sampled, ("import statistics",)) == "main reads .samples"
+    assert probe_gate(SPLIT_AUX, "def f(t):\n    return aux(t) if str(object()) else 0\n", ()) != ""

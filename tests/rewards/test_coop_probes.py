@@ -1,7 +1,7 @@
 """Unit tests of rewards/coop_probes.py: the verdict of the probe runs, their control run and its drawn place among
 them."""
 
-from rewards.coop_probes import in_drawn_order, probe_programs, scored_aux, verify as verify_cooperation
+from rewards.coop_probes import SECOND_TRIES, in_drawn_order, probe_programs, scored_aux, verify as verify_cooperation
 from tests.rewards.test_coop_verified import HONEST_MAIN, SPLIT_AUX
 
 
@@ -11,11 +11,36 @@ def test_verdicts_that_change_from_run_to_run_pay_nothing():
     control = scored_aux(SPLIT_AUX)   # the control runs the program as scored; every probe fails test 1
 
     def flaky(src):
-        return [True, True, False, True] if src == control else [False, True, True, True]
+        return done([True, True, False, True] if src == control else [False, True, True, True])
     assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, flaky).startswith(
         "the pair's verdicts change from run to run")
     assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed,
-                              lambda src: [True] * 4 if src == control else [False, True, True, True]) == ""
+                              lambda src: done([True] * 4 if src == control else [False, True, True, True])) == ""
+
+
+def done(passed):
+    """Verdicts of tests that all ran to completion."""
+    return [(p, True) for p in passed]
+
+
+def test_a_probe_counts_only_tests_that_ran_to_completion():
+    # issue 42: a main slow in some runs only (entropy, a per-worker address bit) had its probes' tests time out,
+    # which counted as failed: an identity aux was paid. A test that did not complete now never earns the bonus
+    passed = [True] * 4
+    control = scored_aux(SPLIT_AUX)
+
+    def probes_time_out(src):   # every probe: test 1 fails by timing out (or cut), the rest pass
+        return done([True] * 4) if src == control else [(False, False)] + done([True] * 3)
+    assert "did not run to completion" in verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, probes_time_out)
+
+    def control_cut(src):   # the control's verdicts agree, but one of its tests did not complete
+        return [(True, True)] * 3 + [(False, False)] if src == control else done([False] * 4)
+    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), [True] * 3 + [False], control_cut).startswith(
+        "the pair's verdicts change from run to run")
+
+    def one_completed_failure(src):   # a timed-out test beside one that failed on its values: the probe counts
+        return done([True] * 4) if src == control else [(False, False), (False, True)] + done([True] * 2)
+    assert verify_cooperation(SPLIT_AUX, HONEST_MAIN, (), passed, one_completed_failure) == ""
 
 
 def test_a_main_that_knows_how_many_runs_came_before_cannot_find_the_control():
@@ -27,10 +52,10 @@ def test_a_main_that_knows_how_many_runs_came_before_cannot_find_the_control():
     pairs = [(f"def aux(xs):\n    return sorted(xs)[:{k}] + sorted(xs)[{k}:]\n", HONEST_MAIN) for k in range(60)]
     for aux_src, main_src in pairs:
         count = iter(range(1, 100))
-        total = len(probe_programs(aux_src))
+        total = len([name for name, _ in probe_programs(aux_src) if name not in SECOND_TRIES.values()])
 
         def knows_its_place(src):
-            return [True] * 4 if next(count) == total else [False] * 4
+            return done([True] * 4 if next(count) == total else [False] * 4)
         paid += verify_cooperation(aux_src, main_src, (), passed, knows_its_place) == ""
     assert paid <= 60 * 0.35, paid
     order = [name for name, _ in in_drawn_order(probe_programs(pairs[0][0]), pairs[0][0] + "\n" + pairs[0][1])]

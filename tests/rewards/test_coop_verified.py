@@ -153,16 +153,31 @@ def test_programs_that_could_tell_the_probes_apart_are_not_probed(sb, name, head
 
 
 def test_probe_runs_are_bounded_when_a_probe_loops(sb):
-    # aux's real result ends main's loop; the probes' values do not: each probe test gets a bounded time
-    problem = {"prompt": "def steps(n: int) -> int:\n    '''Halvings until n < 2.'''\n",
-               "test": "def check(candidate):\n    assert candidate(8) == 3\n    assert candidate(1) == 0\n",
+    # aux's real result ends main's loop; the probes' values do not: each probe test gets a bounded time, and a
+    # probe whose tests fail only by timing out says nothing (issue 42: time must not decide a probe)
+    problem = {"prompt": "def steps(n: int) -> int:\n    '''Square roots until n < 2.'''\n",
+               "test": "def check(candidate):\n    assert candidate(16) == 3\n    assert candidate(1) == 0\n",
                "entry_point": "steps"}
-    aux = "def aux(n):\n    return n // 2\n"
+    aux = "def aux(n):\n    return int(n ** 0.5)\n"
     main = "def steps(n):\n    k = 0\n    while n >= 2:\n        n = aux(n)\n        k += 1\n    return k\n"
     t0 = time.monotonic()
     result = code_reward(problem, aux, main, sandbox=sb, timeout_s=10.0, cooperation="verified")
-    assert result.total == 4.0
+    assert result.tests_passed == 2 and result.total == 2.5, result
+    assert "did not run to completion" in result.coop_check, result
     assert time.monotonic() - t0 < 15   # not 10 s per test of each probe
+
+
+# main checks aux's result against its own computation and never finishes when they differ: every probe's tests
+# time out, which counted as failed before issue 42 (4.0); a test that did not complete never earns the bonus
+STALLS_ON_A_PROBE = ("def shout_words(text):\n    try:\n        words = aux(text)\n    except Exception:\n"
+                     "        words = None\n    while words != text.split():\n        pass\n"
+                     "    return ' '.join(w.upper() for w in words) + '!'\n")
+
+
+def test_a_main_that_stalls_on_every_probe_earns_no_bonus(sb):
+    result = code_reward(PROBLEM, SPLIT_AUX, STALLS_ON_A_PROBE, sandbox=sb, timeout_s=0.5, cooperation="verified")
+    assert (result.tests_passed, result.total) == (8, 2.5), result
+    assert "did not run to completion" in result.coop_check, result
 
 
 def test_cooperation_mode_is_checked():
@@ -250,3 +265,15 @@ def test_the_docs_table_is_what_the_reward_pays(sb):
         row = (f"| {label} | {seed.tests_passed}/{seed.tests_total} | {seed.total:g} | {verified.total:g} | "
                f"{extra_chars(aux, main)} |")
         assert line.replace(".0 |", " |").startswith(row), (line, row)
+
+
+def test_a_pair_past_the_probed_size_is_not_probed(sb):
+    # issue 42: a 640 kB honest aux cost 11.4 trainer CPU s per batch (compiled and sent again for every probe);
+    # past MAX_PROBED_CHARS the probes do not run and the bonus is refused, in one line of why
+    from rewards.coop_probes import MAX_PROBED_CHARS
+    table = "    table = [" + ", ".join(repr("w%05d" % i) for i in range(MAX_PROBED_CHARS // 9)) + "]\n"
+    aux = "def aux(text):\n" + table + "    return text.split()\n"
+    seed, verified = both(sb, aux, HONEST_MAIN)
+    assert (seed.total, verified.total, verified.tests_passed) == (4.0, 2.5, 8), verified
+    assert verified.coop_check.startswith("not probed: aux and main are "), verified
+    assert verified.coop_check.endswith(f"(the probes run pairs of at most {MAX_PROBED_CHARS:,})"), verified

@@ -362,3 +362,21 @@ def test_slots_are_pinned_to_distinct_cpus():
     with Sandbox(workers=1, pin_cpus=False) as box:
         out = box.run(AFFINITY, f"def check(c):\n    assert c(0) == {allowed}\n", entry_point="f")
         assert out[0].passed, out
+
+
+def test_the_worker_keeps_a_bounded_number_of_call_plans():
+    # issue 42: the plan of every distinct suite (a tester's pool: about 77 KiB) was kept for the worker's life
+    # (2 GiB after ~27k pools); the oldest goes first past PLAN_CACHE_SIZE, and a kept plan is reused as it is
+    import rewards._sandbox_worker as worker
+    w = worker._Worker.__new__(worker._Worker)
+    w.plans, w.cache = {}, {}
+
+    def job(i):
+        return {"entry_point": "f", "context": [], "units": [["test", f"assert candidate({i}) == {i}", 1]]}
+    first = w.plan(job(0))
+    assert w.plan(job(0)) is first
+    for i in range(1, 3 * worker.PLAN_CACHE_SIZE):
+        w.plan(job(i))
+    assert len(w.plans) == worker.PLAN_CACHE_SIZE
+    assert w.plan(job(3 * worker.PLAN_CACHE_SIZE - 1)) is w.plans[next(reversed(w.plans))]
+    assert w.plan(job(0)) is not first and w.plan(job(0)) == first   # planned again, the same plan

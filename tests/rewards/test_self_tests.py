@@ -15,6 +15,21 @@ def test_held_out_tests_call_some_input_the_examples_do_not_show():
     assert held_out_asserts(problem) == ["assert add(1, 2) == add(2, 1)", "assert add(-1, 1) == 0"]
 
 
+def test_held_out_tests_leave_out_what_a_later_turns_feedback_shows():
+    # issue 42: with the shipped 1-assert slice and two turns, turn 2's feedback showed a failed held-out assert with
+    # its expected value on 118 of 164 HumanEval problems (memorising it: +0.143)
+    from envs.code_generation.transitions import visible_asserts
+    from rewards.self_tests import held_out_asserts
+    check = ("def check(candidate):\n    assert candidate(-1, 1) == 0\n    assert candidate(2, 5) == 7\n"
+             "    assert candidate(2, 5) + candidate(0, 4) == 11\n")
+    problem = Problem("T/0", PROMPT, check, "add")
+    assert held_out_asserts(problem) == ["assert add(-1, 1) == 0", "assert add(2, 5) == 7",
+                                         "assert add(2, 5) + add(0, 4) == 11"]
+    shown = visible_asserts(problem, 1)   # the first assert, as level feedback shows it
+    assert held_out_asserts(problem, shown) == ["assert add(2, 5) == 7", "assert add(2, 5) + add(0, 4) == 11"]
+    assert held_out_asserts(problem, visible_asserts(problem, 2)) == ["assert add(2, 5) + add(0, 4) == 11"]
+
+
 def test_self_tests_formula_on_a_known_matrix():
     matrix = [[1, 0, 1], [1, 0, 0], [0, 0, 0]]
     assert reliability(matrix) == [2 / 3, 0.0, 1 / 3]

@@ -38,7 +38,7 @@ CRASH = "    return a + c\n"                  # a NameError on every call: wrong
 BARE = "def add(a, b):\n    return abs(a) + b\n"   # ALMOST restarting the function: no docstring
 # tests of add, as the tester writes them after its prompt's `assert add(`
 USEFUL = "-1, 1) == 0\n"                      # rejects ALMOST and CRASH
-WEAK = "1, 2) == 3\n"                         # true, but ALMOST passes it
+WEAK = "0, 3) == 3\n"                         # true, but ALMOST passes it (not the prompt's example)
 WRONG_EXPECTED = "2, 2) == 5\n"
 ZERO = "0, 0) == 0\n"                        # true, and every wrong code here passes it (the mutant a - b too)
 # add's reference `a + b` has one mutation site: its wrong mutant `a - b` (rewards/mutants.py) is a wrong code in
@@ -67,9 +67,47 @@ def test_a_code_that_loads_once_cleaned_is_judged_as_the_coder_is_scored(tmp_pat
     prose = ALMOST + "This adds the two numbers.\n"   # one line of prose: the raw text does not parse
     testers, coders = _tester_rewards(task, problem, [[RIGHT, WEAK], [prose, WEAK]])
     assert coders == [2.1, 1.85]             # the coder is scored on the cleaned program: 3 of 4
-    assert testers == [0.5, 0.5]             # which passes add(1, 2) == 3: only the mutant a - b caught (was 1.0)
+    assert testers == [0.5, 0.5]             # which passes add(0, 3) == 3: only the mutant a - b caught (was 1.0)
     testers, _ = _tester_rewards(task, problem, [[RIGHT, USEFUL], [prose, USEFUL]])
     assert testers == [1.0, 1.0]             # a test that rejects it catches it
+
+
+def test_the_prompts_examples_copied_as_asserts_earn_nothing(tmp_path):
+    # issue 42: a tester that copied the prompt's doctest examples was paid 0.78-0.94 on HumanEval for them; the
+    # typed junk answers the examples right (a memoriser), so a test of shown calls only is vacuous
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    copied = "1, 2) == 3\n"                  # the prompt's `>>> add(1, 2)` / `3`
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, copied], [ALMOST, copied]])
+    assert testers == [0.0, 0.0]             # was 0.5: the mutant a - b fails it
+    shown_twice = "1, 2) == 3 and add(1, 2) + 0 == 3\n"
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, shown_twice], [ALMOST, shown_twice]])
+    assert testers == [0.0, 0.0]
+    mixed = "1, 2) == 3 and add(-1, 1) == 0\n"   # a shown call beside one the prompt does not show: a test
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, mixed], [ALMOST, mixed]])
+    assert testers == [1.0, 1.0]
+
+
+def test_a_test_on_numbers_outside_the_hidden_calls_range_earns_nothing(tmp_path):
+    # issue 42: asserts on inputs the prompt excludes (`n <= 0` where it says n is at least 1) paid 0.5, or -0.47
+    # with a correct code in the group; the hidden check passes add's first argument -1..2 and its second 0..5
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    for off in ("10, 1) == 11\n", "-5, 1) == -4\n", "1, 9) == 10\n", "-5, 1) == 7\n"):
+        testers, _ = _tester_rewards(task, problem, [[RIGHT, off], [ALMOST, off]])
+        assert testers == [0.0, 0.0], off    # caught the mutant a - b (0.5), or rejected the reference (-1)
+    inside = "2, 1) == 3\n"
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, inside], [ALMOST, inside]])
+    assert testers == [0.5, 0.5]             # in range: the mutant a - b caught, ALMOST passes it
+
+
+def test_the_spec_range_of_a_check():
+    from rewards.judged_tests import off_spec_range, spec_ranges
+    ranges = spec_ranges(CHECK, "add")
+    assert ranges == {0: (-1, 2), 1: (0, 5)}
+    assert not off_spec_range("assert add(2, 5) == 7", "add", ranges)
+    assert off_spec_range("assert add(3, 5) == 8", "add", ranges)
+    assert not off_spec_range("assert add(x, 5) == 8", "add", ranges)   # not a literal: not judged here
+    assert spec_ranges("def check(candidate):\n    assert candidate(1, 'a') == 1\n    n = 3\n"
+                       "    assert candidate(n, 'b') == 2\n", "f") == {}    # a computed argument: no range
 
 
 def test_a_program_that_does_not_load_is_not_a_caught_bug(tmp_path):
