@@ -747,8 +747,9 @@ def _zygote(sock, cfg):
     if cfg["uid"] is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]),) * 2)
         os.setgroups([])
-    elif cfg["drop_caps"]:   # our own user namespace: counted per namespace (Linux >= 5.14), worker and zygote too
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]) + 2,) * 2)
+    elif cfg["drop_caps"]:   # our own user namespace: counted per namespace (Linux >= 5.14), with the worker, the
+        # zygote and the judge host (and a judge, while there is one)
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]) + 3,) * 2)
     try:
         cfg["cgroup"] = _join_cgroup(cfg)
     except OSError as e:
@@ -895,6 +896,10 @@ def _same(a, b):
 
 class _Desync(BaseException):
     """A test made a call other than the one predicted: the job restarts without pipelining."""
+
+
+class _JudgeLost(BaseException):
+    """The judge of judged tests was lost in the middle of a test (`_JudgeBroke`): the job restarts."""
 
 
 class _CallPlan:
@@ -1147,17 +1152,25 @@ class _Job:
 
     # -- running the suite
     def run(self):
+        """Return the job's outcomes. A call other than the predicted one starts the job over without prediction;
+        a judge lost in the middle of a test (`_JudgeBroke`) starts it over on a fresh judge, once: a second loss
+        raises (the trainer's "sandbox error"), so no verdict ever rests on a lost judge."""
         job = self.job
         if job.get("trusted", True):
             self.calls = _CallPlan(self.w.plan(job))
+        lost = 0
         try:
-            try:
-                return self.run_units()
-            except _Desync:
-                # a call differed from the prediction: start over with a fresh child, one request per call
+            while True:
+                try:
+                    return self.run_units()
+                except _Desync:   # a fresh child, one request per call from now on
+                    self.calls = _CallPlan()
+                except _JudgeLost:
+                    lost += 1
+                    if lost > 1:
+                        raise RuntimeError("the judge of judged tests was lost twice") from None
                 self.kill()
-                self.calls, self.output, self.load_error = _CallPlan(), bytearray(), None
-                return self.run_units()
+                self.output, self.load_error, self.judge = bytearray(), None, None
         finally:
             self.kill(wait=False)
 
@@ -1170,7 +1183,10 @@ class _Job:
                 self.judge.start_job(self.job, self.deadline)
             return self.judge.evaluate(src, self)
         except _JudgeBroke:
-            return "the test ran past its memory or CPU bound"
+            self.flag = "judge lost"   # not the test's doing: `run` starts the job over
+            if self.judge is not None:
+                self.judge.broken = True
+            raise _JudgeLost() from None
         except _Timeout:
             self.flag = "timeout"
             raise
@@ -1226,6 +1242,8 @@ class _Job:
             # the unit's predicted call must have been made (a test that raised before it, say, did not)
             if self.flag == "desync" or self.calls.missed(index):
                 raise _Desync()
+            if self.flag == "judge lost":
+                raise _JudgeLost()
             if self.flag == "timeout":
                 self.timeouts += 1
                 self.kill()
@@ -1249,7 +1267,9 @@ JUDGE_JOBS = 256           # jobs one judge fork serves before the worker forks 
 
 
 class _JudgeBroke(Exception):
-    """The judge's process ended in the middle of a test (its CPU or memory bound, or a bug)."""
+    """The judge's process ended, or its pipe broke, in the middle of a test, without saying it reached its own
+    bound: not the test's doing (the judge is out of every program's reach; the OOM killer, say). The job is
+    run again on a fresh judge (`_Job.run`), and a second loss is a sandbox error, never a verdict."""
 
 
 class _Judge:
@@ -1264,16 +1284,10 @@ class _Judge:
     worker's, as for a trusted test). The fork serves the worker's jobs one after another (each job sends its own
     namespace and CPU budget first), until it breaks, runs past a deadline or has served JUDGE_JOBS jobs."""
 
-    def __init__(self, memory_mb):
-        to_r, to_w = os.pipe()
-        from_r, from_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            _judge_main(memory_mb, to_r, from_w)   # never returns
-        os.close(to_r)
-        os.close(from_w)
-        os.set_blocking(to_w, False)
-        self.pid, self.to_w, self.from_r, self.buf = pid, to_w, from_r, bytearray()
+    def __init__(self, host):
+        self.pid, self.to_w, self.from_r, self.pidfd = host.spawn()
+        os.set_blocking(self.to_w, False)
+        self.buf = bytearray()
         self.jobs = 0
         self.broken = False   # it overran a deadline, ended, or did not answer an abort: the worker closes it
 
@@ -1293,6 +1307,10 @@ class _Judge:
             while True:
                 msg = self.receive(run.deadline)
                 if msg[0] == "done":
+                    self.broken = msg[2]   # it spent its CPU bound: the verdict stands, and it ends
+                    return msg[1]
+                if msg[0] == "too large":
+                    self.broken = True     # (it ended after saying so)
                     return msg[1]
                 args, kwargs = msg[1]
                 try:
@@ -1341,19 +1359,21 @@ class _Judge:
                 self.buf += chunk
 
     def close(self):
-        """Kill the fork and reap it."""
+        """Kill the judge and wait (a second at most) until it has ended; the judge host reaps it."""
         for fd in (self.to_w, self.from_r):
             os.close(fd)
-        _end_process(self.pid)
-
-
-def _end_process(pid):
-    if pid is not None:
+        if self.pidfd is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return
         try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            select.select([self.pidfd], [], [], 1.0)
         except OSError:
             pass
+        os.close(self.pidfd)
 
 
 def _judge_namespace(context, entry_point, param, candidate):
@@ -1401,12 +1421,20 @@ def _judge_main(memory_mb, cmd_r, res_w):
                 payload = marshal.dumps(("call", (args, kwargs)))
             except ValueError:
                 raise TypeError("the test passes arguments that are not plain data") from None
+            if len(payload) > JUDGE_MESSAGE:   # the test's doing: its verdict, then a fresh judge
+                writer.write(frame(marshal.dumps(("too large", f"the test's call arguments are over "
+                                                               f"{JUDGE_MESSAGE >> 20} MiB"))))
+                os._exit(0)
             writer.write(frame(payload))
             kind, value = read()
             if kind != "value":
                 raise _Abort()
             return value
 
+        def cpu_spent(*_):
+            raise _CpuSpent()
+
+        signal.signal(signal.SIGXCPU, cpu_spent)
         env = {}
         while True:
             kind, payload = read()
@@ -1422,13 +1450,93 @@ def _judge_main(memory_mb, cmd_r, res_w):
             except _Abort:
                 writer.write(frame(marshal.dumps(("aborted", None))))
                 continue
+            except _CpuSpent:
+                writer.write(frame(marshal.dumps(("done", "the test ran past its CPU bound", True))))
+                os._exit(0)
             except AssertionError as e:
                 error = "AssertionError" + (f": {e}" if str(e) else "")
-            except BaseException as e:
+            except BaseException as e:   # MemoryError (its memory bound) among them: the test's verdict
                 error = _describe(e)
-            writer.write(frame(marshal.dumps(("done", error))))
+            writer.write(frame(marshal.dumps(("done", error, False))))
     finally:
         os._exit(0)
+
+
+class _CpuSpent(BaseException):
+    """In the judge: the job's CPU budget is spent (SIGXCPU at RLIMIT_CPU's soft limit)."""
+
+
+def _judge_host(sock, memory_mb):
+    """The judge host: forked by the worker before it made the programs' PID namespace, so that every judge it
+    forks lives outside it: no program can see one (its pid, whether one ran) or signal it, whatever its uid.
+    Forks one judge (`_judge_main`) per byte the worker sends and hands back its pid, its pipes and a pidfd;
+    reaps its judges as they end. Never returns."""
+    try:
+        signal.signal(signal.SIGCHLD, lambda *_: _Scratch.reap())
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        keep = sock.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1 << 16)
+        while True:
+            if not sock.recv(1):   # the worker is gone
+                return
+            to_r, to_w = os.pipe()
+            from_r, from_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)   # the judge ends with its host (and the worker)
+                sock.close()
+                os.close(to_w)
+                os.close(from_r)
+                _judge_main(memory_mb, to_r, from_w)   # never returns
+            os.close(to_r)
+            os.close(from_w)
+            fds = [to_w, from_r]
+            try:
+                fds.append(os.pidfd_open(pid))
+            except (OSError, AttributeError):   # no pidfds: the worker signals the pid
+                pass
+            socket.send_fds(sock, [struct.pack("<i", pid)], fds)
+            for fd in fds:
+                os.close(fd)
+    finally:
+        os._exit(0)
+
+
+class _JudgeHost:
+    """The worker's handle on the judge host (`_judge_host`): `spawn` asks it for a fresh judge."""
+
+    def __init__(self, memory_mb):
+        self.sock, theirs = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.sock.close()
+            _judge_host(theirs, memory_mb)
+        theirs.close()
+
+    def spawn(self):
+        """Return a fresh judge's (pid, the worker's end of its command pipe, of its result pipe, pidfd or None)."""
+        try:
+            self.sock.sendall(b"J")
+            msg, fds, _, _ = socket.recv_fds(self.sock, 16, 3)
+        except OSError:
+            raise _JudgeBroke() from None
+        if len(msg) != 4 or len(fds) < 2:
+            raise _JudgeBroke()
+        return (struct.unpack("<i", msg)[0], fds[0], fds[1], fds[2] if len(fds) > 2 else None)
+
+    def close(self):
+        self.sock.close()
+        _end_process(self.pid)
+
+
+def _end_process(pid):
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
 
 
 class _ProgramError(Exception):
@@ -1474,6 +1582,7 @@ class _Worker:
         self.warm = None             # the pre-forked _Child waiting for the next program
         self.dying = []              # pidfds of killed children not yet seen to end
         self.judge_proc = None       # the _Judge of judged tests (forked at the first one)
+        self.judge_host = None       # the _JudgeHost that forks judges outside the programs' PID namespace
 
     def judge(self):
         """Return the judge of judged tests (`_Judge`), forked afresh when there is none, or when the last one has
@@ -1481,7 +1590,7 @@ class _Worker:
         if self.judge_proc is not None and self.judge_proc.jobs >= JUDGE_JOBS:
             self.close_judge()
         if self.judge_proc is None:
-            self.judge_proc = _Judge(self.cfg["limits"]["memory_mb"])
+            self.judge_proc = _Judge(self.judge_host)
         return self.judge_proc
 
     def close_judge(self):
@@ -1661,19 +1770,14 @@ def _pidfd_works():
 
 
 def _enter_namespaces(cfg, have, missing):
-    """Unshare network, mount, IPC and (when pidfds work: the worker then finds its children's host pids) PID
-    namespaces; as a non-root user inside a new user namespace. Returns the flags in force (0: none)."""
-    flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC | (CLONE_NEWPID if _pidfd_works() else 0)
+    """Unshare network, mount and IPC namespaces; as a non-root user inside a new user namespace. Returns the flags
+    in force (0: none). The programs' PID namespace comes later (`_enter_pid_namespace`), after the judge host."""
+    flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
-    for attempt in (flags, flags & ~CLONE_NEWPID):
-        try:
-            _unshare(attempt | (0 if root else CLONE_NEWUSER))
-            flags = attempt
-            break
-        except OSError as e:
-            error = e
-    else:
+    try:
+        _unshare(flags | (0 if root else CLONE_NEWUSER))
+    except OSError as error:
         missing.append(f"namespaces ({error.strerror}): network reachable, the whole file system visible")
         return 0
     if not root:
@@ -1683,11 +1787,24 @@ def _enter_namespaces(cfg, have, missing):
         have.append("user-ns")
     have.append("net-ns (no interfaces, no loopback)")
     have.append("ipc-ns (a fresh one per program)")
-    if flags & CLONE_NEWPID:
-        have.append("pid-ns (a program sees only its own processes)")
-    else:
-        missing.append("pid-ns (no pidfd): programs see every process of the host in /proc")
     return flags
+
+
+def _enter_pid_namespace(cfg, report):
+    """Make the PID namespace the worker's next child (the zygote, init of the programs) is born in, when pidfds
+    work (the worker then finds its children's pids) and namespaces do; sets cfg["pidns"]. Called after the judge
+    host was forked (`_JudgeHost`): the judges live in the worker's namespace, out of the programs' sight."""
+    cfg["pidns"] = False
+    if cfg["namespaces"] and _pidfd_works():
+        try:
+            _unshare(CLONE_NEWPID)
+            cfg["pidns"] = True
+        except OSError:
+            pass
+    if cfg["pidns"]:
+        report["have"].append("pid-ns (a program sees only its own processes; the judges live outside it)")
+    elif cfg["namespaces"]:
+        report["missing"].append("pid-ns (no pidfd): programs see every process of the host in /proc")
 
 
 def _bind(fd_or_path, target, is_dir):
@@ -1808,11 +1925,11 @@ def _pivot_into(new):
 
 
 def _isolate(cfg):
-    """Enter the namespaces and the private root; return the isolation report {"have": [...], "missing": [...]}
-    and set cfg["pidns"] (the zygote then mounts the programs' /proc)."""
+    """Enter the namespaces (but the PID namespace: `_enter_pid_namespace`) and the private root; return the
+    isolation report {"have": [...], "missing": [...]}."""
     have, missing = [], []
     flags = _enter_namespaces(cfg, have, missing)
-    cfg["pidns"] = bool(flags & CLONE_NEWPID)
+    cfg["namespaces"] = bool(flags)
     cfg["ipc_ns"] = bool(flags & CLONE_NEWIPC)
     cfg["private_root"] = False
     if flags:
@@ -1890,6 +2007,8 @@ def main():
     # to the programs' before the first child.
     mem = (max(int(cfg["limits"]["memory_mb"]), 1024) + 1024) << 20
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    worker.judge_host = _JudgeHost(cfg["limits"]["memory_mb"])   # before the programs' PID namespace exists
+    _enter_pid_namespace(cfg, iso)
     a, b = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -1939,6 +2058,7 @@ def main():
             reply({"error": f"{type(e).__name__}: {e}"[:400]})
         worker.tidy()   # raises only when the zygote is gone: the worker exits and the trainer starts a new one
     worker.close_judge()
+    worker.judge_host.close()
     worker.sweep()
     os.kill(pid, signal.SIGKILL)
 

@@ -379,3 +379,73 @@ def test_the_zygote_tells_nothing_of_earlier_programs(box):
     before = answer(box, read)
     answer(box, burn)
     assert answer(box, read) == before
+
+
+# --------------------------------------------------------------------------------- the judge is out of reach (42)
+
+JUDGED = ["assert f(1) == 2", "assert f(2) == 3 and f(0) == 1"]
+
+# forks a child (its pid tells whether a process of the slot took a number before it), lists the pids it can see,
+# and sends SIGKILL to every pid up to 400 but its own (where programs share one uid with the worker's helpers:
+# unprivileged, in a user namespace, this reached the judge)
+REACH = ("import os, signal\ndef f(x):\n"
+         "    child = os.fork()\n"
+         "    if child == 0:\n        os._exit(0)\n"
+         "    os.waitpid(child, 0)\n"
+         "    seen = sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) if os.path.isdir('/proc/1') else []\n"
+         "    killed = []\n"
+         "    for pid in range(1, 400):\n"
+         "        if pid != os.getpid():\n"
+         "            try:\n                os.kill(pid, signal.SIGKILL)\n                killed.append(pid)\n"
+         "            except OSError:\n                pass\n"
+         "    return [os.getpid(), child, seen, killed]\n")
+
+
+def judged_verdicts(box) -> list[tuple[bool, bool]]:
+    from rewards.judged_tests import judged_suite
+    report = box.run_detailed(HONEST, judged_suite("f", JUDGED), 5.0, 2)
+    assert report.error is None, report
+    return [(o.passed, o.on_values) for o in report.outcomes]
+
+
+def test_no_program_can_see_or_signal_the_judge(box):
+    # the judge of judged tests lived in the programs' PID namespace: a program saw whether a judged job had run
+    # before it (pid 3 taken: its children numbered from 4) and, unprivileged, killed it, after which every test
+    # of the next judged job failed "on values" (another coder's row, or the reference's: -1 to a tester)
+    before = answer(box, REACH)
+    assert judged_verdicts(box) == [(True, True)] * 2   # a judge now exists
+    pid, child, seen, killed = answer(box, REACH)
+    assert [pid, child] == before[:2], (before, pid, child)   # no number taken by the judge
+    assert set(seen) <= {1, pid, child} and set(killed) <= {1, child}, (seen, killed)
+    assert judged_verdicts(box) == [(True, True)] * 2   # the same judge, alive
+
+
+def _judge_processes(box) -> tuple[int, int]:
+    """(the judge host's pid, the judge's pid) of the one-slot pool, as the host's /proc numbers them."""
+    def children(pid: int) -> list[int]:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    worker = box._slots[0].proc.pid
+    for host in children(worker):
+        judges = [c for c in children(host) if not open(f"/proc/{c}/comm").read().startswith("sbx-")]
+        if judges and not any(open(f"/proc/{c}/comm").read().startswith("sbx-") for c in children(host)):
+            return host, judges[0]
+    raise AssertionError("no judge found")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="finds the judge through /proc")
+def test_a_lost_judge_is_a_sandbox_error_and_a_retry_never_a_verdict(box):
+    import signal
+    import time
+    assert judged_verdicts(box) == [(True, True)] * 2
+    host, judge = _judge_processes(box)
+    os.kill(judge, signal.SIGKILL)                       # lost between jobs (the OOM killer, say)
+    time.sleep(0.1)
+    assert judged_verdicts(box) == [(True, True)] * 2   # the job ran again on a fresh judge
+    os.kill(host, signal.SIGKILL)                        # no judge can be had: a sandbox error, no verdict
+    time.sleep(0.1)
+    from rewards.judged_tests import judged_suite
+    report = box.run_detailed(HONEST, judged_suite("f", JUDGED), 5.0, 2)
+    assert report.error and "judge" in report.error, report
+    assert [(o.passed, o.on_values) for o in report.outcomes] == [(False, False)] * 2
+    assert judged_verdicts(box) == [(True, True)] * 2   # a fresh worker, and with it a judge host
