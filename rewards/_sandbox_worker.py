@@ -274,7 +274,7 @@ def _child(cfg, cmd_r, res_w, out_w):
     """Set up the child and serve call requests. Never returns.
 
     This runs right after the zygote's fork, before any job is known (the *warm* child). What is the same for
-    every child was done once in the zygote and is inherited (no_new_privs, rlimits other than CPU, no
+    every child was done once in the zygote and is inherited (no_new_privs, no
     supplementary groups, SIGPIPE's default action, the scrubbed environment with the slot's HOME and TMPDIR,
     /dev/null on fd 0, the pre-imported modules): after a fork every page the child writes is first copied,
     and these copy-on-write faults, not the syscalls, are the dear part of a child, so the set-up here is the
@@ -299,6 +299,8 @@ def _child(cfg, cmd_r, res_w, out_w):
             os.close(fd)
         elif cfg["fallback_filter"] is not None:
             _install_seccomp(cfg["fallback_filter"])   # no cgroup: no memfds (see FALLBACK_RULES)
+        for res, value in cfg["rlimits"]:   # every limit from the configuration, whatever became of the zygote's
+            resource.setrlimit(res, value)  # (before the uid change: root may raise a hard limit again)
         if cfg["uid"] is not None:
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
@@ -413,13 +415,21 @@ def _child(cfg, cmd_r, res_w, out_w):
 SYSCALLS = {
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "clone": 56, "fork": 57,
                             "vfork": 58, "unshare": 272, "clone3": 435, "sched_setaffinity": 203,
-                            "memfd_create": 319}),
+                            "memfd_create": 319, "prlimit64": 302, "setpriority": 141, "sched_setparam": 142,
+                            "sched_setscheduler": 144, "sched_setattr": 314, "ioprio_set": 251, "ptrace": 101,
+                            "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
+                            "process_madvise": 440}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "clone": 220, "unshare": 97,
-                             "clone3": 435, "sched_setaffinity": 122, "memfd_create": 279}),
+                             "clone3": 435, "sched_setaffinity": 122, "memfd_create": 279, "prlimit64": 261,
+                             "setpriority": 140, "sched_setparam": 118, "sched_setscheduler": 119,
+                             "sched_setattr": 274, "ioprio_set": 30, "ptrace": 117, "process_vm_readv": 270,
+                             "process_vm_writev": 271, "kcmp": 272, "pidfd_getfd": 438, "process_madvise": 440}),
 }
 EPERM, EAGAIN, ENOSYS = 1, 11, 38
 CLONE_THREAD = 0x00010000
-# (syscall, errno, flag test on the first argument: None = always, ("set", bits) or ("clear", bits))
+# (syscall, errno, when): refused always when `when` is None, else when any of its conditions holds:
+# ("set", bits) / ("clear", bits) on the first argument's low 32 bits, or ("not", i, value): argument i is not
+# `value` (all 64 bits)
 ZYGOTE_RULES = (
     # the per-uid keyrings outlive a program: no program may leave a key for the next one
     ("add_key", EPERM, None), ("request_key", EPERM, None), ("keyctl", EPERM, None),
@@ -430,6 +440,17 @@ ZYGOTE_RULES = (
     ("clone3", ENOSYS, None),
     # a slot is pinned to one CPU: a program may not widen its affinity and take its neighbours' CPUs
     ("sched_setaffinity", EPERM, None),
+    # no program reaches into another process: limits, priorities and scheduling apply to the caller only (pid 0,
+    # what the C library passes for its own), and nothing traces, reads, writes or compares another's memory and
+    # files. Unprivileged, programs share the uid of the zygote, the worker and the judges: `prlimit(1,
+    # RLIMIT_AS, ...)` on the zygote bounded every later program of its slot.
+    ("prlimit64", EPERM, (("not", 0, 0),)),
+    ("setpriority", EPERM, (("not", 0, 0), ("not", 1, 0))),   # PRIO_PROCESS of the caller only
+    ("sched_setparam", EPERM, (("not", 0, 0),)), ("sched_setscheduler", EPERM, (("not", 0, 0),)),
+    ("sched_setattr", EPERM, (("not", 0, 0),)),
+    ("ioprio_set", EPERM, (("not", 0, 1), ("not", 1, 0))),    # IOPRIO_WHO_PROCESS of the caller only
+    ("ptrace", EPERM, None), ("process_vm_readv", EPERM, None), ("process_vm_writev", EPERM, None),
+    ("kcmp", EPERM, None), ("pidfd_getfd", EPERM, None), ("process_madvise", EPERM, None),
 )
 # Without a cgroup, memory is bounded per process (RLIMIT_AS) and processes per slot (RLIMIT_NPROC: the slot's
 # uid, or the worker's user namespace, where the kernel counts per namespace since Linux 5.14): a program may hold
@@ -454,18 +475,28 @@ def _seccomp_program(rules):
             (ld, 0, 0, 0),              # the syscall number
             (jge, 0, 1, 0x40000000),    # x32 (bit 30): kill
             (ret, 0, 0, kill)]
-    for name, errno, test in rules:
+    for name, errno, when in rules:
         if name not in numbers:
             continue
         deny = (ret, 0, 0, 0x00050000 | errno)
-        if test is None:
+        if when is None:
             prog += [(jeq, 0, 1, numbers[name]), deny]
-        else:
-            how, bits = test
-            prog += [(jeq, 0, 4, numbers[name]),   # another syscall: on past this rule's 5 instructions
-                     (ld, 0, 0, 16),    # the low 32 bits of the first argument (the flags)
-                     (jset, 0, 1, bits) if how == "set" else (jset, 1, 0, bits),
-                     deny, (ret, 0, 0, allow)]
+            continue
+        if when and when[0] in ("set", "clear"):   # one flag test on the first argument
+            when = (when,)
+        body = []   # each condition jumps to the deny (the body's last instruction) when it holds
+        for cond in when:
+            if cond[0] in ("set", "clear"):
+                body += [(ld, 0, 0, 16), (jset, "deny", 0, cond[1]) if cond[0] == "set" else (jset, 0, "deny", cond[1])]
+            else:   # ("not", i, value): the low and the high 32 bits of argument i
+                _, i, value = cond
+                body += [(ld, 0, 0, 16 + 8 * i), (jeq, 0, "deny", value & 0xFFFFFFFF),
+                         (ld, 0, 0, 20 + 8 * i), (jeq, 0, "deny", value >> 32)]
+        body += [(ret, 0, 0, allow), deny]
+        end = len(body) - 1
+        body = [(code, *(end - k - 1 if j == "deny" else j for j in (jt, jf)), k_)
+                for k, (code, jt, jf, k_) in enumerate(body)]
+        prog += [(jeq, 0, len(body), numbers[name])] + body   # another syscall: on past this rule
     prog.append((ret, 0, 0, allow))
     return (ctypes.c_ubyte * (8 * len(prog)))(*b"".join(struct.pack("<HBBI", *ins) for ins in prog))
 
@@ -690,6 +721,31 @@ def _join_cgroup(cfg):
             os.close(fd)
 
 
+def _program_rlimits(cfg):
+    """Every rlimit of a program, from the configuration (CPU aside: per job), the rest as the zygote found them
+    at its start: [(resource, (soft, hard))]. Set in the zygote, and again by each child after the fork (`_child`),
+    so that nothing done to the zygote's limits after its start reaches a program (seccomp refuses a program's
+    prlimit on any other process: `ZYGOTE_RULES`)."""
+    lim = cfg["limits"]
+    mem = int(lim["memory_mb"]) << 20
+    limits = {resource.RLIMIT_AS: (mem, mem), resource.RLIMIT_FSIZE: (int(lim["fsize_mb"]) << 20,) * 2,
+              resource.RLIMIT_NOFILE: (int(lim["nofile"]),) * 2, resource.RLIMIT_CORE: (0, 0),
+              resource.RLIMIT_MEMLOCK: (0, 0)}
+    if cfg["uid"] is not None:
+        limits[resource.RLIMIT_NPROC] = (int(lim["nproc"]),) * 2
+    elif cfg["drop_caps"]:   # our own user namespace: counted per namespace (Linux >= 5.14), with the worker, the
+        # zygote and the judge host (and a judge, while there is one)
+        limits[resource.RLIMIT_NPROC] = (int(lim["nproc"]) + 3,) * 2
+    for name in dir(resource):
+        res = getattr(resource, name)
+        if name.startswith("RLIMIT_") and name != "RLIMIT_CPU" and res not in limits:
+            try:
+                limits[res] = resource.getrlimit(res)
+            except (OSError, ValueError):
+                pass
+    return sorted(limits.items())
+
+
 def _zygote(sock, cfg):
     # The zygote reaps its children and adopted orphans itself, as they end and again before each fork
     # (`_Scratch.reap`): the kernel's own reaping (SIGCHLD ignored) frees a pid number a moment after the process
@@ -721,10 +777,11 @@ def _zygote(sock, cfg):
     try:
         _install_seccomp(_seccomp_program(ZYGOTE_RULES))
         report["have"].append("seccomp: no keyring syscalls, no user namespace (clone3: ENOSYS), "
-                              "no sched_setaffinity")
+                              "no sched_setaffinity, no limit, priority or scheduling of another process, "
+                              "no ptrace")
     except OSError as e:
         report["missing"].append(f"seccomp ({e.strerror}): programs may use the kernel keyrings, create user "
-                                 f"namespaces and widen their CPU affinity")
+                                 f"namespaces, widen their CPU affinity and change other processes' limits")
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
@@ -737,19 +794,11 @@ def _zygote(sock, cfg):
             __import__(name)
         except Exception:
             pass
-    lim = cfg["limits"]
-    mem = int(lim["memory_mb"]) << 20
-    for res, value in ((resource.RLIMIT_AS, (mem, mem)),
-                       (resource.RLIMIT_FSIZE, (int(lim["fsize_mb"]) << 20,) * 2),
-                       (resource.RLIMIT_NOFILE, (int(lim["nofile"]),) * 2),
-                       (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_MEMLOCK, (0, 0))):
+    cfg["rlimits"] = _program_rlimits(cfg)
+    for res, value in cfg["rlimits"]:
         resource.setrlimit(res, value)
     if cfg["uid"] is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]),) * 2)
         os.setgroups([])
-    elif cfg["drop_caps"]:   # our own user namespace: counted per namespace (Linux >= 5.14), with the worker, the
-        # zygote and the judge host (and a judge, while there is one)
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]) + 3,) * 2)
     try:
         cfg["cgroup"] = _join_cgroup(cfg)
     except OSError as e:
