@@ -1,7 +1,7 @@
 """One sandbox worker: started by `rewards.sandbox.Sandbox` as `python -s -P _sandbox_worker.py CONFIG_JSON` with
 PYTHONHASHSEED fixed (`rewards.sandbox.WORKER_HASH_SEED`) and nothing else of the caller's environment.
 
-Stdlib only; the trainer imports only its framing (`frame`, `unframe`). Three kinds of process take part,
+Stdlib only; the trainer imports only its framing (`frame`, `unframe`). Four kinds of process take part,
 all below the trainer:
 
 - the *worker* (this process after set-up): enters fresh network (no interface, not even loopback), mount, IPC and
@@ -18,12 +18,17 @@ all below the trainer:
   or an expected value. It is PID 1 of the programs' PID namespace (when it dies, every program dies; before each
   fork it sets the namespace's pid counter back, so every program is pid 2 whatever earlier ones forked) with a
   /proc of that namespace only (a fresh mount for each program), installs a seccomp filter (no keyring syscalls,
-  no user namespace, no sched_setaffinity; `ZYGOTE_RULES`), enters the slot's cgroup (`_join_cgroup`),
+  no user namespace, no sched_setaffinity, no reach into another process; `ZYGOTE_RULES`), enters the slot's
+  cgroup (`_join_cgroup`),
   pre-imports common modules and forks one child per program on request, each in fresh mount and IPC
   namespaces with a fresh tmpfs on every scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock; `_Scratch`). It
   reaps its children and a program's orphans (it is their subreaper) as they end; its SIGINT is the default
   action, so no program's signal can end it.
-- the *child*: new session, rlimits, fresh temp dir, scrubbed environment, an unprivileged uid of its own slot
+- the *judge host*: forked by the worker before it makes the programs' PID namespace; it forks the judges of
+  judged tests (`_Judge`, `_judge_main`), which therefore live outside that namespace: no program sees or
+  signals one.
+- the *child*: new session, rlimits (every one set again after the fork), fresh temp dir, scrubbed environment,
+  an unprivileged uid of its own slot
   (so RLIMIT_NPROC applies and the trainer/worker/zygote, all root, are out of reach; in a user namespace,
   where there is one uid only, it drops every capability instead), no new privileges, all
   inherited descriptors closed. It runs the program and answers call requests; each result is encoded as
@@ -640,10 +645,9 @@ class _Scratch:
 
     @staticmethod
     def own_children():
-        """The pids of the zygote's children (its threads' `children` lists in /proc). Not kill(-1): the worker's
-        judge (`_Judge`, forked by the worker after it entered the PID namespace) lives in this namespace too and
-        is not a program's; every program's process is the zygote's child, or comes back to it once its parent
-        is killed, so killing the children until none is left reaches them all."""
+        """The pids of the zygote's children (its threads' `children` lists in /proc): every program's process is
+        the zygote's child, or comes back to it once its parent is killed, so killing the children until none is
+        left reaches them all."""
         pids = set()
         try:
             for tid in os.listdir("/proc/self/task"):
