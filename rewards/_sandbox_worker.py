@@ -1,7 +1,7 @@
 """One sandbox worker: started by `rewards.sandbox.Sandbox` as `python -s -P _sandbox_worker.py CONFIG_JSON` with
 PYTHONHASHSEED fixed (`rewards.sandbox.WORKER_HASH_SEED`) and nothing else of the caller's environment.
 
-Stdlib only; the trainer imports only its framing (`frame`, `unframe`). Three kinds of process take part,
+Stdlib only; the trainer imports only its framing (`frame`, `unframe`). Four kinds of process take part,
 all below the trainer:
 
 - the *worker* (this process after set-up): enters fresh network (no interface, not even loopback), mount, IPC and
@@ -18,12 +18,17 @@ all below the trainer:
   or an expected value. It is PID 1 of the programs' PID namespace (when it dies, every program dies; before each
   fork it sets the namespace's pid counter back, so every program is pid 2 whatever earlier ones forked) with a
   /proc of that namespace only (a fresh mount for each program), installs a seccomp filter (no keyring syscalls,
-  no user namespace, no sched_setaffinity; `ZYGOTE_RULES`), enters the slot's cgroup (`_join_cgroup`),
+  no user namespace, no sched_setaffinity, no reach into another process; `ZYGOTE_RULES`), enters the slot's
+  cgroup (`_join_cgroup`),
   pre-imports common modules and forks one child per program on request, each in fresh mount and IPC
   namespaces with a fresh tmpfs on every scratch dir (/tmp, /var/tmp, /dev/shm, /run/lock; `_Scratch`). It
   reaps its children and a program's orphans (it is their subreaper) as they end; its SIGINT is the default
   action, so no program's signal can end it.
-- the *child*: new session, rlimits, fresh temp dir, scrubbed environment, an unprivileged uid of its own slot
+- the *judge host*: forked by the worker before it makes the programs' PID namespace; it forks the judges of
+  judged tests (`_Judge`, `_judge_main`), which therefore live outside that namespace: no program sees or
+  signals one.
+- the *child*: new session, rlimits (every one set again after the fork), fresh temp dir, scrubbed environment,
+  an unprivileged uid of its own slot
   (so RLIMIT_NPROC applies and the trainer/worker/zygote, all root, are out of reach; in a user namespace,
   where there is one uid only, it drops every capability instead), no new privileges, all
   inherited descriptors closed. It runs the program and answers call requests; each result is encoded as
@@ -274,7 +279,7 @@ def _child(cfg, cmd_r, res_w, out_w):
     """Set up the child and serve call requests. Never returns.
 
     This runs right after the zygote's fork, before any job is known (the *warm* child). What is the same for
-    every child was done once in the zygote and is inherited (no_new_privs, rlimits other than CPU, no
+    every child was done once in the zygote and is inherited (no_new_privs, no
     supplementary groups, SIGPIPE's default action, the scrubbed environment with the slot's HOME and TMPDIR,
     /dev/null on fd 0, the pre-imported modules): after a fork every page the child writes is first copied,
     and these copy-on-write faults, not the syscalls, are the dear part of a child, so the set-up here is the
@@ -299,6 +304,8 @@ def _child(cfg, cmd_r, res_w, out_w):
             os.close(fd)
         elif cfg["fallback_filter"] is not None:
             _install_seccomp(cfg["fallback_filter"])   # no cgroup: no memfds (see FALLBACK_RULES)
+        for res, value in cfg["rlimits"]:   # every limit from the configuration, whatever became of the zygote's
+            resource.setrlimit(res, value)  # (before the uid change: root may raise a hard limit again)
         if cfg["uid"] is not None:
             os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
             os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
@@ -413,13 +420,21 @@ def _child(cfg, cmd_r, res_w, out_w):
 SYSCALLS = {
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "clone": 56, "fork": 57,
                             "vfork": 58, "unshare": 272, "clone3": 435, "sched_setaffinity": 203,
-                            "memfd_create": 319}),
+                            "memfd_create": 319, "prlimit64": 302, "setpriority": 141, "sched_setparam": 142,
+                            "sched_setscheduler": 144, "sched_setattr": 314, "ioprio_set": 251, "ptrace": 101,
+                            "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
+                            "process_madvise": 440}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "clone": 220, "unshare": 97,
-                             "clone3": 435, "sched_setaffinity": 122, "memfd_create": 279}),
+                             "clone3": 435, "sched_setaffinity": 122, "memfd_create": 279, "prlimit64": 261,
+                             "setpriority": 140, "sched_setparam": 118, "sched_setscheduler": 119,
+                             "sched_setattr": 274, "ioprio_set": 30, "ptrace": 117, "process_vm_readv": 270,
+                             "process_vm_writev": 271, "kcmp": 272, "pidfd_getfd": 438, "process_madvise": 440}),
 }
 EPERM, EAGAIN, ENOSYS = 1, 11, 38
 CLONE_THREAD = 0x00010000
-# (syscall, errno, flag test on the first argument: None = always, ("set", bits) or ("clear", bits))
+# (syscall, errno, when): refused always when `when` is None, else when any of its conditions holds:
+# ("set", bits) / ("clear", bits) on the first argument's low 32 bits, or ("not", i, value): argument i is not
+# `value` (all 64 bits)
 ZYGOTE_RULES = (
     # the per-uid keyrings outlive a program: no program may leave a key for the next one
     ("add_key", EPERM, None), ("request_key", EPERM, None), ("keyctl", EPERM, None),
@@ -430,6 +445,17 @@ ZYGOTE_RULES = (
     ("clone3", ENOSYS, None),
     # a slot is pinned to one CPU: a program may not widen its affinity and take its neighbours' CPUs
     ("sched_setaffinity", EPERM, None),
+    # no program reaches into another process: limits, priorities and scheduling apply to the caller only (pid 0,
+    # what the C library passes for its own), and nothing traces, reads, writes or compares another's memory and
+    # files. Unprivileged, programs share the uid of the zygote, the worker and the judges: `prlimit(1,
+    # RLIMIT_AS, ...)` on the zygote bounded every later program of its slot.
+    ("prlimit64", EPERM, (("not", 0, 0),)),
+    ("setpriority", EPERM, (("not", 0, 0), ("not", 1, 0))),   # PRIO_PROCESS of the caller only
+    ("sched_setparam", EPERM, (("not", 0, 0),)), ("sched_setscheduler", EPERM, (("not", 0, 0),)),
+    ("sched_setattr", EPERM, (("not", 0, 0),)),
+    ("ioprio_set", EPERM, (("not", 0, 1), ("not", 1, 0))),    # IOPRIO_WHO_PROCESS of the caller only
+    ("ptrace", EPERM, None), ("process_vm_readv", EPERM, None), ("process_vm_writev", EPERM, None),
+    ("kcmp", EPERM, None), ("pidfd_getfd", EPERM, None), ("process_madvise", EPERM, None),
 )
 # Without a cgroup, memory is bounded per process (RLIMIT_AS) and processes per slot (RLIMIT_NPROC: the slot's
 # uid, or the worker's user namespace, where the kernel counts per namespace since Linux 5.14): a program may hold
@@ -454,18 +480,28 @@ def _seccomp_program(rules):
             (ld, 0, 0, 0),              # the syscall number
             (jge, 0, 1, 0x40000000),    # x32 (bit 30): kill
             (ret, 0, 0, kill)]
-    for name, errno, test in rules:
+    for name, errno, when in rules:
         if name not in numbers:
             continue
         deny = (ret, 0, 0, 0x00050000 | errno)
-        if test is None:
+        if when is None:
             prog += [(jeq, 0, 1, numbers[name]), deny]
-        else:
-            how, bits = test
-            prog += [(jeq, 0, 4, numbers[name]),   # another syscall: on past this rule's 5 instructions
-                     (ld, 0, 0, 16),    # the low 32 bits of the first argument (the flags)
-                     (jset, 0, 1, bits) if how == "set" else (jset, 1, 0, bits),
-                     deny, (ret, 0, 0, allow)]
+            continue
+        if when and when[0] in ("set", "clear"):   # one flag test on the first argument
+            when = (when,)
+        body = []   # each condition jumps to the deny (the body's last instruction) when it holds
+        for cond in when:
+            if cond[0] in ("set", "clear"):
+                body += [(ld, 0, 0, 16), (jset, "deny", 0, cond[1]) if cond[0] == "set" else (jset, 0, "deny", cond[1])]
+            else:   # ("not", i, value): the low and the high 32 bits of argument i
+                _, i, value = cond
+                body += [(ld, 0, 0, 16 + 8 * i), (jeq, 0, "deny", value & 0xFFFFFFFF),
+                         (ld, 0, 0, 20 + 8 * i), (jeq, 0, "deny", value >> 32)]
+        body += [(ret, 0, 0, allow), deny]
+        end = len(body) - 1
+        body = [(code, *(end - k - 1 if j == "deny" else j for j in (jt, jf)), k_)
+                for k, (code, jt, jf, k_) in enumerate(body)]
+        prog += [(jeq, 0, len(body), numbers[name])] + body   # another syscall: on past this rule
     prog.append((ret, 0, 0, allow))
     return (ctypes.c_ubyte * (8 * len(prog)))(*b"".join(struct.pack("<HBBI", *ins) for ins in prog))
 
@@ -609,10 +645,9 @@ class _Scratch:
 
     @staticmethod
     def own_children():
-        """The pids of the zygote's children (its threads' `children` lists in /proc). Not kill(-1): the worker's
-        judge (`_Judge`, forked by the worker after it entered the PID namespace) lives in this namespace too and
-        is not a program's; every program's process is the zygote's child, or comes back to it once its parent
-        is killed, so killing the children until none is left reaches them all."""
+        """The pids of the zygote's children (its threads' `children` lists in /proc): every program's process is
+        the zygote's child, or comes back to it once its parent is killed, so killing the children until none is
+        left reaches them all."""
         pids = set()
         try:
             for tid in os.listdir("/proc/self/task"):
@@ -690,6 +725,31 @@ def _join_cgroup(cfg):
             os.close(fd)
 
 
+def _program_rlimits(cfg):
+    """Every rlimit of a program, from the configuration (CPU aside: per job), the rest as the zygote found them
+    at its start: [(resource, (soft, hard))]. Set in the zygote, and again by each child after the fork (`_child`),
+    so that nothing done to the zygote's limits after its start reaches a program (seccomp refuses a program's
+    prlimit on any other process: `ZYGOTE_RULES`)."""
+    lim = cfg["limits"]
+    mem = int(lim["memory_mb"]) << 20
+    limits = {resource.RLIMIT_AS: (mem, mem), resource.RLIMIT_FSIZE: (int(lim["fsize_mb"]) << 20,) * 2,
+              resource.RLIMIT_NOFILE: (int(lim["nofile"]),) * 2, resource.RLIMIT_CORE: (0, 0),
+              resource.RLIMIT_MEMLOCK: (0, 0)}
+    if cfg["uid"] is not None:
+        limits[resource.RLIMIT_NPROC] = (int(lim["nproc"]),) * 2
+    elif cfg["drop_caps"]:   # our own user namespace: counted per namespace (Linux >= 5.14), with the worker, the
+        # zygote and the judge host (and a judge, while there is one)
+        limits[resource.RLIMIT_NPROC] = (int(lim["nproc"]) + 3,) * 2
+    for name in dir(resource):
+        res = getattr(resource, name)
+        if name.startswith("RLIMIT_") and name != "RLIMIT_CPU" and res not in limits:
+            try:
+                limits[res] = resource.getrlimit(res)
+            except (OSError, ValueError):
+                pass
+    return sorted(limits.items())
+
+
 def _zygote(sock, cfg):
     # The zygote reaps its children and adopted orphans itself, as they end and again before each fork
     # (`_Scratch.reap`): the kernel's own reaping (SIGCHLD ignored) frees a pid number a moment after the process
@@ -721,10 +781,11 @@ def _zygote(sock, cfg):
     try:
         _install_seccomp(_seccomp_program(ZYGOTE_RULES))
         report["have"].append("seccomp: no keyring syscalls, no user namespace (clone3: ENOSYS), "
-                              "no sched_setaffinity")
+                              "no sched_setaffinity, no limit, priority or scheduling of another process, "
+                              "no ptrace")
     except OSError as e:
         report["missing"].append(f"seccomp ({e.strerror}): programs may use the kernel keyrings, create user "
-                                 f"namespaces and widen their CPU affinity")
+                                 f"namespaces, widen their CPU affinity and change other processes' limits")
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
@@ -737,18 +798,11 @@ def _zygote(sock, cfg):
             __import__(name)
         except Exception:
             pass
-    lim = cfg["limits"]
-    mem = int(lim["memory_mb"]) << 20
-    for res, value in ((resource.RLIMIT_AS, (mem, mem)),
-                       (resource.RLIMIT_FSIZE, (int(lim["fsize_mb"]) << 20,) * 2),
-                       (resource.RLIMIT_NOFILE, (int(lim["nofile"]),) * 2),
-                       (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_MEMLOCK, (0, 0))):
+    cfg["rlimits"] = _program_rlimits(cfg)
+    for res, value in cfg["rlimits"]:
         resource.setrlimit(res, value)
     if cfg["uid"] is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]),) * 2)
         os.setgroups([])
-    elif cfg["drop_caps"]:   # our own user namespace: counted per namespace (Linux >= 5.14), worker and zygote too
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(lim["nproc"]) + 2,) * 2)
     try:
         cfg["cgroup"] = _join_cgroup(cfg)
     except OSError as e:
@@ -895,6 +949,10 @@ def _same(a, b):
 
 class _Desync(BaseException):
     """A test made a call other than the one predicted: the job restarts without pipelining."""
+
+
+class _JudgeLost(BaseException):
+    """The judge of judged tests was lost in the middle of a test (`_JudgeBroke`): the job restarts."""
 
 
 class _CallPlan:
@@ -1147,17 +1205,25 @@ class _Job:
 
     # -- running the suite
     def run(self):
+        """Return the job's outcomes. A call other than the predicted one starts the job over without prediction;
+        a judge lost in the middle of a test (`_JudgeBroke`) starts it over on a fresh judge, once: a second loss
+        raises (the trainer's "sandbox error"), so no verdict ever rests on a lost judge."""
         job = self.job
         if job.get("trusted", True):
             self.calls = _CallPlan(self.w.plan(job))
+        lost = 0
         try:
-            try:
-                return self.run_units()
-            except _Desync:
-                # a call differed from the prediction: start over with a fresh child, one request per call
+            while True:
+                try:
+                    return self.run_units()
+                except _Desync:   # a fresh child, one request per call from now on
+                    self.calls = _CallPlan()
+                except _JudgeLost:
+                    lost += 1
+                    if lost > 1:
+                        raise RuntimeError("the judge of judged tests was lost twice") from None
                 self.kill()
-                self.calls, self.output, self.load_error = _CallPlan(), bytearray(), None
-                return self.run_units()
+                self.output, self.load_error, self.judge = bytearray(), None, None
         finally:
             self.kill(wait=False)
 
@@ -1170,7 +1236,10 @@ class _Job:
                 self.judge.start_job(self.job, self.deadline)
             return self.judge.evaluate(src, self)
         except _JudgeBroke:
-            return "the test ran past its memory or CPU bound"
+            self.flag = "judge lost"   # not the test's doing: `run` starts the job over
+            if self.judge is not None:
+                self.judge.broken = True
+            raise _JudgeLost() from None
         except _Timeout:
             self.flag = "timeout"
             raise
@@ -1226,6 +1295,8 @@ class _Job:
             # the unit's predicted call must have been made (a test that raised before it, say, did not)
             if self.flag == "desync" or self.calls.missed(index):
                 raise _Desync()
+            if self.flag == "judge lost":
+                raise _JudgeLost()
             if self.flag == "timeout":
                 self.timeouts += 1
                 self.kill()
@@ -1249,7 +1320,9 @@ JUDGE_JOBS = 256           # jobs one judge fork serves before the worker forks 
 
 
 class _JudgeBroke(Exception):
-    """The judge's process ended in the middle of a test (its CPU or memory bound, or a bug)."""
+    """The judge's process ended, or its pipe broke, in the middle of a test, without saying it reached its own
+    bound: not the test's doing (the judge is out of every program's reach; the OOM killer, say). The job is
+    run again on a fresh judge (`_Job.run`), and a second loss is a sandbox error, never a verdict."""
 
 
 class _Judge:
@@ -1264,16 +1337,10 @@ class _Judge:
     worker's, as for a trusted test). The fork serves the worker's jobs one after another (each job sends its own
     namespace and CPU budget first), until it breaks, runs past a deadline or has served JUDGE_JOBS jobs."""
 
-    def __init__(self, memory_mb):
-        to_r, to_w = os.pipe()
-        from_r, from_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            _judge_main(memory_mb, to_r, from_w)   # never returns
-        os.close(to_r)
-        os.close(from_w)
-        os.set_blocking(to_w, False)
-        self.pid, self.to_w, self.from_r, self.buf = pid, to_w, from_r, bytearray()
+    def __init__(self, host):
+        self.pid, self.to_w, self.from_r, self.pidfd = host.spawn()
+        os.set_blocking(self.to_w, False)
+        self.buf = bytearray()
         self.jobs = 0
         self.broken = False   # it overran a deadline, ended, or did not answer an abort: the worker closes it
 
@@ -1293,6 +1360,10 @@ class _Judge:
             while True:
                 msg = self.receive(run.deadline)
                 if msg[0] == "done":
+                    self.broken = msg[2]   # it spent its CPU bound: the verdict stands, and it ends
+                    return msg[1]
+                if msg[0] == "too large":
+                    self.broken = True     # (it ended after saying so)
                     return msg[1]
                 args, kwargs = msg[1]
                 try:
@@ -1341,19 +1412,21 @@ class _Judge:
                 self.buf += chunk
 
     def close(self):
-        """Kill the fork and reap it."""
+        """Kill the judge and wait (a second at most) until it has ended; the judge host reaps it."""
         for fd in (self.to_w, self.from_r):
             os.close(fd)
-        _end_process(self.pid)
-
-
-def _end_process(pid):
-    if pid is not None:
+        if self.pidfd is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return
         try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            select.select([self.pidfd], [], [], 1.0)
         except OSError:
             pass
+        os.close(self.pidfd)
 
 
 def _judge_namespace(context, entry_point, param, candidate):
@@ -1401,12 +1474,20 @@ def _judge_main(memory_mb, cmd_r, res_w):
                 payload = marshal.dumps(("call", (args, kwargs)))
             except ValueError:
                 raise TypeError("the test passes arguments that are not plain data") from None
+            if len(payload) > JUDGE_MESSAGE:   # the test's doing: its verdict, then a fresh judge
+                writer.write(frame(marshal.dumps(("too large", f"the test's call arguments are over "
+                                                               f"{JUDGE_MESSAGE >> 20} MiB"))))
+                os._exit(0)
             writer.write(frame(payload))
             kind, value = read()
             if kind != "value":
                 raise _Abort()
             return value
 
+        def cpu_spent(*_):
+            raise _CpuSpent()
+
+        signal.signal(signal.SIGXCPU, cpu_spent)
         env = {}
         while True:
             kind, payload = read()
@@ -1422,13 +1503,93 @@ def _judge_main(memory_mb, cmd_r, res_w):
             except _Abort:
                 writer.write(frame(marshal.dumps(("aborted", None))))
                 continue
+            except _CpuSpent:
+                writer.write(frame(marshal.dumps(("done", "the test ran past its CPU bound", True))))
+                os._exit(0)
             except AssertionError as e:
                 error = "AssertionError" + (f": {e}" if str(e) else "")
-            except BaseException as e:
+            except BaseException as e:   # MemoryError (its memory bound) among them: the test's verdict
                 error = _describe(e)
-            writer.write(frame(marshal.dumps(("done", error))))
+            writer.write(frame(marshal.dumps(("done", error, False))))
     finally:
         os._exit(0)
+
+
+class _CpuSpent(BaseException):
+    """In the judge: the job's CPU budget is spent (SIGXCPU at RLIMIT_CPU's soft limit)."""
+
+
+def _judge_host(sock, memory_mb):
+    """The judge host: forked by the worker before it made the programs' PID namespace, so that every judge it
+    forks lives outside it: no program can see one (its pid, whether one ran) or signal it, whatever its uid.
+    Forks one judge (`_judge_main`) per byte the worker sends and hands back its pid, its pipes and a pidfd;
+    reaps its judges as they end. Never returns."""
+    try:
+        signal.signal(signal.SIGCHLD, lambda *_: _Scratch.reap())
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        keep = sock.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1 << 16)
+        while True:
+            if not sock.recv(1):   # the worker is gone
+                return
+            to_r, to_w = os.pipe()
+            from_r, from_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)   # the judge ends with its host (and the worker)
+                sock.close()
+                os.close(to_w)
+                os.close(from_r)
+                _judge_main(memory_mb, to_r, from_w)   # never returns
+            os.close(to_r)
+            os.close(from_w)
+            fds = [to_w, from_r]
+            try:
+                fds.append(os.pidfd_open(pid))
+            except (OSError, AttributeError):   # no pidfds: the worker signals the pid
+                pass
+            socket.send_fds(sock, [struct.pack("<i", pid)], fds)
+            for fd in fds:
+                os.close(fd)
+    finally:
+        os._exit(0)
+
+
+class _JudgeHost:
+    """The worker's handle on the judge host (`_judge_host`): `spawn` asks it for a fresh judge."""
+
+    def __init__(self, memory_mb):
+        self.sock, theirs = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.sock.close()
+            _judge_host(theirs, memory_mb)
+        theirs.close()
+
+    def spawn(self):
+        """Return a fresh judge's (pid, the worker's end of its command pipe, of its result pipe, pidfd or None)."""
+        try:
+            self.sock.sendall(b"J")
+            msg, fds, _, _ = socket.recv_fds(self.sock, 16, 3)
+        except OSError:
+            raise _JudgeBroke() from None
+        if len(msg) != 4 or len(fds) < 2:
+            raise _JudgeBroke()
+        return (struct.unpack("<i", msg)[0], fds[0], fds[1], fds[2] if len(fds) > 2 else None)
+
+    def close(self):
+        self.sock.close()
+        _end_process(self.pid)
+
+
+def _end_process(pid):
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
 
 
 class _ProgramError(Exception):
@@ -1479,6 +1640,7 @@ class _Worker:
         self.warm = None             # the pre-forked _Child waiting for the next program
         self.dying = []              # pidfds of killed children not yet seen to end
         self.judge_proc = None       # the _Judge of judged tests (forked at the first one)
+        self.judge_host = None       # the _JudgeHost that forks judges outside the programs' PID namespace
 
     def judge(self):
         """Return the judge of judged tests (`_Judge`), forked afresh when there is none, or when the last one has
@@ -1486,7 +1648,7 @@ class _Worker:
         if self.judge_proc is not None and self.judge_proc.jobs >= JUDGE_JOBS:
             self.close_judge()
         if self.judge_proc is None:
-            self.judge_proc = _Judge(self.cfg["limits"]["memory_mb"])
+            self.judge_proc = _Judge(self.judge_host)
         return self.judge_proc
 
     def close_judge(self):
@@ -1668,19 +1830,14 @@ def _pidfd_works():
 
 
 def _enter_namespaces(cfg, have, missing):
-    """Unshare network, mount, IPC and (when pidfds work: the worker then finds its children's host pids) PID
-    namespaces; as a non-root user inside a new user namespace. Returns the flags in force (0: none)."""
-    flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC | (CLONE_NEWPID if _pidfd_works() else 0)
+    """Unshare network, mount and IPC namespaces; as a non-root user inside a new user namespace. Returns the flags
+    in force (0: none). The programs' PID namespace comes later (`_enter_pid_namespace`), after the judge host."""
+    flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
-    for attempt in (flags, flags & ~CLONE_NEWPID):
-        try:
-            _unshare(attempt | (0 if root else CLONE_NEWUSER))
-            flags = attempt
-            break
-        except OSError as e:
-            error = e
-    else:
+    try:
+        _unshare(flags | (0 if root else CLONE_NEWUSER))
+    except OSError as error:
         missing.append(f"namespaces ({error.strerror}): network reachable, the whole file system visible")
         return 0
     if not root:
@@ -1690,11 +1847,24 @@ def _enter_namespaces(cfg, have, missing):
         have.append("user-ns")
     have.append("net-ns (no interfaces, no loopback)")
     have.append("ipc-ns (a fresh one per program)")
-    if flags & CLONE_NEWPID:
-        have.append("pid-ns (a program sees only its own processes)")
-    else:
-        missing.append("pid-ns (no pidfd): programs see every process of the host in /proc")
     return flags
+
+
+def _enter_pid_namespace(cfg, report):
+    """Make the PID namespace the worker's next child (the zygote, init of the programs) is born in, when pidfds
+    work (the worker then finds its children's pids) and namespaces do; sets cfg["pidns"]. Called after the judge
+    host was forked (`_JudgeHost`): the judges live in the worker's namespace, out of the programs' sight."""
+    cfg["pidns"] = False
+    if cfg["namespaces"] and _pidfd_works():
+        try:
+            _unshare(CLONE_NEWPID)
+            cfg["pidns"] = True
+        except OSError:
+            pass
+    if cfg["pidns"]:
+        report["have"].append("pid-ns (a program sees only its own processes; the judges live outside it)")
+    elif cfg["namespaces"]:
+        report["missing"].append("pid-ns (no pidfd): programs see every process of the host in /proc")
 
 
 def _bind(fd_or_path, target, is_dir):
@@ -1815,11 +1985,11 @@ def _pivot_into(new):
 
 
 def _isolate(cfg):
-    """Enter the namespaces and the private root; return the isolation report {"have": [...], "missing": [...]}
-    and set cfg["pidns"] (the zygote then mounts the programs' /proc)."""
+    """Enter the namespaces (but the PID namespace: `_enter_pid_namespace`) and the private root; return the
+    isolation report {"have": [...], "missing": [...]}."""
     have, missing = [], []
     flags = _enter_namespaces(cfg, have, missing)
-    cfg["pidns"] = bool(flags & CLONE_NEWPID)
+    cfg["namespaces"] = bool(flags)
     cfg["ipc_ns"] = bool(flags & CLONE_NEWIPC)
     cfg["private_root"] = False
     if flags:
@@ -1897,6 +2067,8 @@ def main():
     # to the programs' before the first child.
     mem = (max(int(cfg["limits"]["memory_mb"]), 1024) + 1024) << 20
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    worker.judge_host = _JudgeHost(cfg["limits"]["memory_mb"])   # before the programs' PID namespace exists
+    _enter_pid_namespace(cfg, iso)
     a, b = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -1946,6 +2118,7 @@ def main():
             reply({"error": f"{type(e).__name__}: {e}"[:400]})
         worker.tidy()   # raises only when the zygote is gone: the worker exits and the trainer starts a new one
     worker.close_judge()
+    worker.judge_host.close()
     worker.sweep()
     os.kill(pid, signal.SIGKILL)
 

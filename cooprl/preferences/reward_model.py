@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from cooprl.models.value_model import ValueModel
+from cooprl.text import plain_text
 from cooprl.update.engine import Term, train_step
 from cooprl.update.losses import bradley_terry_loss, bradley_terry_losses
 from cooprl.update.optim import build_adamw
@@ -72,8 +73,9 @@ class RewardModel:
     def encode(self, prompts: Sequence[str], outputs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Return (prompt ids, answer ids + EOS), the prompt cut from the left to fit `max_length` in all."""
         prompt_text, answer_text = reward_input(prompts, outputs)
-        prompt = self.tokenizer(prompt_text, add_special_tokens=False).input_ids
-        answer = self.tokenizer(answer_text, add_special_tokens=False).input_ids
+        # model- and program-derived text: no special token is parsed out of it (`cooprl.text.plain_text`)
+        prompt = self.tokenizer(plain_text(prompt_text, self.tokenizer), add_special_tokens=False).input_ids
+        answer = self.tokenizer(plain_text(answer_text, self.tokenizer), add_special_tokens=False).input_ids
         # EOS closes the answers; answers too long on their own keep their start (and no prompt is left)
         answer = answer[:self.max_length - 1] + [self.tokenizer.eos_token_id]
         room = self.max_length - len(answer)

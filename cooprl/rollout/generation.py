@@ -22,7 +22,7 @@ import torch
 
 from cooprl.models.loading import autocast_context
 from cooprl.parallel.context import Parallel
-from cooprl.text import safe_text
+from cooprl.text import plain_text, safe_text
 
 
 @dataclass(frozen=True)
@@ -116,9 +116,11 @@ class HFGenerator:
     def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:
         """Return the unpadded token ids of each prompt, cut from the left to `max_prompt_tokens`.
 
-        Prompts carry model- and program-derived text (a task's feedback may quote error messages): `safe_text` first,
-        since a fast tokenizer refuses a lone surrogate (`TypeError: TextEncodeInput`)."""
-        prompts = [safe_text(p) for p in prompts]
+        Prompts carry model- and program-derived text (a task's feedback may quote error messages, a main's prompt
+        aux's code): `safe_text` first, since a fast tokenizer refuses a lone surrogate (`TypeError:
+        TextEncodeInput`), then `plain_text`, so that no special token is parsed out of it: the only ones in the ids
+        are those the chat template (or the tokenizer, without one) adds."""
+        prompts = [plain_text(safe_text(p), self.tokenizer) for p in prompts]
         if self.chat_template:
             prompts = [apply_chat_template(self.tokenizer, p) for p in prompts]
         encoded = self.tokenizer(list(prompts), add_special_tokens=not self.chat_template)["input_ids"]

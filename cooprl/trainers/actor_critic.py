@@ -51,6 +51,7 @@ from cooprl.parallel.context import Parallel
 from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout, tree_metrics
 from cooprl.samples import CriticSample, Step
 from cooprl.task import Task
+from cooprl.text import plain_text
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
 from cooprl.update.engine import Term, train_step
@@ -142,7 +143,8 @@ class ActorCritic(TeamAlgorithm):
 
     def _tokenize(self, critic: Critic, text: str) -> torch.Tensor:
         # keep the end of a long text: the value is read at its last token (critic_model.max_length tokens at most)
-        ids = critic.tokenizer(text)["input_ids"][-critic_max_length(self.config):]
+        # prompts and completions are model- and program-derived: no special token is parsed out of them
+        ids = critic.tokenizer(plain_text(text, critic.tokenizer))["input_ids"][-critic_max_length(self.config):]
         return torch.tensor(ids, dtype=torch.long)
 
     @torch.no_grad()

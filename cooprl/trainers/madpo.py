@@ -44,7 +44,7 @@ from cooprl.preferences.pairs import (IterationPlan, PairStore, PreferencePair, 
                                 open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.rollout.tree import tree_metrics
 from cooprl.task import Task
-from cooprl.text import safe_print
+from cooprl.text import plain_text, safe_print
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
 from cooprl.update.engine import Term, train_step
@@ -311,7 +311,7 @@ def candidate_metrics(root: Any, candidates: Sequence[Any]) -> dict[str, float]:
 def _completion_ids(tokenizer: Any, text: str, ids: list[int] | None) -> torch.Tensor:
     # the sampled ids when the policy wrote the text; another writer's text is tokenized (no EOS appended)
     if ids is None:
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(plain_text(text, tokenizer), add_special_tokens=False)["input_ids"]
     if not ids:  # an empty answer (e.g. a part a joint answer lacked) is the policy stopping at once
         ids = [tokenizer.eos_token_id]
     return torch.tensor(ids, dtype=torch.long)

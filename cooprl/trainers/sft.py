@@ -39,6 +39,7 @@ from cooprl.errors import UserError
 from cooprl.models.logprobs import completion_logprobs
 from cooprl.parallel.context import Parallel
 from cooprl.task import Task
+from cooprl.text import plain_text
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
 from cooprl.update.engine import Term, train_step
@@ -210,7 +211,7 @@ def tokenize(demonstration: Demonstration, team: Sequence[Agent]) -> TokenizedDe
     prompts, completions = [], []
     for agent, prompt, completion in zip(team, demonstration.prompts, demonstration.completions):
         prompts.append(agent.generator.encode_prompts([prompt])[0])
-        ids = agent.tokenizer(completion, add_special_tokens=False)["input_ids"]
+        ids = agent.tokenizer(plain_text(completion, agent.tokenizer), add_special_tokens=False)["input_ids"]
         eos = agent.tokenizer.eos_token_id
         completions.append(torch.tensor(list(ids) + [eos if isinstance(eos, int) else eos[0]], dtype=torch.long))
     return TokenizedDemonstration(prompts, completions, demonstration.source)

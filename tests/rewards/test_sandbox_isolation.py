@@ -379,3 +379,162 @@ def test_the_zygote_tells_nothing_of_earlier_programs(box):
     before = answer(box, read)
     answer(box, burn)
     assert answer(box, read) == before
+
+
+# --------------------------------------------------------------------------------- the judge is out of reach (42)
+
+JUDGED = ["assert f(1) == 2", "assert f(2) == 3 and f(0) == 1"]
+
+# forks a child (its pid tells whether a process of the slot took a number before it), lists the pids it can see,
+# and sends SIGKILL to every pid up to 400 but its own (where programs share one uid with the worker's helpers:
+# unprivileged, in a user namespace, this reached the judge)
+REACH = ("import os, signal\ndef f(x):\n"
+         "    child = os.fork()\n"
+         "    if child == 0:\n        os._exit(0)\n"
+         "    os.waitpid(child, 0)\n"
+         "    seen = sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) if os.path.isdir('/proc/1') else []\n"
+         "    killed = []\n"
+         "    for pid in range(1, 400):\n"
+         "        if pid != os.getpid():\n"
+         "            try:\n                os.kill(pid, signal.SIGKILL)\n                killed.append(pid)\n"
+         "            except OSError:\n                pass\n"
+         "    return [os.getpid(), child, seen, killed]\n")
+
+
+def judged_verdicts(box) -> list[tuple[bool, bool]]:
+    from rewards.judged_tests import judged_suite
+    report = box.run_detailed(HONEST, judged_suite("f", JUDGED), 5.0, 2)
+    assert report.error is None, report
+    return [(o.passed, o.on_values) for o in report.outcomes]
+
+
+def test_no_program_can_see_or_signal_the_judge(box):
+    # the judge of judged tests lived in the programs' PID namespace: a program saw whether a judged job had run
+    # before it (pid 3 taken: its children numbered from 4) and, unprivileged, killed it, after which every test
+    # of the next judged job failed "on values" (another coder's row, or the reference's: -1 to a tester)
+    before = answer(box, REACH)
+    assert judged_verdicts(box) == [(True, True)] * 2   # a judge now exists
+    pid, child, seen, killed = answer(box, REACH)
+    assert [pid, child] == before[:2], (before, pid, child)   # no number taken by the judge
+    assert set(seen) <= {1, pid, child} and set(killed) <= {1, child}, (seen, killed)
+    assert judged_verdicts(box) == [(True, True)] * 2   # the same judge, alive
+
+
+def _judge_processes(box) -> tuple[int, int]:
+    """(the judge host's pid, the judge's pid) of the one-slot pool, as the host's /proc numbers them."""
+    def children(pid: int) -> list[int]:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    worker = box._slots[0].proc.pid
+    for host in children(worker):
+        judges = [c for c in children(host) if not open(f"/proc/{c}/comm").read().startswith("sbx-")]
+        if judges and not any(open(f"/proc/{c}/comm").read().startswith("sbx-") for c in children(host)):
+            return host, judges[0]
+    raise AssertionError("no judge found")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="finds the judge through /proc")
+def test_a_lost_judge_is_a_sandbox_error_and_a_retry_never_a_verdict(box):
+    import signal
+    import time
+    assert judged_verdicts(box) == [(True, True)] * 2
+    host, judge = _judge_processes(box)
+    os.kill(judge, signal.SIGKILL)                       # lost between jobs (the OOM killer, say)
+    time.sleep(0.1)
+    assert judged_verdicts(box) == [(True, True)] * 2   # the job ran again on a fresh judge
+    os.kill(host, signal.SIGKILL)                        # no judge can be had: a sandbox error, no verdict
+    time.sleep(0.1)
+    from rewards.judged_tests import judged_suite
+    report = box.run_detailed(HONEST, judged_suite("f", JUDGED), 5.0, 2)
+    assert report.error and "judge" in report.error, report
+    assert [(o.passed, o.on_values) for o in report.outcomes] == [(False, False)] * 2
+    assert judged_verdicts(box) == [(True, True)] * 2   # a fresh worker, and with it a judge host
+
+
+# --------------------------------------------------------------------------------- limits are each program's (42)
+
+LIMITS = ("import os, resource\ndef f(x):\n"
+          "    names = ('RLIMIT_AS', 'RLIMIT_STACK', 'RLIMIT_NOFILE', 'RLIMIT_FSIZE', 'RLIMIT_NPROC', 'RLIMIT_DATA')\n"
+          "    block = bytearray(400 << 20)\n"   # more than the 300 MiB a program set on the zygote before
+          "    return [[n, list(resource.getrlimit(getattr(resource, n)))] for n in names] + [\n"
+          "        os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0), len(block) >> 20]\n")
+
+# every way a program may reach another process's limits, priority, scheduling or memory, each on the zygote
+# (pid 1) and on its parent; with its errno (0: done). Unprivileged, the programs share the zygote's uid: a
+# prlimit on it bounded every later program of the slot (MemoryError at 300 MiB, a 64 KiB stack).
+REACH_OTHERS = LIBC + (
+    "import resource\nSYS = {'x86_64': {'ptrace': 101, 'vm_readv': 310, 'vm_writev': 311, 'ioprio_set': 251,\n"
+    "       'kcmp': 312, 'pidfd_getfd': 438}, 'aarch64': {'ptrace': 117, 'vm_readv': 270, 'vm_writev': 271,\n"
+    "       'ioprio_set': 30, 'kcmp': 272, 'pidfd_getfd': 438}}[platform.machine()]\n"
+    "def errno(call):\n"
+    "    try:\n        call()\n        return 0\n    except OSError as e:\n        return e.errno\n"
+    "def raw(name, *args):\n"
+    "    return 0 if libc.syscall(SYS[name], *args) >= 0 else ctypes.get_errno()\n"
+    "def f(x):\n"
+    "    out = {}\n"
+    "    for pid in sorted({1, os.getppid()}):\n"
+    "        out[f'prlimit AS {pid}'] = errno(lambda: resource.prlimit(pid, resource.RLIMIT_AS, (300 << 20,) * 2))\n"
+    "        out[f'prlimit STACK {pid}'] = errno(\n"
+    "            lambda: resource.prlimit(pid, resource.RLIMIT_STACK, (1 << 16,) * 2))\n"
+    "        out[f'setpriority {pid}'] = errno(lambda: os.setpriority(os.PRIO_PROCESS, pid, 19))\n"
+    "        out[f'sched_setscheduler {pid}'] = errno(\n"
+    "            lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)))\n"
+    "        out[f'sched_setparam {pid}'] = errno(lambda: os.sched_setparam(pid, os.sched_param(0)))\n"
+    "        out[f'ioprio_set {pid}'] = raw('ioprio_set', 1, pid, 3 << 13)\n"
+    "        out[f'ptrace {pid}'] = raw('ptrace', 16, pid, 0, 0)\n"      # PTRACE_ATTACH
+    "        buf = ctypes.create_string_buffer(8)\n"
+    "        iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)\n"
+    "        out[f'process_vm_writev {pid}'] = raw('vm_writev', pid, iov, 1, iov, 1, 0)\n"
+    "        out[f'process_vm_readv {pid}'] = raw('vm_readv', pid, iov, 1, iov, 1, 0)\n"
+    "        out[f'kcmp {pid}'] = raw('kcmp', os.getpid(), pid, 0, 0, 0)\n"
+    "    out['setpriority of the uid'] = errno(lambda: os.setpriority(os.PRIO_USER, 0, 19))\n"
+    "    out['own: nice'] = errno(lambda: os.nice(1))\n"
+    "    out['own: setrlimit'] = errno(lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))\n"
+    "    out['own: prlimit 0'] = errno(lambda: resource.prlimit(0, resource.RLIMIT_NOFILE))\n"
+    "    out['own: sched_setscheduler 0'] = errno(\n"
+    "        lambda: os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)))\n"
+    "    out['own: ioprio_set 0'] = raw('ioprio_set', 1, 0, (2 << 13) | 4)\n"
+    "    return out\n")
+
+
+def test_no_program_can_change_another_processes_limits_priority_or_memory(box):
+    before = answer(box, LIMITS)
+    assert before[-1] == 400
+    reached = answer(box, REACH_OTHERS)
+    own = {k: v for k, v in reached.items() if k.startswith("own: ")}
+    assert own == dict.fromkeys(own, 0), own                  # a program still sets its own
+    others = {k: v for k, v in reached.items() if k not in own}
+    assert others == dict.fromkeys(others, 1), others         # EPERM, every one (seccomp)
+    assert answer(box, LIMITS) == before                       # the next program has its limits and priority
+
+
+def _zygote_pid(box) -> int:
+    """The zygote of the one-slot pool, as the host's /proc numbers it (pid 1 of the programs' namespace)."""
+    worker = box._slots[0].proc.pid
+    with open(f"/proc/{worker}/task/{worker}/children") as f:
+        for pid in map(int, f.read().split()):
+            with open(f"/proc/{pid}/status") as status:
+                if any(line.split()[1:] and line.split()[-1] == "1" for line in status if line.startswith("NSpid:")):
+                    return pid
+    pytest.skip("no PID namespace: the zygote is not pid 1 of one")
+
+
+def test_each_program_sets_every_limit_after_the_fork(box):
+    # whatever became of the zygote's own limits (lowered here from outside, as only the trainer's user may), each
+    # program has those of the configuration: the child sets them all again
+    import resource
+    before = answer(box, LIMITS)
+    zygote = _zygote_pid(box)
+    # (low enough to matter to a program, not so low that the zygote itself could not fork)
+    lowered = {resource.RLIMIT_AS: 360 << 20, resource.RLIMIT_STACK: 1 << 20, resource.RLIMIT_NOFILE: 40}
+    saved = {res: resource.prlimit(zygote, res) for res in lowered}
+    try:
+        for res, soft in lowered.items():
+            resource.prlimit(zygote, res, (soft, saved[res][1]))
+        assert answer(box, LIMITS) == before
+    finally:
+        for res, value in saved.items():
+            try:
+                resource.prlimit(zygote, res, value)
+            except ProcessLookupError:   # (the zygote did not take it: the slot was restarted)
+                pass
