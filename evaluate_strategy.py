@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cooprl.cli import print_interrupted, print_user_error, read_config
+from cooprl.cli import add_override_option, print_interrupted, print_user_error, read_config
 from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
                            check_override_sections)
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
@@ -319,8 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="completions (default: the code prompt is continued as text) or chat (hosted APIs)")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     add_threads_option(parser)
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
+    add_override_option(parser, "cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
     args = parser.parse_args(argv)
     setup_logging(logging.WARNING)
     use_torch_threads(args.torch_threads)

@@ -43,6 +43,13 @@ def example_config(trainer: str) -> str:
     return f"configs/{trainer.removesuffix('_iter')}_che_cpu.yaml"
 
 
+def add_override_option(parser: argparse.ArgumentParser, example: str) -> None:
+    """Add `--override KEY=VALUE ...` to `parser`: every `--override` flag adds its keys to the earlier ones' (one
+    more flag on a README command keeps the command's own); of two values of one key, the later wins."""
+    parser.add_argument("--override", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
+                        help=f"{example} (values parsed as YAML; repeatable)")
+
+
 def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) -> argparse.Namespace:
     """Return the parsed command line of a trainer script."""
     parser = argparse.ArgumentParser(
@@ -53,8 +60,7 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
                f"RUN_DIR/train.log holds a run's details",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help=f"YAML config (default: {default_config})")
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random (values parsed as YAML)")
+    add_override_option(parser, "e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random")
     parser.add_argument("--print-config", action="store_true", help="print the merged config as YAML and exit")
     parser.add_argument("--resume", metavar="RUN_DIR|latest",
                         help="continue a run from its newest complete checkpoint: RUN_DIR (its config.yaml is the "
