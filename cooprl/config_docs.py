@@ -187,7 +187,9 @@ RUNS_TEXT = [
     "- `--resume latest`: the newest run (its config.yaml written last: started or resumed last) of the script's "
     "trainer on the config's dataset, among `<run_name>` and `<run_name>-<n>` (without a run_name: "
     "`<trainer>-<dataset>-<time>`) under output.base_dir; an error when that run has no complete checkpoint. "
-    "Resuming a finished run says so and exits 0 (to train it further: a larger `<trainer>.max_steps`).",
+    "Resuming a finished run says so and exits 0, naming the override that trains it further (a larger "
+    "`<trainer>.max_steps` below the epochs' steps, else `num_train_epochs`; the _iter trainers' `num_iterations`); "
+    "a `max_steps` beyond `num_train_epochs`' steps trains those steps, with a warning that says so.",
     "- Exit status: 0 done, 2 after one `error:` line (bad input), 130 after Ctrl-C (the run saved a checkpoint "
     "after its step, or, in the evaluation before training, saved nothing).",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +66,15 @@ def train(run: Run, task: Task) -> dict[str, Any]:
 def join_processes(run: Run) -> Parallel:
     """Return the run's parallel context, after joining the launcher's process group when torchrun or accelerate
     started several processes; ConfigError when several processes run a trainer section without `parallel_training:
-    ddp` (each would train its own copy into the same run folder)."""
+    ddp` (each would train its own copy into the same run folder), and when a ddp or fsdp section runs in a process
+    no launcher started (torchrun with one process sets WORLD_SIZE=1: that one trains alone, as asked)."""
     world = Parallel.launched_world_size()
     trainer, mode = run.trainer, run.section.parallel_training
     if world > 1 and mode not in DATA_PARALLEL_MODES:
         raise ConfigError(f"{trainer}.parallel_training: {mode}, but {world} processes were launched (WORLD_SIZE); "
                           f"set --override {trainer}.parallel_training=ddp (or fsdp), or start one process")
+    if mode in DATA_PARALLEL_MODES and "WORLD_SIZE" not in os.environ:   # torchrun, accelerate --multi_gpu set it
+        raise ConfigError(f"{trainer}.parallel_training: {mode}, but no launcher started this process (WORLD_SIZE is "
+                          f"unset): it would train alone; start it with torchrun --nproc_per_node=N (or accelerate "
+                          f"launch --multi_gpu --num_processes=N), or set --override {trainer}.parallel_training=none")
     return Parallel.join(run.section, run.config.agent_model.device)
