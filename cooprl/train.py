@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cooprl.checkpoint import save_model
-from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run
+from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run, check_training_samples_differ
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.vllm_generation import close_engines
@@ -28,6 +28,7 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     Started by torchrun or accelerate with several processes, it joins their process group first
     (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the final models."""
     config = run.config
+    check_training_samples_differ(run)   # before any model loads or any folder is made
     parallel = join_processes(run)   # the run's one parallel context, handed to the trainer (and by it to the loop)
     seed_everything(config.seed)
     # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load

@@ -155,7 +155,7 @@ def launch(tmp_path: Path, name: str, processes: int, overrides: list[str], trai
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
            "WANDB_MODE": "disabled"}
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
-    env.update({} if processes > 1 else {"WORLD_SIZE": "1"})   # one process as torchrun starts it (no launcher: refused)
+    env.update({} if processes > 1 else {"WORLD_SIZE": "1"})   # as torchrun starts one (plain python: refused)
     if launcher == "accelerate":   # --multi_gpu: accelerate's torch.distributed launcher (on CPU too, with gloo)
         command = [str(ACCELERATE), "launch", "--multi_gpu", f"--num_processes={processes}", "--num_machines=1",
                    "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={29600 + len(name)}"]
@@ -267,7 +267,7 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
     config.write_text("wandb: {mode: disabled}\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1"}
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
-    env.update({} if processes > 1 else {"WORLD_SIZE": "1"})   # one process as torchrun starts it (no launcher: refused)
+    env.update({} if processes > 1 else {"WORLD_SIZE": "1"})   # as torchrun starts one (plain python: refused)
     t = trainer
     args = ["tests/cooprl/parallel/ddp_learnable_main.py", t, "--config", str(config), "--override",
             f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
