@@ -37,7 +37,8 @@ def test_one_device_is_accepted_and_used():
     ("magrpo", ["agent_model.temperature=0"], "agent_model.temperature=0.0 with magrpo.num_generations=4: greedy"),
     ("grpo", ["grpo.temperature=0"], "grpo.temperature=0.0 with grpo.num_generations=4"),   # the section's own
     ("magrpo", ["magrpo.top_k=1"], "magrpo.top_k=1 with magrpo.num_generations=4"),
-    ("magrpo", ["agent_model.top_p=0", "magrpo.advantage_mode=rloo"], r"agent_model.top_p=0.0 .*\(advantage_mode rloo\)"),
+    ("magrpo", ["agent_model.top_p=0", "magrpo.advantage_mode=rloo"],
+     r"agent_model.top_p=0.0 .*\(advantage_mode rloo\)"),
     ("madpo", ["agent_model.temperature=0"], "madpo.preference_num_candidates=20: greedy sampling makes a problem's "
                                              "candidates one answer, so every pair ties"),
     ("marlhf", ["agent_model.temperature=0", "marlhf.rl_algorithm=mareinforce"], "marlhf.preference_num_candidates"),
