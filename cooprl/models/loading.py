@@ -77,16 +77,20 @@ def _random_state_kept() -> Iterator[None]:
         np.random.set_state(numpy_state)
 
 
-def _build_cached(name: str, build: Callable[[Path], None]) -> Path:
+def _build_cached(name: str, build: Callable[[Path], None], marker: str = "config.json") -> Path:
     """Return cache_dir()/name, building it with `build(tmp_folder)` first when missing (atomic rename).
 
     The build draws random numbers (a model built from its config initializes its weights before the converted ones
     are copied in) after the run has been seeded; the generators are set back afterwards, so a run's LoRA
     initialization and samples are the same whether or not it was the one that filled the cache (the first run after
-    install once drew different LoRA matrices than every later run with the same seed)."""
+    install once drew different LoRA matrices than every later run with the same seed). `marker`: the file a built
+    entry holds (a model's config.json, a tokenizer's tokenizer.json); ModelError for a folder there without it."""
     final = cache_dir() / name
-    if (final / "config.json").is_file() or (final / "tokenizer.json").is_file():
+    if (final / marker).is_file():
         return final
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise ModelError(f"the cache entry {final} holds no {marker}{_tokenizer_only(final)}: it is not what cooprl "
+                         f"builds there; remove it (rm -r {final}) and the next command builds it again")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=final.parent))
     try:
@@ -126,14 +130,14 @@ def _convert_smollm2(out: Path) -> None:
     model.tie_weights()
     model.generation_config.pad_token_id = model.generation_config.eos_token_id
     model.save_pretrained(out)
-    tokenizer_folder = _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer)
+    tokenizer_folder = _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer, "tokenizer.json")
     for item in tokenizer_folder.iterdir():
         shutil.copy2(item, out / item.name)
 
 
 def _build_tiny_random(out: Path) -> None:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-    tokenizer_folder = _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer)
+    tokenizer_folder = _build_cached("smollm2-135m-instruct-tokenizer", _convert_smollm2_tokenizer, "tokenizer.json")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
@@ -159,7 +163,48 @@ def resolve_model_path(name: str) -> str:
         return str(local)
     if name.startswith(("/", "./", "../", "~")) or (os.sep != "/" and name.startswith(os.sep)):
         raise ModelError(f"model {name!r}: no such folder")
+    check_hub_reachable(name)
     return name
+
+
+_HUB_PROBE_TIMEOUT_S = 5.0
+_hub_unreachable: dict[str, str] = {}   # endpoint -> why it could not be reached (probed once per process)
+
+
+def check_hub_reachable(name: str) -> None:
+    """Raise ModelError at once when hub model `name` is not in the local Hugging Face cache and the hub cannot be
+    reached (HF_HUB_OFFLINE set, or no answer within a few seconds): transformers would retry for over a minute
+    before its own error. A cached model, and an unknown answer (a proxy's, an HTTP error), pass."""
+    from huggingface_hub import try_to_load_from_cache
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ModelError(f"model {name!r}: not in the local Hugging Face cache, and HF_HUB_OFFLINE is set; download "
+                         "it where there is a network (or unset HF_HUB_OFFLINE), or give a local folder or an "
+                         f"embedded model ({', '.join(OFFLINE_MODELS)})")
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    if endpoint not in _hub_unreachable:
+        import urllib.error
+        import urllib.request
+        try:
+            urllib.request.urlopen(f"{endpoint}/api/models/{name}", timeout=_HUB_PROBE_TIMEOUT_S).close()
+            _hub_unreachable[endpoint] = ""
+        except urllib.error.HTTPError:   # it answered (401, 404: transformers says which)
+            _hub_unreachable[endpoint] = ""
+        except ValueError:   # a name no URL holds: transformers names the problem
+            return
+        except OSError as err:   # no DNS, refused, timed out
+            _hub_unreachable[endpoint] = str(getattr(err, "reason", err))
+    if _hub_unreachable[endpoint]:
+        raise ModelError(f"model {name!r}: not in the local Hugging Face cache, and {endpoint} cannot be reached "
+                         f"({_hub_unreachable[endpoint]}); connect to the network, or give a local folder or an "
+                         f"embedded model ({', '.join(OFFLINE_MODELS)})")
+
+
+def _tokenizer_only(folder: Path) -> str:
+    """Return ", only a tokenizer's files (...)" when `folder` holds tokenizer files and no model, else ""."""
+    names = sorted(p.name for p in folder.glob("*token*")) if folder.is_dir() else []
+    return f", only a tokenizer's files ({', '.join(names[:3])})" if names else ""
 
 
 def _reason(err: Exception) -> str:
@@ -222,8 +267,14 @@ def load_causal_lm(name: str, *, torch_dtype: str = "auto", device: str = "auto"
     with its adapters), or merged into the weights when this run trains without LoRA."""
     from transformers import AutoModelForCausalLM
     target = pick_device(device)
+    path = resolve_model_path(name)
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+        raise ModelError(f"model {name!r} could not be loaded: {path} holds no config.json"
+                         f"{_tokenizer_only(Path(path))}; "
+                         "give the folder save_pretrained wrote a model in (config.json and its weights), a hub id, "
+                         f"or an embedded model ({', '.join(OFFLINE_MODELS)})")
     try:
-        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=pick_dtype(torch_dtype, target))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(torch_dtype, target))
     except (OSError, ValueError) as err:  # a missing folder or hub id; a folder without a model
         raise ModelError(f"model {name!r} could not be loaded: {_reason(err)}") from None
     model.to(target)
