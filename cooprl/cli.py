@@ -22,6 +22,7 @@ from cooprl.console import add_threads_option, setup_logging, use_torch_threads
 from cooprl.errors import UserError
 from cooprl.run_folders import (RUN_CONFIG, check_made_by, check_output, check_resumed_settings, made_by,
                                 numbered_folders)
+from cooprl.tracking import check_wandb
 
 # the environment's config sections class for a config file's mapping (None: the registered one); the library
 # names no environment, so the command line's caller (envs.launch) says which a file's sections name
@@ -193,6 +194,7 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
         sys.stdout.write(config.to_yaml(trainer))
         return None
     check_output(config)
+    check_wandb(config.wandb)   # before any model loads: wandb.init failed only after them, leaving a run folder
     return run
 
 
