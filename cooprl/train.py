@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from cooprl.checkpoint import save_model
-from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run, check_training_samples_differ
+from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run, SFTSection, check_training_samples_differ
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.vllm_generation import close_engines
 from cooprl.run_folders import release_unused
-from cooprl.task import Task
+from cooprl.task import Task, shared_items
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
 from cooprl.trainers.report import results_summary
@@ -29,6 +29,8 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the final models."""
     config = run.config
     check_training_samples_differ(run)   # before any model loads or any folder is made
+    if not isinstance(run.section, SFTSection):   # SFT leaves them out of its demonstrations, and says so
+        warn_shared_items(task)
     parallel = join_processes(run)   # the run's one parallel context, handed to the trainer (and by it to the loop)
     seed_everything(config.seed)
     # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load
@@ -62,6 +64,16 @@ def train(run: Run, task: Task) -> dict[str, Any]:
         print("\n" + results_summary(run, run_dir, target))
     close_run_log()
     return summary
+
+
+def warn_shared_items(task: Task) -> None:
+    """Log a warning when eval items of `task` are training items too: its eval metrics would measure, in part,
+    problems it trained on."""
+    shared = shared_items(task)
+    if shared:
+        log.warning("%d of the %d eval problems of %s are training problems too (its training and eval splits overlap, "
+                    "e.g. %s): the eval metrics partly measure problems it trains on; give it disjoint splits",
+                    len(shared), len(task.eval_items), task.name, ", ".join(shared[:3]))
 
 
 def join_processes(run: Run) -> Parallel:

@@ -30,7 +30,8 @@ def test_every_override_flag_counts_and_the_later_value_of_a_key_wins(tmp_path, 
     config = printed_config(capsys, "magrpo", "--config", "configs/magrpo_che_cpu.yaml", "--override",
                             "magrpo.max_steps=3", "magrpo.num_turns=1", "--override", "magrpo.logging_steps=2",
                             "--override", "magrpo.max_steps=5")
-    assert (config["magrpo"]["max_steps"], config["magrpo"]["num_turns"], config["magrpo"]["logging_steps"]) == (5, 1, 2)
+    section = config["magrpo"]
+    assert (section["max_steps"], section["num_turns"], section["logging_steps"]) == (5, 1, 2)
 
 
 @pytest.mark.parametrize("first,second,named", [
@@ -170,3 +171,21 @@ def test_max_steps_past_the_epochs_is_said_and_the_finished_run_s_advice_works(t
                     "magrpo.max_steps=null")
     assert code == 0, err
     assert max(e["step"] for e in events(run_dir)) == 4
+
+
+# ------------------------------------------------------------------------------------------------ data
+@pytest.mark.parametrize("eval_split,shared", [("test", 69), ("test[:16]", 0), ("train[10:20]", 4)])
+def test_overlapping_splits_are_said_before_an_rl_run_trains(caplog, eval_split, shared):
+    # dataset.eval_split=test beside the default train split (train[16:] of the same 85 problems) evaluated on 69
+    # training problems without a word (SFT warned)
+    from cooprl.config import Run
+    from cooprl.train import warn_shared_items
+    from envs import environment_for
+    config = load_config(None, [f"dataset.eval_split={eval_split}"])
+    task = environment_for(config).prepare_task(Run.of(config, "magrpo"))
+    warn_shared_items(task)
+    if not shared:
+        assert "overlap" not in caplog.text
+        return
+    assert (f"{shared} of the {len(task.eval_items)} eval problems of code:coop are training problems too (its "
+            f"training and eval splits overlap") in caplog.text
