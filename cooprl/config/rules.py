@@ -121,11 +121,11 @@ def check_parallel_training(run: Run) -> None:
 def _greedy_key(run: Run) -> str | None:
     """Return the sampling key that makes `run`'s agents sample greedily (temperature 0, top_k 1 or top_p 0, its
     section's value or agent_model's), as `key=value`; None when they sample."""
-    for name, greedy in (("temperature", 0), ("top_k", 1), ("top_p", 0)):
-        value = getattr(run.section, name)
-        key = f"{run.trainer}.{name}"
-        if value is None:
-            value, key = getattr(run.config.agent_model, name), f"agent_model.{name}"
+    section, model = run.section, run.config.agent_model
+    settings = (("temperature", section.temperature, model.temperature, 0), ("top_k", section.top_k, model.top_k, 1),
+                ("top_p", section.top_p, model.top_p, 0))
+    for name, own, fallback, greedy in settings:
+        key, value = (f"{run.trainer}.{name}", own) if own is not None else (f"agent_model.{name}", fallback)
         if value == greedy:
             return f"{key}={value}"
     return None

@@ -103,13 +103,13 @@ def _check_shared_keys_of_rl_section(run: Run, data: Mapping[str, Any], override
             overridden.add(aliases.get(key, key))
     in_file = data.get(name) if isinstance(data.get(name), Mapping) else {}
     given_keys = {aliases.get(key, key) for key in in_file} | overridden
-    defaults = type(section)()
+    values, used, defaults = (dataclasses.asdict(s) for s in (section, run.section, type(section)()))
     for key in [f.name for f in dataclasses.fields(TrainerSection) if f.name in given_keys]:
-        given, used = getattr(section, key), getattr(run.section, key)
-        if given == used or (key not in overridden and given == getattr(defaults, key)):
+        given = values[key]
+        if given == used[key] or (key not in overridden and given == defaults[key]):
             continue
         raise ConfigError(f"{name}.{key}={show(given)}: MARLHF with rl_algorithm {name} trains with {run.trainer}'s "
-                          f"value of every key all trainers share ({run.trainer}.{key}={show(used)}); set "
+                          f"value of every key all trainers share ({run.trainer}.{key}={show(used[key])}); set "
                           f"{run.trainer}.{key} instead ({name}: gives only {name}'s own keys, such as critic_type)")
 
 
