@@ -348,10 +348,18 @@ def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     for shard in sorted(folder.glob("*.safetensors")):
         if shard.name != HEAD_FILE:
             state.update(load_file(shard))
+    shapes = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    differ = [key for key, value in state.items() if key in shapes and tuple(value.shape) != shapes[key]]
+    if differ:   # torch's own message runs over many lines, the shapes after the first
+        key = differ[0]
+        raise RuntimeError(f"{len(differ)} of its {len(state)} saved tensors differ in shape from the model's (e.g. "
+                           f"{key}: saved {list(state[key].shape)}, the model's {list(shapes[key])}): saved from "
+                           f"another model")
     missing, unexpected = Parallel.load_whole_state_dict(model, state)   # a sharded model: into each shard
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
     if missing or unexpected:
-        raise RuntimeError(f"{folder}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise RuntimeError(f"its weights do not match the model's: {len(missing)} of the model's tensors missing (e.g. "
+                           f"{missing[:2]}), {len(unexpected)} saved tensors the model lacks (e.g. {unexpected[:2]})")
 
 
 def add_lora(model: Any, lora: Any) -> Any:

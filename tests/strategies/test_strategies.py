@@ -399,7 +399,8 @@ def test_a_team_whose_main_saw_aux_in_training_sees_its_own_aux_here(sandbox):
     generations = team.generate(code_prompt(ADD, "Plan: add them."), 2, SamplingParams())
     assert len(generations) == 2 and len(main.prompts) == 2   # one main answer per aux answer
     for prompt, body in zip(main.prompts, ("return a + b", "return b + a"), strict=True):
-        assert prompt.startswith("Plan: add them.\n\nThe helper function `aux` is defined as follows:\n\ndef aux(a, b):")
+        assert prompt.startswith("Plan: add them.\n\nThe helper function `aux` is defined as follows:\n\n"
+                                 "def aux(a, b):")
         assert body in prompt and prompt.endswith(ADD.prompt.lstrip("\n"))
     assert all(score(ADD, extract_code(ADD, g.text), sandbox)["passed"] for g in generations)
     plain = ScriptedLLM([("Do not redefine `aux`", ["    return aux(a, b)\n"])])
