@@ -10,7 +10,8 @@ from typing import Any
 from cooprl.tracking import read_metrics
 
 LOSS_KEY = "nll_mean"   # what a trainer without a reward (SFT) logs instead (cooprl.trainers.sft)
-# a run trained on a learned reward (MARLHF) logs it as turn_<t>/reward_mean, the task's as this (cooprl.trainers.marlhf)
+# a run trained on a learned reward (MARLHF) logs it as turn_<t>/reward_mean, the task reward as this
+# (cooprl.trainers.marlhf)
 LEARNED_REWARD_TASK_KEY = "/task_reward_mean"
 X_LABEL = "training step (dataset item; W&B's x-axis is env_step)"
 
