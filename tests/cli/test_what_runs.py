@@ -189,3 +189,23 @@ def test_overlapping_splits_are_said_before_an_rl_run_trains(caplog, eval_split,
         return
     assert (f"{shared} of the {len(task.eval_items)} eval problems of code:coop are training problems too (its "
             f"training and eval splits overlap") in caplog.text
+
+
+def test_a_hub_model_without_network_is_one_error_line_at_once_and_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    # 74 s and 22 retry warnings before transformers' error: the hub is probed once, before the model loads
+    import urllib.error
+    import urllib.request
+
+    from cooprl.models import loading
+
+    def unreachable(url, timeout):
+        raise urllib.error.URLError("Name or service not known")
+    monkeypatch.setattr(urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(loading, "_hub_unreachable", {})
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    started = __import__("time").monotonic()
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(base_config(tmp_path)), "--override",
+                          "agent_model.name=someone/a-model-nobody-cached"),
+                     "model 'someone/a-model-nobody-cached': not in the local Hugging Face cache", "cannot be reached")
+    assert __import__("time").monotonic() - started < 30
+    assert not (tmp_path / "run").exists()
