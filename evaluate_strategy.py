@@ -10,8 +10,10 @@ dataset, output, seed and reward are read; `--override` works as in train_*.py),
 Overrides of `budget.*` and of the strategy's own section (`codet.num_codes=8`, `cosplay.num_tests=4`, ...) set
 the Budget and the strategy's config, typed keys checked like every config key (docs/config.md lists them).
 With `--checkpoint` (a run folder, its checkpoints folder or one checkpoint) the trained agents are the LLM:
-one agent, or a two-agent team (aux + main) as the coder. With `--endpoint URL` an OpenAI-compatible server is
-the LLM (`vllm serve`, `transformers serve`, llama.cpp, a hosted API; `--endpoint-api chat` for chat-only APIs).
+one agent, or a two-agent team (aux + main) as the coder, prompted as their run trained them (its config.yaml's
+code_prompt.open_body and aux_main.main_sees_aux, unless overridden). With `--endpoint URL` an OpenAI-compatible
+server is the LLM (`vllm serve`, `transformers serve`, llama.cpp, a hosted API; `--endpoint-api chat` for
+chat-only APIs).
 
 Writes `<output.base_dir>/strategy-<strategy>-<dataset>/strategy_results.jsonl` (or the folder an
 `--override output.run_name=NAME` names; a config file's run_name names its training run and is not used), one line
@@ -146,8 +148,9 @@ PROMPT_KEYS = ("code_prompt.open_body", "aux_main.main_sees_aux")
 
 def training_prompts(config: Config, checkpoint: str, overridden: set[str]) -> Config:
     """Return `config` with the PROMPT_KEYS of the run `checkpoint` lies in (its config.yaml, up to three folders
-    above it), except those the command line overrides: a trained checkpoint answers the prompts it was trained
-    with. Each key taken is said on stderr; a checkpoint outside a run keeps `config`'s."""
+    above it; `checkpoint`: --checkpoint, else agent_model.init_from), except those the command line overrides: a
+    trained checkpoint answers the prompts it was trained with. Each key taken is said on stderr; a checkpoint
+    outside a run keeps `config`'s."""
     from cooprl.config import read_yaml
     folder = Path(checkpoint).resolve()
     run_config = next((p / RUN_CONFIG for p in [folder, *folder.parents][:4] if (p / RUN_CONFIG).is_file()), None)
@@ -300,8 +303,9 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
     if endpoint is not None and checkpoint:
         raise ConfigError("--endpoint and --checkpoint: a checkpoint's weights are loaded locally; serve them at the "
                           "endpoint instead, or drop --endpoint")
-    if checkpoint and endpoint is None:
-        config = training_prompts(config, checkpoint, override_keys(rest))
+    trained = checkpoint or config.agent_model.init_from   # the weights the LLM answers with
+    if trained and endpoint is None:
+        config = training_prompts(config, trained, override_keys(rest))
     problems = task_problems(config.task, config.task.dataset.eval_split)   # the prompts as training builds them
     run_dir = results_folder(config, strategy, checkpoint, named="output.run_name" in override_keys(rest))
     path = run_dir / RESULTS

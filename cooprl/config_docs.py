@@ -237,8 +237,10 @@ def config_reference(strategy_sections: dict[str, type] | None = None) -> str:
                   "config file's run_name names its training run and is not used; a training run's folder only "
                   "with `--checkpoint` from it) and are resumed only under the settings that made them "
                   "(`strategy_config_<strategy>.json`: the strategy, budget, model, prompting, the weights loaded, resolved "
-                  "(a run's newer checkpoint is another setting), data and seed): other settings are an error "
-                  "naming the keys that differ.", ""]
+                  "(a run's newer checkpoint is another setting), data (a `dataset.path` file by its SHA-256) and "
+                  "seed): other settings are an error naming the keys that differ. A trained checkpoint is prompted "
+                  "as its run trained it (`code_prompt.open_body`, `aux_main.main_sees_aux` of its config.yaml, "
+                  "said on stderr; an `--override` of them wins).", ""]
         for name, cls in strategy_sections.items():
             lines += [f"### `{name}`", "", *_table(_rows(cls, name)), ""]
     return "\n".join(lines)
