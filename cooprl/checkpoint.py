@@ -418,7 +418,9 @@ def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
     except (SafetensorError, OSError) as err:
         raise damaged(checkpoint, f"agent_{agent}/: {type(err).__name__}: {str(err)[:200]}") from None
     except (RuntimeError, ValueError, KeyError) as err:  # shapes or names that differ from the model's
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        # torch's message names the model on its first line and each mismatch on one line after it
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+        first = " ".join(lines[:2]) + (f" (and {len(lines) - 2} more)" if len(lines) > 2 else "")
         first = first if len(first) <= 500 else first[:500] + "..."
         raise CheckpointError(f"checkpoint {checkpoint}: agent_{agent}/ does not match the model ({first}); a "
                               f"checkpoint is loaded into the model its run trained: evaluate it with --run on that "

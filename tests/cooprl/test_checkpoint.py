@@ -72,3 +72,22 @@ def test_a_checkpoint_of_another_model_says_which_tensor_differs_in_one_line(tmp
     assert "saved tensors differ in shape from the model's (e.g. model.embed_tokens.weight: saved [" in message
     assert ", 32], the model's [" in message and ", 64]): saved from another model)" in message
     assert message.endswith("evaluate it with --run on that run (its config.yaml), or give its agent_model")
+
+
+def test_torch_s_mismatch_lines_after_its_first_are_kept(tmp_path, monkeypatch):
+    # a LoRA model's adapters load through peft, whose size mismatch is torch's message: its first line named only
+    # the model class
+    import pytest
+
+    from cooprl.models.loading import TINY_RANDOM, load_causal_lm
+    checkpoint = _saved_agent(tmp_path, load_causal_lm(TINY_RANDOM, device="cpu"))
+
+    def mismatch(model, folder):
+        raise RuntimeError("Error(s) in loading state_dict for PeftModelForCausalLM:\n\tsize mismatch for a.lora_A: "
+                           "copying a param with shape torch.Size([8, 64]) from checkpoint, the shape in current "
+                           "model is torch.Size([4, 64]).\n\tsize mismatch for b.lora_A: ...\n\tsize mismatch for c")
+    monkeypatch.setattr(ckpt, "load_agent_weights_from_folder", mismatch)
+    with pytest.raises(ckpt.CheckpointError, match=r"PeftModelForCausalLM: size mismatch for a.lora_A: copying a "
+                                                   r"param with shape torch.Size\(\[8, 64\]\) from checkpoint, the "
+                                                   r"shape in current model is torch.Size\(\[4, 64\]\). \(and 2 more\)"):
+        ckpt.load_agent_weights(load_causal_lm(TINY_RANDOM, device="cpu"), checkpoint, 0)
