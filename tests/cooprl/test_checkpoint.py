@@ -89,5 +89,6 @@ def test_torch_s_mismatch_lines_after_its_first_are_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt, "load_agent_weights_from_folder", mismatch)
     with pytest.raises(ckpt.CheckpointError, match=r"PeftModelForCausalLM: size mismatch for a.lora_A: copying a "
                                                    r"param with shape torch.Size\(\[8, 64\]\) from checkpoint, the "
-                                                   r"shape in current model is torch.Size\(\[4, 64\]\). \(and 2 more\)"):
+                                                   r"shape in current model is torch.Size\(\[4, 64\]\). "
+                                                   r"\(and 2 more\)"):
         ckpt.load_agent_weights(load_causal_lm(TINY_RANDOM, device="cpu"), checkpoint, 0)
