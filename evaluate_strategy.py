@@ -165,12 +165,22 @@ def training_prompts(config: Config, checkpoint: str, overridden: set[str]) -> C
         section, name = key.split(".")
         saved = data.get(section)
         trained = saved.get(name, False) if isinstance(saved, dict) else False   # absent: the key's default
-        if key in overridden or not isinstance(trained, bool) or trained == getattr(getattr(task, section), name):
+        if key in overridden or not isinstance(trained, bool) or trained == _prompt_key(task, key):
             continue
-        task = replace(task, **{section: replace(getattr(task, section), **{name: trained})})
+        task = _with_prompt_key(task, key, trained)
         print(f"note: {key}={str(trained).lower()}, as {run_config} trained with it (--override {key}=... to "
               "change it)", file=sys.stderr)
     return replace(config, task=task)
+
+
+def _prompt_key(task: CodeTaskConfig, key: str) -> bool:
+    return task.code_prompt.open_body if key == "code_prompt.open_body" else task.aux_main.main_sees_aux
+
+
+def _with_prompt_key(task: CodeTaskConfig, key: str, value: bool) -> CodeTaskConfig:
+    if key == "code_prompt.open_body":
+        return replace(task, code_prompt=replace(task.code_prompt, open_body=value))
+    return replace(task, aux_main=replace(task.aux_main, main_sees_aux=value))
 
 
 def settings_file(run_dir: Path, strategy: str) -> Path:
