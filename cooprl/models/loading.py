@@ -172,12 +172,16 @@ _hub_unreachable: dict[str, str] = {}   # endpoint -> why it could not be reache
 
 
 def check_hub_reachable(name: str) -> None:
-    """Raise ModelError at once when hub model `name` is not in the local Hugging Face cache and the hub cannot be
-    reached (HF_HUB_OFFLINE set, or no answer within a few seconds): transformers would retry for over a minute
-    before its own error. A cached model, and an unknown answer (a proxy's, an HTTP error), pass."""
+    """Raise ModelError at once when `name` (neither a folder nor an embedded model) is no hub id, or a hub model
+    not in the local Hugging Face cache while the hub cannot be reached (HF_HUB_OFFLINE set, or no answer within a
+    few seconds): transformers would retry for over a minute before its own error. A cached model, and an unknown
+    answer (a proxy's, an HTTP error), pass."""
     from huggingface_hub import try_to_load_from_cache
-    if isinstance(try_to_load_from_cache(name, "config.json"), str):
-        return
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except ValueError as err:   # huggingface_hub's HFValidationError: no hub id can be spelt so
+        raise ModelError(f"model {name!r}: no such folder, and not a hub id ({_reason(err)})") from None
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise ModelError(f"model {name!r}: not in the local Hugging Face cache, and HF_HUB_OFFLINE is set; download "
                          "it where there is a network (or unset HF_HUB_OFFLINE), or give a local folder or an "

@@ -133,3 +133,11 @@ def test_a_hub_model_without_network_fails_at_once(monkeypatch):
         raise urllib.error.HTTPError(url, 401, "Unauthorized", {}, None)
     monkeypatch.setattr(urllib.request, "urlopen", forbidden)
     assert models.resolve_model_path("someone/private-model") == "someone/private-model"
+
+
+@pytest.mark.parametrize("name", ["models/my-run/final", "my model"])
+def test_a_name_that_is_no_folder_and_no_hub_id_is_one_model_error(name):
+    # a mistyped relative folder reached huggingface_hub's validator: a ValueError traceback
+    from cooprl.models import loading as models
+    with pytest.raises(models.ModelError, match=f"model '{name}': no such folder, and not a hub id \\(Repo id must"):
+        models.resolve_model_path(name)
