@@ -59,8 +59,9 @@ RULES = [
     "advantage 0; checked when the trainer is built).",
     "Greedy sampling (`temperature: 0`, `top_k: 1` or `top_p: 0`, the trainer's or agent_model's) trains nothing "
     "where samples are compared with their siblings: `magrpo`/`grpo`/`marlhf*` with `num_generations` above 1 "
-    "(unless `advantage_mode: raw`), and `madpo`/`marlhf` (no comparator); refused when training starts, before "
-    "any model loads (evaluation samples greedily as asked).",
+    "(unless `advantage_mode: raw`), and the preference trainers unless another model writes the comparator's "
+    "candidates (`comparator_policy: model` or `api`); refused when training starts, before any model loads "
+    "(evaluation samples greedily as asked).",
     "`marlhf`/`marlhf_iter` with `rl_algorithm: iac` or `maac`: the `iac:`/`maac:` section gives that trainer's own "
     "keys (critic_type, ...); a key every trainer shares is MARLHF's, and one given there with another value is an "
     "error (checked at load).",

@@ -134,17 +134,20 @@ def _greedy_key(run: Run) -> str | None:
 def check_training_samples_differ(run: Run) -> None:
     """Raise ConfigError when greedy sampling makes every sample `run` trains on compare equal to its siblings:
     MAGRPO's advantages (each sample's return against its group's; not advantage_mode raw) would all be 0, and a
-    preference trainer's candidates (without a comparator of its own) would all tie, so nothing would train.
+    preference trainer's candidates (without a comparator of another model: comparator_policy model or api) would
+    all tie, so nothing would train.
     Evaluation samples greedily as asked: only training checks this."""
     greedy = _greedy_key(run)
     if greedy is None:
         return
     name, section = run.trainer, run.section
     fix = "sample with a temperature above 0 (e.g. 0.6; top_k null or above 1, top_p above 0)"
-    if isinstance(section, PreferenceFields) and not isinstance(section, IterativeFields):
+    # a comparator of another model (or an API) writes other candidates; copies of the policies write the same
+    other_writer = isinstance(section, IterativeFields) and section.comparator_policy in ("model", "api")
+    if isinstance(section, PreferenceFields) and not other_writer:
         raise ConfigError(f"{greedy} with {name}.preference_num_candidates={section.preference_num_candidates}: "
-                          f"greedy sampling makes a problem's candidates one answer, so every pair ties and nothing "
-                          f"trains; {fix}")
+                          f"greedy sampling makes a problem's candidates one answer (a comparator that copies the "
+                          f"policies writes it too), so every pair ties and nothing trains; {fix}")
     rl = run.rl or run
     if isinstance(rl.section, MAGRPOSection) and rl.section.num_generations > 1 and rl.section.advantage_mode != "raw":
         raise ConfigError(f"{greedy} with {name}.num_generations={rl.section.num_generations}: greedy sampling makes "

@@ -40,9 +40,13 @@ def test_one_device_is_accepted_and_used():
     ("magrpo", ["agent_model.top_p=0", "magrpo.advantage_mode=rloo"],
      r"agent_model.top_p=0.0 .*\(advantage_mode rloo\)"),
     ("madpo", ["agent_model.temperature=0"], "madpo.preference_num_candidates=20: greedy sampling makes a problem's "
-                                             "candidates one answer, so every pair ties"),
+                                             "candidates one answer .*so every pair ties"),
     ("marlhf", ["agent_model.temperature=0", "marlhf.rl_algorithm=mareinforce"], "marlhf.preference_num_candidates"),
-    ("marlhf_iter", ["agent_model.temperature=0"], r"marlhf_iter.num_generations=4: .*\(advantage_mode mean\)"),
+    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.comparator_policy=api"],
+     r"marlhf_iter.num_generations=4: .*\(advantage_mode mean\)"),   # the RL phase's groups are still alike
+    ("madpo_iter", ["agent_model.temperature=0"], "madpo_iter.preference_num_candidates=20: greedy .*a comparator "
+                                                  "that copies the policies writes it too"),   # current
+    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.comparator_policy=history"], "every pair ties"),
 ])
 def test_training_on_groups_that_greedy_sampling_makes_alike_is_refused(trainer, overrides, message):
     from cooprl.config import check_training_samples_differ
@@ -57,9 +61,11 @@ def test_training_on_groups_that_greedy_sampling_makes_alike_is_refused(trainer,
     ("magrpo", ["agent_model.temperature=0", "magrpo.temperature=0.7"]),      # the section's value wins
     ("magrpo", ["magrpo.top_k=2", "magrpo.top_p=0.1"]),
     ("iac", ["agent_model.temperature=0"]),                                   # a critic's baseline, no group
-    ("madpo_iter", ["agent_model.temperature=0"]),                            # a comparator writes the other side
-    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.rl_algorithm=mareinforce"]),
-    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.rl_algorithm=iac"]),
+    ("madpo_iter", ["agent_model.temperature=0", "madpo_iter.comparator_policy=model"]),   # another model's side
+    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.rl_algorithm=mareinforce",
+                     "marlhf_iter.comparator_policy=api"]),
+    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.rl_algorithm=iac",
+                     "marlhf_iter.comparator_policy=model"]),
 ])
 def test_greedy_sampling_that_still_trains_passes(trainer, overrides):
     from cooprl.config import check_training_samples_differ
