@@ -2,7 +2,8 @@
 
 Every event is one JSON object with `step`, `env_step`, the metric names and `wall_time` (seconds since the epoch);
 a training step's event has `time/step_s` (its seconds), an evaluation's `time/eval_s`. W&B uses `env_step` as the
-x-axis. A run without wandb installed, or with `wandb.mode: disabled`, still logs to JSONL.
+x-axis. A run without wandb installed, or with `wandb.mode: disabled`, still logs to JSONL. `wandb.mode: online`
+without the package or an API key is refused before any model loads (`check_wandb`).
 """
 
 from __future__ import annotations
