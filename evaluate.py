@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from cooprl import checkpoint as ckpt
-from cooprl.cli import print_interrupted, print_user_error, run_above
+from cooprl.cli import add_override_option, print_interrupted, print_user_error, run_above
 from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer, config_from_data, read_yaml,
                            trainer_of_data)
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", help="eval problems: a number or all (default: the trainer's eval_num_samples)")
     parser.add_argument("--generations", type=int, help="answers per problem (the trainer's eval_num_generations)")
     parser.add_argument("--pass-k", type=int, nargs="+", help="k values of pass@k (each <= --generations)")
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config keys, e.g. magrpo.max_new_tokens=256 (values parsed as YAML)")
+    add_override_option(parser, "config keys, e.g. magrpo.max_new_tokens=256")
     add_threads_option(parser)
     parser.add_argument("--output", help="also write the metrics to this JSON file")
     args = parser.parse_args(argv)

@@ -10,8 +10,10 @@ dataset, output, seed and reward are read; `--override` works as in train_*.py),
 Overrides of `budget.*` and of the strategy's own section (`codet.num_codes=8`, `cosplay.num_tests=4`, ...) set
 the Budget and the strategy's config, typed keys checked like every config key (docs/config.md lists them).
 With `--checkpoint` (a run folder, its checkpoints folder or one checkpoint) the trained agents are the LLM:
-one agent, or a two-agent team (aux + main) as the coder. With `--endpoint URL` an OpenAI-compatible server is
-the LLM (`vllm serve`, `transformers serve`, llama.cpp, a hosted API; `--endpoint-api chat` for chat-only APIs).
+one agent, or a two-agent team (aux + main) as the coder, prompted as their run trained them (its config.yaml's
+code_prompt.open_body and aux_main.main_sees_aux, unless overridden). With `--endpoint URL` an OpenAI-compatible
+server is the LLM (`vllm serve`, `transformers serve`, llama.cpp, a hosted API; `--endpoint-api chat` for
+chat-only APIs).
 
 Writes `<output.base_dir>/strategy-<strategy>-<dataset>/strategy_results.jsonl` (or the folder an
 `--override output.run_name=NAME` names; a config file's run_name names its training run and is not used), one line
@@ -24,15 +26,16 @@ Bad input prints one `error: ...` line and exits 2; Ctrl-C one line and 130 (the
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cooprl.cli import print_interrupted, print_user_error, read_config
+from cooprl.cli import add_override_option, print_interrupted, print_user_error, read_config
 from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
                            check_override_sections)
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
@@ -115,13 +118,69 @@ def strategy_settings(config: Config, strategy: str, budget: Budget, strategy_co
     weights = {"checkpoint": str(checkpoint_folder(checkpoint).resolve()) if checkpoint and not endpoint else None,
                "init_from": str(init_source(model.init_from).resolve()) if model.init_from and not endpoint else None}
     prompting = {"agents": config.agents, "torch_dtype": model.torch_dtype, "chat_template": model.chat_template,
-                 "special_tokens": model.special_tokens, "max_length": model.max_length}
+                 "special_tokens": model.special_tokens, "max_length": model.max_length,
+                 "open_body": config.task.code_prompt.open_body, "main_sees_aux": config.task.aux_main.main_sees_aux}
     settings = {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),
                 "model": model.name, "checkpoint": checkpoint, "weights": weights, "prompting": prompting,
                 "endpoint": asdict(endpoint) if endpoint else None,
-                "dataset": {"name": dataset.name, "type": dataset.type, "path": dataset.path},
+                "dataset": {"name": dataset.name, "type": dataset.type, "path": dataset.path,
+                            "sha256": file_digest(dataset.path) if dataset.path else None},
                 "eval_split": dataset.eval_split, "seed": config.seed}
     return json.loads(json.dumps(settings))   # as the file holds them (tuples as lists)
+
+
+def file_digest(path: str) -> str | None:
+    """Return the SHA-256 of the file at `path` (a dataset.path: results of another file's problems are not
+    resumed under the same name), None when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with Path(path).expanduser().open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+# the keys that set a trained team's prompts: a checkpoint is given them as its run trained with them
+PROMPT_KEYS = ("code_prompt.open_body", "aux_main.main_sees_aux")
+
+
+def training_prompts(config: Config, checkpoint: str, overridden: set[str]) -> Config:
+    """Return `config` with the PROMPT_KEYS of the run `checkpoint` lies in (its config.yaml, up to three folders
+    above it; `checkpoint`: --checkpoint, else agent_model.init_from), except those the command line overrides: a
+    trained checkpoint answers the prompts it was trained with. Each key taken is said on stderr; a checkpoint
+    outside a run keeps `config`'s."""
+    from cooprl.config import read_yaml
+    folder = Path(checkpoint).resolve()
+    run_config = next((p / RUN_CONFIG for p in [folder, *folder.parents][:4] if (p / RUN_CONFIG).is_file()), None)
+    if run_config is None:
+        return config
+    try:
+        data = read_yaml(run_config)
+    except UserError:
+        return config
+    task = config.task
+    for key in PROMPT_KEYS:
+        section, name = key.split(".")
+        saved = data.get(section)
+        trained = saved.get(name, False) if isinstance(saved, dict) else False   # absent: the key's default
+        if key in overridden or not isinstance(trained, bool) or trained == _prompt_key(task, key):
+            continue
+        task = _with_prompt_key(task, key, trained)
+        print(f"note: {key}={str(trained).lower()}, as {run_config} trained with it (--override {key}=... to "
+              "change it)", file=sys.stderr)
+    return replace(config, task=task)
+
+
+def _prompt_key(task: CodeTaskConfig, key: str) -> bool:
+    return task.code_prompt.open_body if key == "code_prompt.open_body" else task.aux_main.main_sees_aux
+
+
+def _with_prompt_key(task: CodeTaskConfig, key: str, value: bool) -> CodeTaskConfig:
+    if key == "code_prompt.open_body":
+        return replace(task, code_prompt=replace(task.code_prompt, open_body=value))
+    return replace(task, aux_main=replace(task.aux_main, main_sees_aux=value))
 
 
 def settings_file(run_dir: Path, strategy: str) -> Path:
@@ -244,7 +303,7 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
     """Run `strategy` on every eval problem not yet in the results file; return (run folder, all rows)."""
     from tqdm import tqdm
 
-    from envs.code_generation.data import load_problems
+    from envs.code_generation.task import task_problems
     from rewards.sandbox import default_sandbox
     from strategies.execution import score
     from strategies.llm import build_llm
@@ -254,7 +313,10 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
     if endpoint is not None and checkpoint:
         raise ConfigError("--endpoint and --checkpoint: a checkpoint's weights are loaded locally; serve them at the "
                           "endpoint instead, or drop --endpoint")
-    problems = load_problems(config.task.dataset, config.task.dataset.eval_split)
+    trained = checkpoint or config.agent_model.init_from   # the weights the LLM answers with
+    if trained and endpoint is None:
+        config = training_prompts(config, trained, override_keys(rest))
+    problems = task_problems(config.task, config.task.dataset.eval_split)   # the prompts as training builds them
     run_dir = results_folder(config, strategy, checkpoint, named="output.run_name" in override_keys(rest))
     path = run_dir / RESULTS
     if endpoint is not None:
@@ -319,8 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="completions (default: the code prompt is continued as text) or chat (hosted APIs)")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     add_threads_option(parser)
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
+    add_override_option(parser, "cooprl keys (agent_model.name=...), budget.KEY=..., <strategy>.KEY=...")
     args = parser.parse_args(argv)
     setup_logging(logging.WARNING)
     use_torch_threads(args.torch_threads)

@@ -246,7 +246,7 @@ def main() -> None:
                         help=f"comma-separated rows (default: the nine trainers; also {', '.join(EXTRA_ROWS)})")
     parser.add_argument("--steps", type=int, default=16, help="training steps per trainer (iterative: in all)")
     parser.add_argument("--report", action="store_true", help="only rebuild the table and figure")
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--override", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                         help="overrides for every run started here, <trainer> standing for its section, e.g. "
                              "'<trainer>.eval_num_samples=8'")
     args = parser.parse_args()

@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from cooprl.errors import UserError
-from cooprl.models.loading import (HEAD_FILE, ModelError, load_agent_weights_from_folder, save_pretrained_on_this_rank,
-                                   saved_models)
+from cooprl.models.loading import (HEAD_FILE, ModelError, is_adapter_folder, load_agent_weights_from_folder,
+                                   save_pretrained_on_this_rank, saved_models)
 from cooprl.samples import BUFFER_RECORDS, CriticSample, NodeGroup, Step, TrainSample
 
 log = logging.getLogger(__name__)
@@ -408,6 +408,7 @@ def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
     CheckpointError when the files are missing, truncated or garbage, or do not fit the model."""
     from safetensors import SafetensorError
     folder = check_agent_folder(checkpoint, agent)
+    _check_lora_fits(model, checkpoint, agent)
     try:
         if hasattr(model, "load_weights"):  # a ValueModel (critic or reward model) knows its own layout
             model.load_weights(folder)
@@ -416,13 +417,33 @@ def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
     except CheckpointError:
         raise
     except FileNotFoundError as err:
-        raise damaged(checkpoint, f"agent_{agent}/{Path(err.filename or '?').name} is missing") from None
+        missing = Path(err.filename).name if err.filename else str(err)
+        raise damaged(checkpoint, f"agent_{agent}/{missing} is missing") from None
     except (SafetensorError, OSError) as err:
         raise damaged(checkpoint, f"agent_{agent}/: {type(err).__name__}: {str(err)[:200]}") from None
     except (RuntimeError, ValueError, KeyError) as err:  # shapes or names that differ from the model's
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise CheckpointError(f"checkpoint {checkpoint}: agent_{agent}/ does not match the model "
-                              f"({first[:200]})") from None
+        # torch's message names the model on its first line and each mismatch on one line after it
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+        first = " ".join(lines[:2]) + (f" (and {len(lines) - 2} more)" if len(lines) > 2 else "")
+        first = first if len(first) <= 500 else first[:500] + "..."
+        raise CheckpointError(f"checkpoint {checkpoint}: agent_{agent}/ does not match the model ({first}); a "
+                              f"checkpoint is loaded into the model its run trained: evaluate it with --run on that "
+                              f"run (its config.yaml), or give its agent_model") from None
+
+
+def _check_lora_fits(model: Any, checkpoint: Path, agent: int) -> None:
+    """Raise CheckpointError when agent `agent` of `checkpoint` saved LoRA adapters and `model` has none, or saved
+    full weights and `model` is a LoRA model: the config is not the one the run trained with (agent_model.lora)."""
+    if hasattr(model, "load_weights"):   # a value model: its own layout
+        return
+    adapters, lora_model = is_adapter_folder(checkpoint / f"agent_{agent}"), hasattr(model, "peft_config")
+    if adapters == lora_model:
+        return
+    saved, config = (("LoRA adapters", "agent_model.lora=null (full weights)") if adapters else
+                     ("full weights (a run without LoRA)", "agent_model.lora set (LoRA adapters)"))
+    fix = "agent_model.lora as the run trained" if adapters else "agent_model.lora=null"
+    raise CheckpointError(f"checkpoint {checkpoint}: agent_{agent}/ holds {saved}, and this config has {config}; "
+                          f"evaluate it with the config of the run that saved it (--run RUN), or --override {fix}")
 
 
 # ------------------------------------------------------------------------------------------------ agent_model.init_from

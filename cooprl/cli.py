@@ -22,6 +22,7 @@ from cooprl.console import add_threads_option, setup_logging, use_torch_threads
 from cooprl.errors import UserError
 from cooprl.run_folders import (RUN_CONFIG, check_made_by, check_output, check_resumed_settings, made_by,
                                 numbered_folders)
+from cooprl.tracking import check_wandb
 
 # the environment's config sections class for a config file's mapping (None: the registered one); the library
 # names no environment, so the command line's caller (envs.launch) says which a file's sections name
@@ -43,6 +44,13 @@ def example_config(trainer: str) -> str:
     return f"configs/{trainer.removesuffix('_iter')}_che_cpu.yaml"
 
 
+def add_override_option(parser: argparse.ArgumentParser, example: str) -> None:
+    """Add `--override KEY=VALUE ...` to `parser`: every `--override` flag adds its keys to the earlier ones' (one
+    more flag on a README command keeps the command's own); of two values of one key, the later wins."""
+    parser.add_argument("--override", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
+                        help=f"{example} (values parsed as YAML; repeatable)")
+
+
 def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) -> argparse.Namespace:
     """Return the parsed command line of a trainer script."""
     parser = argparse.ArgumentParser(
@@ -53,8 +61,7 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
                f"RUN_DIR/train.log holds a run's details",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help=f"YAML config (default: {default_config})")
-    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random (values parsed as YAML)")
+    add_override_option(parser, "e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random")
     parser.add_argument("--print-config", action="store_true", help="print the merged config as YAML and exit")
     parser.add_argument("--resume", metavar="RUN_DIR|latest",
                         help="continue a run from its newest complete checkpoint: RUN_DIR (its config.yaml is the "
@@ -187,6 +194,7 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
         sys.stdout.write(config.to_yaml(trainer))
         return None
     check_output(config)
+    check_wandb(config.wandb)   # before any model loads: wandb.init failed only after them, leaving a run folder
     return run
 
 

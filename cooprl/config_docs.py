@@ -57,6 +57,16 @@ RULES = [
     "policy-gradient trainer: madpo/madpo_iter refuse it (checked when the trainer is built).",
     "`magrpo`/`grpo`/`marlhf*` `num_generations`: at least 2 unless `advantage_mode: raw` (a group of one has "
     "advantage 0; checked when the trainer is built).",
+    "Greedy sampling (`temperature: 0`, `top_k: 1` or `top_p: 0`, the trainer's or agent_model's) trains nothing "
+    "where samples are compared with their siblings: `magrpo`/`grpo`/`marlhf*` with `num_generations` above 1 "
+    "(unless `advantage_mode: raw`), and the preference trainers unless another model writes the comparator's "
+    "candidates (`comparator_policy: model` or `api`); refused when training starts, before any model loads "
+    "(evaluation samples greedily as asked).",
+    "`marlhf`/`marlhf_iter` with `rl_algorithm: iac` or `maac`: the `iac:`/`maac:` section gives that trainer's own "
+    "keys (critic_type, ...); a key every trainer shares is MARLHF's, and one given there with another value is an "
+    "error (checked at load).",
+    "`parallel_training: ddp` or `fsdp` needs a launcher (torchrun, `accelerate launch --multi_gpu`): one process "
+    "started without one is refused (checked when training starts).",
 ]
 
 
@@ -187,7 +197,9 @@ RUNS_TEXT = [
     "- `--resume latest`: the newest run (its config.yaml written last: started or resumed last) of the script's "
     "trainer on the config's dataset, among `<run_name>` and `<run_name>-<n>` (without a run_name: "
     "`<trainer>-<dataset>-<time>`) under output.base_dir; an error when that run has no complete checkpoint. "
-    "Resuming a finished run says so and exits 0 (to train it further: a larger `<trainer>.max_steps`).",
+    "Resuming a finished run says so and exits 0, naming the override that trains it further (a larger "
+    "`<trainer>.max_steps` below the epochs' steps, else `num_train_epochs`; the _iter trainers' `num_iterations`); "
+    "a `max_steps` beyond `num_train_epochs`' steps trains those steps, with a warning that says so.",
     "- Exit status: 0 done, 2 after one `error:` line (bad input), 130 after Ctrl-C (the run saved a checkpoint "
     "after its step, or, in the evaluation before training, saved nothing).",
 ]
@@ -226,8 +238,10 @@ def config_reference(strategy_sections: dict[str, type] | None = None) -> str:
                   "config file's run_name names its training run and is not used; a training run's folder only "
                   "with `--checkpoint` from it) and are resumed only under the settings that made them "
                   "(`strategy_config_<strategy>.json`: the strategy, budget, model, prompting, the weights loaded, resolved "
-                  "(a run's newer checkpoint is another setting), data and seed): other settings are an error "
-                  "naming the keys that differ.", ""]
+                  "(a run's newer checkpoint is another setting), data (a `dataset.path` file by its SHA-256) and "
+                  "seed): other settings are an error naming the keys that differ. A trained checkpoint is prompted "
+                  "as its run trained it (`code_prompt.open_body`, `aux_main.main_sees_aux` of its config.yaml, "
+                  "said on stderr; an `--override` of them wins).", ""]
         for name, cls in strategy_sections.items():
             lines += [f"### `{name}`", "", *_table(_rows(cls, name)), ""]
     return "\n".join(lines)

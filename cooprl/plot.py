@@ -10,12 +10,16 @@ from typing import Any
 from cooprl.tracking import read_metrics
 
 LOSS_KEY = "nll_mean"   # what a trainer without a reward (SFT) logs instead (cooprl.trainers.sft)
+# a run trained on a learned reward (MARLHF) logs it as turn_<t>/reward_mean, the task reward as this
+# (cooprl.trainers.marlhf)
+LEARNED_REWARD_TASK_KEY = "/task_reward_mean"
 X_LABEL = "training step (dataset item; W&B's x-axis is env_step)"
 
 
 def plot_run(run_dir: str | Path) -> Path:
     """Draw the training reward per turn (raw and a moving average) and the eval rewards against the training step;
-    a run without a training reward (SFT) gets its loss, with the eval rewards on a second axis. Return the PNG path."""
+    a run trained on a learned reward (MARLHF) gets the task reward there and the learned one on a second axis; a run
+    without a training reward (SFT) gets its loss, with the eval rewards on a second axis. Return the PNG path."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -23,8 +27,19 @@ def plot_run(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     events = read_metrics(run_dir)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    turn_keys = sorted({k for e in events for k in e if k.startswith("turn_") and k.endswith("/reward_mean")})
-    if turn_keys:
+    turn_keys = _turn_keys(events, "/reward_mean")
+    task_keys = _turn_keys(events, LEARNED_REWARD_TASK_KEY)
+    axes = [ax]
+    if task_keys:   # a learned reward trained (MARLHF): the task's reward beside the evaluations', the learned apart
+        for key in task_keys:
+            _curve(ax, events, key, f"train {key.split('/')[0]} task reward")
+        ax.set_ylabel("task reward (raw)")
+        axes.append(ax.twinx())
+        for i, key in enumerate(turn_keys):
+            _curve(axes[1], events, key, f"train {key.split('/')[0]} learned reward", color=f"C{len(task_keys) + i}")
+        axes[1].set_ylabel("learned reward (the reward model's)")
+        eval_ax = ax
+    elif turn_keys:
         for key in turn_keys:
             _curve(ax, events, key, f"train {key.split('/')[0]}")
         ax.set_ylabel("reward (raw)")
@@ -34,6 +49,7 @@ def plot_run(run_dir: str | Path) -> Path:
         ax.set_ylabel("loss (NLL per completion token)")
         eval_ax = ax.twinx()
         eval_ax.set_ylabel("eval reward (raw)")
+        axes.append(eval_ax)
     for key in sorted({k for e in events for k in e if k.startswith("eval/") and k.endswith("/reward_mean")}):
         points = _points(events, key)
         if points:
@@ -41,7 +57,6 @@ def plot_run(run_dir: str | Path) -> Path:
     ax.set_xlabel(X_LABEL)
     ax.set_title(run_dir.name)
     ax.grid(alpha=0.3)
-    axes = [ax] if eval_ax is ax else [ax, eval_ax]
     handles = [line for axis in axes for line in axis.lines if not line.get_label().startswith("_")]
     if handles:
         ax.legend(handles=handles, fontsize=8)
@@ -52,7 +67,12 @@ def plot_run(run_dir: str | Path) -> Path:
     return out
 
 
-def _curve(ax: Any, events: list[dict[str, Any]], key: str, label: str) -> None:
+def _turn_keys(events: list[dict[str, Any]], suffix: str) -> list[str]:
+    """Return the training metrics `turn_<t><suffix>` the events hold, sorted."""
+    return sorted({k for e in events for k in e if k.startswith("turn_") and k.endswith(suffix)})
+
+
+def _curve(ax: Any, events: list[dict[str, Any]], key: str, label: str, color: str | None = None) -> None:
     """Plot `key` against the training step: a moving average over a tenth of the points, and the raw points."""
     points = _points(events, key)
     if not points:
@@ -61,7 +81,7 @@ def _curve(ax: Any, events: list[dict[str, Any]], key: str, label: str) -> None:
     window = max(1, len(values) // 10)
     smooth = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
               for i in range(len(values))]
-    line, = ax.plot(steps, smooth, label=f"{label} (avg of {window})")
+    line, = ax.plot(steps, smooth, label=f"{label} (avg of {window})", color=color)
     ax.plot(steps, values, alpha=0.25, color=line.get_color(), label="_raw")
 
 

@@ -101,6 +101,13 @@ class Task:
             self.score = SafeScore(self.score)
 
 
+def shared_items(task: Task) -> list[str]:
+    """Return the ids (`task.item_id`) of the eval items that are training items too (overlapping splits), in eval
+    order."""
+    trained = {task.item_id(item) for item in task.train_items}
+    return [task.item_id(item) for item in task.eval_items if task.item_id(item) in trained]
+
+
 def no_next_turn(*args: Any) -> list[str]:
     """The `next_prompts` of a centralized (one-policy) task: it is single-turn, so asking for a next turn raises."""
     raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")

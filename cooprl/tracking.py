@@ -2,15 +2,21 @@
 
 Every event is one JSON object with `step`, `env_step`, the metric names and `wall_time` (seconds since the epoch);
 a training step's event has `time/step_s` (its seconds), an evaluation's `time/eval_s`. W&B uses `env_step` as the
-x-axis. A run without wandb installed, or with `wandb.mode: disabled`, still logs to JSONL.
+x-axis. A run without wandb installed, or with `wandb.mode: disabled`, still logs to JSONL. `wandb.mode: online`
+without the package or an API key is refused before any model loads (`check_wandb`).
 """
 
 from __future__ import annotations
 
+import configparser
+import importlib.util
 import json
 import logging
 import math
+import netrc
+import os
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +59,45 @@ class RunTracker:
         if self.wandb_run is not None:
             self.wandb_run.finish()
             self.wandb_run = None
+
+
+def check_wandb(cfg: Any) -> None:
+    """Raise WandbUnavailable when `cfg` (the wandb section) asks for online logging that cannot start: wandb is not
+    installed, or no API key is found (WANDB_API_KEY, WANDB_IDENTITY_TOKEN_FILE, a netrc entry for the W&B host,
+    W&B's settings file). Run before any model loads: wandb.init would fail only once the run has started."""
+    if cfg.mode != "online":
+        return
+    if importlib.util.find_spec("wandb") is None:
+        raise WandbUnavailable("wandb.mode=online needs the wandb package: pip install wandb, or use --override "
+                               "wandb.mode=offline (or disabled: metrics.jsonl only)")
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE") or _netrc_has_wandb_key() or \
+            _settings_have_wandb_key():
+        return
+    raise WandbUnavailable("wandb.mode=online, but no W&B API key was found (WANDB_API_KEY, `wandb login`'s netrc "
+                           "entry); log in with `wandb login` or set WANDB_API_KEY, or use --override "
+                           "wandb.mode=offline (sync later with `wandb sync`)")
+
+
+def _wandb_host() -> str:
+    return urllib.parse.urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
+
+
+def _netrc_has_wandb_key() -> bool:
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        return netrc.netrc(str(path)).authenticators(_wandb_host()) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def _settings_have_wandb_key() -> bool:
+    folder = Path(os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb")
+    settings = configparser.ConfigParser()
+    try:
+        settings.read(folder / "settings", encoding="utf-8")
+    except (OSError, configparser.Error, UnicodeDecodeError):
+        return False
+    return any(settings.has_option(section, "api_key") for section in settings.sections())
 
 
 def _start_wandb(run_dir: Path, cfg: Any, config: dict[str, Any], run_name: str, resume_id: str | None) -> Any:

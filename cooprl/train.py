@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from cooprl.checkpoint import save_model
-from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run
+from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run, SFTSection, check_training_samples_differ
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.vllm_generation import close_engines
 from cooprl.run_folders import release_unused
-from cooprl.task import Task
+from cooprl.task import Task, shared_items
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
 from cooprl.trainers.report import results_summary
@@ -27,6 +28,9 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     Started by torchrun or accelerate with several processes, it joins their process group first
     (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the final models."""
     config = run.config
+    check_training_samples_differ(run)   # before any model loads or any folder is made
+    if not isinstance(run.section, SFTSection):   # SFT leaves them out of its demonstrations, and says so
+        warn_shared_items(task)
     parallel = join_processes(run)   # the run's one parallel context, handed to the trainer (and by it to the loop)
     seed_everything(config.seed)
     # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load
@@ -62,13 +66,28 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     return summary
 
 
+def warn_shared_items(task: Task) -> None:
+    """Log a warning when eval items of `task` are training items too: its eval metrics would measure, in part,
+    problems it trained on."""
+    shared = shared_items(task)
+    if shared:
+        log.warning("%d of the %d eval problems of %s are training problems too (its training and eval splits overlap, "
+                    "e.g. %s): the eval metrics partly measure problems it trains on; give it disjoint splits",
+                    len(shared), len(task.eval_items), task.name, ", ".join(shared[:3]))
+
+
 def join_processes(run: Run) -> Parallel:
     """Return the run's parallel context, after joining the launcher's process group when torchrun or accelerate
     started several processes; ConfigError when several processes run a trainer section without `parallel_training:
-    ddp` (each would train its own copy into the same run folder)."""
+    ddp` (each would train its own copy into the same run folder), and when a ddp or fsdp section runs in a process
+    no launcher started (torchrun with one process sets WORLD_SIZE=1: that one trains alone, as asked)."""
     world = Parallel.launched_world_size()
     trainer, mode = run.trainer, run.section.parallel_training
     if world > 1 and mode not in DATA_PARALLEL_MODES:
         raise ConfigError(f"{trainer}.parallel_training: {mode}, but {world} processes were launched (WORLD_SIZE); "
                           f"set --override {trainer}.parallel_training=ddp (or fsdp), or start one process")
+    if mode in DATA_PARALLEL_MODES and "WORLD_SIZE" not in os.environ:   # torchrun, accelerate --multi_gpu set it
+        raise ConfigError(f"{trainer}.parallel_training: {mode}, but no launcher started this process (WORLD_SIZE is "
+                          f"unset): it would train alone; start it with torchrun --nproc_per_node=N (or accelerate "
+                          f"launch --multi_gpu --num_processes=N), or set --override {trainer}.parallel_training=none")
     return Parallel.join(run.section, run.config.agent_model.device)

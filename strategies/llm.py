@@ -53,11 +53,14 @@ class GeneratorLLM:
 class TeamLLM:
     """A two-agent team as one coder. `generate` on a code prompt (one that ends with the problem's code, see
     strategies.text.code_prompt) samples aux and main with their training prompts, the guidance in front, and
-    returns the joined program; any other prompt is answered by main alone."""
+    returns the joined program; any other prompt is answered by main alone. `main_sees_aux` (the team trained with
+    aux_main.main_sees_aux): main's prompt shows the aux code of its own sample, as in training."""
 
-    def __init__(self, aux: GeneratorLLM, main: GeneratorLLM, problems: Sequence[Any] = ()):
+    def __init__(self, aux: GeneratorLLM, main: GeneratorLLM, problems: Sequence[Any] = (),
+                 main_sees_aux: bool = False):
         self.aux, self.main, self.name = aux, main, f"team({aux.name}+{main.name})"
         self.problems = list(problems)   # to recognise code prompts
+        self.main_sees_aux = main_sees_aux
 
     def _problem_of_code_prompt(self, prompt: str) -> Any:
         from envs.code_generation.prompts import single_prompt
@@ -67,13 +70,19 @@ class TeamLLM:
         return None
 
     def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
-        from envs.code_generation.prompts import aux_prompt, completion_to_code, main_prompt, single_prompt
+        from envs.code_generation.prompts import (aux_prompt, completion_to_code, main_prompt, single_prompt,
+                                                  with_aux_code)
         problem = self._problem_of_code_prompt(prompt)
         if problem is None:
             return self.main.generate(prompt, n, params)
         guidance = prompt[:len(prompt) - len(single_prompt(problem))]
         auxes = self.aux.generate(guidance + aux_prompt(problem), n, params)
-        mains = self.main.generate(guidance + main_prompt(problem), n, params)
+        if self.main_sees_aux:   # each main sample reads its own aux, as the sequential team trained
+            mains = [self.main.generate(guidance + with_aux_code(main_prompt(problem),
+                                                                 completion_to_code("aux", problem, a.text)), 1,
+                                        params)[0] for a in auxes]
+        else:
+            mains = self.main.generate(guidance + main_prompt(problem), n, params)
         out = []
         for a, m in zip(auxes, mains):
             # the joined program, written out in full, so that strategies.text.extract_code keeps it as is
@@ -238,4 +247,4 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
                                     chat_template=model_cfg.chat_template)
         llms.append(GeneratorLLM(generator, f"{name}#{i}" if saved is not None else name))
-    return llms[0] if len(llms) == 1 else TeamLLM(llms[0], llms[1], problems)
+    return llms[0] if len(llms) == 1 else TeamLLM(llms[0], llms[1], problems, config.task.aux_main.main_sees_aux)

@@ -23,7 +23,8 @@ from cooprl.config.fields import (build_section, ConfigError, field_aliases, fie
                                   unknown_key_error)
 from cooprl.config.load import config_from_data, load_config, register_task_config, registered_task_config
 from cooprl.config.overrides import apply_overrides, check_override_sections, parse_override
-from cooprl.config.rules import (check_consistency, check_parallel_training, check_vllm_temperature, vllm_lora_slot,
+from cooprl.config.rules import (check_consistency, check_parallel_training, check_training_samples_differ,
+                                 check_vllm_temperature, vllm_lora_slot,
                                  VLLM_LORA_RANKS, VLLM_MIN_TEMPERATURE, DATA_PARALLEL_MODES, DEVICE_KEYS, device_list,
                                  FSDP_TRAINERS, is_data_parallel, model_devices, MP_TRAINERS, section_devices,
                                  trainer_device)

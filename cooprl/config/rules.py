@@ -9,7 +9,7 @@ from cooprl.config.fields import ConfigError, show
 from cooprl.config.run import Run
 from cooprl.config.schema import Config
 from cooprl.config.trainer_sections import (TRAINER_SECTIONS, ActorCriticSection, IterativeFields, MADPOSection,
-                                            MAGRPOSection, MARLHFSection, TrainerSection)
+                                            MAGRPOSection, MARLHFSection, PreferenceFields, TrainerSection)
 
 
 _DEVICE_NAMES = ("cpu", "cuda", "mps", "auto")
@@ -116,6 +116,43 @@ def check_parallel_training(run: Run) -> None:
     if mode in DATA_PARALLEL_MODES and len(set(device_list(section.agent_devices, f"{name}.agent_devices"))) > 1:
         raise ConfigError(f"{name}.agent_devices: {mode} places a process's models on its own device (cuda:LOCAL_RANK); "
                           "several agent devices are parallel_training mp's")
+
+
+def _greedy_key(run: Run) -> str | None:
+    """Return the sampling key that makes `run`'s agents sample greedily (temperature 0, top_k 1 or top_p 0, its
+    section's value or agent_model's), as `key=value`; None when they sample."""
+    section, model = run.section, run.config.agent_model
+    settings = (("temperature", section.temperature, model.temperature, 0), ("top_k", section.top_k, model.top_k, 1),
+                ("top_p", section.top_p, model.top_p, 0))
+    for name, own, fallback, greedy in settings:
+        key, value = (f"{run.trainer}.{name}", own) if own is not None else (f"agent_model.{name}", fallback)
+        if value == greedy:
+            return f"{key}={value}"
+    return None
+
+
+def check_training_samples_differ(run: Run) -> None:
+    """Raise ConfigError when greedy sampling makes every sample `run` trains on compare equal to its siblings:
+    MAGRPO's advantages (each sample's return against its group's; not advantage_mode raw) would all be 0, and a
+    preference trainer's candidates (without a comparator of another model: comparator_policy model or api) would
+    all tie, so nothing would train.
+    Evaluation samples greedily as asked: only training checks this."""
+    greedy = _greedy_key(run)
+    if greedy is None:
+        return
+    name, section = run.trainer, run.section
+    fix = "sample with a temperature above 0 (e.g. 0.6; top_k null or above 1, top_p above 0)"
+    # a comparator of another model (or an API) writes other candidates; copies of the policies write the same
+    other_writer = isinstance(section, IterativeFields) and section.comparator_policy in ("model", "api")
+    if isinstance(section, PreferenceFields) and not other_writer:
+        raise ConfigError(f"{greedy} with {name}.preference_num_candidates={section.preference_num_candidates}: "
+                          f"greedy sampling makes a problem's candidates one answer (a comparator that copies the "
+                          f"policies writes it too), so every pair ties and nothing trains; {fix}")
+    rl = run.rl or run
+    if isinstance(rl.section, MAGRPOSection) and rl.section.num_generations > 1 and rl.section.advantage_mode != "raw":
+        raise ConfigError(f"{greedy} with {name}.num_generations={rl.section.num_generations}: greedy sampling makes "
+                          f"a group's samples one completion, so every advantage (advantage_mode "
+                          f"{rl.section.advantage_mode}) is 0 and nothing trains; {fix}")
 
 
 def _check_fsdp(run: Run) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 
-from cooprl.config.fields import ConfigError
+from cooprl.config.fields import ConfigError, field_aliases, show
 from cooprl.config.overrides import check_override_sections
 from cooprl.config.schema import Config
 from cooprl.config.trainer_sections import TRAINER_SECTIONS, MARLHFSection, TrainerSection
@@ -85,6 +85,32 @@ def check_sections_read(run: Run, data: Mapping[str, Any], path: str | Path, ove
                           f"{use(readers[0])}, or give the file a {run.trainer}: section")
     _check_not_a_helper_section(run.trainer, data, path, reader, use)
     check_override_sections(overrides, read, {name: use(name) for name in TRAINER_SECTIONS}, reader)
+    _check_shared_keys_of_rl_section(run, data, overrides)
+
+
+def _check_shared_keys_of_rl_section(run: Run, data: Mapping[str, Any], overrides: list[str]) -> None:
+    """Raise ConfigError when MARLHF's rl_algorithm section (iac, maac) is given a key every trainer shares with
+    another value than MARLHF's own: the RL algorithm trains with MARLHF's (`_rl_run`). A file's value that is the
+    section's default passes (a run's config.yaml of an older version held every key)."""
+    if run.rl is None or run.rl.trainer == run.trainer:
+        return
+    name, section = run.rl.trainer, run.config.trainer(run.rl.trainer)
+    aliases = field_aliases(type(section))
+    overridden = set()
+    for text in overrides:
+        head, _, key = text.split("=", 1)[0].strip().partition(".")
+        if head == name:
+            overridden.add(aliases.get(key, key))
+    in_file = data.get(name) if isinstance(data.get(name), Mapping) else {}
+    given_keys = {aliases.get(key, key) for key in in_file} | overridden
+    values, used, defaults = (dataclasses.asdict(s) for s in (section, run.section, type(section)()))
+    for key in [f.name for f in dataclasses.fields(TrainerSection) if f.name in given_keys]:
+        given = values[key]
+        if given == used[key] or (key not in overridden and given == defaults[key]):
+            continue
+        raise ConfigError(f"{name}.{key}={show(given)}: MARLHF with rl_algorithm {name} trains with {run.trainer}'s "
+                          f"value of every key all trainers share ({run.trainer}.{key}={show(used[key])}); set "
+                          f"{run.trainer}.{key} instead ({name}: gives only {name}'s own keys, such as critic_type)")
 
 
 def helper_sections(data: Mapping[str, Any]) -> set[str]:

@@ -206,7 +206,8 @@ class Config:
         return [trainer] + ([rl] if rl in TRAINER_SECTIONS and rl != "magrpo" else [])
 
     def to_dict(self, trainer: str | None = None) -> dict[str, Any]:
-        """Return the config as plain data; with `trainer`, the sections of trainers it does not read are left out."""
+        """Return the config as plain data; with `trainer`, the sections of trainers it does not read are left out
+        (and MARLHF's rl_algorithm section holds only its own keys, such as critic_type)."""
         data = dataclasses.asdict(self)
         task = data.pop("task") or {}
         data = {**{k: v for k, v in data.items() if k not in TRAINER_SECTIONS}, **task,
@@ -214,6 +215,10 @@ class Config:
         if trainer is not None:
             kept = self.sections_read_by(trainer)
             data = {k: v for k, v in data.items() if k not in TRAINER_SECTIONS or k in kept}
+            # MARLHF's rl_algorithm section (iac, maac) gives only its own keys: the shared ones are MARLHF's
+            shared = {f.name for f in dataclasses.fields(TrainerSection)}
+            for helper in kept[1:]:
+                data[helper] = {k: v for k, v in data[helper].items() if k not in shared}
         return data
 
     def to_yaml(self, trainer: str | None = None) -> str:

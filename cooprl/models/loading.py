@@ -218,7 +218,52 @@ def resolve_model_path(name: str) -> str:
         return str(local)
     if name.startswith(("/", "./", "../", "~")) or (os.sep != "/" and name.startswith(os.sep)):
         raise ModelError(f"model {name!r}: no such folder")
+    check_hub_reachable(name)
     return name
+
+
+_HUB_PROBE_TIMEOUT_S = 5.0
+_hub_unreachable: dict[str, str] = {}   # endpoint -> why it could not be reached (probed once per process)
+
+
+def check_hub_reachable(name: str) -> None:
+    """Raise ModelError at once when `name` (neither a folder nor an embedded model) is no hub id, or a hub model
+    not in the local Hugging Face cache while the hub cannot be reached (HF_HUB_OFFLINE set, or no answer within a
+    few seconds): transformers would retry for over a minute before its own error. A cached model, and an unknown
+    answer (a proxy's, an HTTP error), pass."""
+    from huggingface_hub import try_to_load_from_cache
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except ValueError as err:   # huggingface_hub's HFValidationError: no hub id can be spelt so
+        raise ModelError(f"model {name!r}: no such folder, and not a hub id ({_reason(err)})") from None
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ModelError(f"model {name!r}: not in the local Hugging Face cache, and HF_HUB_OFFLINE is set; download "
+                         "it where there is a network (or unset HF_HUB_OFFLINE), or give a local folder or an "
+                         f"embedded model ({', '.join(OFFLINE_MODELS)})")
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    if endpoint not in _hub_unreachable:
+        import urllib.error
+        import urllib.request
+        try:
+            urllib.request.urlopen(f"{endpoint}/api/models/{name}", timeout=_HUB_PROBE_TIMEOUT_S).close()
+            _hub_unreachable[endpoint] = ""
+        except urllib.error.HTTPError:   # it answered (401, 404: transformers says which)
+            _hub_unreachable[endpoint] = ""
+        except ValueError:   # a name no URL holds: transformers names the problem
+            return
+        except OSError as err:   # no DNS, refused, timed out
+            _hub_unreachable[endpoint] = str(getattr(err, "reason", err))
+    if _hub_unreachable[endpoint]:
+        raise ModelError(f"model {name!r}: not in the local Hugging Face cache, and {endpoint} cannot be reached "
+                         f"({_hub_unreachable[endpoint]}); connect to the network, or give a local folder or an "
+                         f"embedded model ({', '.join(OFFLINE_MODELS)})")
+
+
+def _tokenizer_only(folder: Path) -> str:
+    """Return ", only a tokenizer's files (...)" when `folder` holds tokenizer files and no model, else ""."""
+    names = sorted(p.name for p in folder.glob("*token*")) if folder.is_dir() else []
+    return f", only a tokenizer's files ({', '.join(names[:3])})" if names else ""
 
 
 def _reason(err: Exception) -> str:
@@ -281,8 +326,14 @@ def load_causal_lm(name: str, *, torch_dtype: str = "auto", device: str = "auto"
     with its adapters), or merged into the weights when this run trains without LoRA."""
     from transformers import AutoModelForCausalLM
     target = pick_device(device)
+    path = resolve_model_path(name)
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+        raise ModelError(f"model {name!r} could not be loaded: {path} holds no config.json"
+                         f"{_tokenizer_only(Path(path))}; "
+                         "give the folder save_pretrained wrote a model in (config.json and its weights), a hub id, "
+                         f"or an embedded model ({', '.join(OFFLINE_MODELS)})")
     try:
-        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=pick_dtype(torch_dtype, target))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(torch_dtype, target))
     except (OSError, ValueError) as err:  # a missing folder or hub id; a folder without a model
         raise ModelError(f"model {name!r} could not be loaded: {_reason(err)}") from None
     model.to(target)
@@ -356,10 +407,18 @@ def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     for shard in sorted(folder.glob("*.safetensors")):
         if shard.name != HEAD_FILE:
             state.update(load_file(shard))
+    shapes = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    differ = [key for key, value in state.items() if key in shapes and tuple(value.shape) != shapes[key]]
+    if differ:   # torch's own message runs over many lines, the shapes after the first
+        key = differ[0]
+        raise RuntimeError(f"{len(differ)} of its {len(state)} saved tensors differ in shape from the model's (e.g. "
+                           f"{key}: saved {list(state[key].shape)}, the model's {list(shapes[key])}): saved from "
+                           f"another model")
     missing, unexpected = Parallel.load_whole_state_dict(model, state)   # a sharded model: into each shard
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
     if missing or unexpected:
-        raise RuntimeError(f"{folder}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise RuntimeError(f"its weights do not match the model's: {len(missing)} of the model's tensors missing (e.g. "
+                           f"{missing[:2]}), {len(unexpected)} saved tensors the model lacks (e.g. {unexpected[:2]})")
 
 
 def add_lora(model: Any, lora: Any) -> Any:

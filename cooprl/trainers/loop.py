@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from cooprl import checkpoint as ckpt
-from cooprl.config import Config, ConfigError, Run, is_data_parallel
+from cooprl.config import Config, ConfigError, IterativeFields, Run, is_data_parallel
 from cooprl.console import open_run_log
 from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.parallel.order import Ranks, data_order, ends_epoch, item_seed, mean_metrics, shard_order
@@ -198,6 +198,11 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     steps_per_round = min(len(order), section.max_steps or len(order))
     rounds = algorithm.rounds
     total_steps = steps_per_round * rounds
+    if section.max_steps and section.max_steps > len(order) and ranks.is_main:
+        log.warning("%s.max_steps=%d is more than the %d steps of %s.num_train_epochs=%d (%d per epoch): it trains "
+                    "%d steps%s; to train longer: %s", trainer, section.max_steps, len(order), trainer,
+                    section.num_train_epochs, epoch_length, len(order), " per iteration" if rounds > 1 else "",
+                    train_longer(run, len(order)))
 
     start_step, env_step, wandb_id = 0, 0, None
     resume_from = _resolve_resume(config, checkpoint_dir)
@@ -205,7 +210,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     if state is not None:
         start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
         if start_step >= total_steps and (state.get("finished") or _eval_at(run_dir, start_step)):
-            return _already_finished(run, run_dir, start_step, total_steps, ranks.is_main)
+            return _already_finished(run, run_dir, start_step, total_steps, len(order), ranks.is_main)
     if ranks.is_main:   # the other ranks of a data-parallel run write nothing
         _open_run_folder(run, run_dir, start_step if state is not None else None)
         open_run_log(run_dir)   # the project's details, debug included, from the command line's start on
@@ -313,15 +318,28 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     return summary
 
 
-def _already_finished(run: Run, run_dir: Path, step: int, total_steps: int, main: bool = True) -> dict[str, Any]:
+def train_longer(run: Run, epoch_steps: int) -> str:
+    """Return the override that makes `run` train more steps than now, its epochs taking `epoch_steps` steps in all
+    (max_steps counts below that; past it, only more epochs, or an _iter trainer's iterations, add steps)."""
+    trainer, section = run.trainer, run.section
+    if isinstance(section, IterativeFields):
+        return f"--override {trainer}.num_iterations=<more>"
+    more_epochs = f"--override {trainer}.num_train_epochs=<more>"
+    if section.max_steps and section.max_steps < epoch_steps:
+        return f"--override {trainer}.max_steps=<more> (up to {epoch_steps}; beyond: {more_epochs})"
+    return more_epochs + (f" {trainer}.max_steps=null" if section.max_steps else "")
+
+
+def _already_finished(run: Run, run_dir: Path, step: int, total_steps: int, epoch_steps: int,
+                      main: bool = True) -> dict[str, Any]:
     """Say (on the `main` process) that the resumed run in `run_dir` ended: trained `step` of `total_steps` steps and
-    evaluated; return its summary, without training, evaluating or writing anything."""
+    evaluated; return its summary, without training, evaluating or writing anything. `epoch_steps`: the steps of
+    the run's epochs (see train_longer)."""
     if main:
         done = (f"{step} of {total_steps} steps trained and evaluated" if step <= total_steps else
                 f"{step} steps trained and evaluated, more than the {total_steps} asked (a resume undoes no step)")
-        print(f"{run_dir} is finished: {done}; nothing to do (to train "
-              f"it further: --resume {run_dir} --override {run.trainer}.max_steps=<more>; to evaluate it: "
-              f"python evaluate.py --run {run_dir})")
+        print(f"{run_dir} is finished: {done}; nothing to do (to train it further: --resume {run_dir} "
+              f"{train_longer(run, epoch_steps)}; to evaluate it: python evaluate.py --run {run_dir})")
     return {"run_dir": str(run_dir), "steps": step, "interrupted": False, "finished": True}
 
 

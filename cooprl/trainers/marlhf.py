@@ -301,4 +301,9 @@ def build_marlhf(run: Run[MARLHFSection], task: Task, parallel: Parallel | None 
     comparator = None
     if isinstance(section, IterativeFields):   # MARLHF_ITER: the comparator_* keys
         comparator = build_comparator(run, task, rl.team)
+    if comparator is not None and task.follow_prompt is not None:   # as MADPO_ITER (cooprl.trainers.madpo)
+        raise ConfigError(f"{trainer}: this task is a sequential team (a later agent reads the earlier agents' "
+                          f"answers) and a comparator writes joint answers without that; compare the policies' own "
+                          f"candidates: {trainer}.comparator_policy=current "
+                          f"{trainer}.comparator_candidate_budget=shared")
     return MARLHF(run, task, rl, reward_model, learned, comparator, parallel)

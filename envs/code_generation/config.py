@@ -57,7 +57,10 @@ class AuxMainSection:
     """How the aux+main team sees each other (the code task with two agents)."""
     main_sees_aux: bool = option(False, "main's prompt shows the aux code of its own joint action (a sequential "
                                  "team: aux writes first, main reads it); false as upstream: main only knows that "
-                                 "aux exists, so calling it is a guess. Not with MADPO/MARLHF's paired answers")
+                                 "aux exists, so calling it is a guess. Every trainer trains with it, MADPO and MARLHF "
+                                 "included (their candidates are such joint answers); madpo_iter and marlhf_iter "
+                                 "then compare the policies' own candidates (comparator_policy current, "
+                                 "comparator_candidate_budget shared)")
 
 
 @dataclass

@@ -11,14 +11,18 @@ Every source accepts split slices in the `datasets` syntax: `test`, `test[33:163
 A file that cannot be read as records (not UTF-8 text, a `.gz` that is not gzip or is truncated, a directory,
 invalid JSON, JSON nested deeper than Python can parse) and a malformed record (a missing or empty field, a test
 without `def check(`) are `DatasetError`s naming the file and the line (JSONL) or the record (`FILE[i]`, 0-based
-index): a malformed record stops loading, it is never skipped silently.
+index): a malformed record stops loading, it is never skipped silently. A well-formed problem of the split that can
+never pass (its test does not parse, its prompt does not define its entry point) is skipped, counted and named in
+one warning (`passable`); a split of only such problems is a DatasetError.
 """
 
 from __future__ import annotations
 
+import ast
 import gzip
 import importlib.util
 import json
+import logging
 import re
 import reprlib
 import zlib
@@ -33,6 +37,7 @@ COOP_FILE = Path(__file__).parent / "data" / "coop.jsonl"
 HUMANEVAL_NAMES = {"humaneval", "openai/openai_humaneval", "openai_humaneval"}
 COOP_NAMES = {"coop", "cooprl/coop"}
 COOPHUMANEVAL_HUB = "OpenMLRL/CoopHumanEval"
+log = logging.getLogger(__name__)
 
 
 class DatasetError(UserError, ValueError):
@@ -192,4 +197,31 @@ def load_problems(dataset_cfg: Any, split: str) -> list[Problem]:
     chosen = problems[part]
     if not chosen:
         raise DatasetError(f"dataset {where!r} split {split!r} is empty ({len(problems)} problems in all)")
-    return chosen
+    return passable(chosen, f"dataset {where!r} split {split!r}")
+
+
+def never_passes(problem: Problem) -> str | None:
+    """Return why `problem` can never pass (its test is not Python that parses; its prompt defines no function of
+    its entry point, so no completion of it is what the test calls), else None."""
+    try:
+        ast.parse(problem.test)
+    except (SyntaxError, ValueError) as err:   # ValueError: a NUL byte
+        where = f" (line {err.lineno})" if getattr(err, "lineno", None) else ""
+        return f"its test does not parse: {getattr(err, 'msg', err)}{where}"
+    if not re.search(rf"\bdef\s+{re.escape(problem.entry_point)}\s*\(", problem.prompt):
+        return f"its prompt defines no {problem.entry_point}() (the entry point the test calls)"
+    return None
+
+
+def passable(problems: list[Problem], where: str) -> list[Problem]:
+    """Return `problems` without those that can never pass (`never_passes`), said in one warning that counts them
+    and names the first; DatasetError when none is left."""
+    bad = [(p, why) for p in problems if (why := never_passes(p)) is not None]
+    if not bad:
+        return problems
+    said = "; ".join(f"{p.task_id}: {why}" for p, why in bad[:3]) + ("; ..." if len(bad) > 3 else "")
+    if len(bad) == len(problems):
+        raise DatasetError(f"{where}: none of its {len(problems)} problems can pass ({said})")
+    log.warning("%s: %d of its %d problems can never pass and are skipped (%s)", where, len(bad), len(problems), said)
+    skipped = {id(p) for p, _ in bad}
+    return [p for p in problems if id(p) not in skipped]

@@ -26,3 +26,69 @@ def test_a_state_saved_under_the_records_former_module_names_still_loads():
     assert type(group) is NodeGroup and type(group.samples[0]) is TrainSample and group.samples[0].advantage == 1.5
     # what is saved now names cooprl.samples
     assert ckpt.to_plain(group)["class"] == "cooprl.samples:NodeGroup"
+
+
+# ------------------------------------------------------------------------------------------------ issue 43: messages
+def _saved_agent(tmp_path, model) -> "ckpt.Path":
+    checkpoint = tmp_path / "checkpoint-1"
+    ckpt.save_model(model, checkpoint / "agent_0")
+    return checkpoint
+
+
+def test_a_checkpoint_of_another_weights_kind_is_named_so_not_damaged(tmp_path):
+    # full weights loaded under a LoRA config were "damaged: agent_0/? is missing"
+    import pytest
+
+    from cooprl.config import LoraSection
+    from cooprl.models.loading import TINY_RANDOM, add_lora, load_causal_lm
+    full = _saved_agent(tmp_path / "full", load_causal_lm(TINY_RANDOM, device="cpu"))
+    lora_model = add_lora(load_causal_lm(TINY_RANDOM, device="cpu"), LoraSection(r=2, alpha=4))
+    with pytest.raises(ckpt.CheckpointError) as err:
+        ckpt.load_agent_weights(lora_model, full, 0)
+    assert str(err.value) == (f"checkpoint {full}: agent_0/ holds full weights (a run without LoRA), and this config "
+                              "has agent_model.lora set (LoRA adapters); evaluate it with the config of the run that "
+                              "saved it (--run RUN), or --override agent_model.lora=null")
+    adapters = _saved_agent(tmp_path / "lora", lora_model)
+    with pytest.raises(ckpt.CheckpointError, match="agent_0/ holds LoRA adapters, and this config has "
+                                                   "agent_model.lora=null .* --override agent_model.lora as the run"):
+        ckpt.load_agent_weights(load_causal_lm(TINY_RANDOM, device="cpu"), adapters, 0)
+    ckpt.load_agent_weights(add_lora(load_causal_lm(TINY_RANDOM, device="cpu"), LoraSection(r=2, alpha=4)),
+                            adapters, 0)   # the same kind loads
+
+
+def test_a_checkpoint_of_another_model_says_which_tensor_differs_in_one_line(tmp_path):
+    # torch's size-mismatch message puts the shapes after its first line, which was all that was shown
+    import pytest
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from cooprl.models.loading import TINY_RANDOM, load_causal_lm
+    model = load_causal_lm(TINY_RANDOM, device="cpu")
+    other = LlamaForCausalLM(LlamaConfig(**{**model.config.to_dict(), "hidden_size": 32, "intermediate_size": 64}))
+    checkpoint = _saved_agent(tmp_path, other)
+    with pytest.raises(ckpt.CheckpointError) as err:
+        ckpt.load_agent_weights(model, checkpoint, 0)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"checkpoint {checkpoint}: agent_0/ does not match the model (")
+    assert "saved tensors differ in shape from the model's (e.g. model.embed_tokens.weight: saved [" in message
+    assert ", 32], the model's [" in message and ", 64]): saved from another model)" in message
+    assert message.endswith("evaluate it with --run on that run (its config.yaml), or give its agent_model")
+
+
+def test_torch_s_mismatch_lines_after_its_first_are_kept(tmp_path, monkeypatch):
+    # a LoRA model's adapters load through peft, whose size mismatch is torch's message: its first line named only
+    # the model class
+    import pytest
+
+    from cooprl.models.loading import TINY_RANDOM, load_causal_lm
+    checkpoint = _saved_agent(tmp_path, load_causal_lm(TINY_RANDOM, device="cpu"))
+
+    def mismatch(model, folder):
+        raise RuntimeError("Error(s) in loading state_dict for PeftModelForCausalLM:\n\tsize mismatch for a.lora_A: "
+                           "copying a param with shape torch.Size([8, 64]) from checkpoint, the shape in current "
+                           "model is torch.Size([4, 64]).\n\tsize mismatch for b.lora_A: ...\n\tsize mismatch for c")
+    monkeypatch.setattr(ckpt, "load_agent_weights_from_folder", mismatch)
+    with pytest.raises(ckpt.CheckpointError, match=r"PeftModelForCausalLM: size mismatch for a.lora_A: copying a "
+                                                   r"param with shape torch.Size\(\[8, 64\]\) from checkpoint, the "
+                                                   r"shape in current model is torch.Size\(\[4, 64\]\). "
+                                                   r"\(and 2 more\)"):
+        ckpt.load_agent_weights(load_causal_lm(TINY_RANDOM, device="cpu"), checkpoint, 0)

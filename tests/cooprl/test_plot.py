@@ -47,3 +47,19 @@ def test_the_plot_refuses_metrics_with_nothing_to_draw(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error:" in err and "no reward or loss to plot" in err and "Traceback" not in err
     assert not (tmp_path / "rewards.png").exists()
+
+
+def test_the_plot_of_a_learned_reward_run_draws_the_task_reward_and_labels_the_learned_one(tmp_path, monkeypatch):
+    # MARLHF's rewards.png drew the learned reward as "train turn_1" on a "reward (raw)" axis, and no task reward
+    write_events(tmp_path, [{"step": s, "env_step": s, "turn_1/reward_mean": 0.5 - 0.1 * s,
+                             "turn_1/task_reward_mean": 1.0 + s} for s in range(1, 4)]
+                 + [{"step": 3, "env_step": 3, "eval/turn_1/reward_mean": 2.5}])
+    task_axis, learned_axis = drawn_figure(monkeypatch, tmp_path).axes
+    assert task_axis.get_ylabel() == "task reward (raw)" and learned_axis.get_ylabel().startswith("learned reward")
+    curves = {line.get_label(): list(line.get_ydata()) for axis in (task_axis, learned_axis) for line in axis.lines}
+    assert curves["train turn_1 task reward (avg of 1)"] == [2.0, 3.0, 4.0]
+    assert curves["train turn_1 learned reward (avg of 1)"] == __import__("pytest").approx([0.4, 0.3, 0.2])
+    assert curves["eval/turn_1/reward_mean"] == [2.5]   # the evaluation's task reward, beside the training's
+    assert [line for line in learned_axis.lines if "eval" in line.get_label()] == []
+    labels = [text.get_text() for text in task_axis.get_legend().get_texts()]
+    assert {"train turn_1 task reward (avg of 1)", "train turn_1 learned reward (avg of 1)"} <= set(labels)

@@ -70,3 +70,36 @@ def test_unreachable_hub_dataset_suggests_offline_set(monkeypatch):
     with pytest.raises(DatasetError) as err:
         load_problems({"name": "OpenMLRL/CoopHumanEval-does-not-exist"}, "test")
     assert "could not be loaded from the hub" in str(err.value) and "dataset.name: coop" in str(err.value)
+
+
+@pytest.mark.parametrize("bad,why", [
+    ({"test": "def check(candidate):\n    assert candidate(1) == 1)\n"},
+     "its test does not parse: unmatched ')' (line 2)"),
+    ({"test": "def check(candidate):\n\tassert candidate(1)\n        return\n"}, "its test does not parse"),
+    ({"test": "def check(candidate):\n    assert candidate('\x00')\n"},
+     "its test does not parse: source code string cannot contain null"),
+    ({"entry_point": "g"}, "its prompt defines no g() (the entry point the test calls)"),
+    ({"prompt": "# write f(x)\n"}, "its prompt defines no f()"),
+    ({"prompt": "def fx(x):\n"}, "its prompt defines no f()"),       # another function whose name starts alike
+    ({"prompt": "import math\n\n\ndef  f (x: int) -> int:\n"}, None),
+])
+def test_a_problem_that_can_never_pass_is_skipped_counted_and_named(tmp_path, caplog, bad, why):
+    # the reference solution scored 1.5 or 0.4 of 4.0 on such rows: they were trained and evaluated on silently
+    path = write_jsonl(tmp_path / "p.jsonl", [GOOD, {**GOOD, "task_id": "T/1", **bad}, {**GOOD, "task_id": "T/2"}])
+    problems = load_problems({"path": str(path)}, "test")
+    if why is None:
+        assert [p.task_id for p in problems] == ["T/0", "T/1", "T/2"] and not caplog.text
+        return
+    assert [p.task_id for p in problems] == ["T/0", "T/2"]
+    assert f"split 'test': 1 of its 3 problems can never pass and are skipped (T/1: {why}" in caplog.text
+    # a slice without it loads without a word; a split of only such problems is an error
+    caplog.clear()
+    assert [p.task_id for p in load_problems({"path": str(path)}, "test[2:]")] == ["T/2"] and not caplog.text
+    with pytest.raises(DatasetError, match=f"split 'test\\[1:2\\]': none of its 1 problems can pass \\(T/1: "):
+        load_problems({"path": str(path)}, "test[1:2]")
+
+
+def test_the_shipped_problems_can_all_pass(caplog):
+    assert len(load_problems({"type": "humaneval"}, "test")) == 164
+    assert len(load_problems({"name": "coop"}, "train")) == 85
+    assert "can never pass" not in caplog.text

@@ -389,3 +389,85 @@ def test_results_never_go_into_a_training_run_folder(tmp_path, capsys):
     named = evaluate_strategy.read_strategy_config("configs/magrpo_che_cpu.yaml",
                                                    [f"output.base_dir={tmp_path}", "output.run_name=trained"])
     assert evaluate_strategy.results_folder(named, "direct", str(run_dir / "checkpoints"), named=True) == run_dir
+
+
+# ------------------------------------------------------------------------------------------------ issue 43
+def test_a_team_whose_main_saw_aux_in_training_sees_its_own_aux_here(sandbox):
+    aux = ScriptedLLM([("helper function named `aux`", ["a, b):\n    return a + b\n", "a, b):\n    return b + a\n"])])
+    main = ScriptedLLM([("Do not redefine `aux`", ["    return aux(a, b)\n"])])
+    team = TeamLLM(aux, main, [ADD], main_sees_aux=True)
+    generations = team.generate(code_prompt(ADD, "Plan: add them."), 2, SamplingParams())
+    assert len(generations) == 2 and len(main.prompts) == 2   # one main answer per aux answer
+    for prompt, body in zip(main.prompts, ("return a + b", "return b + a"), strict=True):
+        assert prompt.startswith("Plan: add them.\n\nThe helper function `aux` is defined as follows:\n\n"
+                                 "def aux(a, b):")
+        assert body in prompt and prompt.endswith(ADD.prompt.lstrip("\n"))
+    assert all(score(ADD, extract_code(ADD, g.text), sandbox)["passed"] for g in generations)
+    plain = ScriptedLLM([("Do not redefine `aux`", ["    return aux(a, b)\n"])])
+    TeamLLM(aux, plain, [ADD]).generate(code_prompt(ADD), 2, SamplingParams())
+    assert "is defined as follows" not in plain.prompts[0]   # upstream's team: main only knows aux exists
+
+
+def cooprl_overrides(*more: str) -> list[str]:
+    """Return CLI's overrides and `more` less the budget's (what read_strategy_config reads)."""
+    return evaluate_strategy.split_overrides("direct", CLI[3:] + list(more))[0]
+
+
+def _trained_run(folder, **task_keys) -> str:
+    """Write a run folder whose config.yaml has the task's `task_keys` (section.key: value); return its checkpoint."""
+    overrides = [f"{key}={value}" for key, value in task_keys.items()]
+    config = evaluate_strategy.read_strategy_config(CLI[1], cooprl_overrides(*overrides))
+    (folder / "checkpoints" / "checkpoint-3").mkdir(parents=True)
+    (folder / "config.yaml").write_text(config.to_yaml("magrpo"))
+    return str(folder / "checkpoints" / "checkpoint-3")
+
+
+def test_a_trained_checkpoint_gets_the_prompts_of_its_training(tmp_path, capsys):
+    checkpoint = _trained_run(tmp_path / "run", **{"code_prompt.open_body": "true", "aux_main.main_sees_aux": "true"})
+    config = evaluate_strategy.read_strategy_config(CLI[1], cooprl_overrides())
+    assert not config.task.code_prompt.open_body and not config.task.aux_main.main_sees_aux   # the file's
+    taken = evaluate_strategy.training_prompts(config, checkpoint, set())
+    assert taken.task.code_prompt.open_body and taken.task.aux_main.main_sees_aux
+    err = capsys.readouterr().err
+    assert f"note: code_prompt.open_body=true, as {tmp_path / 'run' / 'config.yaml'} trained with it" in err
+    assert "note: aux_main.main_sees_aux=true" in err
+    # what the command line overrides stays; a run folder given as --checkpoint is found too
+    kept = evaluate_strategy.training_prompts(config, str(tmp_path / "run"), {"code_prompt.open_body"})
+    assert not kept.task.code_prompt.open_body and kept.task.aux_main.main_sees_aux
+    # a checkpoint outside any run, and a run trained with the defaults, change nothing
+    (tmp_path / "loose").mkdir()
+    assert evaluate_strategy.training_prompts(config, str(tmp_path / "loose"), set()) is config
+    plain = _trained_run(tmp_path / "plain")
+    assert evaluate_strategy.training_prompts(config, plain, set()).task == config.task
+
+
+def test_the_strategy_sees_the_prompts_the_config_asks_for(tmp_path, capsys, monkeypatch, sandbox):
+    # code_prompt.open_body was ignored: a strategy asked for the function after its docstring, never inside it
+    import strategies.llm
+    llm = ScriptedLLM([(CODE, [RIGHT])])
+    monkeypatch.setattr(strategies.llm, "build_llm", lambda *args, **kwargs: llm)
+    argv = ["--strategy", "direct"] + CLI + [f"output.base_dir={tmp_path}", "dataset.eval_split=train[:1]",
+                                             "code_prompt.open_body=true"]
+    assert evaluate_strategy.main(argv) == 0
+    assert llm.prompts[0].endswith('"""\n    ') and "def " in llm.prompts[0]   # inside the body
+    settings = json.loads(evaluate_strategy.settings_file(tmp_path / "strat", "direct").read_text())
+    assert settings["prompting"]["open_body"] is True and settings["prompting"]["main_sees_aux"] is False
+
+
+def test_results_of_another_dataset_file_are_not_resumed(tmp_path, capsys):
+    # dataset.path names a file: results made on its earlier contents were resumed as if they were the same problems
+    from envs.code_generation.data import COOP_FILE
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(COOP_FILE.read_text().splitlines(keepends=True)[:2]))
+    path_override = [f"dataset.path={data}", "dataset.eval_split=test"]
+    _results_made_with(tmp_path / "strat", ["codet.num_codes=2", *path_override])
+    argv = ["--strategy", "codet"] + CLI + [f"output.base_dir={tmp_path}", "codet.num_codes=2", *path_override]
+    assert evaluate_strategy.main(argv) == 0   # the same file: resumed (both problems done, nothing loaded)
+    assert "resuming: 2 problem(s)" in capsys.readouterr().out
+    record = json.loads(data.read_text().splitlines()[1])
+    record["test"] = record["test"].replace("assert", "assert True or", 1)   # one problem's test changed
+    data.write_text(data.read_text().splitlines(keepends=True)[0] + json.dumps(record) + "\n")
+    assert evaluate_strategy.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "made with other settings (dataset.sha256:" in err[0], err
+    assert evaluate_strategy.file_digest(str(data)) in err[0]

@@ -30,3 +30,43 @@ def test_one_device_is_accepted_and_used():
                                 "marlhf.reward_model_device=cpu"])
     team = build_team(Run.of(config, "magrpo"), 1)   # agent_model.device (cuda:7) is overridden by agent_devices
     assert str(team[0].model.device) == "cpu"
+
+
+# ------------------------------------------------------------------------------------------------ greedy training
+@pytest.mark.parametrize("trainer,overrides,message", [
+    ("magrpo", ["agent_model.temperature=0"], "agent_model.temperature=0.0 with magrpo.num_generations=4: greedy"),
+    ("grpo", ["grpo.temperature=0"], "grpo.temperature=0.0 with grpo.num_generations=4"),   # the section's own
+    ("magrpo", ["magrpo.top_k=1"], "magrpo.top_k=1 with magrpo.num_generations=4"),
+    ("magrpo", ["agent_model.top_p=0", "magrpo.advantage_mode=rloo"],
+     r"agent_model.top_p=0.0 .*\(advantage_mode rloo\)"),
+    ("madpo", ["agent_model.temperature=0"], "madpo.preference_num_candidates=20: greedy sampling makes a problem's "
+                                             "candidates one answer .*so every pair ties"),
+    ("marlhf", ["agent_model.temperature=0", "marlhf.rl_algorithm=mareinforce"], "marlhf.preference_num_candidates"),
+    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.comparator_policy=api"],
+     r"marlhf_iter.num_generations=4: .*\(advantage_mode mean\)"),   # the RL phase's groups are still alike
+    ("madpo_iter", ["agent_model.temperature=0"], "madpo_iter.preference_num_candidates=20: greedy .*a comparator "
+                                                  "that copies the policies writes it too"),   # current
+    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.comparator_policy=history"], "every pair ties"),
+])
+def test_training_on_groups_that_greedy_sampling_makes_alike_is_refused(trainer, overrides, message):
+    from cooprl.config import check_training_samples_differ
+    run = Run.of(load_config(None, overrides), trainer)
+    with pytest.raises(ConfigError, match=message):
+        check_training_samples_differ(run)
+
+
+@pytest.mark.parametrize("trainer,overrides", [
+    ("magrpo", ["agent_model.temperature=0", "magrpo.advantage_mode=raw"]),   # raw returns still train
+    ("magrpo", ["agent_model.temperature=0", "magrpo.num_generations=1", "magrpo.advantage_mode=raw"]),
+    ("magrpo", ["agent_model.temperature=0", "magrpo.temperature=0.7"]),      # the section's value wins
+    ("magrpo", ["magrpo.top_k=2", "magrpo.top_p=0.1"]),
+    ("iac", ["agent_model.temperature=0"]),                                   # a critic's baseline, no group
+    ("madpo_iter", ["agent_model.temperature=0", "madpo_iter.comparator_policy=model"]),   # another model's side
+    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.rl_algorithm=mareinforce",
+                     "marlhf_iter.comparator_policy=api"]),
+    ("marlhf_iter", ["agent_model.temperature=0", "marlhf_iter.rl_algorithm=iac",
+                     "marlhf_iter.comparator_policy=model"]),
+])
+def test_greedy_sampling_that_still_trains_passes(trainer, overrides):
+    from cooprl.config import check_training_samples_differ
+    check_training_samples_differ(Run.of(load_config(None, overrides), trainer))

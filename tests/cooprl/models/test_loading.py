@@ -110,3 +110,62 @@ def test_an_unreadable_weights_file_is_missing(tmp_path):
     for name in MODEL_FILES:
         (tmp_path / name).write_text('{"model_type": "llama"}')
     assert _missing_files(tmp_path, MODEL_FILES) == ["readable model.safetensors"]
+
+
+def _tokenizer_files(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_text("{}")
+    return folder
+
+
+def test_a_folder_of_tokenizer_files_is_no_model_and_the_error_says_what_to_give(tmp_path):
+    from cooprl.models import loading as models
+    folder = _tokenizer_files(tmp_path / "tok")
+    with pytest.raises(models.ModelError) as err:
+        models.load_causal_lm(str(folder), device="cpu")
+    message = str(err.value)
+    assert f"{folder} holds no config.json, only a tokenizer's files (tokenizer.json, tokenizer_config.json)" in message
+    assert "give the folder save_pretrained wrote a model in (config.json and its weights)" in message
+
+
+def test_a_hub_model_without_network_fails_at_once(monkeypatch):
+    # transformers retried for 74 s (22 warnings) before its error; the probe answers in one call
+    import urllib.error
+    import urllib.request
+
+    from cooprl.models import loading as models
+    calls = []
+
+    def unreachable(url, timeout):
+        calls.append((url, timeout))
+        raise urllib.error.URLError("Name or service not known")
+    monkeypatch.setattr(urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(models, "_hub_unreachable", {})
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example")
+    for _ in range(2):   # probed once per process
+        with pytest.raises(models.ModelError, match="model 'someone/not-cached-model': not in the local Hugging Face "
+                                                    "cache, and https://hub.example cannot be reached \\(Name or "
+                                                    "service not known\\); connect"):
+            models.resolve_model_path("someone/not-cached-model")
+    assert calls == [("https://hub.example/api/models/someone/not-cached-model", models._HUB_PROBE_TIMEOUT_S)]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.ModelError, match="HF_HUB_OFFLINE is set"):
+        models.resolve_model_path("someone/other-model")
+    # a hub that answers, even with an error (a private or missing model: transformers says which), passes
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(models, "_hub_unreachable", {})
+
+    def forbidden(url, timeout):
+        raise urllib.error.HTTPError(url, 401, "Unauthorized", {}, None)
+    monkeypatch.setattr(urllib.request, "urlopen", forbidden)
+    assert models.resolve_model_path("someone/private-model") == "someone/private-model"
+
+
+@pytest.mark.parametrize("name", ["models/my-run/final", "my model"])
+def test_a_name_that_is_no_folder_and_no_hub_id_is_one_model_error(name):
+    # a mistyped relative folder reached huggingface_hub's validator: a ValueError traceback
+    from cooprl.models import loading as models
+    with pytest.raises(models.ModelError, match=f"model '{name}': no such folder, and not a hub id \\(Repo id must"):
+        models.resolve_model_path(name)

@@ -61,6 +61,21 @@ def test_several_processes_without_ddp_are_a_config_error(monkeypatch):
         join_processes(Run.of(load_config(None, []), "magrpo"))
 
 
+@pytest.mark.parametrize("trainer,mode", [("magrpo", "ddp"), ("iac", "fsdp"), ("madpo", "ddp")])
+def test_data_parallel_without_a_launcher_is_a_config_error(monkeypatch, trainer, mode):
+    # `accelerate launch` without --multi_gpu (or plain python) started one process, which trained alone without a word
+    from cooprl.train import join_processes
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    extra = {"magrpo": ["magrpo.update_schedule=items"], "madpo": [],
+             "iac": ["iac.update_schedule=episodes", "iac.train_batch_size=null"]}[trainer]
+    run = Run.of(load_config(None, [f"{trainer}.parallel_training={mode}", *extra]), trainer)
+    with pytest.raises(ConfigError, match=f"{trainer}.parallel_training: {mode}, but no launcher started this "
+                                          f"process .* torchrun --nproc_per_node=N .*{trainer}.parallel_training=none"):
+        join_processes(run)
+    monkeypatch.setenv("WORLD_SIZE", "1")   # torchrun --nproc_per_node=1: one process, as asked
+    assert not join_processes(run).data_parallel
+
+
 # ---------------------------------------------------------------------------------------------- devices and mp
 def run_magrpo(tmp_path: Path, name: str, overrides: list[str]):
     config = load_config(None, [
@@ -139,6 +154,7 @@ def launch(tmp_path: Path, name: str, processes: int, overrides: list[str], trai
            base: list[str] = DDP_OVERRIDES, launcher: str = "torchrun") -> subprocess.CompletedProcess:
     env = child_env(OMP_NUM_THREADS="1", WANDB_MODE="disabled")
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
+    env.update({} if processes > 1 else {"WORLD_SIZE": "1"})   # as torchrun starts one (plain python: refused)
     if launcher == "accelerate":   # --multi_gpu: accelerate's torch.distributed launcher (on CPU too, with gloo)
         command = [str(ACCELERATE), "launch", "--multi_gpu", f"--num_processes={processes}", "--num_machines=1",
                    "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={29600 + len(name)}"]
@@ -250,6 +266,7 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
     config.write_text("wandb: {mode: disabled}\n")
     env = child_env(OMP_NUM_THREADS="1")
     command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
+    env.update({} if processes > 1 else {"WORLD_SIZE": "1"})   # as torchrun starts one (plain python: refused)
     t = trainer
     args = ["tests/cooprl/parallel/ddp_learnable_main.py", t, "--config", str(config), "--override",
             f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",

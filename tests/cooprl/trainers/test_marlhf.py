@@ -269,3 +269,20 @@ def test_marlhf_passes_the_epoch_end_to_its_rl_algorithm():
     assert seen == [{"x": 1.0}]
     from cooprl.trainers.loop import Algorithm
     MARLHF.end_epoch(SimpleNamespace(rl=Algorithm()), {})   # an RL algorithm without buffers: the base's no-op
+
+
+@pytest.mark.slow
+def test_marlhf_iter_of_a_sequential_team_refuses_a_comparator_that_writes_joint_answers_itself(tmp_path):
+    # as MADPO_ITER: the follower answers its predecessor's text; a comparator's joint answers would not be the team's
+    import dataclasses
+
+    from cooprl.config import ConfigError
+    task = dataclasses.replace(scripted_task(),
+                               follow_prompt=lambda item, agent, prompt, earlier: f"{earlier[0]} {prompt}")
+    refused = marlhf_config(tmp_path, "r", "marlhf_iter", ["marlhf_iter.comparator_policy=copy"])
+    with pytest.raises(ConfigError, match="marlhf_iter: this task is a sequential team .* marlhf_iter.comparator_"
+                                          "policy=current marlhf_iter.comparator_candidate_budget=shared"):
+        build_marlhf(Run.of(refused, "marlhf_iter"), task)
+    shared = marlhf_config(tmp_path, "s", "marlhf_iter", ["marlhf_iter.comparator_policy=current",
+                                                          "marlhf_iter.comparator_candidate_budget=shared"])
+    assert build_marlhf(Run.of(shared, "marlhf_iter"), task).comparator is None   # the policies' own candidates
