@@ -249,7 +249,7 @@ def _free_bytes(target: Path) -> int | None:
 
 
 def _size(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
 def folder_size(folder: Path) -> int:
@@ -494,6 +494,21 @@ def init_source(run: str) -> Path:
     except (FileNotFoundError, CheckpointError) as err:
         raise ModelError(f"agent_model.init_from: {run!r} has no final/ models and no usable checkpoint "
                          f"({err})") from None
+
+
+def lost_init(init_from: str | None, lora: Any, start_models_used: bool = False) -> bool:
+    """Return whether agent_model.init_from (`init_from`) names a folder that was deleted, for a run that loads a
+    checkpoint next (a resume, an evaluation): it then starts from agent_model.name, the checkpoint holding every
+    weight. ModelError when the checkpoint does not: LoRA adapters trained on the deleted weights (`lora` set), or a
+    training that compares with its start models (`start_models_used`: a reference KL, MADPO's reference_model)."""
+    if not init_from or Path(init_from).expanduser().exists():
+        return False
+    lacking = ("this LoRA run's checkpoints hold its adapters, not the weights under them" if lora is not None else
+               "its reference model (the frozen start models) is those weights" if start_models_used else None)
+    if lacking:
+        raise ModelError(f"agent_model.init_from: {init_from} was deleted, and {lacking}: restore that folder")
+    log.info("agent_model.init_from: %s was deleted; the checkpoint holds every weight", init_from)
+    return True
 
 
 def saved_policies(folder: Path) -> list[int]:
