@@ -257,6 +257,5 @@ def test_a_run_started_with_init_from_outlives_its_source(source_run, tmp_path, 
     # a LoRA run's checkpoints hold its adapters, not the weights under them: refused, naming the folder
     lora = fake_run(tmp_path / "lora", "magrpo", checkpoint=True, **{"agent_model.lora": "{r: 16}",
                                                                       "agent_model.init_from": str(source)})
-    assert evaluate.main(["--run", str(lora), "--samples", "1"]) == 2
-    assert_one_error(2, capsys.readouterr().err, f"agent_model.init_from: {source} was deleted",
+    assert_one_error(*cli(capsys, "magrpo", "--resume", str(lora)), f"agent_model.init_from: {source} was deleted",
                      "this LoRA run's checkpoints hold its adapters", "restore that folder")
