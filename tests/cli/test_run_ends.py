@@ -147,7 +147,8 @@ def test_sigterm_saves_a_checkpoint_and_exits_143_as_ctrl_c_saves_and_exits_130(
     run_dir = tmp_path / "run"
     assert checkpoints(run_dir) == ["checkpoint-1"] and steps(run_dir) == [1]   # saved though the interval is 0
     assert "SIGTERM: saving a checkpoint after this step" in caplog.text
-    assert f"interrupted (SIGTERM) at step 1 of 2; to continue: python train_magrpo.py --resume {run_dir}" in caplog.text
+    continued = f"interrupted (SIGTERM) at step 1 of 2; to continue: python train_magrpo.py --resume {run_dir}"
+    assert continued in caplog.text
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     # Ctrl-C the same way: 130
     with monkeypatch.context() as patch:

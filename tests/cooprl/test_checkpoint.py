@@ -28,7 +28,7 @@ def test_a_state_saved_under_the_records_former_module_names_still_loads():
     assert ckpt.to_plain(group)["class"] == "cooprl.samples:NodeGroup"
 
 
-# ------------------------------------------------------------------------------------------------ saves that cannot complete
+# ------------------------------------------------------------------------------------------ saves that cannot complete
 class TinyModel(torch.nn.Module):
     """A model with save_pretrained, as save_checkpoint writes it (a safetensors file)."""
 
@@ -94,8 +94,8 @@ def test_a_save_is_refused_before_writing_when_the_disk_has_less_free_space_than
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - needed + 1, needed - 1))
     monkeypatch.setattr(TinyModel, "save_pretrained", lambda *a, **k: pytest.fail("wrote though the disk is full"))
-    with pytest.raises(ckpt.SaveError, match=rf"no space left on the device \(it needs about {round(needed / 1024)} KiB, "
-                                             rf"{round((needed - 1) / 1024)} KiB free\)"):
+    said = rf"no space left on the device \(it needs about {round(needed / 1024)} KiB, {round((needed - 1) / 1024)} KiB"
+    with pytest.raises(ckpt.SaveError, match=said + r" free\)"):
         ckpt.save_checkpoint(tmp_path, 2, [TinyModel()], {"x": 2})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
 

@@ -50,7 +50,8 @@ def wandb_rows(wandb_dir, run_id):
             record = wandb_internal_pb2.Record()
             record.ParseFromString(raw)
             if record.WhichOneof("record_type") == "history":
-                row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                row = {item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                       for item in record.history.item}
                 rows.append((row.get("step"), "eval/turn_1/reward_mean" in row))
         files.append(rows)
     return files
