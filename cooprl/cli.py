@@ -187,7 +187,7 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
         return None
-    check_output(config, trainer)
+    check_output(config, trainer, run.section)
     return run
 
 

@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, IterativeFields, config_from_data, read_yaml, show,
-                           trainer_of_data)
+from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, IterativeFields, TrainerSection, config_from_data,
+                           read_yaml, show, trainer_of_data)
 from cooprl.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -177,10 +177,10 @@ def check_writable(path: Path, key: str) -> None:
         raise ConfigError(f"{key}: {existing} is read-only (the run would write {path}); choose another {key}")
 
 
-def check_output(config: Config, trainer: str | None = None) -> None:
+def check_output(config: Config, trainer: str = "", section: TrainerSection | None = None) -> None:
     """Raise ConfigError naming the key when a folder the run writes (output.base_dir, its run folder,
-    checkpoint.checkpoint_dir, output.save_path, wandb.dir, `trainer`'s policy_checkpoint_dir) is a file, lies under a
-    file, or cannot be written."""
+    checkpoint.checkpoint_dir, output.save_path, wandb.dir, the policy_checkpoint_dir of `trainer`'s `section`) is a
+    file, lies under a file, or cannot be written."""
     base = Path(config.output.base_dir)
     check_writable(base, "output.base_dir")   # first: a run_name is not what makes a base_dir under a file wrong
     if config.output.run_name:
@@ -191,15 +191,14 @@ def check_output(config: Config, trainer: str | None = None) -> None:
         check_writable(Path(config.output.save_path), "output.save_path")
     if config.wandb.dir and config.wandb.mode != "disabled":   # W&B would write elsewhere without a word
         check_writable(Path(config.wandb.dir), "wandb.dir")
-    snapshots = policy_snapshot_dir(config, trainer) if trainer else None
+    snapshots = policy_snapshot_dir(section)
     if snapshots:
         check_writable(snapshots, f"{trainer}.policy_checkpoint_dir")
 
 
-def policy_snapshot_dir(config: Config, trainer: str) -> Path | None:
-    """Return the folder where `trainer`'s run saves its policy snapshots (policy_checkpoint_dir of the iterative
+def policy_snapshot_dir(section: TrainerSection | None) -> Path | None:
+    """Return the folder where a run of `section` saves its policy snapshots (policy_checkpoint_dir of the iterative
     preference trainers), or None."""
-    section = config.trainer(trainer)
     if not isinstance(section, IterativeFields) or not section.policy_checkpoint_dir:
         return None
     return Path(section.policy_checkpoint_dir)
@@ -285,14 +284,14 @@ def _shown(written: dict[str, Any], key: str, value: Any) -> str:
     return show(value)
 
 
-def new_run_folder(config: Config, name: str, trainer: str) -> Path:
+def new_run_folder(config: Config, name: str, trainer: str, section: TrainerSection | None = None) -> Path:
     """Return the folder `trainer`'s run named `name` writes under output.base_dir, created: for a new run a free one
     (`fresh_folder`, claimed: `claim_fresh_folder`; logged when it is not `name`), for a resume
     (checkpoint.resume_from_checkpoint set) its own; a new run from another run's checkpoint (resume_from_checkpoint
     naming a checkpoint of the run folder R) is a new run, held to the settings R was trained with.
     ConfigError when it cannot be created, when a resume changes the settings the run was trained with
     (check_resumed_settings), when the checkpoint to resume is not there, or when a new run's outputs hold an earlier
-    run's (check_new_outputs)."""
+    run's (check_new_outputs; `section`: the trainer's, for its policy_checkpoint_dir)."""
     asked = Path(config.output.base_dir) / name
     source = resumed_run(config, asked)
     continuing = source == asked.resolve()
@@ -300,7 +299,7 @@ def new_run_folder(config: Config, name: str, trainer: str) -> Path:
         check_made_by(source, trainer, lambda maker: f"train_{maker}.py --resume {source}")
         check_resumed_settings(source, config, trainer)
     if not continuing:
-        check_new_outputs(config, trainer)
+        check_new_outputs(config, trainer, section)
     if continuing:
         folder = asked
     else:
@@ -340,10 +339,10 @@ def resumed_run(config: Config, asked: Path) -> Path | None:
     return owner or asked.resolve()
 
 
-def check_new_outputs(config: Config, trainer: str) -> None:
+def check_new_outputs(config: Config, trainer: str, section: TrainerSection | None = None) -> None:
     """Raise ConfigError when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints (their rotation
-    would mix the two runs), its output.save_path an earlier run's final models, or `trainer`'s policy_checkpoint_dir
-    an earlier run's policy snapshots."""
+    would mix the two runs), its output.save_path an earlier run's final models, or the policy_checkpoint_dir of
+    `trainer`'s `section` an earlier run's policy snapshots."""
     from cooprl.checkpoint import list_checkpoints   # torch: once a run folder is made, not for the command line
     shared = config.checkpoint.checkpoint_dir
     if shared and list_checkpoints(Path(shared)):
@@ -355,7 +354,7 @@ def check_new_outputs(config: Config, trainer: str) -> None:
         # agent): agent_model.init_from that folder would then start from two runs' agents
         raise ConfigError(f"output.save_path: {final} holds an earlier run's final models; give a new run an empty "
                           "folder (or null: <run dir>/final)")
-    snapshots = policy_snapshots(policy_snapshot_dir(config, trainer))
+    snapshots = policy_snapshots(policy_snapshot_dir(section))
     if snapshots:
         # a resumed run keeps the snapshots there (pairs.save_policy_checkpoint): a new one would keep the earlier
         # run's as its own

@@ -123,7 +123,7 @@ def run_folder(run: Run) -> Path:
     time; a new run takes a free one (`<name>-2`, ... when the name is taken: cooprl.run_folders), a resume its own
     (the saves a killed process left unfinished removed)."""
     name = run.config.output.run_name or f"{run_prefix(run)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    folder = lock_run_folder(new_run_folder(run.config, name, run.trainer))   # one writer at a time
+    folder = lock_run_folder(new_run_folder(run.config, name, run.trainer, run.section))   # one writer at a time
     remove_unfinished_saves(Path(run.config.checkpoint.checkpoint_dir or folder / "checkpoints"))
     return folder
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import torch
 
 from cooprl.checkpoint import init_folders, lost_init
-from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
+from cooprl.config import Config, ConfigError, MADPOSection, Run, TrainerSection, model_devices
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
 from cooprl.parallel.context import Parallel
@@ -125,7 +125,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
 def uses_start_models(section: TrainerSection) -> bool:
     """Return whether training compares the agents with their start models (a reference KL, MADPO's
     reference_model): frozen copies of them are built with the team."""
-    return section.reference_kl_coef > 0 or bool(getattr(section, "reference_model", False))   # (MADPO's key)
+    return section.reference_kl_coef > 0 or (isinstance(section, MADPOSection) and section.reference_model)
 
 
 class AgentRunner:

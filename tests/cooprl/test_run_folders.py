@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from cooprl import run_folders
-from cooprl.config import ConfigError, load_config
+from cooprl.config import ConfigError, Run, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,17 +161,17 @@ def test_resume_from_checkpoint_that_is_not_there_leaves_no_folder(tmp_path):
 def test_a_second_run_on_a_policy_checkpoint_dir_with_snapshots_is_refused(tmp_path):
     snapshots = tmp_path / "snapshots"
     config = load_config(None, [f"output.base_dir={tmp_path}", f"madpo_iter.policy_checkpoint_dir={snapshots}"])
-    assert run_folders.new_run_folder(config, "first", "madpo_iter") == tmp_path / "first"
+    assert run_folders.new_run_folder(config, "first", "madpo_iter", config.madpo_iter) == tmp_path / "first"
     (snapshots / "initial" / "agent_0").mkdir(parents=True)   # what the first run saved
     for trainer in ("madpo_iter", "marlhf_iter"):
         config = load_config(None, [f"output.base_dir={tmp_path}", f"{trainer}.policy_checkpoint_dir={snapshots}"])
         with pytest.raises(ConfigError, match=rf"{trainer}.policy_checkpoint_dir: {snapshots} holds an earlier "
                                               r"run's policy snapshots \(initial\)"):
-            run_folders.new_run_folder(config, "second", trainer)
+            run_folders.new_run_folder(config, "second", trainer, Run.of(config, trainer).section)
     assert not (tmp_path / "second").exists()
     # another trainer's section is not this run's: not looked at
     config = load_config(None, [f"output.base_dir={tmp_path}", f"madpo_iter.policy_checkpoint_dir={snapshots}"])
-    assert run_folders.new_run_folder(config, "third", "madpo") == tmp_path / "third"
+    assert run_folders.new_run_folder(config, "third", "madpo", config.madpo) == tmp_path / "third"
 
 
 def test_a_policy_checkpoint_dir_under_a_file_is_refused_by_the_output_check(tmp_path):
@@ -179,5 +179,5 @@ def test_a_policy_checkpoint_dir_under_a_file_is_refused_by_the_output_check(tmp
     blocker.write_text("x")
     config = load_config(None, [f"output.base_dir={tmp_path}", f"marlhf_iter.policy_checkpoint_dir={blocker / 's'}"])
     with pytest.raises(ConfigError, match=rf"marlhf_iter.policy_checkpoint_dir: {blocker} is a file"):
-        run_folders.check_output(config, "marlhf_iter")
-    run_folders.check_output(config, "magrpo")   # not this trainer's key
+        run_folders.check_output(config, "marlhf_iter", config.marlhf_iter)
+    run_folders.check_output(config, "magrpo", config.magrpo)   # not this trainer's key
