@@ -10,6 +10,7 @@ folders that are files or read-only. A run stopped by Ctrl-C exits 130.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import sys
@@ -200,15 +201,21 @@ def print_interrupted(note: str = "", signal_name: str | None = None) -> int:
 
 
 def exit_status(run: Callable[[], object]) -> int:
-    """Call `run()`; return the exit status of a command line: 0; 2 after printing a UserError as one line; 130
-    (INTERRUPTED) when Ctrl-C stopped it, 143 (TERMINATED) when SIGTERM did: `run()` returned a summary saying
-    `interrupted` (it saved first; `signal` names SIGTERM), or a KeyboardInterrupt (Terminated) reached here (said
-    in one line, without a traceback)."""
+    """Call `run()`; return the exit status of a command line: 0; 2 after printing a UserError (or a full disk) as
+    one line; 130 (INTERRUPTED) when Ctrl-C stopped it, 143 (TERMINATED) when SIGTERM did: `run()` returned a
+    summary saying `interrupted` (it saved first; `signal` names SIGTERM), or a KeyboardInterrupt (Terminated)
+    reached here (said in one line, without a traceback)."""
     try:
         with TerminateAsInterrupt():   # SIGTERM (timeout, SLURM, kill) gets what Ctrl-C gets
             result = run()
     except UserError as err:
         return print_user_error(err)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a full disk where no save was being made (metrics.jsonl, train.log): the checkpoints stay as they were
+        return print_user_error(UserError(f"no space left on the device writing {err.filename or 'a file'}; free "
+                                          "space, then --resume the run (from its newest complete checkpoint)"))
     except KeyboardInterrupt as stop:
         return print_interrupted(signal_name="SIGTERM" if isinstance(stop, Terminated) else None)
     if isinstance(result, dict) and result.get("interrupted"):

@@ -207,8 +207,8 @@ RUNS_TEXT = [
     "process had not written to it. A run started with `agent_model.init_from` is evaluated and resumed after its "
     "source is deleted when its checkpoint holds every weight (no LoRA, no reference KL; otherwise an error naming "
     "the folder to restore).",
-    "- Exit status: 0 done; 2 after one `error:` line (bad input, or a save that could not complete); 130 after "
-    "Ctrl-C and 143 after SIGTERM (the run saved a checkpoint after its step, or, in the evaluation before training "
+    "- Exit status: 0 done; 2 after one `error:` line (bad input, a save that could not complete, a full disk); 130 "
+    "after Ctrl-C and 143 after SIGTERM (the run saved a checkpoint after its step, or, in the evaluation before training "
     "or while models load, saved nothing). Under torchrun: `python -m cooprl.parallel.torchrun` (docs/scaling.md).",
 ]
 

@@ -260,3 +260,20 @@ def test_a_run_started_with_init_from_outlives_its_source(source_run, tmp_path, 
                                                                       "agent_model.init_from": str(source)})
     assert_one_error(*cli(capsys, "magrpo", "--resume", str(lora)), f"agent_model.init_from: {source} was deleted",
                      "this LoRA run's checkpoints hold its adapters", "restore that folder")
+
+
+def test_a_full_disk_outside_a_save_is_one_error_line(tmp_path, capsys, monkeypatch):
+    # metrics.jsonl, train.log: the disk filled between two saves; any other OSError stays a bug's traceback
+    import cooprl.train
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "metrics.jsonl"))
+    monkeypatch.setattr(cooprl.train, "build_algorithm", full)
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(base_config(tmp_path))),
+                     f"no space left on the device writing {tmp_path / 'run' / 'metrics.jsonl'}", "--resume")
+
+    def broken(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(cooprl.train, "build_algorithm", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        cli(capsys, "magrpo", "--config", str(base_config(tmp_path)))
