@@ -79,7 +79,8 @@ def release_unused(folder: Path) -> None:
 
 
 # a run folder's writer lock: an flock on this file, held by the process that trains into the folder until the run
-# ends (the kernel frees it when that process dies, kill -9 included: a stale lock is simply free)
+# ends, which removes the file (the kernel frees the lock when its process dies, kill -9 included: the file a killed
+# process leaves is free to take)
 LOCK = ".lock"
 _held: dict[Path, int] = {}   # run folder -> the open file of its lock
 
@@ -90,14 +91,18 @@ def lock_run_folder(folder: Path) -> Path:
     key = folder.resolve()
     if key in _held:
         return folder
-    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:   # held (BlockingIOError), or a file system without locks: refused either way
-        holder = os.read(fd, 300).decode("utf-8", "replace").strip() or "another process"
-        os.close(fd)
-        raise ConfigError(f"{folder} is being trained by {holder}: a run folder has one writer at a time; wait for "
-                          f"that run to end (or stop it), then --resume {folder}") from None
+    while True:
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:   # held (BlockingIOError), or a file system without locks: refused either way
+            holder = os.read(fd, 300).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise ConfigError(f"{folder} is being trained by {holder}: a run folder has one writer at a time; wait "
+                              f"for that run to end (or stop it), then --resume {folder}") from None
+        if _same_file(fd, folder / LOCK):
+            break
+        os.close(fd)   # its holder removed it as we opened it: lock the one there now
     os.ftruncate(fd, 0)
     os.write(fd, f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})"
              .encode())
@@ -105,11 +110,18 @@ def lock_run_folder(folder: Path) -> Path:
     return folder
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
 def unlock_run_folder(folder: Path) -> None:
-    """Give up this process's lock of `folder` (nothing when it holds none)."""
+    """Give up this process's lock of `folder`, removing its LOCK file (nothing when it holds none)."""
     fd = _held.pop(folder.resolve(), None)
     if fd is not None:
-        os.ftruncate(fd, 0)
+        (folder / LOCK).unlink(missing_ok=True)   # before closing: no one locks a file that is going away
         os.close(fd)   # closing the file frees its flock
 
 

@@ -52,6 +52,7 @@ def test_a_run_folder_has_one_writer_and_a_killed_writer_s_lock_is_free(tmp_path
     assert f"process {os.getpid()}" in (folder / run_folders.LOCK).read_text()
     assert run_folders.lock_run_folder(folder) == folder   # this process again: no conflict with itself
     run_folders.unlock_run_folder(folder)
+    assert not (folder / run_folders.LOCK).exists()   # a run that ended leaves no lock file
     proc = holder(folder)   # given back: another process takes it
     proc.kill()
     proc.wait()
