@@ -3,6 +3,7 @@ line at the end; the reader skips it and says so (walk of issue 36; a resume's c
 refusal: test_plot.py)."""
 
 import json
+import time
 
 import pytest
 
@@ -30,7 +31,6 @@ def test_lines_that_are_no_event_are_skipped(tmp_path):
 def until(check, seconds=60.0):
     """Return True once `check()` holds (W&B's service writes its files after `finish` returns), False after
     `seconds`."""
-    import time
     deadline = time.monotonic() + seconds
     while not check():
         if time.monotonic() > deadline:
@@ -76,16 +76,19 @@ def test_a_resumed_w_and_b_run_gets_the_steps_a_killed_process_had_not_written(t
     with (tmp_path / "metrics.jsonl").open("a") as f:
         for event in ({"step": 1, "env_step": 1, "eval/turn_1/reward_mean": 0.25}, {**EVENTS[2], "env_step": 2}):
             f.write(json.dumps({**event, "wall_time": 1.0}) + "\n")
+    time.sleep(1.1)
     resumed = RunTracker(tmp_path, wandb_cfg, {}, "run", resume_id=run_id)
     resumed.log({"turn_1/reward_mean": 3.0}, 3, 3)
     resumed.close()
     rows = [[(0, True), (1, False)], [(1, True), (2, False), (3, False)]]
     assert until(lambda: wandb_rows(tmp_path / "wandb", run_id) == rows), wandb_rows(tmp_path / "wandb", run_id)
     # resumed again with nothing missing: nothing sent twice
+    time.sleep(1.1)   # W&B names a start's folder by its second: two in one second would share it
     again = RunTracker(tmp_path, wandb_cfg, {}, "run", resume_id=run_id)
     again.log({"turn_1/reward_mean": 4.0}, 4, 4)
     again.close()
-    assert until(lambda: wandb_rows(tmp_path / "wandb", run_id)[2:] == [[(4, False)]])
+    rows.append([(4, False)])
+    assert until(lambda: wandb_rows(tmp_path / "wandb", run_id) == rows), wandb_rows(tmp_path / "wandb", run_id)
 
 
 def test_a_w_and_b_log_cut_off_by_a_kill_yields_its_whole_records(tmp_path):
