@@ -11,7 +11,7 @@ from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.vllm_generation import close_engines
-from cooprl.run_folders import release_unused, unlock_run_folder
+from cooprl.run_folders import release_unused
 from cooprl.task import Task
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import run_folder, seed_everything, train_loop
@@ -34,7 +34,8 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     try:
         return _train_in(run, task, parallel, run_dir)
     finally:
-        unlock_run_folder(run_dir)   # (rank 0's: the other ranks hold none)
+        if parallel.is_main:   # the lock given back; a folder nothing was written to (a finished run's fork) too
+            release_unused(run_dir)
 
 
 def _train_in(run: Run, task: Task, parallel: Parallel, run_dir: Path) -> dict[str, Any]:

@@ -237,6 +237,12 @@ def test_another_run_s_checkpoint_starts_a_new_run_with_its_own_w_and_b_run(sour
     assert saved["wandb_id"] and saved["wandb_id"] != original["wandb_id"]   # its own W&B run
     assert not list((source / "wandb").glob(f"*-{saved['wandb_id']}"))
     assert {p: p.stat().st_mtime_ns for p in source.rglob("*") if p.is_file()} == before   # nothing written there
+    # from its final checkpoint, with as many steps: nothing to train, and no folder left behind
+    code, err = cli(capsys, "magrpo", "--config", str(base_config(tmp_path)), "--override", "wandb.mode=offline",
+                    "magrpo.eval_at_start=false", "output.run_name=fork2",
+                    f"checkpoint.resume_from_checkpoint={source / 'checkpoints' / 'checkpoint-2'}")
+    assert code == 0 and "is finished" in err, err
+    assert not (tmp_path / "fork2").exists()
 
 
 @pytest.mark.slow
