@@ -93,6 +93,8 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
             folder = ckpt.find_named_checkpoint(checkpoint)
         except FileNotFoundError as err:
             raise ConfigError(f"--checkpoint: {err}") from None
+    if folder is not None and ckpt.lost_init(run.config.agent_model.init_from, run.config.agent_model.lora):
+        run.config.agent_model.init_from = None   # the checkpoint holds every weight
     task = environment_for(run.config).prepare_task(run)
     algorithm = build_algorithm(run, task)
     if folder is not None:

@@ -19,8 +19,10 @@ undamaged one.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
+import os
 import pickle
 import random
 import re
@@ -188,10 +190,16 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
     `weights` yields, model by model, a whole state dict (a sharded model's, gathered: taken one at a time) or None
     (the model saves its own); `rank_states` yields each data-parallel process's own state in rank order
     (`rank_<r>.pt`)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    from safetensors import SafetensorError
     final = directory / f"checkpoint-{step}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=directory))
+    needed = expected_size(directory, models)
+    tmp = None
     try:
+        directory.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(directory).free
+        if free < needed:   # refused before writing: a save cut off by a full disk can take the disk's last bytes
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        tmp = Path(tempfile.mkdtemp(prefix=f".checkpoint-{step}-", dir=directory))
         whole = iter(weights)
         for i, model in enumerate(models):
             save_model(model, tmp / f"agent_{i}", next(whole, None))
@@ -202,12 +210,62 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
         if final.exists():  # re-saving the same step (e.g. the final save right after an interval save)
             shutil.rmtree(final)
         tmp.rename(final)
+    except (OSError, SafetensorError) as err:
+        newest = list_checkpoints(directory)
+        kept = (f"the newest complete checkpoint, {newest[-1].name}, is kept" if newest else
+                "no earlier checkpoint was saved")
+        raise save_failed(final, err, needed, kept) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     if keep_last:
         for old in list_checkpoints(directory)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+class SaveError(CheckpointError):
+    """A checkpoint (or a final model) that could not be written: a full disk, a read-only folder. What was saved
+    before stays."""
+
+
+def save_failed(target: Path, err: BaseException, needed: int, kept: str) -> SaveError:
+    """Return the error for `target` that could not be written (`err`): why, how much space the save needed and
+    found, and `kept`, what the run still has."""
+    free = _free_bytes(target)
+    full = (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left" in str(err)
+    why = "no space left on the device" if full else " ".join(str(getattr(err, "strerror", None) or err).split())
+    found = _size(free) if free is not None else "an unknown amount"
+    return SaveError(f"{target} could not be saved: {why} (it needs about {_size(needed)}, {found} free); {kept}")
+
+
+def _free_bytes(target: Path) -> int | None:
+    for folder in (target.parent, *target.parent.parents):
+        if folder.is_dir():
+            try:
+                return shutil.disk_usage(folder).free
+            except OSError:
+                return None
+    return None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
+def folder_size(folder: Path) -> int:
+    """Return the bytes of the files under `folder`."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def expected_size(directory: Path, models: list[Any]) -> int:
+    """Return the bytes a new checkpoint under `directory` is expected to take: the newest one's size, or, for the
+    first, the trained weights and their two AdamW moments (float32): what is saved whatever else the state holds."""
+    found = list_checkpoints(directory)
+    if found:
+        return folder_size(found[-1])
+    trained = [p for m in models if isinstance(m, torch.nn.Module) for p in m.parameters() if p.requires_grad]
+    return sum(p.numel() * (p.element_size() + 8) for p in trained)
 
 
 def save_model(model: Any, folder: Path, weights: dict[str, Any] | None = None) -> None:
@@ -462,6 +520,21 @@ def init_source(run: str) -> Path:
     except (FileNotFoundError, CheckpointError) as err:
         raise ModelError(f"agent_model.init_from: {run!r} has no final/ models and no usable checkpoint "
                          f"({err})") from None
+
+
+def lost_init(init_from: str | None, lora: Any, start_models_used: bool = False) -> bool:
+    """Return whether agent_model.init_from (`init_from`) names a folder that was deleted, for a run that loads a
+    checkpoint next (a resume, an evaluation): it then starts from agent_model.name, the checkpoint holding every
+    weight. ModelError when the checkpoint does not: LoRA adapters trained on the deleted weights (`lora` set), or a
+    training that compares with its start models (`start_models_used`: a reference KL, MADPO's reference_model)."""
+    if not init_from or Path(init_from).expanduser().exists():
+        return False
+    lacking = ("this LoRA run's checkpoints hold its adapters, not the weights under them" if lora is not None else
+               "its reference model (the frozen start models) is those weights" if start_models_used else None)
+    if lacking:
+        raise ModelError(f"agent_model.init_from: {init_from} was deleted, and {lacking}: restore that folder")
+    log.info("agent_model.init_from: %s was deleted; the checkpoint holds every weight", init_from)
+    return True
 
 
 def saved_policies(folder: Path) -> list[int]:

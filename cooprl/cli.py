@@ -10,6 +10,7 @@ folders that are files or read-only. A run stopped by Ctrl-C exits 130.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import sys
@@ -20,6 +21,7 @@ from cooprl.config import (Config, ConfigError, Run, check_sections_read, check_
                            read_yaml)
 from cooprl.console import add_threads_option, setup_logging, use_torch_threads
 from cooprl.errors import UserError
+from cooprl.stopping import INTERRUPTED, TerminateAsInterrupt, Terminated, exit_status_of  # noqa: F401
 from cooprl.run_folders import (RUN_CONFIG, check_made_by, check_output, check_resumed_settings, made_by,
                                 numbered_folders)
 from cooprl.tracking import check_wandb
@@ -193,30 +195,37 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
         return None
-    check_output(config)
+    check_output(config, trainer, run.section)
     check_wandb(config.wandb)   # before any model loads: wandb.init failed only after them, leaving a run folder
     return run
 
 
-# the exit status of a run stopped by Ctrl-C (after saving), as shells give a command that SIGINT ended
-INTERRUPTED = 130
-
-
-def print_interrupted(note: str = "") -> int:
-    """Say in one line on stderr, without a traceback, that Ctrl-C stopped the command (`note`: what was kept, how
-    to go on); return INTERRUPTED (130)."""
-    print(f"interrupted (Ctrl-C){'; ' + note if note else ''}", file=sys.stderr)
-    return INTERRUPTED
+def print_interrupted(note: str = "", signal_name: str | None = None) -> int:
+    """Say in one line on stderr, without a traceback, that Ctrl-C (or SIGTERM: `signal_name`) stopped the command
+    (`note`: what was kept, how to go on); return its exit status (INTERRUPTED, 130, or TERMINATED, 143)."""
+    said = "terminated (SIGTERM)" if signal_name == "SIGTERM" else "interrupted (Ctrl-C)"
+    print(f"{said}{'; ' + note if note else ''}", file=sys.stderr)
+    return exit_status_of(signal_name)
 
 
 def exit_status(run: Callable[[], object]) -> int:
-    """Call `run()`; return the exit status of a command line: 0; 2 after printing a UserError as one line; 130
-    (INTERRUPTED) when Ctrl-C stopped it: `run()` returned a summary saying `interrupted` (it saved first), or a
-    KeyboardInterrupt reached here (said in one line, without a traceback)."""
+    """Call `run()`; return the exit status of a command line: 0; 2 after printing a UserError (or a full disk) as
+    one line; 130 (INTERRUPTED) when Ctrl-C stopped it, 143 (TERMINATED) when SIGTERM did: `run()` returned a
+    summary saying `interrupted` (it saved first; `signal` names SIGTERM), or a KeyboardInterrupt (Terminated)
+    reached here (said in one line, without a traceback)."""
     try:
-        result = run()
+        with TerminateAsInterrupt():   # SIGTERM (timeout, SLURM, kill) gets what Ctrl-C gets
+            result = run()
     except UserError as err:
         return print_user_error(err)
-    except KeyboardInterrupt:
-        return print_interrupted()
-    return INTERRUPTED if isinstance(result, dict) and result.get("interrupted") else 0
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a full disk where no save was being made (metrics.jsonl, train.log): the checkpoints stay as they were
+        return print_user_error(UserError(f"no space left on the device writing {err.filename or 'a file'}; free "
+                                          "space, then --resume the run (from its newest complete checkpoint)"))
+    except KeyboardInterrupt as stop:
+        return print_interrupted(signal_name="SIGTERM" if isinstance(stop, Terminated) else None)
+    if isinstance(result, dict) and result.get("interrupted"):
+        return exit_status_of(result.get("signal"))
+    return 0

@@ -200,8 +200,28 @@ RUNS_TEXT = [
     "Resuming a finished run says so and exits 0, naming the override that trains it further (a larger "
     "`<trainer>.max_steps` below the epochs' steps, else `num_train_epochs`; the _iter trainers' `num_iterations`); "
     "a `max_steps` beyond `num_train_epochs`' steps trains those steps, with a warning that says so.",
-    "- Exit status: 0 done, 2 after one `error:` line (bad input), 130 after Ctrl-C (the run saved a checkpoint "
-    "after its step, or, in the evaluation before training, saved nothing).",
+    "- A run is one run. A run folder has one writer: a run holds a lock on its `.lock` file while it trains (the "
+    "kernel frees it when the process dies, kill -9 included), and a second `--resume` of a running run is one "
+    "`error:` line naming the process. `checkpoint.resume_from_checkpoint` naming another run's checkpoint (a "
+    "checkpoint-N, a checkpoints folder or a run folder) starts a new run from it: held to that run's settings as "
+    "`--resume` is (another G, learning rate or dataset is refused), in a folder and a W&B run of its own. A key "
+    "that a run's config.yaml lacks (written by an older version) was trained at its default: a resume may not "
+    "change it either. `latest` on a run without a checkpoint is an error that leaves no folder. A new run refuses "
+    "a `policy_checkpoint_dir` holding an earlier run's snapshots (`initial/`, `iteration_<k>/`). Every start and "
+    "resume appends the cooprl version, the git commit (null outside a checkout) and whether it had uncommitted "
+    "changes to the run's `versions.jsonl`.",
+    "- Every way a run ends leaves it resumable. Ctrl-C and SIGTERM (`timeout`, SLURM, `kill`) save a checkpoint "
+    "after the step in progress and say how to continue (a second one stops at once). A save that cannot complete "
+    "(a full disk, checked against the newest checkpoint's size before writing; a read-only folder) keeps the "
+    "newest complete checkpoint and is one `error:` line saying how much space it needed and found; at the final "
+    "models, the final checkpoint holds them. A save cut off by kill -9 leaves a `.checkpoint-<step>-*` folder, "
+    "removed when the run starts or resumes; the resumed W&B run is sent the events of metrics.jsonl that the killed "
+    "process had not written to it. A run started with `agent_model.init_from` is evaluated and resumed after its "
+    "source is deleted when its checkpoint holds every weight (no LoRA, no reference KL; otherwise an error naming "
+    "the folder to restore).",
+    "- Exit status: 0 done; 2 after one `error:` line (bad input, a save that could not complete, a full disk); 130 "
+    "after Ctrl-C and 143 after SIGTERM (the run saved a checkpoint after its step, or, in the evaluation before training "
+    "or while models load, saved nothing). Under torchrun: `python -m cooprl.parallel.torchrun` (docs/scaling.md).",
 ]
 
 

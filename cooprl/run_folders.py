@@ -8,14 +8,23 @@ continues in its own folder. Every check here runs before any model is loaded.
 
 from __future__ import annotations
 
+import fcntl
+import importlib.metadata
+import json
 import logging
 import os
+import shutil
+import socket
+import subprocess
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import yaml
 
-from cooprl.config import TRAINER_SECTIONS, Config, ConfigError, read_yaml, show, trainer_of_data
+from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, IterativeFields, TrainerSection, config_from_data,
+                           read_yaml, show, trainer_of_data)
+from cooprl.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +67,106 @@ def release_unused(folder: Path) -> None:
     """Give back a claimed folder that a run left before writing anything in it (a model that would not load,
     Ctrl-C at start): remove its CLAIM and the folder when that leaves it empty, so that the same command, run
     again, takes the same folder."""
+    unlock_run_folder(folder)
     try:
-        if [p.name for p in folder.iterdir()] == [CLAIM]:
-            (folder / CLAIM).unlink()
+        names = {p.name for p in folder.iterdir()}
+        if CLAIM in names and names <= {CLAIM, LOCK}:
+            for name in names:
+                (folder / name).unlink()
             folder.rmdir()
     except OSError:
         pass   # written to meanwhile, or gone: nothing to give back
+
+
+# a run folder's writer lock: an flock on this file, held by the process that trains into the folder until the run
+# ends, which removes the file (the kernel frees the lock when its process dies, kill -9 included: the file a killed
+# process leaves is free to take)
+LOCK = ".lock"
+_held: dict[Path, int] = {}   # run folder -> the open file of its lock
+
+
+def lock_run_folder(folder: Path) -> Path:
+    """Return `folder`, locked for this process (see LOCK); ConfigError naming the process that holds the lock (a
+    second --resume of a running run would train every step twice into one metrics.jsonl)."""
+    key = folder.resolve()
+    if key in _held:
+        return folder
+    while True:
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:   # held (BlockingIOError), or a file system without locks: refused either way
+            holder = os.read(fd, 300).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise ConfigError(f"{folder} is being trained by {holder}: a run folder has one writer at a time; wait "
+                              f"for that run to end (or stop it), then --resume {folder}") from None
+        if _same_file(fd, folder / LOCK):
+            break
+        os.close(fd)   # its holder removed it as we opened it: lock the one there now
+    os.ftruncate(fd, 0)
+    os.write(fd, f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})"
+             .encode())
+    _held[key] = fd
+    return folder
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def unlock_run_folder(folder: Path) -> None:
+    """Give up this process's lock of `folder`, removing its LOCK file (nothing when it holds none)."""
+    fd = _held.pop(folder.resolve(), None)
+    if fd is not None:
+        (folder / LOCK).unlink(missing_ok=True)   # before closing: no one locks a file that is going away
+        os.close(fd)   # closing the file frees its flock
+
+
+def remove_unfinished_saves(checkpoint_dir: Path) -> None:
+    """Remove the `.checkpoint-<step>-*` folders a save left when its process was killed mid-save (SIGKILL, power
+    loss): a save writes under that name and renames it when complete. Called with the run folder locked."""
+    leftovers = sorted(checkpoint_dir.glob(".checkpoint-*")) if checkpoint_dir.is_dir() else []
+    for leftover in leftovers:
+        shutil.rmtree(leftover, ignore_errors=True)
+    if leftovers:
+        log.warning("removed %d unfinished checkpoint save(s) a killed process left in %s (%s)", len(leftovers),
+                    checkpoint_dir, ", ".join(p.name for p in leftovers[:3]))
+
+
+VERSIONS = "versions.jsonl"   # which cooprl made a run folder: one line per start and resume
+
+
+def code_version() -> dict[str, Any]:
+    """Return the cooprl version running, the git commit of its checkout (None outside one) and whether that
+    checkout has uncommitted changes to tracked files (`dirty`)."""
+    try:
+        version = importlib.metadata.version("cooprl")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"cooprl": version, "commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def record_version(run_dir: Path, resumed_at: int | None) -> None:
+    """Append to `run_dir`'s VERSIONS the code that starts (`resumed_at` None) or resumes it (at step `resumed_at`):
+    code_version() and the time."""
+    line = {**code_version(), "started": "new" if resumed_at is None else f"resumed at step {resumed_at}",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    with (run_dir / VERSIONS).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def numbered_folders(folder: Path) -> list[Path]:
@@ -86,9 +189,10 @@ def check_writable(path: Path, key: str) -> None:
         raise ConfigError(f"{key}: {existing} is read-only (the run would write {path}); choose another {key}")
 
 
-def check_output(config: Config) -> None:
+def check_output(config: Config, trainer: str = "", section: TrainerSection | None = None) -> None:
     """Raise ConfigError naming the key when a folder the run writes (output.base_dir, its run folder,
-    checkpoint.checkpoint_dir, output.save_path, wandb.dir) is a file, lies under a file, or cannot be written."""
+    checkpoint.checkpoint_dir, output.save_path, wandb.dir, the policy_checkpoint_dir of `trainer`'s `section`) is a
+    file, lies under a file, or cannot be written."""
     base = Path(config.output.base_dir)
     check_writable(base, "output.base_dir")   # first: a run_name is not what makes a base_dir under a file wrong
     if config.output.run_name:
@@ -99,6 +203,25 @@ def check_output(config: Config) -> None:
         check_writable(Path(config.output.save_path), "output.save_path")
     if config.wandb.dir and config.wandb.mode != "disabled":   # W&B would write elsewhere without a word
         check_writable(Path(config.wandb.dir), "wandb.dir")
+    snapshots = policy_snapshot_dir(section)
+    if snapshots:
+        check_writable(snapshots, f"{trainer}.policy_checkpoint_dir")
+
+
+def policy_snapshot_dir(section: TrainerSection | None) -> Path | None:
+    """Return the folder where a run of `section` saves its policy snapshots (policy_checkpoint_dir of the iterative
+    preference trainers), or None."""
+    if not isinstance(section, IterativeFields) or not section.policy_checkpoint_dir:
+        return None
+    return Path(section.policy_checkpoint_dir)
+
+
+def policy_snapshots(folder: Path | None) -> list[Path]:
+    """Return the policy snapshots (`initial/`, `iteration_<k>/`) an earlier run saved in `folder`."""
+    if folder is None or not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir()
+                  if p.is_dir() and (p.name == "initial" or p.name.startswith("iteration_")))
 
 
 # What a resumed run may change (`--resume RUN --override KEY=...`): how far it trains, how it is evaluated, logged
@@ -123,8 +246,8 @@ def resumable(key: str) -> bool:
 
 
 def _changes(saved: Any, now: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
-    """Yield (key, saved value, new value) for every leaf where `now` differs from `saved` (keys only one holds: a
-    config.yaml of an older version, say, are no change)."""
+    """Yield (key, saved value, new value) for every leaf where `now` differs from `saved` (keys only one holds, one
+    this version no longer reads, are no change)."""
     if isinstance(saved, dict) and isinstance(now, dict):
         for key in [k for k in saved if k in now]:
             yield from _changes(saved[key], now[key], f"{prefix}{key}.")
@@ -135,14 +258,17 @@ def _changes(saved: Any, now: Any, prefix: str = "") -> Iterator[tuple[str, Any,
 def check_resumed_settings(run_dir: Path, config: Config, trainer: str) -> None:
     """Raise ConfigError when the run in `run_dir` is resumed with `config` changing a setting it was trained with
     (its config.yaml's; see RESUMABLE_KEYS for what may change), naming each change and the way to train with
-    them: a new run from this one's models (agent_model.init_from). Nothing to compare without a config.yaml."""
+    them: a new run from this one's models (agent_model.init_from). A key its config.yaml lacks (written by an older
+    version) was trained with its default: another value is a change too. Nothing to compare without a config.yaml."""
     path = run_dir / RUN_CONFIG
     if not path.is_file():
         return
+    written = read_yaml(path)
+    saved = _with_defaults(written, config, trainer)
     now = yaml.safe_load(config.to_yaml(trainer))
-    changed = [(k, a, b) for k, a, b in _changes(read_yaml(path), now) if not resumable(k)]
+    changed = [(k, a, b) for k, a, b in _changes(saved, now) if not resumable(k)]
     if changed:
-        said = ", ".join(f"{key} {show(a)} -> {show(b)}" for key, a, b in changed[:4])
+        said = ", ".join(f"{key} {_shown(written, key, a)} -> {show(b)}" for key, a, b in changed[:4])
         more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
         raise ConfigError(f"resuming {run_dir}: {said}{more} would change what the run was trained with (a resume "
                           f"may change only how far it trains, its evaluation interval, logging, saving and devices); "
@@ -150,39 +276,103 @@ def check_resumed_settings(run_dir: Path, config: Config, trainer: str) -> None:
                           f"agent_model.init_from={run_dir} {changed[0][0]}=...")
 
 
-def new_run_folder(config: Config, name: str, trainer: str) -> Path:
+def _with_defaults(written: dict[str, Any], config: Config, trainer: str) -> dict[str, Any]:
+    """Return a run's config.yaml mapping `written` with the keys it lacks at their defaults (as `config`'s loader
+    reads it); `written` itself when this version cannot read it."""
+    try:
+        task = type(config.task) if config.task is not None else None
+        return yaml.safe_load(config_from_data(written, [], task).to_yaml(trainer))
+    except (UserError, TypeError, ValueError):
+        return written
+
+
+def _shown(written: dict[str, Any], key: str, value: Any) -> str:
+    """Return `value` of dotted `key` as the change names it: said to be a default when config.yaml lacks the key."""
+    node: Any = written
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return f"{show(value)} (the default: its config.yaml, of an older version, lacks the key)"
+        node = node[part]
+    return show(value)
+
+
+def new_run_folder(config: Config, name: str, trainer: str, section: TrainerSection | None = None) -> Path:
     """Return the folder `trainer`'s run named `name` writes under output.base_dir, created: for a new run a free one
     (`fresh_folder`, claimed: `claim_fresh_folder`; logged when it is not `name`), for a resume
-    (checkpoint.resume_from_checkpoint set) its own.
+    (checkpoint.resume_from_checkpoint set) its own; a new run from another run's checkpoint (resume_from_checkpoint
+    naming a checkpoint of the run folder R) is a new run, held to the settings R was trained with.
     ConfigError when it cannot be created, when a resume changes the settings the run was trained with
-    (check_resumed_settings), or when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints
-    (their rotation would mix the two runs) or its output.save_path an earlier run's final models."""
-    from cooprl.checkpoint import list_checkpoints   # torch: once a run folder is made, not for the command line
+    (check_resumed_settings), when the checkpoint to resume is not there, or when a new run's outputs hold an earlier
+    run's (check_new_outputs; `section`: the trainer's, for its policy_checkpoint_dir)."""
     asked = Path(config.output.base_dir) / name
-    resuming = bool(config.checkpoint.resume_from_checkpoint)
-    shared = config.checkpoint.checkpoint_dir
-    if not resuming and shared and list_checkpoints(Path(shared)):
-        raise ConfigError(f"checkpoint.checkpoint_dir: {shared} holds an earlier run's checkpoints; give a new run "
-                          "an empty folder, or continue that run with --resume")
-    final = config.output.save_path
-    if not resuming and final and config.output.save_final_model and any(Path(final).glob("agent_*")):
-        # the new agent_<i>/ would replace the earlier ones and keep the rest (a team's agent_1 beside a new single
-        # agent): agent_model.init_from that folder would then start from two runs' agents
-        raise ConfigError(f"output.save_path: {final} holds an earlier run's final models; give a new run an empty "
-                          "folder (or null: <run dir>/final)")
-    if resuming:
+    source = resumed_run(config, asked)
+    continuing = source == asked.resolve()
+    if source is not None:
+        check_made_by(source, trainer, lambda maker: f"train_{maker}.py --resume {source}")
+        check_resumed_settings(source, config, trainer)
+    if not continuing:
+        check_new_outputs(config, trainer, section)
+    if continuing:
         folder = asked
-        check_resumed_settings(folder, config, trainer)
     else:
         try:
             folder = claim_fresh_folder(asked)
         except OSError as err:
             raise ConfigError(f"output.base_dir: cannot create the run folder under {asked.parent} "
                               f"({err.strerror or err})") from None
-    if folder != asked:
+    if source is not None and not continuing:
+        log.warning("a new run from %s's checkpoint (%s): it writes %s and a W&B run of its own; to continue %s "
+                    "itself: --resume %s", source, config.checkpoint.resume_from_checkpoint, folder, source, source)
+    elif folder != asked:
         log.warning("%s holds an earlier run: this run writes %s (to continue the earlier one: --resume %s)",
                     asked, folder, asked)
     return create_folder(folder)
+
+
+def resumed_run(config: Config, asked: Path) -> Path | None:
+    """Return the run folder whose checkpoint `config` resumes (checkpoint.resume_from_checkpoint): `asked` itself for
+    `latest` or a checkpoint of its own (or of a checkpoint_dir outside any run folder), else the run folder holding
+    the checkpoint; None for a new run. ConfigError when there is no such checkpoint (`latest` on a first run)."""
+    from cooprl.checkpoint import list_checkpoints   # torch: once a run folder is made, not for the command line
+    spec = config.checkpoint.resume_from_checkpoint
+    if not spec:
+        return None
+    if spec == "latest":
+        own = Path(config.checkpoint.checkpoint_dir or asked / "checkpoints")
+        if not list_checkpoints(own):
+            raise ConfigError(f"checkpoint.resume_from_checkpoint: latest, but {own} holds no complete checkpoint "
+                              "(a first run has none: drop the key, or name a checkpoint)")
+        return asked.resolve()
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        raise ConfigError(f"checkpoint.resume_from_checkpoint: {spec} is not a folder (give a checkpoint-<step> "
+                          "folder, a checkpoints folder, or latest)")
+    owner = next((p for p in [path.resolve(), *path.resolve().parents][:3] if (p / RUN_CONFIG).is_file()), None)
+    return owner or asked.resolve()
+
+
+def check_new_outputs(config: Config, trainer: str, section: TrainerSection | None = None) -> None:
+    """Raise ConfigError when a new run's checkpoint.checkpoint_dir holds an earlier run's checkpoints (their rotation
+    would mix the two runs), its output.save_path an earlier run's final models, or the policy_checkpoint_dir of
+    `trainer`'s `section` an earlier run's policy snapshots."""
+    from cooprl.checkpoint import list_checkpoints   # torch: once a run folder is made, not for the command line
+    shared = config.checkpoint.checkpoint_dir
+    if shared and list_checkpoints(Path(shared)):
+        raise ConfigError(f"checkpoint.checkpoint_dir: {shared} holds an earlier run's checkpoints; give a new run "
+                          "an empty folder, or continue that run with --resume")
+    final = config.output.save_path
+    if final and config.output.save_final_model and any(Path(final).glob("agent_*")):
+        # the new agent_<i>/ would replace the earlier ones and keep the rest (a team's agent_1 beside a new single
+        # agent): agent_model.init_from that folder would then start from two runs' agents
+        raise ConfigError(f"output.save_path: {final} holds an earlier run's final models; give a new run an empty "
+                          "folder (or null: <run dir>/final)")
+    snapshots = policy_snapshots(policy_snapshot_dir(section))
+    if snapshots:
+        # a resumed run keeps the snapshots there (pairs.save_policy_checkpoint): a new one would keep the earlier
+        # run's as its own
+        raise ConfigError(f"{trainer}.policy_checkpoint_dir: {snapshots[0].parent} holds an earlier run's policy "
+                          f"snapshots ({', '.join(p.name for p in snapshots[:3])}); give a new run an empty folder, "
+                          "or continue that run with --resume")
 
 
 def create_folder(folder: Path) -> Path:

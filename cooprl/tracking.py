@@ -15,10 +15,11 @@ import logging
 import math
 import netrc
 import os
+import struct
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from cooprl.errors import UserError
 
@@ -38,6 +39,24 @@ class RunTracker:
         self.wandb_run = None
         if wandb_cfg.mode != "disabled":
             self.wandb_run = _start_wandb(run_dir, wandb_cfg, config, run_name, resume_id)
+        if self.wandb_run is not None and resume_id:
+            self._catch_up(Path(wandb_cfg.dir or run_dir) / "wandb", resume_id, read_metrics(run_dir))
+
+    def _catch_up(self, wandb_dir: Path, run_id: str, events: list[dict[str, Any]]) -> None:
+        """Send W&B the events of metrics.jsonl (up to the resumed step) that the W&B run `run_id` lacks: a process
+        killed with SIGKILL loses the steps W&B had not yet written (all of them, often: offline W&B writes late)."""
+        try:
+            held = logged_in_wandb(wandb_dir, run_id)
+        except (OSError, ValueError) as err:
+            log.warning("W&B run %s: could not read what it holds (%s); the steps before the resume stay as W&B "
+                        "has them", run_id, err)
+            return
+        missing = [e for e in events if _signature(e) not in held]
+        for event in missing:
+            self.wandb_run.log({k: (float("nan") if v is None else v) for k, v in event.items() if k != "wall_time"})
+        if missing:
+            log.warning("W&B run %s lacked %d event(s) of metrics.jsonl (steps %d to %d: a killed process had not "
+                        "written them); sent now", run_id, len(missing), missing[0]["step"], missing[-1]["step"])
 
     @property
     def wandb_id(self) -> str | None:
@@ -121,6 +140,54 @@ def _start_wandb(run_dir: Path, cfg: Any, config: dict[str, Any], run_name: str,
     run.define_metric("env_step")
     run.define_metric("*", step_metric="env_step")
     return run
+
+
+_W_AND_B_KEYS = {"_step", "_runtime", "_timestamp", "wall_time"}   # W&B's own row keys, and ours W&B does not get
+
+
+def _signature(event: dict[str, Any]) -> tuple[Any, frozenset[str]]:
+    """Return what tells one logged event from another: its step and its keys (a step's training and evaluation
+    events are two)."""
+    return event.get("step"), frozenset(k for k in event if k not in _W_AND_B_KEYS)
+
+
+def logged_in_wandb(wandb_dir: Path, run_id: str) -> set[tuple[Any, frozenset[str]]]:
+    """Return the signatures (`_signature`) of the events the W&B run `run_id` wrote under `wandb_dir` (every
+    `*-<run_id>/run-<run_id>.wandb` file: one per start and resume). ValueError for a file that is not W&B's."""
+    from wandb.proto import wandb_internal_pb2
+    held = set()
+    for path in sorted(wandb_dir.glob(f"*-{run_id}/run-{run_id}.wandb")):
+        for raw in _log_records(path.read_bytes()):
+            record = wandb_internal_pb2.Record()
+            try:
+                record.ParseFromString(raw)
+            except Exception as err:   # protobuf's DecodeError: a record cut off by the kill
+                raise ValueError(f"{path}: {err}") from None
+            if record.WhichOneof("record_type") == "history":
+                row = {item.key or "/".join(item.nested_key): item.value_json for item in record.history.item}
+                held.add((json.loads(row.get("step", "null")), frozenset(k for k in row if k not in _W_AND_B_KEYS)))
+    return held
+
+
+def _log_records(data: bytes) -> Iterator[bytes]:
+    """Yield the records of a W&B transaction log (LevelDB's log format after a 7-byte header: 32 KiB blocks of
+    chunks, each a 7-byte header of checksum, length and type: 1 whole, 2 first, 3 middle, 4 last); a chunk cut off
+    by a kill ends it."""
+    if not data.startswith(b":W&B"):
+        raise ValueError("not a W&B file")
+    pos, block, pending = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
+        if left < 7 or (length == 0 and kind == 0):   # a block's padding
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if len(chunk) < length:
+            return
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            yield pending
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

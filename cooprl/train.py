@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cooprl.checkpoint import save_model
+from cooprl.checkpoint import save_failed, save_model
 from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run, SFTSection, check_training_samples_differ
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
@@ -36,6 +36,16 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     # the folder first: a name that is taken, or a folder that cannot be written, is settled before models load
     run_dir = parallel.from_main(lambda: run_folder(run))
     try:
+        return _train_in(run, task, parallel, run_dir)
+    finally:
+        if parallel.is_main:   # the lock given back; a folder nothing was written to (a finished run's fork) too
+            release_unused(run_dir)
+
+
+def _train_in(run: Run, task: Task, parallel: Parallel, run_dir: Path) -> dict[str, Any]:
+    """Build the algorithm, train it in `run_dir`, save the final models when asked; return the run summary."""
+    config = run.config
+    try:
         algorithm = build_algorithm(run, task, parallel)
     except BaseException:   # a model that would not load, Ctrl-C: the folder stays free for the same command
         if parallel.is_main:
@@ -58,7 +68,7 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     if config.output.save_final_model:
         target = Path(config.output.save_path or run_dir / "final")
         for i, model in enumerate(algorithm.models):
-            save_model(model, target / f"agent_{i}", weights[i])
+            save_final_model(model, target / f"agent_{i}", weights[i], run_dir)
         log.info("final models saved in %s", target)
     if not summary.get("interrupted"):   # an interrupted run said how to continue it
         print("\n" + results_summary(run, run_dir, target))
@@ -74,6 +84,18 @@ def warn_shared_items(task: Task) -> None:
         log.warning("%d of the %d eval problems of %s are training problems too (its training and eval splits overlap, "
                     "e.g. %s): the eval metrics partly measure problems it trains on; give it disjoint splits",
                     len(shared), len(task.eval_items), task.name, ", ".join(shared[:3]))
+
+
+def save_final_model(model: Any, folder: Path, weights: dict[str, Any] | None, run_dir: Path) -> None:
+    """Save one of the final models into `folder`; SaveError when it cannot be written (a full disk): the run's final
+    checkpoint, saved just before, holds the same weights."""
+    from safetensors import SafetensorError
+    try:
+        save_model(model, folder, weights)
+    except (OSError, SafetensorError) as err:
+        needed = sum(p.numel() * p.element_size() for p in model.parameters()) if hasattr(model, "parameters") else 0
+        raise save_failed(folder, err, needed, "the run's final checkpoint holds the same weights (python evaluate.py "
+                          f"--run {run_dir} reads it)") from None
 
 
 def join_processes(run: Run) -> Parallel:

@@ -20,7 +20,6 @@ import datetime
 import json
 import logging
 import random
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,8 @@ from cooprl.console import open_run_log
 from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.parallel.order import Ranks, data_order, ends_epoch, item_seed, mean_metrics, shard_order
 from cooprl.plot import plot_run
-from cooprl.run_folders import new_run_folder
+from cooprl.run_folders import lock_run_folder, new_run_folder, record_version, remove_unfinished_saves
+from cooprl.stopping import StopFlag, Terminated
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
 from cooprl.trainers.report import start_summary
@@ -119,10 +119,13 @@ def run_prefix(run: Run) -> str:
 
 
 def run_folder(run: Run) -> Path:
-    """Return the run folder (created), named by output.run_name or trainer, dataset and time; a new run takes a
-    free one (`<name>-2`, ... when the name is taken: cooprl.run_folders), a resume its own."""
+    """Return the run folder (created and locked for this process), named by output.run_name or trainer, dataset and
+    time; a new run takes a free one (`<name>-2`, ... when the name is taken: cooprl.run_folders), a resume its own
+    (the saves a killed process left unfinished removed)."""
     name = run.config.output.run_name or f"{run_prefix(run)}{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    return new_run_folder(run.config, name, run.trainer)
+    folder = lock_run_folder(new_run_folder(run.config, name, run.trainer, run.section))   # one writer at a time
+    remove_unfinished_saves(Path(run.config.checkpoint.checkpoint_dir or folder / "checkpoints"))
+    return folder
 
 
 def _resolve_resume(config: Config, checkpoint_dir: Path) -> Path | None:
@@ -160,27 +163,6 @@ def _resume(checkpoint: Path, algorithm: Algorithm, ranks: Ranks = Ranks()) -> d
     return state
 
 
-class _InterruptFlag:
-    """Turns the first Ctrl-C into a request to stop at the next safe point; a second one stops at once."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self) -> "_InterruptFlag":
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        log.warning("Ctrl-C: saving a checkpoint after this step, then stopping (press again to stop at once)")
-
-    def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGINT, self._previous)
-
-
 def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dict[str, Any]:
     """Run (or resume) training to the end; return a summary dict (also printed)."""
     config, trainer, section = run.config, run.trainer, run.section
@@ -208,7 +190,9 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     resume_from = _resolve_resume(config, checkpoint_dir)
     state = _resume(resume_from, algorithm, ranks) if resume_from is not None else None  # before writing anything
     if state is not None:
-        start_step, env_step, wandb_id = state["step"], state["env_step"], state.get("wandb_id")
+        start_step, env_step = state["step"], state["env_step"]
+        # this run's W&B run goes on; a new run from another run's checkpoint starts its own
+        wandb_id = state.get("wandb_id") if resume_from.resolve().is_relative_to(checkpoint_dir.resolve()) else None
         if start_step >= total_steps and (state.get("finished") or _eval_at(run_dir, start_step)):
             return _already_finished(run, run_dir, start_step, total_steps, len(order), ranks.is_main)
     if ranks.is_main:   # the other ranks of a data-parallel run write nothing
@@ -232,8 +216,13 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
             if ranks.world_size > 1:   # every rank's own buffers (and optimizer shards), for a resume with as many
                 state["world_size"] = ranks.world_size
                 rank_states = parallel.receive_in_rank_order(algorithm.rank_state())
-            path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state,
-                                        config.checkpoint.checkpoint_total_limit, weights, rank_states)
+            try:
+                path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state,
+                                            config.checkpoint.checkpoint_total_limit, weights, rank_states)
+            except ckpt.SaveError as err:
+                tracker.close()   # the steps logged so far reach W&B
+                again = f"--resume {run_dir}" if ckpt.list_checkpoints(checkpoint_dir) else "the same command"
+                raise ckpt.SaveError(f"{err}; to go on, free space and run python train_{trainer}.py {again}") from None
             log.info("checkpoint saved: %s", path)
         elif ranks.world_size > 1:
             list(weights)
@@ -265,16 +254,17 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     if start_step == 0 and section.eval_at_start:
         try:
             evaluate(0)   # the starting point: evaluation's own generator, so training draws the same as without it
-        except KeyboardInterrupt:   # Ctrl-C before any step: nothing trained, nothing to save
+        except KeyboardInterrupt as stop:   # Ctrl-C (SIGTERM) before any step: nothing trained, nothing to save
             tracker.close()
             log.warning("interrupted during the evaluation before training: nothing was trained or saved; run the "
                         "same command again to start afresh")
-            return {"run_dir": str(run_dir), "steps": 0, "interrupted": True}
+            return {"run_dir": str(run_dir), "steps": 0, "interrupted": True, "signal": _signal_of(stop)}
     task_reward, loss_key = algorithm.task_reward_key, algorithm.loss_key
     bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True,
                disable=not ranks.is_main)
     # log lines written while the bar is drawn (an iteration's pair collection, say) go above it, not through it
-    with _InterruptFlag() as interrupt, logging_redirect_tqdm():
+    stopped_by = None   # the signal (SIGINT, SIGTERM) that stopped the run, after a save
+    with StopFlag() as interrupt, logging_redirect_tqdm():
         for step in range(start_step + 1, total_steps + 1):
             started = time.perf_counter()
             metrics = _train_step(config, task, algorithm, order, positions, step, steps_per_round, epoch_length,
@@ -288,29 +278,30 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
             if section.eval_interval and step % section.eval_interval == 0 and step < total_steps:
                 evaluate(step)
             interval = config.checkpoint.checkpoint_interval
-            stop = _stop_requested(interrupt.requested, parallel)
+            stop = _stop_requested(bool(interrupt.requested), parallel)
             if stop or (interval and step % interval == 0 and step < total_steps):
                 save(step)
             if stop:
-                interrupted = True
+                interrupted, stopped_by = True, interrupt.requested or "SIGINT"   # another rank's: its Ctrl-C
                 break
     bar.close()
     final_eval = {}
     if not interrupted:
         try:
             final_eval = evaluate(step)
-        except KeyboardInterrupt:   # Ctrl-C in the final evaluation: keep the training, a resume evaluates
+        except KeyboardInterrupt as stop:   # Ctrl-C (SIGTERM) in the final evaluation: keep the training
             log.warning("interrupted during the final evaluation: saving the trained models first")
-            interrupted = True
-        with _InterruptFlag():   # a Ctrl-C here waits for the final checkpoint (cut short, it would be lost)
+            interrupted, stopped_by = True, _signal_of(stop)
+        with StopFlag():   # a Ctrl-C here waits for the final checkpoint (cut short, it would be lost)
             save(step, finished=not interrupted)
     tracker.close()
     if not ranks.is_main:
-        return {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted, "rank": ranks.rank}
-    summary = summarize(run_dir, step, final_eval, interrupted, task_reward, loss_key)
+        return {"run_dir": str(run_dir), "steps": step, "interrupted": interrupted, "signal": stopped_by,
+                "rank": ranks.rank}
+    summary = {**summarize(run_dir, step, final_eval, interrupted, task_reward, loss_key), "signal": stopped_by}
     if interrupted:
-        log.warning("interrupted at step %d of %d; to continue: python train_%s.py --resume %s", step, total_steps,
-                    trainer, run_dir)
+        log.warning("interrupted (%s) at step %d of %d; to continue: python train_%s.py --resume %s",
+                    "Ctrl-C" if stopped_by == "SIGINT" else stopped_by, step, total_steps, trainer, run_dir)
     try:
         plot_run(run_dir)
     except Exception as err:  # a missing plotting backend must not fail a finished run
@@ -328,6 +319,10 @@ def train_longer(run: Run, epoch_steps: int) -> str:
     if section.max_steps and section.max_steps < epoch_steps:
         return f"--override {trainer}.max_steps=<more> (up to {epoch_steps}; beyond: {more_epochs})"
     return more_epochs + (f" {trainer}.max_steps=null" if section.max_steps else "")
+
+
+def _signal_of(stop: KeyboardInterrupt) -> str:
+    return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
 
 
 def _already_finished(run: Run, run_dir: Path, step: int, total_steps: int, epoch_steps: int,
@@ -348,6 +343,7 @@ def _open_run_folder(run: Run, run_dir: Path, resumed_at: int | None) -> None:
     run in a used folder)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(run.config.to_yaml(run.trainer), encoding="utf-8")
+    record_version(run_dir, resumed_at)
     if resumed_at is not None:
         _truncate_metrics(run_dir, resumed_at)
     elif read_metrics(run_dir):

@@ -36,6 +36,8 @@ def init_description(init_from: str | None) -> str:
     """Return what `agent_model.init_from` loads: the folder of the agents' saved weights, or that it is unset."""
     if not init_from:
         return "none (the model's own weights)"
+    if not Path(init_from).expanduser().exists():   # a resume of a run whose source was deleted (lost_init)
+        return f"{init_from} (deleted: the checkpoint holds every weight)"
     return f"{init_from} (agents loaded from {init_source(init_from)})"   # where build_team loaded them from
 
 

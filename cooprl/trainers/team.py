@@ -21,8 +21,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from cooprl.checkpoint import init_folders
-from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
+from cooprl.checkpoint import init_folders, lost_init
+from cooprl.config import Config, ConfigError, MADPOSection, Run, TrainerSection, model_devices
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
 from cooprl.parallel.context import Parallel
@@ -84,7 +84,11 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         vllm_memory.check_vllm_memory(config, devices, run)    # the models' states and the engines, per GPU
     parallel = parallel or Parallel.of(section)
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
-    inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents
+    # (a resumed run whose init_from folder was deleted: its checkpoint holds every weight, see lost_init)
+    init_from = model_cfg.init_from
+    if config.checkpoint.resume_from_checkpoint and lost_init(init_from, model_cfg.lora, uses_start_models(section)):
+        init_from = None
+    inits = init_folders(init_from, num_agents) if init_from else [None] * num_agents
     for init in inits:   # before any model loads
         check_saved_lora(init, model_cfg.lora)
     team = []
@@ -116,6 +120,12 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         n_train = sum(p.numel() for p in trainable)
         log.info("agent %d: %s on %s, %.1fM trainable parameters", i, name, model.device, n_train / 1e6)
     return team
+
+
+def uses_start_models(section: TrainerSection) -> bool:
+    """Return whether training compares the agents with their start models (a reference KL, MADPO's
+    reference_model): frozen copies of them are built with the team."""
+    return section.reference_kl_coef > 0 or (isinstance(section, MADPOSection) and section.reference_model)
 
 
 class AgentRunner:

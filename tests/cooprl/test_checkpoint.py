@@ -92,3 +92,87 @@ def test_torch_s_mismatch_lines_after_its_first_are_kept(tmp_path, monkeypatch):
                                                    r"shape in current model is torch.Size\(\[4, 64\]\). "
                                                    r"\(and 2 more\)"):
         ckpt.load_agent_weights(load_causal_lm(TINY_RANDOM, device="cpu"), checkpoint, 0)
+
+
+# ------------------------------------------------------------------------------------------ saves that cannot complete
+class TinyModel(torch.nn.Module):
+    """A model with save_pretrained, as save_checkpoint writes it (a safetensors file)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.arange(1024, dtype=torch.float32))
+
+    def save_pretrained(self, folder, state_dict=None):
+        from safetensors.torch import save_file
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({"weight": self.weight.detach()}, str(folder / "model.safetensors"))
+
+
+def test_a_full_disk_keeps_the_last_checkpoint_and_says_what_the_save_needed(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+    ckpt.save_checkpoint(tmp_path, 1, [TinyModel()], {"x": 1})
+    first = (tmp_path / "checkpoint-1" / "agent_0" / "model.safetensors").read_bytes()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    # the weights' writer, the state's writer, and the writer of the third file: each one fails the save alike
+    for target, name in ((TinyModel, "save_pretrained"), (ckpt.torch, "save"), (ckpt.Path, "write_text")):
+        with monkeypatch.context() as patch:
+            patch.setattr(target, name, full)
+            with pytest.raises(ckpt.SaveError) as failed:
+                ckpt.save_checkpoint(tmp_path, 2, [TinyModel()], {"x": 2}, keep_last=1)
+        message = str(failed.value)
+        assert "checkpoint-2 could not be saved: no space left on the device" in message
+        assert "the newest complete checkpoint, checkpoint-1, is kept" in message
+        assert "it needs about " in message and " free)" in message
+        # no half-written folder, the earlier checkpoint intact (keep_last did not remove it)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+        assert (tmp_path / "checkpoint-1" / "agent_0" / "model.safetensors").read_bytes() == first
+    ckpt.check_checkpoint(tmp_path / "checkpoint-1")
+
+
+def test_safetensors_own_error_on_a_full_disk_is_a_save_error(tmp_path, monkeypatch):
+    # safetensors reports a full disk as its own SafetensorError ("IoError(Os { code: 28 ...)"), not an OSError
+    import pytest
+    from safetensors import SafetensorError
+
+    def full(self, folder, state_dict=None):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
+                              "\"No space left on device\" })")
+    monkeypatch.setattr(TinyModel, "save_pretrained", full)
+    with pytest.raises(ckpt.SaveError, match="checkpoint-3 could not be saved: no space left on the device .* no "
+                                             "earlier checkpoint was saved"):
+        ckpt.save_checkpoint(tmp_path / "ckpts", 3, [TinyModel()], {})
+    assert list((tmp_path / "ckpts").iterdir()) == []
+
+
+def test_a_save_is_refused_before_writing_when_the_disk_has_less_free_space_than_it_needs(tmp_path, monkeypatch):
+    import collections
+
+    import pytest
+    ckpt.save_checkpoint(tmp_path, 1, [TinyModel()], {"x": 1})
+    needed = ckpt.folder_size(tmp_path / "checkpoint-1")   # the newest checkpoint's size: what the next one needs
+    assert ckpt.expected_size(tmp_path, [TinyModel()]) == needed
+    # before the first save: the trained weights and their two float32 AdamW moments
+    assert ckpt.expected_size(tmp_path / "none", [TinyModel()]) == 1024 * (4 + 8)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - needed + 1, needed - 1))
+    monkeypatch.setattr(TinyModel, "save_pretrained", lambda *a, **k: pytest.fail("wrote though the disk is full"))
+    said = rf"no space left on the device \(it needs about {round(needed / 1024)} KiB, {round((needed - 1) / 1024)} KiB"
+    with pytest.raises(ckpt.SaveError, match=said + r" free\)"):
+        ckpt.save_checkpoint(tmp_path, 2, [TinyModel()], {"x": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+
+
+def test_a_read_only_checkpoint_folder_is_a_save_error_naming_why(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(ckpt.tempfile, "mkdtemp", refused)
+    with pytest.raises(ckpt.SaveError, match="checkpoint-1 could not be saved: Permission denied"):
+        ckpt.save_checkpoint(tmp_path, 1, [TinyModel()], {})

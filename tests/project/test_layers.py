@@ -125,7 +125,7 @@ def test_a_trainer_section_is_looked_up_by_name_only_in_the_config_package():
 # and no two modules import each other, even through others or inside a function.
 FLOORS = (
     ("cooprl", "cooprl.errors", "cooprl.text", "cooprl.task", "cooprl.samples", "cooprl.console", "cooprl.tracking",
-     "cooprl.plot"),
+     "cooprl.plot", "cooprl.stopping"),
     ("cooprl.config",),
     ("cooprl.parallel",),
     ("cooprl.models",),

@@ -1,0 +1,42 @@
+"""`python -m cooprl.parallel.torchrun ARGS`: torchrun (same arguments), with Ctrl-C and SIGTERM ending in one line.
+
+torchrun starts its processes in sessions of their own, so Ctrl-C reaches torchrun alone: it sends the signal on to
+every process, waits `--shutdown-timeout` seconds for them, kills what is left, then raises its SignalException,
+which plain torchrun prints as a traceback (exit status 1). The processes stop as a single process does (a
+checkpoint after the step in progress, cooprl.stopping). Here the wait is 600 s unless the command line sets it
+(torchrun's 30 s killed a GPU run in the middle of its step, or of its save), and the SignalException is one line
+and the exit status the signal gives a shell (130, 143). Any other outcome is torchrun's own.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Sequence
+
+SHUTDOWN_TIMEOUT_S = 600   # a step and a checkpoint of a large model on a GPU take minutes
+
+
+def with_shutdown_timeout(argv: Sequence[str]) -> list[str]:
+    """Return torchrun's arguments `argv` with `--shutdown-timeout SHUTDOWN_TIMEOUT_S` first unless they set one."""
+    given = any(a.split("=")[0] in ("--shutdown-timeout", "--shutdown_timeout") for a in argv)
+    return list(argv) if given else [f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", *argv]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run torchrun with `argv` (default: the command line's); return its exit status (128 + the signal's number
+    when Ctrl-C or SIGTERM stopped it, said in one line)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.run import main as torchrun
+    try:
+        torchrun(with_shutdown_timeout(sys.argv[1:] if argv is None else argv))
+    except SignalException as stop:
+        said = "interrupted (Ctrl-C)" if stop.sigval == signal.SIGINT else f"terminated ({stop.sigval.name})"
+        print(f"{said}: each process stopped as one process stops (a checkpoint after its step); rank 0's log above "
+              "says what was kept and how to continue", file=sys.stderr)
+        return 128 + int(stop.sigval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""cooprl/parallel/torchrun.py: Ctrl-C under torchrun (2 processes, gloo on CPU) saves a checkpoint and ends in one
+line with exit status 130, where plain torchrun printed its SignalException traceback."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cooprl import checkpoint as ckpt
+from cooprl.parallel.torchrun import SHUTDOWN_TIMEOUT_S, with_shutdown_timeout
+from tests.cooprl.parallel.test_scale_out import DDP_OVERRIDES, TORCHRUN
+
+ROOT = Path(__file__).resolve().parents[3]
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "OMP_NUM_THREADS": "1",
+       "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+
+
+def test_the_shutdown_timeout_is_long_enough_for_a_step_and_a_save_unless_given():
+    assert with_shutdown_timeout(["--nproc_per_node=2", "train.py"]) == [
+        f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", "--nproc_per_node=2", "train.py"]
+    for given in (["--shutdown-timeout=5"], ["--shutdown_timeout", "5"]):
+        assert with_shutdown_timeout([*given, "train.py"]) == [*given, "train.py"]
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_ctrl_c_under_torchrun_saves_and_is_one_line_130(tmp_path):
+    args = ["--standalone", "--nproc_per_node=2", "train_magrpo.py", "--config", "configs/magrpo_che_config.yaml",
+            "--override", *DDP_OVERRIDES, f"output.base_dir={tmp_path}", "output.run_name=run", "magrpo.max_steps=8",
+            "checkpoint.checkpoint_interval=1", "checkpoint.checkpoint_total_limit=null"]
+    # a terminal's Ctrl-C goes to the launcher's process group (torchrun's processes have sessions of their own)
+    proc = subprocess.Popen([sys.executable, "-m", "cooprl.parallel.torchrun", *args], cwd=ROOT, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (tmp_path / "run" / "checkpoints" / "checkpoint-1" / "done").is_file():
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+        time.sleep(0.05)
+    _, err = proc.communicate(timeout=400)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "SignalException" not in err
+    assert "interrupted (Ctrl-C): each process stopped as one process stops" in err
+    saved = [int(p.name.split("-")[1]) for p in ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")]
+    assert 1 <= saved[-1] < 8, "the run ended before Ctrl-C reached it"
+    assert f"to continue: python train_magrpo.py --resume {tmp_path / 'run'}" in err   # rank 0's log
+    assert not list((tmp_path / "run" / "checkpoints").glob(".checkpoint-*"))
+    # the same launcher goes on from the checkpoint
+    resumed = subprocess.run([sys.executable, "-m", "cooprl.parallel.torchrun", "--standalone", "--nproc_per_node=2",
+                              "train_magrpo.py", "--resume", str(tmp_path / "run")], cwd=ROOT, env=ENV,
+                             capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")[-1].name == "checkpoint-8"
