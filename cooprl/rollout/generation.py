@@ -116,8 +116,8 @@ class HFGenerator:
     def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:
         """Return the unpadded token ids of each prompt, cut from the left to `max_prompt_tokens`.
 
-        Prompts carry model- and program-derived text (a task's feedback may quote error messages, a main's prompt
-        aux's code): `safe_text` first, since a fast tokenizer refuses a lone surrogate (`TypeError:
+        Prompts carry model- and program-derived text (a task's feedback may quote error messages, one agent's prompt
+        another's completion): `safe_text` first, since a fast tokenizer refuses a lone surrogate (`TypeError:
         TextEncodeInput`), then `plain_text`, so that no special token is parsed out of it: the only ones in the ids
         are those the chat template (or the tokenizer, without one) adds."""
         prompts = [plain_text(safe_text(p), self.tokenizer) for p in prompts]
