@@ -30,8 +30,8 @@ class KahanAdamW(optimi.AdamW):
     `v <- beta2_hat * v + (1 - beta2_hat) * g^2`, and beta2_hat climbs towards 0.999; once 1 - beta2_hat is below half
     a bf16 ulp (2^-9 to 2^-8 of `v`: after about 300 to 700 steps) the bf16 product `beta2_hat * v` rounds back to `v`,
     so `v` stops decaying and only ratchets up: after 2,000 steps whose gradient scale drops 10x at step 700, 7x the
-    float32 value (tests/cooprl/update/test_bf16_updates.py), and every later step is ~2.6x smaller than AdamW's. The first
-    moment (a lerp by 0.1) stays bf16.
+    float32 value (tests/cooprl/update/test_bf16_updates.py), and every later step is ~2.6x smaller than AdamW's.
+    The first moment (a lerp by 0.1) stays bf16.
 
     Why a float32 compensation buffer for 1-D tensors: each step adds the update `u` to the buffer and the weight moves
     once the buffer holds half its ulp; a bf16 buffer stops growing at ~256-512 |u| (adding `u` rounds away), so a
@@ -84,7 +84,8 @@ class KahanAdamW(optimi.AdamW):
         saved = {}
         for index, param in zip(saved_ids, params):
             slots = state_dict["state"].get(index, {})
-            saved[param] = {key: slots[key] for key in float32_states(param) if isinstance(slots.get(key), torch.Tensor)}
+            saved[param] = {key: slots[key] for key in float32_states(param)
+                            if isinstance(slots.get(key), torch.Tensor)}
         super().load_state_dict(state_dict)
         for param, values in saved.items():
             for key, value in values.items():

@@ -246,7 +246,7 @@ def test_sharded_weights_get_optimis_loop_and_a_float32_second_moment(tmp_path):
         assert all(type(t) is not DTensor for tensors in lists for t in tensors)
         optimizer.step()
         twin_optimizer.step()
-        for p, q in zip(params, twin.parameters()):
+        for p, q in zip(params, twin.parameters(), strict=True):
             assert torch.equal(p.to_local(), q.detach())
         for p in params:
             v = optimizer.state[p]["exp_avg_sq"]
