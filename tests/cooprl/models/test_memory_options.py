@@ -204,7 +204,7 @@ def test_chunked_logprobs_of_a_sharded_model_equal_the_unsharded_ones(tiny, layo
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
     try:
         sharded = fsdp.shard_model(set_memory_options(copy.deepcopy(model), logprob_chunk_size=7))
-        with fsdp.full_weights(sharded):   # as a training step's rollout: afterwards every unit reshards after its forward
+        with fsdp.full_weights(sharded):   # as a step's rollout: afterwards every unit reshards after its forward
             pass
         logps, grads = logps_and_grads(sharded, LAYOUTS[layout], tokenizer.pad_token_id)
     finally:

@@ -55,8 +55,8 @@ def straight(tmp_path_factory) -> Path:
 @pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, straight):
-    # The one resume test of a data-parallel run: sharded LoRA agents (fsdp, chunked log-probs); a run resumed at step 1 (each rank's
-    # buffer and optimizer shard) ends bit for bit where the uninterrupted one does; the checkpoint and the final models
+    # The one resume test of a data-parallel run: sharded LoRA agents (fsdp, chunked log-probs); a run resumed at
+    # step 1 (each rank's buffer and optimizer shard) ends bit for bit where the uninterrupted one does; the checkpoint and the final models
     # hold the adapters in the usual layout (gathered); a resume without sharding is refused. The 2-vs-1-process
     # equality of the sharded update: tests/cooprl/update/test_engine_distributed.py.
     launch(tmp_path, "resumed", 2, [*RESUMABLE, "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
