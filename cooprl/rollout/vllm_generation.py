@@ -70,7 +70,7 @@ from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
-from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
+from cooprl.rollout.vllm_memory import engine_batch_limits, engine_kv_cache_bytes, kv_elements_per_token
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
 log = logging.getLogger(__name__)
@@ -569,14 +569,15 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
                                            next(model.parameters()).dtype)
+    max_model_len = max(model_cfg.max_length, max_prompt_tokens + max_new_tokens)
+    max_num_seqs, max_num_batched_tokens = engine_batch_limits(model_cfg, section, max_model_len)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
-                         max_model_len=max(model_cfg.max_length, max_prompt_tokens + max_new_tokens),
+                         max_model_len=max_model_len,
                          chat_template=model_cfg.chat_template,
                          gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed,
                          weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
                          tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
-                         max_num_seqs=model_cfg.vllm_max_num_seqs,
-                         max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
+                         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                          sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
                          kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks)
 

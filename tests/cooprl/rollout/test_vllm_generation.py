@@ -242,14 +242,18 @@ def test_engine_is_created_in_process_with_the_configured_memory_share(tiny, fak
 
 def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
     import cooprl.rollout.vllm_generation as backend
+    from cooprl.rollout.vllm_memory import engine_batch_limits
     import cooprl.rollout.vllm_platform
     monkeypatch.setattr(cooprl.rollout.vllm_platform, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
     backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
     kwargs = FakeLLM.instances[-1].kwargs
     assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == (16, 4096)
-    backend.build_vllm_generator(*tiny, load_config(None, []).agent_model, "/models/tiny", 32, 8, seed=0)
-    assert not {"max_num_seqs", "max_num_batched_tokens"} & set(FakeLLM.instances[-1].kwargs)   # null: not passed
+    default = load_config(None, [])
+    backend.build_vllm_generator(*tiny, default.agent_model, "/models/tiny", 32, 8, seed=0, section=default.magrpo)
+    kwargs = FakeLLM.instances[-1].kwargs   # null: sized from the run's largest call (vllm_memory.engine_batch_limits)
+    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == engine_batch_limits(
+        default.agent_model, default.magrpo, kwargs["max_model_len"])
     for key in ("vllm_max_num_seqs", "vllm_max_num_batched_tokens"):
         with pytest.raises(ConfigError, match=f"agent_model.{key}"):
             load_config(None, [f"agent_model.{key}=0"])
