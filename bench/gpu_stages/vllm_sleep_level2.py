@@ -7,7 +7,8 @@ The cycle is the trainer's: sample with fixed seeds; a forward with gradients (t
 `--level`, discarding its weights and KV cache at 2) and no optimizer step; sample again with the same seeds (the
 engine wakes in vLLM's order for weight updates and reloads every weight). Level 2 also frees state of vLLM's that is
 not a weight (vLLM #29341): if any of it is read after the wake, the ids differ. The trained model's weights must be
-unchanged too. On the CPU (vLLM's CPU build has no sleep mode) the same cycle runs awake: it checks the harness only.
+unchanged too. On the CPU (vLLM's CPU build has no sleep mode) the same cycle runs awake: it checks the harness only
+(2026-12-06, vLLM's CPU build, a head-size-32 tiny Llama: PASS).
 Prints one line, `PASS vllm_sleep_level2 ...` or `FAIL vllm_sleep_level2 ...`; exit status 0 / 1.
 """
 
@@ -66,7 +67,8 @@ def cycle(args: argparse.Namespace) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cuda", "cpu"))
-    parser.add_argument("--model", default="offline:tiny-random", help="a name or folder vLLM can load")
+    parser.add_argument("--model", default="offline:tiny-random",
+                        help="a name or folder vLLM can load (its CPU build refuses tiny-random's head size 16)")
     parser.add_argument("--level", type=int, default=2, choices=(1, 2))
     parser.add_argument("--tokens", type=int, default=24)
     args = parser.parse_args()
