@@ -4,8 +4,9 @@ give what the bool mask gives (gpu-review-3 finding 4; cooprl.models.trie_attent
     python bench/gpu_stages/trie_lower_right.py [--device cuda|cpu]
 
 A two-turn trie of Qwen2.5-3B's attention shapes (16 query heads, 2 K/V heads, head size 128), bf16 on CUDA
-(float32 on the CPU, where the bias is forced and torch materialises it): the forward and backward of every segment with the kernel chosen at run time against the same
-with the masks as they are (K/V repeated on CUDA, the previous path). Prints one line, `PASS trie_lower_right ...`
+(float32 on the CPU, where the bias is forced and torch materialises it): the forward and backward of every
+segment with the kernel chosen at run time against the same with the masks as they are (K/V repeated on CUDA, the
+previous path). Prints one line, `PASS trie_lower_right ...`
 or `FAIL trie_lower_right ...` (the kernel chosen, the largest output and gradient differences, seconds and peak
 memory of each); exit status 0 / 1. On CUDA sm80+ it fails unless "lower_right" was chosen.
 """
