@@ -11,11 +11,14 @@ rewards or advantages shrink: Adam's second moment must decay to follow it). The
 - pure: `bf16_optimizer: pure`, torch.optim.AdamW on the bf16 weights (upstream's);
 - optimi: torch-optimi's AdamW with Kahan summation as it comes, both moments in bf16 (this project's default
   before its second moment went to float32);
-- default: `bf16_optimizer: kahan`, cooprl.update.optim.KahanAdamW (Kahan summation, the second moment in float32).
+- default: `bf16_optimizer: kahan`, cooprl.update.optim.KahanAdamW (Kahan summation, the second moment in float32,
+  the compensation buffer of 1-D tensors in float32).
 Printed per run and tensor: retention = ||Δw|| / ||Δw_fp32|| (1 = every update landed, 0 = none did), the share of
 weights that never moved, the drift error ||Δw - Δw_fp32|| / ||Δw_fp32||, and the second moment against float32's
 (both debiased): its error ||v - v_fp32|| / ||v_fp32|| and its ratio mean(v) / mean(v_fp32). The last line is the
-summary `bf16 update retention (<device>, lr <lr>, <N> steps): pure X, default Y`.
+summary `bf16 update retention (<device>, lr <lr>, <N> steps): pure X, default Y, norm Z`: X and Y over all the
+weights (the matrix dominates them), Z the default's on the norm weights of ~1.0 alone (the weights whose updates
+a bf16 compensation buffer loses at small learning rates).
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ def main() -> None:
             print(f"{name:7s} {part:6s}: retention {f['retention']:.3f}, unchanged {f['unchanged']:.1%}, "
                   f"error {f['error']:.3f}, v error {f['v_error']:.3f}, v ratio {f['v_ratio']:.2f}")
     print(f"bf16 update retention ({args.device}, lr {args.lr:g}, {args.steps} steps): "
-          f"pure {figures['pure']['all']['retention']:.3f}, default {figures['default']['all']['retention']:.3f}")
+          f"pure {figures['pure']['all']['retention']:.3f}, default {figures['default']['all']['retention']:.3f}, "
+          f"norm {figures['default']['norm']['retention']:.3f}")
 
 
 if __name__ == "__main__":

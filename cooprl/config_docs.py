@@ -49,7 +49,8 @@ RULES = [
     "MARLHF's RL section when the trainer is built).",
     "`agent_model.vllm_weight_sync: lora` needs `agent_model.lora` with a rank vLLM serves (1, 8, 16, 32, 64, 128, "
     "256, 320 or 512); `agent_model.vllm_tensor_parallel_size` above 1 needs `vllm_weight_sync: lora`; "
-    "`generation_backend: vllm` refuses `parallel_training: ddp`, and agent devices other than cuda:0 with "
+    "`generation_backend: vllm` under `parallel_training: ddp` (one engine per rank) refuses "
+    "`vllm_tensor_parallel_size` above 1, and `fsdp` refuses vLLM; it refuses agent devices other than cuda:0 with "
     "`vllm_tensor_parallel_size` above 1 (the shards run on cuda:0..T-1; one shard sits on its agent's GPU) (checked "
     "at load); `agent_model.vllm_sleep` needs one vLLM engine per "
     "process, i.e. one agent per process, and a GPU build of vLLM (checked when the engines are built).",

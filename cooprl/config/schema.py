@@ -48,8 +48,9 @@ class AgentModelSection:
     vllm_kv_cache_bytes: Optional[int] = option(
         None, "KV cache of each agent's vLLM engine in bytes (vLLM's kv_cache_memory_bytes): the engine then reserves "
         "its weights, its activation peak and this cache, whatever the GPU's size; null = sized from the run (its "
-        "largest sampling call: eval_batch_size x the larger of num_generations and eval_num_generations sequences of "
-        "max_length tokens); 0 = vLLM sizes it from vllm_gpu_memory_utilization", min=0)
+        "largest sampling call: a later turn's num_generations squared, or an evaluation batch (eval_batch_size, "
+        "null: eval_num_samples) x eval_num_generations, sequences of max_length tokens); 0 = vLLM sizes it from "
+        "vllm_gpu_memory_utilization", min=0)
     vllm_weight_sync: str = option(
         "merged", "how a vLLM engine gets the trained weights: merged (after every optimizer step the weights, LoRA "
         "merged in, are pushed into the engine) or lora (the LoRA adapter is saved and sampled as a vLLM LoRA request "
@@ -60,16 +61,18 @@ class AgentModelSection:
     vllm_tensor_parallel_size: int = option(1, "GPUs each vLLM engine shards its model over; above 1 the engine's "
                                             "workers are separate processes, so needs vllm_weight_sync: lora", min=1)
     vllm_max_num_seqs: Optional[int] = option(
-        None, "most sequences a vLLM engine schedules in one step (vLLM's max_num_seqs; null = vLLM's default); about "
-        "prompts x num_generations suffices, and less makes its start-up profiling set aside less memory", min=1)
+        None, "most sequences a vLLM engine schedules in one step (vLLM's max_num_seqs; null = the run's largest "
+        "sampling call, as vllm_kv_cache_bytes counts it); less makes its start-up profiling set aside less memory",
+        min=1)
     vllm_max_num_batched_tokens: Optional[int] = option(
-        None, "most tokens a vLLM engine processes in one step (vLLM's max_num_batched_tokens; null = vLLM's default; "
-        "TRL uses 4096); less: less activation memory set aside, long prompts prefilled in more steps", min=1)
+        None, "most tokens a vLLM engine processes in one step (vLLM's max_num_batched_tokens; null = the largest "
+        "call's tokens, at most 4096 as TRL's, at least max_length); less: less activation memory set aside, long "
+        "prompts prefilled in more steps", min=1)
     vllm_importance_cap: Optional[float] = option(
         None, "off-policy correction for vLLM's sampler (TRL's vllm_importance_sampling_correction): each completion "
         "token's policy-gradient term is weighted by min(q_hf / q_vllm, cap), q the token's probability under the "
-        "sampling settings (temperature, top-k, top-p) from the trained model and from vLLM; null = off, 2 = TRL's "
-        "default; needs generation_backend vllm; policy-gradient trainers only (not madpo, madpo_iter)", min=1.0)
+        "sampling settings (temperature, top-k, top-p) from the trained model and from vLLM; null = off (TRL "
+        "corrects by default); needs generation_backend vllm; policy-gradient trainers only (not madpo, madpo_iter)", min=1.0)
     logprob_chunk_size: Optional[int] = option(
         None, "the update's log-probs: completion positions whose [positions x vocab] logits exist at once (the LM "
         "head, log-softmax and its backward run chunk by chunk); null = the whole batch's at once", min=1)

@@ -39,6 +39,7 @@ autocast; the log-softmax is taken in float32 either way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -130,13 +131,13 @@ def _padded_logprobs(model: Any, prompts: Sequence[torch.Tensor], completions: S
     targets = input_ids[:, width_p:]
     head, chunk = _chunking(model)
     if head is not None:
-        with autocast_context(model), _head_returns_hidden(head):
-            hidden = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
-                           logits_to_keep=width_c + 1, use_cache=False).logits[:, :-1]
         keep = mask > 0
         rows = torch.arange(keep.numel(), device=device).view_as(keep)[keep]
-        with autocast_context(model):
-            values = chunked_token_logps(head, hidden.reshape(-1, hidden.shape[-1]), rows, targets[keep], chunk, warp)
+        scores = _HeadScores(lambda hidden: hidden[:, :-1].reshape(-1, hidden.shape[-1]), rows, targets[keep],
+                             chunk, warp)
+        with autocast_context(model), _head_scores(head, scores):
+            values = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
+                           logits_to_keep=width_c + 1, use_cache=False).logits
         return torch.zeros_like(mask).masked_scatter(keep, values), mask
     with autocast_context(model):
         logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
@@ -254,17 +255,17 @@ def _trie_logprobs(model: Any, trie: TokenTrie, prompts: Sequence[torch.Tensor],
         keep = torch.zeros(1, dtype=torch.long)
     index = torch.searchsorted(keep, predictors).clamp(max=keep.numel() - 1)
     head, chunk = _chunking(model)
+    mask, index, targets = mask.to(device), index.to(device), targets.to(device)
+    valid = mask > 0
+    scores = None if head is None else _HeadScores(lambda hidden: hidden[0], index[valid], targets[valid], chunk, warp)
     # each segment attends to its own path only (`cooprl.models.trie_attention`): no dense L x L mask or scores
-    with trie_attention(model, trie), autocast_context(model), _head_returns_hidden(head):
+    with trie_attention(model, trie), autocast_context(model), _head_scores(head, scores):
         out = model(input_ids=input_ids[None].to(device), attention_mask=PLACEHOLDER_MASK.to(device),
                     position_ids=position_ids[None].to(device), logits_to_keep=keep.to(device),
-                    use_cache=False).logits[0]
-    mask, index, targets = mask.to(device), index.to(device), targets.to(device)
-    if head is not None:   # `out` is the kept columns' hidden states: the head runs chunk by chunk
-        valid = mask > 0
-        with autocast_context(model):
-            values = chunked_token_logps(head, out, index[valid], targets[valid], chunk, warp)
-        return torch.zeros_like(mask).masked_scatter(valid, values), mask
+                    use_cache=False).logits
+    if head is not None:   # `out` is the kept predictions' log-probs, the head run chunk by chunk
+        return torch.zeros_like(mask).masked_scatter(valid, out), mask
+    out = out[0]
     logits = out.float() if warp is None else warp(out.float())
     # one log-softmax per kept column, shared by the samples that use it (the fused kernel: ~1.8x faster on
     # CPU than logit - logsumexp, whose max, subtract and exp run as separate passes; the backward keeps one
@@ -325,23 +326,43 @@ def _chunking(model: Any) -> tuple[torch.nn.Module | None, int]:
     return None, 0
 
 
+@dataclasses.dataclass(frozen=True)
+class _HeadScores:
+    """What the LM head computes in place of the logits under `_head_scores`: the [M] log-probs of `targets` at
+    `rows` of `flatten(its input)` (the final hidden states at the kept positions, as rows), `chunk` rows at a time."""
+    flatten: Callable[[torch.Tensor], torch.Tensor]
+    rows: torch.Tensor
+    targets: torch.Tensor
+    chunk: int
+    warp: Warp | None
+
+
 @contextlib.contextmanager
-def _head_returns_hidden(head: torch.nn.Module | None) -> Iterator[None]:
-    """Within the block, `head` returns its input: the model's `.logits` are then its final hidden states (at the
-    positions `logits_to_keep` selects). A no-op for `head` None."""
+def _head_scores(head: torch.nn.Module | None, scores: _HeadScores | None) -> Iterator[None]:
+    """Within the block, `head` returns `scores`' log-probs (chunked_token_logps) instead of the logits: the model's
+    `.logits` are then those [M] log-probs. A no-op for `head` None.
+
+    Why inside the model's forward, not after it on its final hidden states: under fsdp the root unit (embeddings,
+    final norm, head) holds its whole weights only during its forward, and its backward gathers them again only for
+    the gradients that flow into what that forward returned; a head run after it would meet its sharded weight."""
     if head is None:
         yield
         return
+
     # an instance attribute shadows the class's forward; nn.Module.__call__ still runs the head's hooks
-    head.forward = _identity
+    def score(hidden: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        del head.forward   # the chunks call the head itself (and recompute it in the backward)
+        try:
+            return chunked_token_logps(head, scores.flatten(hidden), scores.rows, scores.targets, scores.chunk,
+                                       scores.warp)
+        finally:
+            head.forward = score
+
+    head.forward = score
     try:
         yield
     finally:
         del head.forward
-
-
-def _identity(hidden: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return hidden
 
 
 def _device(model: Any) -> torch.device:

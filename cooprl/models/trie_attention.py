@@ -65,11 +65,16 @@ def segment_plan(trie: Any, device: torch.device) -> list[SegmentAttention]:
     return plan
 
 
-# Device types whose SDPA has no fused kernel for a masked grouped-query call: on CUDA, flash attention takes no
-# mask and memory-efficient attention no `enable_gqa` (torch's sdp_utils.cpp), so such a call runs the math kernel
-# (its scores materialised; the slowest). There a masked segment gets its K/V heads repeated to the query heads (as
-# transformers' `repeat_kv`): a plain masked call, which the memory-efficient kernel takes, with the same result
-# (`enable_gqa` is defined as that repetition). Segments without a mask (causal) keep `enable_gqa`: flash takes it.
+# Every masked segment's mask is exactly lower-right causal (its ancestors all visible, then its own tokens causal),
+# so where flash attention takes the call (CUDA, half precision, sm80+: decided at run time by torch's own
+# `can_use_flash_attention`, not by device type) a masked segment passes torch's `causal_lower_right` bias instead
+# of a mask: flash's causal op, bottom-right aligned, grouped-query natively: no mask and no K/V repeat. Off: False.
+LOWER_RIGHT_FOR_MASKS = True
+# Where flash does not take it, device types whose SDPA would otherwise run a masked grouped-query call on its math
+# kernel (its scores materialised; the slowest): on CUDA memory-efficient attention takes no `enable_gqa` (torch's
+# sdp_utils.cpp), so there a masked segment gets its K/V heads repeated to the query heads (as transformers'
+# `repeat_kv`): a plain masked call, which the memory-efficient kernel takes, with the same result (`enable_gqa` is
+# defined as that repetition). Segments without a mask (causal) keep `enable_gqa`: flash takes it.
 REPEAT_KV_FOR_MASKS = ("cuda",)
 
 _PLAN: contextvars.ContextVar[list[SegmentAttention] | None] = contextvars.ContextVar("trie_plan", default=None)
@@ -93,7 +98,7 @@ def trie_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: to
     if plan is None:
         raise RuntimeError(f"the {TRIE_ATTENTION!r} attention runs only inside `trie_attention(model, trie)`")
     groups = query.shape[1] // key.shape[1]   # query heads per K/V head (1: no grouped-query attention)
-    repeat_masked = groups > 1 and query.device.type in REPEAT_KV_FOR_MASKS
+    kernel = masked_kernel(query.device.type, groups > 1, _flash_takes(query, key, value, dropout, groups > 1))
     outputs = []
     for seg in plan:
         q = query[:, :, seg.start:seg.end]
@@ -101,13 +106,39 @@ def trie_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: to
             k, v = key[:, :, seg.keys], value[:, :, seg.keys]
         else:
             k, v = key.index_select(2, seg.keys), value.index_select(2, seg.keys)
-        gqa = groups > 1
-        if seg.mask is not None and repeat_masked:   # see REPEAT_KV_FOR_MASKS
+        gqa, mask = groups > 1, seg.mask
+        if mask is not None and kernel == "lower_right":   # see LOWER_RIGHT_FOR_MASKS
+            n = seg.end - seg.start
+            mask = causal_lower_right(n, mask.shape[1])
+        elif mask is not None and kernel == "repeat":   # see REPEAT_KV_FOR_MASKS
             k, v, gqa = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1), False
         outputs.append(F.scaled_dot_product_attention(
-            q, k, v, attn_mask=seg.mask, dropout_p=dropout, is_causal=seg.mask is None, scale=scaling,
-            enable_gqa=gqa))
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None, scale=scaling, enable_gqa=gqa))
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+
+
+def masked_kernel(device_type: str, gqa: bool, flash_takes: bool) -> str:
+    """Return how the masked segments of one attention call run: "lower_right" (torch's lower-right causal bias: no
+    mask, no K/V repeat) where flash takes the call, "repeat" (K/V heads repeated, a plain masked call) for a
+    grouped-query call on a REPEAT_KV_FOR_MASKS device, else "mask" (the bool mask as it is; on the CPU torch would
+    materialise the bias into it anyway)."""
+    if flash_takes and LOWER_RIGHT_FOR_MASKS:
+        return "lower_right"
+    return "repeat" if gqa and device_type in REPEAT_KV_FOR_MASKS else "mask"
+
+
+def _flash_takes(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float, gqa: bool) -> bool:
+    """Return whether torch's flash attention kernel takes a causal call of these tensors (never on the CPU)."""
+    if query.device.type != "cuda":
+        return False
+    from torch.backends.cuda import SDPAParams, can_use_flash_attention
+    return can_use_flash_attention(SDPAParams(query, key, value, None, dropout, True, gqa))
+
+
+def causal_lower_right(queries: int, keys: int) -> Any:
+    """Return torch's lower-right causal bias of `queries` x `keys` (query i sees keys up to keys - queries + i)."""
+    from torch.nn.attention.bias import causal_lower_right as bias
+    return bias(queries, keys)
 
 
 @functools.cache

@@ -137,27 +137,40 @@ def average_gradients(params: Iterable[torch.Tensor], weight: float = 1.0, skip:
             p.grad = None
         return outcome
     scale = weight / total
-    for bucket in _buckets(params):
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() * scale
-                          for p in bucket])
-        torch.distributed.all_reduce(flat)
-        offset = 0
-        for p in bucket:
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
-            offset += n
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        elif not p.grad.is_contiguous():
+            p.grad = p.grad.contiguous()
+    # summed in float32 in one buffer of at most BUCKET_ELEMENTS, each gradient written back in place: no float32
+    # copy of a whole tensor (an embedding's would be GiBs on a GPU that is full at the update)
+    for bucket in _buckets([p.grad.view(-1) for p in params]):
+        if len(bucket) == 1 and bucket[0].dtype == torch.float32:
+            torch.distributed.all_reduce(bucket[0].mul_(scale))
+            continue
+        flat = torch.empty(sum(piece.numel() for piece in bucket), dtype=torch.float32, device=bucket[0].device)
+        parts = flat.split([piece.numel() for piece in bucket])
+        for piece, part in zip(bucket, parts, strict=True):
+            part.copy_(piece)
+        torch.distributed.all_reduce(flat.mul_(scale))
+        for piece, part in zip(bucket, parts, strict=True):
+            piece.copy_(part)
     return "step"
 
 
-def _buckets(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
-    """Return `params` cut into consecutive groups of at most BUCKET_ELEMENTS elements (one parameter at least)."""
+def _buckets(views: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Return the 1-D `views` cut into consecutive groups of BUCKET_ELEMENTS elements (the last one fewer), a view
+    longer than the room left in a group split across groups (its pieces are views of it)."""
     buckets, current_bucket, size = [], [], 0
-    for p in params:
-        if current_bucket and size + p.numel() > BUCKET_ELEMENTS:
-            buckets.append(current_bucket)
-            current_bucket, size = [], 0
-        current_bucket.append(p)
-        size += p.numel()
+    for view in views:
+        start = 0
+        while start < view.numel():
+            piece = view[start:start + BUCKET_ELEMENTS - size]
+            current_bucket.append(piece)
+            size, start = size + piece.numel(), start + piece.numel()
+            if size == BUCKET_ELEMENTS:
+                buckets.append(current_bucket)
+                current_bucket, size = [], 0
     if current_bucket:
         buckets.append(current_bucket)
     return buckets

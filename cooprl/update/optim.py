@@ -23,15 +23,23 @@ class OptimizerError(UserError, ValueError):
 
 
 class KahanAdamW(optimi.AdamW):
-    """torch-optimi's AdamW with Kahan summation, its second moment (`exp_avg_sq`) kept in float32.
+    """torch-optimi's AdamW with Kahan summation, its second moment (`exp_avg_sq`) kept in float32, and the
+    compensation buffer (`kahan_comp`) of 1-D tensors (norm gains, biases) too.
 
     Why float32: optimi keeps both moments in the parameter's dtype. It stores `v` already debiased,
     `v <- beta2_hat * v + (1 - beta2_hat) * g^2`, and beta2_hat climbs towards 0.999; once 1 - beta2_hat is below half
     a bf16 ulp (2^-9 to 2^-8 of `v`: after about 300 to 700 steps) the bf16 product `beta2_hat * v` rounds back to `v`,
     so `v` stops decaying and only ratchets up: after 2,000 steps whose gradient scale drops 10x at step 700, 7x the
-    float32 value (tests/cooprl/update/test_bf16_updates.py), and every later step is ~2.6x smaller than AdamW's. The first
-    moment (a lerp by 0.1) and the compensation buffer stay bf16: 8 bytes of state per weight (2 + 4 + 2), 4 more
-    than `pure`'s bf16 moments, against 12 for a float32 master copy and its moments.
+    float32 value (tests/cooprl/update/test_bf16_updates.py), and every later step is ~2.6x smaller than AdamW's.
+    The first moment (a lerp by 0.1) stays bf16.
+
+    Why a float32 compensation buffer for 1-D tensors: each step adds the update `u` to the buffer and the weight moves
+    once the buffer holds half its ulp; a bf16 buffer stops growing at ~256-512 |u| (adding `u` rounds away), so a
+    weight whose half-ulp is above that never moves: RMSNorm gains of ~1.0 keep none of their updates at lr 5e-6
+    and ~70% at 2e-5 (bench/bf16_updates.py's `norm`). Matrices keep theirs (weights of std 0.02-0.05: >= 0.99; of
+    std 0.15, as SmolLM2's: 0.91 at lr 5e-6, docs/results.md), and a float32 buffer for them would cost 2 bytes per
+    weight, so theirs stays bf16: 8 bytes of state per matrix weight (2 + 4 + 2), 4 more than `pure`'s bf16
+    moments, against 12 for a float32 master copy and its moments.
 
     What runs: optimi's loop of torch ops over the tensors, one at a time (`foreach=False, triton=False`). Its
     foreach path groups the tensors by the parameter's dtype, and its Triton kernel stores `v` in it; neither
@@ -40,9 +48,13 @@ class KahanAdamW(optimi.AdamW):
     ran on a GPU before too; and on fsdp's sharded parameters (DTensors, which torch adds to that list) its Triton
     kernel would see the wrapper, not the shard, and its foreach path has no sharding rule for `_foreach_copy_`.
 
-    `load_state_dict` keeps `v` in float32: torch's `Optimizer.load_state_dict` casts every floating state to its
-    parameter's dtype, which would round a saved float32 `v` to bf16 (a resumed run would then differ from an
-    uninterrupted one); the kernel choices a checkpoint carries in its param groups are reset to the loop."""
+    On fsdp's sharded parameters the loop runs on each DTensor's local shard (`_init_group`): every op is pointwise
+    and the states are laid out as their parameter, so the result is the same without DTensor's dispatch per op
+    (~5x slower per tensor on CPU).
+
+    `load_state_dict` keeps the float32 states in float32: torch's `Optimizer.load_state_dict` casts every floating
+    state to its parameter's dtype, which would round a saved float32 `v` to bf16 (a resumed run would then differ
+    from an uninterrupted one); the kernel choices a checkpoint carries in its param groups are reset to the loop."""
 
     def __init__(self, params: Iterable[Any], *, lr: float, betas: tuple[float, float], eps: float,
                  weight_decay: float):
@@ -53,22 +65,44 @@ class KahanAdamW(optimi.AdamW):
         fresh = "kahan_comp" not in state   # optimi's marker of a state it has not made yet
         super()._init_state(group, state, param)
         if fresh:
-            state["exp_avg_sq"] = torch.zeros_like(param, dtype=torch.float32, memory_format=torch.preserve_format)
+            for key in float32_states(param):
+                if state[key] is not None:   # (a float32 parameter has no compensation buffer)
+                    state[key] = torch.zeros_like(param, dtype=torch.float32, memory_format=torch.preserve_format)
+
+    def _init_group(self, group: dict[str, Any], params: list[torch.Tensor], grads: list[torch.Tensor],
+                    *states: list[torch.Tensor]) -> None:
+        """optimi's: gather the tensors of `group` that have a gradient, its sharded ones as their local shards."""
+        super()._init_group(group, params, grads, *states)
+        for tensors in (params, grads, *states):
+            tensors[:] = [local(t) for t in tensors]
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load `state_dict` as torch does, then put each saved `exp_avg_sq` back in float32 (see the class)."""
+        """Load `state_dict` as torch does, then put each saved float32 state back in float32 (see the class); an
+        older checkpoint's bf16 one is widened."""
         saved_ids = [index for group in state_dict["param_groups"] for index in group["params"]]
         params = [p for group in self.param_groups for p in group["params"]]
-        second_moments = {}
+        saved = {}
         for index, param in zip(saved_ids, params):
-            value = state_dict["state"].get(index, {}).get("exp_avg_sq")
-            if isinstance(value, torch.Tensor):
-                second_moments[param] = value
+            slots = state_dict["state"].get(index, {})
+            saved[param] = {key: slots[key] for key in float32_states(param)
+                            if isinstance(slots.get(key), torch.Tensor)}
         super().load_state_dict(state_dict)
-        for param, value in second_moments.items():
-            self.state[param]["exp_avg_sq"] = value.to(device=param.device, dtype=torch.float32)
+        for param, values in saved.items():
+            for key, value in values.items():
+                self.state[param][key] = value.to(device=param.device, dtype=torch.float32)
         for group in self.param_groups:   # a checkpoint of older code may carry optimi's own choice (Triton on CUDA)
             group["foreach"] = group["triton"] = False
+
+
+def float32_states(param: torch.Tensor) -> tuple[str, ...]:
+    """Return the KahanAdamW states of a bf16 `param` kept in float32 (see KahanAdamW)."""
+    return ("exp_avg_sq", "kahan_comp") if param.dim() <= 1 else ("exp_avg_sq",)
+
+
+def local(tensor: Any) -> Any:
+    """Return a sharded tensor's local shard (the same storage), anything else as it is."""
+    from torch.distributed.tensor import DTensor
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def build_adamw(params: Iterable[torch.nn.Parameter], *, lr: float, weight_decay: float = 0.01,
@@ -76,10 +110,11 @@ def build_adamw(params: Iterable[torch.nn.Parameter], *, lr: float, weight_decay
     """Return the AdamW that trains `params` (torch's hyper-parameters: betas 0.9/0.999, eps 1e-8, decoupled decay).
 
     Float32 weights get torch.optim.AdamW. bfloat16 weights get, with `bf16_optimizer: kahan` (the default),
-    `KahanAdamW`: torch-optimi's AdamW with Kahan summation (a bf16 compensation buffer per weight carries what each
+    `KahanAdamW`: torch-optimi's AdamW with Kahan summation (a compensation buffer per weight carries what each
     update lost to rounding, so steps far below a bf16 ulp, lr 2e-5 on a weight of 0.02 or any step on an RMSNorm
-    weight of 1.0, accumulate as in float32; bench/bf16_updates.py) and its second moment in float32 (in bf16 it
-    stops decaying after ~600 steps), for 4 bytes per weight more than `pure`. With `pure`, torch.optim.AdamW updates
+    weight of 1.0, accumulate as in float32; bench/bf16_updates.py; float32 for 1-D tensors, bf16 for matrices) and
+    its second moment in float32 (in bf16 it stops decaying after ~600 steps), for 4 bytes per weight more than
+    `pure`. With `pure`, torch.optim.AdamW updates
     the bf16 weights directly: most small updates round away, and its bf16 second moment ratchets.
 
     Float16 weights are refused (OptimizerError): AdamW's eps (1e-8) is 0 in float16, so a weight whose gradient is 0

@@ -1,5 +1,7 @@
 """cooprl.checkpoint: what a trainer's state may hold, and states saved by earlier versions."""
 
+from pathlib import Path
+
 import torch
 
 from cooprl import checkpoint as ckpt
@@ -176,3 +178,24 @@ def test_a_read_only_checkpoint_folder_is_a_save_error_naming_why(tmp_path, monk
     monkeypatch.setattr(ckpt.tempfile, "mkdtemp", refused)
     with pytest.raises(ckpt.SaveError, match="checkpoint-1 could not be saved: Permission denied"):
         ckpt.save_checkpoint(tmp_path, 1, [TinyModel()], {})
+
+
+def test_a_resume_reads_the_trainer_state_and_rank_states_memory_mapped(tmp_path, monkeypatch):
+    """trainer_state.pt and rank_<r>.pt are read memory-mapped (their tensors come from the page cache, shared by a
+    ddp resume's processes, not read into each process's memory); a write to a loaded tensor does not reach the file."""
+    import torch
+
+    from cooprl import checkpoint as ckpt
+    moments = torch.arange(1000, dtype=torch.float32)
+    path = ckpt.save_checkpoint(tmp_path, 1, [], {"algorithm": {"moments": moments}},
+                                rank_states=[{"shard": moments * 2}])
+    reads, load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda file, **kwargs: reads.append((Path(file).name, kwargs.get("mmap")))
+                        or load(file, **kwargs))
+    state = ckpt.load_trainer_state(path)
+    shard = ckpt.load_rank_state(path, state, 0)["shard"]
+    assert reads == [(ckpt.STATE_FILE, True), (ckpt.rank_file(0), True)]
+    loaded = state["algorithm"]["moments"]
+    assert torch.equal(loaded, moments) and torch.equal(shard, moments * 2)
+    loaded.add_(1)   # an optimizer step on a CPU state
+    assert torch.equal(ckpt.load_trainer_state(path)["algorithm"]["moments"], moments)

@@ -390,14 +390,14 @@ def test_memory_estimate_counts():
         trained = [p for p in peft_model.parameters() if p.requires_grad]
         assert f"{sum(p.numel() for p in trained) / 1e6:.1f}M" == millions and f"2 x {millions}" in SCALING
         assert {p.dtype for p in trained} == {torch.float32}
-    weight = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
-    weight.grad = torch.ones(2, dtype=torch.bfloat16)
+    weight = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.bfloat16))   # a matrix (1-D tensors: 2 bytes more)
+    weight.grad = torch.ones(2, 2, dtype=torch.bfloat16)
     from cooprl.update.optim import build_adamw
     # the bytes per parameter the table counts: 2 (weight) + 2 (gradient) + the optimizer's states
     for mode, slots, per_parameter in (("pure", ("exp_avg", "exp_avg_sq"), 8),
                                        ("kahan", ("exp_avg", "exp_avg_sq", "kahan_comp"), 12)):
         optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=mode)
         optimizer.step()
-        state = {k: v for k, v in optimizer.state[weight].items() if isinstance(v, torch.Tensor) and v.numel() == 2}
+        state = {k: v for k, v in optimizer.state[weight].items() if isinstance(v, torch.Tensor) and v.numel() == 4}
         assert sorted(state) == sorted(slots)
         assert 2 + 2 + sum(v.element_size() for v in state.values()) == per_parameter

@@ -47,11 +47,11 @@ def assert_grads_close(a, b, rtol=1e-5):
 
 def head_rows(model):
     """Return (a list that records the positions of every call that computes logits, the hook's handle); the
-    chunked forward's call with the head switched off (returning its input) is left out."""
+    chunked forward's outer call, whose head returns the [M] log-probs it computes chunk by chunk, is left out."""
     rows = []
 
     def record(module, args, out):
-        if out is not args[0]:
+        if out.dim() > 1:
             rows.append(args[0].shape[:-1].numel())
     return rows, model.get_output_embeddings().register_forward_hook(record)
 
@@ -143,9 +143,9 @@ def test_bf16_autocast_logprobs_are_close_to_float32(tiny, layout, chunk):
     plain_logps, plain_grads = logps_and_grads(model, LAYOUTS[layout], tokenizer.pad_token_id)
     autocast = set_memory_options(copy.deepcopy(model), logprob_chunk_size=chunk, autocast="bf16")
     dtypes = []
-    # (the chunked forward's call with the head switched off returns its input: left out)
+    # (the chunked forward's outer call, whose head returns the [M] float32 log-probs of its chunks: left out)
     handle = autocast.get_output_embeddings().register_forward_hook(
-        lambda m, a, out: None if out is a[0] else dtypes.append(out.dtype))
+        lambda m, a, out: None if out.dim() == 1 else dtypes.append(out.dtype))
     logps, grads = logps_and_grads(autocast, LAYOUTS[layout], tokenizer.pad_token_id)
     handle.remove()
     assert set(dtypes) == {torch.bfloat16}                              # the head ran in bfloat16 ...
@@ -191,3 +191,23 @@ def test_agent_model_fields_reach_the_agents():
 def test_bad_memory_options_name_their_key(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_chunked_logprobs_of_a_sharded_model_equal_the_unsharded_ones(tiny, layout, tmp_path):
+    """fsdp with a chunk size: the head runs inside the root unit's forward, which holds its whole weights, and its
+    backward gathers them again for the chunks' recomputation (run after the forward, the head met its sharded
+    weight: "aten.mm got mixed torch.Tensor and DTensor"). One process: its shards are the whole tensors."""
+    from cooprl.parallel import fsdp
+    model, tokenizer = tiny
+    plain_logps, plain_grads = logps_and_grads(model, LAYOUTS[layout], tokenizer.pad_token_id)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
+    try:
+        sharded = fsdp.shard_model(set_memory_options(copy.deepcopy(model), logprob_chunk_size=7))
+        with fsdp.full_weights(sharded):   # as a step's rollout: afterwards every unit reshards after its forward
+            pass
+        logps, grads = logps_and_grads(sharded, LAYOUTS[layout], tokenizer.pad_token_id)
+    finally:
+        torch.distributed.destroy_process_group()
+    torch.testing.assert_close(logps, plain_logps, rtol=1e-6, atol=1e-6)
+    assert_grads_close({name: grad.full_tensor() for name, grad in grads.items()}, plain_grads)

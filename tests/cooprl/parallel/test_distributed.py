@@ -65,3 +65,32 @@ def test_processes_join_with_their_gpu_bound_and_barriers_name_it(monkeypatch):
     monkeypatch.setattr(torch.distributed, "barrier", lambda **kwargs: barriers.append(kwargs))
     distributed.barrier()
     assert barriers == [{"device_ids": [1]}]
+
+
+def test_ddp_averaging_sums_in_float32_buckets_and_writes_the_gradients_back_in_place(monkeypatch, tmp_path):
+    """average_gradients (one gloo process): a gradient longer than a bucket is reduced in pieces, so the float32
+    buffer never exceeds BUCKET_ELEMENTS (no float32 copy of a whole embedding); bf16 gradients are summed in float32
+    and written back into their own storage; a missing gradient becomes zeros."""
+    from cooprl.parallel import distributed
+    monkeypatch.setattr(distributed, "BUCKET_ELEMENTS", 8)
+    reduced = []
+    all_reduce = torch.distributed.all_reduce
+
+    def recorded(tensor, *args, **kwargs):
+        reduced.append((tensor.numel(), tensor.dtype))
+        return all_reduce(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.distributed, "all_reduce", recorded)
+    big = torch.nn.Parameter(torch.zeros(20, dtype=torch.bfloat16))
+    small, unused = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
+    big.grad = torch.linspace(-1, 1, 20).bfloat16()
+    small.grad = torch.tensor([1.0, 2.0, 3.0])
+    want, storage = big.grad.clone(), big.grad.data_ptr()
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
+    try:
+        assert distributed.average_gradients([big, small, unused], weight=2.0) == "step"
+    finally:
+        torch.distributed.destroy_process_group()
+    assert reduced[1:] == [(8, torch.float32), (8, torch.float32), (8, torch.float32), (1, torch.float32)]
+    assert big.grad.data_ptr() == storage and torch.equal(big.grad, want)   # 1 rank: the mean is its own gradient
+    assert torch.equal(small.grad, torch.tensor([1.0, 2.0, 3.0])) and torch.equal(unused.grad, torch.zeros(2))

@@ -33,9 +33,11 @@ FSDP_OVERRIDES = [o.replace("=ddp", "=fsdp") for o in DDP_OVERRIDES]
 
 
 # The sharded run of the resume test (LoRA dropout off: its masks draw from each process's generator);
-# rollout_buffer_size 2 so that the checkpoint of step 1 holds a buffered item on each rank, and the update at step 2
+# rollout_buffer_size 2 so that the checkpoint of step 1 holds a buffered item on each rank, and the update at step 2;
+# chunked log-probs (the docs recommend both for memory: the LM head runs inside the root unit's forward)
 ADAPTERS = ["agent_model.lora.r=4", "agent_model.lora.dropout=0.0", "magrpo.learning_rate=1e-3"]
-RESUMABLE = ["magrpo.rollout_buffer_size=2", "checkpoint.checkpoint_interval=1", *ADAPTERS]
+RESUMABLE = ["magrpo.rollout_buffer_size=2", "checkpoint.checkpoint_interval=1", "agent_model.logprob_chunk_size=4",
+             *ADAPTERS]
 STRAIGHT = [*RESUMABLE, "magrpo.max_steps=2", "output.save_final_model=true"]
 
 
@@ -53,8 +55,8 @@ def straight(tmp_path_factory) -> Path:
 @pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, straight):
-    # The one resume test of a data-parallel run: sharded LoRA agents (fsdp); a run resumed at step 1 (each rank's
-    # buffer and optimizer shard) ends bit for bit where the uninterrupted one does; the checkpoint and the final models
+    # The one resume test of a data-parallel run: sharded LoRA agents (fsdp, chunked log-probs); a run resumed at
+    # step 1 (each rank's buffer and optimizer shard) ends bit for bit where the uninterrupted one does; the checkpoint and the final models
     # hold the adapters in the usual layout (gathered); a resume without sharding is refused. The 2-vs-1-process
     # equality of the sharded update: tests/cooprl/update/test_engine_distributed.py.
     launch(tmp_path, "resumed", 2, [*RESUMABLE, "magrpo.max_steps=1"], base=FSDP_OVERRIDES)

@@ -242,14 +242,18 @@ def test_engine_is_created_in_process_with_the_configured_memory_share(tiny, fak
 
 def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
     import cooprl.rollout.vllm_generation as backend
+    from cooprl.rollout.vllm_memory import engine_batch_limits
     import cooprl.rollout.vllm_platform
     monkeypatch.setattr(cooprl.rollout.vllm_platform, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
     config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
     backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
     kwargs = FakeLLM.instances[-1].kwargs
     assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == (16, 4096)
-    backend.build_vllm_generator(*tiny, load_config(None, []).agent_model, "/models/tiny", 32, 8, seed=0)
-    assert not {"max_num_seqs", "max_num_batched_tokens"} & set(FakeLLM.instances[-1].kwargs)   # null: not passed
+    default = load_config(None, [])
+    backend.build_vllm_generator(*tiny, default.agent_model, "/models/tiny", 32, 8, seed=0, section=default.magrpo)
+    kwargs = FakeLLM.instances[-1].kwargs   # null: sized from the run's largest call (vllm_memory.engine_batch_limits)
+    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == engine_batch_limits(
+        default.agent_model, default.magrpo, kwargs["max_model_len"])
     for key in ("vllm_max_num_seqs", "vllm_max_num_batched_tokens"):
         with pytest.raises(ConfigError, match=f"agent_model.{key}"):
             load_config(None, [f"agent_model.{key}=0"])
@@ -503,9 +507,30 @@ def test_lora_sync_needs_a_lora_model(tiny, fake_vllm):
         make_generator(tiny, fake_vllm, weight_sync="lora")
 
 
+def test_a_merged_engine_sleeps_at_level_1_until_level_2_is_proven(fake_vllm, monkeypatch):
+    """Merged sync by default: level 1 (level 2 also frees vLLM state that is not a weight: vLLM #29341, unproven on
+    a GPU); the wake restores the backed-up weights, then the step's new weights are pushed."""
+    model = load_causal_lm(TINY_RANDOM, device="cpu")
+    gen = make_generator((model, tiny_tokenizer()), fake_vllm, sleep=True)
+    engine = FakeLLM.instances[-1]
+    assert gen.sleep_level == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: engine.events.append("empty_cache"))
+    params = SamplingParams(max_new_tokens=2, temperature=1.0)
+    gen.sample(["x"], 1, params)
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    gen.mark_stale()
+    gen.sample(["x"], 1, params)
+    assert engine.events == ["load", "reset", "generate", "sleep1", "empty_cache", "wake_up", "load", "reset",
+                             "generate"]
+
+
 def test_a_sleeping_engine_sleeps_once_per_update_and_wakes_to_sample(fake_vllm, monkeypatch):
-    """Merged sync: the engine sleeps at level 2 (its weights discarded: the next sample loads them anyway) and wakes
-    in vLLM's order for weight updates: the weights' memory, the load, then the KV cache."""
+    """Merged sync at level 2 (`MERGED_SLEEP_LEVEL`, for when a GPU has proven it): the engine discards its weights
+    (the next sample loads them anyway) and wakes in vLLM's order for weight updates: the weights' memory, the load,
+    then the KV cache."""
+    from cooprl.rollout import vllm_generation
+    monkeypatch.setattr(vllm_generation, "MERGED_SLEEP_LEVEL", 2)
     model = load_causal_lm(TINY_RANDOM, device="cpu")   # its own: the engine hooks the model's forward
     gen = make_generator((model, tiny_tokenizer()), fake_vllm, sleep=True)
     engine = FakeLLM.instances[-1]

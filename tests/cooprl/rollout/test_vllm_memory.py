@@ -42,6 +42,23 @@ def test_optimizer_bytes_are_those_build_adamw_keeps():
     assert memory.optimizer_state_bytes(torch.bfloat16, "kahan") >= 6    # optimi: moments + a bf16 Kahan buffer
 
 
+def test_engines_are_sized_for_the_runs_largest_sampling_call():
+    """magrpo_he_config's calls hold 16 sequences (a second turn: 4 children x 4 samples; an evaluation: its 16
+    problems at once, eval_batch_size null), not the 4 of (eval_batch_size or 1) x G: the KV cache and vLLM's batch
+    limits follow, the batched tokens capped at TRL's 4,096 (vLLM's own: 1,024 sequences, 16,384 tokens)."""
+    from cooprl.config import load_config as load
+    config = load("configs/magrpo_he_config.yaml", [])
+    assert memory.largest_call_sequences(config.magrpo) == 16
+    one_turn = load(None, ["magrpo.num_turns=1", "magrpo.num_generations=6", "magrpo.eval_num_samples=2"])
+    assert memory.largest_call_sequences(one_turn.magrpo) == 6
+    assert memory.largest_call_sequences(None) == memory.EVAL_SEQUENCES
+    assert memory.engine_batch_limits(config.agent_model, config.magrpo, 2048) == (16, 4096)
+    assert memory.engine_batch_limits(one_turn.agent_model, one_turn.magrpo, 256) == (6, 1536)
+    assert memory.engine_batch_limits(one_turn.agent_model, one_turn.magrpo, 8192) == (6, 8192)   # one whole sequence
+    given = load(None, ["agent_model.vllm_max_num_seqs=32", "agent_model.vllm_max_num_batched_tokens=1024"])
+    assert memory.engine_batch_limits(given.agent_model, given.magrpo, 2048) == (32, 1024)
+
+
 def test_exact_figures_for_a_tiny_model():
     shape = memory.model_shape(TINY_RANDOM)
     p = shape.parameters
@@ -52,7 +69,8 @@ def test_exact_figures_for_a_tiny_model():
     config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.max_length=100",
                                 "magrpo.max_new_tokens=20", "magrpo.num_generations=3",
                                 "magrpo.eval_num_generations=5", "magrpo.eval_batch_size=2"])
-    # 2 prompts x 5 samples of 112 tokens (100 rounded up to vLLM's 16-token blocks), bf16
+    # the largest call: an evaluation batch of 2 prompts x 5 samples (a second turn: 3 children x 3 samples), of 112
+    # tokens each (100 rounded up to vLLM's 16-token blocks), bf16
     expected = 2 * 5 * 112 * shape.kv_elements_per_token * 2
     assert memory.default_kv_cache_bytes(config.agent_model, config.magrpo, 20, shape.kv_elements_per_token,
                                          torch.bfloat16) == expected
@@ -100,7 +118,7 @@ def test_magrpo_he_config_with_engines_sized_by_their_kv_cache_fits(on_h200, mon
     config = he_config()   # vllm_kv_cache_bytes null: sized from the run
     kv = memory.engine_kv_cache_bytes(config.agent_model, config.magrpo, 256, QWEN_3B.kv_elements_per_token,
                                       torch.bfloat16)
-    assert kv == 4 * 2048 * 36 * 1024   # 4 samples x 2,048 tokens x 36 KiB per token
+    assert kv == 16 * 2048 * 36 * 1024   # 16 sequences (the largest call) x 2,048 tokens x 36 KiB per token
     memory.check_vllm_memory(config, ["cuda:0", "cuda:0"], Run.of(config, "magrpo"))   # fits: no error
     with pytest.raises(ConfigError, match="cuda:0 would hold"):   # a KV cache of 40 GiB per engine does not
         memory.check_vllm_memory(he_config(f"agent_model.vllm_kv_cache_bytes={40 * GIB}"), ["cuda:0", "cuda:0"],
