@@ -69,6 +69,7 @@ from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
+from cooprl.rollout.vllm_guard import ProbeSequence, WeightGuard, weight_guard
 from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
@@ -163,7 +164,8 @@ class VLLMGenerator:
                  weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  sampler_logprobs: bool = False, adapter_dir: str | None = None, device: str | None = None,
-                 kv_cache_bytes: int | None = None, vllm_module: Any = None, ranks: Ranks | None = None):
+                 kv_cache_bytes: int | None = None, vllm_module: Any = None, ranks: Ranks | None = None,
+                 guard: WeightGuard | None = None):
         vllm = vllm_module if vllm_module is not None else vllm_platform.check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
@@ -211,6 +213,7 @@ class VLLMGenerator:
         self._cuda_index = (int(self.device.partition(":")[2])
                             if self.device.startswith("cuda:") and tensor_parallel_size == 1 else None)
         ranks = ranks or Ranks()   # this process's place in a data-parallel run (the run's Parallel.ranks)
+        self._rank = ranks.rank if ranks.world_size > 1 else None
         if ranks.world_size > 1:
             # ddp: one engine per rank on its own GPU (cuda:LOCAL_RANK, as the agent), built by vLLM's
             # external_launcher executor, which reads RANK and LOCAL_RANK, joins the trainers' process group and takes
@@ -239,6 +242,11 @@ class VLLMGenerator:
         # (LoRA, a resumed checkpoint); the first `sample` syncs.
         self._version = 1
         self._synced: tuple[int, bool] | None = None
+        # the stale-weights guard (cooprl.rollout.vllm_guard): the (version, adapters on) last checked, None after any
+        # push or sleep; and what the engine went through since that check, for the error
+        self.guard = guard
+        self._checked: tuple[int, bool] | None = None
+        self._slept_at: int | None = None
 
     def close(self) -> bool:
         """Shut the engine down and drop it (its worker frees the model and KV cache); return False when it was
@@ -284,6 +292,7 @@ class VLLMGenerator:
             self.llm.reset_prefix_cache()
         # Another model's weights leave the engine out of step with ours: the next `sample` pushes ours again.
         self._synced = (self._version, adapters_enabled(model)) if model is self.model else None
+        self._checked = None
 
     def _sync_if_stale(self) -> None:
         # The key holds the adapters' on/off state too: a comparator samples the start model of a LoRA
@@ -313,6 +322,39 @@ class VLLMGenerator:
             shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
         return LoRARequest(f"cooprl-v{version}", version, folder)
 
+    def _check_weights(self) -> None:
+        """Before sampling after a push, a new adapter version or a wake-up: stop the run (EngineWeightsError) when the
+        engine's log-probs of the guard's probes are not the trained model's (cooprl.rollout.vllm_guard)."""
+        key = (self._version, adapters_enabled(self.model))
+        if self.guard is None or key == self._checked:
+            return
+        event = (f"the merged weight push of version {self._version}" if self.weight_sync == "merged"
+                 else f"the LoRA sync of adapter version {self._version}" if key[1] else "the LoRA sync (adapters off)")
+        if self._slept_at is not None:
+            event += f", on waking from a level-{self._slept_at} sleep"
+        elif self.guard.checks == 0:
+            event += " (the first sync: the run's start or its resume)"
+        if self._rank is not None:
+            event += f", rank {self._rank}"
+        self.guard.check(self.engine_logprobs, self.model, self.tokenizer, event)
+        self._checked, self._slept_at = key, None
+
+    def engine_logprobs(self, probes: Sequence[ProbeSequence]) -> list[torch.Tensor]:
+        """Return the engine's log-prob of each probe's completion tokens (vLLM's prompt log-probs: the raw
+        log-softmax, not read from the prefix cache), with the adapter it samples now."""
+        params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        adapter = {}
+        if self.weight_sync == "lora":
+            adapter["lora_request"] = self._lora_request if adapters_enabled(self.model) else None
+        results = self.llm.generate([{"prompt_token_ids": probe.ids} for probe in probes], [params] * len(probes),
+                                    use_tqdm=False, **adapter)
+        out = []
+        for probe, result in zip(probes, results):
+            # one {token id: Logprob} per prompt position (None at the first); the completion's are the last ones
+            positions = list(result.prompt_logprobs)[len(probe.prompt):]
+            out.append(torch.tensor([position[token].logprob for token, position in zip(probe.completion, positions)]))
+        return out
+
     @property
     def sleep_level(self) -> int:
         """The vLLM sleep level of this engine: 2 (weights and KV cache discarded) with merged sync, whose next
@@ -338,6 +380,7 @@ class VLLMGenerator:
             with current_cuda_device(self._cuda_index):
                 self.llm.sleep(level=self.sleep_level)
             self._asleep = True
+            self._checked, self._slept_at = None, self.sleep_level
             if self.sleep_level == 2:
                 self._synced = None   # the engine holds no weights now, whether or not the update steps
 
@@ -352,6 +395,8 @@ class VLLMGenerator:
             return []
         with current_cuda_device(self._cuda_index):   # the engine's GPU current while it runs, the trainer's after
             self._wake()   # it sleeps again at the next update (`_sleep_for_update`), not after every call
+            self._sync_if_stale()
+            self._check_weights()
             return self._sample(prompts, num_samples, params)
 
     def _sample(self, prompts: Sequence[str], num_samples: int, params: SamplingParams) -> list[list[Completion]]:
@@ -359,7 +404,6 @@ class VLLMGenerator:
             raise ConfigError(f"temperature {params.temperature}: the vLLM backend samples with 0 (greedy) or a "
                               "temperature in [0.01, 2]")
         check_vllm_temperature(params.temperature, "temperature")   # vLLM would sample (0, 0.01) at 0.01
-        self._sync_if_stale()
         prompt_ids = self.encode_prompts(prompts)
         longest = max(len(ids) for ids in prompt_ids) + params.max_new_tokens
         if longest > self.max_model_len:
@@ -553,11 +597,13 @@ def _dtype_name(model: Any) -> str:
 
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
                          max_new_tokens: int, seed: int, device: str | None = None,
-                         section: TrainerSection | None = None, ranks: Ranks | None = None) -> VLLMGenerator:
+                         section: TrainerSection | None = None, ranks: Ranks | None = None,
+                         agent: str = "agent 0") -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
     engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
     says (null: sized from the trainer's `section`, cooprl.rollout.vllm_memory.default_kv_cache_bytes); under ddp one
-    engine per process (`ranks`: this process's place, the run's Parallel.ranks)."""
+    engine per process (`ranks`: this process's place, the run's Parallel.ranks); the stale-weights guard of
+    agent_model.vllm_weight_check names the engine `agent` in its error."""
     device = model_cfg.device if device is None else device
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
@@ -571,7 +617,8 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          max_num_seqs=model_cfg.vllm_max_num_seqs,
                          max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
                          sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
-                         kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks)
+                         kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks,
+                         guard=weight_guard(model_cfg.vllm_weight_check, next(model.parameters()).dtype, agent))
 
 
 def close_engines(generators: Iterable[Any]) -> int:

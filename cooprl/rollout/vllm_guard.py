@@ -1,0 +1,131 @@
+"""The stale-weights guard of the vLLM backend (`agent_model.vllm_weight_check`): after every weight push into an
+engine or wake-up of one, the engine and the trained model score the same fixed probe texts, and a mean log-prob gap
+beyond a bound that fits the weights' dtype stops the run with one error (`EngineWeightsError`).
+
+A rollout engine that keeps sampling from old or broken weights raises nothing: the curves just go flat. Every path
+that puts weights into an engine (a merged push, a new LoRA adapter version, a wake from sleep, the first sync after a
+start or a resume, each rank's engine under ddp) is followed by this check before the engine samples again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from cooprl.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# Fixed (prompt, completion) texts; the completion tokens are scored. Code and prose, like the tasks' texts.
+PROBES = (
+    ("def add(a, b):\n", '    """Return the sum of a and b."""\n    return a + b\n'),
+    ("Write a Python function that reverses a list.\n\n", "def reverse(items):\n    return items[::-1]\n"),
+    ("def is_even(n):\n    return", " n % 2 == 0\n\n\nprint(is_even(4))\n"),
+    ("The quick brown fox", " jumps over the lazy dog, and then it runs home.\n"),
+)
+
+# Mean |log-prob gap| allowed per dtype: float32 engines match the trained model to ~1e-6 (vLLM's CPU build,
+# docs/vllm.md); bf16/fp16 kernels of the engine and of transformers round differently (per-token gaps up to ~0.2).
+DEFAULT_BOUNDS = {torch.float32: 0.01, torch.bfloat16: 0.1, torch.float16: 0.1}
+
+
+class EngineWeightsError(UserError):
+    """A vLLM engine's log-probs differ from the trained model's beyond the bound: it samples other weights."""
+
+
+@dataclass(frozen=True)
+class ProbeSequence:
+    """One probe's token ids: the prompt's, then the completion's (whose log-probs are compared)."""
+
+    prompt: list[int]
+    completion: list[int]
+
+    @property
+    def ids(self) -> list[int]:
+        return self.prompt + self.completion
+
+
+@dataclass(frozen=True)
+class LogprobGap:
+    """|engine - trainer| over the probes' completion tokens: their mean (what the bound applies to) and largest."""
+
+    mean: float
+    largest: float
+    tokens: int
+
+
+def probe_sequences(tokenizer: Any) -> list[ProbeSequence]:
+    """Return the probes as token ids of `tokenizer` (prompt and completion tokenized apart, no special tokens)."""
+    def encode(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return [ProbeSequence(encode(prompt), encode(completion)) for prompt, completion in PROBES]
+
+
+def trainer_logprobs(model: Any, probes: Sequence[ProbeSequence]) -> list[torch.Tensor]:
+    """Return the trained model's log-softmax of each probe's completion tokens (float32, no gradient, no dropout:
+    the weights as they are, not the update's numerics)."""
+    device = next(model.parameters()).device
+    training = model.training
+    model.eval()
+    try:
+        out = []
+        with torch.no_grad():
+            for probe in probes:
+                ids = torch.tensor([probe.ids], device=device)
+                logits = model(input_ids=ids).logits[0, len(probe.prompt) - 1:-1].float()
+                completion = torch.tensor(probe.completion, device=device).unsqueeze(-1)
+                out.append(torch.log_softmax(logits, -1).gather(-1, completion).squeeze(-1).cpu())
+        return out
+    finally:
+        model.train(training)
+
+
+def logprob_gap(engine: Sequence[torch.Tensor], trainer: Sequence[torch.Tensor]) -> LogprobGap:
+    """Return the gap between two scorings of the same probes."""
+    gaps = torch.cat([(e.float() - t.float()).abs() for e, t in zip(engine, trainer)])
+    gaps = torch.nan_to_num(gaps, nan=float("inf"))   # an engine that returns NaN is as wrong as can be
+    return LogprobGap(gaps.mean().item(), gaps.max().item(), gaps.numel())
+
+
+@dataclass
+class WeightGuard:
+    """Compares an engine with its trained model after each sync; `agent` names it in the error."""
+
+    bound: float
+    agent: str
+    checks: int = 0
+    seconds: float = 0.0
+
+    def check(self, engine_scores: Callable[[list[ProbeSequence]], list[torch.Tensor]], model: Any, tokenizer: Any,
+              event: str) -> LogprobGap:
+        """Score the probes with the engine (`engine_scores`) and with `model`; return the gap, or raise
+        EngineWeightsError naming the agent, `event` (the sync that just happened) and the gap."""
+        start = time.perf_counter()
+        probes = probe_sequences(tokenizer)
+        gap = logprob_gap(engine_scores(probes), trainer_logprobs(model, probes))
+        seconds = time.perf_counter() - start
+        self.checks += 1
+        self.seconds += seconds
+        # the first check at info (the run's console says the guard is on), every one in the run's log
+        log.log(logging.INFO if self.checks == 1 else logging.DEBUG,
+                "%s: vLLM engine weights checked after %s: mean log-prob gap %.2e (bound %.2g), %.2f s",
+                self.agent, event, gap.mean, self.bound, seconds)
+        if not gap.mean <= self.bound:
+            raise EngineWeightsError(
+                f"{self.agent}'s vLLM engine samples other weights than the trained model after {event}: the mean "
+                f"log-prob gap on {gap.tokens} probe tokens is {gap.mean:.3g} (largest {gap.largest:.3g}), above the "
+                f"bound {self.bound:.3g}; the run would train on samples of stale weights. Raise "
+                "agent_model.vllm_weight_check if this dtype's kernels differ that much, or set it to 0 to turn the "
+                "check off")
+        return gap
+
+
+def weight_guard(bound: float | None, dtype: torch.dtype, agent: str) -> WeightGuard | None:
+    """Return the guard for `agent_model.vllm_weight_check` (`bound`; None: the dtype's default, 0: no guard)."""
+    if bound == 0:
+        return None
+    return WeightGuard(DEFAULT_BOUNDS.get(dtype, 0.1) if bound is None else bound, agent)
