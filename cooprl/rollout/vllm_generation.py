@@ -69,7 +69,7 @@ from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
-from cooprl.rollout.vllm_guard import ProbeSequence, WeightGuard, weight_guard
+from cooprl.rollout.vllm_guard import PROBE_SEED, PROBE_TOKENS, ProbeSequence, WeightGuard, weight_guard
 from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
@@ -336,23 +336,25 @@ class VLLMGenerator:
             event += " (the first sync: the run's start or its resume)"
         if self._rank is not None:
             event += f", rank {self._rank}"
-        self.guard.check(self.engine_logprobs, self.model, self.tokenizer, event)
+        self.guard.check(self.probe_samples, self.model, self.tokenizer, event)
         self._checked, self._slept_at = key, None
 
-    def engine_logprobs(self, probes: Sequence[ProbeSequence]) -> list[torch.Tensor]:
-        """Return the engine's log-prob of each probe's completion tokens (vLLM's prompt log-probs: the raw
-        log-softmax, not read from the prefix cache), with the adapter it samples now."""
-        params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+    def probe_samples(self, prompts: list[list[int]]) -> list[tuple[ProbeSequence, torch.Tensor]]:
+        """Return the engine's seeded continuation of each of the guard's probe `prompts` with its tokens' log-probs
+        (temperature 1, no top-k or top-p: the log-softmax), sampled with the adapter it samples now."""
+        params = self._vllm.SamplingParams(n=1, max_tokens=PROBE_TOKENS, temperature=1.0, top_p=1.0, seed=PROBE_SEED,
+                                           ignore_eos=True, logprobs=0)
         adapter = {}
         if self.weight_sync == "lora":
             adapter["lora_request"] = self._lora_request if adapters_enabled(self.model) else None
-        results = self.llm.generate([{"prompt_token_ids": probe.ids} for probe in probes], [params] * len(probes),
+        results = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], [params] * len(prompts),
                                     use_tqdm=False, **adapter)
         out = []
-        for probe, result in zip(probes, results):
-            # one {token id: Logprob} per prompt position (None at the first); the completion's are the last ones
-            positions = list(result.prompt_logprobs)[len(probe.prompt):]
-            out.append(torch.tensor([position[token].logprob for token, position in zip(probe.completion, positions)]))
+        for ids, result in zip(prompts, results, strict=True):
+            sample = result.outputs[0]
+            tokens = list(sample.token_ids)
+            logprobs = [position[token].logprob for token, position in zip(tokens, sample.logprobs, strict=True)]
+            out.append((ProbeSequence(ids, tokens), torch.tensor(logprobs)))
         return out
 
     @property

@@ -2,6 +2,12 @@
 engine or wake-up of one, the engine and the trained model score the same fixed probe texts, and a mean log-prob gap
 beyond a bound that fits the weights' dtype stops the run with one error (`EngineWeightsError`).
 
+The engine samples a short continuation of each fixed probe prompt (seeded, temperature 1, no top-k/top-p, so its
+log-probs are the plain log-softmax in either of vLLM's log-prob modes); the trained model scores the same tokens. This
+goes through vLLM's ordinary sampler with the adapter the engine samples now: vLLM's prompt log-probs would score
+fixed texts in one prefill, but with a LoRA request they fail in vLLM 0.32's CPU build (its LoRA logits kernel gets
+one adapter index per request for every prompt position) and are unproven on its GPU kernels.
+
 A rollout engine that keeps sampling from old or broken weights raises nothing: the curves just go flat. Every path
 that puts weights into an engine (a merged push, a new LoRA adapter version, a wake from sleep, the first sync after a
 start or a resume, each rank's engine under ddp) is followed by this check before the engine samples again.
@@ -20,13 +26,15 @@ from cooprl.errors import UserError
 
 log = logging.getLogger(__name__)
 
-# Fixed (prompt, completion) texts; the completion tokens are scored. Code and prose, like the tasks' texts.
+# Fixed prompts (code and prose, like the tasks' texts); the engine continues each by PROBE_TOKENS tokens
 PROBES = (
-    ("def add(a, b):\n", '    """Return the sum of a and b."""\n    return a + b\n'),
-    ("Write a Python function that reverses a list.\n\n", "def reverse(items):\n    return items[::-1]\n"),
-    ("def is_even(n):\n    return", " n % 2 == 0\n\n\nprint(is_even(4))\n"),
-    ("The quick brown fox", " jumps over the lazy dog, and then it runs home.\n"),
+    'def add(a, b):\n    """Return the sum of a and b."""\n',
+    "Write a Python function that reverses a list.\n\ndef reverse(items):\n",
+    "def is_even(n):\n    return n % 2 == 0\n\n\n",
+    "The quick brown fox jumps over the lazy dog,",
 )
+PROBE_TOKENS = 16
+PROBE_SEED = 20261206
 
 # Mean |log-prob gap| allowed per dtype: float32 engines match the trained model to ~1e-6 (vLLM's CPU build,
 # docs/vllm.md); bf16/fp16 kernels of the engine and of transformers round differently (per-token gaps up to ~0.2).
@@ -39,7 +47,7 @@ class EngineWeightsError(UserError):
 
 @dataclass(frozen=True)
 class ProbeSequence:
-    """One probe's token ids: the prompt's, then the completion's (whose log-probs are compared)."""
+    """One probe's token ids: the prompt's, then the completion the engine sampled (whose log-probs are compared)."""
 
     prompt: list[int]
     completion: list[int]
@@ -58,11 +66,9 @@ class LogprobGap:
     tokens: int
 
 
-def probe_sequences(tokenizer: Any) -> list[ProbeSequence]:
-    """Return the probes as token ids of `tokenizer` (prompt and completion tokenized apart, no special tokens)."""
-    def encode(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return [ProbeSequence(encode(prompt), encode(completion)) for prompt, completion in PROBES]
+def probe_prompts(tokenizer: Any) -> list[list[int]]:
+    """Return the probe prompts as token ids of `tokenizer` (no special tokens)."""
+    return [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in PROBES]
 
 
 def trainer_logprobs(model: Any, probes: Sequence[ProbeSequence]) -> list[torch.Tensor]:
@@ -86,7 +92,7 @@ def trainer_logprobs(model: Any, probes: Sequence[ProbeSequence]) -> list[torch.
 
 def logprob_gap(engine: Sequence[torch.Tensor], trainer: Sequence[torch.Tensor]) -> LogprobGap:
     """Return the gap between two scorings of the same probes."""
-    gaps = torch.cat([(e.float() - t.float()).abs() for e, t in zip(engine, trainer)])
+    gaps = torch.cat([(e.float() - t.float()).abs() for e, t in zip(engine, trainer, strict=True)])
     gaps = torch.nan_to_num(gaps, nan=float("inf"))   # an engine that returns NaN is as wrong as can be
     return LogprobGap(gaps.mean().item(), gaps.max().item(), gaps.numel())
 
@@ -100,13 +106,14 @@ class WeightGuard:
     checks: int = 0
     seconds: float = 0.0
 
-    def check(self, engine_scores: Callable[[list[ProbeSequence]], list[torch.Tensor]], model: Any, tokenizer: Any,
-              event: str) -> LogprobGap:
-        """Score the probes with the engine (`engine_scores`) and with `model`; return the gap, or raise
-        EngineWeightsError naming the agent, `event` (the sync that just happened) and the gap."""
+    def check(self, engine_sample: Callable[[list[list[int]]], list[tuple[ProbeSequence, torch.Tensor]]],
+              model: Any, tokenizer: Any, event: str) -> LogprobGap:
+        """Have the engine continue the probe prompts (`engine_sample`: each probe with the log-probs of its sampled
+        tokens), score the same tokens with `model`; return the gap, or raise EngineWeightsError naming the agent,
+        `event` (the sync that just happened) and the gap."""
         start = time.perf_counter()
-        probes = probe_sequences(tokenizer)
-        gap = logprob_gap(engine_scores(probes), trainer_logprobs(model, probes))
+        probes, engine = zip(*engine_sample(probe_prompts(tokenizer)), strict=True)
+        gap = logprob_gap(engine, trainer_logprobs(model, probes))
         seconds = time.perf_counter() - start
         self.checks += 1
         self.seconds += seconds

@@ -14,9 +14,11 @@ from cooprl.errors import UserError
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm
 from cooprl.rollout import vllm_generation
 from cooprl.rollout.generation import SamplingParams
-from cooprl.rollout.vllm_guard import (DEFAULT_BOUNDS, EngineWeightsError, LogprobGap, WeightGuard, logprob_gap,
-                                       probe_sequences, trainer_logprobs, weight_guard)
-from tests.cooprl.rollout.test_vllm_generation import FakeLLM, fake_vllm, make_generator, tiny_tokenizer  # noqa: F401
+from cooprl.rollout.vllm_guard import (DEFAULT_BOUNDS, PROBE_SEED, PROBE_TOKENS, EngineWeightsError, LogprobGap,
+                                       ProbeSequence, WeightGuard, logprob_gap, probe_prompts, trainer_logprobs,
+                                       weight_guard)
+from tests.cooprl.rollout.test_vllm_generation import (FakeLLM, FakeLogprob, FakeOutput, FakeRequestOutput,  # noqa: F401
+                                                       fake_vllm, make_generator, tiny_tokenizer)
 
 PARAMS = SamplingParams(max_new_tokens=2, temperature=1.0)
 
@@ -35,13 +37,28 @@ def test_the_bound_fits_the_dtype_unless_the_key_sets_it_and_0_turns_the_guard_o
     assert weight_guard(0, torch.bfloat16, "agent 0") is None
 
 
-def test_the_probes_are_scored_on_their_completion_tokens():
+def greedy_probes(model, prompts: list[list[int]]) -> list[tuple[ProbeSequence, torch.Tensor]]:
+    """What an engine holding `model`'s weights returns for the probes: a continuation of each (here the prompt's own
+    tokens again, scored in one forward) with its tokens' log-softmax."""
+    out = []
+    for prompt in prompts:
+        completion = (list(prompt) * PROBE_TOKENS)[:PROBE_TOKENS]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([list(prompt) + completion])).logits[0, len(prompt) - 1:-1]
+        logps = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
+        out.append((ProbeSequence(list(prompt), completion), logps))
+    return out
+
+
+def test_the_probes_continuations_are_scored_token_by_token():
     model, tokenizer = load_causal_lm(TINY_RANDOM, device="cpu"), tiny_tokenizer()
-    probes = probe_sequences(tokenizer)
+    prompts = probe_prompts(tokenizer)
+    assert len(prompts) == 4 and all(len(p) >= 8 for p in prompts)
+    probes = [ProbeSequence(p, [11, 12, 13, 11]) for p in prompts]
     model.train()
     scores = trainer_logprobs(model, probes)
     assert model.training   # put back as it was
-    assert [len(s) for s in scores] == [len(p.completion) for p in probes] and sum(map(len, scores)) > 40
+    assert [len(s) for s in scores] == [4] * 4
     probe = probes[0]
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([probe.ids])).logits[0].float()
@@ -53,17 +70,17 @@ def test_the_probes_are_scored_on_their_completion_tokens():
 def test_a_gap_above_the_bound_is_one_error_naming_the_agent_the_sync_and_the_gap():
     model, tokenizer = load_causal_lm(TINY_RANDOM, device="cpu"), tiny_tokenizer()
     guard = WeightGuard(0.01, "agent 1")
-    exact = guard.check(lambda probes: trainer_logprobs(model, probes), model, tokenizer, "a push")
-    assert exact.mean == 0 and guard.checks == 1
+    exact = guard.check(lambda prompts: greedy_probes(model, prompts), model, tokenizer, "a push")
+    assert exact.mean < 1e-6 and exact.tokens == 4 * PROBE_TOKENS and guard.checks == 1
 
-    def off_by_half(probes):   # every token's log-prob 0.5 away, the last one 2.0
-        scores = [s + 0.5 for s in trainer_logprobs(model, probes)]
-        scores[-1][-1] += 1.5
-        return scores
+    def off_by_half(prompts):   # every token's log-prob 0.5 away, the last one 2.0
+        probes = greedy_probes(model, prompts)
+        probes[-1][1][-1] += 1.5
+        return [(probe, logprobs + 0.5) for probe, logprobs in probes]
 
     with pytest.raises(EngineWeightsError) as caught:
         guard.check(off_by_half, model, tokenizer, "the merged weight push of version 3")
-    tokens = sum(len(p.completion) for p in probe_sequences(tokenizer))
+    tokens = 4 * PROBE_TOKENS
     message = str(caught.value)
     assert isinstance(caught.value, UserError)   # the command line prints it as one `error:` line, exit 2
     assert message.startswith("agent 1's vLLM engine samples other weights than the trained model after the merged "
@@ -107,32 +124,21 @@ class ScoringLLM(FakeLLM):
                     tensor.zero_()
 
     def generate(self, prompts, sampling_params, use_tqdm=True, **options):
-        if getattr(sampling_params[0], "prompt_logprobs", None) is None:
+        if sampling_params[0].seed != PROBE_SEED:
             return super().generate(prompts, sampling_params, use_tqdm, **options)
         self.events.append("score")
-        assert [(p.max_tokens, p.prompt_logprobs) for p in sampling_params] == [(1, 0)] * len(prompts)
+        probe = sampling_params[0]
+        assert (probe.n, probe.max_tokens, probe.temperature, probe.top_p, probe.ignore_eos, probe.logprobs) == \
+            (1, PROBE_TOKENS, 1.0, 1.0, True, 0)   # the plain log-softmax, never cut short by an EOS
         outputs = []
-        for prompt in prompts:
-            ids = prompt["prompt_token_ids"]
-            with torch.no_grad():
-                logps = torch.log_softmax(self.engine_model.model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
-            positions = [None] + [{t: _Logprob(logps[k, t].item())} for k, t in enumerate(ids[1:])]
-            outputs.append(_Scored(positions))
+        for sampled, logprobs in greedy_probes(self.engine_model.model, [p["prompt_token_ids"] for p in prompts]):
+            positions = [{t: FakeLogprob(lp)} for t, lp in zip(sampled.completion, logprobs.tolist(), strict=True)]
+            outputs.append(FakeRequestOutput([FakeOutput(0, sampled.completion, "length", None, positions)]))
         return outputs
 
 
-@dataclass
-class _Logprob:
-    logprob: float
-
-
-@dataclass
-class _Scored:   # vllm.RequestOutput's prompt_logprobs: one {token: Logprob} per prompt position, None at the first
-    prompt_logprobs: list
-
-
 @pytest.fixture
-def scoring_vllm(fake_vllm, monkeypatch):
+def scoring_vllm(fake_vllm, monkeypatch):   # noqa: F811 (the fixture imported above)
     monkeypatch.setattr(fake_vllm, "LLM", ScoringLLM)
     monkeypatch.setattr(ScoringLLM, "lost_at_sleep", ())
     return fake_vllm

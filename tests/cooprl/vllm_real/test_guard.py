@@ -1,7 +1,8 @@
-"""The stale-weights guard (cooprl.rollout.vllm_guard) against vLLM's real CPU build: deliberately broken syncs (a layer's
-weights not pushed, an old LoRA version requested, a wake without reload) are each caught at the first optimizer step
-after them, with one error; correct syncs pass (here and through the whole runs of test_runs.py and test_ddp.py, where
-the guard is on by default). Each test prints the gaps it saw (`pytest -s`); docs/vllm.md quotes them."""
+"""The stale-weights guard (cooprl.rollout.vllm_guard) against vLLM's real CPU build: deliberately broken syncs (a
+layer's weights not pushed, an old LoRA version requested, a wake without reload) are each caught at the first
+optimizer step after them, with one error; correct syncs pass (here and through the whole runs of test_runs.py and
+test_ddp.py, where the guard is on by default). Each test prints the gaps it saw (`pytest -s`); docs/vllm.md quotes
+them."""
 
 from __future__ import annotations
 
