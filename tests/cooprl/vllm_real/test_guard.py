@@ -121,7 +121,8 @@ def test_an_old_lora_version_and_a_wake_without_reload_are_caught_at_the_next_st
 
 def test_a_run_with_a_broken_push_stops_with_one_error_line(tiny32, tmp_path):
     """The command line: a merged push that leaves out a layer stops train_grpo.py at the first step after the first
-    update (the start's push is whole, so the first step passes), with one `error:` line and exit status 2."""
+    update (the start's push is whole, so the first step passes), with one `error:` line and exit status 2; the guard is
+    on by default."""
     breaking = ("import runpy, sys\n"
                 "import cooprl.rollout.vllm_generation as g\n"
                 "pushed, calls = g.merged_weights, []\n"
@@ -138,7 +139,9 @@ def test_a_run_with_a_broken_push_stops_with_one_error_line(tiny32, tmp_path):
          "agent_model.generation_backend=vllm", "agent_model.max_length=512", "dataset.name=coop",
          "dataset.type=coophumaneval", "grpo.max_steps=3", "grpo.num_turns=1", "grpo.max_new_tokens=16",
          "grpo.num_generations=2", "grpo.eval_at_start=false", "grpo.eval_interval=0", "grpo.rollout_buffer_size=1",
-         "grpo.learning_rate=1e-2", "grpo.advantage_mode=raw", f"output.base_dir={tmp_path}",
+         # a random model earns no reward: a reward shifted to -1 and raw advantages make every step move the weights
+         "grpo.learning_rate=1e-2", "grpo.advantage_mode=raw", "grpo.advantage_normalization=false",
+         "reward_processor.enabled=true", "reward_processor.shift=-1.0", f"output.base_dir={tmp_path}",
          "output.run_name=broken"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 2, (result.stdout + result.stderr)[-3000:]
     assert "Traceback" not in result.stderr
