@@ -23,6 +23,9 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   the model's loaders and re-runs the post-load processing (vLLM's CPU backend repacks every linear weight there, so a
   bare `model.load_weights` after the build fails with "'Parameter' object has no attribute 'weight_loader'").
   Releases without it get `model.load_weights`.
+- The stale-weights guard (`guard`, cooprl.rollout.vllm_guard; agent_model.vllm_weight_check): after every push, new
+  adapter version or wake-up, before the engine samples again, its log-probs of fixed probes are compared with the
+  trained model's, and a gap above the bound stops the run with one error naming the agent, the sync and the gap.
 - Memory: with `sleep=True` the engine sleeps while the trained model updates: it goes to sleep at the update's
   first forward with gradients (a hook on the model's input embeddings), once per rollout, and the next `sample`
   wakes it, after torch's CUDA cache has given back what the update held (else the wake-up can run out of memory).

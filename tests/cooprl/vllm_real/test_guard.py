@@ -145,8 +145,8 @@ def test_a_run_with_a_broken_push_stops_with_one_error_line(tiny32, tmp_path):
          "output.run_name=broken"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 2, (result.stdout + result.stderr)[-3000:]
     assert "Traceback" not in result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    print(f"\n{last}")
-    assert last.startswith("error: agent 0's vLLM engine samples other weights than the trained model after the "
-                           "merged weight push of version 2")
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]   # a progress bar after it
+    print(f"\n{error}")
+    assert error.startswith("error: agent 0's vLLM engine samples other weights than the trained model after the "
+                            "merged weight push of version 2: the mean log-prob gap on 64 probe tokens is ")
     assert "vLLM engine weights checked after the merged weight push of version 1 (the first sync" in result.stderr
