@@ -71,8 +71,8 @@ from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, v
 from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
-from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
-from cooprl.rollout.vllm_guard import PROBE_SEED, PROBE_TOKENS, ProbeSequence, WeightGuard, weight_guard
+from cooprl.rollout.vllm_engines import end_engine_groups, kept_random_state, prepare_engine_build
+from cooprl.rollout.vllm_guard import WeightGuard, sample_probes, weight_guard
 from cooprl.rollout.vllm_memory import engine_kv_cache_bytes, kv_elements_per_token
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
@@ -226,7 +226,7 @@ class VLLMGenerator:
         elif self._cuda_index is not None:
             options["distributed_executor_backend"] = gpu_executor(self._cuda_index)
         self.cache_root = prepare_engine_build(self.device)   # compiled code and caches of this device only
-        with _kept_random_state(), current_cuda_device(self._cuda_index):
+        with kept_random_state(), current_cuda_device(self._cuda_index):
             self.llm = vllm.LLM(**options)
         VLLMGenerator._sleeping_engines += int(sleep)
         if weight_sync == "merged" and _engine_model(self.llm) is None:
@@ -331,34 +331,12 @@ class VLLMGenerator:
         key = (self._version, adapters_enabled(self.model))
         if self.guard is None or key == self._checked:
             return
-        event = (f"the merged weight push of version {self._version}" if self.weight_sync == "merged"
-                 else f"the LoRA sync of adapter version {self._version}" if key[1] else "the LoRA sync (adapters off)")
-        if self._slept_at is not None:
-            event += f", on waking from a level-{self._slept_at} sleep"
-        elif self.guard.checks == 0:
-            event += " (the first sync: the run's start or its resume)"
-        if self._rank is not None:
-            event += f", rank {self._rank}"
-        self.guard.check(self.probe_samples, self.model, self.tokenizer, event)
+        sync = (f"the merged weight push of version {key[0]}" if self.weight_sync == "merged"
+                else f"the LoRA sync of adapter version {key[0]}" if key[1] else "the LoRA sync (adapters off)")
+        lora = {"lora_request": self._lora_request if key[1] else None} if self.weight_sync == "lora" else {}
+        self.guard.check(lambda prompts: sample_probes(self.llm, self._vllm, prompts, **lora), self.model,
+                         self.tokenizer, self.guard.event(sync, self._slept_at, self._rank))
         self._checked, self._slept_at = key, None
-
-    def probe_samples(self, prompts: list[list[int]]) -> list[tuple[ProbeSequence, torch.Tensor]]:
-        """Return the engine's seeded continuation of each of the guard's probe `prompts` with its tokens' log-probs
-        (temperature 1, no top-k or top-p: the log-softmax), sampled with the adapter it samples now."""
-        params = self._vllm.SamplingParams(n=1, max_tokens=PROBE_TOKENS, temperature=1.0, top_p=1.0, seed=PROBE_SEED,
-                                           ignore_eos=True, logprobs=0)
-        adapter = {}
-        if self.weight_sync == "lora":
-            adapter["lora_request"] = self._lora_request if adapters_enabled(self.model) else None
-        results = self.llm.generate([{"prompt_token_ids": ids} for ids in prompts], [params] * len(prompts),
-                                    use_tqdm=False, **adapter)
-        out = []
-        for ids, result in zip(prompts, results, strict=True):
-            sample = result.outputs[0]
-            tokens = list(sample.token_ids)
-            logprobs = [position[token].logprob for token, position in zip(tokens, sample.logprobs, strict=True)]
-            out.append((ProbeSequence(ids, tokens), torch.tensor(logprobs)))
-        return out
 
     @property
     def sleep_level(self) -> int:
@@ -570,28 +548,6 @@ def _lora_rank(model: Any) -> int | None:
         return None
     adapter = next(iter(config.values()))
     return max([adapter.r, *getattr(adapter, "rank_pattern", {}).values()])
-
-
-class _kept_random_state:
-    """Restore Python's, NumPy's and torch's (CPU and CUDA) random states on exit, whatever ran inside."""
-
-    def __enter__(self) -> None:
-        import random
-
-        import numpy
-        self._states = (random.getstate(), numpy.random.get_state(), torch.get_rng_state(),
-                        torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
-
-    def __exit__(self, *exc: Any) -> None:
-        import random
-
-        import numpy
-        python, numpy_state, cpu, cuda = self._states
-        random.setstate(python)
-        numpy.random.set_state(numpy_state)
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
 
 
 def _dtype_name(model: Any) -> str:

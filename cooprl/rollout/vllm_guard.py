@@ -71,6 +71,23 @@ def probe_prompts(tokenizer: Any) -> list[list[int]]:
     return [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in PROBES]
 
 
+def sample_probes(llm: Any, vllm: Any, prompts: list[list[int]], **lora: Any
+                  ) -> list[tuple[ProbeSequence, torch.Tensor]]:
+    """Return engine `llm`'s seeded continuation of each probe prompt with its tokens' log-probs (temperature 1, no
+    top-k or top-p: the log-softmax); `lora`: the `lora_request` the engine samples now, for LoRA sync."""
+    params = vllm.SamplingParams(n=1, max_tokens=PROBE_TOKENS, temperature=1.0, top_p=1.0, seed=PROBE_SEED,
+                                 ignore_eos=True, logprobs=0)
+    results = llm.generate([{"prompt_token_ids": ids} for ids in prompts], [params] * len(prompts), use_tqdm=False,
+                           **lora)
+    out = []
+    for ids, result in zip(prompts, results, strict=True):
+        tokens = list(result.outputs[0].token_ids)
+        # one {token id: Logprob} per sampled token (a list, or vLLM's FlatLogprobs, indexed alike)
+        logprobs = [position[t].logprob for t, position in zip(tokens, result.outputs[0].logprobs, strict=True)]
+        out.append((ProbeSequence(ids, tokens), torch.tensor(logprobs)))
+    return out
+
+
 def trainer_logprobs(model: Any, probes: Sequence[ProbeSequence]) -> list[torch.Tensor]:
     """Return the trained model's log-softmax of each probe's completion tokens (float32, no gradient, no dropout:
     the weights as they are, not the update's numerics)."""
@@ -105,6 +122,13 @@ class WeightGuard:
     agent: str
     checks: int = 0
     seconds: float = 0.0
+
+    def event(self, sync: str, slept_at: int | None, rank: int | None) -> str:
+        """Return how the error names what just happened: `sync`, the sleep it woke from (its level), the first check
+        (a run's start or resume), the rank under ddp."""
+        woke = f", on waking from a level-{slept_at} sleep" if slept_at is not None else ""
+        first = " (the first sync: the run's start or its resume)" if self.checks == 0 and not woke else ""
+        return sync + woke + first + (f", rank {rank}" if rank is not None else "")
 
     def check(self, engine_sample: Callable[[list[list[int]]], list[tuple[ProbeSequence, torch.Tensor]]],
               model: Any, tokenizer: Any, event: str) -> LogprobGap:
