@@ -479,7 +479,7 @@ from cooprl.config import LoraSection
 from cooprl.models.loading import load_causal_lm
 from cooprl.rollout import vllm_generation
 from cooprl.rollout.vllm_generation import VLLMGenerator
-from cooprl.rollout.vllm_guard import EngineWeightsError, weight_guard
+from cooprl.rollout.vllm_guard import EngineWeightsError, sample_probes, weight_guard
 problems = []
 model, tokenizer = load()
 # one engine that sleeps (merged sync: level 2), with the guard; vLLM lets one engine per process sleep
@@ -498,14 +498,15 @@ print(f"level-2 sleep, wake-up and reload: {time.perf_counter() - t:.2f} s; seed
 if before != after:
     problems.append("seeded samples differ after a level-2 sleep/wake/reload cycle")
 t = time.perf_counter()
-generator.guard.check(generator.probe_samples, model, tokenizer, "a check")
-print(f"the guard's check: {time.perf_counter() - t:.3f} s")
+gap = generator.guard.check(lambda p: sample_probes(generator.llm, generator._vllm, p), model, tokenizer, "a check")
+print(f"the guard's check: {time.perf_counter() - t:.3f} s; a correct sync's gap (bf16): mean {gap.mean:.2e}, "
+      f"largest {gap.largest:.2e} (bound {generator.guard.bound})")
 pushed = vllm_generation.merged_weights   # a push that leaves layer 1 out, after a step that moved every weight
 vllm_generation.merged_weights = lambda m: ((n, w) for n, w in pushed(m) if ".layers.1." not in n)
-with torch.no_grad():   # as a large step would: every matrix moves by about its own size (random init: std 0.02)
+with torch.no_grad():   # as many large steps would: every matrix moves by several times its size (init: std 0.02)
     for p in model.parameters():
         if p.dim() == 2:
-            p.add_(torch.randn_like(p) * 0.02)
+            p.add_(torch.randn_like(p) * 0.1)
 generator.mark_stale()
 try:
     generator.sample(["def f(x):"], 1, params())
