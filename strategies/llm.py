@@ -242,7 +242,7 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
         if model_cfg.generation_backend == "vllm":
             from cooprl.rollout.vllm_generation import build_vllm_generator
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
-                                             max_new_tokens, config.seed)
+                                             max_new_tokens, config.seed, agent=f"agent {i}")
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
                                     chat_template=model_cfg.chat_template)

@@ -53,6 +53,8 @@ def install_fake_vllm() -> None:
     for name, module in {"vllm": vllm, "vllm.platforms": platforms, "vllm.lora": types.ModuleType("vllm.lora"),
                          "vllm.lora.request": request}.items():
         sys.modules[name] = module
+    import cooprl.rollout.vllm_generation as generation   # the fake engine has no log-probs: no stale-weights guard
+    generation.weight_guard = lambda *args: None
 
 
 def main() -> None:

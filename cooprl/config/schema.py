@@ -73,6 +73,11 @@ class AgentModelSection:
         "token's policy-gradient term is weighted by min(q_hf / q_vllm, cap), q the token's probability under the "
         "sampling settings (temperature, top-k, top-p) from the trained model and from vLLM; null = off (TRL "
         "corrects by default); needs generation_backend vllm; policy-gradient trainers only (not madpo, madpo_iter)", min=1.0)
+    # the stale-weights guard (cooprl.rollout.vllm_guard): probe log-probs of each engine against the trained model
+    vllm_weight_check: Optional[float] = option(
+        None, "after every weight push into a vLLM engine and every wake-up, the engine and the trained model score "
+        "fixed probe texts, and a mean log-prob gap above this bound stops the run (the engine would sample stale "
+        "weights); null = the weights' dtype's bound (0.01 float32, 0.1 bfloat16/float16), 0 = no check", min=0.0)
     logprob_chunk_size: Optional[int] = option(
         None, "the update's log-probs: completion positions whose [positions x vocab] logits exist at once (the LM "
         "head, log-softmax and its backward run chunk by chunk); null = the whole batch's at once", min=1)

@@ -18,6 +18,8 @@ Read in vLLM 0.27.1 and 0.30.0 (the `vllm` extra's ends; line numbers are 0.30.0
   device (vllm/model_executor/layers/rotary_embedding/__init__.py:29, 72-83): a second engine of the same model on
   another GPU would share the first one's module and its cos/sin cache. It is emptied before each build (vLLM empties
   it itself when a model runner shuts down), so each engine makes its own.
+- Random numbers. A build reseeds the process's generators (vLLM's `set_random_seed`): `kept_random_state` restores
+  ours, so a run samples and initializes the same with or without this backend.
 - The end. Under ddp each rank's engines are built with vLLM's `external_launcher` executor, which joins the
   trainers' process group and makes its own groups from it; `close_engines` (cooprl.rollout.vllm_generation) shuts
   the engines down and `end_engine_groups` lets vLLM destroy its groups, before the trainers' process group is shut
@@ -29,6 +31,8 @@ from __future__ import annotations
 import importlib
 import os
 from typing import Any
+
+import torch
 
 DEVICE_CACHE_PREFIX = "cooprl-engines-on-"
 
@@ -75,3 +79,26 @@ def end_engine_groups() -> None:
     state = _vllm_module("vllm.distributed.parallel_state")
     if state is not None and hasattr(state, "destroy_model_parallel"):
         state.destroy_model_parallel()
+
+
+class kept_random_state:
+    """Restore Python's, NumPy's and torch's (CPU and CUDA) random states on exit, whatever ran inside (an engine's
+    build reseeds them: vLLM's set_random_seed)."""
+
+    def __enter__(self) -> None:
+        import random
+
+        import numpy
+        self._states = (random.getstate(), numpy.random.get_state(), torch.get_rng_state(),
+                        torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+
+    def __exit__(self, *exc: Any) -> None:
+        import random
+
+        import numpy
+        python, numpy_state, cpu, cuda = self._states
+        random.setstate(python)
+        numpy.random.set_state(numpy_state)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)

@@ -23,6 +23,9 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   the model's loaders and re-runs the post-load processing (vLLM's CPU backend repacks every linear weight there, so a
   bare `model.load_weights` after the build fails with "'Parameter' object has no attribute 'weight_loader'").
   Releases without it get `model.load_weights`.
+- The stale-weights guard (`guard`, cooprl.rollout.vllm_guard; agent_model.vllm_weight_check): after every push, new
+  adapter version or wake-up, before the engine samples again, its log-probs of fixed probes are compared with the
+  trained model's, and a gap above the bound stops the run with one error naming the agent, the sync and the gap.
 - Memory: with `sleep=True` the engine sleeps while the trained model updates: it goes to sleep at the update's
   first forward with gradients (a hook on the model's input embeddings), once per rollout, and the next `sample`
   wakes it, after torch's CUDA cache has given back what the update held (else the wake-up can run out of memory).
@@ -70,7 +73,8 @@ from cooprl.models.loading import save_pretrained_on_this_rank
 from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
-from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
+from cooprl.rollout.vllm_engines import end_engine_groups, kept_random_state, prepare_engine_build
+from cooprl.rollout.vllm_guard import WeightGuard, sample_probes, weight_guard
 from cooprl.rollout.vllm_memory import engine_batch_limits, engine_kv_cache_bytes, kv_elements_per_token
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
@@ -171,7 +175,8 @@ class VLLMGenerator:
                  weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  sampler_logprobs: bool = False, adapter_dir: str | None = None, device: str | None = None,
-                 kv_cache_bytes: int | None = None, vllm_module: Any = None, ranks: Ranks | None = None):
+                 kv_cache_bytes: int | None = None, vllm_module: Any = None, ranks: Ranks | None = None,
+                 guard: WeightGuard | None = None):
         vllm = vllm_module if vllm_module is not None else vllm_platform.check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
@@ -219,6 +224,7 @@ class VLLMGenerator:
         self._cuda_index = (int(self.device.partition(":")[2])
                             if self.device.startswith("cuda:") and tensor_parallel_size == 1 else None)
         ranks = ranks or Ranks()   # this process's place in a data-parallel run (the run's Parallel.ranks)
+        self._rank = ranks.rank if ranks.world_size > 1 else None
         if ranks.world_size > 1:
             # ddp: one engine per rank on its own GPU (cuda:LOCAL_RANK, as the agent), built by vLLM's
             # external_launcher executor, which reads RANK and LOCAL_RANK, joins the trainers' process group and takes
@@ -228,7 +234,7 @@ class VLLMGenerator:
         elif self._cuda_index is not None:
             options["distributed_executor_backend"] = gpu_executor(self._cuda_index)
         self.cache_root = prepare_engine_build(self.device)   # compiled code and caches of this device only
-        with _kept_random_state(), current_cuda_device(self._cuda_index):
+        with kept_random_state(), current_cuda_device(self._cuda_index):
             self.llm = vllm.LLM(**options)
         VLLMGenerator._sleeping_engines += int(sleep)
         if weight_sync == "merged" and _engine_model(self.llm) is None:
@@ -247,6 +253,11 @@ class VLLMGenerator:
         # (LoRA, a resumed checkpoint); the first `sample` syncs.
         self._version = 1
         self._synced: tuple[int, bool] | None = None
+        # the stale-weights guard (cooprl.rollout.vllm_guard): the (version, adapters on) last checked, None after any
+        # push or sleep; and what the engine went through since that check, for the error
+        self.guard = guard
+        self._checked: tuple[int, bool] | None = None
+        self._slept_at: int | None = None
 
     def close(self) -> bool:
         """Shut the engine down and drop it (its worker frees the model and KV cache); return False when it was
@@ -292,6 +303,7 @@ class VLLMGenerator:
             self.llm.reset_prefix_cache()
         # Another model's weights leave the engine out of step with ours: the next `sample` pushes ours again.
         self._synced = (self._version, adapters_enabled(model)) if model is self.model else None
+        self._checked = None
 
     def _sync_if_stale(self) -> None:
         # The key holds the adapters' on/off state too: a comparator samples the start model of a LoRA
@@ -321,6 +333,19 @@ class VLLMGenerator:
             shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
         return LoRARequest(f"cooprl-v{version}", version, folder)
 
+    def _check_weights(self) -> None:
+        """Before sampling after a push, a new adapter version or a wake-up: stop the run (EngineWeightsError) when the
+        engine's log-probs of the guard's probes are not the trained model's (cooprl.rollout.vllm_guard)."""
+        key = (self._version, adapters_enabled(self.model))
+        if self.guard is None or key == self._checked:
+            return
+        sync = (f"the merged weight push of version {key[0]}" if self.weight_sync == "merged"
+                else f"the LoRA sync of adapter version {key[0]}" if key[1] else "the LoRA sync (adapters off)")
+        lora = {"lora_request": self._lora_request if key[1] else None} if self.weight_sync == "lora" else {}
+        self.guard.check(lambda prompts: sample_probes(self.llm, self._vllm, prompts, **lora), self.model,
+                         self.tokenizer, self.guard.event(sync, self._slept_at, self._rank))
+        self._checked, self._slept_at = key, None
+
     @property
     def sleep_level(self) -> int:
         """The vLLM sleep level of this engine: 1 (weights kept in pinned CPU memory) with LoRA sync, whose base
@@ -346,6 +371,7 @@ class VLLMGenerator:
             with current_cuda_device(self._cuda_index):
                 self.llm.sleep(level=self.sleep_level)
             self._asleep = True
+            self._checked, self._slept_at = None, self.sleep_level
             if self.sleep_level == 2:
                 self._synced = None   # the engine holds no weights now, whether or not the update steps
 
@@ -360,6 +386,8 @@ class VLLMGenerator:
             return []
         with current_cuda_device(self._cuda_index):   # the engine's GPU current while it runs, the trainer's after
             self._wake()   # it sleeps again at the next update (`_sleep_for_update`), not after every call
+            self._sync_if_stale()
+            self._check_weights()
             return self._sample(prompts, num_samples, params)
 
     def _sample(self, prompts: Sequence[str], num_samples: int, params: SamplingParams) -> list[list[Completion]]:
@@ -367,7 +395,6 @@ class VLLMGenerator:
             raise ConfigError(f"temperature {params.temperature}: the vLLM backend samples with 0 (greedy) or a "
                               "temperature in [0.01, 2]")
         check_vllm_temperature(params.temperature, "temperature")   # vLLM would sample (0, 0.01) at 0.01
-        self._sync_if_stale()
         prompt_ids = self.encode_prompts(prompts)
         longest = max(len(ids) for ids in prompt_ids) + params.max_new_tokens
         if longest > self.max_model_len:
@@ -531,28 +558,6 @@ def _lora_rank(model: Any) -> int | None:
     return max([adapter.r, *getattr(adapter, "rank_pattern", {}).values()])
 
 
-class _kept_random_state:
-    """Restore Python's, NumPy's and torch's (CPU and CUDA) random states on exit, whatever ran inside."""
-
-    def __enter__(self) -> None:
-        import random
-
-        import numpy
-        self._states = (random.getstate(), numpy.random.get_state(), torch.get_rng_state(),
-                        torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
-
-    def __exit__(self, *exc: Any) -> None:
-        import random
-
-        import numpy
-        python, numpy_state, cpu, cuda = self._states
-        random.setstate(python)
-        numpy.random.set_state(numpy_state)
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-
-
 def _dtype_name(model: Any) -> str:
     """Return the vLLM dtype name of the HF model's weights (the engine must compute in the same dtype)."""
     dtype = next(model.parameters()).dtype
@@ -561,11 +566,13 @@ def _dtype_name(model: Any) -> str:
 
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
                          max_new_tokens: int, seed: int, device: str | None = None,
-                         section: TrainerSection | None = None, ranks: Ranks | None = None) -> VLLMGenerator:
+                         section: TrainerSection | None = None, ranks: Ranks | None = None,
+                         agent: str = "agent 0") -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
     engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
     says (null: sized from the trainer's `section`, cooprl.rollout.vllm_memory.default_kv_cache_bytes); under ddp one
-    engine per process (`ranks`: this process's place, the run's Parallel.ranks)."""
+    engine per process (`ranks`: this process's place, the run's Parallel.ranks); the stale-weights guard of
+    agent_model.vllm_weight_check names the engine `agent` in its error."""
     device = model_cfg.device if device is None else device
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
@@ -580,7 +587,8 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                          tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                          sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
-                         kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks)
+                         kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks,
+                         guard=weight_guard(model_cfg.vllm_weight_check, next(model.parameters()).dtype, agent))
 
 
 def close_engines(generators: Iterable[Any]) -> int:

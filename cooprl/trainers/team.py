@@ -108,7 +108,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         if model_cfg.generation_backend == "vllm":
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
                                              section.max_new_tokens, config.seed, device=device,  # engine on it
-                                             section=section, ranks=parallel.ranks)
+                                             section=section, ranks=parallel.ranks, agent=f"agent {i}")
             watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,

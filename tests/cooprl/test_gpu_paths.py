@@ -98,48 +98,66 @@ def test_critic_comparator_and_reward_model_follow_each_processs_gpu(monkeypatch
 
 # ------------------------------------------------------------------------------------------- bench/gpu_check.sh
 def test_gpu_check_fits_eight_minutes_and_parses(tmp_path):
-    """Every stage runs under `timeout -k 5 LIMIT`, cut to what is left of the check's 475 s budget: the limits and
-    the kill grace add up to under 8 minutes, and `--dry-run` parses every stage's Python and lists the stages,
-    among them those of issue 35 (2,000 bf16 optimizer steps, the trie attention's SDPA kernel)."""
+    """Every stage runs under `timeout -k 5 LIMIT`, cut to what is left of the check's 475 s budget: the limits of the
+    stages that need no vLLM and the kill grace add up to under 8 minutes (the vLLM stage skips in seconds where vLLM
+    is missing, and is cut by the budget where it is not), and `--dry-run` parses every stage's Python and lists the
+    stages in the order of what they prove, the preflight first."""
     import re
     import subprocess
     import sys
     script = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.sh"
     text = script.read_text()
-    limits = [int(s) for s in re.findall(r'^stage "[^"]+" (\d+) <<', text, re.M)]
+    stages = [(name, int(limit)) for name, limit in re.findall(r'^stage "([^"]+)" (\d+) <<', text, re.M)]
     budget = int(re.search(r"^BUDGET=(\d+)", text, re.M).group(1))
-    assert len(limits) >= 8 and 'timeout -k 5 "$limit"' in text
-    assert sum(limits) + 5 * len(limits) <= budget <= 480 - 5
+    assert len(stages) >= 10 and 'timeout -k 5 "$limit"' in text
+    without_vllm = [limit for name, limit in stages if "(vLLM)" not in name]
+    assert sum(without_vllm) + 5 * len(without_vllm) <= budget <= 480 - 5
     subprocess.run(["bash", "-n", str(script)], check=True)
     out = subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, check=True,
                          env={**os.environ, "PY": sys.executable, "WORK": str(tmp_path)}).stdout
     assert "!!!" not in out
     listed = re.findall(r"^stage (\d+)s: (.+)$", out, re.M)
-    assert [int(limit) for limit, _ in listed] == limits
-    assert any("2,000 steps" in name for _, name in listed) and any("SDPA kernel" in name for _, name in listed)
-    assert f"{sum(limits) + 5 * len(limits)}s of the {budget}s budget" in out
+    assert [(name, int(limit)) for limit, name in listed] == stages
+    order = [name.split(":")[0] for name, _ in stages]
+    assert order[:4] == ["preflight", "model", "trie", "command line"]
+    assert {"bf16 norm", "vllm", "memory plan", "gpu_stages", "sdpa"} <= set(order)
+    assert f"{sum(limit for _, limit in stages) + 5 * len(stages)}s of the {budget}s budget" in out
 
 
-@pytest.mark.cli   # runs bench/gpu_check.sh's stage function in bash, 5 s of it a stage's timeout
-def test_the_gpu_checks_stages_never_run_past_its_budget():
-    """A stage that would run past what is left of the budget is cut to it, and one with under 5 s left is skipped,
-    so added stages cannot push the check past 8 minutes: the script's `stage` function with a 10 s budget."""
-    import subprocess
-    import sys
-    script = (Path(__file__).resolve().parents[2] / "bench" / "gpu_check.sh").read_text()
-    function = script[script.index("stage() {"):script.index("\n}\n", script.index("stage() {")) + 3]
-    test = f"""
-PY={sys.executable}; DRY_RUN=0; BUDGET=10; PLANNED=0; START=$(date +%s)
-{function}
+STAGES = """
+stage "passing" 5 <<'EOF'
+print("PASS: 3 of 3")
+EOF
+stage "skipping" 5 <<'EOF'
+print("SKIP: no GPU here")
+EOF
 stage "first" 30 <<'EOF'
 import time; time.sleep(30)
 EOF
 stage "second" 30 <<'EOF'
 print("ran")
 EOF
-echo "after $(( $(date +%s) - START ))s"
 """
+
+
+@pytest.mark.cli   # runs bench/gpu_check.sh's stage function in bash, 5 s of it a stage's timeout
+def test_the_gpu_checks_stages_report_as_they_go_and_never_run_past_its_budget(tmp_path):
+    """Each stage's verdict goes to the report's summary.txt as soon as it ends (PASS, or the SKIP/FAIL line its Python
+    printed, or FAIL for a non-zero exit or a timeout); a stage that would run past what is left of the budget is cut
+    to it, and one with under 5 s left is skipped, so added stages cannot push the check past 8 minutes: the script's
+    `stage` function with a 12 s budget."""
+    import subprocess
+    import sys
+    script = (Path(__file__).resolve().parents[2] / "bench" / "gpu_check.sh").read_text()
+    function = script[script.index("stage() {"):script.index("\n}\n", script.index("stage() {")) + 3]
+    test = (f"PY={sys.executable}; DRY_RUN=0; BUDGET=12; PLANNED=0; START=$(date +%s); DEVICE=cuda; SCALE=1; "
+            f"WORK={tmp_path}; OUT={tmp_path}\n{function}\n{STAGES}\necho \"after $(( $(date +%s) - START ))s\"\n")
     out = subprocess.run(["bash", "-c", test], capture_output=True, text=True, timeout=60).stdout
-    assert "=== first (limit 5s" in out and "!!! first failed or timed out" in out
-    assert "=== second skipped: the check's 10s are spent" in out and "ran" not in out
-    assert int(out.rsplit("after ", 1)[1].rstrip("s\n")) <= 10
+    assert "=== first (limit " in out and "!!! first failed or timed out" in out
+    assert int(out.split("=== first (limit ")[1].split("s")[0]) <= 7   # what was left of the 12 s, less 5 s of grace
+    assert "=== second skipped: the check's 12s are spent" in out and "ran" not in out
+    assert int(out.rsplit("after ", 1)[1].rstrip("s\n")) <= 12
+    lines = (tmp_path / "summary.txt").read_text().splitlines()
+    assert [line.split(" (")[0] + line.split(")", 1)[1] for line in lines] == [
+        "PASS passing: 3 of 3", "SKIP skipping: no GPU here", "FAIL first: exit status 124, timed out",
+        "SKIP second: the check's 12s were spent"]

@@ -23,6 +23,7 @@ import torch
 
 from cooprl.config import ConfigError, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.rollout import vllm_generation
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
 from cooprl.rollout.vllm_generation import VLLMGenerator, adapters_enabled, merged_weights, watch_optimizer
 from cooprl.rollout.vllm_platform import check_vllm_backend
@@ -191,6 +192,9 @@ def fake_vllm(monkeypatch):
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)   # each build sets it (cooprl.rollout.vllm_engines)
     monkeypatch.setattr(VLLMGenerator, "_sleeping_engines", 0)
+    # the fake engine has no log-probs of its own: the stale-weights guard is off in runs on it (tested with an engine
+    # that scores, tests/cooprl/rollout/test_vllm_guard.py, and with the real one, tests/cooprl/vllm_real/test_guard.py)
+    monkeypatch.setattr(vllm_generation, "weight_guard", lambda *args: None)
     FakeLLM.instances = []
     return module
 

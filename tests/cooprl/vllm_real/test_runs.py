@@ -52,6 +52,11 @@ def test_magrpo_trains_two_agents_with_two_engines_and_exits_cleanly(magrpo_run)
             assert step[f"agent_{agent}/is_weight_max"] < 1.01
     assert trained[0]["agent_0/optimizer_steps"] >= 1   # the second step sampled an updated adapter
     assert not list((folder / "tmp").glob("cooprl-vllm-lora-*"))   # each engine's adapter folder is removed
+    # the stale-weights guard, on by default, checked each engine after each adapter version (cooprl.rollout.vllm_guard)
+    checks = [line for line in (folder / "runs/vllm-magrpo/train.log").read_text().splitlines()
+              if "vLLM engine weights checked after the LoRA sync of adapter version" in line]
+    assert {line.split(" checked after the LoRA sync of adapter version ")[1][:1] for line in checks} >= {"1", "2"}
+    assert {line.split(": vLLM engine weights")[0][-7:] for line in checks} == {"agent 0", "agent 1"}
 
 
 def test_evaluate_strategy_runs_the_trained_team_with_vllm_engines(tiny32, magrpo_run):
