@@ -580,8 +580,7 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
     max_model_len = max(model_cfg.max_length, max_prompt_tokens + max_new_tokens)
     max_num_seqs, max_num_batched_tokens = engine_batch_limits(model_cfg, section, max_model_len)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
-                         max_model_len=max_model_len,
-                         chat_template=model_cfg.chat_template,
+                         max_model_len=max_model_len, chat_template=model_cfg.chat_template,
                          gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed,
                          weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
                          tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
@@ -597,6 +596,5 @@ def close_engines(generators: Iterable[Any]) -> int:
     many engines were closed."""
     closed = sum(generator.close() for generator in generators if isinstance(generator, VLLMGenerator))
     if closed:
-        gc.collect()
-        end_engine_groups()
+        gc.collect(), end_engine_groups()
     return closed
