@@ -1,4 +1,4 @@
-"""Command line shared by every `train_*.py` script: --config, --override, --print-config, --resume.
+"""Command line shared by every `train_*.py` script: --config, --override, --print-config, --memory-plan, --resume.
 
 User errors (a bad config, a missing file, an unreachable dataset, a model or checkpoint that cannot be loaded)
 are `cooprl.errors.UserError`s: they print one `error:` line and exit 2, without a traceback. Everything else is
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -56,6 +57,10 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random (values parsed as YAML)")
     parser.add_argument("--print-config", action="store_true", help="print the merged config as YAML and exit")
+    parser.add_argument("--memory-plan", type=float, metavar="GIB",
+                        help="print what each GPU of GIB GiB would hold (weights, optimizer states, engines, the "
+                             "update's peak) and exit: 0 when it fits, 2 with the keys to change when not; offline, "
+                             "no weights loaded (data-parallel: WORLD_SIZE=N for N processes)")
     parser.add_argument("--resume", metavar="RUN_DIR|latest",
                         help="continue a run from its newest complete checkpoint: RUN_DIR (its config.yaml is the "
                              "config, --override on top), or latest: the newest run of this trainer and dataset "
@@ -68,6 +73,15 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
                           "config.yaml; drop --config (changes go in --override)")
     args.config = args.config or default_config
     return args
+
+
+def memory_plan_processes() -> int:
+    """Return the processes a --memory-plan counts: WORLD_SIZE (as torchrun sets it), else 1; ConfigError when it is
+    not a positive integer."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"WORLD_SIZE={value!r}: expected a positive number of processes for --memory-plan")
+    return int(value)
 
 
 def _quoted(value: object) -> str:
@@ -185,6 +199,10 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
         check_resumed_settings(run_dir, config, trainer)
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
+        return None
+    if args.memory_plan is not None:
+        from cooprl.memory_plan import print_memory_plan   # torch and transformers: only when asked
+        print_memory_plan(run, args.memory_plan, memory_plan_processes())
         return None
     check_output(config)
     return run

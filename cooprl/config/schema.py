@@ -85,6 +85,11 @@ class AgentModelSection:
         "weight) or pure (torch.optim.AdamW on the bf16 weights: most updates at lr 2e-5 round away, and "
         "its bf16 second moment does not decay); float32 weights and LoRA adapters always get torch.optim.AdamW",
         choices=("kahan", "pure"))
+    memory_plan: str = option(
+        "refuse", "what a GPU run does when its memory plan (weights, optimizer states, engines and the update's "
+        "gradients and activations per GPU, counted before any model loads; --memory-plan GIB prints it) does not "
+        "fit: refuse (stop with the figures and the keys to change) or warn (start anyway)",
+        choices=("refuse", "warn"))
     init_from: Optional[str] = option(
         None, "start every agent from a finished run's agents: a run folder (its final/ models, else its newest "
         "checkpoint) or a checkpoint folder; each agent loads its own saved weights, or its LoRA adapters, which it "

@@ -21,12 +21,13 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
+from cooprl import memory_plan
 from cooprl.checkpoint import init_folders
 from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
 from cooprl.parallel.context import Parallel
-from cooprl.rollout import vllm_memory, vllm_platform
+from cooprl.rollout import vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
 from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, watch_optimizer
 from cooprl.update.optim import build_adamw
@@ -81,7 +82,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
         vllm_platform.check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
-        vllm_memory.check_vllm_memory(config, devices, run)    # the models' states and the engines, per GPU
+    memory_plan.check_memory(config, devices, run)   # either backend: states, engines and the update's peak, per GPU
     parallel = parallel or Parallel.of(section)
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
     inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents
