@@ -43,7 +43,8 @@ class AgentModelSection:
                                      choices=("hf", "vllm"))
     vllm_gpu_memory_utilization: float = option(
         0.3, "share of the GPU's memory each agent's vLLM engine takes (weights + KV cache) with vllm_kv_cache_bytes: "
-        "0; otherwise the free memory vLLM requires at the engine's start; training needs the rest",
+        "0 (training needs the rest); otherwise unused on a GPU: each engine is given its weights + KV cache + 1 GiB "
+        "as a share of the GPU, the free memory vLLM requires at its start",
         min=0.01, max=0.95)
     vllm_kv_cache_bytes: Optional[int] = option(
         None, "KV cache of each agent's vLLM engine in bytes (vLLM's kv_cache_memory_bytes): the engine then reserves "

@@ -66,6 +66,7 @@ import torch
 
 from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
 from cooprl.parallel.order import Ranks
+from cooprl.rollout import vllm_memory   # gpu_total_bytes read off the module (tests set it)
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.rollout.vllm_engines import end_engine_groups, prepare_engine_build
@@ -562,11 +563,18 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
                                            next(model.parameters()).dtype)
+    utilization = model_cfg.vllm_gpu_memory_utilization
+    if kv_cache_bytes is not None and vllm_memory.on_gpu(str(device)):
+        # vLLM requires utilization x the GPU free at the engine's start even when the KV cache is given in bytes:
+        # ask for what this engine takes, not the key's default share (gpu-review-3, finding 8)
+        weights = sum(p.numel() * p.element_size() for p in model.parameters()) // model_cfg.vllm_tensor_parallel_size
+        total = vllm_memory.gpu_total_bytes(vllm_memory.gpu_name(str(device)))
+        utilization = vllm_memory.engine_memory_utilization(weights, kv_cache_bytes, total)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
                          max_model_len=max(model_cfg.max_length, max_prompt_tokens + max_new_tokens),
                          chat_template=model_cfg.chat_template,
-                         gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed,
-                         weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
+                         gpu_memory_utilization=utilization, seed=seed, weight_sync=model_cfg.vllm_weight_sync,
+                         sleep=model_cfg.vllm_sleep,
                          tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
                          max_num_seqs=model_cfg.vllm_max_num_seqs,
                          max_num_batched_tokens=model_cfg.vllm_max_num_batched_tokens,
