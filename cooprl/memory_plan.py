@@ -2,7 +2,8 @@
 generation backend; refused with the figures and the keys to change when it does not fit (`check_memory`), and
 printed for a GPU of a given size by `train_*.py --memory-plan GIB` (`print_memory_plan`), offline and without weights.
 
-Per GPU it counts, for each model there (agents, separate critics; cooprl.rollout.vllm_memory has the byte counts):
+Per GPU it counts, for each model there (agents, separate critics, MARLHF's reward model; cooprl.rollout.vllm_memory
+has the byte counts):
 its weights and its optimizer states (`agent_model.bf16_optimizer`; under fsdp 1/N of the states, the weights whole
 because sampling gathers them), frozen references and each vLLM engine (weights + KV cache + `ENGINE_OVERHEAD_BYTES`).
 On top comes the update of the largest forward the run makes (`largest_forward`): the model's gradients (freed after
@@ -25,8 +26,8 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.config import (ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, Run, SFTSection,
-                           TrainerSection, model_devices)
+from cooprl.config import (ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, MARLHFSection, Run,
+                           SFTSection, TrainerSection, model_devices, trainer_device)
 from cooprl.models.loading import pick_dtype
 from cooprl.models.logprobs import MAX_TRIE_TOKENS
 from cooprl.rollout import vllm_memory
@@ -241,11 +242,12 @@ class Planner:
 
 
 def plan_accounts(planner: Planner, agent_devices: Sequence[str], engine_devices: Sequence[Sequence[str]],
-                  critic_devices: Sequence[str] = (), max_new_tokens: int | None = None) -> dict[str, DeviceAccount]:
+                  critic_devices: Sequence[str] = (), max_new_tokens: int | None = None,
+                  reward_device: str | None = None) -> dict[str, DeviceAccount]:
     """Return, per GPU, what the run of `planner` holds at its peak: each agent on `agent_devices[i]` (trained by the
     run's section, or its weights only, as in evaluation, when the planner has no run), its engine on
-    `engine_devices[i]` (empty without vLLM), its frozen reference, the separate critics on `critic_devices`, and the
-    update (`Planner.update_peak`)."""
+    `engine_devices[i]` (empty without vLLM), its frozen reference, the separate critics on `critic_devices`, MARLHF's
+    reward model on `reward_device`, and the update (`Planner.update_peak`)."""
     if not any(map(on_gpu, [*agent_devices, *(d for shards in engine_devices for d in shards), *critic_devices])):
         return {}   # CPU runs: nothing to count
     config, run = planner.config, planner.run
@@ -271,6 +273,14 @@ def plan_accounts(planner: Planner, agent_devices: Sequence[str], engine_devices
     for c, device in enumerate(critic_devices):
         name = (config.critics[c] if config.critics is not None else config.critic_model.name) or names[c]
         planner.model(f"critic {c}", name, device, config.critic_model, config.critic_model.lora)
+    if reward_device is not None:
+        name = run.section.reward_model_name or model_cfg.name
+        if run.section.reward_freeze_backbone:   # only its linear head learns
+            shape = vllm_memory.model_shape(name, offline=planner.offline)
+            dtype = pick_dtype(model_cfg.torch_dtype, torch.device(gpu_name(reward_device)))
+            planner.add(reward_device, "reward model weights (frozen backbone)", vllm_memory.weight_bytes(shape, dtype))
+        else:
+            planner.model("reward model", name, reward_device, model_cfg, None)
     planner.update_peak()
     return planner.accounts
 
@@ -330,6 +340,13 @@ def check_plan(planner: Planner, vllm: bool) -> None:
                         "possible at the first update)", figures, PLAN_MARGIN * 100)
 
 
+def reward_model_device(run: Run | None, config: Any) -> str | None:
+    """Return where MARLHF's reward model sits (None for other runs)."""
+    if run is None or not isinstance(run.section, MARLHFSection):
+        return None
+    return trainer_device(run.section.reward_model_device, "reward_model_device", config.agent_model.device)
+
+
 def critic_devices(run: Run | None, config: Any, agents: int) -> list[str]:
     """Return where the run's separate critics sit (one per agent, MAAC's one; none without)."""
     section = run.section if run is not None else None
@@ -350,8 +367,10 @@ def check_memory(config: Any, agent_devices: Sequence[str], run: Run | None = No
     engines = ([vllm_platform.engine_devices(d, model_cfg.vllm_tensor_parallel_size) for d in agent_devices]
                if vllm else [])
     critics = Parallel.devices(critic_devices(run, config, len(agent_devices)))
+    reward = reward_model_device(run, config)
     planner = Planner(config, run, processes=Parallel.launched_world_size())
-    plan_accounts(planner, agent_devices, engines, critics, max_new_tokens)
+    plan_accounts(planner, agent_devices, engines, critics, max_new_tokens,
+                  Parallel.devices([reward])[0] if reward is not None else None)
     check_plan(planner, vllm)
 
 
@@ -377,8 +396,9 @@ def print_memory_plan(run: Run, gib: float, processes: int = 1) -> None:
     shards = model_cfg.vllm_tensor_parallel_size
     engines = [[d] if shards == 1 else [f"cuda:{s}" for s in range(shards)] for d in agents] if vllm else []
     critics = [_planned_gpu(d, rank_gpu) for d in critic_devices(run, config, len(agents))]
+    reward = reward_model_device(run, config)
     planner = Planner(config, run, gpu_bytes=int(gib * GIB), processes=processes, offline=True)
-    plan_accounts(planner, agents, engines, critics)
+    plan_accounts(planner, agents, engines, critics, reward_device=reward and _planned_gpu(reward, rank_gpu))
     world = f", {processes} processes ({section.parallel_training})" if rank_gpu else ""
     print(f"memory plan of {run.trainer} ({model_cfg.generation_backend} sampler{world}), per GPU of {gib:g} GiB "
           f"({usable_bytes(planner.total_bytes('cuda:0')) / GIB:.1f} GiB usable):")
