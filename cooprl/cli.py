@@ -201,7 +201,7 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
         sys.stdout.write(config.to_yaml(trainer))
         return None
     if args.memory_plan is not None:
-        from cooprl.memory_plan import print_memory_plan   # torch and transformers: only when asked
+        from cooprl.rollout.memory_plan import print_memory_plan   # torch and transformers: only when asked
         print_memory_plan(run, args.memory_plan, memory_plan_processes())
         return None
     check_output(config)

@@ -219,7 +219,7 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     if model_cfg.generation_backend == "vllm":   # every agent and its engine on agent_model.device: checked as training does
         from cooprl.rollout.vllm_platform import check_vllm_devices
         check_vllm_devices(model_cfg, [model_cfg.device] * num_agents)   # fails fast, with the fix
-    from cooprl.memory_plan import check_memory
+    from cooprl.rollout.memory_plan import check_memory
     check_memory(config, [model_cfg.device] * num_agents, max_new_tokens=max_new_tokens)   # either backend
     llms = []
     for i, name in enumerate(names):

@@ -1,5 +1,5 @@
 """What a model and a vLLM engine hold in GPU memory, counted from the model's config alone (no weights): the
-parts of `cooprl.memory_plan`, which adds them up per GPU before any model loads.
+parts of `cooprl.rollout.memory_plan`, which adds them up per GPU before any model loads.
 
 A vLLM engine reserves its memory at start, whatever the trainer will need later: with vLLM's own sizing,
 `gpu_memory_utilization` x the whole GPU (vllm/v1/worker/utils.py `request_memory`; its KV cache is that minus its
@@ -42,7 +42,7 @@ EVAL_SEQUENCES = 64         # the default KV cache of an evaluation's engine hol
 class ModelShape:
     """What the memory plan needs of a model: its distinct parameters (`vector_parameters` of them in 1-D tensors:
     norms, biases), its LoRA parameters for the given adapters (0 without), its KV cache elements per token (layers x
-    2 x KV heads x head size), and the sizes its activations follow (`cooprl.memory_plan`)."""
+    2 x KV heads x head size), and the sizes its activations follow (`cooprl.rollout.memory_plan`)."""
 
     parameters: int
     lora_parameters: int

@@ -21,13 +21,12 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from cooprl import memory_plan
 from cooprl.checkpoint import init_folders
 from cooprl.config import Config, ConfigError, Run, TrainerSection, model_devices
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
 from cooprl.parallel.context import Parallel
-from cooprl.rollout import vllm_platform
+from cooprl.rollout import memory_plan, vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
 from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, watch_optimizer
 from cooprl.update.optim import build_adamw

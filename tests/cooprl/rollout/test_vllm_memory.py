@@ -1,7 +1,7 @@
 """What a model and a vLLM engine hold (cooprl.rollout.vllm_memory), counted from the model's config: its shape (shipped
 for the reference model, a local folder's config.json otherwise offline), the optimizer's bytes per weight as
 build_adamw keeps them, the KV cache an engine is sized by (agent_model.vllm_kv_cache_bytes) and the utilization an
-engine sized in bytes is given. The per-GPU plan that adds them up: tests/cooprl/test_memory_plan.py."""
+engine sized in bytes is given. The per-GPU plan that adds them up: tests/cooprl/rollout/test_memory_plan.py."""
 
 from __future__ import annotations
 

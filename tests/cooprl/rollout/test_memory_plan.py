@@ -1,4 +1,4 @@
-"""The memory plan (cooprl.memory_plan): its activation term against what autograd really keeps, the largest forward
+"""The memory plan (cooprl.rollout.memory_plan): its activation term against what autograd really keeps, the largest forward
 of the reference configs, each backend's plan per GPU with its exact figures, and the refusal that names the keys to
 change (before any model loads)."""
 
@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 
-import cooprl.memory_plan as plan
+import cooprl.rollout.memory_plan as plan
 import cooprl.rollout.vllm_memory as memory
 import cooprl.rollout.vllm_platform as backend
 from cooprl.config import ConfigError, Run, load_config
@@ -175,7 +175,7 @@ def test_the_vllm_backend_adds_its_engines_to_the_same_plan(gpus):
 
 def test_memory_plan_warn_starts_anyway_with_the_figures(gpus, caplog):
     run = he_run("agent_model.memory_plan=warn")
-    with caplog.at_level(logging.WARNING, logger="cooprl.memory_plan"):
+    with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):
         plan.check_memory(run.config, ["cuda:0", "cuda:0"], run)
     assert "cuda:0 would hold 86.0 GiB" in caplog.text and "memory_plan=warn" not in caplog.text
 
@@ -183,7 +183,7 @@ def test_memory_plan_warn_starts_anyway_with_the_figures(gpus, caplog):
 def test_a_plan_within_the_margin_is_warned_about(gpus, caplog, monkeypatch):
     run = he_run("agent_model.gradient_checkpointing=true")   # 67.8 GiB
     monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: 76 * GIB)   # 75 usable: 67.8 is within 10%
-    with caplog.at_level(logging.WARNING, logger="cooprl.memory_plan"):
+    with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):
         plan.check_memory(run.config, ["cuda:0", "cuda:0"], run)
     assert "within 10% of what it can hold" in caplog.text
 

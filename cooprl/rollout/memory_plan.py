@@ -10,7 +10,7 @@ On top comes the update of the largest forward the run makes (`largest_forward`)
 each optimizer step, so one model's at a time, all of a GPU's models' under `parallel_training: mp`), the activations
 that forward keeps for the backward (`activation_bytes`) and its float32 log-softmax (`logits_bytes`).
 
-The activation term was measured, not guessed: tests/cooprl/test_memory_plan.py walks the tensors autograd saves in
+The activation term was measured, not guessed: tests/cooprl/rollout/test_memory_plan.py walks the tensors autograd saves in
 `completion_logprobs` for 1- and 2-layer Qwen2 models (bf16, trie layout) and finds per token and layer exactly
 `activation_bytes_per_token_layer` plus the trie's masks; for Qwen2.5-Coder-3B's shapes that is 131 KiB (gpu-review-3
 measured 133 KiB the same way). It is CPU accounting: CUDA's fused attention kernels save the same q/k/v/output and
