@@ -401,3 +401,51 @@ def test_memory_estimate_counts():
         state = {k: v for k, v in optimizer.state[weight].items() if isinstance(v, torch.Tensor) and v.numel() == 2}
         assert sorted(state) == sorted(slots)
         assert 2 + 2 + sum(v.element_size() for v in state.values()) == per_parameter
+
+
+# ------------------------------------------------------------------------------------ the memory plan
+def _plan(config: str, overrides: list[str], gib: float, processes: int) -> tuple[float, str]:
+    """Return (GiB, verdict) of the fullest GPU in `--memory-plan gib`'s plan of train_magrpo.py's command."""
+    import contextlib
+    import io
+
+    from cooprl.rollout.memory_plan import print_memory_plan
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        try:
+            print_memory_plan(Run.of(load_config(ROOT / config, overrides), "magrpo"), gib, processes)
+        except ConfigError:
+            pass
+    gpus = re.findall(r"cuda:\d+: ([\d.]+) GiB, (fits|tight|too big)", printed.getvalue())
+    size, verdict = max(gpus, key=lambda gpu: float(gpu[0]))
+    return float(size), verdict
+
+
+def test_the_memory_plan_table_is_what_memory_plan_prints():
+    rows = [r for r in table_rows(SCALING, "memory-plan") if r[0] != "overrides"]
+    assert len(rows) >= 12
+    marks = {"fits": "✓", "tight": "~", "too big": "✗"}
+    for label, gpus, *cells in rows:
+        overrides = label.strip("`").split() if label.startswith("`") else []
+        processes = int(gpus) if any("ddp" in o or "fsdp" in o for o in overrides) else 1
+        for gib, cell in zip((24, 48, 80, 141), cells, strict=True):
+            size, verdict = _plan("configs/magrpo_he_config.yaml", overrides, gib, processes)
+            assert cell == f"{size:.1f} {marks[verdict]}", (label, gib)
+
+
+def test_the_gpu_commands_of_the_scaling_docs_fit_an_80_gb_gpu_by_the_plan():
+    commands = []
+    for text in (SCALING, section_of(README, "## Scaling out")):
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+            commands += [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()
+                         if "train_magrpo.py" in line]
+    assert len(commands) >= 12
+    for argv in commands:
+        start = next(i for i, a in enumerate(argv) if a == "train_magrpo.py")
+        launcher = dict(zip(argv[:start], argv[1:start + 1], strict=True))
+        processes = int(launcher.get("--nproc_per_node", "1"))
+        args = parse_args("magrpo", "configs/magrpo_che_config.yaml", argv[start + 1:])
+        if args.memory_plan is not None:   # a question, not a run (the first refuses: the table says why)
+            continue
+        size, verdict = _plan(args.config, args.override, 79.6, processes)   # an H100 80 GB as torch reports it
+        assert verdict == "fits", (argv, size)
