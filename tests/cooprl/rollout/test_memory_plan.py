@@ -1,6 +1,6 @@
-"""The memory plan (cooprl.rollout.memory_plan): its activation term against what autograd really keeps, the largest forward
-of the reference configs, each backend's plan per GPU with its exact figures, and the refusal that names the keys to
-change (before any model loads)."""
+"""The memory plan (cooprl.rollout.memory_plan): its activation term against what autograd really keeps, the largest
+forward of the reference configs, each backend's plan per GPU with its exact figures, and the refusal that names the
+keys to change (before any model loads)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import cooprl.rollout.vllm_memory as memory
 import cooprl.rollout.vllm_platform as backend
 from cooprl.config import ConfigError, Run, load_config
 from tests.cooprl.rollout.test_vllm_generation import fake_vllm  # noqa: F401
-from tests.cooprl.rollout.test_vllm_memory import H200, QWEN_3B
+from tests.cooprl.rollout.test_vllm_memory import QWEN_3B
 
 GIB = 1 << 30
 

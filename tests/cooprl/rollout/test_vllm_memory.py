@@ -61,7 +61,8 @@ def test_optimizer_bytes_are_those_build_adamw_keeps():
     assert memory.optimizer_state_bytes(torch.bfloat16, "kahan") == measured(torch.bfloat16, "kahan", (8, 8)) == 8
     # on a 1-D tensor the plan counts a float32 buffer (kahan_buffer_bytes): never less than what is kept
     assert memory.optimizer_state_bytes(torch.bfloat16, "kahan", vector=True) == 10
-    assert memory.optimizer_state_bytes(torch.bfloat16, "kahan", vector=True) >= measured(torch.bfloat16, "kahan", (64,))
+    assert memory.optimizer_state_bytes(torch.bfloat16, "kahan", vector=True) >= measured(torch.bfloat16, "kahan",
+                                                                                           (64,))
 
 
 def test_exact_figures_for_a_tiny_model():
