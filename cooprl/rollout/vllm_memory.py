@@ -122,14 +122,14 @@ def model_shape(name: str, lora: Any = None, offline: bool = False) -> ModelShap
     return _model_shape(name, rank, targets, offline)
 
 
-# The Kahan compensation buffer is float32 for parameters of at most this many dimensions (norm gains, biases: a bf16
-# buffer saturates there, gpu-review-3 finding 1), the weights' dtype for the others (cooprl.update.optim.KahanAdamW).
-KAHAN_FLOAT32_MAX_DIM = 1
+# KahanAdamW's compensation buffer (cooprl.update.optim): float32 for 1-D parameters (norm gains, biases, where a bf16
+# buffer saturates: gpu-review-3 finding 1), the weights' dtype for the others. The one place to change if it moves.
+KAHAN_BUFFER_FLOAT32_1D = True
 
 
 def kahan_buffer_bytes(dtype: torch.dtype, vector: bool) -> int:
     """Return the bytes per weight of KahanAdamW's compensation buffer for a parameter of `dtype` (`vector`: 1-D)."""
-    return 4 if vector and KAHAN_FLOAT32_MAX_DIM >= 1 else _size(dtype)
+    return 4 if vector and KAHAN_BUFFER_FLOAT32_1D else _size(dtype)
 
 
 def optimizer_state_bytes(dtype: torch.dtype, bf16_optimizer: str, vector: bool = False) -> int:

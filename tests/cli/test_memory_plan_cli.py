@@ -79,3 +79,9 @@ def test_the_plan_is_made_offline_without_writing_anything(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "cuda:0: 67.8 GiB, fits" in result.stdout
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()   # no run folder, no model built
+
+
+def test_a_cpu_config_holds_nothing_on_a_gpu(monkeypatch, capsys):
+    code, out, err = plan(["--config", "configs/magrpo_che_cpu.yaml", "--memory-plan", "24"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "nothing on a GPU (every model on the CPU)" in out
