@@ -400,6 +400,8 @@ def print_memory_plan(run: Run, gib: float, processes: int = 1) -> None:
     planner = Planner(config, run, gpu_bytes=int(gib * GIB), processes=processes, offline=True)
     plan_accounts(planner, agents, engines, critics, reward_device=reward and _planned_gpu(reward, rank_gpu))
     world = f", {processes} processes ({section.parallel_training})" if rank_gpu else ""
+    if section.parallel_training == "fsdp" and processes == 1:
+        world += ", WORLD_SIZE unset: say WORLD_SIZE=N for N processes' shards"
     print(f"memory plan of {run.trainer} ({model_cfg.generation_backend} sampler{world}), per GPU of {gib:g} GiB "
           f"({usable_bytes(planner.total_bytes('cuda:0')) / GIB:.1f} GiB usable):")
     if not planner.accounts:
