@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from cooprl.config import ActorCriticSection, ConfigError, MAGRPOSection, TrainerSection
-from cooprl.models.loading import resolve_model_path
+from cooprl.models.loading import pick_device, resolve_model_path
 
 GIB = 1 << 30
 VLLM_BLOCK_TOKENS = 16      # vLLM's KV cache block: a sequence holds whole blocks
@@ -222,8 +222,9 @@ def engine_kv_cache_bytes(model_cfg: Any, section: TrainerSection | None, max_ne
 
 
 def gpu_total_bytes(device: str) -> int:
-    """Return the memory of CUDA device `device` ('cuda:N') in bytes."""
-    return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    """Return the memory of CUDA device `device` ('cuda:N') in bytes; ModelError, naming it, for a CUDA device this
+    machine does not have (as loading a model there would say)."""
+    return torch.cuda.get_device_properties(pick_device(device)).total_memory
 
 
 def engine_memory_utilization(weights: int, kv_cache: int, total: int) -> float:
