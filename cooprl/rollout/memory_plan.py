@@ -202,6 +202,8 @@ class Planner:
         self.add(device, f"{label} weights", vllm_memory.weight_bytes(shape, dtype))
         self.add(device, f"{label} optimizer states{fsdp_note}",
                  vllm_memory.optimizer_bytes(shape, dtype, lora is not None, bf16_optimizer) // sharded)
+        if not on_gpu(device):
+            return shape, dtype
         forward = largest_forward(section, self.config.agent_model.max_length)
         agent_cfg = self.config.agent_model
         self.updates.setdefault(gpu_name(device), []).append(Trained(
@@ -248,7 +250,8 @@ def plan_accounts(planner: Planner, agent_devices: Sequence[str], engine_devices
     run's section, or its weights only, as in evaluation, when the planner has no run), its engine on
     `engine_devices[i]` (empty without vLLM), its frozen reference, the separate critics on `critic_devices`, MARLHF's
     reward model on `reward_device`, and the update (`Planner.update_peak`)."""
-    if not any(map(on_gpu, [*agent_devices, *(d for shards in engine_devices for d in shards), *critic_devices])):
+    devices = [*agent_devices, *(d for shards in engine_devices for d in shards), *critic_devices]
+    if not any(map(on_gpu, devices + ([reward_device] if reward_device is not None else []))):
         return {}   # CPU runs: nothing to count
     config, run = planner.config, planner.run
     model_cfg = config.agent_model

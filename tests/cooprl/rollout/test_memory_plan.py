@@ -237,3 +237,12 @@ def test_marlhfs_reward_model_is_counted_where_it_sits():
     accounts = plan.plan_accounts(plan.Planner(frozen.config, frozen, gpu_bytes=80 * GIB, offline=True),
                                   ["cuda:0", "cuda:0"], [], reward_device="cuda:0")
     assert ("reward model weights (frozen backbone)", QWEN_3B.parameters * 2) in accounts["cuda:0"].items
+
+
+def test_a_model_on_the_cpu_beside_gpu_agents_is_not_in_the_plan():
+    run = _run("configs/iac_he_config.yaml", "iac", "agent_model.device=cuda:0", "iac.critic_devices=cpu",
+               "iac.use_separate_critic=true")
+    accounts = plan.plan_accounts(plan.Planner(run.config, run, gpu_bytes=80 * GIB, offline=True),
+                                  ["cuda:0", "cuda:0"], [], ["cpu", "cpu"])
+    assert list(accounts) == ["cuda:0"]
+    assert not any(what.startswith("critic") for what, _ in accounts["cuda:0"].items)
