@@ -390,17 +390,29 @@ def test_memory_estimate_counts():
         trained = [p for p in peft_model.parameters() if p.requires_grad]
         assert f"{sum(p.numel() for p in trained) / 1e6:.1f}M" == millions and f"2 x {millions}" in SCALING
         assert {p.dtype for p in trained} == {torch.float32}
-    weight = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
-    weight.grad = torch.ones(2, dtype=torch.bfloat16)
+    from cooprl.rollout.vllm_memory import KAHAN_BUFFER_FLOAT32_1D, optimizer_state_bytes
     from cooprl.update.optim import build_adamw
-    # the bytes per parameter the table counts: 2 (weight) + 2 (gradient) + the optimizer's states
-    for mode, slots, per_parameter in (("pure", ("exp_avg", "exp_avg_sq"), 8),
-                                       ("kahan", ("exp_avg", "exp_avg_sq", "kahan_comp"), 12)):
-        optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=mode)
-        optimizer.step()
-        state = {k: v for k, v in optimizer.state[weight].items() if isinstance(v, torch.Tensor) and v.numel() == 2}
-        assert sorted(state) == sorted(slots)
-        assert 2 + 2 + sum(v.element_size() for v in state.values()) == per_parameter
+    # the bytes per parameter the table counts: 2 (weight) + 2 (gradient) + the optimizer's states of a matrix (the
+    # bulk of the weights); a 1-D parameter's Kahan buffer may be float32 (KAHAN_BUFFER_FLOAT32_1D), which the plan
+    # counts, so the plan holds at least what build_adamw keeps whichever dtype the optimizer gives that buffer
+    for shape in ((2, 3), (6,)):
+        weight = torch.nn.Parameter(torch.zeros(shape, dtype=torch.bfloat16))
+        weight.grad = torch.ones(shape, dtype=torch.bfloat16)
+        vector = len(shape) == 1
+        for mode, slots, per_parameter in (("pure", ("exp_avg", "exp_avg_sq"), 8),
+                                           ("kahan", ("exp_avg", "exp_avg_sq", "kahan_comp"), 12)):
+            optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=mode)
+            optimizer.step()
+            state = {k: v for k, v in optimizer.state[weight].items() if isinstance(v, torch.Tensor) and v.numel() == 6}
+            assert sorted(state) == sorted(slots)
+            kept = sum(v.element_size() for v in state.values())
+            planned = optimizer_state_bytes(torch.bfloat16, mode, vector)
+            if not vector:
+                assert 2 + 2 + kept == per_parameter and planned == kept
+            else:
+                assert planned == per_parameter - 4 + 2 * (mode == "kahan" and KAHAN_BUFFER_FLOAT32_1D)
+                assert planned >= kept and state.get("kahan_comp", state["exp_avg"]).dtype in (torch.bfloat16,
+                                                                                               torch.float32)
 
 
 # ------------------------------------------------------------------------------------ the memory plan
