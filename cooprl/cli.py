@@ -173,12 +173,14 @@ def _script(trainer: str) -> str:
 
 
 def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | None = None,
-                      choose: ChooseTaskConfig | None = None) -> Run | None:
+                      choose: ChooseTaskConfig | None = None,
+                      first_prompts: Callable[[Run], Sequence[str] | str] | None = None) -> Run | None:
     """Return the Run a trainer script's command line asks for: its config and `trainer`'s typed section (None when
     it asked for --print-config, which this prints); UserError for bad input, an unknown trainer included, a
     section the trainer would not read, a run of another trainer to resume, or an output folder it cannot write.
     The script then trains with it. `choose`: the environment's config sections for the file's mapping (default:
-    the registered ones, see cooprl.config.register_task_config); each config file is read once."""
+    the registered ones, see cooprl.config.register_task_config); each config file is read once. `first_prompts`:
+    the run's dataset's first prompts for --memory-plan, or why they could not be read offline."""
     args = parse_args(trainer, default_config, argv)
     setup_logging()
     use_torch_threads(args.torch_threads)
@@ -202,7 +204,8 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
         return None
     if args.memory_plan is not None:
         from cooprl.rollout.memory_plan import print_memory_plan   # torch and transformers: only when asked
-        print_memory_plan(run, args.memory_plan, memory_plan_processes())
+        prompts = first_prompts(run) if first_prompts is not None else "no environment to read it"
+        print_memory_plan(run, args.memory_plan, memory_plan_processes(), prompts)
         return None
     check_output(config)
     return run

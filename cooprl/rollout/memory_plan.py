@@ -26,10 +26,10 @@ from typing import Any, Sequence
 
 import torch
 
+from cooprl.errors import UserError
 from cooprl.config import (ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, MARLHFSection, Run,
                            SFTSection, TrainerSection, model_devices, trainer_device)
 from cooprl.models.loading import pick_dtype
-from cooprl.models.logprobs import MAX_TRIE_TOKENS
 from cooprl.rollout import vllm_memory
 from cooprl.rollout.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB, ModelShape, gpu_name, on_gpu
 
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 RESERVED_BYTES = 1 * GIB        # of every GPU outside torch's allocator: the CUDA context, cuBLAS/cuDNN workspaces
 PLAN_MARGIN = 0.10              # a plan above (1 - this) of what is usable is warned about: the estimate's own error
+CHARS_PER_TOKEN_FLOOR = 2.0     # characters per token assumed for prompts whose tokenizer is not on this machine: the
+                                # densest HumanEval first prompt has 2.20 under SmolLM2's tokenizer (tested)
+REFUSED_AT_FRACTION = 0.5       # a plan over the GPU is refused when even an update of this fraction of the bound's
+                                # activations and log-softmax would not fit, else warned about ("may not fit")
 LOGSOFTMAX_COPIES = 3           # [positions x vocab] float32 tensors at the backward's peak: the saved log-softmax,
                                 # its incoming gradient and the logits' gradient
 
@@ -54,14 +58,43 @@ class Forward:
 
 def _forward(sequences: int, prompts: int, prompt_tokens: int, new_tokens: int) -> Forward:
     """Return the Forward of `sequences` completions of `new_tokens` after `prompts` distinct prompts of
-    `prompt_tokens`: a trie when prompts are shared (split by completion_logprobs above MAX_TRIE_TOKENS), else the
-    padded layout."""
+    `prompt_tokens`: a trie when prompts are shared, else the padded layout. A trie above MAX_TRIE_TOKENS is scored
+    by completion_logprobs in parts, but the parts' graphs all wait for the one backward, so every token counts."""
     length = prompt_tokens + new_tokens
     if prompts < sequences:
-        tokens = min(prompts * prompt_tokens + sequences * new_tokens, sequences * length,
-                     max(MAX_TRIE_TOKENS, length))
+        tokens = min(prompts * prompt_tokens + sequences * new_tokens, sequences * length)
         return Forward(tokens, min(sequences * new_tokens, tokens), sequences, True)
     return Forward(sequences * length, sequences * new_tokens, sequences, False)
+
+
+@dataclass(frozen=True)
+class PromptBound:
+    """The longest first prompt of the run's dataset in tokens, and how it was counted (said in the plan)."""
+
+    tokens: int
+    how: str
+
+
+def prompt_bound(prompts: Sequence[str], tokenizer: Any | None, model_name: str) -> PromptBound:
+    """Return the longest of `prompts` in tokens: counted by `tokenizer` (model `model_name`'s, None when it is not on
+    this machine), else bounded by its characters / CHARS_PER_TOKEN_FLOOR."""
+    if tokenizer is not None:
+        tokens = max(len(ids) for ids in tokenizer(list(prompts))["input_ids"])
+        return PromptBound(tokens, f"counted by {model_name}'s tokenizer")
+    chars = max(map(len, prompts))
+    return PromptBound(math.ceil(chars / CHARS_PER_TOKEN_FLOOR),
+                       f"{chars} characters / {CHARS_PER_TOKEN_FLOOR:g} per token: {model_name}'s tokenizer is not "
+                       "on this machine")
+
+
+def local_tokenizer(name: str) -> Any | None:
+    """Return model `name`'s tokenizer from this machine's files (never the network), None when they are absent."""
+    from transformers import AutoTokenizer
+    from cooprl.models.loading import resolve_model_path
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model_path(name), local_files_only=True)
+    except (OSError, ValueError, UserError):
+        return None
 
 
 def _tree_nodes(section: MAGRPOSection) -> int:
@@ -70,13 +103,17 @@ def _tree_nodes(section: MAGRPOSection) -> int:
     return sum(children ** turn for turn in range(section.num_turns))
 
 
-def largest_forward(section: TrainerSection, max_length: int) -> Forward:
-    """Return the largest forward with gradients a trainer `section` makes, prompts at their longest
-    (`max_length` - max_new_tokens) and completions of max_new_tokens: MAGRPO/GRPO/MARLHF one optimizer step's nodes
-    (`nodes`) or one item's tree (`items`), the actor-critics a buffer's turn samples, MADPO a step's pairs (winner and
-    loser share a prompt), SFT a batch of demonstrations."""
+def largest_forward(section: TrainerSection, max_length: int, first_prompt: int | None = None) -> Forward:
+    """Return the largest forward with gradients a trainer `section` makes, completions of max_new_tokens after prompts
+    of `first_prompt` tokens (the dataset's longest, `prompt_bound`) in a single-turn run, else (a later turn's prompt
+    holds earlier turns and the environment's feedback; None: the dataset was not read) at their longest,
+    `max_length` - max_new_tokens: MAGRPO/GRPO/MARLHF one optimizer step's nodes (`nodes`) or one item's tree
+    (`items`), the actor-critics a buffer's turn samples, MADPO a step's pairs (winner and loser share a prompt), SFT
+    a batch of demonstrations."""
     new = section.max_new_tokens
     prompt = max(max_length - new, 8)
+    if first_prompt is not None and section.num_turns == 1:
+        prompt = min(prompt, first_prompt)
     if isinstance(section, MAGRPOSection):
         g = section.num_generations
         if section.update_schedule == "nodes":
@@ -146,10 +183,15 @@ class DeviceAccount:
     """What one GPU holds at the run's peak, by what holds it (the plan's lines and the refusal's figures)."""
 
     items: list[tuple[str, int]] = field(default_factory=list)
+    bounded: int = 0   # of which the update's activations and log-softmax: bounds (every completion at its longest)
 
     def total(self) -> int:
         """Return the bytes of every item."""
         return sum(size for _, size in self.items)
+
+    def held(self) -> int:
+        """Return the bytes the GPU holds whatever the completions' lengths: all but the update's bounded terms."""
+        return self.total() - self.bounded
 
     def describe(self) -> str:
         """Return the items as 'what X.X GiB' joined by ' + '."""
@@ -171,13 +213,15 @@ class Trained:
 @dataclass
 class Planner:
     """Builds a run's plan (`accounts`): `gpu_bytes` the memory of each GPU (None: what torch reports), `processes`
-    the data-parallel world size (fsdp shares the states), `offline`: model shapes from local files only."""
+    the data-parallel world size (fsdp shares the states), `offline`: model shapes from local files only,
+    `first_prompt`: the dataset's longest first prompt (`largest_forward`)."""
 
     config: Any
     run: Run | None
     gpu_bytes: int | None = None
     processes: int = 1
     offline: bool = False
+    first_prompt: int | None = None   # the dataset's longest first prompt in tokens (None: not read)
     accounts: dict[str, DeviceAccount] = field(default_factory=dict)
     updates: dict[str, list[Trained]] = field(default_factory=dict)
 
@@ -204,7 +248,7 @@ class Planner:
                  vllm_memory.optimizer_bytes(shape, dtype, lora is not None, bf16_optimizer) // sharded)
         if not on_gpu(device):
             return shape, dtype
-        forward = largest_forward(section, self.config.agent_model.max_length)
+        forward = largest_forward(section, self.config.agent_model.max_length, self.first_prompt)
         agent_cfg = self.config.agent_model
         self.updates.setdefault(gpu_name(device), []).append(Trained(
             label, vllm_memory.trained_bytes(shape, dtype, lora is not None) // sharded,
@@ -241,6 +285,7 @@ class Planner:
                 account.items.append((f"{m.label} activations ({f.tokens} tokens of {f.sequences} sequences, "
                                       f"{'trie' if f.trie else 'padded'})", m.activations))
                 account.items.append((f"{m.label} log-softmax ({f.kept} positions, float32)", m.logits))
+                account.bounded += m.activations + m.logits
 
 
 def plan_accounts(planner: Planner, agent_devices: Sequence[str], engine_devices: Sequence[Sequence[str]],
@@ -312,23 +357,31 @@ def _fixes(config: Any, run: Run | None, vllm: bool) -> str:
         fixes.append("agent_model.vllm_kv_cache_bytes (each engine's KV cache; 0 sizes it by "
                      "agent_model.vllm_gpu_memory_utilization instead)")
     if model_cfg.memory_plan == "refuse":
-        fixes.append("agent_model.memory_plan=warn (start anyway: the plan bounds prompts by max_length)")
+        fixes.append("agent_model.memory_plan=warn (start anyway)")
     return "; ".join(fixes)
 
 
 def verdicts(planner: Planner) -> dict[str, str]:
-    """Return, per GPU of the plan, "fits", "tight" (above 1 - PLAN_MARGIN of the usable memory) or "too big"."""
+    """Return, per GPU of the plan, "fits", "tight" (above 1 - PLAN_MARGIN of the usable memory), "may not fit"
+    (above it only by the update's activations and log-softmax, bounded with every completion at max_new_tokens and
+    prompts at their bound: an update that long would not fit, a shorter one does) or "too big" (what it holds
+    whatever the lengths does not fit, or not even REFUSED_AT_FRACTION of the update's bounded terms would)."""
     result = {}
     for device, account in planner.accounts.items():
         usable = usable_bytes(planner.total_bytes(device))
         total = account.total()
-        result[device] = "too big" if total > usable else "tight" if total > (1 - PLAN_MARGIN) * usable else "fits"
+        if total <= usable:
+            result[device] = "tight" if total > (1 - PLAN_MARGIN) * usable else "fits"
+        else:
+            shorter = account.held() + REFUSED_AT_FRACTION * account.bounded
+            result[device] = "may not fit" if shorter <= usable else "too big"
     return result
 
 
 def check_plan(planner: Planner, vllm: bool) -> None:
     """ConfigError, with the figures and the keys to change, when a GPU of the plan would not hold it (a warning
-    instead with agent_model.memory_plan: warn); a warning when it is within PLAN_MARGIN of the usable memory."""
+    instead with agent_model.memory_plan: warn); a warning when only its update's bound would not fit, or when it is
+    within PLAN_MARGIN of the usable memory."""
     for device, verdict in verdicts(planner).items():
         account, total = planner.accounts[device], planner.total_bytes(device)
         figures = (f"{device} would hold {account.total() / GIB:.1f} GiB at the update's peak, of the "
@@ -338,9 +391,19 @@ def check_plan(planner: Planner, vllm: bool) -> None:
             if planner.config.agent_model.memory_plan == "refuse":
                 raise ConfigError(message)
             log.warning("%s", message)
+        elif verdict == "may not fit":
+            log.warning("GPU memory plan: %s: %s (an update whose completions all run to max_new_tokens may run out "
+                        "of memory); to be sure, change %s", figures, _may_not_fit(account, usable_bytes(total)),
+                        _fixes(planner.config, planner.run, vllm))
         elif verdict == "tight":
             log.warning("GPU memory plan: %s: within %.0f%% of what it can hold, the estimate's margin (an OOM is "
                         "possible at the first update)", figures, PLAN_MARGIN * 100)
+
+
+def _may_not_fit(account: DeviceAccount, usable: int) -> str:
+    """Return what a "may not fit" verdict rests on: the bytes held whatever the lengths, and the update's room."""
+    return (f"{account.held() / GIB:.1f} GiB held whatever the lengths, {(usable - account.held()) / GIB:.1f} GiB "
+            f"left for the update's activations and log-softmax, bounded at {account.bounded / GIB:.1f} GiB")
 
 
 def reward_model_device(run: Run | None, config: Any) -> str | None:
@@ -385,9 +448,10 @@ def _planned_gpu(device: str, rank_gpu: bool) -> str:
     return device
 
 
-def print_memory_plan(run: Run, gib: float, processes: int = 1) -> None:
+def print_memory_plan(run: Run, gib: float, processes: int = 1, prompts: Sequence[str] | str = "") -> None:
     """Print the plan of `run` per GPU of `gib` GiB (`processes`: the data-parallel world size), made offline; return
-    when every GPU holds it, ConfigError (after printing) when one does not."""
+    when every GPU holds it, ConfigError (after printing) when one does not. `prompts`: the dataset's first prompts,
+    which bound a single-turn run's (`prompt_bound`), or why they could not be read offline."""
     if not gib > 0:
         raise ConfigError(f"--memory-plan {gib:g}: expected the GPU's memory in GiB, e.g. 80")
     config, section = run.config, run.section
@@ -400,7 +464,10 @@ def print_memory_plan(run: Run, gib: float, processes: int = 1) -> None:
     engines = [[d] if shards == 1 else [f"cuda:{s}" for s in range(shards)] for d in agents] if vllm else []
     critics = [_planned_gpu(d, rank_gpu) for d in critic_devices(run, config, len(agents))]
     reward = reward_model_device(run, config)
-    planner = Planner(config, run, gpu_bytes=int(gib * GIB), processes=processes, offline=True)
+    name = (config.agents or [model_cfg.name])[0]
+    bound = prompt_bound(prompts, local_tokenizer(name), name) if not isinstance(prompts, str) and prompts else None
+    planner = Planner(config, run, gpu_bytes=int(gib * GIB), processes=processes, offline=True,
+                      first_prompt=bound.tokens if bound is not None else None)
     plan_accounts(planner, agents, engines, critics, reward_device=reward and _planned_gpu(reward, rank_gpu))
     world = f", {processes} processes ({section.parallel_training})" if rank_gpu else ""
     if section.parallel_training == "fsdp" and processes == 1:
@@ -410,14 +477,24 @@ def print_memory_plan(run: Run, gib: float, processes: int = 1) -> None:
     if not planner.accounts:
         print("  nothing on a GPU (every model on the CPU)")
         return
-    forward = largest_forward(section, model_cfg.max_length)
+    longest = max(model_cfg.max_length - section.max_new_tokens, 8)
+    forward = largest_forward(section, model_cfg.max_length, planner.first_prompt)
+    dataset = (f"the dataset's longest first prompt: {bound.tokens} tokens ({bound.how})" if bound is not None
+               else f"the dataset was not read offline ({prompts or 'no prompts'})")
+    used = (f"prompts of {min(bound.tokens, longest)} tokens" if bound is not None and section.num_turns == 1 else
+            f"prompts at agent_model.max_length - max_new_tokens = {longest} tokens"
+            + (f" ({section.num_turns} turns: later prompts hold earlier turns and feedback)"
+               if bound is not None else ""))
     print(f"  largest update forward: {forward.sequences} sequences, {forward.tokens} tokens, {forward.kept} scored "
-          f"positions (prompts at their longest: agent_model.max_length {model_cfg.max_length})")
+          f"positions ({used}; {dataset})")
     results = verdicts(planner)
     for device, account in planner.accounts.items():
         print(f"  {device}: {account.total() / GIB:.1f} GiB, {results[device]}")
         for what, size in account.items:
             print(f"    {size / GIB:7.2f} GiB  {what}")
+        if results[device] == "may not fit":
+            print(f"  {device}: {_may_not_fit(account, usable_bytes(planner.total_bytes(device)))}: an update "
+                  "whose completions all run to max_new_tokens may run out of memory (a run starts with a warning)")
     too_big = [d for d, v in results.items() if v == "too big"]
     if too_big:
         account = planner.accounts[too_big[0]]

@@ -82,17 +82,54 @@ def test_the_largest_forward_of_the_reference_configs():
         run = _run(path, trainer, *overrides)
         return plan.largest_forward(run.section, run.config.agent_model.max_length)
 
-    # nodes: 2 nodes x G 4 = 8 sequences after 2 prompts of 1,792 (2,048 - 256): 5,632 tokens, split at 4,096
-    assert largest("configs/magrpo_he_config.yaml", "magrpo") == plan.Forward(4096, 2048, 8, True)
+    # nodes: 2 nodes x G 4 = 8 sequences after 2 prompts of 1,792 (2,048 - 256): 5,632 tokens; the trie's parts
+    # above MAX_TRIE_TOKENS all wait for the one backward, so none is left out
+    assert largest("configs/magrpo_he_config.yaml", "magrpo") == plan.Forward(5632, 2048, 8, True)
     assert largest("configs/magrpo_he_config.yaml", "magrpo", "agent_model.max_length=512") == plan.Forward(
         2 * 256 + 8 * 256, 2048, 8, True)
-    # items: one tree (1 + 4 nodes, 20 sequences), capped the same
+    # items: one tree (1 + 4 nodes, 20 sequences)
     assert largest("configs/magrpo_he_config.yaml", "magrpo", "magrpo.update_schedule=items",
-                   "magrpo.train_batch_size=null") == plan.Forward(4096, 4096, 20, True)
+                   "magrpo.train_batch_size=null") == plan.Forward(5 * 1792 + 20 * 256, 20 * 256, 20, True)
     # actor-critics: 4 turn samples of distinct prompts, padded
     assert largest("configs/iac_he_config.yaml", "iac") == plan.Forward(4 * 2048, 4 * 256, 4, False)
     # MADPO: 2 pairs, winner and loser after one prompt each
-    assert largest("configs/madpo_he_config.yaml", "madpo") == plan.Forward(4096, 4 * 256, 4, True)
+    assert largest("configs/madpo_he_config.yaml", "madpo") == plan.Forward(2 * 1792 + 4 * 256, 4 * 256, 4, True)
+
+
+def test_the_datasets_longest_first_prompt_bounds_single_turn_runs_only():
+    run = _run("configs/magrpo_he_config.yaml", "magrpo", "magrpo.num_turns=1")
+    assert plan.largest_forward(run.section, 2048, 824) == plan.Forward(2 * 824 + 8 * 256, 2048, 8, True)
+    assert plan.largest_forward(run.section, 512, 824) == plan.Forward(2 * 256 + 8 * 256, 2048, 8, True)
+    # turn 2's prompts hold turn 1's prompt and code and the feedback: at max_length
+    two_turns = _run("configs/magrpo_he_config.yaml", "magrpo").section
+    assert plan.largest_forward(two_turns, 2048, 824) == plan.Forward(5632, 2048, 8, True)
+
+
+def test_a_prompt_is_counted_by_its_tokenizer_or_bounded_by_its_characters():
+    prompts = ["def f(x):\n    return x\n", "x" * 41]
+    bound = plan.prompt_bound(prompts, None, "some/model")
+    assert bound == plan.PromptBound(21, "41 characters / 2 per token: some/model's tokenizer is not on this machine")
+    tokenizer = plan.local_tokenizer("offline:smollm2-135m-instruct")
+    counted = plan.prompt_bound(prompts, tokenizer, "offline:smollm2-135m-instruct")
+    assert counted.tokens == max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    assert counted.how == "counted by offline:smollm2-135m-instruct's tokenizer"
+    assert plan.local_tokenizer("nobody/no-such-model") is None   # never the network
+
+
+def test_the_chars_per_token_floor_holds_for_every_humaneval_prompt():
+    # the floor the plan uses when the run's tokenizer is not on the machine, measured with the embedded SmolLM2
+    # tokenizer over HumanEval's 164 problems as both agents see them: the densest prompt has 2.20 characters a token
+    from types import SimpleNamespace
+
+    from envs.code_generation.data import load_problems
+    from envs.code_generation.prompts import agent_prompts
+    tokenizer = plan.local_tokenizer("offline:smollm2-135m-instruct")
+    problems = load_problems(SimpleNamespace(name="openai/openai_humaneval", type="humaneval", path=None), "test")
+    prompts = [p for problem in problems for p in agent_prompts(problem, 2)]
+    ratios = [len(p) / len(ids) for p, ids in zip(prompts, tokenizer(prompts)["input_ids"], strict=True)]
+    assert len(prompts) == 328 and f"{min(ratios):.2f}" == "2.20" and min(ratios) > plan.CHARS_PER_TOKEN_FLOOR
+    assert max(map(len, prompts)) == 1648 and plan.prompt_bound(prompts, None, "m").tokens == 824
+    assert plan.prompt_bound(prompts, tokenizer, "m").tokens == 467
 
 
 # ------------------------------------------------------------------------------------------ the plan per backend
@@ -119,7 +156,7 @@ def _update(run: Run) -> tuple[int, int, int]:
             plan.logits_bytes(QWEN_3B, torch.bfloat16, forward, model_cfg.logprob_chunk_size))
 
 
-def test_the_hf_backend_is_planned_with_the_update_and_refused_before_any_model_loads(gpus):
+def test_the_hf_backend_is_planned_with_the_update_and_warned_about_on_80_gib(gpus, caplog):
     from cooprl.trainers.team import build_team
     run = he_run()
     states = memory.optimizer_bytes(QWEN_3B, torch.bfloat16, False, "kahan")
@@ -130,26 +167,37 @@ def test_the_hf_backend_is_planned_with_the_update_and_refused_before_any_model_
         ("agent 0 weights", QWEN_3B.parameters * 2), ("agent 0 optimizer states", states),
         ("agent 1 weights", QWEN_3B.parameters * 2), ("agent 1 optimizer states", states),
         ("agent 0 gradients (its update)", gradients),
-        ("agent 0 activations (4096 tokens of 8 sequences, trie)", activations),
+        ("agent 0 activations (5632 tokens of 8 sequences, trie)", activations),
         ("agent 0 log-softmax (2048 positions, float32)", logits)]
-    assert f"{states / GIB:.1f}" == "23.0" and f"{activations / GIB:.1f}" == "19.3"
-    assert f"{accounts['cuda:0'].total() / GIB:.1f}" == "86.0"   # of 79 usable: too big
+    assert f"{states / GIB:.1f}" == "23.0" and f"{activations / GIB:.1f}" == "26.2"
+    account = accounts["cuda:0"]
+    assert f"{account.total() / GIB:.1f}" == "92.9" and account.bounded == activations + logits
+    # of 79 usable: 63.2 held whatever the lengths, + half the bound (14.9) fits: it may not fit, and starts
+    assert f"{account.held() / GIB:.1f}" == "63.2" and plan.verdicts(planner) == {"cuda:0": "may not fit"}
+    with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):
+        with pytest.raises(pytest.fail.Exception, match="a model was loaded"):
+            build_team(run, 2)   # past the plan: the first model loads
+    assert "cuda:0 would hold 92.9 GiB at the update's peak, of the 79.0 GiB usable of its 80.0 GiB" in caplog.text
+    assert "63.2 GiB held whatever the lengths, 15.8 GiB left for the update's activations" in caplog.text
+
+
+def test_the_hf_backend_is_refused_before_any_model_loads_on_24_gib(gpus, monkeypatch):
+    from cooprl.trainers.team import build_team
+    monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: 24 * GIB)
     with pytest.raises(ConfigError) as refused:
-        build_team(run, 2)
+        build_team(he_run(), 2)
     message = str(refused.value)
-    assert "cuda:0 would hold 86.0 GiB at the update's peak, of the 79.0 GiB usable of its 80.0 GiB" in message
-    assert "agent 0 activations (4096 tokens of 8 sequences, trie) 19.3 GiB" in message
+    assert "cuda:0 would hold 92.9 GiB at the update's peak, of the 23.0 GiB usable of its 24.0 GiB" in message
+    assert "agent 0 activations (5632 tokens of 8 sequences, trie) 26.2 GiB" in message
     assert "change agent_model.gradient_checkpointing=true" in message and "agent_model.memory_plan=warn" in message
 
 
-def test_with_gradient_checkpointing_the_hf_backend_fits_80_gib(gpus):
-    run = he_run("agent_model.gradient_checkpointing=true")
-    _, activations, _ = _update(run)
-    # each layer's input (36 x 4,096 tokens x 2,048 x 2 B) and one layer recomputed with its masks
-    layer = 4096 * 134_216 + plan.trie_mask_bytes(QWEN_3B, torch.bfloat16, plan.Forward(4096, 2048, 8, True),
-                                                  2048, 256)
-    assert activations == 36 * 4096 * 2048 * 2 + layer
-    plan.check_memory(run.config, ["cuda:0", "cuda:0"], run)   # fits: no error
+def test_a_plan_refused_at_half_its_update_bound(gpus, monkeypatch):
+    # 63.2 held + 29.7 bounded: refused where 63.2 + 14.9 does not fit (a GPU of 78 GiB, 77 usable)
+    for gib, verdict in ((80, "may not fit"), (79.2, "may not fit"), (78, "too big")):
+        planner = plan.Planner(he_run().config, he_run(), gpu_bytes=int(gib * GIB), offline=True)
+        plan.plan_accounts(planner, ["cuda:0", "cuda:0"], [])
+        assert plan.verdicts(planner) == {"cuda:0": verdict}, gib
 
 
 def test_the_vllm_backend_adds_its_engines_to_the_same_plan(gpus):
@@ -173,16 +221,17 @@ def test_the_vllm_backend_adds_its_engines_to_the_same_plan(gpus):
         plan.check_memory(shared.config, ["cuda:0", "cuda:0"], shared)
 
 
-def test_memory_plan_warn_starts_anyway_with_the_figures(gpus, caplog):
+def test_memory_plan_warn_starts_anyway_with_the_figures(gpus, caplog, monkeypatch):
     run = he_run("agent_model.memory_plan=warn")
+    monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: 24 * GIB)   # too big: refused without warn
     with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):
         plan.check_memory(run.config, ["cuda:0", "cuda:0"], run)
-    assert "cuda:0 would hold 86.0 GiB" in caplog.text and "memory_plan=warn" not in caplog.text
+    assert "cuda:0 would hold 92.9 GiB" in caplog.text and "memory_plan=warn" not in caplog.text
 
 
 def test_a_plan_within_the_margin_is_warned_about(gpus, caplog, monkeypatch):
-    run = he_run("agent_model.gradient_checkpointing=true")   # 67.8 GiB
-    monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: 76 * GIB)   # 75 usable: 67.8 is within 10%
+    run = he_run("agent_model.gradient_checkpointing=true")   # 68.2 GiB
+    monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: 76 * GIB)   # 75 usable: 68.2 is within 10%
     with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):
         plan.check_memory(run.config, ["cuda:0", "cuda:0"], run)
     assert "within 10% of what it can hold" in caplog.text
@@ -194,7 +243,7 @@ def test_mp_counts_each_gpus_own_update_and_fsdp_shares_the_states():
                                   ["cuda:0", "cuda:1"], [])
     assert [what for what, _ in accounts["cuda:1"].items] == [
         "agent 1 weights", "agent 1 optimizer states", "agent 1 gradients (its update)",
-        "agent 1 activations (4096 tokens of 8 sequences, trie)", "agent 1 log-softmax (2048 positions, float32)"]
+        "agent 1 activations (5632 tokens of 8 sequences, trie)", "agent 1 log-softmax (2048 positions, float32)"]
     sharded = he_run("magrpo.parallel_training=fsdp", "magrpo.update_schedule=items", "magrpo.rollout_buffer_size=1")
     items = dict(plan.plan_accounts(plan.Planner(sharded.config, sharded, gpu_bytes=80 * GIB, processes=8,
                                                  offline=True), ["cuda:0", "cuda:0"], [])["cuda:0"].items)
