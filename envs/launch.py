@@ -16,6 +16,7 @@ import os
 from typing import TYPE_CHECKING, Sequence
 
 from cooprl.cli import exit_status, read_command_line
+from cooprl.task import all_first_prompts
 from envs import environment_for, task_config_of
 
 if TYPE_CHECKING:
@@ -49,8 +50,7 @@ def dataset_first_prompts(run: "Run") -> list[str] | str:
     saved = {name: os.environ.get(name) for name in OFFLINE}
     os.environ.update({name: "1" for name in OFFLINE})
     try:
-        task = environment_for(run.config).build_task(run)
-        return [p for item in (*task.train_items, *task.eval_items) for p in task.first_prompts(item)]
+        return all_first_prompts(environment_for(run.config).build_task(run))
     except Exception as err:  # noqa: BLE001 - any dataset that does not load offline: the plan bounds by max_length
         return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no message'}"
     finally:

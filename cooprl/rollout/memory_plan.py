@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -423,9 +423,10 @@ def critic_devices(run: Run | None, config: Any, agents: int) -> list[str]:
 
 
 def check_memory(config: Any, agent_devices: Sequence[str], run: Run | None = None,
-                 max_new_tokens: int | None = None) -> None:
+                 max_new_tokens: int | None = None, prompts: Callable[[], Sequence[str]] | None = None) -> None:
     """Make the plan of a run (`run`; None: an evaluation's untrained agents sampling `max_new_tokens`) whose agents
-    sit on `agent_devices`, either backend, and refuse or warn (`check_plan`); called before any model loads."""
+    sit on `agent_devices`, either backend, and refuse or warn (`check_plan`); called before any model loads.
+    `prompts()`: the task's first prompts, read for a single-turn GPU run (`prompt_bound`; None: at max_length)."""
     from cooprl.parallel.context import Parallel
     from cooprl.rollout import vllm_platform
     model_cfg = config.agent_model
@@ -434,7 +435,13 @@ def check_memory(config: Any, agent_devices: Sequence[str], run: Run | None = No
                if vllm else [])
     critics = Parallel.devices(critic_devices(run, config, len(agent_devices)))
     reward = reward_model_device(run, config)
-    planner = Planner(config, run, processes=Parallel.launched_world_size())
+    name = (config.agents or [model_cfg.name])[0]
+    # only a single-turn GPU run's plan is bounded by its prompts
+    counted = prompts is not None and run is not None and run.section.num_turns == 1 and any(map(on_gpu, agent_devices))
+    texts = prompts() if counted else []
+    bound = prompt_bound(texts, local_tokenizer(name), name) if texts else None
+    planner = Planner(config, run, processes=Parallel.launched_world_size(),
+                      first_prompt=bound.tokens if bound is not None else None)
     plan_accounts(planner, agent_devices, engines, critics, max_new_tokens,
                   Parallel.devices([reward])[0] if reward is not None else None)
     check_plan(planner, vllm)

@@ -68,9 +68,10 @@ def agent_devices(config: Config, section: TrainerSection, num_agents: int) -> l
 
 
 def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]] = (),
-               parallel: Parallel | None = None) -> list[Agent]:
+               parallel: Parallel | None = None, prompts: Callable[[], Sequence[str]] | None = None) -> list[Agent]:
     """Return one Agent per role of `run` with its model (agent_model), sampler settings and AdamW optimizer (the
-    run's section); under fsdp (`parallel`, None: the run's section's) each process keeps a shard of every agent."""
+    run's section); under fsdp (`parallel`, None: the run's section's) each process keeps a shard of every agent.
+    `prompts()`: the task's first prompts, which bound a single-turn GPU run's in the memory plan."""
     config, section = run.config, run.section
     model_cfg = config.agent_model
     params = SamplingParams(
@@ -81,7 +82,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
         vllm_platform.check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
-    memory_plan.check_memory(config, devices, run)   # either backend: states, engines and the update's peak, per GPU
+    # either backend: states, engines and the update's peak, per GPU
+    memory_plan.check_memory(config, devices, run, prompts=prompts)
     parallel = parallel or Parallel.of(section)
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
     inits = init_folders(model_cfg.init_from, num_agents) if model_cfg.init_from else [None] * num_agents

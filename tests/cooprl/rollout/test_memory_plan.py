@@ -192,6 +192,17 @@ def test_the_hf_backend_is_refused_before_any_model_loads_on_24_gib(gpus, monkey
     assert "change agent_model.gradient_checkpointing=true" in message and "agent_model.memory_plan=warn" in message
 
 
+def test_a_single_turn_runs_plan_at_its_start_is_bounded_by_the_tasks_prompts(gpus, caplog):
+    run = he_run("magrpo.num_turns=1")
+    with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):
+        plan.check_memory(run.config, ["cuda:0", "cuda:0"], run, prompts=lambda: ["x" * 1648, "y"])   # 824 tokens at most
+    assert "cuda:0 would hold 84.2 GiB" in caplog.text and "(3696 tokens of 8 sequences, trie)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):
+        plan.check_memory(run.config, ["cuda:0", "cuda:0"], run)   # no prompts: at max_length
+    assert "cuda:0 would hold 92.9 GiB" in caplog.text
+
+
 def test_a_plan_refused_at_half_its_update_bound(gpus, monkeypatch):
     # 63.2 held + 29.7 bounded: refused where 63.2 + 14.9 does not fit (a GPU of 78 GiB, 77 usable)
     for gib, verdict in ((80, "may not fit"), (79.2, "may not fit"), (78, "too big")):
