@@ -8,7 +8,9 @@ states, the weights whole because sampling gathers them), frozen references and 
 + `ENGINE_OVERHEAD_BYTES`). On top comes the update of the largest forward the run makes (`largest_forward`): the
 model's gradients (freed after each optimizer step, so one model's at a time, all of a GPU's models' under
 `parallel_training: mp`), the activations that forward keeps for the backward (`activation_bytes`) and its float32
-log-softmax (`logits_bytes`).
+log-softmax (`logits_bytes`). Those two are bounds, every completion at max_new_tokens and prompts at max_length or,
+in a single-turn run, at the dataset's longest first prompt (`prompt_bound`); a GPU over its memory only by them
+"may not fit" and is warned about, one over it whatever the lengths is refused (`verdicts`).
 
 The activation term was measured, not guessed: tests/cooprl/rollout/test_memory_plan.py walks the tensors autograd
 saves in `completion_logprobs` for 1- and 2-layer Qwen2 models (bf16, trie layout) and finds per token and layer
