@@ -1,4 +1,4 @@
-"""Command line shared by every `train_*.py` script: --config, --override, --print-config, --resume.
+"""Command line shared by every `train_*.py` script: --config, --override, --print-config, --memory-plan, --resume.
 
 User errors (a bad config, a missing file, an unreachable dataset, a model or checkpoint that cannot be loaded)
 are `cooprl.errors.UserError`s: they print one `error:` line and exit 2, without a traceback. Everything else is
@@ -13,6 +13,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -65,6 +66,10 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
     parser.add_argument("--config", help=f"YAML config (default: {default_config})")
     add_override_option(parser, "e.g. magrpo.num_turns=1 agent_model.name=offline:tiny-random")
     parser.add_argument("--print-config", action="store_true", help="print the merged config as YAML and exit")
+    parser.add_argument("--memory-plan", type=float, metavar="GIB",
+                        help="print what each GPU of GIB GiB would hold (weights, optimizer states, engines, the "
+                             "update's peak) and exit: 0 when it fits, 2 with the keys to change when not; offline, "
+                             "no weights loaded (data-parallel: WORLD_SIZE=N for N processes)")
     parser.add_argument("--resume", metavar="RUN_DIR|latest",
                         help="continue a run from its newest complete checkpoint: RUN_DIR (its config.yaml is the "
                              "config, --override on top), or latest: the newest run of this trainer and dataset "
@@ -77,6 +82,15 @@ def parse_args(trainer: str, default_config: str, argv: Sequence[str] | None) ->
                           "config.yaml; drop --config (changes go in --override)")
     args.config = args.config or default_config
     return args
+
+
+def memory_plan_processes() -> int:
+    """Return the processes a --memory-plan counts: WORLD_SIZE (as torchrun sets it), else 1; ConfigError when it is
+    not a positive integer."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"WORLD_SIZE={value!r}: expected a positive number of processes for --memory-plan")
+    return int(value)
 
 
 def _quoted(value: object) -> str:
@@ -168,12 +182,14 @@ def _script(trainer: str) -> str:
 
 
 def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | None = None,
-                      choose: ChooseTaskConfig | None = None) -> Run | None:
+                      choose: ChooseTaskConfig | None = None,
+                      first_prompts: Callable[[Run], Sequence[str] | str] | None = None) -> Run | None:
     """Return the Run a trainer script's command line asks for: its config and `trainer`'s typed section (None when
     it asked for --print-config, which this prints); UserError for bad input, an unknown trainer included, a
     section the trainer would not read, a run of another trainer to resume, or an output folder it cannot write.
     The script then trains with it. `choose`: the environment's config sections for the file's mapping (default:
-    the registered ones, see cooprl.config.register_task_config); each config file is read once."""
+    the registered ones, see cooprl.config.register_task_config); each config file is read once. `first_prompts`:
+    the run's dataset's first prompts for --memory-plan, or why they could not be read offline."""
     args = parse_args(trainer, default_config, argv)
     setup_logging()
     use_torch_threads(args.torch_threads)
@@ -194,6 +210,11 @@ def read_command_line(trainer: str, default_config: str, argv: Sequence[str] | N
         check_resumed_settings(run_dir, config, trainer)
     if args.print_config:
         sys.stdout.write(config.to_yaml(trainer))
+        return None
+    if args.memory_plan is not None:
+        from cooprl.rollout.memory_plan import print_memory_plan   # torch and transformers: only when asked
+        prompts = first_prompts(run) if first_prompts is not None else "no environment to read it"
+        print_memory_plan(run, args.memory_plan, memory_plan_processes(), prompts)
         return None
     check_output(config, trainer, run.section)
     check_wandb(config.wandb)   # before any model loads: wandb.init failed only after them, leaving a run folder

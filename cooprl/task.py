@@ -108,6 +108,12 @@ def shared_items(task: Task) -> list[str]:
     return [task.item_id(item) for item in task.eval_items if task.item_id(item) in trained]
 
 
+def all_first_prompts(task: Task) -> list[str]:
+    """Return every agent's first prompt of every train and eval item of `task` (what bounds a run's prompts in its
+    memory plan)."""
+    return [prompt for item in (*task.train_items, *task.eval_items) for prompt in task.first_prompts(item)]
+
+
 def no_next_turn(*args: Any) -> list[str]:
     """The `next_prompts` of a centralized (one-policy) task: it is single-turn, so asking for a next turn raises."""
     raise RuntimeError("centralized collaboration is single-turn: there is no next prompt")

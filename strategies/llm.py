@@ -227,9 +227,9 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
     if model_cfg.generation_backend == "vllm":   # every agent and its engine on agent_model.device: checked as training does
         from cooprl.rollout.vllm_platform import check_vllm_devices
-        from cooprl.rollout.vllm_memory import check_vllm_memory
         check_vllm_devices(model_cfg, [model_cfg.device] * num_agents)   # fails fast, with the fix
-        check_vllm_memory(config, [model_cfg.device] * num_agents, max_new_tokens=max_new_tokens)
+    from cooprl.rollout.memory_plan import check_memory
+    check_memory(config, [model_cfg.device] * num_agents, max_new_tokens=max_new_tokens)   # either backend
     llms = []
     for i, name in enumerate(names):
         model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora,

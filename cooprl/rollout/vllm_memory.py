@@ -1,94 +1,145 @@
-"""GPU memory of a run that samples with vLLM, counted per GPU before any model loads (`check_vllm_memory`).
+"""What a model and a vLLM engine hold in GPU memory, counted from the model's config alone (no weights): the
+parts of `cooprl.rollout.memory_plan`, which adds them up per GPU before any model loads.
 
 A vLLM engine reserves its memory at start, whatever the trainer will need later: with vLLM's own sizing,
 `gpu_memory_utilization` x the whole GPU (vllm/v1/worker/utils.py `request_memory`; its KV cache is that minus its
 weights and activation peak, vllm/v1/worker/gpu_worker.py); with `kv_cache_memory_bytes` (vLLM >= 0.27), its weights,
-its activation peak and exactly that KV cache. The trainer's states arrive at the first update, so a run that does
-not fit builds and compiles its engines and then dies there. So the check counts, per GPU:
+its activation peak and exactly that KV cache, and then `gpu_memory_utilization` is only the free memory vLLM
+requires at the engine's start (`engine_memory_utilization` sets it to what the engine takes). Counted here:
 
-- each trained model (agents, separate critics): weights, gradients and the optimizer's states, in bytes per
-  parameter of what `cooprl.update.optim.build_adamw` really keeps (measured on a small tensor, `optimizer_state_bytes`);
+- a model's shape (`model_shape`): its parameters (on the meta device), LoRA parameters, KV cache per token and the
+  sizes its activations follow, from a local folder's config.json, the shipped fields of the models the configs name
+  (cooprl/models/model_shapes.json: the plan needs no hub), or the hub's config.json;
+- a trained model's weights, gradients and optimizer states, in bytes per parameter of what
+  `cooprl.update.optim.build_adamw` keeps (`optimizer_state_bytes`; the Kahan buffer's dtype in `kahan_buffer_bytes`);
   with LoRA, the frozen weights plus float32 adapters (peft upcasts them), their gradients and AdamW states;
-- each frozen full copy (a reference model for `reference_kl_coef` > 0 or madpo's `reference_model` without LoRA);
-- each engine: `vllm_kv_cache_bytes` (vLLM's `kv_cache_memory_bytes`; null: `default_kv_cache_bytes`, sized from the
-  run) plus its copy of the weights, or, with `vllm_kv_cache_bytes: 0`, `vllm_gpu_memory_utilization` x the GPU.
-
-Activations, the CUDA context and vLLM's activation peak come on top, so the sum must stay within
-`MEMORY_SHARE` of the GPU. Parameter counts come from the model's config, built on the meta device (no weights).
+- an engine's KV cache: `vllm_kv_cache_bytes` (vLLM's `kv_cache_memory_bytes`; null: `default_kv_cache_bytes`, sized
+  from the run).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from cooprl.config import ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, TrainerSection, model_devices
-from cooprl.models.loading import pick_dtype, resolve_model_path
-from cooprl.parallel.context import Parallel
-from cooprl.rollout import vllm_platform   # not its engine_devices: memory_accounts' argument has that name
-from cooprl.update.optim import build_adamw
+from cooprl.config import ActorCriticSection, ConfigError, MAGRPOSection, TrainerSection
+from cooprl.models.loading import pick_device, resolve_model_path
 
 GIB = 1 << 30
-MEMORY_SHARE = 0.9          # of a GPU the counted states may take; the rest is for activations and the CUDA context
 VLLM_BLOCK_TOKENS = 16      # vLLM's KV cache block: a sequence holds whole blocks
 LORA_DTYPE = torch.float32  # peft keeps LoRA adapters in float32 over frozen low-precision weights
 BATCHED_TOKENS = 4096       # the most tokens an engine processes in one step by default (TRL's cap)
+ENGINE_OVERHEAD_BYTES = 1 << 30  # a vLLM engine beyond weights and KV cache: its CUDA graphs and activation peak
 EVAL_SEQUENCES = 64         # the default KV cache of an evaluation's engine holds this many max-length sequences
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the count needs of a model: its distinct parameters, its LoRA parameters for the given adapters (0
-    without), and its KV cache elements per token (layers x 2 x KV heads x head size)."""
+    """What the memory plan needs of a model: its distinct parameters (`vector_parameters` of them in 1-D tensors:
+    norms, biases), its LoRA parameters for the given adapters (0 without), its KV cache elements per token (layers x
+    2 x KV heads x head size), and the sizes its activations follow (`cooprl.rollout.memory_plan`)."""
 
     parameters: int
     lora_parameters: int
     kv_elements_per_token: int
+    vector_parameters: int = 0
+    layers: int = 0
+    hidden: int = 0
+    intermediate: int = 0
+    heads: int = 0
+    kv_dim: int = 0            # KV heads x head size
+    vocab: int = 0
 
 
 def kv_elements_per_token(config: Any) -> int:
     """Return the KV cache elements one token takes in a model of HF config `config`: layers x 2 (K and V) x KV
     heads x head size."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return text.num_hidden_layers * 2 * _kv_dim(text)
+
+
+def _kv_dim(text: Any) -> int:
     head_size = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    return text.num_hidden_layers * 2 * kv_heads * head_size
+    return (getattr(text, "num_key_value_heads", None) or text.num_attention_heads) * head_size
+
+
+# config.json fields of the models the shipped configs name: their plan needs no hub (`--memory-plan` offline)
+SHIPPED_SHAPES = Path(__file__).resolve().parent.parent / "models" / "model_shapes.json"
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_shapes() -> dict[str, dict[str, Any]]:
+    """Return the shipped config.json fields by model name (cooprl/models/model_shapes.json)."""
+    return json.loads(SHIPPED_SHAPES.read_text(encoding="utf-8"))["models"]
+
+
+def model_config(name: str, offline: bool = False) -> Any:
+    """Return the HF config of model `name` without its weights: a local folder's config.json, else the shipped
+    fields (`shipped_shapes`), else the hub's config.json (with `offline`, only from the local HF cache). ConfigError
+    when offline and none of these has it, saying how to give the shape."""
+    from transformers import AutoConfig
+    if Path(name).expanduser().is_dir():
+        return AutoConfig.from_pretrained(str(Path(name).expanduser()))
+    fields = shipped_shapes().get(name)
+    if fields is not None:
+        return AutoConfig.for_model(**fields)
+    if not offline:
+        return AutoConfig.from_pretrained(resolve_model_path(name))
+    try:
+        return AutoConfig.from_pretrained(name, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"memory plan: the shape of model {name!r} is not known offline ({type(err).__name__}): the "
+                          f"project ships {', '.join(shipped_shapes())}; give a local folder holding its config.json "
+                          "(agent_model.name=/path/to/folder; no weights needed), or fetch it once into the HF "
+                          f"cache (huggingface-cli download {name} config.json)") from None
 
 
 @functools.lru_cache(maxsize=16)
-def _model_shape(path: str, lora_rank: int, lora_targets: tuple[str, ...]) -> ModelShape:
-    from transformers import AutoConfig, AutoModelForCausalLM
-    config = AutoConfig.from_pretrained(path)
+def _model_shape(name: str, lora_rank: int, lora_targets: tuple[str, ...], offline: bool) -> ModelShape:
+    from transformers import AutoModelForCausalLM
+    config = model_config(name, offline)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    parameters = sum(p.numel() for p in model.parameters())   # tied embeddings once
-    lora = sum(lora_rank * (m.in_features + m.out_features) for name, m in model.named_modules()
-               if isinstance(m, torch.nn.Linear) and name.rpartition(".")[2] in lora_targets)
-    return ModelShape(parameters, lora, kv_elements_per_token(config))
+    distinct = {id(p): p for p in model.parameters()}.values()   # tied embeddings once
+    lora = sum(lora_rank * (m.in_features + m.out_features) for module_name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and module_name.rpartition(".")[2] in lora_targets)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return ModelShape(sum(p.numel() for p in distinct), lora, kv_elements_per_token(config),
+                      vector_parameters=sum(p.numel() for p in distinct if p.dim() <= 1),
+                      layers=text.num_hidden_layers, hidden=text.hidden_size, intermediate=text.intermediate_size,
+                      heads=text.num_attention_heads, kv_dim=_kv_dim(text), vocab=text.vocab_size)
 
 
-def model_shape(name: str, lora: Any = None) -> ModelShape:
+def model_shape(name: str, lora: Any = None, offline: bool = False) -> ModelShape:
     """Return the ModelShape of model `name` (hub id, folder or embedded model) with LoRA adapters `lora` (a
-    LoraSection, or None), read from its config without loading weights."""
+    LoraSection, or None), read from its config (`model_config`; `offline`: never the network) without weights."""
     rank, targets = (lora.r, tuple(lora.target_modules)) if lora is not None else (0, ())
-    return _model_shape(resolve_model_path(name), rank, targets)
+    return _model_shape(name, rank, targets, offline)
 
 
-@functools.lru_cache(maxsize=8)
-def optimizer_state_bytes(dtype: torch.dtype, bf16_optimizer: str) -> int:
+# KahanAdamW's compensation buffer (cooprl.update.optim): float32 for 1-D parameters (norm gains, biases, where a bf16
+# buffer saturates: gpu-review-3 finding 1), the weights' dtype for the others. The one place to change if it moves.
+KAHAN_BUFFER_FLOAT32_1D = True
+
+
+def kahan_buffer_bytes(dtype: torch.dtype, vector: bool) -> int:
+    """Return the bytes per weight of KahanAdamW's compensation buffer for a parameter of `dtype` (`vector`: 1-D)."""
+    return 4 if vector and KAHAN_BUFFER_FLOAT32_1D else _size(dtype)
+
+
+def optimizer_state_bytes(dtype: torch.dtype, bf16_optimizer: str, vector: bool = False) -> int:
     """Return the bytes of optimizer state per trained parameter of `dtype` that `build_adamw` keeps (with
-    `bf16_optimizer`), measured: one step on a small matrix, its per-element states added up (a matrix's: KahanAdamW
-    keeps 2 bytes more for 1-D tensors, a few hundred thousand weights of a 3B model)."""
-    weight = torch.nn.Parameter(torch.zeros(8, 8, dtype=dtype))
-    optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=bf16_optimizer)
-    weight.grad = torch.ones_like(weight)
-    optimizer.step()
-    states = optimizer.state[weight].values()
-    return sum(t.element_size() for t in states if torch.is_tensor(t) and t.numel() == weight.numel())
+    `bf16_optimizer`; `vector`: a 1-D parameter): KahanAdamW's first moment in the weights' dtype, its second moment in
+    float32 and its compensation buffer (`kahan_buffer_bytes`); torch's AdamW two moments in the weights' dtype."""
+    if dtype == torch.bfloat16 and bf16_optimizer == "kahan":
+        return _size(dtype) + 4 + kahan_buffer_bytes(dtype, vector)
+    return 2 * _size(dtype)
 
 
 def gpu_name(device: str) -> str:
@@ -110,13 +161,32 @@ def _size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def trained_model_bytes(shape: ModelShape, dtype: torch.dtype, lora: bool, bf16_optimizer: str) -> int:
-    """Return the bytes a trained model holds: weights, gradients and optimizer states (full fine-tuning), or frozen
-    weights plus float32 LoRA adapters with their gradients and AdamW states."""
+def weight_bytes(shape: ModelShape, dtype: torch.dtype) -> int:
+    """Return the bytes of a model's weights in `dtype`."""
+    return shape.parameters * _size(dtype)
+
+
+def trained_bytes(shape: ModelShape, dtype: torch.dtype, lora: bool) -> int:
+    """Return the bytes of what a model trains: its weights (full fine-tuning) or its float32 LoRA adapters (the
+    size of its gradients, too)."""
+    return shape.lora_parameters * _size(LORA_DTYPE) if lora else weight_bytes(shape, dtype)
+
+
+def optimizer_bytes(shape: ModelShape, dtype: torch.dtype, lora: bool, bf16_optimizer: str) -> int:
+    """Return the bytes of optimizer state a trained model keeps (`optimizer_state_bytes` per trained parameter;
+    with LoRA, its float32 adapters' AdamW moments plus the adapters themselves)."""
     if lora:
-        adapter = _size(LORA_DTYPE) * 2 + optimizer_state_bytes(LORA_DTYPE, bf16_optimizer)
-        return shape.parameters * _size(dtype) + shape.lora_parameters * adapter
-    return shape.parameters * (2 * _size(dtype) + optimizer_state_bytes(dtype, bf16_optimizer))
+        return shape.lora_parameters * (_size(LORA_DTYPE) + optimizer_state_bytes(LORA_DTYPE, bf16_optimizer))
+    matrices = shape.parameters - shape.vector_parameters
+    return (matrices * optimizer_state_bytes(dtype, bf16_optimizer)
+            + shape.vector_parameters * optimizer_state_bytes(dtype, bf16_optimizer, vector=True))
+
+
+def trained_model_bytes(shape: ModelShape, dtype: torch.dtype, lora: bool, bf16_optimizer: str) -> int:
+    """Return the bytes a trained model holds during its update: weights, gradients and optimizer states (full
+    fine-tuning), or frozen weights plus float32 LoRA adapters with their gradients and AdamW states."""
+    return (weight_bytes(shape, dtype) + trained_bytes(shape, dtype, lora)
+            + optimizer_bytes(shape, dtype, lora, bf16_optimizer))
 
 
 def engine_max_len(model_cfg: Any, max_new_tokens: int) -> int:
@@ -169,102 +239,13 @@ def engine_kv_cache_bytes(model_cfg: Any, section: TrainerSection | None, max_ne
 
 
 def gpu_total_bytes(device: str) -> int:
-    """Return the memory of CUDA device `device` ('cuda:N') in bytes."""
-    return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    """Return the memory of CUDA device `device` ('cuda:N') in bytes; ModelError, naming it, for a CUDA device this
+    machine does not have (as loading a model there would say)."""
+    return torch.cuda.get_device_properties(pick_device(device)).total_memory
 
 
-@dataclass
-class DeviceAccount:
-    """The counted bytes on one GPU, by what holds them (for the error's figures)."""
-
-    items: list[tuple[str, int]]
-
-    def total(self) -> int:
-        """Return the bytes of every item."""
-        return sum(size for _, size in self.items)
-
-    def describe(self) -> str:
-        """Return the items as 'what X.X GiB' joined by ' + '."""
-        return " + ".join(f"{what} {size / GIB:.1f} GiB" for what, size in self.items)
-
-
-def memory_accounts(config: Any, trainer: str | None, section: TrainerSection | None, max_new_tokens: int, agent_devices: Sequence[str],
-                    engine_devices: Sequence[Sequence[str]], critic_devices: Sequence[str] = ()
-                    ) -> dict[str, DeviceAccount]:
-    """Return, per CUDA device, what a run holds there: each agent on `agent_devices[i]` (trained by `trainer`'s
-    `section`, or weights only, as in evaluation, when `trainer` is None), its engine on `engine_devices[i]` (one
-    device, or T shards), its frozen reference, and the separate critics on `critic_devices`."""
-    if not any(map(on_gpu, [*agent_devices, *(d for shards in engine_devices for d in shards), *critic_devices])):
-        return {}   # CPU runs: nothing to count
-    model_cfg = config.agent_model
-    names = list(config.agents) if config.agents is not None else [model_cfg.name] * len(agent_devices)
-    accounts: dict[str, DeviceAccount] = {}
-
-    def add(device: str, what: str, size: int) -> None:
-        if on_gpu(device):
-            accounts.setdefault(gpu_name(device), DeviceAccount([])).items.append((what, size))
-
-    for i, (name, device) in enumerate(zip(names, agent_devices)):
-        dtype = pick_dtype(model_cfg.torch_dtype, torch.device(gpu_name(device)))
-        shape = model_shape(name, model_cfg.lora)
-        weights = shape.parameters * _size(dtype)
-        if trainer is None:
-            add(device, f"agent {i} weights", weights)
-        else:
-            add(device, f"agent {i} (weights, gradients, optimizer)",
-                trained_model_bytes(shape, dtype, model_cfg.lora is not None, model_cfg.bf16_optimizer))
-            reference_model = isinstance(section, MADPOSection) and section.reference_model
-            if model_cfg.lora is None and (section.reference_kl_coef > 0 or reference_model):
-                add(device, f"agent {i} reference", weights)
-        kv = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, shape.kv_elements_per_token, dtype)
-        shards = engine_devices[i]
-        for shard in filter(on_gpu, shards):
-            if kv is None:
-                reserved = int(model_cfg.vllm_gpu_memory_utilization * gpu_total_bytes(shard))
-                add(shard, f"engine {i} (vllm_gpu_memory_utilization {model_cfg.vllm_gpu_memory_utilization})",
-                    reserved)
-            else:
-                add(shard, f"engine {i} (weights + KV cache {kv / GIB:.2f} GiB)", weights // len(shards) + kv)
-    for c, device in enumerate(critic_devices):
-        name = (config.critics[c] if config.critics is not None else config.critic_model.name) or names[c]
-        dtype = pick_dtype(config.critic_model.torch_dtype, torch.device(gpu_name(device)))
-        add(device, f"critic {c} (weights, gradients, optimizer)",
-            trained_model_bytes(model_shape(name, config.critic_model.lora), dtype, config.critic_model.lora is not None,
-                                model_cfg.bf16_optimizer))
-    return accounts
-
-
-def check_accounts(accounts: dict[str, DeviceAccount], trainer: str | None) -> None:
-    """ConfigError, with the figures and the keys to change, when what a GPU would hold exceeds MEMORY_SHARE of it."""
-    for device, account in accounts.items():
-        total, limit = account.total(), MEMORY_SHARE * gpu_total_bytes(device)
-        if total <= limit:
-            continue
-        fixes = ("agent_model.vllm_kv_cache_bytes (the KV cache per engine in bytes; 0 sizes it by "
-                 "agent_model.vllm_gpu_memory_utilization instead, which to lower then)")
-        if trainer is not None:
-            fixes += (", agent_model.lora (train adapters only), agent_model.bf16_optimizer=pure, or more GPUs "
-                      f"({trainer}.parallel_training mp with one GPU per agent, or fsdp without vLLM)")
-        raise ConfigError(f"GPU memory: {device} would hold {total / GIB:.1f} GiB before any activation, more than "
-                          f"{MEMORY_SHARE:.0%} of its {gpu_total_bytes(device) / GIB:.1f} GiB: {account.describe()}; "
-                          f"change {fixes}")
-
-
-def check_vllm_memory(config: Any, agent_devices: Sequence[str], run: Any = None,
-                      max_new_tokens: int | None = None) -> None:
-    """ConfigError when the models and vLLM engines of a run (`run`, a cooprl.config.Run; None: an evaluation's agents,
-    untrained) on `agent_devices` would not fit their GPUs (`memory_accounts`, `check_accounts`); called before any
-    model loads."""
-    section = run.section if run is not None else None
-    if max_new_tokens is None:
-        max_new_tokens = section.max_new_tokens
-    shards = config.agent_model.vllm_tensor_parallel_size
-    engines = [vllm_platform.engine_devices(device, shards) for device in agent_devices]
-    critics: list[str] = []
-    if isinstance(section, ActorCriticSection) and section.use_separate_critic:   # one per agent, MAAC's one
-        count = 1 if run.trainer == "maac" else len(agent_devices)
-        critics = Parallel.devices(model_devices(section.critic_devices, "critic_devices", count,
-                                                 config.agent_model.device))
-    trainer = run.trainer if run is not None else None
-    accounts = memory_accounts(config, trainer, section, max_new_tokens, agent_devices, engines, critics)
-    check_accounts(accounts, trainer)
+def engine_memory_utilization(weights: int, kv_cache: int, total: int) -> float:
+    """Return the gpu_memory_utilization to give an engine whose KV cache is `kv_cache` bytes, with `weights` bytes
+    of weights, on a GPU of `total` bytes: what it takes (weights + KV cache + the plan's engine overhead) as a share
+    of the GPU, which vLLM requires free at the engine's start (within vLLM's bounds 0.01 to 0.95)."""
+    return min(0.95, max(0.01, round((weights + kv_cache + ENGINE_OVERHEAD_BYTES) / total + 0.005, 2)))

@@ -50,7 +50,7 @@ from cooprl.models.value_model import ValueModel
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout, tree_metrics
 from cooprl.samples import CriticSample, Step
-from cooprl.task import Task
+from cooprl.task import Task, all_first_prompts
 from cooprl.text import plain_text
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
@@ -409,7 +409,8 @@ def _build(run: Run[ActorCriticSection], task: Task, centralized: bool, parallel
     if centralized and not section.use_separate_critic:
         raise ConfigError(f"{trainer}.use_separate_critic=false: the centralized critic is a model of its own; "
                           "set it true")
-    team = build_team(run, task.num_agents, task.stop_strings, parallel)  # the task says how many policies play
+    # the task says how many policies play
+    team = build_team(run, task.num_agents, task.stop_strings, parallel, lambda: all_first_prompts(task))
     if not section.use_separate_critic:
         return ActorCritic(run, task, team, [head_on_actor(section, agent) for agent in team], centralized, parallel)
     names = critic_model_names(config, team, 1 if centralized else len(team))

@@ -43,7 +43,7 @@ from cooprl.preferences.pairs import (IterationPlan, PairStore, PreferencePair, 
                                 plan_chunks,
                                 open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
 from cooprl.rollout.tree import tree_metrics
-from cooprl.task import Task
+from cooprl.task import Task, all_first_prompts
 from cooprl.text import plain_text, safe_print
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
@@ -329,7 +329,7 @@ def build_madpo(run: Run[MADPOSection], task: Task, parallel: Parallel | None = 
         # a preference pair ranks two joint answers by one reward: agents rewarded apart would rank them differently
         raise ConfigError(f"{trainer}: MADPO ranks joint answers by the team's one reward, and this task gives each "
                           f"agent its own (a general-sum team); use the task's shared reward, or MAGRPO/IAC")
-    team = build_team(run, task.num_agents, task.stop_strings, parallel)
+    team = build_team(run, task.num_agents, task.stop_strings, parallel, lambda: all_first_prompts(task))
     comparator = None
     if isinstance(section, IterativeFields):   # MADPO_ITER: the comparator_* keys
         comparator = build_comparator(run, task, team)

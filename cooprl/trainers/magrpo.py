@@ -34,7 +34,7 @@ from cooprl.parallel.context import Parallel
 from cooprl.rollout.evaluation import evaluation_settings
 from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns, tree_metrics
 from cooprl.samples import NodeGroup
-from cooprl.task import Task
+from cooprl.task import Task, all_first_prompts
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
 from cooprl.update.engine import train_step
@@ -229,5 +229,5 @@ def build_magrpo(run: Run[MAGRPOSection], task: Task, parallel: Parallel | None 
         raise ConfigError(f"{trainer}.num_generations={section.num_generations}: MAGRPO's advantages are relative to "
                           f"the group of a node's samples; with one sample every advantage is 0 and nothing trains "
                           f"(advantage_mode {section.advantage_mode}): set it to 2 or more")
-    team = build_team(run, task.num_agents, task.stop_strings, parallel)
+    team = build_team(run, task.num_agents, task.stop_strings, parallel, lambda: all_first_prompts(task))
     return MAGRPO(run, task, team, parallel)

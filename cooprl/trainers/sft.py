@@ -38,7 +38,7 @@ from cooprl.config import ConfigError, Run, SFTSection
 from cooprl.errors import UserError
 from cooprl.models.logprobs import completion_logprobs
 from cooprl.parallel.context import Parallel
-from cooprl.task import Task
+from cooprl.task import Task, all_first_prompts
 from cooprl.text import plain_text
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
@@ -278,7 +278,7 @@ def build_sft(run: Run[SFTSection], task: Task, parallel: Parallel | None = None
         raise ConfigError(f"{trainer}.parallel_training: {section.parallel_training}: supervised fine-tuning runs in "
                           f"one process, the agents one after the other; set it to none")
     demonstrations = load_demonstrations(section.demonstrations, task)   # before any model is loaded
-    team = build_team(run, task.num_agents, task.stop_strings, parallel)
+    team = build_team(run, task.num_agents, task.stop_strings, parallel, lambda: all_first_prompts(task))
     tokenized = [tokenize(d, team) for d in demonstrations]
     note_long_demonstrations(tokenized, section.max_new_tokens, trainer)
     task.train_items = demonstration_batches(tokenized, section.batch_size, config.seed)

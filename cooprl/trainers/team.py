@@ -26,7 +26,7 @@ from cooprl.config import Config, ConfigError, MADPOSection, Run, TrainerSection
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
 from cooprl.parallel.context import Parallel
-from cooprl.rollout import vllm_memory, vllm_platform
+from cooprl.rollout import memory_plan, vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
 from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, watch_optimizer
 from cooprl.update.optim import build_adamw
@@ -68,9 +68,10 @@ def agent_devices(config: Config, section: TrainerSection, num_agents: int) -> l
 
 
 def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]] = (),
-               parallel: Parallel | None = None) -> list[Agent]:
+               parallel: Parallel | None = None, prompts: Callable[[], Sequence[str]] | None = None) -> list[Agent]:
     """Return one Agent per role of `run` with its model (agent_model), sampler settings and AdamW optimizer (the
-    run's section); under fsdp (`parallel`, None: the run's section's) each process keeps a shard of every agent."""
+    run's section); under fsdp (`parallel`, None: the run's section's) each process keeps a shard of every agent.
+    `prompts()`: the task's first prompts, which bound a single-turn GPU run's in the memory plan."""
     config, section = run.config, run.section
     model_cfg = config.agent_model
     params = SamplingParams(
@@ -81,7 +82,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
         vllm_platform.check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
-        vllm_memory.check_vllm_memory(config, devices, run)    # the models' states and the engines, per GPU
+    # either backend: states, engines and the update's peak, per GPU
+    memory_plan.check_memory(config, devices, run, prompts=prompts)
     parallel = parallel or Parallel.of(section)
     # agent_model.init_from: each agent starts from its own saved weights or adapters of a finished run
     # (a resumed run whose init_from folder was deleted: its checkpoint holds every weight, see lost_init)

@@ -390,14 +390,74 @@ def test_memory_estimate_counts():
         trained = [p for p in peft_model.parameters() if p.requires_grad]
         assert f"{sum(p.numel() for p in trained) / 1e6:.1f}M" == millions and f"2 x {millions}" in SCALING
         assert {p.dtype for p in trained} == {torch.float32}
-    weight = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.bfloat16))   # a matrix (1-D tensors: 2 bytes more)
-    weight.grad = torch.ones(2, 2, dtype=torch.bfloat16)
+    from cooprl.rollout.vllm_memory import KAHAN_BUFFER_FLOAT32_1D, optimizer_state_bytes
     from cooprl.update.optim import build_adamw
-    # the bytes per parameter the table counts: 2 (weight) + 2 (gradient) + the optimizer's states
-    for mode, slots, per_parameter in (("pure", ("exp_avg", "exp_avg_sq"), 8),
-                                       ("kahan", ("exp_avg", "exp_avg_sq", "kahan_comp"), 12)):
-        optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=mode)
-        optimizer.step()
-        state = {k: v for k, v in optimizer.state[weight].items() if isinstance(v, torch.Tensor) and v.numel() == 4}
-        assert sorted(state) == sorted(slots)
-        assert 2 + 2 + sum(v.element_size() for v in state.values()) == per_parameter
+    # the bytes per parameter the table counts: 2 (weight) + 2 (gradient) + the optimizer's states of a matrix (the
+    # bulk of the weights); a 1-D parameter's Kahan buffer may be float32 (KAHAN_BUFFER_FLOAT32_1D), which the plan
+    # counts, so the plan holds at least what build_adamw keeps whichever dtype the optimizer gives that buffer
+    for shape in ((2, 3), (6,)):
+        weight = torch.nn.Parameter(torch.zeros(shape, dtype=torch.bfloat16))
+        weight.grad = torch.ones(shape, dtype=torch.bfloat16)
+        vector = len(shape) == 1
+        for mode, slots, per_parameter in (("pure", ("exp_avg", "exp_avg_sq"), 8),
+                                           ("kahan", ("exp_avg", "exp_avg_sq", "kahan_comp"), 12)):
+            optimizer = build_adamw([weight], lr=1e-3, bf16_optimizer=mode)
+            optimizer.step()
+            state = {k: v for k, v in optimizer.state[weight].items() if isinstance(v, torch.Tensor) and v.numel() == 6}
+            assert sorted(state) == sorted(slots)
+            kept = sum(v.element_size() for v in state.values())
+            planned = optimizer_state_bytes(torch.bfloat16, mode, vector)
+            if not vector:
+                assert 2 + 2 + kept == per_parameter and planned == kept
+            else:
+                assert planned == per_parameter - 4 + 2 * (mode == "kahan" and KAHAN_BUFFER_FLOAT32_1D)
+                assert planned >= kept and state.get("kahan_comp", state["exp_avg"]).dtype in (torch.bfloat16,
+                                                                                               torch.float32)
+
+
+# ------------------------------------------------------------------------------------ the memory plan
+def _plan(config: str, overrides: list[str], gib: float, processes: int) -> tuple[float, str]:
+    """Return (GiB, verdict) of the fullest GPU in `--memory-plan gib`'s plan of train_magrpo.py's command."""
+    import contextlib
+    import io
+
+    from cooprl.rollout.memory_plan import print_memory_plan
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        try:
+            print_memory_plan(Run.of(load_config(ROOT / config, overrides), "magrpo"), gib, processes)
+        except ConfigError:
+            pass
+    gpus = re.findall(r"cuda:\d+: ([\d.]+) GiB, (fits|tight|may not fit|too big)", printed.getvalue())
+    size, verdict = max(gpus, key=lambda gpu: float(gpu[0]))
+    return float(size), verdict
+
+
+def test_the_memory_plan_table_is_what_memory_plan_prints():
+    rows = [r for r in table_rows(SCALING, "memory-plan") if r[0] != "overrides"]
+    assert len(rows) >= 12
+    marks = {"fits": "✓", "tight": "~", "may not fit": "?", "too big": "✗"}
+    for label, gpus, *cells in rows:
+        overrides = label.strip("`").split() if label.startswith("`") else []
+        processes = int(gpus) if any("ddp" in o or "fsdp" in o for o in overrides) else 1
+        for gib, cell in zip((24, 48, 80, 141), cells, strict=True):
+            size, verdict = _plan("configs/magrpo_he_config.yaml", overrides, gib, processes)
+            assert cell == f"{size:.1f} {marks[verdict]}", (label, gib)
+
+
+def test_the_gpu_commands_of_the_scaling_docs_fit_an_80_gb_gpu_by_the_plan():
+    commands = []
+    for text in (SCALING, section_of(README, "## Scaling out")):
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+            commands += [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()
+                         if "train_magrpo.py" in line]
+    assert len(commands) >= 12
+    for argv in commands:
+        start = next(i for i, a in enumerate(argv) if a == "train_magrpo.py")
+        launcher = dict(zip(argv[:start], argv[1:start + 1], strict=True))
+        processes = int(launcher.get("--nproc_per_node", "1"))
+        args = parse_args("magrpo", "configs/magrpo_che_config.yaml", argv[start + 1:])
+        if args.memory_plan is not None:   # a question, not a run (the first refuses: the table says why)
+            continue
+        size, verdict = _plan(args.config, args.override, 79.6, processes)   # an H100 80 GB as torch reports it
+        assert verdict == "fits", (argv, size)
