@@ -50,8 +50,7 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   land in `Completion.sampler_logprobs`, for the trainers' truncated importance weights (cooprl.update.policy_gradient).
 
 vLLM is imported only when this backend is chosen. tests/cooprl/rollout/test_vllm_generation.py runs against a fake `vllm`
-module; tests/cooprl/vllm_real/ (`make test-vllm`, docs/vllm.md) against vLLM's CPU build 0.32 on a tiny Llama:
-log-probs equal to HF's, texts equal to HF's, training and evaluation runs. No GPU has run this backend yet.
+module; tests/cooprl/vllm_real/ (`make test-vllm`, docs/vllm.md) against vLLM's CPU build 0.32. No GPU has run it yet.
 """
 
 from __future__ import annotations
@@ -71,12 +70,12 @@ import torch
 from cooprl.config import ConfigError, TrainerSection, check_vllm_temperature, vllm_lora_slot
 from cooprl.models.loading import save_pretrained_on_this_rank
 from cooprl.parallel.order import Ranks
-from cooprl.rollout import vllm_memory   # gpu_total_bytes read off the module (tests set it)
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
 from cooprl.rollout.vllm_engines import end_engine_groups, kept_random_state, prepare_engine_build
 from cooprl.rollout.vllm_guard import WeightGuard, sample_probes, weight_guard
-from cooprl.rollout.vllm_memory import engine_batch_limits, engine_kv_cache_bytes, kv_elements_per_token
+from cooprl.rollout.vllm_memory import (engine_batch_limits, engine_kv_cache_bytes, engine_utilization,
+                                        kv_elements_per_token)
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
 
 log = logging.getLogger(__name__)
@@ -580,16 +579,9 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
                                            next(model.parameters()).dtype)
     max_model_len = max(model_cfg.max_length, max_prompt_tokens + max_new_tokens)
     max_num_seqs, max_num_batched_tokens = engine_batch_limits(model_cfg, section, max_model_len)
-    utilization = model_cfg.vllm_gpu_memory_utilization
-    if kv_cache_bytes is not None and vllm_memory.on_gpu(str(device)):
-        # vLLM requires utilization x the GPU free at the engine's start even when the KV cache is given in bytes:
-        # ask for what this engine takes, not the key's default share (gpu-review-3, finding 8)
-        weights = sum(p.numel() * p.element_size() for p in model.parameters()) // model_cfg.vllm_tensor_parallel_size
-        total = vllm_memory.gpu_total_bytes(vllm_memory.gpu_name(str(device)))
-        utilization = vllm_memory.engine_memory_utilization(weights, kv_cache_bytes, total)
     return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
-                         max_model_len=max_model_len, chat_template=model_cfg.chat_template,
-                         gpu_memory_utilization=utilization, seed=seed,
+                         max_model_len=max_model_len, chat_template=model_cfg.chat_template, seed=seed,
+                         gpu_memory_utilization=engine_utilization(model_cfg, model, kv_cache_bytes, str(device)),
                          weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
                          tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

@@ -244,6 +244,16 @@ def gpu_total_bytes(device: str) -> int:
     return torch.cuda.get_device_properties(pick_device(device)).total_memory
 
 
+def engine_utilization(model_cfg: Any, model: Any, kv_cache_bytes: int | None, device: str) -> float:
+    """Return the gpu_memory_utilization an engine of `model` on `device` asks vLLM for: the key's share, or, for a KV
+    cache given in bytes on a GPU, what the engine takes (vLLM requires utilization x the GPU free at the engine's
+    start even then: the key's default share could fail where the plan fits; gpu-review-3, finding 8)."""
+    if kv_cache_bytes is None or not on_gpu(device):
+        return model_cfg.vllm_gpu_memory_utilization
+    weights = sum(p.numel() * p.element_size() for p in model.parameters()) // model_cfg.vllm_tensor_parallel_size
+    return engine_memory_utilization(weights, kv_cache_bytes, gpu_total_bytes(gpu_name(device)))
+
+
 def engine_memory_utilization(weights: int, kv_cache: int, total: int) -> float:
     """Return the gpu_memory_utilization to give an engine whose KV cache is `kv_cache` bytes, with `weights` bytes
     of weights, on a GPU of `total` bytes: what it takes (weights + KV cache + the plan's engine overhead) as a share
