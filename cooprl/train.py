@@ -25,7 +25,8 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     folder, save the final models when asked; return the run summary.
 
     Started by torchrun or accelerate with several processes, it joins their process group first
-    (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the final models."""
+    (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the
+    final models."""
     config = run.config
     parallel = join_processes(run)   # the run's one parallel context, handed to the trainer (and by it to the loop)
     seed_everything(config.seed)

@@ -128,10 +128,12 @@ class ACSection(ActorCriticSection):
 class PreferenceFields:
     preference_num_candidates: int = option(20, "joint candidates sampled per problem", min=2)
     pair_selection: str = option("reward_gap", "how pairs are picked: reward_gap, random, all (among all candidates); "
-                                 "comparator_reward: the policy's candidate i against the comparator's candidate i (without a "
+                                 "comparator_reward: the policy's candidate i against the comparator's candidate i "
+                                 "(without a "
                                  "comparator the policy writes both sets), best comparator reward first",
                                  choices=("reward_gap", "random", "all", "comparator_reward"))
-    preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)", min=1,
+    preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)",
+                                                        min=1,
                                                         aliases=("preference_pairs_per_item",))
     min_reward_gap: float = option(0.0, "pairs need winner reward - loser reward > this", min=0.0)
     use_environment_step: bool = option(True, "env_step (W&B's x axis) advances "
@@ -253,7 +255,8 @@ class MARLHFSection(PreferenceFields, MAGRPOSection):
                                                 "one device")
     reward_model_learning_rate: float = option(1e-5, "reward model learning rate", min=0.0,
                                                aliases=("reward_learning_rate",))
-    reward_model_epochs: int = option(1, "epochs over the preference pairs", min=1, aliases=("reward_num_train_epochs",))
+    reward_model_epochs: int = option(1, "epochs over the preference pairs", min=1, aliases=("reward_num_train_epochs",
+                                                                                             ))
     reward_train_batch_size: Optional[int] = option(None, "pairs per reward-model optimizer step (null = "
                                                     "cooprl.preferences.reward_model's default batch)", min=1)
     reward_freeze_backbone: bool = option(False, "train only the reward model's linear head, the backbone frozen")

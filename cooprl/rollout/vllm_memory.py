@@ -7,7 +7,8 @@ its activation peak and exactly that KV cache. The trainer's states arrive at th
 not fit builds and compiles its engines and then dies there. So the check counts, per GPU:
 
 - each trained model (agents, separate critics): weights, gradients and the optimizer's states, in bytes per
-  parameter of what `cooprl.update.optim.build_adamw` really keeps (measured on a small tensor, `optimizer_state_bytes`);
+  parameter of what `cooprl.update.optim.build_adamw` really keeps (measured on a small tensor,
+  `optimizer_state_bytes`);
   with LoRA, the frozen weights plus float32 adapters (peft upcasts them), their gradients and AdamW states;
 - each frozen full copy (a reference model for `reference_kl_coef` > 0 or madpo's `reference_model` without LoRA);
 - each engine: `vllm_kv_cache_bytes` (vLLM's `kv_cache_memory_bytes`; null: `default_kv_cache_bytes`, sized from the
@@ -170,7 +171,8 @@ class DeviceAccount:
         return " + ".join(f"{what} {size / GIB:.1f} GiB" for what, size in self.items)
 
 
-def memory_accounts(config: Any, trainer: str | None, section: TrainerSection | None, max_new_tokens: int, agent_devices: Sequence[str],
+def memory_accounts(config: Any, trainer: str | None, section: TrainerSection | None, max_new_tokens: int,
+                    agent_devices: Sequence[str],
                     engine_devices: Sequence[Sequence[str]], critic_devices: Sequence[str] = ()
                     ) -> dict[str, DeviceAccount]:
     """Return, per CUDA device, what a run holds there: each agent on `agent_devices[i]` (trained by `trainer`'s
@@ -211,7 +213,8 @@ def memory_accounts(config: Any, trainer: str | None, section: TrainerSection | 
         name = (config.critics[c] if config.critics is not None else config.critic_model.name) or names[c]
         dtype = pick_dtype(config.critic_model.torch_dtype, torch.device(gpu_name(device)))
         add(device, f"critic {c} (weights, gradients, optimizer)",
-            trained_model_bytes(model_shape(name, config.critic_model.lora), dtype, config.critic_model.lora is not None,
+            trained_model_bytes(model_shape(name, config.critic_model.lora), dtype,
+                                config.critic_model.lora is not None,
                                 model_cfg.bf16_optimizer))
     return accounts
 

@@ -1,10 +1,9 @@
 """The algorithms' math: losses and advantages as pure functions of tensors and numbers.
 
-Nothing here runs a model, knows about ranks or takes an optimizer step: the update engine (cooprl.update.engine) calls a
-loss function built from these, and the trainers compute advantages with them. Every loss that an optimizer step
-averages over samples comes as a per-sample (or per-sequence) tensor or a weighted sum, so the engine can divide
-by the count of every process (cooprl.update.engine).
-"""
+Nothing here runs a model, knows about ranks or takes an optimizer step: the update engine (cooprl.update.engine)
+calls a loss function built from these, and the trainers compute advantages with them. Every loss that an optimizer
+step averages over samples comes as a per-sample (or per-sequence) tensor or a weighted sum, so the engine can divide
+by the count of every process (cooprl.update.engine). """
 
 from __future__ import annotations
 

@@ -29,9 +29,9 @@ class KahanAdamW(optimi.AdamW):
     `v <- beta2_hat * v + (1 - beta2_hat) * g^2`, and beta2_hat climbs towards 0.999; once 1 - beta2_hat is below half
     a bf16 ulp (2^-9 to 2^-8 of `v`: after about 300 to 700 steps) the bf16 product `beta2_hat * v` rounds back to `v`,
     so `v` stops decaying and only ratchets up: after 2,000 steps whose gradient scale drops 10x at step 700, 7x the
-    float32 value (tests/cooprl/update/test_bf16_updates.py), and every later step is ~2.6x smaller than AdamW's. The first
-    moment (a lerp by 0.1) and the compensation buffer stay bf16: 8 bytes of state per weight (2 + 4 + 2), 4 more
-    than `pure`'s bf16 moments, against 12 for a float32 master copy and its moments.
+    float32 value (tests/cooprl/update/test_bf16_updates.py), and every later step is ~2.6x smaller than AdamW's. The
+    first moment (a lerp by 0.1) and the compensation buffer stay bf16: 8 bytes of state per weight (2 + 4 + 2), 4
+    more than `pure`'s bf16 moments, against 12 for a float32 master copy and its moments.
 
     What runs: optimi's loop of torch ops over the tensors, one at a time (`foreach=False, triton=False`). Its
     foreach path groups the tensors by the parameter's dtype, and its Triton kernel stores `v` in it; neither

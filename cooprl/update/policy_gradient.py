@@ -1,6 +1,6 @@
 """The policy-gradient loss shared by the trainers: loss = -sum_t log pi(token_t) * advantage.
 
-`policy_gradient_term` hands the update engine (cooprl.update.engine.train_step) the loss as a `Term`, as MADPO's,
+`policy_gradient_term` hands the update engine (cooprl.update.engine.optimizer_step) the loss as a `Term`, as MADPO's,
 SFT's, the critics' and the reward model's are: the trainer calls the engine with it (and a value loss of the same
 step, for an actor with a value head) and reads the step's metrics with `policy_gradient_metrics`. Samples are
 scored in batches of at most `batch_size` (one forward each, `completion_logprobs`) and the loss is averaged over
@@ -16,7 +16,7 @@ per sequence. It acts in one of two forms (`reference_kl_form`):
 - `reward` (the default; MADPO's only form is `loss`): `sampled_kls` scores each sampled completion once, without
   gradient, and the trainer subtracts coef x that KL from the sample's reward or return before its advantage is
   computed (`kl_penalized`); the policy loss then has no KL term;
-- `loss`: `policy_gradient_term(kl_coef=...)` adds coef x the k3 KL to the loss, with gradient (MADPO adds it to
+- `loss`: `policy_gradient_term(kl=LossKL(...))` adds coef x the k3 KL to the loss, with gradient (MADPO adds it to
   its DPO loss the same way: a DPO step has no reward to penalize).
 """
 
@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
+from cooprl.metrics import MAX, STEPS, SUM, Metrics
 from cooprl.models.logprobs import completion_logprobs, group_by_prompt
-from cooprl.parallel.context import Parallel, Sync
+from cooprl.parallel.context import Parallel
 from cooprl.samples import TrainSample
 from cooprl.update import losses
-from cooprl.update.engine import StepResult, Term, train_step
+from cooprl.update.engine import StepResult, Term
 
 log = logging.getLogger(__name__)
 
@@ -137,15 +139,21 @@ def _padding_sample(pad_id: int) -> TrainSample:
     return TrainSample(token, token, 0.0)
 
 
+@dataclass(frozen=True)
+class LossKL:
+    """The reference-KL term of a policy loss (`reference_kl_form: loss`): coef x the k3 KL to `reference`."""
+
+    reference: Any
+    coef: float
+
+
 def policy_gradient_term(model: Any, samples: Sequence[TrainSample], pad_id: int, *, batch_size: int | None = None,
-                         kl_coef: float = 0.0, reference: Any = None) -> Term:
-    """Return the policy loss of `samples` as a Term of the update engine (cooprl.update.engine.train_step, with
-    `weight` = len(samples)): a sample's loss is -sum_t w_t log pi(token_t) x its advantage, w_t its
-    `importance_weights` (1 without them), plus `kl_coef` x its k3 KL to `reference` when both are set (the loss form
-    of `reference_kl_form`; its metric `kl`). Forward batches of at most `batch_size` samples (None: all), siblings
-    together; zero-advantage samples are not run without a KL term (their gradient is zero). Its padding batch is a
-    one-token sample, for a sharded step."""
-    kl_on = kl_coef > 0 and reference is not None
+                         kl: LossKL | None = None) -> Term:
+    """Return the policy loss of `samples` as a Term of the update engine (`weight` = len(samples)): a sample's loss is
+    -sum_t w_t log pi(token_t) x its advantage, w_t its `importance_weights` (1 without them), plus `kl`'s coef x its
+    k3 KL to the reference (metric `kl`). Forward batches of at most `batch_size` samples (None: all), siblings
+    together; zero-advantage samples are not run without a KL term (their gradient is zero)."""
+    kl_on = kl is not None and kl.coef > 0
     active = [s for s in samples if s.advantage != 0.0 or kl_on]
     total = len(samples)
     weighted = any(s.importance_weights is not None for s in samples)
@@ -159,45 +167,35 @@ def policy_gradient_term(model: Any, samples: Sequence[TrainSample], pad_id: int
         value = losses.policy_gradient_loss(token_logps, adv, token_weights) / max(denominator, 1)
         if not kl_on:
             return value, {}
-        kl = k3_kl(token_logps, mask, reference, prompts, completions, pad_id)
-        return value + kl_coef * kl.sum() / max(denominator, 1), {"kl": kl.sum().item() / total}
+        sequence_kl = k3_kl(token_logps, mask, kl.reference, prompts, completions, pad_id)
+        return value + kl.coef * sequence_kl.sum() / max(denominator, 1), {"kl": sequence_kl.sum().item() / total}
 
     return Term(sibling_batches(active, batch_size or max(len(active), 1)), loss, padding=[_padding_sample(pad_id)])
 
 
 def policy_gradient_metrics(samples: Sequence[TrainSample], term: Term, result: StepResult,
-                            kl_coef: float = 0.0) -> dict[str, float]:
+                            kl: LossKL | None = None) -> Metrics:
     """Return the metrics of an optimizer step (`result`) whose policy loss was `term` on `samples`: loss, grad_norm
-    (of the step's first optimizer), skipped_nonfinite, trained_samples; kl with a KL term (`kl_coef` > 0); the other
-    terms' losses summed as extra_loss; is_weight_mean and is_weight_max when the samples carry importance weights."""
-    metrics = {"loss": result.losses[term.name], "grad_norm": 0.0, "skipped_nonfinite": 0.0,
-               "trained_samples": float(sum(len(batch) for batch in term.batches))}
-    if kl_coef > 0:   # reported only when it is a term of this loss (the reward form reports the sampled KL instead)
-        metrics["kl"] = 0.0
-    if any(s.importance_weights is not None for s in samples):
-        metrics.update(_weight_metrics(samples))
-    metrics.update(result.metrics)
-    others = [value for name, value in result.losses.items() if name != term.name]
-    if others:
-        metrics["extra_loss"] = sum(others)
-    if result.skipped:
-        metrics["skipped_nonfinite"] = 1.0
-    elif result.grad_norms:
-        metrics["grad_norm"] = result.grad_norms[0]
+    (of the step's first optimizer; 0 when nothing was trained), skipped_nonfinite, trained_samples; kl with a KL
+    term; each other term's loss by its name; is_weight_mean and is_weight_max when the samples carry importance
+    weights."""
+    metrics = Metrics()
+    metrics.add("loss", result.losses[term.name])
+    norm = result.grad_norms[0] if result.grad_norms and not result.skipped else None
+    metrics.add("grad_norm", norm if norm is not None else 0.0)
+    metrics.add("skipped_nonfinite", float(result.skipped), STEPS)
+    metrics.add("trained_samples", sum(len(batch) for batch in term.batches), SUM)
+    if kl is not None and kl.coef > 0:   # only as a term of this loss (the reward form reports the sampled KL)
+        metrics.add("kl", result.metrics.get("kl", 0.0))
+    weights = [s.importance_weights for s in samples if s.importance_weights is not None]
+    tokens = torch.cat(weights) if weights else torch.empty(0)
+    if tokens.numel():
+        metrics.add("is_weight_mean", tokens.mean().item())
+        metrics.add("is_weight_max", tokens.max().item(), MAX)
+    for name, value in result.losses.items():
+        if name != term.name:
+            metrics.add(name, value)
     return metrics
-
-
-def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
-                         *, batch_size: int | None = None, max_grad_norm: float | None = 1.0, kl_coef: float = 0.0,
-                         reference: Any = None, sync: Sync = Sync.NONE) -> dict[str, float]:
-    """Take one optimizer step of `model` on the policy loss of `samples` alone (policy_gradient_term) through the
-    update engine; return its metrics (policy_gradient_metrics). The trainers build the term and call the engine
-    themselves (a step may hold other terms); this is the one-term step for scripts and checks."""
-    kl_coef = kl_coef if reference is not None else 0.0
-    term = policy_gradient_term(model, samples, pad_id, batch_size=batch_size, kl_coef=kl_coef, reference=reference)
-    result = train_step([optimizer], [term], weight=len(samples), max_grad_norm=max_grad_norm, sync=sync,
-                        models=[model])
-    return policy_gradient_metrics(samples, term, result, kl_coef)
 
 
 def _token_weights(batch: Sequence[TrainSample], like: torch.Tensor) -> torch.Tensor:
@@ -208,11 +206,3 @@ def _token_weights(batch: Sequence[TrainSample], like: torch.Tensor) -> torch.Te
         n = len(s.completion_ids)
         weights[row, :n] = 1.0 if s.importance_weights is None else s.importance_weights.to(like)
     return weights
-
-
-def _weight_metrics(samples: Sequence[TrainSample]) -> dict[str, float]:
-    """Return is_weight_mean and is_weight_max over the tokens of the samples that carry importance weights."""
-    tokens = torch.cat([s.importance_weights for s in samples if s.importance_weights is not None])
-    if not tokens.numel():
-        return {}
-    return {"is_weight_mean": tokens.mean().item(), "is_weight_max": tokens.max().item()}

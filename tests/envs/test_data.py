@@ -15,7 +15,8 @@ def test_humaneval_loads_offline_with_slices():
     assert "canonical_solution" in problems[0].extra
     train = load_problems({"name": "openai/openai_humaneval"}, "test[33:163]")
     assert len(train) == 130 and train[0].task_id == "HumanEval/33"
-    assert [p.task_id for p in load_problems({"type": "humaneval"}, "test[:3]")] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert [p.task_id for p in load_problems({"type": "humaneval"}, "test[:3]")] == ["HumanEval/0", "HumanEval/1",
+                                                                                     "HumanEval/2"]
     assert len(load_problems({"type": "humaneval"}, "test[-4:]")) == 4
 
 

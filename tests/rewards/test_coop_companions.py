@@ -59,12 +59,18 @@ COMPANIONS = [
 # What the probes cannot tell apart (docs/rewards.md): a main that checks what aux hands it against its own
 # computation, or against what aux tells it through a list main handed it (a side channel): both still 4.0
 UNTOLD = [
-    ("companion_checked_by_main", "def aux(text):\n    return (text, len(text))\n",
-     "def shout_words(text):\n    r = aux(text)\n    if r[1] != len(text):\n        return None\n    s = r[0]\n" + JOIN),
-    ("companion_compared_with_a_side_channel",
-     "def aux(text, box):\n    r = (text, len(text) % 3)\n    box.append(r)\n    return r\n",
-     "def shout_words(text):\n    box = []\n    r = aux(text, box)\n    if r != box[0]:\n        return None\n"
-     "    s = r[0]\n" + JOIN),
+    (
+        "companion_checked_by_main",
+        "def aux(text):\n    return (text, len(text))\n",
+        "def shout_words(text):\n    r = aux(text)\n    if r[1] != len(text):\n        return None\n    s = r[0]\n"
+        + JOIN,
+    ),
+    (
+        "companion_compared_with_a_side_channel",
+        "def aux(text, box):\n    r = (text, len(text) % 3)\n    box.append(r)\n    return r\n",
+        "def shout_words(text):\n    box = []\n    r = aux(text, box)\n    if r != box[0]:\n        return None\n"
+        "    s = r[0]\n" + JOIN,
+    ),
 ]
 # the rows these shapes have in docs/rewards.md's table, after tests/rewards/test_coop_escapes.py's
 DOC_LABELS = {

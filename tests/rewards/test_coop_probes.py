@@ -29,7 +29,7 @@ def test_a_main_that_knows_how_many_runs_came_before_cannot_find_the_control():
         count = iter(range(1, 100))
         total = len(probe_programs(aux_src))
 
-        def knows_its_place(src):
+        def knows_its_place(src, count=count, total=total):
             return [True] * 4 if next(count) == total else [False] * 4
         paid += verify_cooperation(aux_src, main_src, (), passed, knows_its_place) == ""
     assert paid <= 60 * 0.35, paid

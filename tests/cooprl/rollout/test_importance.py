@@ -1,4 +1,5 @@
-"""Unit tests of cooprl/rollout/importance.py: each sampled token's truncated importance weight against vLLM's sampler."""
+"""Unit tests of cooprl/rollout/importance.py: each sampled token's truncated importance weight against vLLM's
+sampler."""
 
 import math
 

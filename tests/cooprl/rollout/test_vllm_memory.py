@@ -91,7 +91,9 @@ def test_magrpo_he_config_with_engines_at_0_3_is_refused_at_start_with_the_figur
         build_team(Run.of(config, "magrpo"), 2)
     message = str(refused.value)
     assert f"cuda:0 would hold {(trainer + engines) / GIB:.1f} GiB" in message
-    assert f"of its {H200 / GIB:.1f} GiB" in message and "engine 0 (vllm_gpu_memory_utilization 0.3) 42.1 GiB" in message
+    assert (
+        f"of its {H200 / GIB:.1f} GiB" in message and "engine 0 (vllm_gpu_memory_utilization 0.3) 42.1 GiB" in message
+    )
     assert f"agent 0 (weights, gradients, optimizer) {trainer / 2 / GIB:.1f} GiB" in message
     assert "change agent_model.vllm_kv_cache_bytes" in message and "agent_model.lora" in message
 

@@ -1,5 +1,5 @@
-"""The algorithms' math (cooprl.update.losses) on hand-computed numbers: the pieces the engine's loss functions are built
-from. Most are also pinned where their algorithm is tested (test_rollout, test_actor_critic, test_madpo,
+"""The algorithms' math (cooprl.update.losses) on hand-computed numbers: the pieces the engine's loss functions are
+built from. Most are also pinned where their algorithm is tested (test_rollout, test_actor_critic, test_madpo,
 test_reward_model); these cover the ones that are new with the module."""
 
 import math

@@ -1,4 +1,5 @@
-"""Unit tests of cooprl/update/policy_gradient.py: one policy step, whatever the order and the batching of its samples."""
+"""Unit tests of cooprl/update/policy_gradient.py: one policy step, whatever the order and the batching of its
+samples."""
 
 import copy
 
@@ -8,8 +9,8 @@ import torch
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm
 from cooprl.models.logprobs import completion_logprobs
 from cooprl.samples import TrainSample
-from cooprl.update.policy_gradient import policy_gradient_step
-from tests.cooprl.models.test_logprobs import mixed_group, tiny, two_turn_tree
+from tests.scripted import policy_gradient_step
+from tests.cooprl.models.test_logprobs import mixed_group, tiny, two_turn_tree  # noqa: F401 (tiny: a fixture)
 from tests.cooprl.rollout.test_vllm_generation import sampled_completions, tiny_tokenizer
 
 
