@@ -4,7 +4,7 @@ A rule merges a key's values over one process's records (its optimizer steps, it
 processes of a data-parallel run, which take the same optimizer steps:
 - `mean`: a measurement (a loss, a norm, a reward): the mean, then the mean over the processes;
 - `sum`: a count of things each process has its own of (samples, pairs, environment steps): summed, then summed;
-- `max`: an extreme: the largest, then the largest;
+- `max`, `min`: an extreme: the largest (smallest), then the largest (smallest);
 - `steps`: a count every process shares (optimizer steps, skipped steps): summed, then the processes' mean.
 """
 
@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
-MEAN, SUM, MAX, STEPS = "mean", "sum", "max", "steps"
+MEAN, SUM, MAX, MIN, STEPS = "mean", "sum", "max", "min", "steps"
 
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-OVER_RECORDS: dict[str, Callable[[list[float]], float]] = {MEAN: _mean, SUM: sum, MAX: max, STEPS: sum}
-OVER_RANKS: dict[str, Callable[[list[float]], float]] = {MEAN: _mean, SUM: sum, MAX: max, STEPS: _mean}
+OVER_RECORDS: dict[str, Callable[[list[float]], float]] = {MEAN: _mean, SUM: sum, MAX: max, MIN: min, STEPS: sum}
+OVER_RANKS: dict[str, Callable[[list[float]], float]] = {MEAN: _mean, SUM: sum, MAX: max, MIN: min, STEPS: _mean}
 
 
 class Metrics(Mapping):

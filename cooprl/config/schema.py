@@ -68,10 +68,16 @@ class AgentModelSection:
         None, "most tokens a vLLM engine processes in one step (vLLM's max_num_batched_tokens; null = vLLM's default; "
         "TRL uses 4096); less: less activation memory set aside, long prompts prefilled in more steps", min=1)
     vllm_importance_cap: Optional[float] = option(
-        None, "off-policy correction for vLLM's sampler (TRL's vllm_importance_sampling_correction): each completion "
-        "token's policy-gradient term is weighted by min(q_hf / q_vllm, cap), q the token's probability under the "
-        "sampling settings (temperature, top-k, top-p) from the trained model and from vLLM; null = off, 2 = TRL's "
-        "default; needs generation_backend vllm; policy-gradient trainers only (not madpo, madpo_iter)", min=1.0)
+        None, "off-policy correction for vLLM's sampler (TRL's vllm_importance_sampling_correction and _cap): each "
+        "completion token's policy-gradient term is weighted by the ratio q_hf / q_vllm, bounded by cap as "
+        "vllm_importance_mode says, q the token's probability under the sampling settings (temperature, top-k, top-p) "
+        "from the trained model and from vLLM; null = off (TRL's cap: 3); needs generation_backend vllm; "
+        "policy-gradient trainers only (not madpo, madpo_iter)", min=1.0)
+    vllm_importance_mode: str = option(
+        "token_truncate", "TRL's vllm_importance_sampling_mode: token_truncate (each token's ratio, at most cap), "
+        "token_mask (a token whose ratio passes cap weighs 0), sequence_truncate (one ratio per completion, the "
+        "product of its tokens', at most cap, for every token), sequence_mask (a completion whose ratio passes cap "
+        "weighs 0; TRL's default)", choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"))
     logprob_chunk_size: Optional[int] = option(
         None, "the update's log-probs: completion positions whose [positions x vocab] logits exist at once (the LM "
         "head, log-softmax and its backward run chunk by chunk); null = the whole batch's at once", min=1)

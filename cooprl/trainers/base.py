@@ -71,12 +71,14 @@ class TeamAlgorithm(Algorithm):
         """Return a TrainSample per completion `agent` sampled, its advantage 0 until its group's is known; with
         agent_model.vllm_importance_cap each carries its truncated importance weights against vLLM's sampler, scored
         now: call it after the rollout, before the agent's next optimizer step (cooprl.update.policy_gradient)."""
-        cap = self.config.agent_model.vllm_importance_cap
+        model_cfg = self.config.agent_model
         weights: Sequence[Any] = [None] * len(completions)
-        if cap is not None:
+        if model_cfg.vllm_importance_cap is not None:
             member = self.team[agent]
-            weights = importance_weights(member.model, completions, member.tokenizer.pad_token_id, member.params, cap)
-        return [TrainSample(c.prompt_ids, c.completion_ids, 0.0, w) for c, w in zip(completions, weights, strict=True)]
+            weights = importance_weights(member.model, completions, member.tokenizer.pad_token_id, member.params,
+                                         model_cfg.vllm_importance_cap, mode=model_cfg.vllm_importance_mode)
+        return [TrainSample(c.prompt_ids, c.completion_ids, 0.0, w, truncated=c.truncated)
+                for c, w in zip(completions, weights, strict=True)]
 
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:

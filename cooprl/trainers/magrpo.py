@@ -41,7 +41,8 @@ from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
 from cooprl.update.engine import optimizer_step
 from cooprl.update.losses import group_advantages, kl_penalized
-from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
+from cooprl.update.policy_gradient import (PolicyObjective, policy_gradient_metrics, policy_gradient_term,
+                                           sampled_kls, sampling_logprobs)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ class MAGRPO(TeamAlgorithm):
         super().__init__(run, task, team, references=section.reference_kl_coef > 0, parallel=parallel)
         self.buffer: list[list[NodeGroup]] = [[] for _ in team]   # per agent, in tree order (breadth-first)
         self.buffered_items = 0                                   # items of the buffer (update_schedule items)
+        self.objective = PolicyObjective(
+            section.loss_type, clipped=section.num_iterations > 1, epsilon=section.epsilon,
+            epsilon_high=section.epsilon if section.epsilon_high is None else section.epsilon_high,
+            max_new_tokens=section.max_new_tokens, mask_truncated=section.mask_truncated_completions)
 
     # ------------------------------------------------------------------------------------------ rollout
     def rollout_settings(self, evaluation: bool = False) -> RolloutSettings:
@@ -75,18 +80,17 @@ class MAGRPO(TeamAlgorithm):
         module docstring for the two schedules); return the step's metrics."""
         # every node's groups first: their advantages (and reward-form KLs) come from the policy that sampled them,
         # before any update of this step trains on them; sharded agents are gathered meanwhile
-        with self.parallel.sampling(*self.models):
-            root = rollout([item], self.task, self.sample_agent, self.rollout_settings())[0]
-            per_node = [self.sibling_groups(node) for node in iter_nodes(root)]
-        metrics = Metrics(tree_metrics([root], self.section.num_turns))
+        root, per_node, metrics = self.rolled_out(item)
         if self.kl_in_reward:
             for a in range(len(self.team)):
                 kls = [kl for _, node_kls in per_node for kl in node_kls[a]]
                 metrics.add(f"agent_{a}/kl", sum(kls) / len(kls))
         for groups, _ in per_node:
             for a, group in enumerate(groups):
-                self.buffer[a].append(group)
-            if self.section.update_schedule == "nodes" and len(self.buffer[0]) >= self.section.rollout_buffer_size:
+                if group is not None:
+                    self.buffer[a].append(group)
+            if (self.section.update_schedule == "nodes"
+                    and max(map(len, self.buffer)) >= self.section.rollout_buffer_size):
                 metrics.merge(self.update())
         self.buffered_items += 1
         if self.section.update_schedule == "items" and self.buffered_items >= self.section.rollout_buffer_size:
@@ -95,6 +99,35 @@ class MAGRPO(TeamAlgorithm):
         if self.config.output.verbose:
             self.print_tree(root)
         return metrics
+
+    def rolled_out(self, item: Any) -> tuple[Any, list[tuple[list[NodeGroup | None], list[list[float]]]], Metrics]:
+        """Return `item`'s rollout tree, each node's sibling groups and sampled KLs (`sibling_groups`; a tied group
+        None where `tied_groups` drops it), and the rollout's metrics. `tied_groups: resample` rolls the item out
+        again while a turn-1 group is tied, at most `max_resamples` times: a node's children grow from its samples,
+        so a new turn-1 node means a new tree; a tied later node is dropped, as re-sampling it alone would change
+        its parent's return under its siblings' advantages."""
+        s, resamples = self.section, 0
+        with self.parallel.sampling(*self.models):
+            while True:
+                root = rollout([item], self.task, self.sample_agent, self.rollout_settings())[0]
+                nodes = list(iter_nodes(root))
+                tied = [[len(set(sample_returns(node, a, s.cross_return))) == 1 for a in range(len(self.team))]
+                        for node in nodes]
+                if s.tied_groups != "resample" or resamples >= s.max_resamples or not any(tied[0]):
+                    break
+                resamples += 1
+            per_node = [self.sibling_groups(node) for node in nodes]
+        metrics = Metrics(tree_metrics([root], s.num_turns))
+        for turn in range(s.num_turns):
+            at_turn = [t for node, node_tied in zip(nodes, tied) if node.turn == turn for t in node_tied]
+            if at_turn:
+                metrics.add(f"tied_groups/turn_{turn + 1}", sum(at_turn) / len(at_turn))
+        if s.tied_groups != "train":
+            per_node = [([None if t else g for g, t in zip(groups, node_tied)], kls)
+                        for (groups, kls), node_tied in zip(per_node, tied)]
+            metrics.add("tied_groups/dropped", sum(map(sum, tied)), SUM)
+            metrics.add("tied_groups/resamples", resamples, SUM)
+        return root, per_node, metrics
 
     def sibling_groups(self, node: Any) -> tuple[list[NodeGroup], list[list[float]]]:
         """Return each agent's sibling group at `node` (its G samples with their advantages) and each sample's
@@ -107,6 +140,9 @@ class MAGRPO(TeamAlgorithm):
             if self.kl_in_reward:
                 kl = sampled_kls(agent.model, self.references[a], samples, agent.tokenizer.pad_token_id)
                 returns = kl_penalized(returns, kl, section.reference_kl_coef)
+            if self.objective.clipped:   # the sampling policy's log-probs: every pass's ratio is taken to them
+                old = sampling_logprobs(agent.model, samples, agent.tokenizer.pad_token_id)
+                samples = [replace(x, sampling_logps=logps) for x, logps in zip(samples, old)]
             advantages = group_advantages(returns, section.advantage_mode, section.advantage_normalization)
             groups.append(NodeGroup(node.turn, [replace(x, advantage=adv) for x, adv in zip(samples, advantages)]))
             kls.append(kl)
@@ -124,7 +160,9 @@ class MAGRPO(TeamAlgorithm):
         plans = [optimizer_batches(self.buffer[a], self.section, self.buffered_items) for a in range(len(self.team))]
 
         def train_agent(a: int) -> list[Metrics]:
-            return [self._step(a, groups, size) for groups, size in plans[a]]
+            # num_iterations passes over the same steps: this rollout's samples, never a later one's
+            passes = range(self.section.num_iterations)
+            return [self._step(a, groups, size) for _ in passes for groups, size in plans[a]]
 
         metrics = Metrics()
         for a, steps in enumerate(self.runner.run_updates(train_agent, len(self.team))):
@@ -141,10 +179,13 @@ class MAGRPO(TeamAlgorithm):
         samples = [x for group in groups for x in group.samples]
         kl = self.loss_kl(a)
         policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id, batch_size=forward_batch,
-                                      kl=kl)
-        result = optimizer_step([agent.optimizer], [policy], [agent.model], weight=len(samples),
+                                      kl=kl, objective=self.objective)
+        result = optimizer_step([agent.optimizer], [policy], [agent.model], weight=self.objective.weight(samples),
                                 max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
-        return policy_gradient_metrics(samples, policy, result, kl)
+        metrics = policy_gradient_metrics(samples, policy, result, kl)
+        if self.objective.mask_truncated:
+            metrics.add("truncated_masked", sum(x.truncated for x in samples), SUM)
+        return metrics
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:

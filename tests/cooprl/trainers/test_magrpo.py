@@ -226,3 +226,31 @@ def test_nodes_schedule_runs_each_optimizer_step_in_one_forward():
     # items: one step on everything, the forward batch an item's samples
     section = MAGRPOSection(update_schedule="items", train_batch_size=None, rollout_buffer_size=2)
     assert [(len(groups), forward) for groups, forward in optimizer_batches(buffer, section, 2)] == [(5, 8)]
+
+
+# the objective options on: 2 clipped passes, DAPO's token mean and clip-higher, tied groups resampled; upstream's
+# nodes schedule keeps 2 buffered nodes (and their sampling log-probs) across the checkpoint. Not
+# mask_truncated_completions: the tiny random model's 6-token completions all run out of tokens, and nothing would
+# train (tests/cooprl/update/test_policy_gradient.py tests the mask)
+EVERY_OPTION = ["magrpo.update_schedule=nodes", "magrpo.rollout_buffer_size=4", "magrpo.num_iterations=2",
+                "magrpo.epsilon_high=0.28", "magrpo.loss_type=dapo", "magrpo.tied_groups=resample",
+                "magrpo.max_resamples=1"]
+
+
+def test_resume_matches_uninterrupted_run_with_every_objective_option(tmp_path):
+    straight, _ = run_magrpo(tmp_path, "straight", ["magrpo.max_steps=4", *EVERY_OPTION])
+    run_magrpo(tmp_path, "resumed", ["magrpo.max_steps=2", *EVERY_OPTION])
+    resumed, _ = run_magrpo(tmp_path, "resumed", ["magrpo.max_steps=4", "checkpoint.resume_from_checkpoint=latest",
+                                                  *EVERY_OPTION])
+    a, b = train_events(tmp_path / "straight"), train_events(tmp_path / "resumed")
+    assert [{k: v for k, v in e.items() if not k.startswith(("time/", "wall"))} for e in a] == \
+        [{k: v for k, v in e.items() if not k.startswith(("time/", "wall"))} for e in b]
+    updates = [e for e in a if "agent_0/loss" in e]
+    assert updates and all("agent_0/clip_fraction" in e and "agent_0/ratio_max" in e for e in updates)
+    assert all(e["agent_0/optimizer_steps"] % 2 == 0 for e in updates)   # every step taken twice, one per pass
+    assert all("tied_groups/turn_1" in e and "tied_groups/resamples" in e for e in a)
+    for m1, m2 in zip(straight.models, resumed.models):
+        for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+            assert torch.equal(p1, p2), n1
+    fresh = load_causal_lm(TINY_RANDOM, device="cpu")   # trained: the equality is not vacuous
+    assert not torch.equal(fresh.model.embed_tokens.weight, straight.models[0].model.embed_tokens.weight)
