@@ -167,7 +167,7 @@ class PolicyObjective:
     @property
     def plain(self) -> bool:
         """Whether this is the plain policy gradient (the library's loss before these options)."""
-        return self == PolicyObjective(max_new_tokens=self.max_new_tokens)
+        return self.loss_type == "sequence_sum" and not self.clipped and not self.mask_truncated
 
     def weight(self, samples: Sequence[TrainSample]) -> float:
         """Return the engine's `weight` of a step on `samples`: its samples, or its loss's tokens for dapo."""

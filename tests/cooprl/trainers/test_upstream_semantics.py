@@ -438,8 +438,7 @@ def test_reward_form_lowers_each_return_by_coef_times_its_kl_without_gradient(tm
     assert algorithm.section.reference_kl_form == "reward" and algorithm.kl_in_reward
     moved(algorithm.models)
     root = rollout(["item 0:"], algorithm.task, algorithm.sample_agent, algorithm.rollout_settings())[0]
-    kls = [[], []]
-    groups = algorithm.sibling_groups(root, kls)
+    groups, kls = algorithm.sibling_groups(root)
     for a, group in enumerate(groups):
         expected_kls = [manual_kl(algorithm.team[a].model, algorithm.references[a], x) for x in group.samples]
         assert kls[a] == pytest.approx(expected_kls, rel=1e-4, abs=1e-6) and min(expected_kls) > 0
