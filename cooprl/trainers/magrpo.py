@@ -111,7 +111,7 @@ class MAGRPO(TeamAlgorithm):
             while True:
                 root = rollout([item], self.task, self.sample_agent, self.rollout_settings())[0]
                 nodes = list(iter_nodes(root))
-                tied = [[len(set(sample_returns(node, a, s.cross_return))) == 1 for a in range(len(self.team))]
+                tied = [[_tied(sample_returns(node, a, s.cross_return)) for a in range(len(self.team))]
                         for node in nodes]
                 if s.tied_groups != "resample" or resamples >= s.max_resamples or not any(tied[0]):
                     break
@@ -207,6 +207,11 @@ def node_batches(groups: list[NodeGroup], size: int) -> list[list[NodeGroup]]:
         nodes = [nodes[i] for i in torch.randperm(len(nodes)).tolist()]
         batches += [nodes[start:start + size] for start in range(0, len(nodes), size)]
     return batches
+
+
+def _tied(returns: list[float]) -> bool:
+    """Return whether a sibling group's returns are all equal (a group of one carries its raw return: not tied)."""
+    return len(returns) > 1 and len(set(returns)) == 1
 
 
 def optimizer_batches(buffer: list[NodeGroup], section: MAGRPOSection,
