@@ -7,7 +7,6 @@ from typing import Any, Sequence
 
 import torch
 
-from cooprl.metrics import Metrics
 from cooprl.parallel import distributed
 from cooprl.parallel.context import SINGLE, Parallel, Sync
 from cooprl.samples import TrainSample
@@ -19,7 +18,7 @@ from cooprl.update.policy_gradient import LossKL, policy_gradient_metrics, polic
 
 def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
                          *, batch_size: int | None = None, max_grad_norm: float | None = 1.0, kl_coef: float = 0.0,
-                         reference: Any = None, sync: Sync = Sync.NONE) -> Metrics:
+                         reference: Any = None, sync: Sync = Sync.NONE) -> dict[str, float]:
     """Take one optimizer step of `model` on the policy loss of `samples` alone; return its metrics. `sync`
     REPLICATED: the step of a ddp run of the current process group (a sharded model syncs as sharded)."""
     kl = LossKL(reference, kl_coef) if reference is not None and kl_coef > 0 else None
@@ -27,7 +26,7 @@ def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: 
     term = policy_gradient_term(model, samples, pad_id, batch_size=batch_size, kl=kl)
     result = optimizer_step([optimizer], [term], [model], weight=len(samples), max_grad_norm=max_grad_norm,
                             parallel=parallel)
-    return policy_gradient_metrics(samples, term, result, kl)
+    return policy_gradient_metrics(samples, term, result, kl).reduce()
 
 
 def letter_reward(text: str) -> float:
