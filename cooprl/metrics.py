@@ -47,8 +47,10 @@ class Metrics(Mapping):
         for key, value in values.items():
             self.add(key, value, how)
 
-    def merge(self, other: "Metrics", prefix: str = "") -> None:
-        """Record every value `other` recorded, under `prefix` + its key, with its rule."""
+    def merge(self, other: Mapping[str, float], prefix: str = "") -> None:
+        """Record every value `other` recorded, under `prefix` + its key, with its rule (a plain mapping's: means)."""
+        if not isinstance(other, Metrics):
+            other = Metrics(other)
         for key, values in other._values.items():
             for value in values:
                 self.add(prefix + key, value, other._how[key])

@@ -359,7 +359,7 @@ def _run_step(algorithm: Algorithm, task: Task, plan: StepPlan, step: int, seed:
         torch.manual_seed(item_seed(seed, position))
     metrics = as_metrics(algorithm.train_step(task.train_items[plan.item(step)], step))
     if plan.ends_epoch(step):
-        metrics.merge(as_metrics(algorithm.end_epoch()))
+        metrics.merge(algorithm.end_epoch())
     parallel = algorithm.parallel
     return metrics.reduce(parallel.gather if position is not None and parallel.data_parallel else None)
 
