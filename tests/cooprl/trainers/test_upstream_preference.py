@@ -190,7 +190,7 @@ def test_marlhf_rl_algorithm_is_magrpo_with_upstreams_advantage_baseline(algorit
             f"marlhf.rl_algorithm={algorithm}", f"marlhf.advantage_normalization={str(normalize).lower()}"])
         rl = build_magrpo(Run.of(config, "marlhf").rl, scripted_task())   # what build_marlhf builds on the reward
         assert rl.section.advantage_mode == mode and config.marlhf.advantage_mode == "mean"   # the file's: untouched
-        for group in rl.sibling_groups(known_group_node()):
+        for group in rl.sibling_groups(known_group_node())[0]:
             assert [s.advantage for s in group.samples] == pytest.approx(expected, abs=1e-12)
 
 
