@@ -52,9 +52,10 @@ demo-coop: $(STAMP)
 # sandboxed programs or on a Ctrl-C's timing, and the extra worker fills those waits: 8:00 -> 7:37 on 2 cores;
 # whole files per worker so that a module's shared fixtures are built once, the files of the costliest lanes first:
 # --no-loadscope-reorder keeps conftest's order instead of xdist's by number of tests; the 15 slowest tests are listed
-# at the end); `make test-fast` the unit lane only.
+# at the end); ruff (pyproject.toml's [tool.ruff]) checks the tree first; `make test-fast` the unit lane only.
 # `.venv/bin/python -m pytest tests/cooprl/rollout/test_tree.py -m unit` runs one file's unit tests in one process.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n $$(( $$(nproc) + 1 )) --dist loadfile --no-loadscope-reorder
 
 test-fast: $(STAMP)

@@ -19,8 +19,9 @@ Writes `<output.base_dir>/strategy-<strategy>-<dataset>/strategy_results.jsonl` 
 `--override output.run_name=NAME` names; a config file's run_name names its training run and is not used), one line
 per problem, with the settings in `strategy_config_<strategy>.json`; a second run with the same folder skips the
 problems already there (resume), only under the same settings (else it stops and names the keys that differ).
-A training run's own folder is refused unless --checkpoint is from that run. Prints a summary table whose last line is `pass@1: X`, and draws strategy_results.png.
-Bad input prints one `error: ...` line and exits 2; Ctrl-C one line and 130 (the finished problems stay: rerun to resume).
+A training run's own folder is refused unless --checkpoint is from that run. Prints a summary table whose last line
+is `pass@1: X`, and draws strategy_results.png. Bad input prints one `error: ...` line and exits 2; Ctrl-C one line
+and 130 (the finished problems stay: rerun to resume).
 """
 
 from __future__ import annotations
@@ -353,7 +354,8 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
                 if hasattr(module, "gt_metrics"):   # the paper's metrics that need the ground truth
                     metrics.update(module.gt_metrics(problem, solution, sandbox))
                 verdict = score(problem, solution.code, sandbox)
-                row = {"task_id": problem.task_id, "strategy": strategy, "llm": llm_name, **verdict, "code": solution.code,
+                row = {"task_id": problem.task_id, "strategy": strategy, "llm": llm_name, **verdict,
+                       "code": solution.code,
                        "cost": asdict(solution.cost), "seconds": round(time.time() - start, 2), "metrics": metrics,
                        "num_candidates": len(solution.candidates), "num_tests": len(solution.tests),
                        "tests": solution.tests[:50]}

@@ -1,4 +1,5 @@
-"""Train with MADPO_ITER: python train_madpo_iter.py [--config configs/madpo_iter_che_config.yaml] [--override key.path=value ...]"""
+"""Train with MADPO_ITER: python train_madpo_iter.py [--config configs/madpo_iter_che_config.yaml] [--override
+key.path=value ...]"""
 import sys
 
 from envs.launch import train_main

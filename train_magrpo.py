@@ -1,4 +1,5 @@
-"""Train with MAGRPO: python train_magrpo.py [--config configs/magrpo_che_config.yaml] [--override key.path=value ...]"""
+"""Train with MAGRPO: python train_magrpo.py [--config configs/magrpo_che_config.yaml] [--override key.path=value
+...]"""
 import sys
 
 from envs.launch import train_main

@@ -1,4 +1,5 @@
-"""Train with MARLHF: python train_marlhf.py [--config configs/marlhf_che_config.yaml] [--override key.path=value ...]"""
+"""Train with MARLHF: python train_marlhf.py [--config configs/marlhf_che_config.yaml] [--override key.path=value
+...]"""
 import sys
 
 from envs.launch import train_main

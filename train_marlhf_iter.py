@@ -1,4 +1,5 @@
-"""Train with MARLHF_ITER: python train_marlhf_iter.py [--config configs/marlhf_iter_che_config.yaml] [--override key.path=value ...]"""
+"""Train with MARLHF_ITER: python train_marlhf_iter.py [--config configs/marlhf_iter_che_config.yaml] [--override
+key.path=value ...]"""
 import sys
 
 from envs.launch import train_main

@@ -84,7 +84,8 @@ def main() -> int:
         calls = [[calls_aux(completion_to_code("main", p, c.text), p.entry_point) for c in group]
                  for p, group in zip(shown, samples)]
         total = sum(map(sum, calls))
-        print(f"{name:<10} {total:>4}/{args.problems * args.samples:<5} {sum(any(c) for c in calls):>14}/{args.problems:<6}"
+        print(f"{name:<10} {total:>4}/{args.problems * args.samples:<5} "
+              f"{sum(any(c) for c in calls):>14}/{args.problems:<6}"
               f" {time.time() - start:>8.0f}", flush=True)
     return 0
 

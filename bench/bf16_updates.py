@@ -1,4 +1,5 @@
-"""How much of a float32 AdamW run bf16 weights keep, through the trainers' own optimizer (cooprl.update.optim.build_adamw).
+"""How much of a float32 AdamW run bf16 weights keep, through the trainers' own optimizer
+(cooprl.update.optim.build_adamw).
 
     python bench/bf16_updates.py [--device cpu|cuda] [--lr 2e-5] [--steps 2000] [--drop-at 700] [--drop 0.1]
                                  [--size 100000]

@@ -53,8 +53,10 @@ def main() -> int:
                                 single_agent=True)
                 defined, parses = defined + b.main_defined, parses + b.syntax_ok
         total = 4 * len(problems)
-        print(f"{name:<8} defines the function {defined}/{total}, parses {parses}/{total} ({time.time() - start:.0f} s)",
-              flush=True)
+        print(
+            f"{name:<8} defines the function {defined}/{total}, parses {parses}/{total} ({time.time() - start:.0f} s)",
+            flush=True,
+        )
     return 0
 
 

@@ -40,7 +40,8 @@ TRAINERS = ["magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlh
 EXTRA_ROWS = ["sft", "sft+magrpo", "sft+madpo", "planner_coder", "coder_tester"]
 ROWS = TRAINERS + EXTRA_ROWS
 # (config file, overrides) per trainer; the step budget is added by --steps
-_GRPO = ["grpo.learning_rate=3e-4", "grpo.max_new_tokens=80", "grpo.update_schedule=items", "grpo.rollout_buffer_size=1",
+_GRPO = ["grpo.learning_rate=3e-4", "grpo.max_new_tokens=80", "grpo.update_schedule=items",
+         "grpo.rollout_buffer_size=1",
          "grpo.eval_interval=0", "grpo.eval_num_samples=4", "grpo.weight_decay=0.0", "grpo.max_grad_norm=1.0",
          "grpo.num_turns=1", "code_prompt.open_body=true"]
 _AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", "ac.rollout_buffer_size=2",
@@ -50,7 +51,8 @@ _AC = ["ac.num_turns=2", "ac.num_generations=2", "ac.update_schedule=episodes", 
 # the RL rows started from the SFT row evaluate as it does (8 problems x 2 samples, 128 new tokens): their start
 # policy is the SFT row's final one, whose evaluation with the same settings and seed gives the same numbers
 # (tests/cooprl/trainers/test_sft.py), so they skip their own: the row's "before" is the SFT row's last evaluation
-# RL from SFT'd agents: a smaller learning rate than the CPU configs' 3e-4, which undid the SFT'd syntax (Makefile demo-coop)
+# RL from SFT'd agents: a smaller learning rate than the CPU configs' 3e-4, which undid the SFT'd syntax (Makefile demo-
+# coop)
 _FROM_SFT = ["eval_num_samples=8", "eval_num_generations=2", "max_new_tokens=128", "eval_at_start=false",
              "learning_rate=5e-5"]
 RUNS = {

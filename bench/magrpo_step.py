@@ -98,18 +98,28 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
                 score=score, next_prompts=next_prompts, max_reward=float(num_agents),
                 item_id=lambda item: item.task_id)
     trainer = "magrpo" if num_agents > 1 else "grpo"
-    overrides = [f"agent_model.name={C.MODEL}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
-                 f"agent_model.temperature={C.TEMPERATURE}", f"agent_model.top_p={C.TOP_P}",
-                 f"agent_model.top_k={C.TOP_K}", "wandb.mode=disabled",
-                 f"{trainer}.num_agents={num_agents}", f"{trainer}.num_turns={num_turns}",
-                 f"{trainer}.num_generations={C.NUM_GENERATIONS}", f"{trainer}.max_new_tokens={C.MAX_NEW_TOKENS}",
-                 f"{trainer}.learning_rate={C.LEARNING_RATE}", f"{trainer}.early_termination_threshold=null",
-                 f"{trainer}.discount=1.0", f"{trainer}.update_schedule={schedule}",
-                 # items: one update per problem; nodes: one update per problem's nodes (as the comlrl side), turn by
-                 # turn, one optimizer step per turn
-                 f"{trainer}.rollout_buffer_size={1 if schedule == 'items' else 1 + C.NUM_GENERATIONS * (num_turns - 1)}",
-                 *([f"{trainer}.train_batch_size={1 + C.NUM_GENERATIONS * (num_turns - 1)}"] if schedule == "nodes" else []),
-                 f"{trainer}.advantage_normalization=false"]
+    overrides = [
+        f"agent_model.name={C.MODEL}",
+        "agent_model.device=cpu",
+        "agent_model.torch_dtype=float32",
+        f"agent_model.temperature={C.TEMPERATURE}",
+        f"agent_model.top_p={C.TOP_P}",
+        f"agent_model.top_k={C.TOP_K}",
+        "wandb.mode=disabled",
+        f"{trainer}.num_agents={num_agents}",
+        f"{trainer}.num_turns={num_turns}",
+        f"{trainer}.num_generations={C.NUM_GENERATIONS}",
+        f"{trainer}.max_new_tokens={C.MAX_NEW_TOKENS}",
+        f"{trainer}.learning_rate={C.LEARNING_RATE}",
+        f"{trainer}.early_termination_threshold=null",
+        f"{trainer}.discount=1.0",
+        f"{trainer}.update_schedule={schedule}",
+        # items: one update per problem; nodes: one update per problem's nodes (as the comlrl side), turn by
+        # turn, one optimizer step per turn
+        f"{trainer}.rollout_buffer_size={1 if schedule == 'items' else 1 + C.NUM_GENERATIONS * (num_turns - 1)}",
+        *([f"{trainer}.train_batch_size={1 + C.NUM_GENERATIONS * (num_turns - 1)}"] if schedule == "nodes" else []),
+        f"{trainer}.advantage_normalization=false",
+    ]
     config = C_load_config(load_config, overrides)
     t0 = time.perf_counter()
     algorithm = magrpo_mod.build_magrpo(Run.of(config, trainer), task)
@@ -124,7 +134,8 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
         per_problem.append(time.perf_counter() - t)
     total = time.perf_counter() - t_train
 
-    result = {"side": f"cooprl_{trainer}", "update_schedule": schedule, "num_agents": num_agents, "num_turns": num_turns,
+    result = {"side": f"cooprl_{trainer}", "update_schedule": schedule, "num_agents": num_agents,
+              "num_turns": num_turns,
               "problems": n_problems, "setup_s": setup_s, "total_s": total, "per_problem_s": per_problem,
               "generation_s": timers.get("generation"), "generation_calls": timers.calls.get("generation", 0),
               "update_s": timers.get("update"), "generation_cpu_s": timers.get_cpu("generation"),

@@ -96,7 +96,8 @@ def main() -> None:
     logits_mb = args.group * args.tokens * VOCAB * 4 / 1e6
     print(f"batch: G={args.group} completions x T={args.tokens} tokens, shared {args.prompt}-token prompt, vocab "
           f"{VOCAB}: the whole batch's float32 logits are {logits_mb:.0f} MB")
-    print(f"{'model':<11} {'chunk':>6} {'grad ckpt':>9} {'autocast':>8} {'peak above start (MB)':>22} {'fwd+bwd (s)':>11}")
+    print(f"{'model':<11} {'chunk':>6} {'grad ckpt':>9} {'autocast':>8} {'peak above start (MB)':>22} "
+          f"{'fwd+bwd (s)':>11}")
     for row in ROWS:
         out = subprocess.run([sys.executable, __file__, "--group", str(args.group), "--tokens", str(args.tokens),
                               "--prompt", str(args.prompt), "--child", json.dumps(row)],

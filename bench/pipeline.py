@@ -14,9 +14,9 @@ Scoring is the code task's reward in the sandbox, plus, per joint action, one mo
 for `--busy-ms` (default 300 ms of CPU): the reward of a small model's code is mostly syntax errors and missing
 definitions, scored in milliseconds, while real runs pay for test suites, slow solutions and timeouts (`--busy-ms
 0`: the reward alone). Each mode starts from the same seed; the sequential and pipelined modes must give the same
-rewards (checked and printed). Per mode: wall seconds per problem, the seconds spent generating and scoring (the scoring thread's own
-time when pipelined), and the overlap: generation + scoring - wall. Torch gets `--threads` threads (default 1:
-the rest of the CPUs are the sandbox's, as on a GPU trainer whose CPUs are free for the reward).
+rewards (checked and printed). Per mode: wall seconds per problem, the seconds spent generating and scoring (the
+scoring thread's own time when pipelined), and the overlap: generation + scoring - wall. Torch gets `--threads`
+threads (default 1: the rest of the CPUs are the sandbox's, as on a GPU trainer whose CPUs are free for the reward).
 
     python bench/pipeline.py                       # 2 problems, tiny model, under a minute on 2 cores
     BENCH_MODEL=offline:smollm2-135m-instruct python bench/pipeline.py --problems 1   # minutes on CPU
@@ -85,7 +85,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     model = os.environ.get("BENCH_MODEL", "offline:tiny-random")
-    config = load_config(None, [f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
+    config = load_config(None, [f"agent_model.name={model}", "agent_model.device=cpu",
+                                "agent_model.torch_dtype=float32",
                                 "dataset.name=openai/openai_humaneval", "dataset.type=humaneval",
                                 f"dataset.train_split=test[:{args.problems}]", "dataset.eval_split=test[:1]",
                                 "magrpo.num_generations=4", f"magrpo.max_new_tokens={args.max_new_tokens}",
@@ -104,7 +105,8 @@ def main() -> None:
                                         for _ in joints], timeout_s=60)
         return scores
     print(f"{model}, {len(items)} problems x (1 + 4 nodes), 2 agents, G=4, {args.max_new_tokens} new tokens, "
-          f"{args.threads} torch thread(s), {os.cpu_count()} CPUs, {args.busy_ms} ms of extra sandbox work per joint action")
+          f"{args.threads} torch thread(s), {os.cpu_count()} CPUs, {args.busy_ms} ms of extra sandbox work per joint "
+          f"action")
     print(f"{'mode':<18} {'s/problem':>9} {'generate s':>10} {'score s':>8} {'overlap s':>9}")
     rewards = {}
     for name, nodes, pipeline in MODES:
@@ -114,13 +116,14 @@ def main() -> None:
         seed_everything(config.seed)
         start = time.perf_counter()
         with torch.no_grad():
-            roots = [rollout([item], timed_task, gen.wrap(algorithm._sample), algorithm.rollout_settings())[0]
+            roots = [rollout([item], timed_task, gen.wrap(algorithm.sample_agent), algorithm.rollout_settings())[0]
                      for item in items]
         wall = time.perf_counter() - start
         rewards[name] = [node.rewards for root in roots for node in iter_nodes(root)]
         print(f"{name:<18} {wall / len(items):>9.2f} {gen.seconds:>10.2f} {score.seconds:>8.2f} "
               f"{gen.seconds + score.seconds - wall:>9.2f}", flush=True)
-    print(f"node, pipelined gives the rewards of node, sequential: {rewards['node, pipelined'] == rewards['node, sequential']}")
+    print(f"node, pipelined gives the rewards of node, sequential: "
+          f"{rewards['node, pipelined'] == rewards['node, sequential']}")
 
 
 if __name__ == "__main__":

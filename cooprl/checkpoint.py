@@ -1,11 +1,11 @@
 """Atomic checkpoints that resume bit-for-bit: weights (or adapters), optimizers, RNG states, position.
 
 A checkpoint is a folder `checkpoint-<step>/` holding `agent_<i>/` (HF `save_pretrained` output, LoRA
-adapters only when peft wraps the model; a value model adds its head), `trainer_state.pt` (optimizer states, RNG states, counters,
-anything else the trainer passes), under data-parallel training `rank_<r>.pt` per process (what differs between
-them: buffers, counters, a sharded optimizer's shard; written as rank 0 receives them one at a time) and `done`
-(written last). It is written under a temporary name and
-renamed, so a crash mid-save leaves the previous checkpoints intact and never a half-written one.
+adapters only when peft wraps the model; a value model adds its head), `trainer_state.pt` (optimizer states, RNG
+states, counters, anything else the trainer passes), under data-parallel training `rank_<r>.pt` per process (what
+differs between them: buffers, counters, a sharded optimizer's shard; written as rank 0 receives them one at a time)
+and `done` (written last). It is written under a temporary name and renamed, so a crash mid-save leaves the previous
+checkpoints intact and never a half-written one.
 
 Loading never runs code from a checkpoint: `trainer_state.pt` is read with `torch.load(weights_only=True)`, which
 builds tensors and plain containers only. What a trainer's state holds beyond that is converted to plain data on
@@ -99,7 +99,8 @@ def to_plain(value: Any, where: str = "state") -> Any:
         if state_dataclasses().get(name) is not type(value):
             raise TypeError(f"{where}: dataclass {name} is not one of cooprl.checkpoint.state_dataclasses()")
         return {_TAG: "dataclass", "class": name,
-                "fields": {f.name: to_plain(getattr(value, f.name), f"{where}.{f.name}") for f in dataclasses.fields(value)}}
+                "fields": {f.name: to_plain(getattr(value, f.name),
+                                            f"{where}.{f.name}") for f in dataclasses.fields(value)}}
     if isinstance(value, dict):
         for key in value:
             if not (key is None or isinstance(key, (bool, int, float, str))):

@@ -20,6 +20,8 @@ class TrainSample:
     completion_ids: torch.Tensor
     advantage: float
     importance_weights: torch.Tensor | None = None   # 1-D float, one per completion id (`importance_weights`)
+    truncated: bool = False                          # the completion hit max_new_tokens before its end
+    sampling_logps: torch.Tensor | None = None       # 1-D, the sampling policy's log-prob of each id (num_iterations)
 
 
 @dataclass

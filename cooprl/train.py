@@ -26,7 +26,8 @@ def train(run: Run, task: Task) -> dict[str, Any]:
     folder, save the final models when asked; return the run summary.
 
     Started by torchrun or accelerate with several processes, it joins their process group first
-    (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the final models."""
+    (`parallel_training: ddp` or `fsdp`, cooprl.parallel.distributed); rank 0 names the run folder and alone saves the
+    final models."""
     config = run.config
     check_training_samples_differ(run)   # before any model loads or any folder is made
     if not isinstance(run.section, SFTSection):   # SFT leaves them out of its demonstrations, and says so

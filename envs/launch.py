@@ -6,7 +6,8 @@ its sections name (`envs.ENVIRONMENTS`), set it up and build its task (`Environm
 `prepare_task`.
 
 Bad input (DatasetError, ModelError, ConfigError, CheckpointError, ...: `cooprl.errors.UserError`) prints one
-`error:` line and exits 2; a run stopped by Ctrl-C exits 130 (after saving, see cooprl.trainers.loop). torch, transformers and the trainers are imported only once the config has been read:
+`error:` line and exits 2; a run stopped by Ctrl-C exits 130 (after saving, see cooprl.trainers.loop). torch,
+transformers and the trainers are imported only once the config has been read:
 a typo, a missing file or `--print-config` answers in a fraction of a second instead of after ~5 s of imports.
 """
 

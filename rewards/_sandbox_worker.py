@@ -1064,10 +1064,10 @@ class _Job:
             _send(child.cmd_w, Msg.PROGRAM, job, self.deadline)
         except TimeoutError:
             self.flag = "timeout"
-            raise _Timeout()
+            raise _Timeout() from None
         except OSError:
             self.flag = "gone"
-            raise _Gone("the program's process ended before it started")
+            raise _Gone("the program's process ended before it started") from None
         first = self.receive()
         if first[0] == Msg.LOAD_ERROR:
             self.load_error = str(first[1])[:400] if len(first) > 1 else "load error"
@@ -1146,7 +1146,7 @@ class _Job:
             return msg
         except (ValueError, RecursionError, MemoryError):
             self.flag = "gone"
-            raise _Gone("malformed message from the program")
+            raise _Gone("malformed message from the program") from None
 
     def request(self, kind, payload, value=None):
         """Return the child's answer to one message (`kind`: Msg.CALL or Msg.EXEC) of the current unit."""
@@ -1172,10 +1172,10 @@ class _Job:
                     _send(self.child.cmd_w, kind, payload, self.deadline)
             except TimeoutError:
                 self.flag = "timeout"
-                raise _Timeout()
+                raise _Timeout() from None
             except OSError:
                 self.flag = "gone"
-                raise _Gone("the program's process ended (exit, signal or a resource limit)")
+                raise _Gone("the program's process ended (exit, signal or a resource limit)") from None
         msg = self.receive()
         if msg[0] == Msg.OK and len(msg) == 2:
             return msg[1]
@@ -1331,11 +1331,12 @@ class _Judge:
     programs' memory limit), CPU (the job's) and each test's wall-clock deadline, which the worker enforces with
     SIGKILL. The worker's own checks come only at the candidate's calls, and one C call of a judged expression
     runs past all of them: `len(str(list(...)))` nested 11 times over `'ab'` (145 characters) took 4 s under a 1 s
-    timeout and 250 MiB, in the worker, shared by every program of its slot. In the fork, each call of the candidate is a request to the worker
-    (marshalled arguments), which serves it as usual (`_Job.candidate`: prediction, deadline, decoding) and sends
-    back the decoded plain data; a call that raises aborts the test in the fork (the unit's verdict is the
-    worker's, as for a trusted test). The fork serves the worker's jobs one after another (each job sends its own
-    namespace and CPU budget first), until it breaks, runs past a deadline or has served JUDGE_JOBS jobs."""
+    timeout and 250 MiB, in the worker, shared by every program of its slot. In the fork, each call of the candidate
+    is a request to the worker (marshalled arguments), which serves it as usual (`_Job.candidate`: prediction,
+    deadline, decoding) and sends back the decoded plain data; a call that raises aborts the test in the fork (the
+    unit's verdict is the worker's, as for a trusted test). The fork serves the worker's jobs one after another (each
+    job sends its own namespace and CPU budget first), until it breaks, runs past a deadline or has served JUDGE_JOBS
+    jobs."""
 
     def __init__(self, host):
         self.pid, self.to_w, self.from_r, self.pidfd = host.spawn()

@@ -221,50 +221,58 @@ def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "", 
     if timeouts:
         reason = reason or f"{timeouts} timeout(s)"
     parts["cooperation"] = cooperation_mode
+    bonus = Bonus()
     if not prep.single_agent and passed > 0 and parts["aux_defined"]:
         coop = cooperation(prep.main_src, prep.entry_point, AUX_NAME)
-        if cooperation_mode == "verified":
-            total += _verified_bonus(prep, parts, coop, [o.passed for o in outcomes], probe)
-        else:
-            total += _seed_bonus(parts, coop)
-    return RewardBreakdown(total=_round(total), tests_passed=passed, tests_total=n, timeouts=timeouts,
-                           reason=reason, failures=failures, **parts)
+        bonus = (verified_bonus(prep, coop, [o.passed for o in outcomes], probe) if cooperation_mode == "verified"
+                 else seed_bonus(coop))
+    return RewardBreakdown(total=_round(total + bonus.value), tests_passed=passed, tests_total=n, timeouts=timeouts,
+                           reason=reason, failures=failures, **parts, **bonus.fields())
 
 
-def _seed_bonus(parts: dict, coop) -> float:
-    """The seed's bonus, judged on main's code (sets the breakdown's cooperation fields in `parts`)."""
-    parts["uses_aux"] = coop.uses_aux
+@dataclass(frozen=True)
+class Bonus:
+    """The cooperation bonus of one pair and the breakdown fields that explain it (none set: no bonus judged)."""
+
+    value: float = 0.0
+    uses_aux: bool | None = None
+    not_wrapper: bool | None = None
+    ignored_aux_return: bool | None = None
+    coop_check: str | None = None   # verified mode: why it was refused
+
+    def fields(self) -> dict[str, Any]:
+        """Return the breakdown fields this bonus sets."""
+        return {key: value for key, value in asdict(self).items() if key != "value" and value is not None}
+
+
+def seed_bonus(coop) -> Bonus:
+    """The seed's bonus, judged on main's code: calls aux, is not a thin wrapper, does not ignore aux's return."""
     if not coop.uses_aux:
-        return 0.0
-    parts["not_wrapper"] = not coop.thin_wrapper
-    parts["ignored_aux_return"] = coop.ignores_return
-    return W_USES_AUX + W_NOT_WRAPPER * parts["not_wrapper"] + W_IGNORED * parts["ignored_aux_return"]
+        return Bonus(uses_aux=False)
+    value = W_USES_AUX + W_NOT_WRAPPER * (not coop.thin_wrapper) + W_IGNORED * coop.ignores_return
+    return Bonus(value, uses_aux=True, not_wrapper=not coop.thin_wrapper, ignored_aux_return=coop.ignores_return)
 
 
-def _verified_bonus(prep: _Prepared, parts: dict, coop, passed: list[bool], probe: Any) -> float:
+def verified_bonus(prep: _Prepared, coop, passed: list[bool], probe: Any) -> Bonus:
     """The bonus of verified mode: the seed's parts (main's own work, aux's return used), paid only when the
     probe runs show that aux does work main needs, and scaled by the share of tests passed."""
     bonus = W_USES_AUX + W_NOT_WRAPPER * (not coop.thin_wrapper) + W_IGNORED * coop.ignores_return
     if bonus <= 0:
-        parts["coop_check"] = ("nothing to pay: main's code is a thin wrapper that ignores aux's return, or its "
-                               "data-flow analysis gave up")
-        return 0.0
+        return Bonus(coop_check="nothing to pay: main's code is a thin wrapper that ignores aux's return, or its "
+                                "data-flow analysis gave up")
     why = verify_cooperation(prep.aux_src, prep.main_src, prep.imports, passed, probe, AUX_NAME, prep.helper_names)
     if why:
-        parts["coop_check"] = why
-        return 0.0
-    not_wrapper = not coop.thin_wrapper
+        return Bonus(coop_check=why)
+    not_wrapper, check = not coop.thin_wrapper, None
     if not_wrapper:
         # main's own work: aux alone on main's arguments must fail (to completion) a test main passed
         bypass = bypass_main(prep.main_src, prep.entry_point, AUX_NAME)
         verdicts = probe(scored_aux(prep.aux_src, AUX_NAME), bypass) if bypass is not None else []
         if len(verdicts) != len(passed) or not failed_to_completion(passed, verdicts):
-            not_wrapper = False
-            bonus -= W_NOT_WRAPPER
-            parts["coop_check"] = ("main adds nothing aux does not do: aux alone on main's arguments passes the "
-                                   "tests main passes")
-    parts.update(uses_aux=True, not_wrapper=not_wrapper, ignored_aux_return=coop.ignores_return)
-    return max(0.0, bonus) * sum(passed) / len(passed)
+            not_wrapper, bonus = False, bonus - W_NOT_WRAPPER
+            check = "main adds nothing aux does not do: aux alone on main's arguments passes the tests main passes"
+    return Bonus(max(0.0, bonus) * sum(passed) / len(passed), uses_aux=True, not_wrapper=not_wrapper,
+                 ignored_aux_return=coop.ignores_return, coop_check=check)
 
 
 def code_reward(problem: Problem | Mapping[str, Any], aux: str, main: str, *, single_agent: bool = False,

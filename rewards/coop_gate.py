@@ -205,7 +205,9 @@ def _refused_node(tree: ast.AST) -> str:
         elif isinstance(node, ast.Compare):
             sides = [node.left] + node.comparators
             for op, a, b in zip(node.ops, sides, sides[1:]):
-                if isinstance(op, (ast.Is, ast.IsNot)) and not (isinstance(a, ast.Constant) or isinstance(b, ast.Constant)):
+                if isinstance(op, (ast.Is, ast.IsNot)) and not (
+                    isinstance(a, ast.Constant) or isinstance(b, ast.Constant)
+                ):
                     return "compares two values with `is`"
     return ""
 

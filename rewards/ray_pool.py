@@ -169,7 +169,7 @@ class RaySandbox:
             return local.load_failed_report(suite, f"the program cannot be loaded: {e}")
         budget = timeout_s * max(1, len(suite.units)) + 60   # the actor's own pool bounds the run itself
         why = ""
-        for attempt in range(self.retries + 1):
+        for _ in range(self.retries + 1):
             index = self._acquire()
             actor = self._actors[index]
             try:

@@ -7,13 +7,13 @@ fixed: `WORKER_HASH_SEED`) through
 Each worker enters its own network namespace (no interfaces, not even loopback), mount, IPC and PID namespaces, and
 a private root file system holding only what `rewards.sandbox_view.interpreter_view` allows (copies of the
 interpreter, its standard library and shared libraries on a tmpfs, read-only), forks a *zygote* before it sees any
-job, and asks the zygote for one fresh child per program. The child runs in its own session with rlimits (address space, CPU, processes,
-file size, open files, no core), fresh scratch dirs, a fresh IPC namespace, a scrubbed environment, no new privileges, a seccomp filter (no
-keyring syscalls, no user namespace, no widening of its CPU affinity, no reach into another process) and, when we
-are root, its own unprivileged
-uid per worker slot, so it cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a
-cgroup per slot that bounds its memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per
-process). The README's "What a program can see" table and docs/sandbox.md sum this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
+job, and asks the zygote for one fresh child per program. The child runs in its own session with rlimits (address
+space, CPU, processes, file size, open files, no core), fresh scratch dirs, a fresh IPC namespace, a scrubbed
+environment, no new privileges, a seccomp filter (no keyring syscalls, no user namespace, no widening of its CPU
+affinity, no reach into another process) and, when we are root, its own unprivileged uid per worker slot, so it
+cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a cgroup per slot that bounds its
+memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per process). The README's "What a program can see" table and docs/sandbox.md
+sum this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
 from plain data (exact builtin types), never from what the program prints or how it exits.
 
 When we are not root the worker tries a user namespace (`unshare(CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS)`),

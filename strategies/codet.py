@@ -29,7 +29,8 @@ class CodeTConfig:
 
 def test_prompt(problem: Problem) -> str:
     """CodeT's test prompt: the function with a `pass` body, then `# check the correctness of f` and `assert f(`."""
-    return f"{problem_code(problem).rstrip()}\n    pass\n\n# check the correctness of {entry(problem)}\nassert {entry(problem)}("
+    return (f"{problem_code(problem).rstrip()}\n    pass\n\n"
+            f"# check the correctness of {entry(problem)}\nassert {entry(problem)}(")
 
 
 def dual_agreement(matrix: Sequence[Sequence[int]]) -> list[tuple[int, list[int], list[int]]]:

@@ -117,7 +117,8 @@ def feedback_of(tests: Sequence[str], outcomes: Sequence[Any], limit: int = 3) -
     return "\n".join(failed[:limit])
 
 
-def solve(problem: Problem, llm: LLM, sandbox: Any, budget: Budget, config: CollabCoderConfig | None = None) -> Solution:
+def solve(problem: Problem, llm: LLM, sandbox: Any, budget: Budget,
+          config: CollabCoderConfig | None = None) -> Solution:
     """Return the last code of the plan-code co-evolution, its visible tests, the cost, the update counts
     (plan_updates, code_updates, iterations) and the reasoning trajectory as the trace."""
     config = config or CollabCoderConfig()

@@ -37,7 +37,8 @@ def for_chat(params: SamplingParams) -> SamplingParams:
 
 
 class GeneratorLLM:
-    """A local model: wraps an HFGenerator or VLLMGenerator (cooprl.rollout.generation / cooprl.rollout.vllm_generation)."""
+    """A local model: wraps an HFGenerator or VLLMGenerator (cooprl.rollout.generation /
+    cooprl.rollout.vllm_generation)."""
 
     def __init__(self, generator: Any, name: str = "local"):
         self.generator, self.name = generator, name
@@ -112,7 +113,13 @@ class OpenAILLM:
                  timeout_s: float = 120.0, api: str = "completions", retries: int = 2):
         if api not in self.APIS:
             raise ValueError(f"api {api!r}: expected one of {self.APIS}")
-        self.name, self.base_url, self.timeout_s, self.api, self.retries = model, base_url.rstrip("/"), timeout_s, api, retries
+        self.name, self.base_url, self.timeout_s, self.api, self.retries = (
+            model,
+            base_url.rstrip("/"),
+            timeout_s,
+            api,
+            retries,
+        )
         self.api_key = os.environ.get(api_key_env, "")
 
     def generate(self, prompt: str, n: int, params: SamplingParams) -> list[Generation]:
@@ -225,7 +232,8 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     num_agents = 2 if saved is not None and len(saved_policies(saved) or saved_models(saved)) >= 2 else 1
     names = agent_model_names(config, num_agents) if config.agents is None or saved is not None else config.agents[:1]
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
-    if model_cfg.generation_backend == "vllm":   # every agent and its engine on agent_model.device: checked as training does
+    # every agent and its engine on agent_model.device: checked as training does
+    if model_cfg.generation_backend == "vllm":
         from cooprl.rollout.vllm_platform import check_vllm_devices
         check_vllm_devices(model_cfg, [model_cfg.device] * num_agents)   # fails fast, with the fix
     from cooprl.rollout.memory_plan import check_memory

@@ -48,7 +48,8 @@ def call_of(problem: Problem, args: str) -> str | None:
         return None
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry(problem)):
         return None
-    if any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr, ast.Attribute)) for n in ast.walk(node) if n is not node):
+    if any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr,
+                          ast.Attribute)) for n in ast.walk(node) if n is not node):
         return None   # an input is data: no calls (imports, eval) hidden in the arguments
     return text
 
@@ -128,7 +129,8 @@ def numbered_items(text: str, limit: int) -> list[str]:
 
 
 def score_of(text: str, name: str, default: float) -> float:
-    """Return the number after `name:` in `text`, clipped to [0, 1] (percentages divided by 100); `default` when absent."""
+    """Return the number after `name:` in `text`, clipped to [0, 1] (percentages divided by 100); `default` when
+    absent."""
     m = re.search(rf"{re.escape(name)}\s*[:=]\s*(-?\d+(?:\.\d+)?)\s*(%?)", text, flags=re.IGNORECASE)
     if not m:
         return default

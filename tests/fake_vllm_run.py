@@ -1,9 +1,9 @@
 """Run a training script with a fake vLLM CPU build in this process (tests/cooprl/rollout/test_vllm_engines.py starts it
 under torchrun): `python tests/fake_vllm_run.py RECORDS_DIR train_magrpo.py --config ...`.
 
-Each engine is tests/cooprl/rollout/test_vllm_generation.py's FakeLLM, and records, in RECORDS_DIR/rank<RANK>.json at exit: its
-build options, whether the process group was up when it was built and when it was shut down, the prompts it sampled
-and a checksum of each version of the weights pushed into it."""
+Each engine is tests/cooprl/rollout/test_vllm_generation.py's FakeLLM, and records, in RECORDS_DIR/rank<RANK>.json at
+exit: its build options, whether the process group was up when it was built and when it was shut down, the prompts it
+sampled and a checksum of each version of the weights pushed into it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,32 @@
-"""A scripted task for trainer tests: no sandbox, a reward that is a pure function of the completion text."""
+"""A scripted task for trainer tests (no sandbox, a reward that is a pure function of the completion text), and the
+one-term policy-gradient step the update tests take."""
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
+import torch
+
+from cooprl.parallel import distributed
+from cooprl.parallel.context import SINGLE, Parallel, Sync
+from cooprl.samples import TrainSample
 from cooprl.task import Score, Task
 from cooprl.tracking import read_metrics as read_events
+from cooprl.update.engine import optimizer_step
+from cooprl.update.policy_gradient import LossKL, policy_gradient_metrics, policy_gradient_term
+
+
+def policy_gradient_step(model: Any, optimizer: torch.optim.Optimizer, samples: Sequence[TrainSample], pad_id: int,
+                         *, batch_size: int | None = None, max_grad_norm: float | None = 1.0, kl_coef: float = 0.0,
+                         reference: Any = None, sync: Sync = Sync.NONE) -> dict[str, float]:
+    """Take one optimizer step of `model` on the policy loss of `samples` alone; return its metrics. `sync`
+    REPLICATED: the step of a ddp run of the current process group (a sharded model syncs as sharded)."""
+    kl = LossKL(reference, kl_coef) if reference is not None and kl_coef > 0 else None
+    parallel = Parallel("ddp", distributed.current()) if sync is Sync.REPLICATED else SINGLE
+    term = policy_gradient_term(model, samples, pad_id, batch_size=batch_size, kl=kl)
+    result = optimizer_step([optimizer], [term], [model], weight=len(samples), max_grad_norm=max_grad_norm,
+                            parallel=parallel)
+    return policy_gradient_metrics(samples, term, result, kl).reduce()
 
 
 def letter_reward(text: str) -> float:
@@ -22,7 +45,8 @@ def scripted_task(num_agents: int = 2, items: int = 6) -> Task:
         return [f"{h[-1][0]}{h[-1][1]}\nagain:" for h in histories]
 
     return Task(name="scripted", num_agents=num_agents, train_items=[f"item {i}:" for i in range(items)],
-                eval_items=["eval 0:", "eval 1:"], first_prompts=lambda item: [f"{item} agent {a}" for a in range(num_agents)],
+                eval_items=["eval 0:",
+                            "eval 1:"], first_prompts=lambda item: [f"{item} agent {a}" for a in range(num_agents)],
                 score=score, next_prompts=next_prompts, max_reward=1.0)
 
 

@@ -59,7 +59,8 @@ def config_from_data(data: dict[str, Any], overrides: list[str] | None = None,
     task_names = {f.name for f in dataclasses.fields(task_config)} if task_config is not None else set()
     library_names = set(_library_fields())
     if task_names & library_names:
-        raise TypeError(f"task config {task_config.__name__} reuses library sections: {sorted(task_names & library_names)}")
+        raise TypeError(f"task config {task_config.__name__} reuses library sections: "
+                        f"{sorted(task_names & library_names)}")
     task_data = {key: data[key] for key in data if key in task_names}
     data = {key: value for key, value in data.items() if key not in task_names}
     if task_config is not None:

@@ -95,7 +95,8 @@ def check_parallel_training(run: Run) -> None:
                           "agents one after the other (none), its models placed with the *_devices keys")
     if mode in DATA_PARALLEL_MODES and isinstance(section, MADPOSection) and (
             section.train_batch_size is not None or section.rollout_buffer_size is not None):
-        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every "
+                          f"process: "
                           f"set {name}.train_batch_size=null and {name}.rollout_buffer_size=null (one DPO step per "
                           "training step on the step's pairs of every process); a step's pair count differs between "
                           "processes")
@@ -104,17 +105,20 @@ def check_parallel_training(run: Run) -> None:
                           "its own problems' candidates); set it to false")
     if (mode in DATA_PARALLEL_MODES and isinstance(section, MAGRPOSection) and section.update_schedule == "nodes"
             and section.num_turns > 1):
-        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every "
+                          f"process: "
                           f"set {name}.update_schedule=items (or num_turns 1): with nodes, a multi-turn tree's node "
                           "count depends on early termination, so ranks would update at different steps")
     if mode in DATA_PARALLEL_MODES and isinstance(section, ActorCriticSection) and (
             section.update_schedule != "episodes" or section.train_batch_size is not None):
-        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every process: "
+        raise ConfigError(f"{name}.parallel_training: {mode} needs the same number of optimizer steps on every "
+                          f"process: "
                           f"set {name}.update_schedule=episodes and {name}.train_batch_size=null (one step per model "
                           "per update); a turns buffer, or batches of turns, count turn samples, which early "
                           "termination makes differ between processes")
     if mode in DATA_PARALLEL_MODES and len(set(device_list(section.agent_devices, f"{name}.agent_devices"))) > 1:
-        raise ConfigError(f"{name}.agent_devices: {mode} places a process's models on its own device (cuda:LOCAL_RANK); "
+        raise ConfigError(f"{name}.agent_devices: {mode} places a process's models on its own device "
+                          f"(cuda:LOCAL_RANK); "
                           "several agent devices are parallel_training mp's")
 
 
@@ -233,9 +237,10 @@ def vllm_lora_slot(rank: int) -> int:
 
 def _check_vllm_devices(config: Config) -> None:
     """ConfigError for placements an in-process vLLM engine cannot follow. An engine of one shard sits on its agent's
-    GPU (cooprl.rollout.vllm_platform.gpu_executor), also under mp with one GPU per agent; under ddp each rank's engines sit
-    on its own GPU, built by vLLM's external_launcher executor, one rank each (tensor parallelism would span the ranks).
-    Shards of tensor parallelism run on cuda:0..T-1 (vLLM's multiprocess executor), not on an agent's other GPU."""
+    GPU (cooprl.rollout.vllm_platform.gpu_executor), also under mp with one GPU per agent; under ddp each rank's
+    engines sit on its own GPU, built by vLLM's external_launcher executor, one rank each (tensor parallelism would
+    span the ranks). Shards of tensor parallelism run on cuda:0..T-1 (vLLM's multiprocess executor), not on an
+    agent's other GPU."""
     tensor_parallel = config.agent_model.vllm_tensor_parallel_size > 1
     for name in TRAINER_SECTIONS:
         section = config.trainer(name)

@@ -136,4 +136,5 @@ def _check_not_a_helper_section(trainer: str, data: Mapping[str, Any], path: str
         raise ConfigError(f"config file {str(path)!r}: its {trainer} section is what {marlhf}'s rl_algorithm: "
                           f"{trainer} reads besides {marlhf}'s own keys (max_steps, learning_rate, num_turns, ...): "
                           f"{reader} would drop the {marlhf} section; use {use(marlhf)} --override "
-                          f"{marlhf}.rl_algorithm={trainer}, or (for {trainer} alone) a file without the {marlhf} section")
+                          f"{marlhf}.rl_algorithm={trainer}, or (for {trainer} alone) a file without the {marlhf} "
+                          f"section")

@@ -31,13 +31,15 @@ class AgentModelSection:
     temperature: float = option(0.6, "sampling temperature", min=0.0)
     top_p: float = option(0.6, "nucleus sampling mass", min=0.0, max=1.0)
     top_k: Optional[int] = option(None, "top-k sampling (null = off)", min=0)
-    max_length: int = option(2048, "longest prompt + completion in tokens; longer prompts are cut from the left", min=16)
+    max_length: int = option(2048, "longest prompt + completion in tokens; longer prompts are cut from the left",
+                             min=16)
     torch_dtype: str = option("auto", "weights dtype (auto = bfloat16 on GPU, float32 on CPU)",
                               choices=("auto", "float32", "bfloat16", "float16"))
     device: str = option("auto", "auto (cuda when available), cpu or cuda[:N]")
     special_tokens: dict[str, str] = option({}, "tokens to set on the tokenizer, e.g. {pad_token: '<|pad|>'}")
     chat_template: bool = option(False, "wrap prompts in the tokenizer's chat template")
-    lora: Optional[LoraSection] = option(None, "LoRA adapters ({r, alpha, dropout, target_modules}); null = full fine-tuning")
+    lora: Optional[LoraSection] = option(None, "LoRA adapters ({r, alpha, dropout, target_modules}); null = full "
+                                               "fine-tuning")
     generation_backend: str = option("hf", "who samples completions: hf (transformers generate) or vllm "
                                      "(a CUDA GPU, or the CPU with vLLM's CPU build, docs/vllm.md)",
                                      choices=("hf", "vllm"))
@@ -70,10 +72,16 @@ class AgentModelSection:
         "call's tokens, at most 4096 as TRL's, at least max_length); less: less activation memory set aside, long "
         "prompts prefilled in more steps", min=1)
     vllm_importance_cap: Optional[float] = option(
-        None, "off-policy correction for vLLM's sampler (TRL's vllm_importance_sampling_correction): each completion "
-        "token's policy-gradient term is weighted by min(q_hf / q_vllm, cap), q the token's probability under the "
-        "sampling settings (temperature, top-k, top-p) from the trained model and from vLLM; null = off (TRL "
-        "corrects by default); needs generation_backend vllm; policy-gradient trainers only (not madpo, madpo_iter)", min=1.0)
+        None, "off-policy correction for vLLM's sampler (TRL's vllm_importance_sampling_correction and _cap): each "
+        "completion token's policy-gradient term is weighted by the ratio q_hf / q_vllm, bounded by cap as "
+        "vllm_importance_mode says, q the token's probability under the sampling settings (temperature, top-k, top-p) "
+        "from the trained model and from vLLM; null = off (TRL's cap: 3); needs generation_backend vllm; "
+        "policy-gradient trainers only (not madpo, madpo_iter)", min=1.0)
+    vllm_importance_mode: str = option(
+        "token_truncate", "TRL's vllm_importance_sampling_mode: token_truncate (each token's ratio, at most cap), "
+        "token_mask (a token whose ratio passes cap weighs 0), sequence_truncate (one ratio per completion, the "
+        "product of its tokens', at most cap, for every token), sequence_mask (a completion whose ratio passes cap "
+        "weighs 0; TRL's default)", choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"))
     # the stale-weights guard (cooprl.rollout.vllm_guard): probe log-probs of each engine against the trained model
     vllm_weight_check: Optional[float] = option(
         None, "after every weight push into a vLLM engine and every wake-up, the engine and the trained model score "
@@ -82,8 +90,11 @@ class AgentModelSection:
     logprob_chunk_size: Optional[int] = option(
         None, "the update's log-probs: completion positions whose [positions x vocab] logits exist at once (the LM "
         "head, log-softmax and its backward run chunk by chunk); null = the whole batch's at once", min=1)
-    gradient_checkpointing: bool = option(False, "recompute each layer's activations in the backward instead of "
-                                          "keeping them (transformers' gradient checkpointing, non-reentrant; LoRA too)")
+    gradient_checkpointing: bool = option(
+        False,
+        "recompute each layer's activations in the backward instead of "
+        "keeping them (transformers' gradient checkpointing, non-reentrant; LoRA too)",
+    )
     autocast: str = option("none", "bf16: the agents' forward passes (update and HF generation) run under bfloat16 "
                            "autocast, on CPU too; weights stay in torch_dtype; log-softmax in float32",
                            choices=("none", "bf16"))
@@ -102,7 +113,8 @@ class AgentModelSection:
     init_from: Optional[str] = option(
         None, "start every agent from a finished run's agents: a run folder (its final/ models, else its newest "
         "checkpoint) or a checkpoint folder; each agent loads its own saved weights, or its LoRA adapters, which it "
-        "then trains on (agent_model.lora must then match their settings, or be null: merged in; the tokenizer stays agent_model.name's; with LoRA a reference KL's frozen start model is the base "
+        "then trains on (agent_model.lora must then match their settings, or be null: merged in; the tokenizer stays "
+        "agent_model.name's; with LoRA a reference KL's frozen start model is the base "
         "model, adapters off); null = the models as agent_model names them")
 
 
@@ -183,7 +195,8 @@ class WandbSection:
 @dataclass
 class Config:
     agent_model: AgentModelSection = option(AgentModelSection(), "the agents' model (homogeneous agents)")
-    agents: Optional[list[str]] = option(None, "one model name per agent (heterogeneous agents); null = agent_model.name")
+    agents: Optional[list[str]] = option(None, "one model name per agent (heterogeneous agents); null = "
+                                               "agent_model.name")
     critic_model: CriticModelSection = option(CriticModelSection(), "critic backbone for actor-critic trainers "
                                               "(null = the defaults)", null_is_default=True)
     critics: Optional[list[str]] = option(None, "one critic model name per agent; null = critic_model.name")

@@ -86,6 +86,23 @@ class MAGRPOSection(TrainerSection):
     train_batch_size: Optional[int] = option(
         None, "nodes: nodes per optimizer step (null = rollout_buffer_size); items: sequences per forward, a cap "
         "(null = all of an agent's samples of one item)", min=1)
+    # TRL's names and meanings (docs/algorithms.md, "The policy-gradient objective")
+    num_iterations: int = option(1, "passes over each update's samples; above 1 every pass takes the PPO ratio to the "
+                                 "sampling policy, clipped to [1 - epsilon, 1 + epsilon_high]", min=1)
+    epsilon: float = option(0.2, "the PPO clip's lower bound 1 - epsilon (num_iterations above 1)", min=0.0)
+    epsilon_high: Optional[float] = option(None, "the PPO clip's upper bound 1 + epsilon_high (null = epsilon)",
+                                           min=0.0)
+    loss_type: str = option(
+        "sequence_sum", "how a step's token terms add up: sequence_sum (each completion's sum, averaged over the "
+        "step's samples), grpo (each completion's mean token), dapo (the mean token of the step), dr_grpo (each "
+        "completion's sum over max_new_tokens)", choices=("sequence_sum", "grpo", "dapo", "dr_grpo"))
+    mask_truncated_completions: bool = option(False, "leave completions that hit max_new_tokens before their end "
+                                              "out of the loss")
+    tied_groups: str = option(
+        "train", "a node group whose G returns are all equal: train (as any group: zero advantages), drop (counted), "
+        "or resample (roll the item out again, at most max_resamples times, while a turn-1 group is tied; a tied "
+        "later group is dropped)", choices=("train", "drop", "resample"))
+    max_resamples: int = option(2, "tied_groups resample: new rollouts of an item before its tied groups drop", min=0)
 
 
 @dataclass
@@ -128,10 +145,12 @@ class ACSection(ActorCriticSection):
 class PreferenceFields:
     preference_num_candidates: int = option(20, "joint candidates sampled per problem", min=2)
     pair_selection: str = option("reward_gap", "how pairs are picked: reward_gap, random, all (among all candidates); "
-                                 "comparator_reward: the policy's candidate i against the comparator's candidate i (without a "
+                                 "comparator_reward: the policy's candidate i against the comparator's candidate i "
+                                 "(without a "
                                  "comparator the policy writes both sets), best comparator reward first",
                                  choices=("reward_gap", "random", "all", "comparator_reward"))
-    preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)", min=1,
+    preference_pairs_per_sample: Optional[int] = option(4, "pairs kept per problem (null = every qualifying pair)",
+                                                        min=1,
                                                         aliases=("preference_pairs_per_item",))
     min_reward_gap: float = option(0.0, "pairs need winner reward - loser reward > this", min=0.0)
     use_environment_step: bool = option(True, "env_step (W&B's x axis) advances "
@@ -253,7 +272,8 @@ class MARLHFSection(PreferenceFields, MAGRPOSection):
                                                 "one device")
     reward_model_learning_rate: float = option(1e-5, "reward model learning rate", min=0.0,
                                                aliases=("reward_learning_rate",))
-    reward_model_epochs: int = option(1, "epochs over the preference pairs", min=1, aliases=("reward_num_train_epochs",))
+    reward_model_epochs: int = option(1, "epochs over the preference pairs", min=1, aliases=("reward_num_train_epochs",
+                                                                                             ))
     reward_train_batch_size: Optional[int] = option(None, "pairs per reward-model optimizer step (null = "
                                                     "cooprl.preferences.reward_model's default batch)", min=1)
     reward_freeze_backbone: bool = option(False, "train only the reward model's linear head, the backbone frozen")

@@ -49,7 +49,8 @@ def _check_node_graph(root: Any) -> None:
             size = 1 + sum(c[0] for c in children)
             depth = 1 + max((c[1] for c in children), default=0)
             if size > MAX_YAML_NODES:
-                raise ConfigError(f"its aliases expand to more than {MAX_YAML_NODES:,} values (line {node.start_mark.line + 1}): "
+                raise ConfigError(f"its aliases expand to more than {MAX_YAML_NODES:,} values (line "
+                                  f"{node.start_mark.line + 1}): "
                                   "refused (a config needs a few hundred)")
             if depth > MAX_YAML_DEPTH:
                 raise ConfigError(f"nested more than {MAX_YAML_DEPTH} levels deep: refused")

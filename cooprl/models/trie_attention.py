@@ -8,14 +8,13 @@ runs its own small attention, its queries against the keys of its ancestors (all
 tokens (causal), so the work follows the path lengths instead of the row length.
 
 It is written as an attention function of transformers' `AttentionInterface` (registered as
-`TRIE_ATTENTION` when first switched on), switched on for one forward by `trie_attention(model, trie)`; the forward must then be given
-a 4-D attention mask, which the model passes through untouched and this function ignores (`PLACEHOLDER_MASK`).
-The autograd graph records the per-segment operations, so the backward needs no switch, except where a layer is
-recomputed in the backward (gradient checkpointing): `checkpoint_contexts`, given to torch's checkpoint as its
-`context_fn`, switches the same trie attention back on around the recomputation. No library offers
-this for a prefix tree on CPU without compiling (flex attention needs `torch.compile`; varlen flash
-attention separates whole sequences and cannot share a prefix), hence the hand-written loop.
-"""
+`TRIE_ATTENTION` when first switched on), switched on for one forward by `trie_attention(model, trie)`; the forward
+must then be given a 4-D attention mask, which the model passes through untouched and this function ignores
+(`PLACEHOLDER_MASK`). The autograd graph records the per-segment operations, so the backward needs no switch, except
+where a layer is recomputed in the backward (gradient checkpointing): `checkpoint_contexts`, given to torch's
+checkpoint as its `context_fn`, switches the same trie attention back on around the recomputation. No library offers
+this for a prefix tree on CPU without compiling (flex attention needs `torch.compile`; varlen flash attention
+separates whole sequences and cannot share a prefix), hence the hand-written loop. """
 
 from __future__ import annotations
 

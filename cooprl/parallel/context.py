@@ -1,6 +1,7 @@
 """The parallel context: everything a trainer asks of the other processes, through one object (TRL's `accelerator`,
 verl's worker group). Trainers hold a `Parallel` and import neither cooprl.parallel.distributed nor cooprl.parallel.fsdp
-(tests/project/test_layers.py); the update engine (cooprl.update.engine) is told by `sync_of` how a model's gradients meet.
+(tests/project/test_layers.py); the update engine (cooprl.update.engine) is told by `sync_of` how a model's gradients
+meet.
 
 A `Parallel` is built from the trainer's section (`Parallel.of`): `parallel_training` ddp or fsdp under a launcher
 with several processes; otherwise it is the single process (`SINGLE`), where every method is the plain local thing
@@ -94,7 +95,8 @@ class Parallel:
 
     # -------------------------------------------------------------------------------------- models
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Return `model` sharded over the processes in place under fsdp (cooprl.parallel.fsdp.shard_model), else as is."""
+        """Return `model` sharded over the processes in place under fsdp (cooprl.parallel.fsdp.shard_model), else as
+        is."""
         return fsdp.shard_model(model) if self.sharded else model
 
     @staticmethod
@@ -130,7 +132,8 @@ class Parallel:
     @staticmethod
     def devices(devices: Sequence[str]) -> list[str]:
         """Return where this process puts models configured for `devices` (critics, comparators, the reward model):
-        under data-parallel training a CUDA device is this process's own GPU (cooprl.parallel.distributed.process_devices)."""
+        under data-parallel training a CUDA device is this process's own GPU
+        (cooprl.parallel.distributed.process_devices)."""
         return distributed.process_devices(devices)
 
     @staticmethod

@@ -114,7 +114,8 @@ def check_gathered(model: Any, what: str) -> None:
     """RuntimeError when `model` is sharded but not gathered: `what` (sampling, scoring without gradient) runs a
     number of forwards of its own, which in the shards' lock-step would hang every process."""
     if is_sharded(model) and not is_gathered(model):
-        raise RuntimeError(f"{what} of a sharded model must run inside cooprl.parallel.fsdp.full_weights (entered by every "
+        raise RuntimeError(f"{what} of a sharded model must run inside cooprl.parallel.fsdp.full_weights (entered by "
+                           f"every "
                            "process together)")
 
 

@@ -7,7 +7,7 @@ which seed. Pure functions of the seed, the dataset size and the process's place
 - `item_seed`: each item's rollout draws from generators seeded by (seed, its position in the order), so which
   process rolls an item out changes nothing;
 - `ends_epoch`: whether a step closes an epoch (or an iterative trainer's round);
-- `mean_metrics`: the processes' metrics of one step as one.
+- `StepPlan`: all of it for one run on this process: each step's item, its seed's position, where epochs end.
 """
 
 from __future__ import annotations
@@ -71,18 +71,28 @@ def item_seed(seed: int, position: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def mean_metrics(per_rank: list[dict[str, float]], summed: tuple[str, ...] = ()) -> dict[str, float]:
-    """Return the ranks' metrics of one step as one: per key the mean over the ranks that have it, the keys ending
-    with one of `summed` added up (counts such as env_steps); keys in the order they first appear."""
-    keys = dict.fromkeys(k for metrics in per_rank for k in metrics)
-    merged = {}
-    for key in keys:
-        values = [m[key] for m in per_rank if key in m]
-        numeric = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(numeric) != len(values):
-            merged[key] = values[0]
-        elif key.endswith(summed):
-            merged[key] = sum(numeric)
-        else:
-            merged[key] = sum(numeric) / len(numeric)
-    return merged
+@dataclass(frozen=True)
+class StepPlan:
+    """Which dataset item each training step takes on this process, and where epochs and rounds end."""
+
+    order: list[int]              # item index of each step of a round (this rank's share under data parallelism)
+    positions: list[int] | None   # each item's place in the shared order, which seeds it; None in one process
+    epoch_length: int             # steps per epoch
+    steps_per_round: int          # the epochs, cut at max_steps
+    rounds: int = 1               # the iterative trainers repeat the round
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_round * self.rounds
+
+    def item(self, step: int) -> int:
+        """Return the item index of training step `step` (1-based)."""
+        return self.order[(step - 1) % self.steps_per_round]
+
+    def position(self, step: int) -> int | None:
+        """Return the place in the shared order of step `step`'s item (its seed), None in one process."""
+        return None if self.positions is None else self.positions[(step - 1) % self.steps_per_round]
+
+    def ends_epoch(self, step: int) -> bool:
+        """Return whether step `step` is the last of an epoch or of a round (`ends_epoch`)."""
+        return ends_epoch(step, self.steps_per_round, self.epoch_length, self.rounds)

@@ -125,7 +125,8 @@ def _build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[An
     if kind == "current" and not centralized and comparator_candidate_count(section) is None:
         return None   # shared budget: the policies' own candidates are compared with each other
     if centralized and joint_format is None:
-        raise ConfigError(f"{trainer}.comparator_generation_mode=centralized: task {task.name!r} has no joint answer format")
+        raise ConfigError(f"{trainer}.comparator_generation_mode=centralized: task {task.name!r} has no joint answer "
+                          f"format")
     if kind == "model" and not (section.comparator_model or section.comparator_agents):
         raise ConfigError(f"{trainer}.comparator_policy=model needs {trainer}.comparator_model (a model name) or "
                           f"{trainer}.comparator_agents (one per role)")
@@ -210,7 +211,8 @@ class HistoryComparator(Comparator):
         """Snapshot the policies at the start of `iteration` (once) and load the snapshot the comparator plays;
         return the iteration whose start it is."""
         if iteration not in self.snapshots:
-            self.snapshots[iteration] = [{name: p.detach().to("cpu", copy=True) for name, p in agent.model.named_parameters()
+            self.snapshots[iteration] = [{name: p.detach().to("cpu", copy=True) for name,
+                                          p in agent.model.named_parameters()
                                           if p.requires_grad} for agent in self.players]
         target = max(iteration - self.history_k + 1, 0)
         older = [k for k in self.snapshots if k <= target]
@@ -269,7 +271,8 @@ def _model_generators(run: Run[ComparatorSection], names: Sequence[str], max_tok
         model = load_causal_lm(name, torch_dtype=cfg.torch_dtype, device=device)
         model.eval().requires_grad_(False)
         loaded[name] = HFGenerator(model, load_tokenizer(name, cfg.special_tokens),
-                                   max_prompt_tokens=max(cfg.max_length - max_tokens, 8), chat_template=cfg.chat_template)
+                                   max_prompt_tokens=max(cfg.max_length - max_tokens,
+                                                         8), chat_template=cfg.chat_template)
     return [loaded[name] for name in names]
 
 
@@ -298,7 +301,8 @@ def generic_api_completer(url: str, model: str | None, api_key: str | None, max_
             reply = post(url, payload, headers)
             got = reply.get("completions") if isinstance(reply, dict) else None
             if not isinstance(got, list) or not got:
-                raise RuntimeError(f"comparator API at {url}: expected {{\"completions\": [...]}}, got {str(reply)[:200]}")
+                raise RuntimeError(f"comparator API at {url}: expected {{\"completions\": [...]}}, got "
+                                   f"{str(reply)[:200]}")
             texts += [str(t) for t in got[:ask]]
         return texts
     return complete

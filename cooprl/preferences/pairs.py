@@ -200,7 +200,8 @@ def collect_candidates(items: Sequence[Any], task: Any, sample_fn: Sampler, num_
     settings = RolloutSettings(num_turns=1, samples_per_turn=[n_policy], joint_mode="aligned",
                                process_reward=process_reward)
     roots = rollout(items, task, sample_fn, settings)
-    candidates = [[Candidate(root.joint_texts(j), [root.samples[a][g].completion_ids.tolist() for a, g in enumerate(joint)],
+    candidates = [[Candidate(root.joint_texts(j), [root.samples[a][g].completion_ids.tolist() for a,
+                                                   g in enumerate(joint)],
                              root.scores[j].total, "policy",
                              [root.prompt_of(a, g) for a, g in enumerate(joint)] if root.sample_prompts else None)
                    for j, joint in enumerate(root.joint)]
@@ -226,7 +227,8 @@ def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: 
     for item, cands in zip(items, candidates):
         if record is not None:
             record(cands)
-        pairs += pairs_from_candidates(task.item_id(item), task.first_prompts(item), cands, section, iteration, step, rng)
+        pairs += pairs_from_candidates(task.item_id(item), task.first_prompts(item), cands, section, iteration, step,
+                                       rng)
     return pairs
 
 
@@ -283,7 +285,9 @@ def read_pairs(path: str | Path) -> list[PreferencePair]:
             pairs.append(PreferencePair(**json.loads(line)))
         except (ValueError, TypeError, RecursionError):
             if n < len(lines) - 1:
-                raise PreferenceFileError(f"preference pairs {path}:{n + 1} are damaged: not a preference pair") from None
+                raise PreferenceFileError(
+                    f"preference pairs {path}:{n + 1} are damaged: not a preference pair"
+                ) from None
             log.warning("%s: dropping a cut-off last line", path)
     return pairs
 
@@ -424,7 +428,9 @@ class RewardDistribution:
         if theirs:
             out["reward_dist/comparator_mean"] = sum(theirs) / len(theirs)
         if mine and theirs:
-            out["reward_dist/policy_beats_comparator"] = sum(m > out["reward_dist/comparator_mean"] for m in mine) / len(mine)
+            out["reward_dist/policy_beats_comparator"] = sum(
+                m > out["reward_dist/comparator_mean"] for m in mine
+            ) / len(mine)
         return out
 
 

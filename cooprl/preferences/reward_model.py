@@ -22,7 +22,7 @@ import torch
 
 from cooprl.models.value_model import ValueModel
 from cooprl.text import plain_text
-from cooprl.update.engine import Term, train_step
+from cooprl.update.engine import Term, optimizer_step
 from cooprl.update.losses import bradley_terry_loss, bradley_terry_losses
 from cooprl.update.optim import build_adamw
 
@@ -150,8 +150,8 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
             indices = order[start:start + batch_size]
             parts = [indices[part:part + PAIRS_PER_FORWARD] for part in range(0, len(indices), PAIRS_PER_FORWARD)]
             # every process trains this model alike on the same pairs (MARLHF): a plain step, no sync
-            result = train_step([optimizer], [Term(parts, loss)], weight=max(sum(weights[i] for i in indices), 1e-12),
-                                max_grad_norm=max_grad_norm)
+            result = optimizer_step([optimizer], [Term(parts, loss)],
+                                    weight=max(sum(weights[i] for i in indices), 1e-12), max_grad_norm=max_grad_norm)
             if result.skipped:
                 continue
             metrics["reward_model/optimizer_steps"] = metrics.get("reward_model/optimizer_steps", 0.0) + 1

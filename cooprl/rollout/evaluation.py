@@ -28,7 +28,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def chain_pass_at_k(roots: Sequence[Node], num_turns: int, ks: Sequence[int], prefix: str = "eval/") -> dict[str, float]:
+def chain_pass_at_k(roots: Sequence[Node], num_turns: int, ks: Sequence[int], prefix: str = "eval/") -> dict[str,
+                                                                                                             float]:
     """Return pass@k per turn over evaluation chains (root joint action j -> its single-sample descendants)."""
     per_turn: dict[int, list[float]] = defaultdict(list)
     for root in roots:

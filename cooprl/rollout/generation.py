@@ -150,7 +150,8 @@ class HFGenerator:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0)
         if params.stop_strings:
             from transformers import StoppingCriteriaList
-            kwargs["stopping_criteria"] = StoppingCriteriaList([_StopOnStrings(self.tokenizer, params.stop_strings, width)])
+            kwargs["stopping_criteria"] = StoppingCriteriaList([_StopOnStrings(self.tokenizer, params.stop_strings,
+                                                                               width)])
         input_ids, attention = input_ids.to(device), attention.to(device)
         was_training = self.model.training
         self.model.eval()

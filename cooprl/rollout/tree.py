@@ -240,8 +240,12 @@ def compute_returns(node: Node, discount: float) -> None:
         else:
             compute_returns(child, discount)
             node.returns.append(reward + discount * sum(child.returns) / len(child.returns))
-            node.agent_returns.append([r + discount * sum(ret[a] for ret in child.agent_returns) / len(child.agent_returns)
-                                       for a, r in enumerate(agent_rewards_)])
+            node.agent_returns.append(
+                [
+                    r + discount * sum(ret[a] for ret in child.agent_returns) / len(child.agent_returns)
+                    for a, r in enumerate(agent_rewards_)
+                ]
+            )
 
 
 def iter_nodes(root: Node):

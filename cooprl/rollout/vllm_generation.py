@@ -49,8 +49,8 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   cut and joined exactly as the ids are (`finish` keeps a prefix; a continued sample appends its next round) and
   land in `Completion.sampler_logprobs`, for the trainers' truncated importance weights (cooprl.update.policy_gradient).
 
-vLLM is imported only when this backend is chosen. tests/cooprl/rollout/test_vllm_generation.py runs against a fake `vllm`
-module; tests/cooprl/vllm_real/ (`make test-vllm`, docs/vllm.md) against vLLM's CPU build 0.32. No GPU has run it yet.
+vLLM is imported only when this backend is chosen. tests/cooprl/rollout/test_vllm_generation.py runs against a fake
+`vllm` module; tests/cooprl/vllm_real/ (`make test-vllm`, docs/vllm.md) against vLLM's CPU build 0.32. No GPU yet.
 """
 
 from __future__ import annotations
@@ -399,7 +399,8 @@ class VLLMGenerator:
         longest = max(len(ids) for ids in prompt_ids) + params.max_new_tokens
         if longest > self.max_model_len:
             raise ConfigError(f"a prompt of {longest - params.max_new_tokens} tokens + {params.max_new_tokens} new "
-                              f"tokens exceeds the vLLM engine's length {self.max_model_len}; raise agent_model.max_length")
+                              f"tokens exceeds the vLLM engine's length {self.max_model_len}; raise "
+                              f"agent_model.max_length")
         greedy = params.temperature == 0
         # Greedy samples of one prompt are all the same sequence: generate it once and repeat it (as HF's
         # greedy `num_return_sequences` does), which also avoids vLLM versions that refuse n > 1 when greedy.

@@ -39,9 +39,11 @@ _BUILDERS: dict[str, Callable[[Run, Task, Parallel | None], Any]] = {
     "sft": build_sft,                                      # supervised fine-tuning on demonstrations
 }
 if set(_BUILDERS) != set(TRAINER_SECTIONS):
-    raise ImportError(f"trainers without a builder or a config section: {sorted(set(_BUILDERS) ^ set(TRAINER_SECTIONS))}")
+    raise ImportError(f"trainers without a builder or a config section: "
+                      f"{sorted(set(_BUILDERS) ^ set(TRAINER_SECTIONS))}")
 
-TRAINERS: dict[str, TrainerSpec] = {name: TrainerSpec(TRAINER_SECTIONS[name], build) for name, build in _BUILDERS.items()}
+TRAINERS: dict[str, TrainerSpec] = {name: TrainerSpec(TRAINER_SECTIONS[name], build) for name,
+                                    build in _BUILDERS.items()}
 
 
 def build_algorithm(run: Run, task: Task, parallel: Parallel | None = None) -> Any:

@@ -46,6 +46,7 @@ import torch
 
 from cooprl.config import ActorCriticSection, Config, ConfigError, Run, model_devices
 from cooprl.models.loading import load_causal_lm, load_tokenizer
+from cooprl.metrics import STEPS, SUM, Metrics
 from cooprl.models.value_model import ValueModel
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout, tree_metrics
@@ -54,7 +55,7 @@ from cooprl.task import Task, all_first_prompts
 from cooprl.text import plain_text
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
-from cooprl.update.engine import Term, train_step
+from cooprl.update.engine import Term, optimizer_step
 from cooprl.update.losses import actor_advantages, td_target, value_errors
 from cooprl.update.optim import build_adamw
 from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
@@ -112,7 +113,6 @@ class ActorCritic(TeamAlgorithm):
         self.models = self.models + [critic.model for critic in critics]
         self.buffer: list[Step] = []
         self.buffered_episodes = 0
-        self.kl_in_reward = self.references is not None and section.reference_kl_form == "reward"
 
     def critic_of(self, agent: int) -> int:
         """Return the index of the critic that scores `agent`'s turns."""
@@ -176,7 +176,8 @@ class ActorCritic(TeamAlgorithm):
                 rewards = [own[a] for a in agents]
                 reward = rewards[0] if len(set(rewards)) == 1 else sum(rewards) / len(rewards)
                 shared = reward - sum(penalties[k][a] for a in agents) / len(agents)
-                step.critics.append(CriticSample(ids[k], values[k], td_target(shared, next_value, self.section.discount)))
+                step.critics.append(CriticSample(ids[k], values[k], td_target(shared, next_value,
+                                                                              self.section.discount)))
                 for a in agents:
                     step.targets[a] = td_target(own[a] - penalties[k][a], next_value, self.section.discount)
         return steps
@@ -194,22 +195,22 @@ class ActorCritic(TeamAlgorithm):
         return [[coef * per_agent[a][k] for a in range(len(self.team))] for k in range(len(steps))]
 
     # ------------------------------------------------------------------------------------------ training
-    def train_step(self, item: Any, step: int) -> dict[str, float]:
+    def train_step(self, item: Any, step: int) -> Metrics:
         """Roll out one item's episodes, buffer their turns, update when the buffer is full; return metrics."""
         with self.parallel.sampling(*self.models):   # sharded actors are gathered for the rollout and its scoring
-            root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
+            root = rollout([item], self.task, self.sample_agent, self.rollout_settings())[0]
             steps = self.episode_steps(root)
         self.buffer.extend(steps)
         self.buffered_episodes += len(root.joint)
-        metrics = tree_metrics([root], self.section.num_turns)
+        metrics = Metrics(tree_metrics([root], self.section.num_turns))
         for c in range(len(self.critics)):
-            metrics[f"critic_{c}/value_mean"] = sum(s.critics[c].value for s in steps) / len(steps)
+            metrics.add(f"critic_{c}/value_mean", sum(s.critics[c].value for s in steps) / len(steps))
         if self.kl_in_reward:   # the sampled KL the rewards were penalized by (loss form: the update reports it)
             for a in range(len(self.team)):
-                metrics[f"agent_{a}/kl"] = sum(s.kls[a] for s in steps) / len(steps)
+                metrics.add(f"agent_{a}/kl", sum(s.kls[a] for s in steps) / len(steps))
         if self.buffer_full():
-            metrics.update(self.update())
-        metrics["env_steps"] = len(steps)
+            metrics.merge(self.update())
+        metrics.add("env_steps", len(steps), SUM)
         if self.config.output.verbose:
             self.print_tree(root)
         return metrics
@@ -220,15 +221,14 @@ class ActorCritic(TeamAlgorithm):
         held = len(self.buffer) if self.section.update_schedule == "turns" else self.buffered_episodes
         return held >= self.section.rollout_buffer_size
 
-    def end_epoch(self, metrics: dict[str, float]) -> None:
-        """At an epoch's end, train on what the buffer still holds (no epoch's samples wait for the next) and add
-        the update's metrics to `metrics`, those of the epoch's last step."""
-        if self.buffer:
-            metrics.update(self.update())
+    def end_epoch(self) -> Metrics:
+        """At an epoch's end, train on what the buffer still holds (no epoch's samples wait for the next); return
+        the update's metrics."""
+        return self.update() if self.buffer else Metrics()
 
-    def update(self) -> dict[str, float]:
-        """Train every actor (and its value head) and every separate critic on the buffer, empty it; return losses
-        (metrics of each model's last optimizer step) and `update/actor_optimizer_steps`."""
+    def update(self) -> Metrics:
+        """Train every actor (and its value head) and every separate critic on the buffer, empty it; return each
+        model's metrics of its optimizer steps and `update/actor_optimizer_steps`."""
         if self.section.update_schedule == "turns":
             metrics = self.update_by_turn()
         else:
@@ -236,34 +236,34 @@ class ActorCritic(TeamAlgorithm):
         self.buffer, self.buffered_episodes = [], 0
         return metrics
 
-    def update_whole_buffer(self) -> dict[str, float]:
+    def update_whole_buffer(self) -> Metrics:
         """update_schedule episodes: advantages over the whole buffer; each model takes one optimizer step per
         `train_batch_size` buffered turns in buffer order (null: one step on the whole buffer)."""
-        s, metrics = self.section, {}
+        s, metrics = self.section, Metrics()
         steps_taken = 0
         for a in range(len(self.team)):
             indices = list(range(len(self.buffer)))
             adv = self.advantages_of(a, indices)
             for chunk in chunks(indices, s.train_batch_size or len(indices)):
-                metrics.update(self.actor_step(a, chunk, adv, value_targets=None))
+                metrics.merge(self.actor_step(a, chunk, adv, value_targets=None), prefix=f"agent_{a}/")
                 steps_taken += 1
         for c, critic in enumerate(self.critics):
             if critic.optimizer is None:
                 continue  # a head on its actor: trained in the actor's steps above
             seen = [step.critics[c] for step in self.buffer]
             for chunk in chunks(range(len(seen)), s.train_batch_size or len(seen)):
-                metrics.update(self.critic_step(c, [seen[k] for k in chunk]))
-            metrics[f"critic_{c}/target_mean"] = sum(x.target for x in seen) / len(seen)
-        metrics["update/actor_optimizer_steps"] = float(steps_taken)
+                metrics.merge(self.critic_step(c, [seen[k] for k in chunk]), prefix=f"critic_{c}/")
+            metrics.add(f"critic_{c}/target_mean", sum(x.target for x in seen) / len(seen))
+        metrics.add("update/actor_optimizer_steps", steps_taken, STEPS)
         return metrics
 
-    def update_by_turn(self) -> dict[str, float]:
+    def update_by_turn(self) -> Metrics:
         """update_schedule turns (the default): per agent, the buffer's samples of each turn (turn 1 first) are a group
         whose advantages are normalized together; the group is shuffled and cut into `train_batch_size` samples
         (null: rollout_buffer_size); each batch is one actor step, then one step of the agent's separate critic on the
         same samples with the agent's own targets (a centralized critic steps with every agent's batches). A group
         that fits one step is not shuffled: the order within a step changes nothing, and drawing would move the RNG."""
-        s, metrics = self.section, {}
+        s, metrics = self.section, Metrics()
         size = s.train_batch_size or s.rollout_buffer_size
         steps_taken = 0
         for a in range(len(self.team)):
@@ -273,15 +273,15 @@ class ActorCritic(TeamAlgorithm):
                 order = shuffled(group) if len(group) > size else group   # one step: its order changes nothing
                 for chunk in chunks(order, size):
                     targets = [self.buffer[k].targets[a] for k in chunk]
-                    metrics.update(self.actor_step(a, chunk, adv, value_targets=targets))
+                    metrics.merge(self.actor_step(a, chunk, adv, value_targets=targets), prefix=f"agent_{a}/")
                     steps_taken += 1
                     if self.critics[c].optimizer is not None:
                         part = [replace(self.buffer[k].critics[c], target=t) for k, t in zip(chunk, targets)]
-                        metrics.update(self.critic_step(c, part))
+                        metrics.merge(self.critic_step(c, part), prefix=f"critic_{c}/")
         for c in range(len(self.critics)):
             seen = [step.targets[a] for step in self.buffer for a in self.scored_by(c)]
-            metrics[f"critic_{c}/target_mean"] = sum(seen) / len(seen)
-        metrics["update/actor_optimizer_steps"] = float(steps_taken)
+            metrics.add(f"critic_{c}/target_mean", sum(seen) / len(seen))
+        metrics.add("update/actor_optimizer_steps", steps_taken, STEPS)
         return metrics
 
     def advantages_of(self, agent: int, indices: Sequence[int]) -> dict[int, float]:
@@ -293,10 +293,10 @@ class ActorCritic(TeamAlgorithm):
         return dict(zip(indices, adv))
 
     def actor_step(self, agent: int, chunk: Sequence[int], adv: dict[int, float],
-                   value_targets: Sequence[float] | None) -> dict[str, float]:
+                   value_targets: Sequence[float] | None) -> Metrics:
         """Take one optimizer step of `agent`'s actor on the buffered turns `chunk` (advantages `adv[k]`); a value head
         on the actor is trained in the same step on `value_targets` (None: its critic samples' targets). Return the
-        step's metrics, prefixed `agent_<i>/`."""
+        step's metrics."""
         s, actor = self.section, self.team[agent]
         samples = [replace(self.buffer[k].actions[agent], advantage=adv[k]) for k in chunk]
         head = self.critics[agent] if not self.centralized and self.critics[agent].optimizer is None else None
@@ -306,25 +306,23 @@ class ActorCritic(TeamAlgorithm):
             if value_targets is not None:
                 part = [replace(x, target=t) for x, t in zip(part, value_targets)]
             extra = [self.value_term(head, part)]
-        kl_in_loss = self.references is not None and not self.kl_in_reward
-        kl_coef = s.reference_kl_coef if kl_in_loss else 0.0
+        kl = self.loss_kl(agent)
         policy = policy_gradient_term(actor.model, samples, actor.tokenizer.pad_token_id,
-                                      batch_size=s.rollout_buffer_size, kl_coef=kl_coef,
-                                      reference=self.references[agent] if kl_in_loss else None)
-        step = train_step([actor.optimizer], [policy, *extra], weight=len(samples), max_grad_norm=s.max_grad_norm,
-                          sync=self.parallel.sync_of(actor.model), models=[actor.model])
-        result = policy_gradient_metrics(samples, policy, step, kl_coef)
-        return _prefixed(f"agent_{agent}", result)
+                                      batch_size=s.rollout_buffer_size, kl=kl)
+        result = optimizer_step([actor.optimizer], [policy, *extra], [actor.model], weight=len(samples),
+                                max_grad_norm=s.max_grad_norm, parallel=self.parallel)
+        return policy_gradient_metrics(samples, policy, result, kl)
 
-    def critic_step(self, c: int, part: Sequence[CriticSample]) -> dict[str, float]:
+    def critic_step(self, c: int, part: Sequence[CriticSample]) -> Metrics:
         """Take one optimizer step of separate critic `c` on its value loss over `part`; return its metrics."""
         critic = self.critics[c]
-        result = train_step([critic.optimizer], [self.value_term(critic, part)], weight=len(part),
-                            max_grad_norm=self.section.max_grad_norm, sync=self.parallel.sync_of(critic.model),
-                            models=[critic.model])
-        norm = result.grad_norms[0] if not result.skipped else 0.0
-        return _prefixed(f"critic_{c}", {"value_loss": result.losses["value_loss"], "grad_norm": norm,
-                                         "skipped_nonfinite": float(result.skipped)})
+        result = optimizer_step([critic.optimizer], [self.value_term(critic, part)], [critic.model], weight=len(part),
+                                max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
+        metrics = Metrics({"value_loss": result.losses["value_loss"]})
+        norm = result.grad_norms[0] if result.grad_norms and not result.skipped else None
+        metrics.add("grad_norm", norm if norm is not None else 0.0)
+        metrics.add("skipped_nonfinite", float(result.skipped), STEPS)
+        return metrics
 
     def value_term(self, critic: Critic, samples: Sequence[CriticSample]) -> Term:
         """Return the value loss of `critic` on `samples` for the update engine: value_loss_coef x the squared TD
@@ -358,11 +356,6 @@ def _values(critic: Critic, ids: Sequence[torch.Tensor]) -> torch.Tensor:
     pad = critic.tokenizer.pad_token_id
     return torch.cat([critic.model.values(ids[i:i + VALUE_BATCH], None, pad).float().cpu()
                       for i in range(0, len(ids), VALUE_BATCH)])
-
-
-def _prefixed(prefix: str, result: dict[str, float]) -> dict[str, float]:
-    names = {"extra_loss": "value_loss"}  # the step's second term (policy_gradient_metrics' extra_loss): the value loss
-    return {f"{prefix}/{names.get(k, k)}": v for k, v in result.items()}
 
 
 # ---------------------------------------------------------------------------------------------- building

@@ -23,7 +23,7 @@ from cooprl.task import Task
 from cooprl.text import safe_print
 from cooprl.trainers.loop import Algorithm
 from cooprl.trainers.team import Agent, AgentRunner
-from cooprl.update.policy_gradient import frozen_reference
+from cooprl.update.policy_gradient import LossKL, frozen_reference
 
 
 def reward_processor(config: Config, task: Task) -> Callable[[float], float]:
@@ -50,32 +50,41 @@ class TeamAlgorithm(Algorithm):
         self.process_reward = reward_processor(run.config, task)
         # the frozen start model of each agent, for a KL term to it (None when the algorithm needs none)
         self.references = [frozen_reference(agent.model) for agent in team] if references else None
+        # reference_kl_form reward: the sampled KL lowers each reward before its advantage; loss: a term of the loss
+        self.kl_in_reward = self.references is not None and run.section.reference_kl_form == "reward"
         # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.trainers.team.AgentRunner)
         self.runner = AgentRunner(team, run.section.parallel_training)
         # ddp/fsdp: what this process asks of the others (gathers, broadcasts, the engine's sync of each model)
         self.parallel = parallel or Parallel.of(run.section)
 
-    def _sample(self, agent: int, prompts: list[str], n: int):
+    def sample_agent(self, agent: int, prompts: list[str], n: int) -> list[list[Completion]]:
+        """Return `n` completions of agent `agent` for each prompt (the rollout's and evaluation's Sampler)."""
         return self.team[agent].sample(prompts, n)
 
+    def loss_kl(self, agent: int) -> LossKL | None:
+        """Return the reference-KL term of `agent`'s policy loss (`reference_kl_form: loss`), or None."""
+        if self.references is None or self.kl_in_reward:
+            return None
+        return LossKL(self.references[agent], self.section.reference_kl_coef)
+
     def train_samples(self, agent: int, completions: Sequence[Completion]) -> list[TrainSample]:
-        """Return a TrainSample per completion `agent` sampled (advantage 0, set later); with
+        """Return a TrainSample per completion `agent` sampled, its advantage 0 until its group's is known; with
         agent_model.vllm_importance_cap each carries its truncated importance weights against vLLM's sampler, scored
         now: call it after the rollout, before the agent's next optimizer step (cooprl.update.policy_gradient)."""
-        samples = [TrainSample(c.prompt_ids, c.completion_ids, 0.0) for c in completions]
-        cap = self.config.agent_model.vllm_importance_cap
-        if cap is not None:
+        model_cfg = self.config.agent_model
+        weights: Sequence[Any] = [None] * len(completions)
+        if model_cfg.vllm_importance_cap is not None:
             member = self.team[agent]
-            weights = importance_weights(member.model, completions, member.tokenizer.pad_token_id, member.params, cap)
-            for sample, w in zip(samples, weights):
-                sample.importance_weights = w
-        return samples
+            weights = importance_weights(member.model, completions, member.tokenizer.pad_token_id, member.params,
+                                         model_cfg.vllm_importance_cap, mode=model_cfg.vllm_importance_mode)
+        return [TrainSample(c.prompt_ids, c.completion_ids, 0.0, w, truncated=c.truncated)
+                for c, w in zip(completions, weights, strict=True)]
 
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:
         """Return eval metrics per turn (the task's score metrics, success rate, pass@k) of the team on `items`."""
         with self.parallel.sampling(*self.models):   # sharded agents are gathered for the whole evaluation
-            return evaluate_team(items, self.task, self._sample, self.section, self.process_reward, self.parallel)
+            return evaluate_team(items, self.task, self.sample_agent, self.section, self.process_reward, self.parallel)
 
     def state_dict(self) -> dict[str, Any]:
         """Return what a checkpoint needs besides the weights: the optimizers and the algorithm's own state. The
@@ -87,7 +96,9 @@ class TeamAlgorithm(Algorithm):
         """Restore what `state_dict` saved."""
         if (state["optimizers"] == "sharded") != self.sharded:
             saved = "sharded (parallel_training fsdp)" if state["optimizers"] == "sharded" else "not sharded"
-            raise ValueError(f"the checkpoint's optimizers are {saved}; resume with the parallel_training that wrote it")
+            raise ValueError(
+                f"the checkpoint's optimizers are {saved}; resume with the parallel_training that wrote it"
+            )
         if not self.sharded:
             for agent, opt_state in zip(self.team, state["optimizers"], strict=True):
                 agent.optimizer.load_state_dict(opt_state)

@@ -9,10 +9,10 @@ extra state a checkpoint holds); this module does the rest the same way for all 
 - checkpoints every `checkpoint_interval` steps, at the end, and at the next safe point after Ctrl-C;
 - a summary at the end: the first quarter of steps against the last quarter.
 
-Under data-parallel training (`parallel_training: ddp`, see cooprl.parallel.distributed) a step takes one item per process,
-each item's rollout draws from a generator seeded by its position in the data order, the step's metrics are the
-processes' mean, and rank 0 alone writes the run folder, logs, evaluates, saves checkpoints and prints the summary.
-"""
+Under data-parallel training (`parallel_training: ddp`, see cooprl.parallel.distributed) a step takes one item per
+process, each item's rollout draws from a generator seeded by its position in the data order, the step's metrics are
+the processes' mean, and rank 0 alone writes the run folder, logs, evaluates, saves checkpoints and prints the
+summary. """
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from cooprl import checkpoint as ckpt
 from cooprl.config import Config, ConfigError, IterativeFields, Run, is_data_parallel
 from cooprl.console import open_run_log
+from cooprl.metrics import Metrics
 from cooprl.parallel.context import SINGLE, Parallel
-from cooprl.parallel.order import Ranks, data_order, ends_epoch, item_seed, mean_metrics, shard_order
+from cooprl.parallel.order import Ranks, StepPlan, data_order, item_seed, shard_order
 from cooprl.plot import plot_run
 from cooprl.run_folders import lock_run_folder, new_run_folder, record_version, remove_unfinished_saves
 from cooprl.stopping import StopFlag, Terminated
@@ -61,8 +62,8 @@ class Algorithm:
     task_reward_key: str = TRAINING_REWARD   # the metric of the task's own reward (MARLHF trains on a learned one)
     loss_key: str | None = None       # no reward (SFT): the loss the bar, summary and plot show (lower is better)
 
-    def train_step(self, item: Any, step: int) -> dict[str, float]:
-        """Train on one dataset item; return the step's metrics."""
+    def train_step(self, item: Any, step: int) -> Metrics:
+        """Train on one dataset item; return the step's metrics (a plain mapping's values are means)."""
         raise NotImplementedError
 
     def evaluate(self, items: list[Any]) -> dict[str, float]:
@@ -81,9 +82,10 @@ class Algorithm:
         """Called on every rank once the run folder is known and a resume has restored `step` (for files the
         algorithm keeps in the run folder, which rank 0 alone writes); nothing by default."""
 
-    def end_epoch(self, metrics: dict[str, float]) -> None:
-        """Called after the last step of every epoch (and of every round) to train what the buffers still hold,
-        adding that update's metrics to the step's `metrics`; nothing by default."""
+    def end_epoch(self) -> Metrics:
+        """Called after the last step of every epoch (and of every round) to train what the buffers still hold;
+        return that update's metrics (the loop adds them to the step's). Nothing by default."""
+        return Metrics()
 
     def rank_state(self) -> dict[str, Any]:
         """Return what differs between the processes of a data-parallel run (buffers, counters); none by default."""
@@ -167,24 +169,15 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     """Run (or resume) training to the end; return a summary dict (also printed)."""
     config, trainer, section = run.config, run.trainer, run.section
     checkpoint_dir = Path(config.checkpoint.checkpoint_dir or run_dir / "checkpoints")
-    order = data_order(len(task.train_items), section.num_train_epochs, config.seed)
-    epoch_length, positions = len(task.train_items), None
-    data_parallel = is_data_parallel(section)
     parallel = algorithm.parallel
     ranks = parallel.ranks
-    if data_parallel:   # a step takes world_size items of the order, this rank one of them (cooprl.parallel.order)
-        if epoch_length < ranks.world_size:
-            raise ConfigError(f"{trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least as "
-                              f"many training items; the training split has {epoch_length}")
-        order, positions, epoch_length = shard_order(order, epoch_length, ranks)
-    steps_per_round = min(len(order), section.max_steps or len(order))
-    rounds = algorithm.rounds
-    total_steps = steps_per_round * rounds
-    if section.max_steps and section.max_steps > len(order) and ranks.is_main:
+    plan = step_plan(run, len(task.train_items), algorithm.rounds, ranks)
+    steps_per_round, rounds, total_steps = plan.steps_per_round, plan.rounds, plan.total_steps
+    if section.max_steps and section.max_steps > len(plan.order) and ranks.is_main:
         log.warning("%s.max_steps=%d is more than the %d steps of %s.num_train_epochs=%d (%d per epoch): it trains "
-                    "%d steps%s; to train longer: %s", trainer, section.max_steps, len(order), trainer,
-                    section.num_train_epochs, epoch_length, len(order), " per iteration" if rounds > 1 else "",
-                    train_longer(run, len(order)))
+                    "%d steps%s; to train longer: %s", trainer, section.max_steps, len(plan.order), trainer,
+                    section.num_train_epochs, plan.epoch_length, len(plan.order),
+                    " per iteration" if rounds > 1 else "", train_longer(run, len(plan.order)))
 
     start_step, env_step, wandb_id = 0, 0, None
     resume_from = _resolve_resume(config, checkpoint_dir)
@@ -194,7 +187,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
         # this run's W&B run goes on; a new run from another run's checkpoint starts its own
         wandb_id = state.get("wandb_id") if resume_from.resolve().is_relative_to(checkpoint_dir.resolve()) else None
         if start_step >= total_steps and (state.get("finished") or _eval_at(run_dir, start_step)):
-            return _already_finished(run, run_dir, start_step, total_steps, len(order), ranks.is_main)
+            return _already_finished(run, run_dir, start_step, total_steps, len(plan.order), ranks.is_main)
     if ranks.is_main:   # the other ranks of a data-parallel run write nothing
         _open_run_folder(run, run_dir, start_step if state is not None else None)
         open_run_log(run_dir)   # the project's details, debug included, from the command line's start on
@@ -235,8 +228,13 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
         items = task.eval_items[:section.eval_num_samples]
         # evaluation has no bar of its own: say what the run is doing after the bar reached its end
         if ranks.is_main:
-            log.info("evaluating at step %d on %d problems x %d samples%s", step, len(items),
-                     section.eval_num_generations, f" over {ranks.world_size} processes" if ranks.world_size > 1 else "")
+            log.info(
+                "evaluating at step %d on %d problems x %d samples%s",
+                step,
+                len(items),
+                section.eval_num_generations,
+                f" over {ranks.world_size} processes" if ranks.world_size > 1 else "",
+            )
         # Evaluation draws from its own seeded generator: it neither disturbs nor depends on training's RNG,
         # so resumed runs match uninterrupted ones and evaluations at different steps are comparable.
         started = time.perf_counter()
@@ -267,8 +265,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
     with StopFlag() as interrupt, logging_redirect_tqdm():
         for step in range(start_step + 1, total_steps + 1):
             started = time.perf_counter()
-            metrics = _train_step(config, task, algorithm, order, positions, step, steps_per_round, epoch_length,
-                                  rounds, parallel)
+            metrics = _run_step(algorithm, task, plan, step, config.seed)
             metrics["time/step_s"] = time.perf_counter() - started
             env_step += int(metrics.pop("env_steps", 1))
             if step % section.logging_steps == 0 or step == total_steps:
@@ -354,24 +351,36 @@ def _open_run_folder(run: Run, run_dir: Path, resumed_at: int | None) -> None:
         _truncate_metrics(run_dir, 0)
 
 
-def _train_step(config: Config, task: Task, algorithm: Algorithm, order: list[int], positions: list[int] | None,
-                step: int, steps_per_round: int, epoch_length: int, rounds: int,
-                parallel: Parallel = SINGLE) -> dict[str, float]:
+def step_plan(run: Run, num_items: int, rounds: int, ranks: Ranks = Ranks()) -> StepPlan:
+    """Return the run's step plan on this process: the seeded data order of its epochs, under data-parallel training
+    this rank's share of every step (cooprl.parallel.order), cut at max_steps, repeated `rounds` times."""
+    section = run.section
+    order = data_order(num_items, section.num_train_epochs, run.config.seed)
+    epoch_length, positions = num_items, None
+    if is_data_parallel(section):   # a step takes world_size items of the order, this rank one of them
+        if epoch_length < ranks.world_size:
+            raise ConfigError(f"{run.trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least "
+                              f"as many training items; the training split has {epoch_length}")
+        order, positions, epoch_length = shard_order(order, epoch_length, ranks)
+    return StepPlan(order, positions, epoch_length, min(len(order), section.max_steps or len(order)), rounds)
+
+
+def _run_step(algorithm: Algorithm, task: Task, plan: StepPlan, step: int, seed: int) -> dict[str, float]:
     """Train on step `step`'s item (this rank's, under data-parallel training), flush the buffers at an epoch's end;
-    return the step's metrics (under data-parallel training: the ranks' mean, env_steps summed)."""
-    index = (step - 1) % steps_per_round
-    item = task.train_items[order[index]]
-    if positions is None:
-        metrics = algorithm.train_step(item, step)
-    else:
-        # the item's own seed: its samples do not depend on which rank rolls it out, nor on the items before it
-        torch.manual_seed(item_seed(config.seed, positions[index]))
-        metrics = algorithm.train_step(item, step)
-    if ends_epoch(step, steps_per_round, epoch_length, rounds):
-        algorithm.end_epoch(metrics)
-    if positions is not None and parallel.data_parallel:
-        metrics = mean_metrics(parallel.gather(metrics), summed=("env_steps", "trained_samples"))
-    return metrics
+    return the step's metrics (under data-parallel training the processes', merged by each key's rule)."""
+    position = plan.position(step)
+    if position is not None:   # the item's own seed: which rank rolls it out, and the items before it, change nothing
+        torch.manual_seed(item_seed(seed, position))
+    metrics = as_metrics(algorithm.train_step(task.train_items[plan.item(step)], step))
+    if plan.ends_epoch(step):
+        metrics.merge(algorithm.end_epoch())
+    parallel = algorithm.parallel
+    return metrics.reduce(parallel.gather if position is not None and parallel.data_parallel else None)
+
+
+def as_metrics(values: Any) -> Metrics:
+    """Return `values` as Metrics: as they are, or a plain mapping's values recorded as means."""
+    return values if isinstance(values, Metrics) else Metrics(values)
 
 
 def _stop_requested(requested: bool, parallel: Parallel) -> bool:

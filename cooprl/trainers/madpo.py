@@ -36,21 +36,21 @@ from typing import Any, Sequence
 import torch
 
 from cooprl.config import ConfigError, IterativeFields, MADPOSection, Run, is_data_parallel
+from cooprl.metrics import STEPS, SUM, Metrics
 from cooprl.models.logprobs import completion_logprobs
 from cooprl.parallel.context import Parallel
 from cooprl.preferences.comparators import Comparator, build_comparator
 from cooprl.preferences.pairs import (IterationPlan, PairStore, PreferencePair, RewardDistribution, collect_candidates,
-                                plan_chunks,
-                                open_pair_store, pairs_from_candidates, policy_checkpoints, write_pairs)
+                                      open_pair_store, pairs_from_candidates, plan_chunks, policy_checkpoints,
+                                      write_pairs)
 from cooprl.rollout.tree import tree_metrics
 from cooprl.task import Task, all_first_prompts
 from cooprl.text import plain_text, safe_print
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
-from cooprl.update.engine import Term, train_step
+from cooprl.update.engine import Term, optimizer_step
 from cooprl.update.losses import madpo_losses
 from cooprl.update.policy_gradient import k3_kl
-
 
 
 class MADPO(TeamAlgorithm):
@@ -95,7 +95,7 @@ class MADPO(TeamAlgorithm):
         return is_data_parallel(self.section)
 
     # ------------------------------------------------------------------------------------------ training
-    def train_step(self, item: Any, step: int) -> dict[str, float]:
+    def train_step(self, item: Any, step: int) -> Metrics:
         """Get `item`'s pairs of this iteration (offline: collected at its first step; online: sampled now), one DPO
         update on them and the replayed ones; return metrics."""
         item_id = self.task.item_id(item)
@@ -105,11 +105,13 @@ class MADPO(TeamAlgorithm):
         if hasattr(self.comparator, "start_iteration"):   # comparator_policy history
             self.comparator.start_iteration(iteration)
         if self.section.pair_collection == "online":
-            pairs, metrics = self.sample_pairs(item, iteration, step)
+            pairs, found = self.sample_pairs(item, iteration, step)
         else:
-            metrics = self.collect_iteration(iteration, step) if iteration not in self.collected else {"env_steps": 0}
+            found = self.collect_iteration(iteration, step) if iteration not in self.collected else {"env_steps": 0}
             pairs = list(self.history[iteration][item_id])
-            metrics.update(self.collection_metrics[iteration].get(item_id, {}))
+            found = {**found, **self.collection_metrics[iteration].get(item_id, {})}
+        env_steps = found.pop("env_steps", 0)
+        metrics = Metrics(found)
         earlier = {k: by_item[item_id] for k, by_item in self.history.items() if k < iteration}
         # replay (preference_replay_sample_size: the iteration's draws spread evenly over its steps)
         draws = -(-(self.plan.replay_sample_size or 0) // self.steps_per_round)
@@ -117,35 +119,38 @@ class MADPO(TeamAlgorithm):
                                       random.Random(self.config.seed * 7919 + 1 + step), draws)
         metrics.update({"dpo/new_pairs": float(len(pairs)), "dpo/iteration": float(iteration)})
         if pairs:
-            metrics["dpo/reward_gap"] = sum(p.reward_gap for p in pairs) / len(pairs)
-        metrics.update(self.train_pairs([p for p, _ in weighted], [w for _, w in weighted], step))
+            metrics.add("dpo/reward_gap", sum(p.reward_gap for p in pairs) / len(pairs))
+        metrics.merge(self.train_pairs([p for p, _ in weighted], [w for _, w in weighted], step))
         if self.section.use_environment_step:   # env_step (W&B's x axis): environment_steps_per_pair per trained pair
-            metrics["env_steps"] = self.section.environment_steps_per_pair * len(weighted)
+            env_steps = self.section.environment_steps_per_pair * len(weighted)
+        metrics.add("env_steps", env_steps, SUM)
         if self.reward_dist is not None:
             metrics.update(self.reward_dist.metrics(iteration))
         policy_checkpoints(self.section, self.models, step, self.steps_per_round, before=False,
                            parallel=self.parallel)
         return metrics
 
-    def train_pairs(self, pairs: Sequence[PreferencePair], weights: Sequence[float], step: int) -> dict[str, float]:
+    def train_pairs(self, pairs: Sequence[PreferencePair], weights: Sequence[float], step: int) -> Metrics:
         """Train on the step's weighted pairs: one `update` (optimizer step) per `train_batch_size` pairs (null:
-        `rollout_buffer_size`; both null: all in one step), the pairs shuffled first (with a
-        generator seeded by the step, so runs and resumes repeat it); return the last update's metrics, with
-        `dpo/pairs` the step's total and `dpo/optimizer_steps`."""
+        `rollout_buffer_size`; both null: all in one step), the pairs shuffled first (with a generator seeded by the
+        step, so runs and resumes repeat it); return the updates' metrics and `dpo/optimizer_steps`."""
         size = self.section.train_batch_size or self.section.rollout_buffer_size
-        if not size or size >= len(pairs):
-            return {**self.update(pairs, weights), "dpo/optimizer_steps": 1.0 if pairs else 0.0}
-        order = list(range(len(pairs)))
-        random.Random(self.config.seed * 7919 + step).shuffle(order)
-        chunks = [order[start:start + size] for start in range(0, len(order), size)]
+        chunks = [list(range(len(pairs)))]
+        if size and size < len(pairs):
+            order = list(range(len(pairs)))
+            random.Random(self.config.seed * 7919 + step).shuffle(order)
+            chunks = [order[start:start + size] for start in range(0, len(order), size)]
+        metrics = Metrics()
         for chunk in chunks:
-            metrics = self.update([pairs[k] for k in chunk], [weights[k] for k in chunk])
-        return {**metrics, "dpo/pairs": float(len(pairs)), "dpo/optimizer_steps": float(len(chunks))}
+            metrics.merge(self.update([pairs[k] for k in chunk], [weights[k] for k in chunk]))
+        metrics.add("dpo/optimizer_steps", len(chunks) if pairs else 0, STEPS)
+        return metrics
 
     def sample_pairs(self, item: Any, iteration: int, step: int) -> tuple[list[PreferencePair], dict[str, float]]:
-        """Online: sample, score and pair `item`'s candidates now, store the pairs; return them and the rollout's metrics."""
+        """Online: sample, score and pair `item`'s candidates now, store the pairs; return them and the rollout's
+        metrics."""
         with self.parallel.sampling(*self.models):   # sharded policies are gathered while they sample
-            roots, candidates = collect_candidates([item], self.task, self._sample,
+            roots, candidates = collect_candidates([item], self.task, self.sample_agent,
                                                    self.section.preference_num_candidates, self.comparator,
                                                    self.process_reward)
         # under ddp the pair choice draws from the item's own seeded generator (the loop seeds torch per item), so
@@ -168,7 +173,8 @@ class MADPO(TeamAlgorithm):
         chunks = plan_chunks(self.task, self.section, self.config.seed, self.steps_per_round, self.parallel)
 
         def collect(chunk: list[Any], rng: random.Random) -> list[tuple[Any, list[PreferencePair], dict, int]]:
-            roots, candidates = collect_candidates(chunk, self.task, self._sample, self.section.preference_num_candidates,
+            roots, candidates = collect_candidates(chunk, self.task, self.sample_agent,
+                                                   self.section.preference_num_candidates,
                                                    self.comparator, self.process_reward)
             return [(self.task.item_id(item), self._pairs(item, cands, iteration, step, rng),
                      candidate_metrics(root, cands), len(cands)) for item, root, cands in zip(chunk, roots, candidates)]
@@ -199,8 +205,10 @@ class MADPO(TeamAlgorithm):
                                       step, rng)
         if self.config.output.verbose:
             for p in pairs:
-                safe_print(f"--- {item_id} step {step}: chosen {p.chosen_reward:.3f} > rejected {p.rejected_reward:.3f}"
-                           f" ({p.source})\n[chosen]\n" + "\n".join(p.chosen) + "\n[rejected]\n" + "\n".join(p.rejected))
+                safe_print(
+                    f"--- {item_id} step {step}: chosen {p.chosen_reward:.3f} > rejected {p.rejected_reward:.3f}"
+                    f" ({p.source})\n[chosen]\n" + "\n".join(p.chosen) + "\n[rejected]\n" + "\n".join(p.rejected)
+                )
         return pairs
 
     def margins_and_kl(self, agent: int, pairs: Sequence[PreferencePair]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -208,7 +216,9 @@ class MADPO(TeamAlgorithm):
         with reference_kl_coef > 0 the k3 KL to the start model per pair, summed over the winner's and the loser's
         completion, else None)."""
         a = self.team[agent]
-        prompts = a.generator.encode_prompts([p.prompts[agent] for p in pairs] + [p.loser_prompts[agent] for p in pairs])
+        prompts = a.generator.encode_prompts(
+            [p.prompts[agent] for p in pairs] + [p.loser_prompts[agent] for p in pairs]
+        )
         sides = ([(p.chosen[agent], p.chosen_ids[agent] if p.chosen_ids else None) for p in pairs]
                  + [(p.rejected[agent], p.rejected_ids[agent] if p.rejected_ids else None) for p in pairs])
         completions = [_completion_ids(a.tokenizer, text, ids) for text, ids in sides]   # winners, then losers
@@ -226,16 +236,10 @@ class MADPO(TeamAlgorithm):
             delta = delta - (ref_seq[:len(pairs)] - ref_seq[len(pairs):])
         return delta, kl
 
-    def update(self, pairs: Sequence[PreferencePair], weights: Sequence[float]) -> dict[str, float]:
+    def update(self, pairs: Sequence[PreferencePair], weights: Sequence[float]) -> Metrics:
         """Take one optimizer step per agent on the weighted pairs (one forward and backward for all, through the
-        update engine); return DPO metrics.
-
-        The loss is the weighted mean over pairs of every agent's `madpo_losses`; under data parallelism the engine
-        weighs each process by its pairs' summed weight (a process without pairs joins with weight 0; under fsdp it
-        runs a padding pair whose loss counts zero: cooprl.update.engine)."""
-        metrics = {"dpo/pairs": float(len(pairs)), "dpo/skipped_nonfinite": 0.0}
-        if not pairs and not self.parallel.data_parallel:
-            return metrics
+        update engine); return DPO metrics. The loss is the weighted mean over pairs of every agent's `madpo_losses`,
+        each process weighed by its pairs' summed weight (cooprl.update.engine)."""
         weight = float(sum(weights))
         s = self.section
 
@@ -260,17 +264,14 @@ class MADPO(TeamAlgorithm):
             return losses.sum() * (weight / denominator if denominator else 0.0), out
 
         dpo = Term([(pairs, weights)] if pairs else [], loss, padding=([self._padding_pair()], [1.0]))
-        result = train_step([agent.optimizer for agent in self.team], [dpo], weight=weight,
-                            max_grad_norm=s.max_grad_norm, sync=self.parallel.sync_of(self.team[0].model),
-                            models=self.models)
-        metrics.update(result.metrics)
-        if result.skipped:
-            metrics["dpo/skipped_nonfinite"] = 1.0
-        if pairs and result.skipped and not self.parallel.data_parallel:
-            return metrics
-        if pairs or self.parallel.sharded:
-            for a, norm in enumerate(result.grad_norms):
-                metrics[f"agent_{a}/grad_norm"] = norm if norm is not None else float("nan")
+        result = optimizer_step([agent.optimizer for agent in self.team], [dpo], self.models, weight=weight,
+                                max_grad_norm=s.max_grad_norm, parallel=self.parallel)
+        metrics = Metrics(result.metrics)
+        metrics.add("dpo/pairs", len(pairs), SUM)
+        metrics.add("dpo/skipped_nonfinite", float(result.skipped), STEPS)
+        for a, norm in enumerate(result.grad_norms):
+            if norm is not None:
+                metrics.add(f"agent_{a}/grad_norm", norm)
         return metrics
 
     def _padding_pair(self) -> PreferencePair:
@@ -322,7 +323,8 @@ def build_madpo(run: Run[MADPOSection], task: Task, parallel: Parallel | None = 
     config, trainer, section = run.config, run.trainer, run.section
     if config.agent_model.vllm_importance_cap is not None:
         # the correction weights the per-token policy-gradient term; a DPO loss on preference pairs has none
-        raise ConfigError(f"agent_model.vllm_importance_cap: {trainer} trains a DPO loss on preference pairs, which has "
+        raise ConfigError(f"agent_model.vllm_importance_cap: {trainer} trains a DPO loss on preference pairs, which "
+                          f"has "
                           "no per-token policy-gradient term to weight; set it to null (it is for magrpo, grpo, the "
                           "actor-critics and marlhf)")
     if task.agent_rewards:
@@ -338,5 +340,6 @@ def build_madpo(run: Run[MADPOSection], task: Task, parallel: Parallel | None = 
         # once from the first prompts, so its candidates would not be the team's kind of joint answer
         raise ConfigError(f"{trainer}: this task is a sequential team (a later agent reads the earlier agents' "
                           f"answers) and a comparator writes joint answers without that; compare the policies' own "
-                          f"candidates: {trainer}.comparator_policy=current {trainer}.comparator_candidate_budget=shared")
+                          f"candidates: {trainer}.comparator_policy=current "
+                          f"{trainer}.comparator_candidate_budget=shared")
     return MADPO(run, task, team, comparator, parallel)

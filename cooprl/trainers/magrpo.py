@@ -25,11 +25,13 @@ scored when its group is built (before any update of the step): `cooprl.update.p
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any
 
 import torch
 
 from cooprl.config import ConfigError, MAGRPOSection, Run
+from cooprl.metrics import STEPS, SUM, Metrics
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.evaluation import evaluation_settings
 from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns, tree_metrics
@@ -37,9 +39,10 @@ from cooprl.samples import NodeGroup
 from cooprl.task import Task, all_first_prompts
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
-from cooprl.update.engine import train_step
+from cooprl.update.engine import optimizer_step
 from cooprl.update.losses import group_advantages, kl_penalized
-from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
+from cooprl.update.policy_gradient import (PolicyObjective, policy_gradient_metrics, policy_gradient_term,
+                                           sampled_kls, sampling_logprobs)
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +57,10 @@ class MAGRPO(TeamAlgorithm):
         super().__init__(run, task, team, references=section.reference_kl_coef > 0, parallel=parallel)
         self.buffer: list[list[NodeGroup]] = [[] for _ in team]   # per agent, in tree order (breadth-first)
         self.buffered_items = 0                                   # items of the buffer (update_schedule items)
-        self.kl_in_reward = self.references is not None and section.reference_kl_form == "reward"
-        self.step_updates: list[dict[str, float]] = []             # the current step's updates (for end_epoch)
+        self.objective = PolicyObjective(
+            section.loss_type, clipped=section.num_iterations > 1, epsilon=section.epsilon,
+            epsilon_high=section.epsilon if section.epsilon_high is None else section.epsilon_high,
+            max_new_tokens=section.max_new_tokens, mask_truncated=section.mask_truncated_completions)
 
     # ------------------------------------------------------------------------------------------ rollout
     def rollout_settings(self, evaluation: bool = False) -> RolloutSettings:
@@ -66,107 +71,121 @@ class MAGRPO(TeamAlgorithm):
         return RolloutSettings(num_turns=s.num_turns, samples_per_turn=[s.num_generations] * s.num_turns,
                                joint_mode=s.joint_mode, discount=s.discount,
                                early_termination_threshold=s.early_termination_threshold,
-                               process_reward=self.process_reward, run_agents=self.runner.sample,
+                               process_reward=self.process_reward, run_agents=self.runner.run_sampling,
                                **pipeline_settings(self.config))
 
     # ------------------------------------------------------------------------------------------ training
-    def train_step(self, item: Any, step: int) -> dict[str, float]:
+    def train_step(self, item: Any, step: int) -> Metrics:
         """Roll out one item, buffer its sibling groups with advantages, update when the buffer is full (see the
-        module docstring for the two schedules); return metrics."""
+        module docstring for the two schedules); return the step's metrics."""
         # every node's groups first: their advantages (and reward-form KLs) come from the policy that sampled them,
         # before any update of this step trains on them; sharded agents are gathered meanwhile
-        node_groups, kls = [], [[] for _ in self.team]
-        with self.parallel.sampling(*self.models):
-            root = rollout([item], self.task, self._sample, self.rollout_settings())[0]
-            for node in iter_nodes(root):
-                node_groups.append(self.sibling_groups(node, kls))
-        metrics = tree_metrics([root], self.section.num_turns)
+        root, per_node, metrics = self.rolled_out(item)
         if self.kl_in_reward:
-            metrics.update({f"agent_{a}/kl": sum(values) / len(values) for a, values in enumerate(kls)})
-        updates = self.step_updates = []
-        for groups in node_groups:
+            for a in range(len(self.team)):
+                kls = [kl for _, node_kls in per_node for kl in node_kls[a]]
+                metrics.add(f"agent_{a}/kl", sum(kls) / len(kls))
+        for groups, _ in per_node:
             for a, group in enumerate(groups):
-                self.buffer[a].append(group)
-            if self.section.update_schedule == "nodes" and len(self.buffer[0]) >= self.section.rollout_buffer_size:
-                updates.append(self.update())
+                if group is not None:
+                    self.buffer[a].append(group)
+            if (self.section.update_schedule == "nodes"
+                    and max(map(len, self.buffer)) >= self.section.rollout_buffer_size):
+                metrics.merge(self.update())
         self.buffered_items += 1
         if self.section.update_schedule == "items" and self.buffered_items >= self.section.rollout_buffer_size:
-            updates.append(self.update())
-        metrics.update(merge_update_metrics(updates))
-        metrics["env_steps"] = sum(len(node.joint) for node in iter_nodes(root))
+            metrics.merge(self.update())
+        metrics.add("env_steps", sum(len(node.joint) for node in iter_nodes(root)), SUM)
         if self.config.output.verbose:
             self.print_tree(root)
         return metrics
 
-    def sibling_groups(self, node: Any, kls: list[list[float]] | None = None) -> list[NodeGroup]:
-        """Return each agent's sibling group at `node`: its G samples with their advantages. In the reward form of
-        the reference KL each sample's return is first lowered by coef x its sampled KL (appended to `kls[agent]`)."""
-        s, groups = self.section, []
-        for a in range(len(self.team)):
+    def rolled_out(self, item: Any) -> tuple[Any, list[tuple[list[NodeGroup | None], list[list[float]]]], Metrics]:
+        """Return `item`'s rollout tree, each node's sibling groups and sampled KLs (`sibling_groups`; a tied group
+        None where `tied_groups` drops it), and the rollout's metrics. `tied_groups: resample` rolls the item out
+        again while a turn-1 group is tied, at most `max_resamples` times: a node's children grow from its samples,
+        so a new turn-1 node means a new tree; a tied later node is dropped, as re-sampling it alone would change
+        its parent's return under its siblings' advantages."""
+        s, resamples = self.section, 0
+        with self.parallel.sampling(*self.models):
+            while True:
+                root = rollout([item], self.task, self.sample_agent, self.rollout_settings())[0]
+                nodes = list(iter_nodes(root))
+                tied = [[_tied(sample_returns(node, a, s.cross_return)) for a in range(len(self.team))]
+                        for node in nodes]
+                if s.tied_groups != "resample" or resamples >= s.max_resamples or not any(tied[0]):
+                    break
+                resamples += 1
+            per_node = [self.sibling_groups(node) for node in nodes]
+        metrics = Metrics(tree_metrics([root], s.num_turns))
+        for turn in range(s.num_turns):
+            at_turn = [t for node, node_tied in zip(nodes, tied) if node.turn == turn for t in node_tied]
+            if at_turn:
+                metrics.add(f"tied_groups/turn_{turn + 1}", sum(at_turn) / len(at_turn))
+        if s.tied_groups != "train":
+            per_node = [([None if t else g for g, t in zip(groups, node_tied)], kls)
+                        for (groups, kls), node_tied in zip(per_node, tied)]
+            metrics.add("tied_groups/dropped", sum(map(sum, tied)), SUM)
+            metrics.add("tied_groups/resamples", resamples, SUM)
+        return root, per_node, metrics
+
+    def sibling_groups(self, node: Any) -> tuple[list[NodeGroup], list[list[float]]]:
+        """Return each agent's sibling group at `node` (its G samples with their advantages) and each sample's
+        sampled KL (empty lists unless the reference KL is in the reward, where it lowers each return first)."""
+        section, groups, kls = self.section, [], []
+        for a, agent in enumerate(self.team):
             samples = self.train_samples(a, node.samples[a])
-            returns = sample_returns(node, a, s.cross_return)
+            returns = sample_returns(node, a, section.cross_return)
+            kl = []
             if self.kl_in_reward:
-                agent = self.team[a]
-                sampled = sampled_kls(agent.model, self.references[a], samples, agent.tokenizer.pad_token_id)
-                returns = kl_penalized(returns, sampled, s.reference_kl_coef)
-                if kls is not None:
-                    kls[a].extend(sampled)
-            adv = group_advantages(returns, s.advantage_mode, s.advantage_normalization)
-            for sample, value in zip(samples, adv):
-                sample.advantage = value
-            groups.append(NodeGroup(node.turn, samples))
-        return groups
+                kl = sampled_kls(agent.model, self.references[a], samples, agent.tokenizer.pad_token_id)
+                returns = kl_penalized(returns, kl, section.reference_kl_coef)
+            if self.objective.clipped:   # the sampling policy's log-probs: every pass's ratio is taken to them
+                old = sampling_logprobs(agent.model, samples, agent.tokenizer.pad_token_id)
+                samples = [replace(x, sampling_logps=logps) for x, logps in zip(samples, old)]
+            advantages = group_advantages(returns, section.advantage_mode, section.advantage_normalization)
+            groups.append(NodeGroup(node.turn, [replace(x, advantage=adv) for x, adv in zip(samples, advantages)]))
+            kls.append(kl)
+        return groups, kls
 
-    def end_epoch(self, metrics: dict[str, float]) -> None:
+    def end_epoch(self) -> Metrics:
         """At an epoch's end, train on what the buffers still hold (nodes short of `rollout_buffer_size` would
-        otherwise never be trained) and merge that update into `metrics`, those of the
-        epoch's last step."""
-        if any(self.buffer):
-            self.step_updates.append(self.update())
-            metrics.update(merge_update_metrics(self.step_updates))
+        otherwise never be trained); return that update's metrics."""
+        return self.update() if any(self.buffer) else Metrics()
 
-    def update(self) -> dict[str, float]:
-        """Train every agent on its buffer and empty it; return per-agent metrics (summed or averaged over the
-        optimizer steps taken, see merge_update_metrics). The agents' optimizer batches are drawn first, in agent
-        order; their steps then run one agent after the other, or concurrently under parallel_training mp."""
-        metrics = {}
-        plans = [self._optimizer_batches(a) for a in range(len(self.team))]
-        per_agent = self.runner.update(lambda a: [self._step(a, groups, size) for groups, size in plans[a]],
-                                       len(self.team))
-        for a, steps in enumerate(per_agent):
-            metrics.update({f"agent_{a}/{k}": v for k, v in merge_step_metrics(steps).items()})
+    def update(self) -> Metrics:
+        """Train every agent on its buffer and empty it; return each agent's metrics of its optimizer steps. The
+        agents' optimizer batches are drawn first, in agent order; their steps then run one agent after the other,
+        or concurrently under parallel_training mp."""
+        plans = [optimizer_batches(self.buffer[a], self.section, self.buffered_items) for a in range(len(self.team))]
+
+        def train_agent(a: int) -> list[Metrics]:
+            # num_iterations passes over the same steps: this rollout's samples, never a later one's
+            passes = range(self.section.num_iterations)
+            return [self._step(a, groups, size) for _ in passes for groups, size in plans[a]]
+
+        metrics = Metrics()
+        for a, steps in enumerate(self.runner.run_updates(train_agent, len(self.team))):
+            for step in steps:
+                metrics.merge(step, prefix=f"agent_{a}/")
+            metrics.add(f"agent_{a}/optimizer_steps", len(steps), STEPS)
         self.buffer = [[] for _ in self.team]
         self.buffered_items = 0
         return metrics
 
-    def _optimizer_batches(self, a: int) -> list[tuple[list[NodeGroup], int]]:
-        """Return agent `a`'s optimizer steps of this update: (the node groups of each step, its forward batch)."""
-        s = self.section
-        if s.update_schedule == "nodes":
-            # all of a step's samples in one forward: the token trie runs each shared prefix once (a node's prompt
-            # for its G samples, the turn-1 prompt that turn-2 prompts start with), and the step's gradient is the
-            # same however its samples are batched (one forward per node before). What still separates it from
-            # `items`: a step per turn, so the turn-1 prompt runs in each and the optimizer steps twice.
-            return [(batch, sum(len(g.samples) for g in batch))
-                    for batch in node_batches(self.buffer[a], s.train_batch_size or s.rollout_buffer_size)]
-        # One step on everything. Default forward batch: all of an agent's samples of one item (its whole tree, items in
-        # buffer order), so the token trie of completion_logprobs runs the prefixes shared across the tree (the turn-1
-        # prompt) once.
-        samples = [x for group in self.buffer[a] for x in group.samples]
-        per_item = -(-len(samples) // max(self.buffered_items, 1))
-        return [(self.buffer[a], s.train_batch_size or per_item)]
-
-    def _step(self, agent_index: int, groups: list[NodeGroup], forward_batch: int) -> dict[str, float]:
-        """Take one optimizer step of `agent_index` on the samples of `groups`; return its metrics."""
-        agent = self.team[agent_index]
-        kl_in_loss = self.references is not None and not self.kl_in_reward
-        kl_coef = self.section.reference_kl_coef if kl_in_loss else 0.0
+    def _step(self, a: int, groups: list[NodeGroup], forward_batch: int) -> Metrics:
+        """Take one optimizer step of agent `a` on the samples of `groups`; return its metrics."""
+        agent = self.team[a]
         samples = [x for group in groups for x in group.samples]
+        kl = self.loss_kl(a)
         policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id, batch_size=forward_batch,
-                                      kl_coef=kl_coef, reference=self.references[agent_index] if kl_in_loss else None)
-        result = train_step([agent.optimizer], [policy], weight=len(samples), max_grad_norm=self.section.max_grad_norm,
-                            sync=self.parallel.sync_of(agent.model), models=[agent.model])
-        return policy_gradient_metrics(samples, policy, result, kl_coef)
+                                      kl=kl, objective=self.objective)
+        result = optimizer_step([agent.optimizer], [policy], [agent.model], weight=self.objective.weight(samples),
+                                max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
+        metrics = policy_gradient_metrics(samples, policy, result, kl)
+        if self.objective.mask_truncated:
+            metrics.add("truncated_masked", sum(x.truncated for x in samples), SUM)
+        return metrics
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:
@@ -190,32 +209,25 @@ def node_batches(groups: list[NodeGroup], size: int) -> list[list[NodeGroup]]:
     return batches
 
 
-def merge_step_metrics(steps: list[dict[str, float]]) -> dict[str, float]:
-    """Return the metrics of several optimizer steps of one agent as one: counts summed (`trained_samples`,
-    `skipped_nonfinite`), `is_weight_max` the largest, the rest averaged, plus `optimizer_steps`."""
-    summed = ("trained_samples", "skipped_nonfinite")
-    merged = {k: _merger(k, summed)([m[k] for m in steps if k in m]) for k in steps[0]} if steps else {}
-    return {**merged, "optimizer_steps": float(len(steps))}
+def _tied(returns: list[float]) -> bool:
+    """Return whether a sibling group's returns are all equal (a group of one carries its raw return: not tied)."""
+    return len(returns) > 1 and len(set(returns)) == 1
 
 
-def merge_update_metrics(updates: list[dict[str, float]]) -> dict[str, float]:
-    """Return the metrics of the updates one training step took (update_schedule nodes can take 0, 1 or more):
-    per key the mean, except `optimizer_steps`, `trained_samples` and `skipped_nonfinite`, which are summed, and
-    `is_weight_max`, the largest."""
-    summed = ("optimizer_steps", "trained_samples", "skipped_nonfinite")
-    keys = dict.fromkeys(k for update in updates for k in update)
-    return {k: _merger(k, summed)([u[k] for u in updates if k in u]) for k in keys}
-
-
-def _merger(key: str, summed: tuple[str, ...]) -> Callable[[list[float]], float]:
-    """Return how the values of metric `key` (agent-prefixed or not) over several steps merge into one."""
-    if key.endswith(summed):
-        return sum
-    return max if key.endswith("is_weight_max") else _mean
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+def optimizer_batches(buffer: list[NodeGroup], section: MAGRPOSection,
+                      buffered_items: int) -> list[tuple[list[NodeGroup], int]]:
+    """Return one agent's optimizer steps on its `buffer`: (the node groups of each step, its forward batch)."""
+    if section.update_schedule == "nodes":
+        # all of a step's samples in one forward: the token trie runs each shared prefix once (a node's prompt for its
+        # G samples, the turn-1 prompt that turn-2 prompts start with). What still separates it from `items`: a step
+        # per turn, so the turn-1 prompt runs in each and the optimizer steps twice.
+        return [(batch, sum(len(g.samples) for g in batch))
+                for batch in node_batches(buffer, section.train_batch_size or section.rollout_buffer_size)]
+    # one step on everything; default forward batch: all of an agent's samples of one item (its whole tree), so the
+    # token trie runs the prefixes shared across the tree (the turn-1 prompt) once
+    samples = sum(len(group.samples) for group in buffer)
+    per_item = -(-samples // max(buffered_items, 1))
+    return [(buffer, section.train_batch_size or per_item)]
 
 
 def build_magrpo(run: Run[MAGRPOSection], task: Task, parallel: Parallel | None = None) -> MAGRPO:

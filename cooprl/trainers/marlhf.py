@@ -39,6 +39,7 @@ import torch
 # from the MARLHF section, cooprl.config.run)
 from cooprl.config import (RL_TRAINERS, ConfigError, IterativeFields, MARLHFIterSection, MARLHFSection, Run,
                            check_parallel_training, trainer_device)
+from cooprl.metrics import Metrics
 from cooprl.models.loading import load_causal_lm, load_tokenizer
 from cooprl.models.value_model import ValueModel
 from cooprl.parallel.context import Parallel
@@ -48,7 +49,7 @@ from cooprl.preferences.pairs import (IterationPlan, PairStore, RewardDistributi
 from cooprl.preferences.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
 from cooprl.task import Score, Task
 from cooprl.trainers.actor_critic import build_iac, build_maac
-from cooprl.trainers.loop import Algorithm
+from cooprl.trainers.loop import Algorithm, as_metrics
 from cooprl.trainers.magrpo import build_magrpo
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,9 @@ class MARLHF(Algorithm):
                 self.reward_dist = RewardDistribution(run_dir / "reward_distributions", self.task.max_reward)
 
     # ------------------------------------------------------------------------------------------ training
-    def train_step(self, item: Any, step: int) -> dict[str, float]:
-        """Learn the iteration's reward model first if needed, then one RL step on the learned reward; return metrics."""
+    def train_step(self, item: Any, step: int) -> Metrics:
+        """Learn the iteration's reward model first if needed, then one RL step on the learned reward; return
+        metrics."""
         iteration = (step - 1) // self.steps_per_round
         policies = self.rl.models[:len(self.rl.team)]
         policy_checkpoints(self.section, policies, step, self.steps_per_round, before=True,
@@ -146,14 +148,15 @@ class MARLHF(Algorithm):
                 if self.reward_dist is not None:
                     self.reward_metrics.update(self.reward_dist.metrics(iteration))
             self.trained_iteration = iteration
-        metrics = {**self.rl.train_step(item, step), **self.reward_metrics}
+        metrics = as_metrics(self.rl.train_step(item, step))
+        metrics.update(self.reward_metrics)
         policy_checkpoints(self.section, policies, step, self.steps_per_round, before=False,
                            parallel=self.parallel)
         return metrics
 
-    def end_epoch(self, metrics: dict[str, float]) -> None:
-        """At an epoch's end the RL algorithm trains what its buffer still holds."""
-        self.rl.end_epoch(metrics)
+    def end_epoch(self) -> Metrics:
+        """At an epoch's end the RL algorithm trains what its buffer still holds; return its metrics."""
+        return self.rl.end_epoch()
 
     def _seed(self, iteration: int) -> int:
         return self.config.seed * 1000 + 777 + iteration

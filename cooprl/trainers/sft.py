@@ -9,7 +9,8 @@ Why the project's own update and not TRL's SFTTrainer per agent: TRL's trainer o
 checkpoints per model, so a team of N agents would be N runs with N folders and no team evaluation between them;
 here one loop trains the agents side by side, evaluates them as a team on the task (the same rollouts and metrics as
 the RL trainers: the task's reward parts, pass@k) and saves them in the checkpoint layout the other trainers resume and
-start from. The update is one `cooprl.update.engine.train_step` per agent (`sft_step`) on `cooprl.update.losses.sft_loss` divided by
+start from. The update is one `cooprl.update.engine.optimizer_step` per agent (`sft_step`) on
+`cooprl.update.losses.sft_loss` divided by
 the completion tokens: the mean NLL per token, with the engine's non-finite skip and clipping.
 
 Demonstrations (`sft.demonstrations`):
@@ -36,13 +37,14 @@ import torch
 
 from cooprl.config import ConfigError, Run, SFTSection
 from cooprl.errors import UserError
+from cooprl.metrics import SUM, Metrics
 from cooprl.models.logprobs import completion_logprobs
 from cooprl.parallel.context import Parallel
 from cooprl.task import Task, all_first_prompts
 from cooprl.text import plain_text
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
-from cooprl.update.engine import Term, train_step
+from cooprl.update.engine import Term, optimizer_step
 from cooprl.update.losses import sft_loss
 
 log = logging.getLogger(__name__)
@@ -82,8 +84,8 @@ def sft_step(model: Any, optimizer: torch.optim.Optimizer, prompts: Sequence[tor
         token_logps, mask = completion_logprobs(model, list(prompts), list(completions), pad_id)
         return sft_loss(token_logps, mask.to(token_logps.dtype)) / max(denominator, 1.0), {}
 
-    result = train_step([optimizer], [Term([None], loss, "nll")], weight=tokens, max_grad_norm=max_grad_norm,
-                        models=[model])
+    result = optimizer_step([optimizer], [Term([None], loss, "nll")], [model], weight=tokens,
+                            max_grad_norm=max_grad_norm)
     norm = result.grad_norms[0] if result.grad_norms else None
     return {"nll": result.losses["nll"], "tokens": tokens, "grad_norm": norm if norm is not None else 0.0,
             "skipped_nonfinite": float(result.skipped)}
@@ -222,9 +224,10 @@ class SFT(TeamAlgorithm):
     """Supervised fine-tuning for the shared training loop: a training item is a batch of demonstrations."""
 
     section: SFTSection
-    loss_key = "nll_mean"   # no reward to train on: the bar, the summary and the plot show the loss (cooprl.trainers.loop)
+    # no reward to train on: the bar, the summary and the plot show the loss (cooprl.trainers.loop)
+    loss_key = "nll_mean"
 
-    def train_step(self, item: list[TokenizedDemonstration], step: int) -> dict[str, float]:
+    def train_step(self, item: list[TokenizedDemonstration], step: int) -> Metrics:
         """Take one optimizer step per agent on its completions of the batch `item`; return per-agent metrics."""
         def update(a: int) -> dict[str, float]:
             agent = self.team[a]
@@ -232,11 +235,13 @@ class SFT(TeamAlgorithm):
                             [d.completion_ids[a] for d in item], agent.tokenizer.pad_token_id,
                             self.section.max_grad_norm)
 
-        metrics = {"demonstrations": float(len(item)), "env_steps": float(len(item))}
-        for a, agent_metrics in enumerate(self.runner.update(update, len(self.team))):
-            metrics.update({f"agent_{a}/{k}": v for k, v in agent_metrics.items()})
-        nll = [metrics[f"agent_{a}/nll"] for a in range(len(self.team))]
-        metrics["nll_mean"] = sum(nll) / len(nll) if all(math.isfinite(x) for x in nll) else float("nan")
+        metrics = Metrics({"demonstrations": float(len(item))})
+        metrics.add("env_steps", len(item), SUM)
+        per_agent = self.runner.run_updates(update, len(self.team))
+        for a, agent_metrics in enumerate(per_agent):
+            metrics.merge(Metrics(agent_metrics), prefix=f"agent_{a}/")
+        nll = [agent_metrics["nll"] for agent_metrics in per_agent]
+        metrics.add("nll_mean", sum(nll) / len(nll) if all(math.isfinite(x) for x in nll) else float("nan"))
         return metrics
 
 

@@ -154,11 +154,11 @@ class AgentRunner:
                                                        not any(has_dropout(agent.model) for agent in team))
         self._pool = ThreadPoolExecutor(len(team), thread_name_prefix="cooprl-agent") if self.concurrent else None
 
-    def sample(self, call: Callable[[int], T], num_agents: int) -> list[T]:
+    def run_sampling(self, call: Callable[[int], T], num_agents: int) -> list[T]:
         """Return [call(0), call(1), ...] for the agents' sampling (concurrent when their generators are their own)."""
         return self._map(call, num_agents, self.concurrent_sampling)
 
-    def update(self, call: Callable[[int], T], num_agents: int) -> list[T]:
+    def run_updates(self, call: Callable[[int], T], num_agents: int) -> list[T]:
         """Return [call(0), call(1), ...] for the agents' updates (concurrent under mp, see the class docstring)."""
         return self._map(call, num_agents, self.concurrent_updates)
 

@@ -1,5 +1,5 @@
 """The update engine: every optimizer step of the library (policy gradient, DPO, critics, reward model) is taken by
-`train_step`, which owns the mechanics that do not depend on the loss.
+`optimizer_step`, which owns the mechanics that do not depend on the loss.
 
 An update hands it its forward batches and a loss function per batch (`Term`): `loss(batch, denominator)` returns
 the batch's samples' summed loss divided by `denominator`, and metrics to add up. The engine then:
@@ -9,6 +9,8 @@ the batch's samples' summed loss divided by `denominator`, and metrics to add up
   collective), and hands the loss the sample count of every process as `denominator`, since the sharded backward sums
   the gradients;
   otherwise `denominator` is this process's own count (`weight`);
+- takes no step with nothing to train in one process (norms None); in a data-parallel step a process with nothing
+  joins with weight 0 (sharded: padding passes), so a trainer never branches on the parallel state;
 - stops at a non-finite loss: the step is skipped, on every process alike (the ones of a sharded model run their
   remaining passes with zero loss first);
 - clips and steps each optimizer once (`guarded_step`): under replicated data parallelism (`Sync.REPLICATED`) the
@@ -29,7 +31,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from cooprl.parallel import distributed, fsdp
-from cooprl.parallel.context import Sync
+from cooprl.parallel.context import SINGLE, Parallel, Sync
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,9 @@ class Term:
 @dataclass
 class StepResult:
     """What one optimizer step did: each term's loss on this process's batches (NaN when skipped for a non-finite
-    loss), the loss functions' metrics added up over the real batches, each optimizer's gradient norm (None: its step
-    was skipped), and whether the step was skipped."""
+    loss), the loss functions' metrics added up over the real batches, each optimizer's gradient norm (None: no step
+    was taken, for a non-finite value or with nothing to train in one process), and whether a non-finite value skipped
+    the step."""
 
     losses: dict[str, float]
     metrics: dict[str, float] = field(default_factory=dict)
@@ -59,14 +62,16 @@ class StepResult:
     skipped: bool = False
 
 
-def train_step(optimizers: Sequence[torch.optim.Optimizer], terms: Sequence[Term], *, weight: float,
-               max_grad_norm: float | None, sync: Sync = Sync.NONE, models: Sequence[Any] = ()) -> StepResult:
+def optimizer_step(optimizers: Sequence[torch.optim.Optimizer], terms: Sequence[Term], models: Sequence[Any] = (), *,
+                   weight: float, max_grad_norm: float | None, parallel: Parallel = SINGLE) -> StepResult:
     """Take one optimizer step of every optimizer on the summed loss of `terms`; return its StepResult.
 
-    `weight`: this process's sample count (or summed sample weights), the denominator of its mean loss and its share
-    of the processes' averaged gradient. A sharded step's zero-weight passes run the first term's `padding` batch
-    with its loss.
-    `models` are put in training mode first. With no batch and `Sync.NONE` no step is taken (norms 0.0)."""
+    `models` (what the optimizers train) are put in training mode; how their gradients meet the other processes'
+    follows from them and `parallel` (`Parallel.sync_of`). `weight`: this process's sample count (or summed sample
+    weights), the denominator of its mean loss and its share of the processes' averaged gradient. A sharded step's
+    zero-weight passes run the first term's `padding` batch with its loss. With no batch in one process no step is
+    taken (norms None)."""
+    sync = parallel.sync_of(models[0]) if models else Sync.NONE
     for model in models:
         model.train()
     for optimizer in optimizers:
@@ -75,7 +80,7 @@ def train_step(optimizers: Sequence[torch.optim.Optimizer], terms: Sequence[Term
     losses = {term.name: 0.0 for term in terms}
     result = StepResult(losses)
     if not passes and sync is Sync.NONE:
-        result.grad_norms = [0.0] * len(optimizers)
+        result.grad_norms = [None] * len(optimizers)
         return result
     real, denominator = len(passes), weight
     if sync is Sync.SHARDED:

@@ -1,10 +1,9 @@
 """The algorithms' math: losses and advantages as pure functions of tensors and numbers.
 
-Nothing here runs a model, knows about ranks or takes an optimizer step: the update engine (cooprl.update.engine) calls a
-loss function built from these, and the trainers compute advantages with them. Every loss that an optimizer step
-averages over samples comes as a per-sample (or per-sequence) tensor or a weighted sum, so the engine can divide
-by the count of every process (cooprl.update.engine).
-"""
+Nothing here runs a model, knows about ranks or takes an optimizer step: the update engine (cooprl.update.engine)
+calls a loss function built from these, and the trainers compute advantages with them. Every loss that an optimizer
+step averages over samples comes as a per-sample (or per-sequence) tensor or a weighted sum, so the engine can divide
+by the count of every process (cooprl.update.engine). """
 
 from __future__ import annotations
 
@@ -66,6 +65,37 @@ def policy_gradient_loss(token_logps: torch.Tensor, advantages: torch.Tensor,
     the truncated importance weights (None: every token weighs 1)."""
     weighted = token_logps * token_weights if token_weights is not None else token_logps
     return -(weighted.sum(-1) * advantages).sum()
+
+
+# how a step's token terms become its loss (`loss_type`); each value is divided by the engine's denominator: samples,
+# or tokens for dapo
+LOSS_TYPES = ("sequence_sum", "grpo", "dapo", "dr_grpo")
+
+
+def clipped_token_losses(token_logps: torch.Tensor, sampling_logps: torch.Tensor, advantages: torch.Tensor,
+                         epsilon: float, epsilon_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (each token's PPO loss -min(r A, clip(r, 1 - epsilon, 1 + epsilon_high) A), the ratios r), both
+    [batch, tokens]: r = pi / pi_sampling per token (`sampling_logps` the sampling policy's log-probs)."""
+    ratio = torch.exp(token_logps - sampling_logps.to(token_logps))
+    adv = advantages[:, None]
+    clipped = ratio.clamp(1 - epsilon, 1 + epsilon_high)
+    return -torch.minimum(ratio * adv, clipped * adv), ratio
+
+
+def aggregate_token_losses(token_losses: torch.Tensor, mask: torch.Tensor, loss_type: str,
+                           max_new_tokens: int) -> torch.Tensor:
+    """Return a batch's summed loss from its token losses ([batch, tokens], zero where `mask` is 0), to be divided by
+    the step's sample count (tokens for `dapo`): `sequence_sum` sums each sequence's tokens; `grpo` takes each
+    sequence's mean token; `dapo` sums every token (a token mean over the step); `dr_grpo` sums every token over
+    `max_new_tokens` (a constant per sequence)."""
+    per_sequence = token_losses.sum(-1)
+    if loss_type == "grpo":
+        per_sequence = per_sequence / mask.sum(-1).clamp(min=1)
+    elif loss_type == "dr_grpo":
+        per_sequence = per_sequence / max_new_tokens
+    elif loss_type not in ("sequence_sum", "dapo"):
+        raise ValueError(f"loss_type {loss_type!r}: expected one of {', '.join(LOSS_TYPES)}")
+    return per_sequence.sum()
 
 
 def k3_kl(token_logps: torch.Tensor, reference_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -77,7 +77,8 @@ class CodePromptSection:
 class CodeTaskConfig:
     """The code task's sections of a config file."""
     # its rules between keys, for docs/config.md (each one checked by `validate` and by tests/project/test_docs.py)
-    RULES: ClassVar[tuple[str, ...]] = ("`external.sandbox_slice`: an int, `null` or the string `all` (checked at load).",)
+    RULES: ClassVar[tuple[str, ...]] = ("`external.sandbox_slice`: an int, `null` or the string `all` (checked at "
+                                        "load).",)
     dataset: DatasetSection = option(DatasetSection(), "problems")
     external: ExternalSection = option(ExternalSection(), "transitions between turns")
     code_reward: CodeRewardSection = option(CodeRewardSection(), "which tests the code reward runs")

@@ -47,7 +47,8 @@ class DatasetError(UserError, ValueError):
 def problem_from_record(record: Mapping[str, Any], where: str) -> Problem:
     """Return a validated Problem; raise DatasetError naming `where` and the bad field otherwise."""
     if not isinstance(record, Mapping):
-        raise DatasetError(f"{where}: record is a {type(record).__name__}, expected an object with fields {REQUIRED_FIELDS}")
+        raise DatasetError(f"{where}: record is a {type(record).__name__}, expected an object with fields "
+                           f"{REQUIRED_FIELDS}")
     name = record.get("task_id", "?")
     name = name if isinstance(name, str) and len(name) <= 80 else reprlib.repr(name)
     for key in REQUIRED_FIELDS:

@@ -78,5 +78,6 @@ def single_completion(problem: Problem) -> str | None:
 
 def code_demonstrations(problem: Problem, num_agents: int) -> list[str] | None:
     """Return [aux, main] completions (two agents) or [single] (one agent) for `problem`, None without a reference."""
-    completions = [aux_completion(problem), main_completion(problem)] if num_agents == 2 else [single_completion(problem)]
+    completions = [aux_completion(problem),
+                   main_completion(problem)] if num_agents == 2 else [single_completion(problem)]
     return None if any(c is None for c in completions) else completions

@@ -81,7 +81,8 @@ def aux_prompt(problem: Problem) -> str:
 
 
 def main_prompt(problem: Problem) -> str:
-    """Return the main agent's prompt: aux is available, implement only the entry point; ends with the problem's prompt."""
+    """Return the main agent's prompt: aux is available, implement only the entry point; ends with the problem's
+    prompt."""
     return _main_task(problem)
 
 
@@ -93,7 +94,8 @@ def with_aux_code(prompt: str, aux_code: str) -> str:
 
 
 def single_prompt(problem: Problem) -> str:
-    """Return the single agent's prompt (GRPO/AC baselines): implement the whole function; ends with the problem's prompt."""
+    """Return the single agent's prompt (GRPO/AC baselines): implement the whole function; ends with the problem's
+    prompt."""
     entry = problem.entry_point
     return (
         f"Implement the function `{entry}` below. "

@@ -21,7 +21,8 @@ from cooprl.task import Score, Task, no_next_turn
 from envs.code_generation.comparator import api_client, code_joint_format
 from envs.code_generation.demonstrations import code_demonstrations
 from envs.code_generation.data import Problem, load_problems
-from envs.code_generation.prompts import (JointAnswer, agent_prompts, open_body, centralized_prompt, centralized_stop_strings,
+from envs.code_generation.prompts import (JointAnswer, agent_prompts, open_body, centralized_prompt,
+                                          centralized_stop_strings,
                                           completion_to_code, parse_joint_answer, stop_strings, with_aux_code)
 from envs.code_generation.scoring import score_code_pairs
 from envs.code_generation.self_tests import feedback_slice_of, score_functions

@@ -44,7 +44,8 @@ ExpertClient = Callable[[list[dict]], str]
 
 def _select(sandbox_slice: Any, count: int) -> range:
     """Return the indices of the tests that `sandbox_slice` picks out of `count`."""
-    if sandbox_slice is None or (isinstance(sandbox_slice, str) and sandbox_slice.strip().lower() in ("all", "none", "")):
+    if sandbox_slice is None or (isinstance(sandbox_slice, str) and sandbox_slice.strip().lower() in ("all", "none",
+                                                                                                      "")):
         return range(count)
     try:
         n = int(sandbox_slice)

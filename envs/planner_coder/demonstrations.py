@@ -35,7 +35,9 @@ def describe(statement: ast.stmt) -> str:
     if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
         names = ", ".join(ast.unparse(t) for t in targets)
-        return f"Compute `{names}` from {_code(statement.value)}" if statement.value is not None else f"Declare `{names}`"
+        return (
+            f"Compute `{names}` from {_code(statement.value)}" if statement.value is not None else f"Declare `{names}`"
+        )
     if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return f"Write a helper `{statement.name}`"
     if isinstance(statement, (ast.Import, ast.ImportFrom)):
@@ -68,7 +70,8 @@ def plan_steps(problem: Problem) -> list[str] | None:
 
 
 def planner_completion(problem: Problem) -> str | None:
-    """Return the planner's demonstration: the steps after its prompt's `Plan:\\n1.` (` step one`, `2. step two`, ...)."""
+    """Return the planner's demonstration: the steps after its prompt's `Plan:\\n1.` (` step one`, `2. step two`,
+    ...)."""
     steps = plan_steps(problem)
     if not steps:
         return None

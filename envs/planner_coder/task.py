@@ -80,7 +80,9 @@ def planner_feedback(problem: Problem, history: Sequence[tuple[str, str]], break
                       for line in diagnostics(problem, "single", breakdown, code))
     ask = ("The coder will fix the code; write your plan again unchanged." if restate
            else "Revise your plan so that the code passes the tests.")
-    return f"{context}Plan:\n1.{last_plan}\n\nFeedback on the code written from your plan:\n{lines}\n{ask}\n{PLAN_START}"
+    return (
+        f"{context}Plan:\n1.{last_plan}\n\nFeedback on the code written from your plan:\n{lines}\n{ask}\n{PLAN_START}"
+    )
 
 
 def build_planner_coder_task(run: Run) -> Task:

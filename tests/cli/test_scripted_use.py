@@ -8,10 +8,8 @@ before any model loads, so most tests here cost a fraction of a second. The runs
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ from cooprl.cli import INTERRUPTED, exit_status, find_latest_run, read_command_l
 from cooprl.config import ConfigError, Run, load_config, trainer_of_file
 from cooprl.plot import main as plot_main
 from envs.launch import train_main
-from tests.cli.test_bad_input import BASE, assert_one_error, base_config
+from tests.cli.test_bad_input import assert_one_error, base_config
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = ROOT / "tests" / "data" / "upstream_configs"

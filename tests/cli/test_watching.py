@@ -51,7 +51,8 @@ def test_the_start_says_what_will_run_and_the_threads_it_chose(watched):
     for row in ("trainer                 magrpo", "model                   offline:tiny-random (embedded",
                 "init_from               none", "team                    code:coop, 2 agent(s)",
                 "data                    69 training items, 2 of 2 eval problems", "steps                   2",
-                "samples per prompt (G)  2", "turns                   1", "LoRA                    none (full fine-tuning)",
+                "samples per prompt (G)  2", "turns                   1", "LoRA                    none (full "
+                                                                          "fine-tuning)",
                 "device                  cpu", "reward                  code reward: hidden_tests, cooperation seed",
                 f"run folder              {run_dir}"):
         assert row in block, row
@@ -169,9 +170,20 @@ def test_every_trainer_has_a_cpu_config_in_the_readme():
 @pytest.mark.parametrize("trainer", ["grpo", "ac"])
 def test_the_single_agent_cpu_configs_train_a_step(trainer, tmp_path, capsys):
     from envs.launch import train_main
-    code = train_main(trainer, ["--config", f"configs/{trainer}_che_cpu.yaml", "--override", *TINY,
-                                f"{trainer}.max_steps=1", f"{trainer}.max_new_tokens=6", f"{trainer}.eval_num_samples=1",
-                                f"output.base_dir={tmp_path}", "output.run_name=one"])
+    code = train_main(
+        trainer,
+        [
+            "--config",
+            f"configs/{trainer}_che_cpu.yaml",
+            "--override",
+            *TINY,
+            f"{trainer}.max_steps=1",
+            f"{trainer}.max_new_tokens=6",
+            f"{trainer}.eval_num_samples=1",
+            f"output.base_dir={tmp_path}",
+            "output.run_name=one",
+        ],
+    )
     assert code == 0, capsys.readouterr().err[-3000:]
     train = [e for e in events(tmp_path / "one") if "turn_1/reward_mean" in e]
     assert len(train) == 1 and 0.0 <= train[0]["turn_1/reward_mean"] <= 2.1

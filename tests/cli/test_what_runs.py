@@ -7,7 +7,6 @@ tests/cli/test_scripted_use.py; the refusals cost a fraction of a second, one ru
 """
 
 import json
-from pathlib import Path
 
 import pytest
 

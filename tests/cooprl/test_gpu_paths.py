@@ -86,7 +86,8 @@ def test_critic_comparator_and_reward_model_follow_each_processs_gpu(monkeypatch
     base = ["agent_model.name=offline:tiny-random", "agent_model.device=cpu", "wandb.mode=disabled"]
     config = load_config(None, [*base, "iac.critic_devices=cuda:0", "marlhf.reward_model_device=cuda:0",
                                 "madpo_iter.comparator_devices=cuda:0"])
-    monkeypatch.setattr(actor_critic, "build_team", lambda *args: [type("Agent", (), {"name": "offline:tiny-random"})()])
+    monkeypatch.setattr(actor_critic, "build_team", lambda *args: [type("Agent", (),
+                                                                        {"name": "offline:tiny-random"})()])
     with pytest.raises(ModelError, match="device 'cuda:1'"):
         actor_critic.build_iac(Run.of(config, "iac"), type("Task", (), {"num_agents": 1, "agent_rewards": False,
                                                               "stop_strings": ()})())

@@ -54,7 +54,8 @@ def test_the_environment_imports_only_the_library():
 def test_trainers_run_on_it_through_its_command_line(trainer, tmp_path, capsys):
     import torch
     torch.set_num_threads(1)
-    code = main(trainer, ["--config", str(CONFIG), "--override", f"output.base_dir={tmp_path}", f"{trainer}.max_steps=2"])
+    code = main(trainer, ["--config", str(CONFIG), "--override", f"output.base_dir={tmp_path}",
+                          f"{trainer}.max_steps=2"])
     assert code == 0, capsys.readouterr().err
     events = [json.loads(line) for line in (tmp_path / "arithmetic-cpu" / "metrics.jsonl").read_text().splitlines()]
     steps = [e for e in events if "turn_1/reward_mean" in e]

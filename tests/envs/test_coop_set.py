@@ -12,9 +12,7 @@ import ast
 import copy
 import doctest
 import importlib.util
-import re
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -180,8 +178,10 @@ def test_reference_passes_check(problem):
 def test_docstring_examples_agree_with_reference(problem):
     ns = _namespace(problem)
     for expr, expected in _examples(problem):
-        status, got = _timed(lambda: eval(expr, ns))
-        assert status == "ok" and got == expected, f"{problem.task_id}: {expr} gave {got!r}, docstring says {expected!r}"
+        status, got = _timed(lambda expr=expr: eval(expr, ns))
+        assert status == "ok" and got == expected, (
+            f"{problem.task_id}: {expr} gave {got!r}, docstring says {expected!r}"
+        )
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=IDS)

@@ -15,7 +15,8 @@ def test_humaneval_loads_offline_with_slices():
     assert "canonical_solution" in problems[0].extra
     train = load_problems({"name": "openai/openai_humaneval"}, "test[33:163]")
     assert len(train) == 130 and train[0].task_id == "HumanEval/33"
-    assert [p.task_id for p in load_problems({"type": "humaneval"}, "test[:3]")] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert [p.task_id for p in load_problems({"type": "humaneval"}, "test[:3]")] == ["HumanEval/0", "HumanEval/1",
+                                                                                     "HumanEval/2"]
     assert len(load_problems({"type": "humaneval"}, "test[-4:]")) == 4
 
 
@@ -95,7 +96,7 @@ def test_a_problem_that_can_never_pass_is_skipped_counted_and_named(tmp_path, ca
     # a slice without it loads without a word; a split of only such problems is an error
     caplog.clear()
     assert [p.task_id for p in load_problems({"path": str(path)}, "test[2:]")] == ["T/2"] and not caplog.text
-    with pytest.raises(DatasetError, match=f"split 'test\\[1:2\\]': none of its 1 problems can pass \\(T/1: "):
+    with pytest.raises(DatasetError, match="split 'test\\[1:2\\]': none of its 1 problems can pass \\(T/1: "):
         load_problems({"path": str(path)}, "test[1:2]")
 
 

@@ -3,7 +3,8 @@
 import pytest
 
 from envs.code_generation.data import Problem
-from envs.code_generation.prompts import (JointAnswer, agent_prompts, aux_prompt, centralized_answer_prefix, centralized_prompt,
+from envs.code_generation.prompts import (JointAnswer, agent_prompts, aux_prompt, centralized_answer_prefix,
+                                          centralized_prompt,
                                           centralized_stop_strings, code_prefix, completion_to_code,
                                           extract_function, main_prompt, parse_joint_answer, single_prompt,
                                           stop_strings)
@@ -82,7 +83,8 @@ def test_completion_to_code_cuts_at_stop_strings():
 def test_completion_that_restarts_the_function_gets_one_header():
     aux = completion_to_code("aux", P, "def aux(x):\n    return x\n")
     assert aux == "def aux(x):\n    return x\n"
-    main = completion_to_code("main", P_IMPORTS, "```python\nfrom typing import List\n\ndef total(xs):\n    return sum(xs)\n```")
+    main = completion_to_code("main", P_IMPORTS, "```python\nfrom typing import List\n\ndef total(xs):\n    return "
+                                                 "sum(xs)\n```")
     assert main.count("def total(") == 1
     assert main.startswith("from typing import List")  # the prompt's preamble is kept
     assert main.endswith("def total(xs):\n    return sum(xs)")

@@ -49,7 +49,7 @@ def scripted(texts: dict[int, list[str]]):
     """Return a sampler whose agent a answers texts[a][i] for its i-th sample of a call (in order)."""
     def sample(agent, prompts, n):
         out, answers = [], iter(texts[agent])
-        for prompt in prompts:
+        for _ in prompts:
             out.append([Completion(next(answers), torch.tensor([1]), torch.tensor([2]), False) for _ in range(n)])
         return out
     return sample
@@ -86,8 +86,10 @@ def test_main_sees_the_aux_code_of_its_own_joint_action(data):
     assert main_prompts[0].endswith(problem.prompt.lstrip("\n"))
     # the reward is the team's as before: the first pair calls aux and passes every test (the bonus fires)
     assert root.scores[0].total > root.scores[1].total
-    cross = _config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true", "magrpo.joint_mode=cross")
-    with pytest.raises(ConfigError, match="magrpo.joint_mode=cross: .* sequential team .* set magrpo.joint_mode=aligned"):
+    cross = _config("magrpo_che_cpu.yaml", CodeTaskConfig, data, "aux_main.main_sees_aux=true",
+                    "magrpo.joint_mode=cross")
+    with pytest.raises(ConfigError,
+                       match="magrpo.joint_mode=cross: .* sequential team .* set magrpo.joint_mode=aligned"):
         run = Run.of(cross, "magrpo")
         build_algorithm(run, build_code_task(run))   # refused before any model loads
     with pytest.raises(ConfigError, match="num_agents 2"):
@@ -116,7 +118,8 @@ def test_open_body_prompts_end_inside_the_function(data):
     task, prompts = first_turn("code_prompt.open_body=true")
     assert prompts[1].endswith('    """\n    ') and prompts[0].endswith("def aux(")   # main's, not aux's
     # a continuation of the open body scores exactly as the same code after the docstring-ending prompt
-    opened = rollout(task.train_items[:1], task, scripted({0: ["a, b):\n    return a + b\n"], 1: ["return aux(a, b)\n"]}),
+    opened = rollout(task.train_items[:1], task, scripted({0: ["a, b):\n    return a + b\n"],
+                                                           1: ["return aux(a, b)\n"]}),
                      RolloutSettings(num_turns=1, samples_per_turn=[1]))[0].scores[0]
     plain_task, plain_prompts = first_turn()
     assert plain_prompts[1].endswith('    """\n')
@@ -154,8 +157,18 @@ def test_centralized_teams_score_one_answer_like_the_two_agents(data):
     assert [s.metrics["tester_reward"] for s in central] == [s.metrics["tester_reward"] for s in apart]
     assert "\nassert " not in task.stop_strings[0] and task.first_prompts(problem)[0].endswith('    """\n')
     with pytest.raises(ConfigError, match="single-turn"):
-        build_coder_tester_task(Run.of(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
-                                               "magrpo.collaboration_mode=centralized", "magrpo.num_turns=2"), "magrpo"))
+        build_coder_tester_task(
+            Run.of(
+                _config(
+                    "coder_tester_cpu.yaml",
+                    CoderTesterConfig,
+                    data,
+                    "magrpo.collaboration_mode=centralized",
+                    "magrpo.num_turns=2",
+                ),
+                "magrpo",
+            )
+        )
     with pytest.raises(ConfigError, match="reward_sharing=shared"):
         build_coder_tester_task(Run.of(_config("coder_tester_cpu.yaml", CoderTesterConfig, data,
                                                "magrpo.collaboration_mode=centralized",
@@ -177,7 +190,8 @@ def test_planner_coder_self_tests_and_decide(data):
     assert revise_target(root.scores[0].details[2]) == "plan"
     broken = task.score([problem], [["x", "    return (\n"]])[0]
     assert revise_target(broken.details[2]) == "code"
-    nxt = task.next_prompts(problem, [[("p", "x")], [(root.sample_prompts[1][0], "    return (\n")]], ["x", "    return ("],
+    nxt = task.next_prompts(problem, [[("p", "x")], [(root.sample_prompts[1][0], "    return (\n")]], ["x", "    "
+                                                                                                            "return ("],
                             broken)
     assert "write your plan again unchanged" in nxt[0] and "Feedback on your code" in nxt[1]
 
@@ -274,7 +288,8 @@ def test_a_learnable_variant_of_each_team_learns(tmp_path, kind):
     torch.set_num_threads(1)
     model = build_char_model(tmp_path / "model", seed=0)
     t = "magrpo"
-    config = load_config(None, [f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
+    config = load_config(None, [f"agent_model.name={model}", "agent_model.device=cpu",
+                                "agent_model.torch_dtype=float32",
                                 "wandb.mode=disabled", f"output.base_dir={tmp_path}", "output.run_name=run", "seed=0",
                                 f"{t}.max_new_tokens=6", f"{t}.num_turns=1", f"{t}.learning_rate=1e-2",
                                 f"{t}.max_steps=16", f"{t}.num_train_epochs=4", f"{t}.eval_interval=0",
@@ -304,7 +319,9 @@ def test_each_team_config_trains_through_the_command_line(tmp_path, trainer):
                 f"{trainer}.max_new_tokens=8", f"{trainer}.eval_num_samples=1", "dataset.eval_split=test[:1]",
                 "wandb.mode=disabled", f"output.base_dir={tmp_path}", f"output.run_name={team}-{trainer}", *extra]
         assert main(trainer, argv) == 0, (team, trainer)
-        events = [json.loads(line) for line in (tmp_path / f"{team}-{trainer}" / "metrics.jsonl").read_text().splitlines()]
+        events = [
+            json.loads(line) for line in (tmp_path / f"{team}-{trainer}" / "metrics.jsonl").read_text().splitlines()
+        ]
         assert any(e.get("step") == 1 and "turn_1/reward_mean" in e for e in events), (team, trainer)
 
 

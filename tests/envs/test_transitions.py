@@ -225,7 +225,8 @@ def test_second_turn_golden():
 
 
 def test_three_turns_hold_each_response_once_and_end_with_the_prefix():
-    responses = ["x):\n    return x  # first\n", "x):\n    return x + 1  # second\n", "x):\n    return x + 2  # third\n"]
+    responses = ["x):\n    return x  # first\n", "x):\n    return x + 1  # second\n",
+                 "x):\n    return x + 2  # third\n"]
     history = [(aux_prompt(P), responses[0])]
     history.append((next_prompt("level_feedback", P, "aux", history, FAILING), responses[1]))
     history.append((next_prompt("plain", P, "aux", history, PASSING), responses[2]))
@@ -240,7 +241,10 @@ def test_three_turns_hold_each_response_once_and_end_with_the_prefix():
 
 def test_next_prompt_passthrough_expert_and_errors():
     history = [(main_prompt(P), "    return aux(x)\n")]
-    assert next_prompt("plain", P, "main", history, FAILING, passthrough=True) == plain_feedback(P, "main") + "\n\n" + PROMPT
+    assert (
+        next_prompt("plain", P, "main", history, FAILING, passthrough=True)
+        == plain_feedback(P, "main") + "\n\n" + PROMPT
+    )
     client = FakeClient()
     text = next_prompt("expert_edits", P, "main", history, FAILING, expert_client=client,
                        partner_code="def aux(x):\n    return x + 1", sandbox_slice=-1)

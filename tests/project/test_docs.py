@@ -299,8 +299,12 @@ def test_trainer_table_names_every_script_and_the_madpo_candidates():
 def test_lora_override_and_its_defaults():
     """docs/scaling.md: `agent_model.lora.r=16` alone switches LoRA on with alpha 32, dropout 0.05, q/k/v/o."""
     lora = load("magrpo_he_config", ["agent_model.lora.r=16"]).agent_model.lora
-    assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (16, 32, 0.05, ["q_proj", "k_proj", "v_proj", "o_proj"])
-    assert "`agent_model.lora.r=16` alone switches LoRA on with the section's defaults (alpha 32, dropout 0.05, q/k/v/o)" in SCALING
+    assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (16, 32, 0.05, ["q_proj", "k_proj", "v_proj",
+                                                                                      "o_proj"])
+    assert (
+        "`agent_model.lora.r=16` alone switches LoRA on with the section's defaults (alpha 32, dropout 0.05, q/k/v/o)"
+        in SCALING
+    )
 
 
 def _readme_train_commands() -> list[list[str]]:
@@ -339,7 +343,8 @@ def test_docs_claims_about_update_schedules_and_upstream_settings():
     assert "MAGRPO che: 8 epochs, discount 1.0, buffer 4 nodes, 4 per step; he: 6, 1.0, 2, 2" in UPSTREAM
     for name, epochs, buffer in (("magrpo_che_config", 8, 4), ("magrpo_he_config", 6, 2)):
         s = load(name).magrpo
-        assert (s.num_train_epochs, s.discount, s.rollout_buffer_size, s.train_batch_size) == (epochs, 1.0, buffer, buffer)
+        assert (s.num_train_epochs, s.discount, s.rollout_buffer_size, s.train_batch_size) == (epochs, 1.0, buffer,
+                                                                                               buffer)
     assert "IAC/MAAC/AC: 80 epochs, actor and critic lr 5e-6, value coefficient 0.6, buffer 4, 4 per step" in UPSTREAM
     for path in (ROOT / "configs").glob("*ac_*_config.yaml"):     # iac, maac, ac
         s = load(path.stem).trainer(trainer_of(path.stem))
@@ -386,7 +391,8 @@ def test_memory_estimate_counts():
     assert f"{2 * total * 12 / 1e9:.1f} GB" == "74.1 GB" and "74.1 GB (69.0 GiB)" in SCALING   # kahan: + 4 bytes
     for modules, millions in ((["q_proj", "k_proj", "v_proj", "o_proj"], "7.4M"),
                               (["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "29.9M")):
-        peft_model = get_peft_model(model(), LoraConfig(r=16, lora_alpha=32, target_modules=modules, task_type="CAUSAL_LM"))
+        peft_model = get_peft_model(model(), LoraConfig(r=16, lora_alpha=32, target_modules=modules,
+                                                        task_type="CAUSAL_LM"))
         trained = [p for p in peft_model.parameters() if p.requires_grad]
         assert f"{sum(p.numel() for p in trained) / 1e6:.1f}M" == millions and f"2 x {millions}" in SCALING
         assert {p.dtype for p in trained} == {torch.float32}

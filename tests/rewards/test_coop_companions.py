@@ -64,7 +64,8 @@ COMPANIONS = [
 # holds: 2.5 now
 CHECKED = [
     ("companion_checked_by_main", "def aux(text):\n    return (text, len(text))\n",
-     "def shout_words(text):\n    r = aux(text)\n    if r[1] != len(text):\n        return None\n    s = r[0]\n" + JOIN),
+     "def shout_words(text):\n    r = aux(text)\n    if r[1] != len(text):\n        return None\n    s = r[0]\n"
+     + JOIN),
     ("companion_compared_with_a_side_channel",
      "def aux(text, box):\n    r = (text, len(text) % 3)\n    box.append(r)\n    return r\n",
      "def shout_words(text):\n    box = []\n    r = aux(text, box)\n    if r != box[0]:\n        return None\n"

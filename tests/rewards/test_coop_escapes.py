@@ -97,7 +97,7 @@ ESCAPES = [
      "        return 1\n"
      "    f.register(g)\n"
      "    seen = box\n"),
-    ("vars_of_the_builtins", "main", "", cells_via(f"vars(__builtins__)['get' + 'attr']")),
+    ("vars_of_the_builtins", "main", "", cells_via("vars(__builtins__)['get' + 'attr']")),
     ("type_builds_a_class_whose_descriptor_reads", "main", "",
      "    P = type('P', (), {'cells': property(lambda self: vars(__builtins__)['get' + 'attr'](shout_words, "
      "'_' * 2 + 'globals' + '_' * 2)['aux'])})\n"

@@ -8,9 +8,11 @@ def test_probe_gate_on_aux_and_imports():
     assert probe_gate(SPLIT_AUX, HONEST_MAIN, ()) == ""
     assert probe_gate(SPLIT_AUX, HONEST_MAIN, ("import inspect",)) == "imports inspect"
     assert probe_gate("def aux(t):\n    import gc\n    return t.split()\n", HONEST_MAIN, ()) == "aux imports gc"
-    assert probe_gate("def aux(t):\n    class A:\n        pass\n    return t\n", HONEST_MAIN, ()).startswith("aux defines")
+    assert probe_gate("def aux(t):\n    class A:\n        pass\n    return t\n", HONEST_MAIN, ()).startswith("aux "
+                                                                                                             "defines")
     assert probe_gate(SPLIT_AUX, "def f(xs):\n    return sorted(xs, key=aux) + list(map(aux, xs))\n", ()) == ""
-    assert probe_gate(SPLIT_AUX, "def f(xs):\n    g = aux\n    return g(xs)\n", ()).startswith("main uses aux as an object")
+    assert probe_gate(SPLIT_AUX, "def f(xs):\n    g = aux\n    return g(xs)\n", ()).startswith("main uses aux as an "
+                                                                                               "object")
     assert probe_gate("def aux(t):\n    aux.seen = True\n    return t.split()\n", HONEST_MAIN, ()) == "aux reads .seen"
     assert probe_gate("def aux(t):\n    return t.split() if aux else []\n", HONEST_MAIN, ()).startswith(
         "aux uses aux as an object")

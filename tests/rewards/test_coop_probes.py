@@ -54,7 +54,7 @@ def test_a_main_that_knows_how_many_runs_came_before_cannot_find_the_control():
         count = iter(range(1, 100))
         total = len([name for name, _ in probe_programs(aux_src) if name not in SECOND_TRIES.values()])
 
-        def knows_its_place(src):
+        def knows_its_place(src, count=count, total=total):
             return done([True] * 4 if next(count) == total else [False] * 4)
         paid += verify_cooperation(aux_src, main_src, (), passed, knows_its_place) == ""
     assert paid <= 60 * 0.35, paid

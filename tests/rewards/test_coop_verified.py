@@ -42,16 +42,20 @@ HACKS = [
      "def shout_words(text):\n    words = aux(text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n",
      4.0, 2.5),
     ("passthrough_of_second_argument", "def aux(sep, text):\n    return text\n",
-     "def shout_words(text):\n    words = aux(' ', text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n",
+     "def shout_words(text):\n    words = aux(' ', text).split()\n    return ' '.join(w.upper() for w in words) + "
+     "'!'\n",
      4.0, 2.5),
     ("empty_string_joined", "def aux(text):\n    return ''\n",
      "def shout_words(text):\n    out = ' '.join(w.upper() for w in text.split()) + '!'\n    return out + aux(text)\n",
      4.0, 2.5),
     ("zero_added", "def aux(text):\n    return len(text) * 0\n",
-     "def shout_words(text):\n    n = aux(text)\n    words = text.split()[n:]\n    return ' '.join(w.upper() for w in words) + '!'\n",
+     "def shout_words(text):\n    n = aux(text)\n    words = text.split()[n:]\n    return ' '.join(w.upper() for w in "
+     "words) + '!'\n",
      4.0, 2.5),
-    ("always_raises_inside_try", "def aux(text):\n    if len(text) >= 0:\n        raise ValueError(text)\n    return text\n",
-     "def shout_words(text):\n    try:\n        words = aux(text)\n    except ValueError:\n        words = text.split()\n"
+    ("always_raises_inside_try", "def aux(text):\n    if len(text) >= 0:\n        raise ValueError(text)\n    return "
+                                 "text\n",
+     "def shout_words(text):\n    try:\n        words = aux(text)\n    except ValueError:\n        words = "
+     "text.split()\n"
      "    return ' '.join(w.upper() for w in words) + '!'\n",
      4.0, 2.5),
     ("dead_branch", SPLIT_AUX,

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from envs.code_generation.data import Problem, load_problems  # noqa: E402
 from envs.code_generation.transitions import next_prompt, slice_tests, visible_asserts  # noqa: E402
 from rewards.assert_units import check_units  # noqa: E402
-from rewards.code_rewards import RewardBreakdown, code_reward, code_rewards_batch  # noqa: E402
+from rewards.code_rewards import RewardBreakdown, code_reward  # noqa: E402
 from rewards.sandbox import Sandbox, TestSuite  # noqa: E402
 
 PROMPT = 'def add_all(xs):\n    """Sum of xs."""\n'
@@ -168,7 +168,7 @@ def test_surrogate_feedback_reaches_the_tokenizer_and_the_terminal(sb, capsys):
     prompt.encode("utf-8")
     assert "\ufffd" in prompt
     tokenizer = load_tokenizer(TINY_RANDOM)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (whatever the tokenizer raises: it must not be fed this)
         tokenizer(["\ud800"])                    # what crashed multi-turn training
     generator = HFGenerator(None, tokenizer, max_prompt_tokens=4096)
     ids = generator.encode_prompts([prompt, "def aux(\ud800"])

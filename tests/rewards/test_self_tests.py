@@ -45,7 +45,8 @@ def test_self_tests_formula_on_a_known_matrix():
     assert discrimination_reward([0, 1, None, 3], correct, stubs, caught) == 0.25
     assert discrimination_reward([0, 2], correct, stubs, caught) == 0.0
     assert discrimination_reward([2, None], correct, stubs, caught) == -0.5
-    assert discrimination_reward([4], correct, stubs, caught) == -1.0 and discrimination_reward([4], correct[:1], stubs, caught) == 1.0
+    assert discrimination_reward([4], correct, stubs, caught) == -1.0 and discrimination_reward([4], correct[:1], stubs,
+                                                                                                caught) == 1.0
     assert discrimination_reward([1], correct, stubs, []) == 0.0 and discrimination_reward([], correct, [], []) == 0.0
     # held-out columns (first n) weigh 1 whatever the group passes: the group's reliabilities weigh the rest
     assert support([[0, 1], [0, 0]], n_held_out=1) == [0.333333, 0.0]   # (0 * 1 + 1 * 0.5) / 1.5

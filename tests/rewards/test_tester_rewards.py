@@ -381,7 +381,8 @@ def test_a_judged_tests_verdict_does_not_depend_on_the_worker():
     words = sorted({"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"})
     program = "def f(x):\n    return hash(x) if type(x) is str else set(x)\n"
     tests = [f"assert f('cooprl') == {_under_seed(repr('cooprl') + '.__hash__()', WORKER_HASH_SEED)}",
-             f"assert str(f({words!r})) == {_under_seed(f'str(set(list(set(list(set({words!r}))))))', WORKER_HASH_SEED)}"]
+             f"assert str(f({words!r})) == "
+             f"{_under_seed(f'str(set(list(set(list(set({words!r}))))))', WORKER_HASH_SEED)}"]
     for _ in range(2):   # two workers, two draws of the seed before
         with Sandbox(workers=1) as sandbox:
             report = sandbox.run_detailed(program, judged_suite("f", tests), 2.0, 2)
@@ -391,7 +392,8 @@ def test_a_judged_tests_verdict_does_not_depend_on_the_worker():
 # ------------------------------------------------------------------------ paid for separating right from wrong (34)
 
 COOP0 = json.loads((ROOT / "envs" / "code_generation" / "data" / "coop.jsonl").read_text().splitlines()[0])
-REGEX = ("    import re\n    return re.sub(r'(.)\\1+', lambda m: m.group(1) + str(len(m.group(0))), text)\n")   # correct
+# correct
+REGEX = ("    import re\n    return re.sub(r'(.)\\1+', lambda m: m.group(1) + str(len(m.group(0))), text)\n")
 RAISES_ON_EMPTY = "    if not text:\n        raise ValueError('empty')\n" + REGEX                              # wrong
 DROPS_COUNTS = "    return ''.join(c for i, c in enumerate(text) if i == 0 or text[i - 1] != c)\n"         # wrong
 GUARDED = "'') == compress_runs('') and compress_runs('') != None and str(compress_runs(''))[:4] != 'junk'\n"

@@ -18,9 +18,14 @@ from cooprl.rollout.generation import SamplingParams
 from strategies.llm import ScriptedLLM, TeamLLM
 from strategies.text import code_prompt, extract_code
 
-ADD = Problem("T/add", 'def add(a, b):\n    """Return a + b.\n    >>> add(1, 2)\n    3\n    """\n',
-              "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n"
-              "    assert candidate(-1, 5) == 4\n    assert candidate(5, 1) == 6\n", "add", {"canonical_solution": "    return a + b\n"})
+ADD = Problem(
+    "T/add",
+    'def add(a, b):\n    """Return a + b.\n    >>> add(1, 2)\n    3\n    """\n',
+    "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n"
+    "    assert candidate(-1, 5) == 4\n    assert candidate(5, 1) == 6\n",
+    "add",
+    {"canonical_solution": "    return a + b\n"},
+)
 RIGHT, MINUS, TIMES = "    return a + b\n", "    return a - b\n", "    return a * b\n"
 CODE = "Implement the function"   # every code prompt holds it (strategies.text.code_prompt)
 
@@ -137,7 +142,10 @@ def test_collabcoder_revises_plan_then_code(sandbox):
     solution = collabcoder.solve(ADD, llm, sandbox, Budget())
     assert solution.tests == ["assert add(1, 2) == 3"]      # the statement's example, the visible test
     assert [t["step"] for t in solution.trace] == ["init", "revise_plan", "revise_code"]
-    assert solution.trace[1]["scores"]["plan_confidence"] == 0.1 and solution.trace[2]["trajectory"] == "the code multiplies"
+    assert (
+        solution.trace[1]["scores"]["plan_confidence"] == 0.1
+        and solution.trace[2]["trajectory"] == "the code multiplies"
+    )
     assert solution.metrics == {"iterations": 2, "plan_updates": 1, "code_updates": 1, "visible_tests": 1,
                                 "solved_visible": True}
     assert score(ADD, solution.code, sandbox)["passed"]

@@ -18,7 +18,8 @@ from strategies.llm import EndpointError, OpenAILLM
 ADD_PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 # a continuation that runs on past the function: the stop strings must cut it
 COMPLETION = "    return a + b\n\n\ndef unrelated():\n    pass\n"
-CHAT = "Here it is:\n```python\nimport math\n\ndef helper(x):\n    return x\n\ndef add(a, b):\n    return a + b\n```\nDone."
+CHAT = ("Here it is:\n```python\nimport math\n\ndef helper(x):\n    return x\n\n"
+        "def add(a, b):\n    return a + b\n```\nDone.")
 
 
 class FakeServer:
@@ -118,7 +119,8 @@ def test_server_errors_are_retried_then_reported(server):
 
 
 def _dataset(tmp_path):
-    record = {"task_id": "T/add", "prompt": ADD_PROMPT, "entry_point": "add", "canonical_solution": "    return a + b\n",
+    record = {"task_id": "T/add", "prompt": ADD_PROMPT, "entry_point": "add",
+              "canonical_solution": "    return a + b\n",
               "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(2, 5) == 7\n"}
     path = tmp_path / "add.jsonl"
     path.write_text(json.dumps(record) + "\n")
@@ -126,9 +128,22 @@ def _dataset(tmp_path):
 
 
 def _argv(tmp_path, url, *extra):
-    return ["--strategy", "codet", "--config", "configs/magrpo_che_cpu.yaml", "--endpoint", url, *extra,
-            "--override", f"dataset.path={_dataset(tmp_path)}", "dataset.eval_split=test", f"output.base_dir={tmp_path}",
-            "output.run_name=ep", "codet.num_codes=2", "codet.num_test_samples=2"]
+    return [
+        "--strategy",
+        "codet",
+        "--config",
+        "configs/magrpo_che_cpu.yaml",
+        "--endpoint",
+        url,
+        *extra,
+        "--override",
+        f"dataset.path={_dataset(tmp_path)}",
+        "dataset.eval_split=test",
+        f"output.base_dir={tmp_path}",
+        "output.run_name=ep",
+        "codet.num_codes=2",
+        "codet.num_test_samples=2",
+    ]
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

@@ -6,21 +6,30 @@ import pytest
 from cooprl.config import ConfigError, load_config
 
 
-@pytest.mark.parametrize("override,message", [
-    ("magrpo.num_turnz=3", "magrpo.num_turnz: unknown key; did you mean magrpo.num_turns?"),
-    ("madpo.comparator_policy=copy",
-     "madpo.comparator_policy: unknown key; madpo has no comparator_policy, these trainers do: madpo_iter, marlhf_iter"),
-    ("agent_model.temprature=0.5", "agent_model.temprature: unknown key; did you mean agent_model.temperature?"),
-    ("magrpo.num_turns=two", "magrpo.num_turns: expected int, got 'two'"),
-    ("magrpo.num_turns=1.5", "magrpo.num_turns: expected int, got 1.5"),
-    ("magrpo.joint_mode=diagonal", "magrpo.joint_mode: 'diagonal' is not allowed; choose one of: aligned, cross"),
-    ("magrpo.top_p=1.5", "magrpo.top_p: 1.5 is out of range"),
-    ("agent_model.lora={rank: 8}", "agent_model.lora.rank: unknown key; valid keys here: r, alpha, dropout, target_modules"),
-    ("external.sandbox_slice=some", "external.sandbox_slice: expected an int, null or 'all'"),
-    ("grpo.num_agents=2", "grpo.num_agents: 2 is out of range"),
-    ("magrpo=3", "magrpo: expected a mapping"),
-    ("magrpo.num_turns", "expected KEY.PATH=VALUE"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("magrpo.num_turnz=3", "magrpo.num_turnz: unknown key; did you mean magrpo.num_turns?"),
+        (
+            "madpo.comparator_policy=copy",
+            "madpo.comparator_policy: unknown key; madpo has no comparator_policy, these trainers do: "
+            "madpo_iter, marlhf_iter",
+        ),
+        ("agent_model.temprature=0.5", "agent_model.temprature: unknown key; did you mean agent_model.temperature?"),
+        ("magrpo.num_turns=two", "magrpo.num_turns: expected int, got 'two'"),
+        ("magrpo.num_turns=1.5", "magrpo.num_turns: expected int, got 1.5"),
+        ("magrpo.joint_mode=diagonal", "magrpo.joint_mode: 'diagonal' is not allowed; choose one of: aligned, cross"),
+        ("magrpo.top_p=1.5", "magrpo.top_p: 1.5 is out of range"),
+        (
+            "agent_model.lora={rank: 8}",
+            "agent_model.lora.rank: unknown key; valid keys here: r, alpha, dropout, target_modules",
+        ),
+        ("external.sandbox_slice=some", "external.sandbox_slice: expected an int, null or 'all'"),
+        ("grpo.num_agents=2", "grpo.num_agents: 2 is out of range"),
+        ("magrpo=3", "magrpo: expected a mapping"),
+        ("magrpo.num_turns", "expected KEY.PATH=VALUE"),
+    ],
+)
 def test_config_errors_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(None, [override])

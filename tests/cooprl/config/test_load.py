@@ -44,7 +44,8 @@ def run_script(*args):
 
 @pytest.mark.slow
 def test_cli_typo_exits_nonzero_with_did_you_mean_and_no_traceback():
-    result = run_script("train_magrpo.py", "--config", "configs/magrpo_che_cpu.yaml", "--override", "magrpo.num_turnz=3")
+    result = run_script("train_magrpo.py", "--config", "configs/magrpo_che_cpu.yaml", "--override",
+                        "magrpo.num_turnz=3")
     assert result.returncode == 2
     assert "error: magrpo.num_turnz: unknown key; did you mean magrpo.num_turns?" in result.stderr
     assert "Traceback" not in result.stderr

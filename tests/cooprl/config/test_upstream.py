@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cooprl.config import ConfigError, Run, load_config
+from cooprl.config import ConfigError, load_config
 from envs.launch import train_main
 
 # the end-to-end tests (trainers, command lines, subprocesses) are marked slow: not in `make test-fast`

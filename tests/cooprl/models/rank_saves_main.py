@@ -9,7 +9,8 @@ import torch.distributed as dist
 
 from cooprl.checkpoint import save_checkpoint, save_model
 from cooprl.config import LoraSection
-from cooprl.models.loading import TINY_RANDOM, add_lora, load_causal_lm, resolve_model_path, save_pretrained_on_this_rank
+from cooprl.models.loading import (TINY_RANDOM, add_lora, load_causal_lm, resolve_model_path,
+                                   save_pretrained_on_this_rank)
 from cooprl.models.value_model import ValueModel
 
 dist.init_process_group("gloo")

@@ -1,5 +1,5 @@
-"""The embedded models (cooprl/models/loading.py): tiny-random generates, an unknown name and a missing package are named,
-filling the model cache draws nothing from the run's random generators, SmolLM2's conversion is cached."""
+"""The embedded models (cooprl/models/loading.py): tiny-random generates, an unknown name and a missing package are
+named, filling the model cache draws nothing from the run's random generators, SmolLM2's conversion is cached."""
 
 import json
 from pathlib import Path

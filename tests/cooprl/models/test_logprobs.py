@@ -88,7 +88,8 @@ def test_layout_choice_and_parts(tiny, monkeypatch):
     model, tokenizer = tiny
     calls = []
     for name in ("_padded_logprobs", "_trie_logprobs"):
-        monkeypatch.setattr(logprobs, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(logprobs, name), name))
+        monkeypatch.setattr(logprobs, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(logprobs, name),
+                                                                                               name))
     gen = torch.Generator().manual_seed(2)
     prompts = [torch.randint(5, 1000, (n,), generator=gen) for n in (8, 12, 5)]
     completions = [torch.randint(5, 1000, (n,), generator=gen) for n in (3, 1, 4)]

@@ -17,8 +17,8 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out, cache = tmp_path_factory.mktemp("saves"), tmp_path_factory.mktemp("empty-cache")
-    result = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "tests/cooprl/models/rank_saves_main.py",
-                             str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+    command = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", "tests/cooprl/models/rank_saves_main.py", str(out)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env=child_env(OMP_NUM_THREADS="1", COOPRL_CACHE=str(cache), PYTHONPATH=str(ROOT)))
     assert result.returncode == 0, result.stderr[-3000:]
     return out, cache, result.stdout

@@ -1,6 +1,6 @@
-"""A training script for the data-parallel tests: `python tests/cooprl/parallel/ddp_learnable_main.py TRAINER --override ...`
-(or the same under torchrun) trains TRAINER on the learnable lowercase task (tests/learnable.py) through
-cooprl.train.train, the recipe every environment's script runs. Its config is the library's defaults plus the
+"""A training script for the data-parallel tests: `python tests/cooprl/parallel/ddp_learnable_main.py TRAINER
+--override ...` (or the same under torchrun) trains TRAINER on the learnable lowercase task (tests/learnable.py)
+through cooprl.train.train, the recipe every environment's script runs. Its config is the library's defaults plus the
 overrides."""
 
 from __future__ import annotations

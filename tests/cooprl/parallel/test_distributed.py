@@ -55,7 +55,8 @@ def test_processes_join_with_their_gpu_bound_and_barriers_name_it(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
-    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, **kwargs: joined.append((backend, kwargs)))
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, **kwargs: joined.append((backend,
+                                                                                                          kwargs)))
     monkeypatch.setattr(torch.distributed, "new_group", lambda **kwargs: None)
     distributed.setup("cuda")
     assert joined[0][0] == "nccl" and joined[0][1]["device_id"] == torch.device("cuda", 1)

@@ -1,8 +1,8 @@
 """Sharded data-parallel training (issue 16, `parallel_training: fsdp`): its config rules, the one resume test of a
 data-parallel run and the one accelerate launch (gloo on CPU), and the per-process checkpoint files. The padded
-update's equality with one process is tests/cooprl/update/test_engine_distributed.py (in-process); the trainers' command lines
-under torchrun are tests/cooprl/parallel/test_scale_out.py. A file of its own so that pytest-xdist's loadfile runs it beside
-test_scale_out.py."""
+update's equality with one process is tests/cooprl/update/test_engine_distributed.py (in-process); the trainers'
+command lines under torchrun are tests/cooprl/parallel/test_scale_out.py. A file of its own so that pytest-xdist's
+loadfile runs it beside test_scale_out.py."""
 
 from pathlib import Path
 
@@ -56,8 +56,8 @@ def straight(tmp_path_factory) -> Path:
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, straight):
     # The one resume test of a data-parallel run: sharded LoRA agents (fsdp, chunked log-probs); a run resumed at
-    # step 1 (each rank's buffer and optimizer shard) ends bit for bit where the uninterrupted one does; the checkpoint and the final models
-    # hold the adapters in the usual layout (gathered); a resume without sharding is refused. The 2-vs-1-process
+    # step 1 (each rank's buffer and optimizer shard) ends bit for bit where the uninterrupted one does; the checkpoint
+    # and the final models hold the adapters in the usual layout (gathered); a resume without sharding is refused. The 2-vs-1-process
     # equality of the sharded update: tests/cooprl/update/test_engine_distributed.py.
     launch(tmp_path, "resumed", 2, [*RESUMABLE, "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
     launch(tmp_path, "resumed", 2, [*RESUMABLE, "magrpo.max_steps=2", "checkpoint.resume_from_checkpoint=latest"],
@@ -126,7 +126,8 @@ def test_accelerate_launch_trains_as_torchrun_does(tmp_path, straight):
 
 
 def test_sampling_a_sharded_model_sets_no_attribute_on_it(monkeypatch):
-    # full_weights records which sharded models are gathered in cooprl.parallel.fsdp's own set: nothing named cooprl_* is
+    # full_weights records which sharded models are gathered in cooprl.parallel.fsdp's own set: nothing named cooprl_*
+    # is
     # planted on the torch model (or any of its modules), during sampling or after it. One gloo process is enough to
     # shard (FSDP2 over a world of 1) and to run the gathered-sampling path with its check.
     from cooprl.parallel import fsdp

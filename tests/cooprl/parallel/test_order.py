@@ -1,7 +1,7 @@
 """Unit tests of cooprl/parallel/order.py: each process's share of the data order, its seeds, the merged metrics, the
 end of an epoch."""
 
-from cooprl.parallel.order import Ranks, ends_epoch, item_seed, mean_metrics, shard_order
+from cooprl.parallel.order import Ranks, StepPlan, ends_epoch, item_seed, shard_order
 
 
 def test_shard_order_gives_each_rank_its_slice_of_every_step():
@@ -19,11 +19,13 @@ def test_item_seed_depends_on_seed_and_position_only():
     assert 0 <= item_seed(42, 3) < 2 ** 63
 
 
-def test_mean_metrics_averages_and_sums_counts():
-    merged = mean_metrics([{"r": 1.0, "env_steps": 4, "agent_0/trained_samples": 4.0},
-                                       {"r": 0.0, "env_steps": 2, "agent_0/trained_samples": 2.0, "turn_2/r": 0.5}],
-                                      summed=("env_steps", "trained_samples"))
-    assert merged == {"r": 0.5, "env_steps": 6, "agent_0/trained_samples": 6.0, "turn_2/r": 0.5}
+def test_a_step_plan_gives_each_steps_item_position_and_epoch_end():
+    plan = StepPlan(order=[2, 0, 1, 1, 2], positions=[0, 2, 4, 6, 8], epoch_length=3, steps_per_round=4, rounds=2)
+    assert plan.total_steps == 8
+    assert [plan.item(s) for s in range(1, 9)] == [2, 0, 1, 1, 2, 0, 1, 1]   # the round repeats
+    assert [plan.position(s) for s in (1, 4, 5)] == [0, 6, 0]
+    assert [s for s in range(1, 9) if plan.ends_epoch(s)] == [3, 4, 7, 8]
+    assert StepPlan([0, 1], None, 2, 2).position(1) is None   # one process: no position seeds an item
 
 
 def test_ends_epoch_marks_each_epochs_last_step_and_each_iterations_last():

@@ -284,7 +284,8 @@ def learnable_launch(tmp_path: Path, trainer: str, name: str, processes: int, *o
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 # the two collections are two code paths (online: each process pairs its own item and every process gathers them;
 # offline: the collection's chunks run seeded over the processes); the ddp and fsdp DPO steps are one engine step,
-# proved against one process in tests/cooprl/update/test_engine_distributed.py, so each collection runs under one of them
+# proved against one process in tests/cooprl/update/test_engine_distributed.py, so each collection runs under one of
+# them
 @pytest.mark.parametrize("collection,mode", [("online", "ddp"), ("offline", "fsdp")])
 def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collection, mode):
     from cooprl.config import load_config
@@ -318,7 +319,9 @@ def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collec
     assert sorted(saved) == ["agent_0", "agent_1"]
     for i, agent in enumerate(algorithm.team):
         ours = agent.model.state_dict()
-        moved = max((saved[f"agent_{i}"][k] - agent.model.state_dict()[k]).abs().max().item() for k in saved[f"agent_{i}"])
+        moved = max(
+            (saved[f"agent_{i}"][k] - agent.model.state_dict()[k]).abs().max().item() for k in saved[f"agent_{i}"]
+        )
         assert moved < 1e-6, (i, moved)
         assert any(not torch.equal(ours[k], v) for k, v in model_weights(one / "checkpoints" / "checkpoint-2")[
             f"agent_{i}"].items())   # the step did move the weights (lr 0 left the reference's at the start)

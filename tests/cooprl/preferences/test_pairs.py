@@ -114,7 +114,8 @@ def test_collect_pairs_scores_policy_and_comparator_candidates():
         from cooprl.rollout.generation import Completion
         import torch
         seen.append(n)
-        return [[Completion("b" * (g + 1), torch.tensor([1]), torch.tensor([g]), False) for g in range(n)] for _ in prompts]
+        return [[Completion("b" * (g + 1), torch.tensor([1]), torch.tensor([g]),
+                            False) for g in range(n)] for _ in prompts]
 
     pairs = collect_pairs(task.train_items[:2], task, sample_fn, Section, 0, random.Random(0), HalfComparator())
     assert seen == [2, 2] and split_candidates(4, HalfComparator()) == (2, 2)

@@ -99,7 +99,8 @@ def test_training_in_chunks_of_pairs_equals_one_forward_per_batch(monkeypatch):
     for per_forward in (2, 8):
         monkeypatch.setattr(reward_model_module, "PAIRS_PER_FORWARD", per_forward)
         rm = tiny_reward_model()
-        metrics = train_reward_model(rm, pairs, weights=weights, learning_rate=1e-3, epochs=1, eval_fraction=0.0, seed=0)
+        metrics = train_reward_model(rm, pairs, weights=weights, learning_rate=1e-3, epochs=1, eval_fraction=0.0,
+                                     seed=0)
         trained.append((rm.model.head.weight.detach().clone(), metrics["reward_model/train_loss"]))
     assert torch.allclose(trained[0][0], trained[1][0], atol=1e-6)
     assert abs(trained[0][1] - trained[1][1]) < 1e-5

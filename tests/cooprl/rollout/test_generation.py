@@ -4,7 +4,7 @@ prefilling each prompt once for its samples."""
 import pytest
 import torch
 
-from tests.cooprl.models.test_logprobs import tiny
+from tests.cooprl.models.test_logprobs import tiny  # noqa: F401 (a fixture)
 
 
 def test_hf_sampling_ignores_the_extras_of_a_models_generation_config():
@@ -37,7 +37,8 @@ def test_shared_prefill_samples_the_same_tokens_as_plain_generate(tiny):
     from cooprl.rollout.generation import HFGenerator, SamplingParams
     model, tokenizer = tiny
     generator = HFGenerator(model, tokenizer, max_prompt_tokens=64)
-    prompts, params = ["def f(x):", "a longer prompt, with more tokens", "x"], SamplingParams(max_new_tokens=8, temperature=1.0)
+    prompts, params = ["def f(x):", "a longer prompt, with more tokens", "x"], SamplingParams(max_new_tokens=8,
+                                                                                              temperature=1.0)
     torch.manual_seed(0)
     ours = [c.completion_ids.tolist() for group in generator.sample(prompts, 3, params) for c in group]
     encoded = generator.encode_prompts(prompts)

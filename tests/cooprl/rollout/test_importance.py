@@ -1,4 +1,5 @@
-"""Unit tests of cooprl/rollout/importance.py: each sampled token's truncated importance weight against vLLM's sampler."""
+"""Unit tests of cooprl/rollout/importance.py: each sampled token's truncated importance weight against vLLM's
+sampler."""
 
 import math
 
@@ -35,3 +36,15 @@ def test_importance_weights_compare_the_models_sampler_with_vllms(tiny):
     weights = torch.cat(importance_weights(model, completions, tokenizer.pad_token_id, top1, cap=2.0))
     kept = torch.cat(model_sampler_logprobs(model, tokenizer, completions, top1)) == 0   # log 1: the argmax
     assert torch.equal(weights, kept.float()) and not kept.all()
+
+
+@pytest.mark.parametrize("mode,expected", [
+    ("token_truncate", [0.5, 2.0, 1.0]),     # each token's ratio, at most the cap
+    ("token_mask", [0.5, 0.0, 1.0]),         # a token past the cap weighs nothing
+    ("sequence_truncate", [2.0, 2.0, 2.0]),  # the completion's ratio (0.5 x 4 x 1 = 2), at most the cap, everywhere
+    ("sequence_mask", [2.0, 2.0, 2.0])])     # 2 is within the cap: kept
+def test_trls_four_importance_modes(mode, expected):
+    from cooprl.rollout.importance import bounded_ratios
+    log_ratios = torch.log(torch.tensor([0.5, 4.0, 1.0]))
+    assert bounded_ratios(log_ratios, 2.0, mode).tolist() == pytest.approx(expected)
+    assert bounded_ratios(log_ratios, 1.5, "sequence_mask").tolist() == [0.0, 0.0, 0.0]

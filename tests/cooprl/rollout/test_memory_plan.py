@@ -195,7 +195,8 @@ def test_the_hf_backend_is_refused_before_any_model_loads_on_24_gib(gpus, monkey
 def test_a_single_turn_runs_plan_at_its_start_is_bounded_by_the_tasks_prompts(gpus, caplog):
     run = he_run("magrpo.num_turns=1")
     with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):
-        plan.check_memory(run.config, ["cuda:0", "cuda:0"], run, prompts=lambda: ["x" * 1648, "y"])   # 824 tokens at most
+        # 824 tokens at most
+        plan.check_memory(run.config, ["cuda:0", "cuda:0"], run, prompts=lambda: ["x" * 1648, "y"])
     assert "cuda:0 would hold 84.2 GiB" in caplog.text and "(3696 tokens of 8 sequences, trie)" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="cooprl.rollout.memory_plan"):

@@ -106,12 +106,25 @@ def magrpo_run(pipeline, steps=2):
     """Return (per-step metrics, final weights of agent 0) of a short MAGRPO run on the code task with real
     sandbox scoring, node by node."""
     from envs.code_generation.task import build_code_task
-    config = load_config(None, ["agent_model.name=offline:tiny-random", "agent_model.device=cpu",
-                                "agent_model.torch_dtype=float32", "dataset.name=coop", "dataset.train_split=train[16:18]",
-                                "dataset.eval_split=test[:1]", "magrpo.num_generations=2", "magrpo.max_new_tokens=6",
-                                "magrpo.num_turns=2", "magrpo.learning_rate=0.01", "magrpo.early_termination_threshold=null",
-                                "magrpo.rollout_buffer_size=1", "reward.pipeline_nodes=1",
-                                f"reward.pipeline={str(pipeline).lower()}"])
+    config = load_config(
+        None,
+        [
+            "agent_model.name=offline:tiny-random",
+            "agent_model.device=cpu",
+            "agent_model.torch_dtype=float32",
+            "dataset.name=coop",
+            "dataset.train_split=train[16:18]",
+            "dataset.eval_split=test[:1]",
+            "magrpo.num_generations=2",
+            "magrpo.max_new_tokens=6",
+            "magrpo.num_turns=2",
+            "magrpo.learning_rate=0.01",
+            "magrpo.early_termination_threshold=null",
+            "magrpo.rollout_buffer_size=1",
+            "reward.pipeline_nodes=1",
+            f"reward.pipeline={str(pipeline).lower()}",
+        ],
+    )
     seed_everything(config.seed)
     task = build_code_task(Run.of(config, "magrpo"))
     algorithm = build_magrpo(Run.of(config, "magrpo"), task)

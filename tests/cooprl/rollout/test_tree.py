@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from cooprl.rollout.generation import Completion
-from cooprl.rollout.tree import (RolloutSettings, compute_returns, iter_nodes, joint_actions, rollout,
+from cooprl.rollout.tree import (RolloutSettings, iter_nodes, joint_actions, rollout,
                             sample_returns)
 from cooprl.task import Score, Task
 from cooprl.update.losses import group_advantages as advantages
@@ -25,7 +25,8 @@ def table_task(num_agents, reward_of):
     def next_prompts(item, histories, joint, score_):
         return [f"turn{len(h)}" for h in histories]
 
-    return Task("table", num_agents, ["x"], [], lambda item: ["turn0"] * num_agents, score, next_prompts, max_reward=1.0)
+    return Task("table", num_agents, ["x"], [], lambda item: ["turn0"] * num_agents, score, next_prompts,
+                max_reward=1.0)
 
 
 def count_leaves(root):
@@ -56,7 +57,8 @@ def test_returns_with_discount_on_scripted_rewards():
 
 def test_cross_mode_sample_returns_average_the_joint_actions_containing_the_sample():
     task = table_task(2, lambda item, joint: float(joint[0][1]) * 10 + float(joint[1][1]))
-    root = rollout(["x"], task, fake_sampler(None), RolloutSettings(num_turns=1, samples_per_turn=[2], joint_mode="cross"))[0]
+    root = rollout(["x"], task, fake_sampler(None), RolloutSettings(num_turns=1, samples_per_turn=[2],
+                                                                    joint_mode="cross"))[0]
     assert root.joint == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert root.returns == [0.0, 1.0, 10.0, 11.0]
     assert sample_returns(root, 0) == [0.5, 10.5]

@@ -18,7 +18,6 @@ import types
 from pathlib import Path
 
 import pytest
-import torch
 
 from cooprl.rollout.vllm_engines import DEVICE_CACHE_PREFIX, engine_cache_root
 from cooprl.rollout.vllm_generation import close_engines
@@ -131,7 +130,7 @@ def test_vllm_under_ddp_builds_external_launcher_engines_in_order_and_closes_the
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [json.loads((records / f"rank{rank}.json").read_text()) for rank in (0, 1)]
-    for rank, engines in enumerate(ranks):
+    for engines in ranks:
         assert len(engines) == 2   # one per agent, built in agent order on every rank
         for engine in engines:
             assert engine["executor"] == "external_launcher" and engine["group_at_build"]

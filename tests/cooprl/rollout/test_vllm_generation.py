@@ -124,7 +124,8 @@ class FakeLLM:
         outputs = []
         for p, params in zip(prompts, sampling_params):
             streams, offset = self._streams(p["prompt_token_ids"], params.n)
-            outputs.append(FakeRequestOutput([self._play(stream, params, g, offset) for g, stream in enumerate(streams)]))
+            outputs.append(FakeRequestOutput([self._play(stream, params, g, offset) for g,
+                                              stream in enumerate(streams)]))
         return outputs
 
     def _streams(self, prompt, n):
@@ -248,7 +249,8 @@ def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
     import cooprl.rollout.vllm_generation as backend
     from cooprl.rollout.vllm_memory import engine_batch_limits
     import cooprl.rollout.vllm_platform
-    monkeypatch.setattr(cooprl.rollout.vllm_platform, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
+    monkeypatch.setattr(cooprl.rollout.vllm_platform, "check_vllm_backend", lambda device="auto",
+                        sleep=False: fake_vllm)
     config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
     backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
     kwargs = FakeLLM.instances[-1].kwargs
@@ -280,7 +282,8 @@ def test_sampling_params_are_mapped(tiny, fake_vllm):
     assert isinstance(first.seed, int) and params[1].seed != first.seed
 
     torch.manual_seed(0)  # seeds come from torch's RNG: the same seed, the same requests
-    gen.sample(["def f(x):", "def g(y):"], 3, SamplingParams(max_new_tokens=8, temperature=0.7, top_p=0.9, stop_strings=STOPS))
+    gen.sample(["def f(x):", "def g(y):"], 3, SamplingParams(max_new_tokens=8, temperature=0.7, top_p=0.9,
+                                                             stop_strings=STOPS))
     assert [p.seed for p in llm.calls[-1][1]] == [p.seed for p in params]
 
     gen.sample(["x"], 2, SamplingParams(max_new_tokens=4, temperature=1.0, top_k=5))
@@ -363,10 +366,13 @@ def test_an_early_stop_is_continued_from_where_it_stopped(tiny, fake_vllm):
     # vLLM stopped after the token completing "\ndef " (" f"); the rest of the stream is sampled again
     stopped_at = enc(tokenizer, "\ndef") + enc(tokenizer, " f(x):")[:1]
     assert tokenizer.decode(stopped_at) == "\ndef f"
-    assert again["prompt_token_ids"] == prompt + stopped_at and params.n == 1 and params.max_tokens == 16 - len(stopped_at)
+    assert (
+        again["prompt_token_ids"] == prompt + stopped_at and params.n == 1 and params.max_tokens == 16 - len(stopped_at)
+    )
     # ... and ends after the token that completes the first stop that follows code ("\nclass " by " A")
     assert completion.text == "\ndef f(x):\n    return x\nclass A" and not completion.truncated
-    assert completion.completion_ids.tolist() == head + enc(tokenizer, "\n    return x", "\nclass") + enc(tokenizer, " A:")[:1]
+    assert completion.completion_ids.tolist() == head + enc(tokenizer, "\n    return x", "\nclass") + enc(tokenizer,
+                                                                                                          " A:")[:1]
     # the two rounds' log-probs joined and cut as the ids: one per kept token, each its own token's
     kept = len(completion.completion_ids)
     assert completion.sampler_logprobs.tolist() == pytest.approx([fake_logprob(k) for k in range(kept)])
@@ -394,7 +400,7 @@ def test_weights_are_pushed_before_the_first_sample_and_after_each_update(fake_v
     assert all(e.events == [] for e in engines)  # nothing pushed yet
 
     algo.train_step(algo.task.train_items[0], 0)  # samples (sync first), then one optimizer step per agent
-    for agent, engine in zip(algo.team, engines):
+    for engine in engines:
         assert engine.events[:3] == ["load", "reset", "generate"]
         assert engine.events.count("load") == 1
     before = [{k: v.clone() for k, v in agent.model.state_dict().items()} for agent in algo.team]
@@ -711,7 +717,9 @@ def test_sampler_logprobs_are_cut_with_the_ids(tiny, fake_vllm, index):
     FakeLLM.instances[-1].script[tuple(prompt)] = [stream, stream]
     for c in gen.sample(["def f(x):"], 2, SamplingParams(max_new_tokens=16, temperature=1.0, stop_strings=STOPS))[0]:
         assert c.completion_ids.tolist() == stream[:len(c.completion_ids)], name
-        assert c.sampler_logprobs.tolist() == pytest.approx([fake_logprob(k) for k in range(len(c.completion_ids))]), name
+        assert c.sampler_logprobs.tolist() == pytest.approx([fake_logprob(k) for k in range(len(c.completion_ids))]), (
+            name
+        )
 
 
 def test_greedy_repeats_carry_the_same_logprobs(tiny, fake_vllm):
@@ -859,12 +867,13 @@ def test_actor_critic_carries_the_weights_into_its_actor_steps(fake_vllm, monkey
 
 def rollout_root(algo):
     from cooprl.rollout.tree import rollout
-    return rollout([algo.task.train_items[0]], algo.task, algo._sample, algo.rollout_settings())[0]
+    return rollout([algo.task.train_items[0]], algo.task, algo.sample_agent, algo.rollout_settings())[0]
 
 
 def test_importance_cap_config_rules():
     config = load_config(None, ["agent_model.generation_backend=vllm", "agent_model.vllm_importance_cap=2.0"])
-    assert config.agent_model.vllm_importance_cap == 2.0 and load_config(None, []).agent_model.vllm_importance_cap is None
+    assert config.agent_model.vllm_importance_cap == 2.0 and load_config(None,
+                                                                         []).agent_model.vllm_importance_cap is None
     with pytest.raises(ConfigError, match="agent_model.vllm_importance_cap.*generation_backend=vllm"):
         load_config(None, ["agent_model.vllm_importance_cap=2.0"])   # the hf backend samples from the model itself
     with pytest.raises(ConfigError, match="vllm_importance_cap: 0.5 is out of range"):

@@ -88,7 +88,7 @@ def scripted_actor_critic(trainer, *overrides):
 
 def roll_out_one_item(algorithm):
     """Return the rollout tree of the algorithm's episodes on one scripted item."""
-    return rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    return rollout(["item 0:"], algorithm.task, algorithm.sample_agent, algorithm.rollout_settings())[0]
 
 
 @pytest.mark.parametrize("trainer", ["iac", "maac"])
@@ -193,7 +193,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, trainer, overrides):
         assert [e[key] for e in a] == [e[key] for e in b], key
     assert len(straight.models) == 2 + len(straight.critics)
     for m1, m2 in zip(straight.models, resumed.models):
-        for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+        for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
             assert torch.equal(p1, p2), n1
     # the critics trained (so the equality above is not vacuous)
     fresh = load_causal_lm(TINY_RANDOM, device="cpu")

@@ -28,7 +28,7 @@ from cooprl.models.logprobs import completion_logprobs
 from cooprl.preferences.pairs import PreferencePair
 from cooprl.samples import TrainSample
 from cooprl.trainers.loop import evaluation_seed, seed_everything, train_loop
-from cooprl.update.policy_gradient import policy_gradient_step
+from tests.scripted import policy_gradient_step
 from tests.learnable import HEAD, build_char_model, lowercase_task
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
@@ -167,7 +167,8 @@ def learn(model: Path, tmp_path: Path, trainer: str, overrides: list[str], seed:
     """Run `trainer` on the lowercase task (`sequential`: as a sequential team); return the eval reward before and
     after and the training curve."""
     agents = 1 if trainer in ("grpo", "ac") else 2
-    config = load_config(None, [f"agent_model.name={model}", "agent_model.device=cpu", "agent_model.torch_dtype=float32",
+    config = load_config(None, [f"agent_model.name={model}", "agent_model.device=cpu",
+                                "agent_model.torch_dtype=float32",
                                 "wandb.mode=disabled", f"output.base_dir={tmp_path}", "output.run_name=run",
                                 f"seed={seed}", "checkpoint.checkpoint_total_limit=1", *overrides])
     seed_everything(config.seed)
@@ -196,7 +197,8 @@ def test_trainer_raises_the_reward_of_a_learnable_task(char_model, tmp_path, mon
     curve = result["curve"]
     first, last = sum(curve[:FIRST_LAST]) / FIRST_LAST, sum(curve[-FIRST_LAST:]) / FIRST_LAST
     report = (f"{run}: eval {result['before']:.3f} -> {result['after']:.3f}; training reward "
-              f"{first:.3f} (first {FIRST_LAST}) -> {last:.3f} (last {FIRST_LAST}); curve {[round(c, 2) for c in curve]}")
+              f"{first:.3f} (first {FIRST_LAST}) -> {last:.3f} (last {FIRST_LAST}); curve "
+              f"{[round(c, 2) for c in curve]}")
     print(report)
     assert len(curve) == steps * (2 if trainer.endswith("_iter") else 1), report
     if curve_margin is not None:
@@ -254,7 +256,8 @@ def _pair(task, item: str, chosen: list[str], rejected: list[str]) -> Preference
 
 
 @pytest.mark.parametrize("trainer,reference_model", [("madpo", False), ("madpo", True), ("madpo_iter", False)])
-def test_one_dpo_update_raises_the_chosen_log_ratio_against_the_rejected(char_model, tmp_path, trainer, reference_model):
+def test_one_dpo_update_raises_the_chosen_log_ratio_against_the_rejected(char_model, tmp_path, trainer,
+                                                                         reference_model):
     from cooprl.trainers.madpo import build_madpo
     task = lowercase_task(2)
     t = trainer
@@ -318,14 +321,14 @@ def test_one_trainer_step_raises_the_best_sample_over_the_worst(char_model, tmp_
     algorithm = _builder(trainer)(Run.of(config, trainer), task)
     start = [copy.deepcopy(agent.model) for agent in algorithm.team]
     sampled = []
-    sample = algorithm._sample
+    sample = algorithm.sample_agent
 
     def recording(agent, prompts, n):
         out = sample(agent, prompts, n)
         sampled.append((agent, out[0]))
         return out
 
-    algorithm._sample = recording
+    algorithm.sample_agent = recording
     metrics = algorithm.train_step(task.train_items[0], 1)
     assert any(k.endswith("/grad_norm") and v > 0 for k, v in metrics.items()), metrics   # an update happened
     groups = {agent: completions for agent, completions in sampled}

@@ -15,7 +15,6 @@ from tests.cooprl.test_tracking import write
 def test_evaluation_leaves_every_cuda_generator_as_it_was(tmp_path, monkeypatch):
     """The loop's evaluation seeds torch (every CUDA generator too) and must restore them all: GPU sampling draws from
     the CUDA generators, so a reseeded one would restart training's samples from the evaluation seed."""
-    from types import SimpleNamespace
 
     from cooprl.config import load_config
     from cooprl.task import Score, Task

@@ -1,6 +1,6 @@
-"""MADPO / MADPO_ITER: the multi-agent DPO loss, training runs on the scripted task, resume, comparators, CLI smoke runs."""
+"""MADPO / MADPO_ITER: the multi-agent DPO loss, training runs on the scripted task, resume, comparators, CLI smoke
+runs."""
 
-import json
 import math
 from pathlib import Path
 
@@ -52,7 +52,8 @@ def test_margins_score_texts_like_their_ids_and_accept_empty_answers(tmp_path):
     ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
     texts = PreferencePair("i", ["p0", "p1"], ["abc", "def g"], ["", "xyz"], 1.0, 0.0)
     with_ids = PreferencePair("i", ["p0", "p1"], ["abc", "def g"], ["", "xyz"], 1.0, 0.0,
-                              chosen_ids=[ids("abc"), ids("def g")], rejected_ids=[[tokenizer.eos_token_id], ids("xyz")])
+                              chosen_ids=[ids("abc"), ids("def g")], rejected_ids=[[tokenizer.eos_token_id],
+                                                                                   ids("xyz")])
     for agent in (0, 1):
         with torch.no_grad():
             a, b = algorithm.margins_and_kl(agent, [texts])[0], algorithm.margins_and_kl(agent, [with_ids, texts])[0]
@@ -111,7 +112,9 @@ def test_madpo_trains_logs_and_writes_pairs(tmp_path):
     for key in ("dpo/loss", "agent_1/reward_accuracy", "dpo/pairs", "dpo/reward_gap", "dpo/joint_accuracy"):
         assert any(key in e for e in logged), key
     pairs = read_pairs(tmp_path / "m" / "preferences" / "iteration_0.jsonl")
-    assert [p.step for p in pairs] == sorted(p.step for p in pairs) and len(pairs) == sum(e["dpo/new_pairs"] for e in logged)
+    assert [p.step for p in pairs] == sorted(p.step for p in pairs) and len(pairs) == sum(
+        e["dpo/new_pairs"] for e in logged
+    )
     assert all(p.chosen_reward > p.rejected_reward and p.source == "policy" and len(p.chosen) == 2 for p in pairs)
     assert all(p.chosen_ids[0] is not None for p in pairs)  # policy samples keep their token ids
 
@@ -125,13 +128,17 @@ def test_madpo_resume_matches_uninterrupted_run_and_reuses_pairs(tmp_path):
     resumed, _ = run_madpo(tmp_path, "resumed", common + ["checkpoint.resume_from_checkpoint=latest"], "madpo_iter")
     a, b = train_events(tmp_path / "straight"), train_events(tmp_path / "resumed")
     assert [e["step"] for e in b] == [1, 2, 3, 4] and [e["dpo/iteration"] for e in b] == [0, 0, 1, 1]
-    for key in ("turn_1/reward_mean", "dpo/loss", "agent_0/margin_mean", "agent_1/margin_mean", "dpo/pairs", "env_step"):
+    for key in ("turn_1/reward_mean", "dpo/loss", "agent_0/margin_mean", "agent_1/margin_mean", "dpo/pairs",
+                "env_step"):
         assert [e.get(key) for e in a] == [e.get(key) for e in b], key
     # all_history: iteration 1 also trains on iteration 0's pairs of the same items
     assert sum(e["dpo/pairs"] for e in b[2:]) > sum(e["dpo/new_pairs"] for e in b[2:])
     # the first iteration's file was read back, not regenerated; both runs' pair files agree
     assert read_pairs(tmp_path / "resumed" / "preferences" / "iteration_0.jsonl") == first_iteration
-    assert PairStore(tmp_path / "straight" / "preferences").load() == PairStore(tmp_path / "resumed" / "preferences").load()
+    assert (
+        PairStore(tmp_path / "straight" / "preferences").load()
+        == PairStore(tmp_path / "resumed" / "preferences").load()
+    )
     for m1, m2 in zip(straight.models, resumed.models):
         for p1, p2 in zip(m1.parameters(), m2.parameters()):
             assert torch.equal(p1, p2)
@@ -139,7 +146,8 @@ def test_madpo_resume_matches_uninterrupted_run_and_reuses_pairs(tmp_path):
 
 def test_copy_comparator_writes_half_the_candidates(tmp_path):
     # the shared budget (ours; upstream's `separate` is test_upstream_preference.py's); env_step = answers sampled
-    run_madpo(tmp_path, "c", ["madpo_iter.max_steps=2", "madpo_iter.num_iterations=1", "madpo_iter.comparator_policy=copy",
+    run_madpo(tmp_path, "c", ["madpo_iter.max_steps=2", "madpo_iter.num_iterations=1",
+                              "madpo_iter.comparator_policy=copy",
                               "madpo_iter.preference_num_candidates=4", "madpo_iter.pair_selection=all",
                               "madpo_iter.comparator_candidate_budget=shared", "madpo_iter.use_environment_step=false"],
               "madpo_iter")
@@ -177,7 +185,8 @@ def test_comparator_config_errors(tmp_path):
     for overrides, message in [(["madpo_iter.comparator_policy=model"], "comparator_model"),
                                # current + centralized: the live policy writes joint answers; this task has no format
                                (["madpo_iter.comparator_generation_mode=centralized"], "no joint answer format"),
-                               (["madpo_iter.comparator_policy=copy", "madpo_iter.comparator_generation_mode=centralized"],
+                               (["madpo_iter.comparator_policy=copy",
+                                 "madpo_iter.comparator_generation_mode=centralized"],
                                 "no joint answer format"),
                                (["madpo_iter.comparator_policy=api", "madpo_iter.comparator_model=x"], "API client")]:
         with pytest.raises(ConfigError, match=message):
@@ -201,10 +210,22 @@ def test_train_madpo_cli_two_steps(tmp_path):
 
 
 def test_train_madpo_iter_cli_one_iteration_with_a_centralized_copy_comparator(tmp_path):
-    result = run(["train_madpo_iter.py", "--config", "configs/madpo_iter_che_config.yaml", "--override", *SMALL,
-                  *cli_overrides("madpo_iter", tmp_path, "i"), "madpo_iter.num_iterations=1",
-                  "madpo_iter.comparator_policy=copy", "madpo_iter.comparator_generation_mode=centralized",
-                  "madpo_iter.comparator_centralized_max_new_tokens=12", "madpo_iter.centralized_answer=bounded"], tmp_path)
+    result = run(
+        [
+            "train_madpo_iter.py",
+            "--config",
+            "configs/madpo_iter_che_config.yaml",
+            "--override",
+            *SMALL,
+            *cli_overrides("madpo_iter", tmp_path, "i"),
+            "madpo_iter.num_iterations=1",
+            "madpo_iter.comparator_policy=copy",
+            "madpo_iter.comparator_generation_mode=centralized",
+            "madpo_iter.comparator_centralized_max_new_tokens=12",
+            "madpo_iter.centralized_answer=bounded",
+        ],
+        tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     logged = train_events(tmp_path / "i")
     assert [e["step"] for e in logged] == [1, 2] and all("dpo/comparator_reward_mean" in e for e in logged)
@@ -224,7 +245,11 @@ def test_api_comparator_without_environment_fails_at_start(tmp_path):
     result = run(["train_madpo_iter.py", "--config", "configs/madpo_iter_che_config.yaml", "--override", *SMALL,
                   *cli_overrides("madpo_iter", tmp_path, "a"), "madpo_iter.comparator_policy=api",
                   "madpo_iter.comparator_model=deepseek-coder"], tmp_path)
-    assert result.returncode == 2 and "comparator_policy=api" in result.stderr and "COOPRL_EXPERT_BASE_URL" in result.stderr
+    assert (
+        result.returncode == 2
+        and "comparator_policy=api" in result.stderr
+        and "COOPRL_EXPERT_BASE_URL" in result.stderr
+    )
 
 
 def test_code_joint_format_splits_a_joint_answer_into_agent_texts():
@@ -235,10 +260,12 @@ def test_code_joint_format_splits_a_joint_answer_into_agent_texts():
     class Section:
         centralized_prompt, centralized_answer = "native", "bounded"
 
-    problem = Problem("t/0", "def f(x):\n    \"\"\"Double x.\"\"\"\n", "def check(candidate):\n    assert candidate(1) == 2\n", "f")
+    problem = Problem("t/0", "def f(x):\n    \"\"\"Double x.\"\"\"\n", "def check(candidate):\n    assert candidate(1) "
+                                                                       "== 2\n", "f")
     fmt = code_joint_format(Section)
     assert fmt.prompt(problem).endswith("<auxiliary>") and fmt.stop_strings == ("</main>",)
-    aux, main = fmt.split(problem, "\ndef aux(x):\n    return 2 * x\n</auxiliary>\n<main>\ndef f(x):\n    return aux(x)\n</main>")
+    aux, main = fmt.split(problem, "\ndef aux(x):\n    return 2 * x\n</auxiliary>\n<main>\ndef f(x):\n    return "
+                                   "aux(x)\n</main>")
     assert aux == "x):\n    return 2 * x"
     assert completion_to_code("aux", problem, aux) == "def aux(x):\n    return 2 * x"
     assert "return aux(x)" in completion_to_code("main", problem, main)

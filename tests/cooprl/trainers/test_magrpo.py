@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from cooprl.checkpoint import list_checkpoints, load_agent_weights
-from cooprl.config import Run, load_config
+from cooprl.config import MAGRPOSection, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.models.logprobs import completion_logprobs
 from cooprl.rollout.generation import HFGenerator, SamplingParams
 from cooprl.trainers.loop import seed_everything, train_loop
-from cooprl.trainers.magrpo import build_magrpo
+from cooprl.samples import NodeGroup, TrainSample
+from cooprl.trainers.magrpo import build_magrpo, optimizer_batches
 from tests.scripted import scripted_task
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
@@ -25,7 +26,8 @@ def tiny():
 
 def test_batched_logprobs_equal_one_at_a_time(tiny):
     model, tokenizer = tiny
-    prompts = [torch.tensor(tokenizer(t)["input_ids"]) for t in ["def aux(x):", "a much longer prompt with more tokens in it", "x"]]
+    prompts = [torch.tensor(tokenizer(t)["input_ids"]) for t in ["def aux(x):", "a much longer prompt with more tokens "
+                                                                                "in it", "x"]]
     completions = [torch.tensor([5, 6, 7, 8, 9]), torch.tensor([11]), torch.tensor([3, 4, 5])]
     batched, mask = completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
     assert mask.tolist() == [[1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]]
@@ -86,7 +88,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, schedule):
     for key in ("turn_1/reward_mean", "turn_2/reward_mean", "agent_0/loss", "agent_1/loss", "env_step"):
         assert [e.get(key) for e in a] == [e.get(key) for e in b], key
     for m1, m2 in zip(straight.models, resumed.models):
-        for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+        for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
             assert torch.equal(p1, p2), n1
     # the straight run changed the weights (so the equality above is not vacuous)
     fresh = load_causal_lm(TINY_RANDOM, device="cpu")
@@ -161,7 +163,7 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path):
 def test_nonfinite_loss_skips_the_update(tiny):
     import copy
     from cooprl.samples import TrainSample
-    from cooprl.update.policy_gradient import policy_gradient_step
+    from tests.scripted import policy_gradient_step
     model = copy.deepcopy(tiny[0])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     before = model.lm_head.weight.clone()
@@ -209,3 +211,46 @@ def test_a_fresh_run_evaluates_before_its_first_step_and_a_resumed_run_does_not(
     events = [json.loads(line) for line in (tmp_path / "ev" / "metrics.jsonl").read_text().splitlines()]
     eval_steps = [e["step"] for e in events if "eval/turn_1/reward_mean" in e]
     assert eval_steps == [0, 1, 2]   # the start, the first run's end, the resumed run's end; no second step 0
+
+
+def node_group(turn: int, size: int = 3) -> NodeGroup:
+    return NodeGroup(turn, [TrainSample(torch.tensor([1, turn]), torch.tensor([2]), 1.0) for _ in range(size)])
+
+
+def test_nodes_schedule_runs_each_optimizer_step_in_one_forward():
+    # one turn-1 node and four turn-2 nodes of G=3 samples, 5 nodes a step: one step per turn, each one forward
+    buffer = [node_group(turn=0), *[node_group(turn=1) for _ in range(4)]]
+    section = MAGRPOSection(update_schedule="nodes", train_batch_size=5, rollout_buffer_size=5)
+    steps = optimizer_batches(buffer, section, buffered_items=1)
+    assert [(len(groups), forward) for groups, forward in steps] == [(1, 3), (4, 12)]
+    # items: one step on everything, the forward batch an item's samples
+    section = MAGRPOSection(update_schedule="items", train_batch_size=None, rollout_buffer_size=2)
+    assert [(len(groups), forward) for groups, forward in optimizer_batches(buffer, section, 2)] == [(5, 8)]
+
+
+# the objective options on: 2 clipped passes, DAPO's token mean and clip-higher, tied groups resampled; upstream's
+# nodes schedule keeps 2 buffered nodes (and their sampling log-probs) across the checkpoint. Not
+# mask_truncated_completions: the tiny random model's 6-token completions all run out of tokens, and nothing would
+# train (tests/cooprl/update/test_policy_gradient.py tests the mask)
+EVERY_OPTION = ["magrpo.update_schedule=nodes", "magrpo.rollout_buffer_size=4", "magrpo.num_iterations=2",
+                "magrpo.epsilon_high=0.28", "magrpo.loss_type=dapo", "magrpo.tied_groups=resample",
+                "magrpo.max_resamples=1"]
+
+
+def test_resume_matches_uninterrupted_run_with_every_objective_option(tmp_path):
+    straight, _ = run_magrpo(tmp_path, "straight", ["magrpo.max_steps=4", *EVERY_OPTION])
+    run_magrpo(tmp_path, "resumed", ["magrpo.max_steps=2", *EVERY_OPTION])
+    resumed, _ = run_magrpo(tmp_path, "resumed", ["magrpo.max_steps=4", "checkpoint.resume_from_checkpoint=latest",
+                                                  *EVERY_OPTION])
+    a, b = train_events(tmp_path / "straight"), train_events(tmp_path / "resumed")
+    assert [{k: v for k, v in e.items() if not k.startswith(("time/", "wall"))} for e in a] == \
+        [{k: v for k, v in e.items() if not k.startswith(("time/", "wall"))} for e in b]
+    updates = [e for e in a if "agent_0/loss" in e]
+    assert updates and all("agent_0/clip_fraction" in e and "agent_0/ratio_max" in e for e in updates)
+    assert all(e["agent_0/optimizer_steps"] % 2 == 0 for e in updates)   # every step taken twice, one per pass
+    assert all("tied_groups/turn_1" in e and "tied_groups/resamples" in e for e in a)
+    for m1, m2 in zip(straight.models, resumed.models):
+        for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+            assert torch.equal(p1, p2), n1
+    fresh = load_causal_lm(TINY_RANDOM, device="cpu")   # trained: the equality is not vacuous
+    assert not torch.equal(fresh.model.embed_tokens.weight, straight.models[0].model.embed_tokens.weight)

@@ -53,8 +53,12 @@ def test_evaluation_uses_the_task_reward():
     task = scripted_task()
     learned_task, learned = learned_reward_task(task, CountingRewardModel())
     # an RL algorithm that scores through the (learned-reward) task it was built with
-    rl = SimpleNamespace(models=[], team=[], evaluate=lambda items: {"r": learned_task.score(items, [["aaaaaaaa"] * 2])[0].total},
-                         train_step=lambda item, step: {"r": learned_task.score([item], [["aaaaaaaa"] * 2])[0].total})
+    rl = SimpleNamespace(
+        models=[],
+        team=[],
+        evaluate=lambda items: {"r": learned_task.score(items, [["aaaaaaaa"] * 2])[0].total},
+        train_step=lambda item, step: {"r": learned_task.score([item], [["aaaaaaaa"] * 2])[0].total},
+    )
     algorithm = MARLHF(Run.of(load_config(), "marlhf"), task, rl, CountingRewardModel(), learned)
     assert algorithm.evaluate(["eval 0:"]) == {"r": letter_reward("aaaaaaaa")}
     algorithm.trained_iteration = 0  # skip the reward-model phase: the RL step sees the learned reward
@@ -70,7 +74,10 @@ def test_summary_judges_a_learned_reward_run_by_the_task_reward(tmp_path, capsys
     from cooprl.trainers.marlhf import MARLHF
     summary = summarize(tmp_path, 8, {}, interrupted=False, task_reward=MARLHF.task_reward_key)
     assert summary["learned"] is False
-    assert "mean training task reward: 7.500 (first 2 steps) -> 1.500 (last 2 steps): did not improve" in capsys.readouterr().out
+    assert (
+        "mean training task reward: 7.500 (first 2 steps) -> 1.500 (last 2 steps): did not improve"
+        in capsys.readouterr().out
+    )
 
 
 def scripted_pairs(task, tag: str = "") -> list[PreferencePair]:
@@ -164,10 +171,14 @@ def test_marlhf_iter_resumes_exactly_at_and_within_an_iteration(tmp_path):
     straight = run_marlhf(tmp_path, "straight", common, "marlhf_iter")
     logged = train_events(tmp_path / "straight")
     assert [e["reward_model/iteration"] for e in logged] == [0, 0, 1, 1]
-    assert logged[2]["reward_model/train_pairs"] + logged[2]["reward_model/eval_pairs"] > logged[2]["preferences/new_pairs"]
+    assert (
+        logged[2]["reward_model/train_pairs"] + logged[2]["reward_model/eval_pairs"]
+        > logged[2]["preferences/new_pairs"]
+    )
     sources = {p.source for p in read_pairs(tmp_path / "straight" / "preferences" / "iteration_1.jsonl")}
     assert sources & {"comparator", "policy>comparator", "comparator>policy"}
-    for resume_at in (2, 3):  # at the iteration boundary (pairs file read back), inside iteration 1 (RM from checkpoint)
+    # at the iteration boundary (pairs file read back), inside iteration 1 (RM from checkpoint)
+    for resume_at in (2, 3):
         name = f"resumed_{resume_at}"
         shutil.copytree(tmp_path / "straight", tmp_path / name)
         for later in range(resume_at + 1, 5):
@@ -201,7 +212,8 @@ def test_a_fresh_run_moves_earlier_pairs_aside_and_a_resumed_run_reads_its_own(t
 
 
 def test_marlhf_with_iac_as_the_rl_algorithm(tmp_path):
-    algorithm = run_marlhf(tmp_path, "iac", ["marlhf.max_steps=1", "marlhf.rl_algorithm=iac", "iac.rollout_buffer_size=1"])
+    algorithm = run_marlhf(tmp_path, "iac", ["marlhf.max_steps=1", "marlhf.rl_algorithm=iac",
+                                             "iac.rollout_buffer_size=1"])
     logged = train_events(tmp_path / "iac")
     assert "reward_model/train_pairs" in logged[0] and any(k.endswith("value_loss") for k in logged[0])
     assert len(algorithm.models) == 5  # two actors, two critics, the reward model
@@ -263,12 +275,13 @@ def test_marlhf_passes_the_epoch_end_to_its_rl_algorithm():
     from types import SimpleNamespace
 
     from cooprl.trainers.marlhf import MARLHF
-    seen = []
-    rl = SimpleNamespace(end_epoch=lambda metrics: seen.append(dict(metrics)))
-    MARLHF.end_epoch(SimpleNamespace(rl=rl), {"x": 1.0})
-    assert seen == [{"x": 1.0}]
+    from cooprl.metrics import Metrics
+    flushed = Metrics({"x": 1.0})
+    rl = SimpleNamespace(end_epoch=lambda: flushed)
+    assert MARLHF.end_epoch(SimpleNamespace(rl=rl)) is flushed
     from cooprl.trainers.loop import Algorithm
-    MARLHF.end_epoch(SimpleNamespace(rl=Algorithm()), {})   # an RL algorithm without buffers: the base's no-op
+    # an RL algorithm without buffers: the base's no-op
+    assert dict(MARLHF.end_epoch(SimpleNamespace(rl=Algorithm()))) == {}
 
 
 @pytest.mark.slow

@@ -70,7 +70,7 @@ def test_resumed_sft_run_equals_an_uninterrupted_one(tmp_path, lora):
         assert [e[key] for e in a] == [e[key] for e in b], key
     assert eval_at(tmp_path / "straight", 4) == eval_at(tmp_path / "resumed", 4)
     for m1, m2 in zip(straight.models, resumed.models):
-        for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+        for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
             assert torch.equal(p1, p2), n1
     fresh = run_fresh_weights()
     changed = [n for n, p in straight.models[1].named_parameters() if p.requires_grad]

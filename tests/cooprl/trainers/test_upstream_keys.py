@@ -12,7 +12,7 @@ import torch
 from cooprl.config import Run, load_config
 from cooprl.models.loading import TINY_RANDOM
 from cooprl.preferences.comparators import build_comparator, generic_api_completer
-from cooprl.preferences.pairs import (Candidate, IterationPlan, PreferencePair, RewardDistribution, draw_weighted,
+from cooprl.preferences.pairs import (IterationPlan, PreferencePair, RewardDistribution, draw_weighted,
                                 replay_weights, split_candidates)
 from cooprl.preferences.reward_model import train_reward_model
 from cooprl.rollout.evaluation import evaluate_team
@@ -56,20 +56,22 @@ def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps():
     for size, steps in [("null", 1), (1, 2)]:
         algorithm = scripted_actor_critic("iac", f"iac.train_batch_size={size}", "iac.num_generations=1",
                                           "iac.early_termination_threshold=null", "iac.update_schedule=episodes")
-        for agent in algorithm.team:   # scripted agents: what the update passes on (the policy term and the engine's step are faked)
+        # scripted agents: what the update passes on (the policy term and the engine's step are faked)
+        for agent in algorithm.team:
             agent.optimizer, agent.tokenizer = None, type("T", (), {"pad_token_id": 0})()
         taken = []
         import cooprl.trainers.actor_critic as ac
         from cooprl.update.engine import StepResult, Term
-        real = ac.policy_gradient_term, ac.train_step
-        ac.policy_gradient_term = lambda model, samples, *a, **k: taken.append(len(samples)) or Term(
+        real = ac.policy_gradient_term, ac.optimizer_step
+        ac.policy_gradient_term = lambda model, samples, *a, taken=taken, **k: taken.append(len(samples)) or Term(
             [], lambda batch, denominator: (torch.zeros(()), {}))
-        ac.train_step = lambda optimizers, terms, **k: StepResult({term.name: 0.0 for term in terms}, grad_norms=[0.0])
+        ac.optimizer_step = lambda optimizers, terms, models=(), **k: StepResult({term.name: 0.0 for term in terms},
+                                                                                  grad_norms=[0.0])
         try:
             algorithm.buffer = algorithm.episode_steps(roll_out_one_item(algorithm))   # 2 turns of one episode
             metrics = algorithm.update()
         finally:
-            ac.policy_gradient_term, ac.train_step = real
+            ac.policy_gradient_term, ac.optimizer_step = real
         assert metrics["update/actor_optimizer_steps"] == 2 * steps      # two agents
         assert taken == [2 // steps] * (2 * steps)                        # each step on its share of the buffer
 
@@ -90,7 +92,8 @@ def test_critic_model_max_length_cuts_the_critic_input_from_the_left():
 
 # ---------------------------------------------------------------------------------------------- MADPO
 def test_madpo_train_batch_size_takes_one_optimizer_step_per_chunk_of_pairs(tmp_path):
-    _, _ = run_madpo(tmp_path, "b", ["madpo.max_steps=2", "madpo.pair_selection=all", "madpo.preference_num_candidates=4",
+    _, _ = run_madpo(tmp_path, "b", ["madpo.max_steps=2", "madpo.pair_selection=all",
+                                     "madpo.preference_num_candidates=4",
                                      "madpo.preference_pairs_per_sample=null", "madpo.train_batch_size=2"])
     logged = train_events(tmp_path / "b")
     for e in logged:
@@ -150,9 +153,18 @@ def test_madpo_iter_replay_sample_size_limits_the_replayed_pairs(tmp_path):
 # ---------------------------------------------------------------------------------------------- logs and snapshots
 def test_log_reward_distribution_and_policy_checkpoint_dir(tmp_path):
     snapshots = tmp_path / "snapshots"
-    run_madpo(tmp_path, "d", ["madpo_iter.max_steps=2", "madpo_iter.num_iterations=2", "madpo_iter.comparator_policy=copy",
-                              "madpo_iter.log_reward_distribution=true", f"madpo_iter.policy_checkpoint_dir={snapshots}"],
-              "madpo_iter")
+    run_madpo(
+        tmp_path,
+        "d",
+        [
+            "madpo_iter.max_steps=2",
+            "madpo_iter.num_iterations=2",
+            "madpo_iter.comparator_policy=copy",
+            "madpo_iter.log_reward_distribution=true",
+            f"madpo_iter.policy_checkpoint_dir={snapshots}",
+        ],
+        "madpo_iter",
+    )
     files = sorted((tmp_path / "d" / "reward_distributions").glob("*.json"))
     assert [f.name for f in files] == ["iteration_0.json", "iteration_1.json"]
     dist = json.loads(files[0].read_text())
@@ -324,4 +336,6 @@ def test_madpo_iter_runs_with_a_history_comparator(tmp_path):
                                               "madpo_iter.comparator_policy=history"], "madpo_iter")
     # k = 1: iteration 1 plays its own start; iteration 0's snapshot no iteration plays again is dropped
     assert sorted(algorithm.comparator.snapshots) == [1] and algorithm.comparator.loaded == 1
-    assert all(e["dpo/comparator_reward_mean"] >= 0 for e in train_events(tmp_path / "hr") if "dpo/comparator_reward_mean" in e)
+    assert all(
+        e["dpo/comparator_reward_mean"] >= 0 for e in train_events(tmp_path / "hr") if "dpo/comparator_reward_mean" in e
+    )

@@ -82,9 +82,16 @@ def test_a_collection_samples_both_candidate_sets(tmp_path):
 def test_a_resumed_run_plays_the_same_history_comparator_as_the_uninterrupted_run(tmp_path):
     # 3 iterations of 2 steps; the history comparator plays the policies of 2 iterations ago (k = 2): iteration 2
     # compares against the policies as iteration 1 began (after step 2). The resume is from step 3, mid iteration 1.
-    common = ["madpo_iter.max_steps=2", "madpo_iter.num_iterations=3", "madpo_iter.pair_collection=offline",
-              "madpo_iter.comparator_policy=history", "madpo_iter.comparator_history_k=2",
-              "madpo_iter.pair_selection=all", "checkpoint.checkpoint_interval=1", "checkpoint.checkpoint_total_limit=null"]
+    common = [
+        "madpo_iter.max_steps=2",
+        "madpo_iter.num_iterations=3",
+        "madpo_iter.pair_collection=offline",
+        "madpo_iter.comparator_policy=history",
+        "madpo_iter.comparator_history_k=2",
+        "madpo_iter.pair_selection=all",
+        "checkpoint.checkpoint_interval=1",
+        "checkpoint.checkpoint_total_limit=null",
+    ]
     straight, _ = run_madpo(tmp_path, "straight", common, "madpo_iter")
     checkpoints = tmp_path / "straight" / "checkpoints"
     saved = load_trainer_state(checkpoints / "checkpoint-3")["algorithm"]["comparator"]["snapshots"]
@@ -93,7 +100,8 @@ def test_a_resumed_run_plays_the_same_history_comparator_as_the_uninterrupted_ru
     # snapshot 1 is the policies after step 2, not the ones a resume at step 3 loads: without it, iteration 2 would
     # compare against the wrong policies
     from safetensors.torch import load_file
-    after = {k: load_file(checkpoints / f"checkpoint-{s}" / "agent_0" / "model.safetensors") for k, s in ((2, 2), (3, 3))}
+    after = {k: load_file(checkpoints / f"checkpoint-{s}" / "agent_0" / "model.safetensors") for k, s in ((2, 2), (3,
+                                                                                                                   3))}
     shared = [name for name in saved[1][0] if name in after[2]]
     assert shared and all(torch.equal(saved[1][0][n], after[2][n]) for n in shared)
     assert any(not torch.equal(saved[1][0][n], after[3][n]) for n in shared)
@@ -108,7 +116,10 @@ def test_a_resumed_run_plays_the_same_history_comparator_as_the_uninterrupted_ru
             assert same_weights(mine, theirs)
     assert all(same_weights(weights(x), weights(y)) for x, y in zip(a.copies, b.copies))
     # what the comparator wrote in iteration 2, and everything trained on it, is the same
-    assert PairStore(tmp_path / "straight" / "preferences").load() == PairStore(tmp_path / "resumed" / "preferences").load()
+    assert (
+        PairStore(tmp_path / "straight" / "preferences").load()
+        == PairStore(tmp_path / "resumed" / "preferences").load()
+    )
     first, second = train_events(tmp_path / "straight"), train_events(tmp_path / "resumed")
     for key in ("dpo/comparator_reward_mean", "dpo/loss", "agent_0/margin_mean", "turn_1/reward_mean"):
         assert [e.get(key) for e in first] == [e.get(key) for e in second], key
@@ -179,7 +190,7 @@ def test_marlhf_rl_algorithm_is_magrpo_with_upstreams_advantage_baseline(algorit
             f"marlhf.rl_algorithm={algorithm}", f"marlhf.advantage_normalization={str(normalize).lower()}"])
         rl = build_magrpo(Run.of(config, "marlhf").rl, scripted_task())   # what build_marlhf builds on the reward
         assert rl.section.advantage_mode == mode and config.marlhf.advantage_mode == "mean"   # the file's: untouched
-        for group in rl.sibling_groups(known_group_node()):
+        for group in rl.sibling_groups(known_group_node())[0]:
             assert [s.advantage for s in group.samples] == pytest.approx(expected, abs=1e-12)
 
 

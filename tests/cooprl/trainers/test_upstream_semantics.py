@@ -21,7 +21,7 @@ from cooprl.trainers.loop import seed_everything, train_loop
 from cooprl.trainers.madpo import build_madpo, madpo_losses
 from cooprl.trainers.magrpo import MAGRPO, build_magrpo, node_batches
 from cooprl.update.losses import group_advantages as advantages
-from cooprl.update.policy_gradient import policy_gradient_step
+from tests.scripted import policy_gradient_step
 from tests.scripted import scripted_task
 from tests.cooprl.rollout.test_tree import fake_sampler, table_task
 
@@ -55,7 +55,8 @@ def test_normalization_centers_then_scales_so_raw_and_max_advantages_change_sign
 
 def test_cross_mode_sample_return_sums_like_upstream_or_averages():
     task = table_task(2, lambda item, joint: float(joint[0][1]) * 10 + float(joint[1][1]))
-    root = rollout(["x"], task, fake_sampler(None), RolloutSettings(num_turns=1, samples_per_turn=[2], joint_mode="cross"))[0]
+    root = rollout(["x"], task, fake_sampler(None), RolloutSettings(num_turns=1, samples_per_turn=[2],
+                                                                    joint_mode="cross"))[0]
     assert root.returns == [0.0, 1.0, 10.0, 11.0]
     assert sample_returns(root, 0, "sum") == [1.0, 21.0] and sample_returns(root, 0, "mean") == [0.5, 10.5]
     assert sample_returns(root, 1, "sum") == [10.0, 12.0]
@@ -148,8 +149,17 @@ def test_kl_term_is_added_to_the_policy_loss(tiny_pair):
 
 
 def test_actor_critic_takes_the_kl_term_in_the_loss_form(tmp_path):
-    config = tiny("iac", tmp_path, "iac", "iac.reference_kl_coef=0.1", "iac.reference_kl_form=loss",
-                  "iac.num_generations=2", "iac.num_turns=1", "iac.rollout_buffer_size=2", "iac.critic_learning_rate=1e-2")
+    config = tiny(
+        "iac",
+        tmp_path,
+        "iac",
+        "iac.reference_kl_coef=0.1",
+        "iac.reference_kl_form=loss",
+        "iac.num_generations=2",
+        "iac.num_turns=1",
+        "iac.rollout_buffer_size=2",
+        "iac.critic_learning_rate=1e-2",
+    )
     seed_everything(0)
     algorithm = build_iac(Run.of(config, "iac"), scripted_task())
     assert algorithm.references is not None and len(algorithm.references) == 2
@@ -329,10 +339,10 @@ def recording_update(monkeypatch, algorithm):
             taken.append((agent_of[id(model)], {int(x.prompt_ids[0]): x.advantage for x in samples}))
         return Term([], lambda batch, denominator: (torch.zeros(()), {}))
 
-    def fake_step(optimizers, terms, **kwargs):   # the engine's step: nothing to train
+    def fake_step(optimizers, terms, models=(), **kwargs):   # the engine's step: nothing to train
         return StepResult({term.name: 0.0 for term in terms}, grad_norms=[0.0])
     monkeypatch.setattr(ac, "policy_gradient_term", fake_term)
-    monkeypatch.setattr(ac, "train_step", fake_step)
+    monkeypatch.setattr(ac, "optimizer_step", fake_step)
     return taken
 
 
@@ -390,8 +400,7 @@ def test_buffer_fills_at_rollout_buffer_size_turn_samples_or_episodes(monkeypatc
         seen.append(len(taken) > before)
     assert seen == updates
     assert len(algorithm.buffer) == (0 if schedule == "turns" else 2)
-    metrics = {}
-    algorithm.end_epoch(metrics)   # the epoch's end trains what is left
+    metrics = algorithm.end_epoch()   # the epoch's end trains what is left
     assert algorithm.buffer == [] and (metrics.get("update/actor_optimizer_steps", 0) > 0) == (schedule == "episodes")
 
 
@@ -428,9 +437,8 @@ def test_reward_form_lowers_each_return_by_coef_times_its_kl_without_gradient(tm
                        "magrpo.advantage_normalization=false")
     assert algorithm.section.reference_kl_form == "reward" and algorithm.kl_in_reward
     moved(algorithm.models)
-    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
-    kls = [[], []]
-    groups = algorithm.sibling_groups(root, kls)
+    root = rollout(["item 0:"], algorithm.task, algorithm.sample_agent, algorithm.rollout_settings())[0]
+    groups, kls = algorithm.sibling_groups(root)
     for a, group in enumerate(groups):
         expected_kls = [manual_kl(algorithm.team[a].model, algorithm.references[a], x) for x in group.samples]
         assert kls[a] == pytest.approx(expected_kls, rel=1e-4, abs=1e-6) and min(expected_kls) > 0
@@ -459,7 +467,7 @@ def test_reward_form_lowers_the_actor_critic_td_target_by_coef_times_its_kl(tmp_
     algorithm = build_iac(Run.of(config, "iac"), scripted_task())
     assert algorithm.kl_in_reward
     moved(algorithm.models[:2])
-    root = rollout(["item 0:"], algorithm.task, algorithm._sample, algorithm.rollout_settings())[0]
+    root = rollout(["item 0:"], algorithm.task, algorithm.sample_agent, algorithm.rollout_settings())[0]
     steps = algorithm.episode_steps(root)
     for j, step in enumerate(steps):          # one turn: the TD target is the shaped reward itself
         for a in range(2):
@@ -510,9 +518,9 @@ def test_loop_calls_end_epoch_at_each_epochs_end(tmp_path):
             self.step = step
             return {"turn_1/reward_mean": 0.0}
 
-        def end_epoch(self, metrics):
+        def end_epoch(self):
             self.ends.append(self.step)
-            metrics["flushed"] = 1.0
+            return {"flushed": 1.0}
 
         def evaluate(self, items):
             return {}
@@ -539,8 +547,8 @@ def test_magrpo_nodes_left_in_the_buffer_are_trained_at_the_epochs_end(tmp_path)
     algorithm.train_step(algorithm.task.train_items[0], 1)
     metrics = algorithm.train_step(algorithm.task.train_items[1], 2)
     assert counts == [2, 2] and len(algorithm.buffer[0]) == 2
-    algorithm.end_epoch(metrics)
+    metrics.merge(algorithm.end_epoch())
     assert counts == [3, 3] and algorithm.buffer == [[], []]
     assert metrics["agent_0/optimizer_steps"] == 3.0    # the step's update and the flush, merged
-    algorithm.end_epoch(metrics)                        # nothing left: no step
+    assert dict(algorithm.end_epoch()) == {}            # nothing left: no step
     assert counts == [3, 3]

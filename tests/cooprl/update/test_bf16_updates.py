@@ -1,5 +1,5 @@
-"""bf16 weights train as float32 ones do (cooprl.update.optim.build_adamw): Kahan-compensated AdamW with a float32 second
-moment by default, pure bf16 AdamW only when asked (it loses most updates), float16 weights refused."""
+"""bf16 weights train as float32 ones do (cooprl.update.optim.build_adamw): Kahan-compensated AdamW with a float32
+second moment by default, pure bf16 AdamW only when asked (it loses most updates), float16 weights refused."""
 
 import io
 
@@ -130,7 +130,8 @@ def test_the_second_moment_of_bf16_weights_decays_as_in_float32():
     moment of bf16 weights ends where float32's does. Kept in bf16 (optimi's own choice) it stops decaying once the
     debiased beta2 passes ~0.996 and ends at 7x float32's, so every later step is ~2.6x too small."""
     generator = torch.Generator().manual_seed(0)
-    grads = [(torch.randn(256, generator=generator) * (1e-2 if step < 700 else 1e-3)).bfloat16() for step in range(2000)]
+    grads = [(torch.randn(256,
+                          generator=generator) * (1e-2 if step < 700 else 1e-3)).bfloat16() for step in range(2000)]
 
     def second_moment(dtype: torch.dtype) -> torch.Tensor:
         weight = torch.nn.Parameter(torch.zeros(256, dtype=dtype))
@@ -289,7 +290,8 @@ def test_float16_adamw_turns_weights_nan_so_float16_training_is_refused():
     assert type(build_adamw([frozen, torch.nn.Parameter(torch.ones(4))], lr=1e-3)) is torch.optim.AdamW
 
 
-# ------------------------------------------------------------------ what the trainers build (agents, critics, reward model)
+# ------------------------------------------------------------------ what the trainers build (agents, critics, reward
+# model)
 def tiny_config(*overrides):
     from cooprl.config import load_config
     return load_config(None, ["agent_model.name=offline:tiny-random", "agent_model.device=cpu", "wandb.mode=disabled",
@@ -312,7 +314,8 @@ def test_agents_critics_and_reward_models_in_bf16_get_the_kahan_optimizer_unless
 
 
 def test_bf16_reward_model_training_lands_its_updates(monkeypatch):
-    """The reward model's trunk in bf16 at a small lr: the default moves the trunk, `pure` leaves most of it as it was."""
+    """The reward model's trunk in bf16 at a small lr: the default moves the trunk, `pure` leaves most of it as it
+    was."""
     from cooprl.models.loading import load_causal_lm, load_tokenizer
     from cooprl.preferences.pairs import PreferencePair
     from cooprl.preferences.reward_model import RewardModel, train_reward_model

@@ -1,16 +1,12 @@
 """The update engine in one process (cooprl.update.engine): one backward per batch, one step per optimizer, the
-denominator handed to the loss, non-finite losses skipped; and MAGRPO's `nodes` schedule packing each optimizer
-step's samples into one forward (issue 29, item 7). Two processes: tests/cooprl/update/test_engine_distributed.py."""
-
-from types import SimpleNamespace
+denominator handed to the loss, non-finite losses skipped. Two processes:
+tests/cooprl/update/test_engine_distributed.py."""
 
 import pytest
 import torch
 
-from cooprl.samples import TrainSample
-from cooprl.samples import NodeGroup
-from cooprl.trainers.magrpo import MAGRPO
-from cooprl.update.engine import Sync, Term, train_step
+from cooprl.parallel.context import Parallel
+from cooprl.update.engine import Sync, Term, optimizer_step
 
 
 def linear_and_sgd(lr: float = 0.5) -> tuple[torch.nn.Linear, torch.optim.SGD]:
@@ -36,7 +32,7 @@ def test_one_step_on_several_batches_is_the_step_on_their_mean_loss():
     model, optimizer = linear_and_sgd()
     reference, reference_optimizer = linear_and_sgd()
     loss, seen = squared_error(model)
-    result = train_step([optimizer], [Term([rows[:2], rows[2:]], loss)], weight=3, max_grad_norm=None)
+    result = optimizer_step([optimizer], [Term([rows[:2], rows[2:]], loss)], weight=3, max_grad_norm=None)
     assert seen == [(2, 3), (1, 3)]   # every batch divided by the step's count
     assert result.metrics == {"rows": 3.0} and not result.skipped
     reference_loss, _ = squared_error(reference)
@@ -55,7 +51,7 @@ def test_a_non_finite_loss_skips_the_step_and_leaves_the_weights():
     before = model.weight.detach().clone()
     loss, seen = squared_error(model)
     rows = [([1.0, 0.0], 1.0), ([0.0, 1.0], float("inf"))]
-    result = train_step([optimizer], [Term([rows[:1], rows[1:], rows[:1]], loss)], weight=3, max_grad_norm=1.0)
+    result = optimizer_step([optimizer], [Term([rows[:1], rows[1:], rows[:1]], loss)], weight=3, max_grad_norm=1.0)
     assert result.skipped and result.grad_norms == [None] and result.losses["loss"] != result.losses["loss"]
     assert len(seen) == 2   # stopped at the non-finite batch
     assert torch.equal(model.weight, before) and model.weight.grad is None
@@ -64,24 +60,20 @@ def test_a_non_finite_loss_skips_the_step_and_leaves_the_weights():
 def test_nothing_to_train_takes_no_step():
     model, optimizer = linear_and_sgd()
     loss, seen = squared_error(model)
-    result = train_step([optimizer], [Term([], loss)], weight=0, max_grad_norm=1.0)
-    assert result.grad_norms == [0.0] and seen == [] and not result.skipped
+    result = optimizer_step([optimizer], [Term([], loss)], weight=0, max_grad_norm=1.0)
+    assert result.grad_norms == [None] and seen == [] and not result.skipped
+
+
+class _Sharded(Parallel):
+    """A context whose every model is stepped as a sharded one."""
+
+    def sync_of(self, model):
+        return Sync.SHARDED
 
 
 def test_a_sharded_step_needs_its_padding():
     model, optimizer = linear_and_sgd()
     loss, _ = squared_error(model)
     with pytest.raises(ValueError, match="padding"):
-        train_step([optimizer], [Term([[([1.0, 0.0], 1.0)]], loss)], weight=1, max_grad_norm=1.0, sync=Sync.SHARDED)
-
-
-def test_nodes_schedule_runs_each_optimizer_step_in_one_forward():
-    # 1 turn-1 node and 4 turn-2 nodes of G=3 samples, 5 nodes per optimizer step: turn 1's step and turn 2's step,
-    # each one forward of all its samples (one forward per node before: 5 forwards)
-    def node(turn: int) -> NodeGroup:
-        return NodeGroup(turn, [TrainSample(torch.tensor([1, turn]), torch.tensor([2]), 1.0) for _ in range(3)])
-    algorithm = MAGRPO.__new__(MAGRPO)
-    algorithm.section = SimpleNamespace(update_schedule="nodes", train_batch_size=5, rollout_buffer_size=5)
-    algorithm.buffer = [[node(0), *[node(1) for _ in range(4)]]]
-    steps = algorithm._optimizer_batches(0)
-    assert [(len(groups), forward) for groups, forward in steps] == [(1, 3), (4, 12)]
+        optimizer_step([optimizer], [Term([[([1.0, 0.0], 1.0)]], loss)], [model], weight=1, max_grad_norm=1.0,
+                       parallel=_Sharded())

@@ -30,9 +30,11 @@ import torch
 from cooprl.models.logprobs import completion_logprobs
 from cooprl.parallel import distributed, fsdp
 from cooprl.samples import TrainSample
-from cooprl.update.engine import Sync, Term, train_step
+from cooprl.parallel.context import SINGLE, Parallel
+from cooprl.update.engine import Sync, Term, optimizer_step
 from cooprl.update.losses import madpo_losses, value_errors
-from cooprl.update.policy_gradient import frozen_reference, policy_gradient_step
+from cooprl.update.policy_gradient import frozen_reference
+from tests.scripted import policy_gradient_step
 
 PAD = 0
 LR = 1e-1
@@ -52,6 +54,11 @@ def tiny_model(lora: bool = False) -> torch.nn.Module:
         model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                  init_lora_weights=False))
     return model
+
+
+def parallel_of(sync: Sync) -> Parallel:
+    """Return the parallel context whose step syncs as `sync` (a sharded model syncs as sharded in any)."""
+    return SINGLE if sync is Sync.NONE else Parallel("ddp", distributed.current())
 
 
 def ids(generator: torch.Generator, n: int) -> torch.Tensor:
@@ -124,8 +131,9 @@ def dpo_case(rank: int) -> dict:
                 deltas.append(seq[:len(batch_pairs)] - seq[len(batch_pairs):])
             losses = madpo_losses(torch.stack(deltas), 0.5, torch.tensor(batch_weights))
             return losses.sum() * (weight / denominator if denominator else 0.0), {"dpo_loss": losses[0].item()}
-        result = train_step(optimizers, [Term([(mine, mine_weights)] if mine else [], loss, padding=(padding, [1.0]))],
-                            weight=weight, max_grad_norm=1.0, sync=sync, models=models)
+        result = optimizer_step(optimizers, [Term([(mine, mine_weights)] if mine else [], loss,
+                                                  padding=(padding, [1.0]))],
+                                models, weight=weight, max_grad_norm=1.0, parallel=parallel_of(sync))
         return {"skipped": result.skipped, "grad_norms": result.grad_norms, **result.metrics}
 
     models = [tiny_model(), tiny_model()]
@@ -158,8 +166,8 @@ def critic_case(rank: int) -> dict:
             return 0.5 * value_errors(values, targets, targets, None).sum() / denominator, {}
         optimizer = torch.optim.SGD(critic.head_parameters() + critic.trunk_parameters(), lr=LR)
         batches = [b for b in (samples[:2], samples[2:]) if b]
-        train_step([optimizer], [Term(batches, loss)], weight=len(samples), max_grad_norm=None, sync=sync,
-                   models=[critic])
+        optimizer_step([optimizer], [Term(batches, loss)], [critic], weight=len(samples), max_grad_norm=None,
+                       parallel=parallel_of(sync))
 
     critic = ValueModel(tiny_model())
     single = copy.deepcopy(critic)
@@ -173,9 +181,10 @@ def critic_case(rank: int) -> dict:
 
 
 def kahan_case(rank: int) -> dict:
-    """Three steps of the default bf16 optimizer (cooprl.update.optim.KahanAdamW: optimi's loop, a float32 second moment)
-    on a sharded bf16 model, the same sample on both ranks, against one process's steps on it: each rank's loss is
-    half the sample's, so the summed gradient is the single one exactly, and so must be every weight and moment."""
+    """Three steps of the default bf16 optimizer (cooprl.update.optim.KahanAdamW: optimi's loop, a float32 second
+    moment) on a sharded bf16 model, the same sample on both ranks, against one process's steps on it: each rank's
+    loss is half the sample's, so the summed gradient is the single one exactly, and so must be every weight and
+    moment."""
     from cooprl.update.optim import build_adamw
     sample = [ids(torch.Generator().manual_seed(4), 9)]
 
@@ -188,8 +197,8 @@ def kahan_case(rank: int) -> dict:
     def steps(model, sync: Sync) -> torch.optim.Optimizer:
         optimizer = build_adamw(model.parameters(), lr=1e-3)
         for _ in range(3):
-            train_step([optimizer], [Term([sample], loss_of(model), padding=sample)], weight=1.0, max_grad_norm=None,
-                       sync=sync, models=[model])
+            optimizer_step([optimizer], [Term([sample], loss_of(model), padding=sample)], [model], weight=1.0,
+                           max_grad_norm=None, parallel=parallel_of(sync))
         return optimizer
 
     model = tiny_model().to(torch.bfloat16)

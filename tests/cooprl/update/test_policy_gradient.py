@@ -1,4 +1,5 @@
-"""Unit tests of cooprl/update/policy_gradient.py: one policy step, whatever the order and the batching of its samples."""
+"""Unit tests of cooprl/update/policy_gradient.py: one policy step, whatever the order and the batching of its
+samples."""
 
 import copy
 
@@ -8,8 +9,8 @@ import torch
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm
 from cooprl.models.logprobs import completion_logprobs
 from cooprl.samples import TrainSample
-from cooprl.update.policy_gradient import policy_gradient_step
-from tests.cooprl.models.test_logprobs import mixed_group, tiny, two_turn_tree
+from tests.scripted import policy_gradient_step
+from tests.cooprl.models.test_logprobs import mixed_group, tiny, two_turn_tree  # noqa: F401 (tiny: a fixture)
 from tests.cooprl.rollout.test_vllm_generation import sampled_completions, tiny_tokenizer
 
 
@@ -71,3 +72,44 @@ def test_policy_gradient_step_weights_each_tokens_term():
         assert torch.allclose(step[name], -p.grad, atol=1e-6), name
     tokens = torch.cat(weights)
     assert metrics["is_weight_mean"] == pytest.approx(tokens.mean().item()) and metrics["is_weight_max"] == 2.0
+
+
+def test_one_unclipped_pass_of_the_ppo_objective_is_todays_update():
+    # the sampling log-probs are the model's own (on-policy, as the first of num_iterations passes): the ratio is 1
+    # and its gradient today's, -adv x grad log pi, bit for bit
+    from cooprl.update.engine import optimizer_step
+    from cooprl.update.policy_gradient import PolicyObjective, policy_gradient_term
+    tokenizer = tiny_tokenizer()
+    completions = sampled_completions(tokenizer)
+    samples = [TrainSample(c.prompt_ids, c.completion_ids, adv) for c, adv in zip(completions, [1.0, -0.5, 2.0])]
+    model = load_causal_lm(TINY_RANDOM, device="cpu")
+    with torch.no_grad():
+        logps, _ = completion_logprobs(model, [s.prompt_ids for s in samples], [s.completion_ids for s in samples], 0)
+    on_policy = [TrainSample(s.prompt_ids, s.completion_ids, s.advantage, sampling_logps=row[:len(s.completion_ids)])
+                 for s, row in zip(samples, logps)]
+    grads = []
+    for objective, batch in [(PolicyObjective(), samples), (PolicyObjective(clipped=True, epsilon=0.0), on_policy)]:
+        trained = copy.deepcopy(model)
+        term = policy_gradient_term(trained, batch, 0, objective=objective)
+        optimizer = torch.optim.SGD(trained.parameters(), lr=0.0)
+        for loss_batch in term.batches:
+            trained.train()
+            term.loss(loss_batch, len(batch))[0].backward()
+        grads.append({n: p.grad.clone() for n, p in trained.named_parameters() if p.grad is not None})
+        optimizer_step([optimizer], [term], [trained], weight=len(batch), max_grad_norm=None)
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name in grads[0]:
+        assert torch.equal(grads[0][name], grads[1][name]), name
+
+
+def test_a_masked_truncation_leaves_the_loss_but_not_the_count():
+    from cooprl.update.policy_gradient import PolicyObjective, policy_gradient_term
+    tokenizer = tiny_tokenizer()
+    completions = sampled_completions(tokenizer)
+    samples = [TrainSample(c.prompt_ids, c.completion_ids, 1.0, truncated=k == 0) for k, c in enumerate(completions)]
+    masked = PolicyObjective(mask_truncated=True)
+    term = policy_gradient_term(None, samples, 0, objective=masked)
+    assert [s for batch in term.batches for s in batch] == samples[1:]   # the truncated one is not run
+    assert masked.weight(samples) == len(samples)                        # but it counts in the step's mean
+    tokens = PolicyObjective(loss_type="dapo", mask_truncated=True).weight(samples)
+    assert tokens == sum(len(s.completion_ids) for s in samples[1:])     # dapo: the loss's tokens

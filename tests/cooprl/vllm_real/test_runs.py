@@ -81,7 +81,8 @@ def test_evaluate_strategy_runs_the_trained_team_with_vllm_engines(tiny32, magrp
 
 def test_sleep_mode_on_vllms_cpu_build_is_one_error_line(tiny32, tmp_path):
     # vLLM itself would raise a pydantic ValidationError ("Sleep mode is not supported on current platform")
-    result = run(["train_grpo.py", "--config", "configs/grpo_he_config.yaml", "--override", f"agent_model.name={tiny32}",
+    result = run(["train_grpo.py", "--config", "configs/grpo_he_config.yaml", "--override",
+                  f"agent_model.name={tiny32}",
                   "agent_model.device=cpu", "agent_model.torch_dtype=float32", "agent_model.generation_backend=vllm",
                   "agent_model.vllm_sleep=true", "dataset.name=coop", "dataset.type=coophumaneval",
                   f"output.base_dir={tmp_path / 'runs'}"], tmp_path)
