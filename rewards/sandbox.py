@@ -12,8 +12,8 @@ space, CPU, processes, file size, open files, no core), fresh scratch dirs, a fr
 environment, no new privileges, a seccomp filter (no keyring syscalls, no user namespace, no widening of its CPU
 affinity, no reach into another process) and, when we are root, its own unprivileged uid per worker slot, so it
 cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a cgroup per slot that bounds its
-memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per process). The README's "What a program can see" table and docs/sandbox.md
-sum this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
+memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per process). The README's "What a program
+can see" table and docs/sandbox.md sum this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
 from plain data (exact builtin types), never from what the program prints or how it exits.
 
 When we are not root the worker tries a user namespace (`unshare(CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS)`),

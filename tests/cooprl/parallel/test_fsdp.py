@@ -57,8 +57,8 @@ def straight(tmp_path_factory) -> Path:
 def test_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path, straight):
     # The one resume test of a data-parallel run: sharded LoRA agents (fsdp, chunked log-probs); a run resumed at
     # step 1 (each rank's buffer and optimizer shard) ends bit for bit where the uninterrupted one does; the checkpoint
-    # and the final models hold the adapters in the usual layout (gathered); a resume without sharding is refused. The 2-vs-1-process
-    # equality of the sharded update: tests/cooprl/update/test_engine_distributed.py.
+    # and the final models hold the adapters in the usual layout (gathered); a resume without sharding is refused.
+    # The 2-vs-1-process equality of the sharded update: tests/cooprl/update/test_engine_distributed.py.
     launch(tmp_path, "resumed", 2, [*RESUMABLE, "magrpo.max_steps=1"], base=FSDP_OVERRIDES)
     launch(tmp_path, "resumed", 2, [*RESUMABLE, "magrpo.max_steps=2", "checkpoint.resume_from_checkpoint=latest"],
            base=FSDP_OVERRIDES)
