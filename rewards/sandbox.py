@@ -13,8 +13,9 @@ environment, no new privileges, a seccomp filter (no keyring syscalls, no user n
 affinity, no reach into another process) and, when we are root, its own unprivileged uid per worker slot, so it
 cannot signal, ptrace or read the worker, the zygote or the trainer (all root), and a cgroup per slot that bounds its
 memory and processes as a whole (`rewards.sandbox_cgroup`; without one, per process). The README's "What a program
-can see" table and docs/sandbox.md sum this up. See `_sandbox_worker.py` for the judging protocol: the verdict of every test is decided in the worker
-from plain data (exact builtin types), never from what the program prints or how it exits.
+can see" table and docs/sandbox.md sum this up. See `_sandbox_worker.py` for the judging protocol: the verdict of
+every test is decided in the worker from plain data (exact builtin types), never from what the program prints or how
+it exits.
 
 When we are not root the worker tries a user namespace (`unshare(CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS)`),
 then runs without namespaces; the one log line at pool start says which isolation is in force and what is
