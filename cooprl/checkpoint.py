@@ -156,12 +156,16 @@ def from_plain(value: Any) -> Any:
     if kind == "dataclass":
         cls = _dataclass_type(value["class"])
         fields = value["fields"]
+        # a field added since the checkpoint was written (with a default) takes its default: an older run resumes
+        defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                    for f in dataclasses.fields(cls)
+                    if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
         expected = {f.name for f in dataclasses.fields(cls)}
-        if not isinstance(fields, dict) or set(fields) != expected:
+        if not isinstance(fields, dict) or not set(fields) <= expected or not expected - set(defaults) <= set(fields):
             raise ValueError(f"fields of {value['class']} do not match: {sorted(map(str, fields))[:8]}")
         obj = object.__new__(cls)  # like unpickling: no __init__ or __post_init__ runs
-        for name, v in fields.items():
-            object.__setattr__(obj, name, from_plain(v))
+        for name, v in {**defaults, **{name: from_plain(v) for name, v in fields.items()}}.items():
+            object.__setattr__(obj, name, v)
         return obj
     raise ValueError(f"unknown tag {str(kind)[:40]!r}")
 

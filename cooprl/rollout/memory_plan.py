@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 RESERVED_BYTES = 1 * GIB        # of every GPU outside torch's allocator: the CUDA context, cuBLAS/cuDNN workspaces
 PLAN_MARGIN = 0.10              # a plan above (1 - this) of what is usable is warned about: the estimate's own error
 CHARS_PER_TOKEN_FLOOR = 2.0     # characters per token assumed for prompts whose tokenizer is not on this machine: the
-                                # densest HumanEval first prompt has 2.20 under SmolLM2's tokenizer (tested)
+                                # densest first prompt of the shipped datasets: 2.20 under SmolLM2's tokenizer (tested)
 REFUSED_AT_FRACTION = 0.5       # a plan over the GPU is refused when even an update of this fraction of the bound's
                                 # activations and log-softmax would not fit, else warned about ("may not fit")
 LOGSOFTMAX_COPIES = 3           # [positions x vocab] float32 tensors at the backward's peak: the saved log-softmax,

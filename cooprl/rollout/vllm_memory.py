@@ -149,7 +149,10 @@ def gpu_name(device: str) -> str:
     chosen = torch.device(device)
     if chosen.type != "cuda":
         return str(chosen)
-    return f"cuda:{torch.cuda.current_device() if chosen.index is None else chosen.index}"
+    if chosen.index is not None:
+        return f"cuda:{chosen.index}"
+    # (a machine without CUDA: torch's current_device asserts; the device check names the problem later)
+    return f"cuda:{torch.cuda.current_device() if torch.cuda.is_available() else 0}"
 
 
 def on_gpu(device: str) -> bool:

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from cooprl import checkpoint as ckpt
@@ -26,6 +27,13 @@ def test_a_state_saved_under_the_records_former_module_names_still_loads():
                                               "fields": fields}]}}
     group = ckpt.from_plain(old)
     assert type(group) is NodeGroup and type(group.samples[0]) is TrainSample and group.samples[0].advantage == 1.5
+    # fields added since (with defaults) take them: a run checkpointed before them resumes
+    assert group.samples[0].truncated is False and group.samples[0].sampling_logps is None
+    with pytest.raises(ValueError, match="fields of cooprl.samples:TrainSample do not match"):   # a field unknown
+        ckpt.from_plain({**old["fields"]["samples"][0], "class": "cooprl.samples:TrainSample",
+                         "fields": {**fields, "mystery": 1}})
+    with pytest.raises(ValueError, match="do not match"):   # a field without a default, missing
+        ckpt.from_plain({**old["fields"]["samples"][0], "fields": {"prompt_ids": torch.tensor([1])}})
     # what is saved now names cooprl.samples
     assert ckpt.to_plain(group)["class"] == "cooprl.samples:NodeGroup"
 

@@ -63,7 +63,8 @@ def test_smollm2_conversion_is_cached_and_trainable():
     assert path.parent == cache_dir() and (path / "config.json").is_file()
     config = json.loads((path / "config.json").read_text())
     assert "quantization_config" not in config
-    assert not [p for p in path.parent.iterdir() if p.name.startswith(".smollm2")]  # no temp folder left
+    # no temp folder left (the builders' lock files stay)
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".smollm2") and not p.name.endswith(".lock")]
     model = load_causal_lm(SMOLLM2, device="cpu")
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) > 100e6
 

@@ -181,6 +181,7 @@ def test_every_push_is_checked_once_and_a_push_missing_a_layer_stops_the_next_sa
 
 
 def test_a_wake_from_level_2_is_checked_and_a_lost_buffer_is_caught(scoring_vllm, monkeypatch):
+    monkeypatch.setattr(vllm_generation, "MERGED_SLEEP_LEVEL", 2)   # level 1 until a GPU proves level 2
     model = load_causal_lm(TINY_RANDOM, device="cpu")
     generator, engine = guarded(model, scoring_vllm, sleep=True)
     generator.sample(["x"], 1, PARAMS)

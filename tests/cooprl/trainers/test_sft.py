@@ -318,7 +318,10 @@ def test_reference_demonstrations_never_hold_an_eval_problem_and_earn_the_reward
     if env == "coder_tester":
         assert [s.metrics["coder_reward"] for s in scores] == [full] * len(items)
         assert all(s.metrics["tests_valid"] == 1.0 and s.metrics["tests_written"] >= 3 for s in scores)
-        assert all(0 < s.metrics["tester_reward"] <= 1 for s in scores)
+        # since issue 42 asserts that only call the prompt's own examples earn nothing (the typed junk answers them):
+        # the references of Coop/18 and Coop/20 kill no mutant beyond those (0.067 and 0.1 before) and earn 0
+        rewards = [round(s.metrics["tester_reward"], 6) for s in scores]
+        assert rewards == [0.12, 0.25, 0.0, 0.6, 0.0, 0.1, 0.25, 0.3]
         assert [s.total for s in scores] == [round(full + s.metrics["tester_reward"], 6) for s in scores]
     else:
         assert [s.total for s in scores] == [full] * len(items)
