@@ -320,8 +320,7 @@ class VLLMGenerator:
         self._synced = key
 
     def _save_adapter(self, version: int) -> Any:
-        """Save the model's LoRA adapter as version `version` (the previous version's folder removed); return its
-        vLLM LoRARequest."""
+        """Save the model's LoRA adapter as version `version` (the previous one's folder removed); its LoRARequest."""
         from vllm.lora.request import LoRARequest   # vLLM's documented request type
         if self._adapter_dir is None:
             self._adapter_dir = tempfile.mkdtemp(prefix="cooprl-vllm-lora-")

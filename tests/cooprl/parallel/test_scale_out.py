@@ -322,7 +322,9 @@ def test_madpo_two_processes_train_one_step_on_both_items_pairs(tmp_path, collec
         moved = max(
             (saved[f"agent_{i}"][k] - agent.model.state_dict()[k]).abs().max().item() for k in saved[f"agent_{i}"]
         )
-        assert moved < 1e-6, (i, moved)
+        # Adam's first step is lr x g / |g|: where a gradient is ~0, the sharded reduction's other summation order
+        # moves a weight by a fraction of lr (fsdp, a fresh install on 2026-12-06: 4.1e-6 of lr 1e-4; 1e-6 before)
+        assert moved < 1e-5, (i, moved)
         assert any(not torch.equal(ours[k], v) for k, v in model_weights(one / "checkpoints" / "checkpoint-2")[
             f"agent_{i}"].items())   # the step did move the weights (lr 0 left the reference's at the start)
 

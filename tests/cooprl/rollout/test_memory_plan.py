@@ -215,13 +215,13 @@ def test_a_plan_refused_at_half_its_update_bound(gpus, monkeypatch):
 def test_the_vllm_backend_adds_its_engines_to_the_same_plan(gpus):
     run = he_run("agent_model.generation_backend=vllm", "agent_model.lora.r=16",
                  "agent_model.gradient_checkpointing=true")
-    kv = 4 * 2048 * 36 * 1024   # the default KV cache: 4 samples x 2,048 tokens x 36 KiB per token
+    kv = 16 * 2048 * 36 * 1024   # the default KV cache: the largest call's 16 sequences x 2,048 tokens x 36 KiB
     lora = memory.model_shape("Qwen/Qwen2.5-Coder-3B", run.config.agent_model.lora, offline=True)
     planner = plan.Planner(run.config, run, gpu_bytes=80 * GIB, offline=True)
     items = dict(plan.plan_accounts(planner, ["cuda:0", "cuda:0"], [["cuda:0"], ["cuda:0"]])["cuda:0"].items)
     engine = QWEN_3B.parameters * 2 + kv + memory.ENGINE_OVERHEAD_BYTES
-    assert items["engine 0 (weights + KV cache 0.28 GiB + overhead)"] == engine
-    assert items["engine 1 (weights + KV cache 0.28 GiB + overhead)"] == engine
+    assert items["engine 0 (weights + KV cache 1.12 GiB + overhead)"] == engine
+    assert items["engine 1 (weights + KV cache 1.12 GiB + overhead)"] == engine
     assert items["agent 0 optimizer states"] == lora.lora_parameters * (4 + 8)   # float32 adapters + AdamW
     assert items["agent 0 gradients (its update)"] == lora.lora_parameters * 4
     plan.check_memory(run.config, ["cuda:0", "cuda:0"], run)   # 2 x (5.75 + 7.0) GiB and the update: fits
