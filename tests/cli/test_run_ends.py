@@ -11,7 +11,6 @@ import errno
 import os
 import shutil
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -22,7 +21,7 @@ from cooprl import run_folders
 from cooprl.config import load_config
 from cooprl.stopping import INTERRUPTED, TERMINATED
 from tests.cli.test_bad_input import assert_one_error, base_config
-from tests.cli.test_scripted_use import MISSING_MODEL, ROOT, cli, events, fake_run
+from tests.cli.test_scripted_use import MISSING_MODEL, cli, events, fake_run, run_with_read_only
 from tests.cooprl.test_run_folders import holder
 
 
@@ -80,16 +79,9 @@ def test_a_policy_checkpoint_dir_under_a_file_is_one_error_before_any_model_load
 def test_a_read_only_policy_checkpoint_dir_is_one_error_line(tmp_path):
     readonly = tmp_path / "readonly"
     readonly.mkdir()
-    command = [sys.executable, "train_madpo_iter.py", "--config", "configs/madpo_che_cpu.yaml", "--override",
-               f"output.base_dir={tmp_path}", f"madpo_iter.policy_checkpoint_dir={readonly / 'snapshots'}",
-               MISSING_MODEL]
-    if os.geteuid() == 0:
-        script = f"mount -t tmpfs -o ro none {readonly} && exec \"$@\""
-        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command]
-    else:
-        readonly.chmod(0o555)
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "WANDB_MODE": "disabled"})
+    result = run_with_read_only(readonly, [
+        sys.executable, "train_madpo_iter.py", "--config", "configs/madpo_che_cpu.yaml", "--override",
+        f"output.base_dir={tmp_path}", f"madpo_iter.policy_checkpoint_dir={readonly / 'snapshots'}", MISSING_MODEL])
     assert_one_error(result.returncode, result.stderr, "madpo_iter.policy_checkpoint_dir", f"{readonly} is read-only")
 
 

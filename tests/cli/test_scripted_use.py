@@ -256,20 +256,25 @@ def test_evaluate_writes_its_output_into_a_folder_it_creates(tmp_path, capsys, m
     assert json.loads(out.read_text()) == {"eval/x": 1.0}
 
 
+def run_with_read_only(readonly: Path, command: list[str]) -> subprocess.CompletedProcess:
+    """Run `command` with the folder `readonly` read-only: a read-only mount for root (root writes through permission
+    bits), the permission bits for another user."""
+    if os.geteuid() == 0:
+        script = f"mount -t tmpfs -o ro none {readonly} && exec \"$@\""
+        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command]
+    else:
+        readonly.chmod(0o555)
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WANDB_MODE": "disabled"})
+
+
 @pytest.mark.cli   # a command line in a child process (a read-only mount, or another user's permissions)
 def test_a_read_only_output_folder_is_one_error_line(tmp_path):
     config = base_config(tmp_path)
     readonly = tmp_path / "readonly"
     readonly.mkdir()
-    command = [sys.executable, "train_magrpo.py", "--config", str(config), "--override",
-               f"output.base_dir={readonly / 'runs'}", MISSING_MODEL]
-    if os.geteuid() == 0:   # root writes through permission bits: a read-only file system instead
-        script = f"mount -t tmpfs -o ro none {readonly} && exec \"$@\""
-        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command]
-    else:
-        readonly.chmod(0o555)
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "WANDB_MODE": "disabled"})
+    result = run_with_read_only(readonly, [sys.executable, "train_magrpo.py", "--config", str(config), "--override",
+                                           f"output.base_dir={readonly / 'runs'}", MISSING_MODEL])
     assert_one_error(result.returncode, result.stderr, "output.base_dir", f"{readonly} is read-only")
 
 
