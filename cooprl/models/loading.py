@@ -114,7 +114,7 @@ def _build_cached(name: str, build: Callable[[Path], None], required: tuple[str,
     are copied in) after the run has been seeded; the generators are set back afterwards, so a run's LoRA
     initialization and samples are the same whether or not it was the one that filled the cache (the first run after
     install once drew different LoRA matrices than every later run with the same seed)."""
-    from filelock import FileLock   # (a dependency of transformers' hub client)
+    from filelock import FileLock
     final = cache_dir() / name
     if final.is_dir() and not _missing_files(final, required):
         return final
