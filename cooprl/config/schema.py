@@ -116,6 +116,14 @@ class AgentModelSection:
         "then trains on (agent_model.lora must then match their settings, or be null: merged in; the tokenizer stays "
         "agent_model.name's; with LoRA a reference KL's frozen start model is the base "
         "model, adapters off); null = the models as agent_model names them")
+    share_base: bool = option(
+        False, "with agent_model.lora: every agent's LoRA adapter on one base model in memory (and, with "
+        "generation_backend vllm, one engine per process serving every agent's adapter): each agent trains only its "
+        "own adapter with its own optimizer and its KL reference is the base, adapters off; the agents must share "
+        "one base model (issue 45)")
+    shared_policy: bool = option(
+        False, "one model (full or LoRA) plays every role: each agent's prompts and samples are its own, their "
+        "advantages are per agent, one optimizer step trains the model on all of them (issue 45)")
 
 
 @dataclass
