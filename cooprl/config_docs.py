@@ -58,7 +58,8 @@ RULES = [
     "policy-gradient trainer: madpo/madpo_iter refuse it (checked when the trainer is built).",
     "`magrpo`/`grpo`/`marlhf*` `num_generations`: at least 2 unless `advantage_mode: raw` (a group of one has "
     "advantage 0; checked when the trainer is built).",
-    "Greedy sampling (`temperature: 0`, `top_k: 1` or `top_p: 0`, the trainer's or agent_model's) trains nothing "
+    "Greedy sampling (`temperature: 0`, `top_k: 1` or `top_p: 0`: an agent's own `agents[i]` value, else the "
+    "trainer's, else agent_model's) trains nothing (of that agent) "
     "where samples are compared with their siblings: `magrpo`/`grpo`/`marlhf*` with `num_generations` above 1 "
     "(unless `advantage_mode: raw`), and the preference trainers unless another model writes the comparator's "
     "candidates (`comparator_policy: model` or `api`); refused when training starts, before any model loads "
@@ -99,6 +100,9 @@ def _type_text(tp: Any) -> str:
     if origin in (Union, types.UnionType):
         parts = [_type_text(a) for a in args if a is not type(None)] + (["null"] if type(None) in args else [])
         return " or ".join(parts)
+    if origin is list and args and typing.get_origin(args[0]) in (Union, types.UnionType):   # strings or mappings
+        return "a list of " + " or ".join(_PLURAL.get(a, "mappings" if dataclasses.is_dataclass(a) else _type_text(a))
+                                          for a in typing.get_args(args[0]))
     if origin is list:
         return f"a list of {_PLURAL.get(args[0], _type_text(args[0]))}" if args else "a list"
     if origin is dict or dataclasses.is_dataclass(tp):
@@ -131,6 +135,12 @@ def _optional_dataclass(tp: Any) -> Any:
     return None
 
 
+def _entry_dataclass(tp: Any) -> Any:
+    """Return the dataclass X of an Optional[list[str or X]] annotation (`agents:`), else None."""
+    lists = [a for a in typing.get_args(tp) if typing.get_origin(a) is list] if _optional_dataclass(tp) is None else []
+    return _optional_dataclass(typing.get_args(lists[0])[0]) if lists else None
+
+
 def _rows(cls: type, prefix: str = "", names: set[str] | None = None) -> list[tuple[str, Any, str, str]]:
     """Return (key, default, allowed, doc) for the leaf keys of dataclass `cls` (only `names`, when given); a
     section that may be null (agent_model.lora) gets its own row and then rows for the keys it takes when set."""
@@ -147,6 +157,10 @@ def _rows(cls: type, prefix: str = "", names: set[str] | None = None) -> list[tu
         inner = _optional_dataclass(tp)
         if inner is not None:
             rows += [(k, d, a, f"when `{key}` is set: {doc}") for k, d, a, doc in _rows(inner, key)]
+        entry = _entry_dataclass(tp)
+        if entry is not None:   # `agents[i].temperature`: the keys of an entry given as a mapping
+            rows += [(k, d, a, f"an entry of `{key}` given as a mapping: {doc}") for k, d, a, doc in
+                     _rows(entry, f"{key}[i]")]
     return rows
 
 

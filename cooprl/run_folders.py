@@ -251,6 +251,10 @@ def _changes(saved: Any, now: Any, prefix: str = "") -> Iterator[tuple[str, Any,
     if isinstance(saved, dict) and isinstance(now, dict):
         for key in [k for k in saved if k in now]:
             yield from _changes(saved[key], now[key], f"{prefix}{key}.")
+    elif (isinstance(saved, list) and isinstance(now, list) and len(saved) == len(now)
+          and any(isinstance(x, dict) for x in saved + now)):   # `agents:` entries: agents[1].temperature
+        for i, (a, b) in enumerate(zip(saved, now, strict=True)):
+            yield from _changes(a, b, f"{prefix[:-1]}[{i}].")
     elif saved != now:
         yield prefix[:-1], saved, now
 
@@ -273,7 +277,7 @@ def check_resumed_settings(run_dir: Path, config: Config, trainer: str) -> None:
         raise ConfigError(f"resuming {run_dir}: {said}{more} would change what the run was trained with (a resume "
                           f"may change only how far it trains, its evaluation interval, logging, saving and devices); "
                           f"to train with new settings, start a new run from its models: --config {path} --override "
-                          f"agent_model.init_from={run_dir} {changed[0][0]}=...")
+                          f"agent_model.init_from={run_dir} {changed[0][0].split('[')[0]}=...")
 
 
 def _with_defaults(written: dict[str, Any], config: Config, trainer: str) -> dict[str, Any]:

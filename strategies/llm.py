@@ -218,6 +218,7 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     of agent 0 (one agent) or agents 0 and 1 when it holds two (a team: aux + main, see TeamLLM). `problems` are
     the problems the team will see (to recognise their code prompts)."""
     from cooprl import checkpoint as ckpt
+    from cooprl.config import agent_names
     from cooprl.trainers.team import agent_model_names
     from cooprl.rollout.generation import HFGenerator
     from cooprl.checkpoint import init_folders, init_source, saved_policies
@@ -230,7 +231,8 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     saved = folder if folder is not None else start
     # the saved agents (an actor-critic run's critics come after them: a single actor and its critic is no team)
     num_agents = 2 if saved is not None and len(saved_policies(saved) or saved_models(saved)) >= 2 else 1
-    names = agent_model_names(config, num_agents) if config.agents is None or saved is not None else config.agents[:1]
+    one = config.agents is not None and saved is None   # an untrained model of `agents:`: its first
+    names = agent_names(config)[:1] if one else agent_model_names(config, num_agents)
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
     # every agent and its engine on agent_model.device: checked as training does
     if model_cfg.generation_backend == "vllm":

@@ -15,10 +15,12 @@ The package, one concern a module (`from cooprl.config import X` works for every
 - `yaml_io.py`: the bounded YAML loader and `read_yaml`; `overrides.py`: `--override key.path=value`;
 - `rules.py`: the rules between keys (devices, parallel_training, vLLM); `upstream.py`: upstream's files as they are;
 - `load.py`: `load_config`, `config_from_data` and the task sections an environment registers;
-- `run.py`: `Run`, what one training run reads: the config, the trainer's name and its own typed section.
+- `run.py`: `Run`, what one training run reads: the config, the trainer's name and its own typed section;
+- `agents.py`: `AgentSettings`, each agent's own model and settings (its `agents:` entry, else the shared values).
 """
 
 # every public name of the package, from the module that holds it
+from cooprl.config.agents import agent_entries, agent_names, agent_settings, AgentSettings
 from cooprl.config.fields import (build_section, ConfigError, field_aliases, field_doc, option, resolve_aliases, show,
                                   unknown_key_error)
 from cooprl.config.load import config_from_data, load_config, register_task_config, registered_task_config
@@ -30,8 +32,8 @@ from cooprl.config.rules import (check_consistency, check_parallel_training, che
                                  trainer_device)
 from cooprl.config.run import (MAGRPO_ADVANTAGE_MODES, RL_TRAINERS, Run, check_sections_read, check_trainer,
                                helper_sections)
-from cooprl.config.schema import (AgentModelSection, CheckpointSection, Config, CriticModelSection, LoraSection,
-                                  OutputSection, RewardProcessorSection, RewardSection, WandbSection)
+from cooprl.config.schema import (AgentEntry, AgentModelSection, CheckpointSection, Config, CriticModelSection,
+                                  LoraSection, OutputSection, RewardProcessorSection, RewardSection, WandbSection)
 from cooprl.config.trainer_sections import (ACSection, ActorCriticSection, GRPOSection, IterativeFields,
                                             MADPOIterSection, MADPOSection, MAGRPOSection, MARLHFIterSection,
                                             MARLHFSection, PreferenceFields, SFTSection, TRAINER_SECTIONS,

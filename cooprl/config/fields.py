@@ -69,8 +69,10 @@ def _coerce(value: Any, tp: Any, key: str, trainer_sections: Mapping[str, type] 
         if value is None and types.NoneType in args:
             return None
         candidates = [a for a in args if a is not types.NoneType]
-        if len(candidates) == 1:  # Optional[X]: let X's own, more precise error through
-            return _coerce(value, candidates[0], key, trainer_sections)
+        sections = [a for a in candidates if dataclasses.is_dataclass(a)]
+        if len(candidates) == 1 or (isinstance(value, dict) and len(sections) == 1):
+            # Optional[X], or a mapping for the one section of str-or-section: let its own, more precise error through
+            return _coerce(value, sections[0] if len(candidates) > 1 else candidates[0], key, trainer_sections)
         for arg in candidates:
             try:
                 return _coerce(value, arg, key, trainer_sections)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from cooprl.config.agents import agent_entries
 from cooprl.config.fields import ConfigError, show
 from cooprl.config.run import Run
-from cooprl.config.schema import Config
+from cooprl.config.schema import AgentEntry, Config
 from cooprl.config.trainer_sections import (TRAINER_SECTIONS, ActorCriticSection, IterativeFields, MADPOSection,
                                             MAGRPOSection, MARLHFSection, PreferenceFields, TrainerSection)
 
@@ -123,15 +124,18 @@ def check_parallel_training(run: Run) -> None:
 
 
 def _greedy_key(run: Run) -> str | None:
-    """Return the sampling key that makes `run`'s agents sample greedily (temperature 0, top_k 1 or top_p 0, its
-    section's value or agent_model's), as `key=value`; None when they sample."""
+    """Return the sampling key that makes one of `run`'s agents sample greedily (temperature 0, top_k 1 or top_p 0:
+    its `agents:` entry's value, else its section's, else agent_model's), as `key=value`; None when they sample."""
     section, model = run.section, run.config.agent_model
-    settings = (("temperature", section.temperature, model.temperature, 0), ("top_k", section.top_k, model.top_k, 1),
-                ("top_p", section.top_p, model.top_p, 0))
-    for name, own, fallback, greedy in settings:
-        key, value = (f"{run.trainer}.{name}", own) if own is not None else (f"agent_model.{name}", fallback)
-        if value == greedy:
-            return f"{key}={value}"
+    for i, entry in enumerate(agent_entries(run.config) or [AgentEntry()]):
+        settings = (("temperature", (entry.temperature, section.temperature, model.temperature), 0),
+                    ("top_k", (entry.top_k, section.top_k, model.top_k), 1),
+                    ("top_p", (entry.top_p, section.top_p, model.top_p), 0))
+        for name, values, greedy in settings:
+            keys = (f"agents[{i}].{name}", f"{run.trainer}.{name}", f"agent_model.{name}")
+            key, value = next((k, v) for k, v in zip(keys, values, strict=True) if v is not None or k == keys[-1])
+            if value == greedy:
+                return f"{key}={value}"
     return None
 
 
@@ -217,6 +221,9 @@ def check_vllm_temperature(temperature: float, key: str) -> None:
 
 def _check_vllm_temperatures(config: Config) -> None:
     check_vllm_temperature(config.agent_model.temperature, "agent_model.temperature")
+    for i, entry in enumerate(agent_entries(config) or []):
+        if entry.temperature is not None:
+            check_vllm_temperature(entry.temperature, f"agents[{i}].temperature")
     for name in TRAINER_SECTIONS:
         temperature = config.trainer(name).temperature
         if temperature is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import yaml
 
@@ -200,11 +200,36 @@ class WandbSection:
     resume: Optional[str] = option(None, "W&B resume policy", choices=(None, "allow", "must", "never", "auto"))
 
 
+def _own(key: str, doc: str) -> Any:
+    """Return an `agents:` entry's field for the trainer key `key`: null (the shared value) or a value within the
+    shared key's own bounds."""
+    meta = next(f.metadata for f in dataclasses.fields(TrainerSection) if f.name == key)
+    return option(None, doc, min=meta["min"], max=meta["max"])
+
+
+@dataclass
+class AgentEntry:
+    """An `agents:` entry given as a mapping: one agent's model and its own settings; null = the shared value."""
+    name: Optional[str] = option(None, "the agent's model (null = agent_model.name)")
+    learning_rate: Optional[float] = _own("learning_rate", "the agent's AdamW learning rate (null = the trainer's "
+                                          "learning_rate)")
+    temperature: Optional[float] = _own("temperature", "the agent's sampling temperature (null = the trainer's, else "
+                                        "agent_model.temperature)")
+    top_p: Optional[float] = _own("top_p", "the agent's nucleus sampling mass (null = the trainer's, else "
+                                  "agent_model.top_p)")
+    top_k: Optional[int] = _own("top_k", "the agent's top-k, 0 = off (null = the trainer's, else agent_model.top_k)")
+    max_new_tokens: Optional[int] = _own("max_new_tokens", "tokens the agent generates per completion, which caps "
+                                         "its completions (null = the trainer's max_new_tokens)")
+
+
 @dataclass
 class Config:
     agent_model: AgentModelSection = option(AgentModelSection(), "the agents' model (homogeneous agents)")
-    agents: Optional[list[str]] = option(None, "one model name per agent (heterogeneous agents); null = "
-                                               "agent_model.name")
+    agents: Optional[list[Union[str, AgentEntry]]] = option(
+        None, "one entry per agent: its model name (heterogeneous agents), or a mapping of its own model and settings "
+        "{name, learning_rate, temperature, top_p, top_k, max_new_tokens}, each key left out falling back to the "
+        "shared value (e.g. [{temperature: 1.0}, {temperature: 0.3}]: a planner that samples hot, a coder that "
+        "samples cold); null = agent_model.name and the shared settings for every agent")
     critic_model: CriticModelSection = option(CriticModelSection(), "critic backbone for actor-critic trainers "
                                               "(null = the defaults)", null_is_default=True)
     critics: Optional[list[str]] = option(None, "one critic model name per agent; null = critic_model.name")

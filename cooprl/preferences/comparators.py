@@ -138,15 +138,18 @@ def _build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[An
         raise ConfigError(f"{trainer}.comparator_centralized_agent_index={writer}: there are {len(team)} policies "
                           f"(0 to {len(team) - 1})")
 
-    max_tokens = section.max_new_tokens
+    joint_budget = None
     if section.comparator_generation_mode == "centralized":
-        max_tokens = section.comparator_centralized_max_new_tokens or max_tokens
-    if centralized:  # one generator answers the joint prompt
-        stops = [joint_format.stop_strings]
-    else:            # one generator per role, with that role's stop strings
+        joint_budget = section.comparator_centralized_max_new_tokens or section.max_new_tokens
+    if centralized:  # one generator answers the joint prompt, sampling as agent `writer` (agent 0 for a model/api)
+        agent = team[writer] if writer < len(team) else team[0]
+        params = [replace(agent.params, max_new_tokens=joint_budget, stop_strings=tuple(joint_format.stop_strings))]
+    else:            # one generator per role, sampling as its agent does (its own settings), with the role's stops
         stops = [task.stop_strings[a] if a < len(task.stop_strings) else () for a in range(task.num_agents)]
-    params = [replace(team[0].params, max_new_tokens=max_tokens, stop_strings=tuple(s)) for s in stops]
+        params = [replace(agent.params, max_new_tokens=joint_budget or agent.params.max_new_tokens,
+                          stop_strings=tuple(s)) for agent, s in zip(team, stops, strict=True)]
     roles = len(params)
+    max_tokens = max(p.max_new_tokens for p in params)
 
     if kind == "current" and centralized:  # the live policy of agent `writer` answers the joint prompt
         return Comparator(task, [team[writer].generator], params, joint_format)

@@ -21,6 +21,7 @@ log-sum-exp, and the math kernel would save more.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ import torch
 
 from cooprl.errors import UserError
 from cooprl.config import (ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, MARLHFSection, Run,
-                           SFTSection, TrainerSection, model_devices, trainer_device)
+                           SFTSection, TrainerSection, agent_names, agent_settings, model_devices, trainer_device)
 from cooprl.models.loading import pick_dtype
 from cooprl.rollout import vllm_memory
 from cooprl.rollout.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB, ModelShape, gpu_name, on_gpu
@@ -236,10 +237,13 @@ class Planner:
         if on_gpu(device):
             self.accounts.setdefault(gpu_name(device), DeviceAccount()).items.append((what, size))
 
-    def model(self, label: str, name: str, device: str, model_cfg: Any, lora: Any) -> tuple[ModelShape, torch.dtype]:
-        """Count a trained model's weights and optimizer states on `device` and note its update; return its shape and
-        dtype."""
+    def model(self, label: str, name: str, device: str, model_cfg: Any, lora: Any, max_new_tokens: int | None = None
+              ) -> tuple[ModelShape, torch.dtype]:
+        """Count a trained model's weights and optimizer states on `device` and note its update (completions of
+        `max_new_tokens`, None: the section's); return its shape and dtype."""
         section = self.run.section
+        if max_new_tokens is not None:   # an agent's own (its `agents:` entry)
+            section = dataclasses.replace(section, max_new_tokens=max_new_tokens)
         dtype = pick_dtype(model_cfg.torch_dtype, torch.device(gpu_name(device)))
         shape = vllm_memory.model_shape(name, lora, offline=self.offline)
         bf16_optimizer = self.config.agent_model.bf16_optimizer
@@ -302,24 +306,26 @@ def plan_accounts(planner: Planner, agent_devices: Sequence[str], engine_devices
         return {}   # CPU runs: nothing to count
     config, run = planner.config, planner.run
     model_cfg = config.agent_model
-    names = (list(config.agents) if config.agents is not None else [model_cfg.name] * len(agent_devices)
+    names = (agent_names(config) if config.agents is not None else [model_cfg.name] * len(agent_devices)
              )[:len(agent_devices)]   # an evaluation may sample with the first of them only
     if len(names) != len(agent_devices):
         raise ConfigError(f"agents: {len(names)} model names given for {len(agent_devices)} agents")
-    max_new_tokens = run.section.max_new_tokens if max_new_tokens is None else max_new_tokens
+    # each agent's own max_new_tokens (its `agents:` entry's, else the section's); an evaluation's `max_new_tokens`
+    budgets = ([own.max_new_tokens for own in agent_settings(config, run.section, len(names))]
+               if max_new_tokens is None else [max_new_tokens] * len(names))
     for i, (name, device) in enumerate(zip(names, agent_devices, strict=True)):
         if run is None:
             dtype = pick_dtype(model_cfg.torch_dtype, torch.device(gpu_name(device)))
             shape = vllm_memory.model_shape(name, model_cfg.lora, offline=planner.offline)
             planner.add(device, f"agent {i} weights", vllm_memory.weight_bytes(shape, dtype))
         else:
-            shape, dtype = planner.model(f"agent {i}", name, device, model_cfg, model_cfg.lora)
+            shape, dtype = planner.model(f"agent {i}", name, device, model_cfg, model_cfg.lora, budgets[i])
             section = run.section
             reference_model = isinstance(section, MADPOSection) and section.reference_model
             if model_cfg.lora is None and (section.reference_kl_coef > 0 or reference_model):
                 planner.add(device, f"agent {i} reference", vllm_memory.weight_bytes(shape, dtype))
         if engine_devices:
-            planner.engine(i, shape, dtype, engine_devices[i], max_new_tokens)
+            planner.engine(i, shape, dtype, engine_devices[i], budgets[i])
     for c, device in enumerate(critic_devices):
         name = (config.critics[c] if config.critics is not None else config.critic_model.name) or names[c]
         planner.model(f"critic {c}", name, device, config.critic_model, config.critic_model.lora)
@@ -437,7 +443,7 @@ def check_memory(config: Any, agent_devices: Sequence[str], run: Run | None = No
                if vllm else [])
     critics = Parallel.devices(critic_devices(run, config, len(agent_devices)))
     reward = reward_model_device(run, config)
-    name = (config.agents or [model_cfg.name])[0]
+    name = agent_names(config)[0]
     # only a single-turn GPU run's plan is bounded by its prompts
     counted = prompts is not None and run is not None and run.section.num_turns == 1 and any(map(on_gpu, agent_devices))
     texts = prompts() if counted else []
@@ -473,7 +479,7 @@ def print_memory_plan(run: Run, gib: float, processes: int = 1, prompts: Sequenc
     engines = [[d] if shards == 1 else [f"cuda:{s}" for s in range(shards)] for d in agents] if vllm else []
     critics = [_planned_gpu(d, rank_gpu) for d in critic_devices(run, config, len(agents))]
     reward = reward_model_device(run, config)
-    name = (config.agents or [model_cfg.name])[0]
+    name = agent_names(config)[0]
     bound = prompt_bound(prompts, local_tokenizer(name), name) if not isinstance(prompts, str) and prompts else None
     planner = Planner(config, run, gpu_bytes=int(gib * GIB), processes=processes, offline=True,
                       first_prompt=bound.tokens if bound is not None else None)

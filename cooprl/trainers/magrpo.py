@@ -178,8 +178,9 @@ class MAGRPO(TeamAlgorithm):
         agent = self.team[a]
         samples = [x for group in groups for x in group.samples]
         kl = self.loss_kl(a)
+        objective = replace(self.objective, max_new_tokens=agent.params.max_new_tokens)   # dr_grpo: the agent's own
         policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id, batch_size=forward_batch,
-                                      kl=kl, objective=self.objective)
+                                      kl=kl, objective=objective)
         result = optimizer_step([agent.optimizer], [policy], [agent.model], weight=self.objective.weight(samples),
                                 max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
         metrics = policy_gradient_metrics(samples, policy, result, kl)

@@ -1,7 +1,8 @@
 """The team of agents: one model, tokenizer, sampler and optimizer per agent (decentralized mode).
 
 Homogeneous agents load `agent_model.name` once per agent (each agent trains its own copy); heterogeneous
-agents give one name per agent in `agents:`. With `agent_model.lora`, each agent gets its own adapter.
+agents give one name per agent in `agents:`, where an entry may also give the agent its own learning rate and
+sampling settings (cooprl.config.agents). With `agent_model.lora`, each agent gets its own adapter.
 With `agent_model.generation_backend: vllm`, each agent samples with its own vLLM engine, which receives
 the agent's new weights after every optimizer step (see cooprl.rollout.vllm_generation).
 
@@ -22,7 +23,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import torch
 
 from cooprl.checkpoint import init_folders, lost_init
-from cooprl.config import Config, ConfigError, MADPOSection, Run, TrainerSection, model_devices
+from cooprl.config import Config, MADPOSection, Run, TrainerSection, agent_names, agent_settings, model_devices
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
 from cooprl.parallel.context import Parallel
@@ -52,12 +53,8 @@ class Agent:
 
 
 def agent_model_names(config: Config, num_agents: int) -> list[str]:
-    """Return the model name of each agent (the `agents:` list, or agent_model.name for all)."""
-    if config.agents is None:
-        return [config.agent_model.name] * num_agents
-    if len(config.agents) != num_agents:
-        raise ConfigError(f"agents: {len(config.agents)} model names given for {num_agents} agents")
-    return list(config.agents)
+    """Return the model name of each agent (its `agents:` entry's, or agent_model.name)."""
+    return agent_names(config, num_agents)
 
 
 def agent_devices(config: Config, section: TrainerSection, num_agents: int) -> list[str]:
@@ -74,11 +71,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     `prompts()`: the task's first prompts, which bound a single-turn GPU run's in the memory plan."""
     config, section = run.config, run.section
     model_cfg = config.agent_model
-    params = SamplingParams(
-        max_new_tokens=section.max_new_tokens,
-        temperature=section.temperature if section.temperature is not None else model_cfg.temperature,
-        top_p=section.top_p if section.top_p is not None else model_cfg.top_p,
-        top_k=section.top_k if section.top_k is not None else model_cfg.top_k)
+    settings = agent_settings(config, section, num_agents)   # each agent's own (`agents:` entries), else the shared
     devices = agent_devices(config, section, num_agents)
     if model_cfg.generation_backend == "vllm":
         vllm_platform.check_vllm_devices(model_cfg, devices)   # before any model is loaded: fail fast with the fix
@@ -94,8 +87,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     for init in inits:   # before any model loads
         check_saved_lora(init, model_cfg.lora)
     team = []
-    for i, name in enumerate(agent_model_names(config, num_agents)):
-        device = devices[i]
+    for i, own in enumerate(settings):
+        name, device = own.name, devices[i]
         model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device, lora=model_cfg.lora,
                                init=inits[i])
         set_memory_options(model, logprob_chunk_size=model_cfg.logprob_chunk_size,
@@ -103,21 +96,21 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
         model.config.use_cache = True
         model = parallel.prepare(model)   # sharded under fsdp, before the optimizer, which must hold the shards
-        max_prompt_tokens = max(model_cfg.max_length - section.max_new_tokens, 8)
+        max_prompt_tokens = max(model_cfg.max_length - own.max_new_tokens, 8)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        optimizer = build_adamw(trainable, lr=section.learning_rate, weight_decay=section.weight_decay,
+        optimizer = build_adamw(trainable, lr=own.learning_rate, weight_decay=section.weight_decay,
                                 bf16_optimizer=model_cfg.bf16_optimizer)
         if model_cfg.generation_backend == "vllm":
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
-                                             section.max_new_tokens, config.seed, device=device,  # engine on it
+                                             own.max_new_tokens, config.seed, device=device,  # engine on it
                                              section=section, ranks=parallel.ranks, agent=f"agent {i}")
             watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
                                     chat_template=model_cfg.chat_template)
-        agent_params = params
-        if i < len(stop_strings) and stop_strings[i]:
-            agent_params = SamplingParams(**{**params.__dict__, "stop_strings": tuple(stop_strings[i])})
+        agent_params = SamplingParams(max_new_tokens=own.max_new_tokens, temperature=own.temperature, top_p=own.top_p,
+                                      top_k=own.top_k, stop_strings=tuple(stop_strings[i]) if i < len(stop_strings)
+                                      else ())
         team.append(Agent(name, model, tokenizer, generator, optimizer, agent_params))
         n_train = sum(p.numel() for p in trainable)
         log.info("agent %d: %s on %s, %.1fM trainable parameters", i, name, model.device, n_train / 1e6)
