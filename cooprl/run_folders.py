@@ -293,7 +293,10 @@ def _with_defaults(written: dict[str, Any], config: Config, trainer: str) -> dic
 def _shown(written: dict[str, Any], key: str, value: Any) -> str:
     """Return `value` of dotted `key` as the change names it: said to be a default when config.yaml lacks the key."""
     node: Any = written
-    for part in key.split("."):
+    for part in key.replace("[", ".").replace("]", "").split("."):   # agents[1].temperature: an entry's key
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+            continue
         if not isinstance(node, dict) or part not in node:
             return f"{show(value)} (the default: its config.yaml, of an older version, lacks the key)"
         node = node[part]

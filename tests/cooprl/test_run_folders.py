@@ -182,3 +182,19 @@ def test_a_policy_checkpoint_dir_under_a_file_is_refused_by_the_output_check(tmp
     with pytest.raises(ConfigError, match=rf"marlhf_iter.policy_checkpoint_dir: {blocker} is a file"):
         run_folders.check_output(config, "marlhf_iter", config.marlhf_iter)
     run_folders.check_output(config, "magrpo", config.magrpo)   # not this trainer's key
+
+
+def test_a_resume_that_changes_an_agent_s_own_setting_is_refused_naming_it(tmp_path):
+    run = fake_run(tmp_path / "run", "magrpo", "agents=[planner/model, {name: coder/model, temperature: 0.2}]")
+    resumed = [f"output.base_dir={tmp_path}", "output.run_name=run", "checkpoint.resume_from_checkpoint=latest"]
+    run_folders.check_resumed_settings(run, load_config(run / "config.yaml", resumed), "magrpo")   # unchanged: fine
+    for agents, said in (("[planner/model, {name: coder/model, temperature: 0.9}]",
+                          r"agents\[1\]\.temperature 0\.2 -> 0\.9"),
+                         ("[planner/model, {name: coder/model, temperature: 0.2, learning_rate: 1e-3}]",
+                          r"agents\[1\]\.learning_rate None -> 0\.001"),
+                         ("[{top_k: 5}, {name: coder/model, temperature: 0.2}]", r"agents\[0\] 'planner/model' -> "),
+                         ("[planner/model, coder/model]", r"agents\[1\] \{.*'temperature': 0\.2.*\} -> 'coder/model'")):
+        config = load_config(run / "config.yaml", [*resumed, f"agents={agents}"])
+        with pytest.raises(ConfigError, match=rf"resuming .*: {said}.* would change what the run was trained with"
+                                              r".*agent_model.init_from=\S+ agents=\.\.\."):
+            run_folders.check_resumed_settings(run, config, "magrpo")

@@ -70,3 +70,27 @@ def test_training_on_groups_that_greedy_sampling_makes_alike_is_refused(trainer,
 def test_greedy_sampling_that_still_trains_passes(trainer, overrides):
     from cooprl.config import check_training_samples_differ
     check_training_samples_differ(Run.of(load_config(None, overrides), trainer))
+
+
+# ------------------------------------------------------------------------------------------------ per-agent settings
+@pytest.mark.parametrize("overrides,message", [
+    (["agents=[{temperature: 0.7}, {temperature: 0}]"], r"^agents\[1\]\.temperature=0\.0 with magrpo.num_generations"),
+    (["agents=[a, {top_k: 1}]"], r"^agents\[1\]\.top_k=1 with magrpo.num_generations"),
+    (["agent_model.temperature=0", "agents=[{temperature: 0.7}, b]"], r"^agent_model.temperature=0\.0 with"),
+])
+def test_one_agent_that_samples_greedily_is_refused_naming_its_own_key(overrides, message):
+    from cooprl.config import check_training_samples_differ
+    with pytest.raises(ConfigError, match=message):
+        check_training_samples_differ(Run.of(load_config(None, overrides), "magrpo"))
+
+
+def test_agents_that_all_sample_on_their_own_pass_a_greedy_shared_temperature():
+    from cooprl.config import check_training_samples_differ
+    config = load_config(None, ["magrpo.temperature=0", "agents=[{temperature: 1.0}, {temperature: 0.3}]"])
+    check_training_samples_differ(Run.of(config, "magrpo"))
+
+
+def test_an_agent_s_temperature_vllm_would_raise_is_refused_at_load_naming_it():
+    with pytest.raises(ConfigError, match=r"^agents\[0\]\.temperature=0\.005 with agent_model.generation_backend=vllm"):
+        load_config(None, ["agent_model.generation_backend=vllm", "agents=[{temperature: 0.005}, b]"])
+    load_config(None, ["agents=[{temperature: 0.005}, b]"])   # the HF sampler takes it

@@ -307,3 +307,20 @@ def test_a_model_on_the_cpu_beside_gpu_agents_is_not_in_the_plan():
                                   ["cuda:0", "cuda:0"], [], ["cpu", "cpu"])
     assert list(accounts) == ["cuda:0"]
     assert not any(what.startswith("critic") for what, _ in accounts["cuda:0"].items)
+
+
+def test_each_agent_is_planned_with_its_own_max_new_tokens(gpus):
+    import dataclasses
+    # a single-turn run bounded by prompts of 100 tokens: an agent's completions add its own budget to the forward
+    run = he_run("magrpo.num_turns=1", "magrpo.max_new_tokens=256", "magrpo.parallel_training=mp",
+                 "magrpo.agent_devices=[cuda:0, cuda:1]", "agent_model.generation_backend=vllm",
+                 "agent_model.lora.r=16", "agents=[{max_new_tokens: 1024}, {temperature: 0.9}]")
+    planner = plan.Planner(run.config, run, gpu_bytes=80 * GIB, offline=True, first_prompt=100)
+    accounts = plan.plan_accounts(planner, ["cuda:0", "cuda:1"], [["cuda:0"], ["cuda:1"]])
+    for device, agent, budget in (("cuda:0", 0, 1024), ("cuda:1", 1, 256)):
+        forward = plan.largest_forward(dataclasses.replace(run.section, max_new_tokens=budget), 2048, 100)
+        label = f"agent {agent} activations ({forward.tokens} tokens of {forward.sequences} sequences, trie)"
+        assert label in dict(accounts[device].items), (label, accounts[device].items)
+    own, shared = (plan.largest_forward(dataclasses.replace(run.section, max_new_tokens=n), 2048, 100).tokens
+                   for n in (1024, 256))
+    assert own > shared

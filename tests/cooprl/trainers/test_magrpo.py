@@ -254,3 +254,24 @@ def test_resume_matches_uninterrupted_run_with_every_objective_option(tmp_path):
             assert torch.equal(p1, p2), n1
     fresh = load_causal_lm(TINY_RANDOM, device="cpu")   # trained: the equality is not vacuous
     assert not torch.equal(fresh.model.embed_tokens.weight, straight.models[0].model.embed_tokens.weight)
+
+
+def test_each_agent_trains_with_its_own_learning_rate_and_max_new_tokens(tmp_path, monkeypatch):
+    import cooprl.trainers.magrpo as magrpo
+    seen = []   # (agent's model, dr_grpo's constant, the longest completion) of every policy term
+
+    def recorded(model, samples, *args, objective, **kwargs):
+        seen.append((model, objective.max_new_tokens, max(len(s.completion_ids) for s in samples)))
+        return term(model, samples, *args, objective=objective, **kwargs)
+
+    term = magrpo.policy_gradient_term
+    monkeypatch.setattr(magrpo, "policy_gradient_term", recorded)
+    algorithm, _ = run_magrpo(tmp_path, "own", ["magrpo.max_steps=2", "magrpo.loss_type=dr_grpo",
+                                                "agents=[{learning_rate: 0.0, max_new_tokens: 2}, {}]"])
+    first, second = algorithm.models
+    assert {(n, longest <= n) for model, n, longest in seen if model is first} == {(2, True)}
+    assert {n for model, n, _ in seen if model is second} == {6}
+    assert max(longest for model, _, longest in seen if model is second) > 2
+    fresh = load_causal_lm(TINY_RANDOM, device="cpu")   # learning rate 0: untouched; the shared 1e-2: trained
+    assert all(torch.equal(p, q) for p, q in zip(first.parameters(), fresh.parameters(), strict=True))
+    assert not torch.equal(second.model.embed_tokens.weight, fresh.model.embed_tokens.weight)

@@ -12,3 +12,30 @@ def test_heterogeneous_agent_names():
     assert agent_model_names(load_config(None, []), 2) == ["offline:smollm2-135m-instruct"] * 2
     with pytest.raises(ConfigError, match="agents: 2 model names given for 1 agents"):
         agent_model_names(config, 1)
+
+
+@pytest.mark.slow
+def test_each_agent_samples_and_trains_with_its_own_settings():
+    import torch
+
+    from cooprl.config import Run
+    from cooprl.rollout.generation import SamplingParams
+    from cooprl.trainers.team import build_team
+    config = load_config(None, ["agent_model.name=offline:tiny-random", "agent_model.temperature=0.6",
+                                "agent_model.top_p=0.9", "agent_model.max_length=64", "magrpo.learning_rate=2e-5",
+                                "magrpo.max_new_tokens=12",
+                                "agents=[{temperature: 1.5, learning_rate: 1e-3, max_new_tokens: 3}, "
+                                "{top_p: 0.5, top_k: 7}]"])
+    hot, shared = build_team(Run.of(config, "magrpo"), 2, stop_strings=[("\n\n",), ()])
+    assert hot.params == SamplingParams(max_new_tokens=3, temperature=1.5, top_p=0.9, top_k=None,
+                                               stop_strings=("\n\n",))
+    assert shared.params == SamplingParams(max_new_tokens=12, temperature=0.6, top_p=0.5, top_k=7)
+    assert [g["lr"] for g in hot.optimizer.param_groups] == [1e-3]
+    assert [g["lr"] for g in shared.optimizer.param_groups] == [2e-5]
+    # the prompt budget is what max_length leaves after the agent's own completions
+    assert (hot.generator.max_prompt_tokens, shared.generator.max_prompt_tokens) == (61, 52)
+    torch.manual_seed(0)
+    capped, free = (agent.sample(["def add(a, b):"] * 2, 4) for agent in (hot, shared))
+    capped_lengths = [len(c.completion_ids) for group in capped for c in group]
+    free_lengths = [len(c.completion_ids) for group in free for c in group]
+    assert max(capped_lengths) == 3 and max(free_lengths) > 3 and max(free_lengths) <= 12
