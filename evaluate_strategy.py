@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from cooprl.cli import add_override_option, print_interrupted, print_user_error, read_config
-from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, apply_overrides, build_section,
+from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, agent_names, apply_overrides, build_section,
                            check_override_sections)
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.errors import UserError
@@ -118,7 +118,9 @@ def strategy_settings(config: Config, strategy: str, budget: Budget, strategy_co
     dataset, model = config.task.dataset, config.agent_model
     weights = {"checkpoint": str(checkpoint_folder(checkpoint).resolve()) if checkpoint and not endpoint else None,
                "init_from": str(init_source(model.init_from).resolve()) if model.init_from and not endpoint else None}
-    prompting = {"agents": config.agents, "torch_dtype": model.torch_dtype, "chat_template": model.chat_template,
+    # the agents' models (a strategy samples with the budget's settings, not an `agents:` entry's own)
+    agents = agent_names(config) if config.agents is not None else None
+    prompting = {"agents": agents, "torch_dtype": model.torch_dtype, "chat_template": model.chat_template,
                  "special_tokens": model.special_tokens, "max_length": model.max_length,
                  "open_body": config.task.code_prompt.open_body, "main_sees_aux": config.task.aux_main.main_sees_aux}
     settings = {"strategy": strategy, "budget": asdict(budget), strategy: asdict(strategy_config),

@@ -479,3 +479,23 @@ def test_results_of_another_dataset_file_are_not_resumed(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "made with other settings (dataset.sha256:" in err[0], err
     assert evaluate_strategy.file_digest(str(data)) in err[0]
+
+
+def test_an_agents_entry_given_as_a_mapping_names_the_model_a_strategy_loads(monkeypatch):
+    import cooprl.models.loading as loading
+    from strategies.llm import build_llm
+    rest, budget, strategy_config = evaluate_strategy.split_overrides(
+        "codet", CLI[3:] + ["agents=[{name: offline:tiny-random, temperature: 0.2}, other/model]"])
+    config = evaluate_strategy.read_strategy_config(CLI[1], rest)
+    settings = evaluate_strategy.strategy_settings(config, "codet", budget, strategy_config, None, None)
+    assert settings["prompting"]["agents"] == ["offline:tiny-random", "other/model"]   # the models, as JSON
+
+    class Loaded(Exception):
+        pass
+
+    def load(name, **kwargs):
+        raise Loaded(name)
+
+    monkeypatch.setattr(loading, "load_causal_lm", load)
+    with pytest.raises(Loaded, match="^offline:tiny-random$"):   # the first entry's model, untrained
+        build_llm(config)
