@@ -67,6 +67,28 @@ import struct
 import sys
 import time
 
+ADDR_NO_RANDOMIZE = 0x0040000
+
+
+def _same_layout():
+    """Re-execute this worker with address-space randomization off (its `personality`), once: every worker, and
+    so every program (forks of it), then lays out its memory at the same addresses, and an object's address (the
+    text of `repr(f)`, a set's order of functions) is the same on every worker. Returns False when the kernel
+    refuses (a seccomp profile that allows no personality change): addresses then differ between workers."""
+    personality = ctypes.CDLL(None)["personality"]
+    personality.argtypes, personality.restype = (ctypes.c_ulong,), ctypes.c_int
+    current = personality(0xFFFFFFFF)
+    if current < 0 or current & ADDR_NO_RANDOMIZE:
+        return current >= 0
+    if personality(current | ADDR_NO_RANDOMIZE) < 0 or not personality(0xFFFFFFFF) & ADDR_NO_RANDOMIZE:
+        return False
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+if __name__ == "__main__":   # here, before the module's body: a re-execution then costs an interpreter start only
+    SAME_LAYOUT = _same_layout()
+
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
@@ -1624,6 +1646,7 @@ def _ended(pid):
         return True
 
 
+WARM_UP_FORKS = 1
 WARM_MAX_AGE_S = 0.05   # a pre-forked child older than this is replaced at the job (`_Worker.take_warm`)
 
 
@@ -2062,6 +2085,11 @@ def main():
         except OSError:
             pass
     iso = _isolate(cfg)
+    # not counted as missing isolation (Docker's default seccomp profile refuses the personality change): said in
+    # the start-up line; verified cooperation's probes then see addresses that differ between workers
+    iso["have"].append("the same addresses on every worker (no address randomization)" if SAME_LAYOUT else
+                       "address randomization on (the personality change was refused): an object's address "
+                       "differs between workers")
     cfg["tmpdir"] = f"/tmp/sbx-{cfg['slot']}"   # every child's cwd, HOME and TMPDIR (made afresh per child)
     worker = _Worker(cfg)
     # The worker's own memory is bounded too (results it decodes, test code it runs); the zygote lowers its limit
@@ -2104,6 +2132,10 @@ def main():
             return None
         return marshal.loads(reader.read(_LENGTH.unpack(head)[0]))
 
+    for _ in range(WARM_UP_FORKS):
+        worker.tidy()
+        worker.retire(worker.warm)
+        worker.warm = None
     reply({"ready": True, "isolation": iso, "pid": os.getpid()})
     worker.tidy()
     while True:

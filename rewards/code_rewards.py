@@ -45,7 +45,7 @@ from rewards.cleaning import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completi
                               prompt_imports)
 from rewards.cooperation import cooperation
 from rewards.coop_probes import (MODES as COOPERATION_MODES, bypass_main, compile_program, failed_to_completion,
-                                  scored_aux, verify as verify_cooperation)
+                                  moves_only, scored_aux, scored_main, verify as verify_cooperation)
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
 AUX_NAME = "aux"
@@ -103,7 +103,8 @@ class _Prepared:
     aux_src: str = ""                                # what verified cooperation needs to rebuild the program
     imports: tuple[str, ...] = ()                    # the program's import lines (prompt's and completions')
     helper_names: tuple[str, ...] = ()               # the functions the prompt defines
-    assemble: Any = None                             # (aux source[, main source]) -> program source
+    assemble: Any = None                             # (aux source[, main source, bypass]) -> program source
+    rename_items: bool = True                        # the derived probe renames ints in containers (`moves_only`)
 
 
 
@@ -171,15 +172,23 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     head = "\n".join(dict.fromkeys(pieces))
     aux_src = aux_clean.function if aux_clean is not None else ""
 
-    def assemble(aux_function: str, main_function: str | None = None) -> str:
+    # verified mode scores aux behind the probes' wrapper (passing results through): same frames as the probes,
+    # and main followed by the main-bypass probe's entry point (`scored_main`): the same layout in every run
+    verified = cooperation_mode == "verified" and aux_defined
+    wrapped = verified and scored_aux(aux_src, AUX_NAME) != aux_src
+    suite = hidden_tests_suite(test, entry_point, prompt)
+    rename_items = not (verified and moves_only(suite.units, suite.param))
+
+    def assemble(aux_function: str, main_function: str | None = None, bypass: bool = False) -> str:
         # prompt helpers first, so that the completions' own definitions win
         parts = ([head] if head else []) + list(helpers) + ([aux_function] if aux_function else [])
-        return "\n\n".join(parts + [main_clean.function if main_function is None else main_function]) + "\n"
+        if main_function is None:
+            main_function = (scored_main(main_clean.function, entry_point, AUX_NAME, bypass) if wrapped
+                             else main_clean.function)
+        return "\n\n".join(parts + [main_function]) + "\n"
 
     code_parts = ([head] if head else []) + ([aux_src] if aux_src else []) + [main_clean.function]
-    # verified mode scores aux behind the probes' wrapper (passing results through): same frames as the probes
-    verified = cooperation_mode == "verified" and aux_defined
-    source = assemble(scored_aux(aux_src, AUX_NAME) if verified else aux_src)
+    source = assemble(scored_aux(aux_src, AUX_NAME, rename_items) if verified else aux_src)
     # Level 2 is judged on `code` (the completions' parts), but compiling the whole program is the same check
     # when it succeeds (the helpers are whole statements of a prompt that parses), and the sandbox then runs
     # this code object as is: one compile instead of a parse here and a compile in the worker.
@@ -196,17 +205,16 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
             return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
         # the completions parse and the prompt's part does not: the run reports the load error
     parts["syntax_ok"] = True
-    suite = hidden_tests_suite(test, entry_point, prompt)
     return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
                      entry_point=entry_point, single_agent=single_agent, aux_src=aux_src,
                      imports=tuple(dict.fromkeys(pieces)),
-                     helper_names=_helper_names(prompt, entry_point) if verified else (),
+                     helper_names=_helper_names(prompt, entry_point) if verified else (), rename_items=rename_items,
                      assemble=assemble)
 
 
 def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "", cooperation_mode: str = "seed",
             probe: Any = None) -> RewardBreakdown:
-    """The breakdown of a pair after its test run. In verified mode `probe(aux_source[, main_source])` runs the
+    """The breakdown of a pair after its test run. In verified mode `probe(aux_source[, main_source, bypass])` runs the
     program with aux's (and main's) source replaced and returns its verdicts (`_probe_runner`)."""
     parts = dict(prep.parts)
     total = (W_AUX_DEF if parts["aux_defined"] else 0.0) + W_MAIN_DEF + W_SYNTAX
@@ -260,14 +268,15 @@ def verified_bonus(prep: _Prepared, coop, passed: list[bool], probe: Any) -> Bon
     if bonus <= 0:
         return Bonus(coop_check="nothing to pay: main's code is a thin wrapper that ignores aux's return, or its "
                                 "data-flow analysis gave up")
-    why = verify_cooperation(prep.aux_src, prep.main_src, prep.imports, passed, probe, AUX_NAME, prep.helper_names)
+    why = verify_cooperation(prep.aux_src, prep.main_src, prep.imports, passed, probe, AUX_NAME, prep.helper_names,
+                             prep.rename_items)
     if why:
         return Bonus(coop_check=why)
     not_wrapper, check = not coop.thin_wrapper, None
     if not_wrapper:
         # main's own work: aux alone on main's arguments must fail (to completion) a test main passed
-        bypass = bypass_main(prep.main_src, prep.entry_point, AUX_NAME)
-        verdicts = probe(scored_aux(prep.aux_src, AUX_NAME), bypass) if bypass is not None else []
+        has_def = bypass_main(prep.main_src, prep.entry_point, AUX_NAME) is not None
+        verdicts = probe(scored_aux(prep.aux_src, AUX_NAME, prep.rename_items), bypass=True) if has_def else []
         if len(verdicts) != len(passed) or not failed_to_completion(passed, verdicts):
             not_wrapper, bonus = False, bonus - W_NOT_WRAPPER
             check = "main adds nothing aux does not do: aux alone on main's arguments passes the tests main passes"
@@ -324,8 +333,8 @@ def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: 
     """run(aux source[, main source]) -> the verdicts (passed, ran to completion) of the pair's program with aux's
     (and main's) source replaced (verified mode), each run within `budget_s` seconds in all (tests past it count
     as timed out, and did not run to completion)."""
-    def run(aux_function: str, main_function: str | None = None) -> list[tuple[bool, bool]]:
-        source = prep.assemble(aux_function, main_function)
+    def run(aux_function: str, main_function: str | None = None, bypass: bool = False) -> list[tuple[bool, bool]]:
+        source = prep.assemble(aux_function, main_function, bypass)
         try:
             program: str | CodeType = compile_program(source)
         except PARSE_ERRORS:   # the sandbox reports why it does not load
