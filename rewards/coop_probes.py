@@ -80,7 +80,10 @@ def _stub(aux_src: str, aux: str, body: str) -> str | None:
     # (above `def`) are left out
     lines = _LINE_END.split(aux_src)
     first = node.body[0]
-    header = _text_between(lines, (node.lineno, node.col_offset), (first.lineno, first.col_offset))
+    # a decorated first statement (a nested `@singledispatch def f`) starts at its first decorator's line
+    end = (first.decorator_list[0].lineno, 0) if getattr(first, "decorator_list", None) else (first.lineno,
+                                                                                           first.col_offset)
+    header = _text_between(lines, (node.lineno, node.col_offset), end)
     return header.rstrip() + "\n    " + body + "\n"
 
 
@@ -308,6 +311,10 @@ def scored_main(main_src: str, entry_point: str, aux: str = "aux", bypass: bool 
     if stub is None or not stub.startswith(f"def {entry_point}"):
         return stub if bypass and stub is not None else main_src
     bypass_def = "def _coop_bypass" + stub[len(f"def {entry_point}"):]
+    try:   # (a header the splice cannot take: the bypass alone, as before, and no tail)
+        parse_python(bypass_def)
+    except PARSE_ERRORS:
+        return stub if bypass else main_src
     return (main_src.rstrip("\n") + "\n\n\n" + bypass_def +
             f"\n\n{entry_point} = _coop_probe_main({entry_point}, _coop_bypass, {int(bypass)})\n")
 

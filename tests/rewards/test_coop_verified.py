@@ -361,3 +361,13 @@ def test_an_identity_aux_behind_an_address_bit_earns_no_bonus(sb, reading):
         assert verified.total == pytest.approx(1.5 + verified.tests_passed / 8), verified   # no bonus
         totals.append(verified.total)
     assert 2.5 in totals, totals   # one of the two bits lets the scored run pass: the probes refuse it
+
+
+def test_a_main_that_opens_with_a_decorated_function_keeps_its_score(sb):
+    # every verified run holds the main-bypass probe's entry point beside main, spliced from main's own header: a
+    # first statement with a decorator starts at the decorator (the splice broke the whole program before)
+    main = ("def shout_words(text):\n    @lru_cache(None)\n    def words(t):\n        return tuple(aux(t))\n"
+            "    return ' '.join(w.upper() for w in words(text)) + '!'\n")
+    problem = {**PROBLEM, "prompt": "from functools import lru_cache\n\n\n" + PROMPT}
+    seed, verified = both(sb, SPLIT_AUX, main, problem)
+    assert (seed.total, verified.total) == (4.0, 4.0), verified
