@@ -1036,6 +1036,20 @@ class _Gone(BaseException):
     """The program's process ended or broke the protocol."""
 
 
+CPU_POLL_S = 0.02   # how often a job with a CPU budget looks at its program's CPU time while it waits for it
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid):
+    """The CPU seconds (user and system, every thread) process `pid` has used; 0.0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class _Child:
     """A child as the worker sees it: its pid, the worker's ends of its pipes, a pidfd (None where the kernel
     has none) to wait for its end, and what was read past its last message."""
@@ -1063,6 +1077,10 @@ class _Job:
         self.timeouts = 0
         self.code = None             # the program, compiled and marshalled
         self.judge = None            # the worker's _Judge once told this job (at the job's first judged test)
+        budget = job.get("cpu_budget_s")
+        self.cpu_budget = None if budget is None else float(budget)   # CPU seconds of the job's programs in all
+        self.cpu_spent = 0.0         # CPU seconds of this job's programs that ended (`kill`)
+        self.cut = False             # the current unit was cut by the CPU budget
 
     # -- child management
     def spawn(self, calls=()):
@@ -1106,6 +1124,7 @@ class _Job:
         self.calls.sent.clear()
         if child is None:
             return
+        self.cpu_spent += _cpu_seconds(child.pid)
         try:
             os.killpg(child.pid, signal.SIGKILL)   # the child leads its own group (setsid) ...
         except OSError:
@@ -1146,9 +1165,11 @@ class _Job:
             if data is not None:
                 break
             left = self.deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or self.cpu_over():
                 self.flag = "timeout"
                 raise _Timeout()
+            if self.cpu_budget is not None:   # look at the program's CPU time every CPU_POLL_S
+                left = min(left, CPU_POLL_S)
             ready = select.select([child.res_r, child.out_r], [], [], left)[0]
             if child.out_r in ready:
                 self.drain(child.out_r)
@@ -1169,6 +1190,15 @@ class _Job:
         except (ValueError, RecursionError, MemoryError):
             self.flag = "gone"
             raise _Gone("malformed message from the program") from None
+
+    def cpu_over(self):
+        """Whether the job's programs spent its CPU budget (`cpu_budget_s`; never without one): the unit running is
+        cut then, and the tests after it skipped, as past the run's wall-clock budget."""
+        if self.cpu_budget is None:
+            return False
+        spent = self.cpu_spent + (0.0 if self.child is None else _cpu_seconds(self.child.pid))
+        self.cut = self.cut or spent >= self.cpu_budget
+        return self.cut
 
     def request(self, kind, payload, value=None):
         """Return the child's answer to one message (`kind`: Msg.CALL or Msg.EXEC) of the current unit."""
@@ -1295,6 +1325,10 @@ class _Job:
             if kind == "test" and time.monotonic() >= run_deadline:
                 outcomes.append([text, False, f"skipped: the run's {total_s:g} s were spent", True, False])
                 continue
+            if kind == "test" and self.cpu_over():
+                outcomes.append([text, False, f"skipped: the run's {self.cpu_budget:g} CPU s were spent", True,
+                                 False])
+                continue
             self.unit = index
             self.flag = None
             self.deadline = min(time.monotonic() + timeout_s, run_deadline)
@@ -1323,7 +1357,8 @@ class _Job:
                 self.timeouts += 1
                 self.kill()
                 if kind == "test":
-                    outcomes.append([text, False, f"timed out after {timeout_s:g} s", True, False])
+                    outcomes.append([text, False, f"cut: the run's {self.cpu_budget:g} CPU s were spent" if self.cut
+                                     else f"timed out after {timeout_s:g} s", True, False])
                 continue
             if self.flag == "gone":
                 self.kill()
@@ -2145,7 +2180,7 @@ def main():
         run = _Job(worker, job)
         try:
             outcomes = run.run()
-            reply({"outcomes": outcomes, "output": run.output.decode("utf-8", "replace"),
+            reply({"outcomes": outcomes, "output": run.output.decode("utf-8", "replace"), "cpu_s": run.cpu_spent,
                    "load_error": run.load_error})
         except BaseException as e:  # a bug here must not hang the trainer: report it
             reply({"error": f"{type(e).__name__}: {e}"[:400]})

@@ -35,6 +35,7 @@ Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from types import CodeType
@@ -54,13 +55,13 @@ W_USES_AUX, W_NOT_WRAPPER, W_IGNORED = 0.5, 1.0, -0.5
 # The scored run's total budget: as long as its timeouts may take (max_timeouts x timeout_s, at least one
 # timeout); the tests it cuts count as timed out.
 # Verified cooperation: a probe run's tests get the scored run's timeout, and the whole probe run at most
-# PROBE_TIME_FACTOR x the scored run's time (at least PROBE_TIME_FLOOR_S), and never more than its share of
-# PROBES_TOTAL_FACTOR x timeout_s for all the pair's probe runs together (an absolute bound); what is cut
-# counts as timed out, and a probe counts only tests that ran to completion.
+# PROBE_TIME_FACTOR x the scored run's CPU time (at least PROBE_CPU_FLOOR_S): CPU time, which the machine's load
+# does not change, where wall time made honest pairs lose their probes on a busy machine. All the pair's probe runs
+# together take at most PROBES_TOTAL_FACTOR x timeout_s of wall time (an absolute bound, each run what the runs
+# before it left); what is cut counts as timed out, and a probe counts only tests that ran to completion.
 PROBE_TIME_FACTOR = 3.0
-PROBE_TIME_FLOOR_S = 0.5
+PROBE_CPU_FLOOR_S = 0.25
 PROBES_TOTAL_FACTOR = 2.0
-PROBE_RUNS = 8   # raise, derived and constant (each with a second try), other values, control, main bypass
 
 
 @dataclass(frozen=True)
@@ -320,26 +321,30 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
         if cooperation == "verified":
             # a probe that changes aux may send main into a loop, or main may be slow only on a probe's values:
             # each probe run is bounded like the scored run (same timeout per test, same number of timeouts),
-            # as a whole by a few times the scored run's own time, and by its share of an absolute budget
-            budget = max(PROBE_TIME_FLOOR_S, min(PROBE_TIME_FACTOR * report.elapsed_s,
-                                                 PROBES_TOTAL_FACTOR * timeout_s / PROBE_RUNS))
-            probe = _probe_runner(sb, prep, timeout_s, max_timeouts, budget)
+            # as a whole by a few times the scored run's own CPU time, and all of them by an absolute wall budget
+            cpu_budget = max(PROBE_CPU_FLOOR_S, PROBE_TIME_FACTOR * report.cpu_s)
+            probe = _probe_runner(sb, prep, timeout_s, max_timeouts, cpu_budget, PROBES_TOTAL_FACTOR * timeout_s)
         return _finish(prep, report.outcomes, report.error or "", cooperation, probe)
 
     return sb.map_detailed(one, list(zip(problems, aux_list, main_list)))
 
 
-def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: int, budget_s: float):
-    """run(aux source[, main source]) -> the verdicts (passed, ran to completion) of the pair's program with aux's
-    (and main's) source replaced (verified mode), each run within `budget_s` seconds in all (tests past it count
-    as timed out, and did not run to completion)."""
+def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: int, cpu_budget_s: float,
+                  wall_total_s: float):
+    """run(aux source[, main source, bypass]) -> the verdicts (passed, ran to completion) of the pair's program
+    with aux's (and main's) source replaced (verified mode), each run within `cpu_budget_s` CPU seconds, and all
+    the runs within `wall_total_s` seconds of wall time together (tests past either count as timed out, and did
+    not run to completion)."""
+    deadline = time.monotonic() + wall_total_s
+
     def run(aux_function: str, main_function: str | None = None, bypass: bool = False) -> list[tuple[bool, bool]]:
         source = prep.assemble(aux_function, main_function, bypass)
         try:
             program: str | CodeType = compile_program(source)
         except PARSE_ERRORS:   # the sandbox reports why it does not load
             program = source
-        report = sb.run_detailed(program, prep.suite, timeout_s, max_timeouts, total_s=budget_s)
+        report = sb.run_detailed(program, prep.suite, timeout_s, max_timeouts,
+                                 total_s=max(0.0, deadline - time.monotonic()), cpu_budget_s=cpu_budget_s)
         return [] if report.error else [(o.passed, ran_to_completion(o)) for o in report.outcomes]
     return run
 
