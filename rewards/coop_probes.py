@@ -7,11 +7,13 @@ that never runs, an aux whose result main just inverts). Here the pair is run ag
 verdict is a test verdict, decided in the sandbox's worker from plain data (`rewards.sandbox`), never a record
 the program could write:
 
-1. raise: aux replaced by a stub that raises. Some test that passed must now fail: aux is called while a
-   passing test runs, and main cannot do without it (a `try` that falls back to main's own answer pays nothing).
+1. raise: aux raises at every call of main's (the wrapper in its raise mode). Some test that passed must now
+   fail: aux is called while a passing test runs, and main cannot do without it (a `try` that falls back to
+   main's own answer pays nothing).
 2. derived: aux runs; each call's result is judged by a rule (`moves_content` in `rewards.coop_wrapper`): aux is
-   called once more with the characters of its arguments' strings renamed (and once more with their ints
-   changed too); a result that comes back renamed the same way only moves, wraps, re-encodes or re-joins what aux
+   called once more with the characters of its arguments' strings and the ints inside its containers renamed
+   (`moves_only`: not where the problem's answers only move ints), and once more with its int arguments
+   changed too; a result that comes back renamed the same way only moves, wraps, re-encodes or re-joins what aux
    was given, whatever the shape. Numbers are read back (`readings`, `recipes`: digit forms, ratios, quotients, divmod,
    small affine maps, with constants the same on every call), and the transforms of the earlier list still
    count. On such a call main gets aux's own result; on any other, the parts that are arguments kept and the
@@ -29,7 +31,9 @@ the program could write:
 A probe counts only tests that ran to completion (`failed_to_completion`): a timed-out or cut test never earns the
 bonus. Where the constant or derived probe failed only by timing out, it is tried once more with another stand-in
 of its kind (`SECOND_TRIES`). Main's "not a thin wrapper" credit needs one more run, the main bypass
-(`bypass_main`: aux alone on main's arguments), to fail a test main passed.
+(`bypass_main`: aux alone on main's arguments, held beside main in every run and picked by `scored_main`'s
+line), to fail a test main passed. Every run is the scored program with small ints changed, so its objects sit
+at the same addresses in all of them (docs/sandbox.md, "Object addresses").
 
 Probes 2 and 3 behave exactly like the degenerate auxes they stand for (with an identity aux, the derived probe
 returns the very object aux would), so no program can tell them apart by the values. Probes 2-4 wrap the real

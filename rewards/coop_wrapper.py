@@ -377,8 +377,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, rename_items, type=ty
 
     def renamed(v, names, change_numbers, depth=0):
         # v with the characters of its strings renamed (`names` gives each string, in `texts` order, its new
-        # characters) and its ints changed when `change_numbers` (floats stay: a ratio past 1 may never end a
-        # loop); the structure (containers, dict keys) kept
+        # characters, and each int inside a container its new int) and the ints that are arguments changed when
+        # `change_numbers` (floats stay: a ratio past 1 may never end a loop); the structure (containers, dict
+        # keys) kept
         t = type(v)
         if depth > 50:
             raise ValueError
@@ -430,7 +431,8 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, rename_items, type=ty
     def moves_content(value, args, kwargs):
         # The rule of the derived probe: True when aux, called again with the characters of its strings renamed
         # (every character, separators too, each occurrence to its own letter while they last, else each
-        # distinct character), returns its result renamed the same way, and the renaming reaches the result:
+        # distinct character) and the ints inside its containers too (`fresh_ints`, unless `rename_items` is
+        # off), returns its result renamed the same way, and the renaming reaches the result:
         # aux only moves, wraps, re-encodes or re-joins what it was given, whatever the shape. Work commutes
         # with no such renaming (a split on a separator, a case change, a comparison, a count). False when the
         # second call raises, or the strings are too many to rename
