@@ -423,10 +423,10 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, rename_items, type=ty
 
     def fresh_ints(n):
         # n distinct ints for the n ints inside containers, in `texts` order: above every length and index of
-        # them (n + 16 and up), and in an order that is not their places' (a sort, a max, a filter by size
+        # them (n + 2 to 2n + 1), and in an order that is not their places' (a sort, a max, a filter by size
         # does not commute with it), small enough that a loop they bound stays short
         step = next(q for q in (7, 11, 13, 17) if n % q)
-        return [n + 16 + (i * step + 1) % n for i in range(n)]
+        return [n + 2 + (i * step + 1) % n for i in range(n)]
 
     def moves_content(value, args, kwargs):
         # The rule of the derived probe: True when aux, called again with the characters of its strings renamed
