@@ -57,11 +57,14 @@ W_USES_AUX, W_NOT_WRAPPER, W_IGNORED = 0.5, 1.0, -0.5
 # Verified cooperation: a probe run's tests get the scored run's timeout, and the whole probe run at most
 # PROBE_TIME_FACTOR x the scored run's CPU time (at least PROBE_CPU_FLOOR_S): CPU time, which the machine's load
 # does not change, where wall time made honest pairs lose their probes on a busy machine. All the pair's probe runs
-# together take at most PROBES_TOTAL_FACTOR x timeout_s of wall time (an absolute bound, each run what the runs
-# before it left); what is cut counts as timed out, and a probe counts only tests that ran to completion.
+# together take at most PROBES_TOTAL_FACTOR x timeout_s of wall time, and never less than PROBES_WALL_FLOOR_S (an
+# absolute bound, each run what the runs before it left: wide enough that on a loaded machine the CPU budgets,
+# not the wall clock, decide); what is cut counts as timed out, and a probe counts only tests that ran to
+# completion.
 PROBE_TIME_FACTOR = 3.0
 PROBE_CPU_FLOOR_S = 0.25
 PROBES_TOTAL_FACTOR = 2.0
+PROBES_WALL_FLOOR_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -323,7 +326,8 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
             # each probe run is bounded like the scored run (same timeout per test, same number of timeouts),
             # as a whole by a few times the scored run's own CPU time, and all of them by an absolute wall budget
             cpu_budget = max(PROBE_CPU_FLOOR_S, PROBE_TIME_FACTOR * report.cpu_s)
-            probe = _probe_runner(sb, prep, timeout_s, max_timeouts, cpu_budget, PROBES_TOTAL_FACTOR * timeout_s)
+            wall = max(PROBES_WALL_FLOOR_S, PROBES_TOTAL_FACTOR * timeout_s)
+            probe = _probe_runner(sb, prep, timeout_s, max_timeouts, cpu_budget, wall)
         return _finish(prep, report.outcomes, report.error or "", cooperation, probe)
 
     return sb.map_detailed(one, list(zip(problems, aux_list, main_list)))
