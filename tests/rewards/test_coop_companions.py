@@ -402,3 +402,20 @@ def test_the_cheapest_int_shapes_still_paid(sb, name, aux, head, chars):
     aux, main = int_pair(aux, head)
     verified = code_reward(INT_PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
     assert (verified.total, len(aux) + len(main) - len(INT_ALONE)) == (4.0, chars), verified
+
+
+def test_a_sort_is_work_unless_the_tests_inputs_are_sorted_already(sb):
+    # sorting moves the items by what they are: the renamed items come back in another order, so an aux that sorts
+    # keeps the bonus; on inputs the tests give sorted already, the same aux hands main its argument: 2.5
+    def problem(cases):
+        return {"prompt": "def top_two(xs: list) -> int:\n    '''The sum of the two largest items.'''\n",
+                "test": "def check(candidate):\n" + "".join(f"    assert candidate({a!r}) == {b!r}\n"
+                                                         for a, b in cases),
+                "entry_point": "top_two"}
+    aux = "def aux(xs):\n    return sorted(xs, reverse=True)\n"
+    main = "def top_two(xs):\n    t = aux(xs)\n    return t[0] + t[1]\n"
+    unsorted = problem([([1, 5, 3], 8), ([2, 2], 4), ([10, -1, 7, 3], 17), ([4, 9, 8, 1, 0], 17)])
+    presorted = problem([([5, 3, 1], 8), ([2, 2], 4), ([10, 7, 3, -1], 17), ([9, 8, 4, 1, 0], 17)])
+    for case, expected in ((unsorted, 4.0), (presorted, 2.5)):
+        verified = code_reward(case, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+        assert (verified.tests_passed, verified.total) == (4, expected), verified
