@@ -67,6 +67,28 @@ import struct
 import sys
 import time
 
+ADDR_NO_RANDOMIZE = 0x0040000
+
+
+def _same_layout():
+    """Re-execute this worker with address-space randomization off (its `personality`), once: every worker, and
+    so every program (forks of it), then lays out its memory at the same addresses, and an object's address (the
+    text of `repr(f)`, a set's order of functions) is the same on every worker. Returns False when the kernel
+    refuses (a seccomp profile that allows no personality change): addresses then differ between workers."""
+    personality = ctypes.CDLL(None)["personality"]
+    personality.argtypes, personality.restype = (ctypes.c_ulong,), ctypes.c_int
+    current = personality(0xFFFFFFFF)
+    if current < 0 or current & ADDR_NO_RANDOMIZE:
+        return current >= 0
+    if personality(current | ADDR_NO_RANDOMIZE) < 0 or not personality(0xFFFFFFFF) & ADDR_NO_RANDOMIZE:
+        return False
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+if __name__ == "__main__":   # here, before the module's body: a re-execution then costs an interpreter start only
+    SAME_LAYOUT = _same_layout()
+
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
@@ -1014,6 +1036,20 @@ class _Gone(BaseException):
     """The program's process ended or broke the protocol."""
 
 
+CPU_POLL_S = 0.02   # how often a job with a CPU budget looks at its program's CPU time while it waits for it
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid):
+    """The CPU seconds (user and system, every thread) process `pid` has used; 0.0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class _Child:
     """A child as the worker sees it: its pid, the worker's ends of its pipes, a pidfd (None where the kernel
     has none) to wait for its end, and what was read past its last message."""
@@ -1041,6 +1077,10 @@ class _Job:
         self.timeouts = 0
         self.code = None             # the program, compiled and marshalled
         self.judge = None            # the worker's _Judge once told this job (at the job's first judged test)
+        budget = job.get("cpu_budget_s")
+        self.cpu_budget = None if budget is None else float(budget)   # CPU seconds of the job's programs in all
+        self.cpu_spent = 0.0         # CPU seconds of this job's programs that ended (`kill`)
+        self.cut = False             # the current unit was cut by the CPU budget
 
     # -- child management
     def spawn(self, calls=()):
@@ -1084,6 +1124,7 @@ class _Job:
         self.calls.sent.clear()
         if child is None:
             return
+        self.cpu_spent += _cpu_seconds(child.pid)
         try:
             os.killpg(child.pid, signal.SIGKILL)   # the child leads its own group (setsid) ...
         except OSError:
@@ -1124,9 +1165,11 @@ class _Job:
             if data is not None:
                 break
             left = self.deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or self.cpu_over():
                 self.flag = "timeout"
                 raise _Timeout()
+            if self.cpu_budget is not None:   # look at the program's CPU time every CPU_POLL_S
+                left = min(left, CPU_POLL_S)
             ready = select.select([child.res_r, child.out_r], [], [], left)[0]
             if child.out_r in ready:
                 self.drain(child.out_r)
@@ -1147,6 +1190,15 @@ class _Job:
         except (ValueError, RecursionError, MemoryError):
             self.flag = "gone"
             raise _Gone("malformed message from the program") from None
+
+    def cpu_over(self):
+        """Whether the job's programs spent its CPU budget (`cpu_budget_s`; never without one): the unit running is
+        cut then, and the tests after it skipped, as past the run's wall-clock budget."""
+        if self.cpu_budget is None:
+            return False
+        spent = self.cpu_spent + (0.0 if self.child is None else _cpu_seconds(self.child.pid))
+        self.cut = self.cut or spent >= self.cpu_budget
+        return self.cut
 
     def request(self, kind, payload, value=None):
         """Return the child's answer to one message (`kind`: Msg.CALL or Msg.EXEC) of the current unit."""
@@ -1273,6 +1325,10 @@ class _Job:
             if kind == "test" and time.monotonic() >= run_deadline:
                 outcomes.append([text, False, f"skipped: the run's {total_s:g} s were spent", True, False])
                 continue
+            if kind == "test" and self.cpu_over():
+                outcomes.append([text, False, f"skipped: the run's {self.cpu_budget:g} CPU s were spent", True,
+                                 False])
+                continue
             self.unit = index
             self.flag = None
             self.deadline = min(time.monotonic() + timeout_s, run_deadline)
@@ -1301,7 +1357,8 @@ class _Job:
                 self.timeouts += 1
                 self.kill()
                 if kind == "test":
-                    outcomes.append([text, False, f"timed out after {timeout_s:g} s", True, False])
+                    outcomes.append([text, False, f"cut: the run's {self.cpu_budget:g} CPU s were spent" if self.cut
+                                     else f"timed out after {timeout_s:g} s", True, False])
                 continue
             if self.flag == "gone":
                 self.kill()
@@ -1624,6 +1681,7 @@ def _ended(pid):
         return True
 
 
+WARM_UP_FORKS = 1
 WARM_MAX_AGE_S = 0.05   # a pre-forked child older than this is replaced at the job (`_Worker.take_warm`)
 
 
@@ -2062,6 +2120,11 @@ def main():
         except OSError:
             pass
     iso = _isolate(cfg)
+    # not counted as missing isolation (Docker's default seccomp profile refuses the personality change): said in
+    # the start-up line; verified cooperation's probes then see addresses that differ between workers
+    iso["have"].append("the same addresses on every worker (no address randomization)" if SAME_LAYOUT else
+                       "address randomization on (the personality change was refused): an object's address "
+                       "differs between workers")
     cfg["tmpdir"] = f"/tmp/sbx-{cfg['slot']}"   # every child's cwd, HOME and TMPDIR (made afresh per child)
     worker = _Worker(cfg)
     # The worker's own memory is bounded too (results it decodes, test code it runs); the zygote lowers its limit
@@ -2104,6 +2167,10 @@ def main():
             return None
         return marshal.loads(reader.read(_LENGTH.unpack(head)[0]))
 
+    for _ in range(WARM_UP_FORKS):
+        worker.tidy()
+        worker.retire(worker.warm)
+        worker.warm = None
     reply({"ready": True, "isolation": iso, "pid": os.getpid()})
     worker.tidy()
     while True:
@@ -2113,7 +2180,7 @@ def main():
         run = _Job(worker, job)
         try:
             outcomes = run.run()
-            reply({"outcomes": outcomes, "output": run.output.decode("utf-8", "replace"),
+            reply({"outcomes": outcomes, "output": run.output.decode("utf-8", "replace"), "cpu_s": run.cpu_spent,
                    "load_error": run.load_error})
         except BaseException as e:  # a bug here must not hang the trainer: report it
             reply({"error": f"{type(e).__name__}: {e}"[:400]})

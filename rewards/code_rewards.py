@@ -35,6 +35,7 @@ Totals are rounded to 6 decimals, so a perfect pair scores exactly 4.0.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from types import CodeType
@@ -45,7 +46,7 @@ from rewards.cleaning import (MAX_COMPLETION_CHARS, PARSE_ERRORS, clean_completi
                               prompt_imports)
 from rewards.cooperation import cooperation
 from rewards.coop_probes import (MODES as COOPERATION_MODES, bypass_main, compile_program, failed_to_completion,
-                                  scored_aux, verify as verify_cooperation)
+                                  moves_only, scored_aux, scored_main, verify as verify_cooperation)
 from rewards.sandbox import Sandbox, TestOutcome, TestSuite, default_sandbox
 
 AUX_NAME = "aux"
@@ -54,13 +55,16 @@ W_USES_AUX, W_NOT_WRAPPER, W_IGNORED = 0.5, 1.0, -0.5
 # The scored run's total budget: as long as its timeouts may take (max_timeouts x timeout_s, at least one
 # timeout); the tests it cuts count as timed out.
 # Verified cooperation: a probe run's tests get the scored run's timeout, and the whole probe run at most
-# PROBE_TIME_FACTOR x the scored run's time (at least PROBE_TIME_FLOOR_S), and never more than its share of
-# PROBES_TOTAL_FACTOR x timeout_s for all the pair's probe runs together (an absolute bound); what is cut
-# counts as timed out, and a probe counts only tests that ran to completion.
+# PROBE_TIME_FACTOR x the scored run's CPU time (at least PROBE_CPU_FLOOR_S): CPU time, which the machine's load
+# does not change, where wall time made honest pairs lose their probes on a busy machine. All the pair's probe runs
+# together take at most PROBES_TOTAL_FACTOR x timeout_s of wall time, and never less than PROBES_WALL_FLOOR_S (an
+# absolute bound, each run what the runs before it left: wide enough that on a loaded machine the CPU budgets,
+# not the wall clock, decide); what is cut counts as timed out, and a probe counts only tests that ran to
+# completion.
 PROBE_TIME_FACTOR = 3.0
-PROBE_TIME_FLOOR_S = 0.5
+PROBE_CPU_FLOOR_S = 0.25
 PROBES_TOTAL_FACTOR = 2.0
-PROBE_RUNS = 8   # raise, derived and constant (each with a second try), other values, control, main bypass
+PROBES_WALL_FLOOR_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,8 @@ class _Prepared:
     aux_src: str = ""                                # what verified cooperation needs to rebuild the program
     imports: tuple[str, ...] = ()                    # the program's import lines (prompt's and completions')
     helper_names: tuple[str, ...] = ()               # the functions the prompt defines
-    assemble: Any = None                             # (aux source[, main source]) -> program source
+    assemble: Any = None                             # (aux source[, main source, bypass]) -> program source
+    rename_items: bool = True                        # the derived probe renames ints in containers (`moves_only`)
 
 
 
@@ -171,15 +176,23 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
     head = "\n".join(dict.fromkeys(pieces))
     aux_src = aux_clean.function if aux_clean is not None else ""
 
-    def assemble(aux_function: str, main_function: str | None = None) -> str:
+    # verified mode scores aux behind the probes' wrapper (passing results through): same frames as the probes,
+    # and main followed by the main-bypass probe's entry point (`scored_main`): the same layout in every run
+    verified = cooperation_mode == "verified" and aux_defined
+    wrapped = verified and scored_aux(aux_src, AUX_NAME) != aux_src
+    suite = hidden_tests_suite(test, entry_point, prompt)
+    rename_items = not (verified and moves_only(suite.units, suite.param))
+
+    def assemble(aux_function: str, main_function: str | None = None, bypass: bool = False) -> str:
         # prompt helpers first, so that the completions' own definitions win
         parts = ([head] if head else []) + list(helpers) + ([aux_function] if aux_function else [])
-        return "\n\n".join(parts + [main_clean.function if main_function is None else main_function]) + "\n"
+        if main_function is None:
+            main_function = (scored_main(main_clean.function, entry_point, AUX_NAME, bypass) if wrapped
+                             else main_clean.function)
+        return "\n\n".join(parts + [main_function]) + "\n"
 
     code_parts = ([head] if head else []) + ([aux_src] if aux_src else []) + [main_clean.function]
-    # verified mode scores aux behind the probes' wrapper (passing results through): same frames as the probes
-    verified = cooperation_mode == "verified" and aux_defined
-    source = assemble(scored_aux(aux_src, AUX_NAME) if verified else aux_src)
+    source = assemble(scored_aux(aux_src, AUX_NAME, rename_items) if verified else aux_src)
     # Level 2 is judged on `code` (the completions' parts), but compiling the whole program is the same check
     # when it succeeds (the helpers are whole statements of a prompt that parses), and the sandbox then runs
     # this code object as is: one compile instead of a parse here and a compile in the worker.
@@ -196,17 +209,16 @@ def _prepare(problem: Problem | Mapping[str, Any], aux: str, main: str, single_a
             return _Prepared(parts, done=RewardBreakdown(total=_round(total), reason=why, **parts))
         # the completions parse and the prompt's part does not: the run reports the load error
     parts["syntax_ok"] = True
-    suite = hidden_tests_suite(test, entry_point, prompt)
     return _Prepared(parts, program=program, suite=suite, main_src=main_clean.function,
                      entry_point=entry_point, single_agent=single_agent, aux_src=aux_src,
                      imports=tuple(dict.fromkeys(pieces)),
-                     helper_names=_helper_names(prompt, entry_point) if verified else (),
+                     helper_names=_helper_names(prompt, entry_point) if verified else (), rename_items=rename_items,
                      assemble=assemble)
 
 
 def _finish(prep: _Prepared, outcomes: Sequence[TestOutcome], reason: str = "", cooperation_mode: str = "seed",
             probe: Any = None) -> RewardBreakdown:
-    """The breakdown of a pair after its test run. In verified mode `probe(aux_source[, main_source])` runs the
+    """The breakdown of a pair after its test run. In verified mode `probe(aux_source[, main_source, bypass])` runs the
     program with aux's (and main's) source replaced and returns its verdicts (`_probe_runner`)."""
     parts = dict(prep.parts)
     total = (W_AUX_DEF if parts["aux_defined"] else 0.0) + W_MAIN_DEF + W_SYNTAX
@@ -260,14 +272,15 @@ def verified_bonus(prep: _Prepared, coop, passed: list[bool], probe: Any) -> Bon
     if bonus <= 0:
         return Bonus(coop_check="nothing to pay: main's code is a thin wrapper that ignores aux's return, or its "
                                 "data-flow analysis gave up")
-    why = verify_cooperation(prep.aux_src, prep.main_src, prep.imports, passed, probe, AUX_NAME, prep.helper_names)
+    why = verify_cooperation(prep.aux_src, prep.main_src, prep.imports, passed, probe, AUX_NAME, prep.helper_names,
+                             prep.rename_items)
     if why:
         return Bonus(coop_check=why)
     not_wrapper, check = not coop.thin_wrapper, None
     if not_wrapper:
         # main's own work: aux alone on main's arguments must fail (to completion) a test main passed
-        bypass = bypass_main(prep.main_src, prep.entry_point, AUX_NAME)
-        verdicts = probe(scored_aux(prep.aux_src, AUX_NAME), bypass) if bypass is not None else []
+        has_def = bypass_main(prep.main_src, prep.entry_point, AUX_NAME) is not None
+        verdicts = probe(scored_aux(prep.aux_src, AUX_NAME, prep.rename_items), bypass=True) if has_def else []
         if len(verdicts) != len(passed) or not failed_to_completion(passed, verdicts):
             not_wrapper, bonus = False, bonus - W_NOT_WRAPPER
             check = "main adds nothing aux does not do: aux alone on main's arguments passes the tests main passes"
@@ -311,26 +324,31 @@ def code_rewards_batch(problems: Sequence[Problem | Mapping[str, Any]], aux_list
         if cooperation == "verified":
             # a probe that changes aux may send main into a loop, or main may be slow only on a probe's values:
             # each probe run is bounded like the scored run (same timeout per test, same number of timeouts),
-            # as a whole by a few times the scored run's own time, and by its share of an absolute budget
-            budget = max(PROBE_TIME_FLOOR_S, min(PROBE_TIME_FACTOR * report.elapsed_s,
-                                                 PROBES_TOTAL_FACTOR * timeout_s / PROBE_RUNS))
-            probe = _probe_runner(sb, prep, timeout_s, max_timeouts, budget)
+            # as a whole by a few times the scored run's own CPU time, and all of them by an absolute wall budget
+            cpu_budget = max(PROBE_CPU_FLOOR_S, PROBE_TIME_FACTOR * report.cpu_s)
+            wall = max(PROBES_WALL_FLOOR_S, PROBES_TOTAL_FACTOR * timeout_s)
+            probe = _probe_runner(sb, prep, timeout_s, max_timeouts, cpu_budget, wall)
         return _finish(prep, report.outcomes, report.error or "", cooperation, probe)
 
     return sb.map_detailed(one, list(zip(problems, aux_list, main_list)))
 
 
-def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: int, budget_s: float):
-    """run(aux source[, main source]) -> the verdicts (passed, ran to completion) of the pair's program with aux's
-    (and main's) source replaced (verified mode), each run within `budget_s` seconds in all (tests past it count
-    as timed out, and did not run to completion)."""
-    def run(aux_function: str, main_function: str | None = None) -> list[tuple[bool, bool]]:
-        source = prep.assemble(aux_function, main_function)
+def _probe_runner(sb: Sandbox, prep: _Prepared, timeout_s: float, max_timeouts: int, cpu_budget_s: float,
+                  wall_total_s: float):
+    """run(aux source[, main source, bypass]) -> the verdicts (passed, ran to completion) of the pair's program
+    with aux's (and main's) source replaced (verified mode), each run within `cpu_budget_s` CPU seconds, and all
+    the runs within `wall_total_s` seconds of wall time together (tests past either count as timed out, and did
+    not run to completion)."""
+    deadline = time.monotonic() + wall_total_s
+
+    def run(aux_function: str, main_function: str | None = None, bypass: bool = False) -> list[tuple[bool, bool]]:
+        source = prep.assemble(aux_function, main_function, bypass)
         try:
             program: str | CodeType = compile_program(source)
         except PARSE_ERRORS:   # the sandbox reports why it does not load
             program = source
-        report = sb.run_detailed(program, prep.suite, timeout_s, max_timeouts, total_s=budget_s)
+        report = sb.run_detailed(program, prep.suite, timeout_s, max_timeouts,
+                                 total_s=max(0.0, deadline - time.monotonic()), cpu_budget_s=cpu_budget_s)
         return [] if report.error else [(o.passed, ran_to_completion(o)) for o in report.outcomes]
     return run
 

@@ -7,11 +7,13 @@ that never runs, an aux whose result main just inverts). Here the pair is run ag
 verdict is a test verdict, decided in the sandbox's worker from plain data (`rewards.sandbox`), never a record
 the program could write:
 
-1. raise: aux replaced by a stub that raises. Some test that passed must now fail: aux is called while a
-   passing test runs, and main cannot do without it (a `try` that falls back to main's own answer pays nothing).
+1. raise: aux raises at every call of main's (the wrapper in its raise mode). Some test that passed must now
+   fail: aux is called while a passing test runs, and main cannot do without it (a `try` that falls back to
+   main's own answer pays nothing).
 2. derived: aux runs; each call's result is judged by a rule (`moves_content` in `rewards.coop_wrapper`): aux is
-   called once more with the characters of its arguments' strings renamed (and once more with their ints
-   changed too); a result that comes back renamed the same way only moves, wraps, re-encodes or re-joins what aux
+   called once more with the characters of its arguments' strings and the ints inside its containers renamed
+   (`moves_only`: not where the problem's answers only move ints), and once more with its int arguments
+   changed too; a result that comes back renamed the same way only moves, wraps, re-encodes or re-joins what aux
    was given, whatever the shape. Numbers are read back (`readings`, `recipes`: digit forms, ratios, quotients, divmod,
    small affine maps, with constants the same on every call), and the transforms of the earlier list still
    count. On such a call main gets aux's own result; on any other, the parts that are arguments kept and the
@@ -29,7 +31,9 @@ the program could write:
 A probe counts only tests that ran to completion (`failed_to_completion`): a timed-out or cut test never earns the
 bonus. Where the constant or derived probe failed only by timing out, it is tried once more with another stand-in
 of its kind (`SECOND_TRIES`). Main's "not a thin wrapper" credit needs one more run, the main bypass
-(`bypass_main`: aux alone on main's arguments), to fail a test main passed.
+(`bypass_main`: aux alone on main's arguments, held beside main in every run and picked by `scored_main`'s
+line), to fail a test main passed. Every run is the scored program with small ints changed, so its objects sit
+at the same addresses in all of them (docs/sandbox.md, "Object addresses").
 
 Probes 2 and 3 behave exactly like the degenerate auxes they stand for (with an identity aux, the derived probe
 returns the very object aux would), so no program can tell them apart by the values. Probes 2-4 wrap the real
@@ -50,6 +54,7 @@ import ast
 import hashlib
 import random
 import re
+from collections import Counter
 from functools import lru_cache
 from types import CodeType
 from typing import Callable, Sequence
@@ -79,7 +84,10 @@ def _stub(aux_src: str, aux: str, body: str) -> str | None:
     # (above `def`) are left out
     lines = _LINE_END.split(aux_src)
     first = node.body[0]
-    header = _text_between(lines, (node.lineno, node.col_offset), (first.lineno, first.col_offset))
+    # a decorated first statement (a nested `@singledispatch def f`) starts at its first decorator's line
+    end = (first.decorator_list[0].lineno, 0) if getattr(first, "decorator_list", None) else (first.lineno,
+                                                                                           first.col_offset)
+    header = _text_between(lines, (node.lineno, node.col_offset), end)
     return header.rstrip() + "\n    " + body + "\n"
 
 
@@ -105,7 +113,8 @@ def _signature(aux_src: str, aux: str) -> tuple[tuple[str, ...], tuple[str, ...]
 
 # The wrapper's modes. A small int: every run's program then differs from the scored one in one cached constant,
 # not in a string whose size could shift the addresses of later objects (which `repr` shows).
-WRAPPER_MODES = {"real": 0, "other": 1, "constant": 2, "derived": 3, "constant twin": 4, "derived other": 5}
+WRAPPER_MODES = {"real": 0, "other": 1, "constant": 2, "derived": 3, "constant twin": 4, "derived other": 5,
+                 "raise": 6}
 
 
 # Bounds of the stand-ins' work in one run (every run does it, the scored one too): nodes of one result, and of
@@ -118,8 +127,8 @@ _WRAPPER_TEXT = _WRAPPER.replace("STAND_IN_CALL_LIMIT", str(STAND_IN_CALL_LIMIT)
     "STAND_IN_BUDGET", str(STAND_IN_BUDGET)).replace("KEEP_LIMIT", str(STAND_IN_CALL_LIMIT))
 
 
-def _wrapped(aux_src: str, mode: str, signature: tuple) -> str:
-    arguments = ", ".join(repr(x) for x in (WRAPPER_MODES[mode], *signature))
+def _wrapped(aux_src: str, mode: str, signature: tuple, rename_items: bool) -> str:
+    arguments = ", ".join(repr(x) for x in (WRAPPER_MODES[mode], *signature, rename_items))
     return aux_src.rstrip("\n") + "\n\n" + _WRAPPER_TEXT.replace("MODE", arguments)
 
 
@@ -150,31 +159,32 @@ def compile_program(source: str) -> CodeType:
     return program.replace(co_consts=consts)
 
 
-def scored_aux(aux_src: str, aux: str = "aux") -> str:
+def scored_aux(aux_src: str, aux: str = "aux", rename_items: bool = True) -> str:
     """aux's source as verified mode's scored run uses it: behind the probes' wrapper, passing every result
     through unchanged, so that the scored run and every probe have the same frames, names, call path and work (a
     program that measured them, say by its recursion depth, would see no difference). aux_src itself when it
-    has no top-level `def aux` (nothing to wrap)."""
+    has no top-level `def aux` (nothing to wrap). `rename_items`: whether the derived probe's renaming reaches
+    the ints inside containers (`moves_only`)."""
     signature = _signature(aux_src, aux) if _stub(aux_src, aux, "pass") is not None else None
-    return aux_src if signature is None else _wrapped(aux_src, "real", signature)
+    return aux_src if signature is None else _wrapped(aux_src, "real", signature, rename_items)
 
 
-def probe_programs(aux_src: str, aux: str = "aux") -> list[tuple[str, str]]:
+def probe_programs(aux_src: str, aux: str = "aux", rename_items: bool = True) -> list[tuple[str, str]]:
     """The probes of one aux with the control run last: (name, what replaces aux's source in the program).
     `verify` runs them in an order drawn from the pair (`in_drawn_order`)."""
-    raising = _stub(aux_src, aux, "raise RuntimeError('aux failed')")
-    if raising is None:
+    if _stub(aux_src, aux, "pass") is None:
         return []
     signature = _signature(aux_src, aux)
-    return [("raise", _wrapped(raising, "real", signature)),
-            ("derived", _wrapped(aux_src, "derived", signature)),
-            ("constant", _wrapped(aux_src, "constant", signature)),
-            ("other values", _wrapped(aux_src, "other", signature)),
+    # every probe is aux's own text behind the wrapper, in its mode (the raise probe's wrapper raises at main's
+    # calls): the programs differ in one small int, so that they lay out their objects at the same addresses
+    def wrapped(mode: str) -> str:
+        return _wrapped(aux_src, mode, signature, rename_items)
+    return [("raise", wrapped("raise")), ("derived", wrapped("derived")), ("constant", wrapped("constant")),
+            ("other values", wrapped("other")),
             # run only when the failures of the constant or derived probe did not complete (`verify`)
-            ("constant twin", _wrapped(aux_src, "constant twin", signature)),
-            ("derived other", _wrapped(aux_src, "derived other", signature)),
+            ("constant twin", wrapped("constant twin")), ("derived other", wrapped("derived other")),
             # the pair as scored, once more: its verdicts must not change from run to run
-            ("control", scored_aux(aux_src, aux))]
+            ("control", scored_aux(aux_src, aux, rename_items))]
 
 
 REASONS = {
@@ -189,6 +199,43 @@ REASONS = {
 # The largest pair (aux's and main's cleaned source together, in characters) the probes run: past it the probes'
 # compiles and transfers would cost the trainer seconds per batch (a 640 kB aux: 11 CPU s), and the bonus is refused.
 MAX_PROBED_CHARS = 20_000
+
+@lru_cache(maxsize=2048)
+def moves_only(units: tuple[tuple[str, str, str], ...], param: str = "candidate") -> bool:
+    """True when the problem's answers only move ints: every test `assert <param>(<literals>) == <literal>` of
+    `units` (a `TestSuite`'s) expects ints that its arguments hold (as many times or fewer), and some test
+    expects an int (a matrix turned a quarter, the coop set's Coop/64). There, moving ints is the work, and the
+    derived probe's renaming leaves the ints inside containers as they are (`scored_aux`'s `rename_items`)."""
+    expects_ints = False
+    for kind, src, _ in units:
+        if kind != "test" or param not in src:
+            continue
+        try:
+            stmt = parse_python(src).body[0]
+            test = stmt.test if isinstance(stmt, ast.Assert) else None
+            if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+                    and isinstance(test.left, ast.Call) and isinstance(test.left.func, ast.Name)
+                    and test.left.func.id == param and not test.left.keywords):
+                continue
+            given = Counter(_ints([ast.literal_eval(a) for a in test.left.args]))
+            expected = Counter(_ints(ast.literal_eval(test.comparators[0])))
+        except (*PARSE_ERRORS, IndexError, ValueError, TypeError, MemoryError):
+            continue
+        if expected - given:
+            return False
+        expects_ints = expects_ints or bool(expected)
+    return expects_ints
+
+
+def _ints(value, depth: int = 0) -> list[int]:
+    """The ints (not bools) in plain data `value`, dict keys included (at most 20 levels deep)."""
+    if type(value) is int:
+        return [value]
+    if depth > 20 or not isinstance(value, (list, tuple, set, frozenset, dict)):
+        return []
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+    return [n for item in items for n in _ints(item, depth + 1)]
+
 
 # A probe whose failures did not complete, and the probe that tries once more in its place
 SECOND_TRIES = {"constant": "constant twin", "derived": "derived other"}
@@ -218,7 +265,8 @@ def failed_to_completion(passed: Sequence[bool], verdicts: Sequence[Verdict]) ->
 
 
 def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence[bool],
-           run: Callable[[str], Sequence[Verdict]], aux: str = "aux", helpers: Sequence[str] = ()) -> str:
+           run: Callable[[str], Sequence[Verdict]], aux: str = "aux", helpers: Sequence[str] = (),
+           rename_items: bool = True) -> str:
     """Run the probes of one pair whose normal run passed the tests marked in `passed`; return '' when the
     cooperation is verified, else why not. `imports` are the program's import lines and `helpers` the names of
     the prompt's functions (`probe_gate`). `run(aux_source)` runs the program with aux's source replaced and
@@ -232,7 +280,7 @@ def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence
     why = probe_gate(aux_src, main_src, imports, aux, helpers)
     if why:
         return f"not probed: {why}"
-    probes = probe_programs(aux_src, aux)
+    probes = probe_programs(aux_src, aux, rename_items)
     if not probes:
         return "not probed: aux has no def"
     second_tries = {name: program for name, program in probes if name in SECOND_TRIES.values()}
@@ -255,6 +303,24 @@ def verify(aux_src: str, main_src: str, imports: Sequence[str], passed: Sequence
                         "probe counts only tests that did")
             return REASONS.get(name.split()[0], f"aux's results are a {name}, as far as the tests tell")
     return ""
+
+
+def scored_main(main_src: str, entry_point: str, aux: str = "aux", bypass: bool = False) -> str:
+    """main's source as every run of verified mode uses it (with aux behind the wrapper, `scored_aux`): main, then
+    the main-bypass probe's entry point (`bypass_main`, as `_coop_bypass`) and a line that picks it in that probe
+    only (`bypass`). So the bypass run differs from the scored one in one small int too, and every run of a pair
+    lays out its objects at the same addresses (an object's address is readable: `repr(f)`). main_src itself
+    when main has no top-level def."""
+    stub = bypass_main(main_src, entry_point, aux)
+    if stub is None or not stub.startswith(f"def {entry_point}"):
+        return stub if bypass and stub is not None else main_src
+    bypass_def = "def _coop_bypass" + stub[len(f"def {entry_point}"):]
+    try:   # (a header the splice cannot take: the bypass alone, as before, and no tail)
+        parse_python(bypass_def)
+    except PARSE_ERRORS:
+        return stub if bypass else main_src
+    return (main_src.rstrip("\n") + "\n\n\n" + bypass_def +
+            f"\n\n{entry_point} = _coop_probe_main({entry_point}, _coop_bypass, {int(bypass)})\n")
 
 
 def bypass_main(main_src: str, entry_point: str, aux: str = "aux") -> str | None:

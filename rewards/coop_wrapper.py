@@ -6,9 +6,9 @@ for every result and picks one by the small int `MODE` (`rewards.coop_probes.WRA
 # Defined in the program after aux (so it rebinds the name `aux` that main and aux itself call). Plain Python run
 # inside the sandboxed child; it decides nothing: the verdicts of the tests do.
 WRAPPER = '''
-def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, reversed=reversed, tuple=tuple,
-                     list=list, all=all, any=any, zip=zip, next=next, iter=iter, float=float, bool=bool, int=int,
-                     str=str, bytes=bytes, dict=dict, set=set, frozenset=frozenset, complex=complex,
+def _coop_probe_wrap(real, mode, positional, keyword_only, rename_items, type=type, len=len, reversed=reversed,
+                     tuple=tuple, list=list, all=all, any=any, zip=zip, next=next, iter=iter, float=float, bool=bool,
+                     int=int, str=str, bytes=bytes, dict=dict, set=set, frozenset=frozenset, complex=complex,
                      enumerate=enumerate, range=range, ord=ord, chr=chr, getattr=getattr, ValueError=ValueError,
                      BaseException=BaseException):
     # the builtins it uses are bound here, when the program loads
@@ -355,7 +355,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
     QUOTES = chr(34) + chr(39) + chr(92)   # the quotes and the backslash
 
     def texts(v, out, left, depth=0):
-        # the strings in v (a call's arguments; dict values, not keys), in order, counted against `left`
+        # the strings in v (a call's arguments; dict values, not keys), in order, counted against `left`; an int
+        # inside a container as itself (content, renamed as characters are, unless the problem's answers only move
+        # ints: `rename_items`), any other int as None
         left[0] -= 1
         t = type(v)
         if left[0] < 0 or depth > 20:
@@ -369,21 +371,25 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             for x in v.values():
                 texts(x, out, left, depth + 1)
         elif t is int:
-            out.append(None)   # an int: its place, for `renamed` (which changes it when asked to)
+            out.append(v if depth and rename_items else None)   # its place, for `renamed`
         elif t not in PLAIN:
             raise ValueError
 
     def renamed(v, names, change_numbers, depth=0):
         # v with the characters of its strings renamed (`names` gives each string, in `texts` order, its new
-        # characters) and its ints changed when `change_numbers` (floats stay: a ratio past 1 may never end a
-        # loop); the structure (containers, dict keys) kept
+        # characters, and each int inside a container its new int) and the ints that are arguments changed when
+        # `change_numbers` (floats stay: a ratio past 1 may never end a loop); the structure (containers, dict
+        # keys) kept
         t = type(v)
         if depth > 50:
             raise ValueError
         if t is str:
             return next(names)
-        if t is int:   # to one of 1..11 (-1..-11 when negative): a loop it bounds stays short
-            next(names)
+        if t is int:
+            fresh = next(names)
+            if fresh is not None:   # an item of a container: renamed (`fresh_ints`), as a character is
+                return fresh
+            # an argument: changed when asked, to one of 1..11 (-1..-11 when negative): a loop it bounds stays short
             return other(v) if change_numbers else v
         if t is list:
             return [renamed(x, names, change_numbers, depth + 1) for x in v]
@@ -395,27 +401,38 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             return {k: renamed(x, names, change_numbers, depth + 1) for k, x in v.items()}
         return v
 
-    def restored(v, table, depth=0):
-        # v (a result) with the renamed characters put back (`table`: the inverse renaming, for str.translate)
+    def restored(v, table, ints, depth=0):
+        # v (a result) with the renamed characters and ints put back (`table`: the inverse renaming, for
+        # str.translate; `ints`: each fresh int's own)
         t = type(v)
         if depth > 50:
             raise ValueError
         if t is str:
             return v.translate(table)
+        if t is int:
+            return ints.get(v, v)
         if t is list:
-            return [restored(x, table, depth + 1) for x in v]
+            return [restored(x, table, ints, depth + 1) for x in v]
         if t is tuple:
-            return tuple(restored(x, table, depth + 1) for x in v)
+            return tuple(restored(x, table, ints, depth + 1) for x in v)
         if t is set or t is frozenset:
-            return t(restored(x, table, depth + 1) for x in v)
+            return t(restored(x, table, ints, depth + 1) for x in v)
         if t is dict:
-            return {restored(k, table, depth + 1): restored(x, table, depth + 1) for k, x in v.items()}
+            return {restored(k, table, ints, depth + 1): restored(x, table, ints, depth + 1) for k, x in v.items()}
         return v
+
+    def fresh_ints(n):
+        # n distinct ints for the n ints inside containers, in `texts` order: above every length and index of
+        # them (n + 2 to 2n + 1), and in an order that is not their places' (a sort, a max, a filter by size
+        # does not commute with it), small enough that a loop they bound stays short
+        step = next(q for q in (7, 11, 13, 17) if n % q)
+        return [n + 2 + (i * step + 1) % n for i in range(n)]
 
     def moves_content(value, args, kwargs):
         # The rule of the derived probe: True when aux, called again with the characters of its strings renamed
         # (every character, separators too, each occurrence to its own letter while they last, else each
-        # distinct character), returns its result renamed the same way, and the renaming reaches the result:
+        # distinct character) and the ints inside its containers too (`fresh_ints`, unless `rename_items` is
+        # off), returns its result renamed the same way, and the renaming reaches the result:
         # aux only moves, wraps, re-encodes or re-joins what it was given, whatever the shape. Work commutes
         # with no such renaming (a split on a separator, a case change, a comparison, a count). False when the
         # second call raises, or the strings are too many to rename
@@ -423,8 +440,9 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
         for a in list(args) + list(kwargs.values()):
             texts(a, found, [STAND_IN_CALL_LIMIT])
         numbers = len([x for x in found if x is None])
-        chars = "".join([x for x in found if x is not None])
-        if not chars and not numbers:   # nothing to rename: only a result with no content moved
+        chars = "".join([x for x in found if type(x) is str])
+        items = [x for x in found if type(x) is int]
+        if not chars and not items and not numbers:   # nothing to rename: only a result with no content moved
             return hollow(value)
         fresh, table = "", {}
         if chars:
@@ -441,15 +459,22 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
                 names_of = dict(zip(distinct, FRESH))
                 fresh = "".join([names_of.get(c, c) for c in chars])
             table = {ord(f): ord(c) for f, c in zip(fresh, chars) if f != c}
-        pieces, at = [], 0
+        fresh_items = fresh_ints(len(items)) if items else []
+        ints = dict(zip(fresh_items, items))
+        pieces, at, next_item = [], 0, iter(fresh_items)
         for x in found:
-            pieces.append(None if x is None else fresh[at:at + len(x)])
-            at += 0 if x is None else len(x)
-        # the strings renamed; then, where there are numbers, the numbers changed too: a move that a number
-        # decides (which pieces, how many) is work done on that number. Numbers alone are judged by their
-        # readings (`recipes`); their twin is kept for the constant probe's second try (`twins`)
-        moved = bool(chars) or hollow(value)
-        for change_numbers in ([False] if chars else []) + ([True] if numbers else []):
+            if type(x) is str:
+                pieces.append(fresh[at:at + len(x)])
+                at += len(x)
+            else:
+                pieces.append(None if x is None else next(next_item))
+        # the content (the strings' characters, the ints inside containers) renamed; then, where arguments are
+        # numbers, those changed too: a move that a number decides (which pieces, how many) is work done on that
+        # number. Numbers alone are judged by their readings (`recipes`); their twin is kept for the constant
+        # probe's second try (`twins`)
+        content = bool(chars) or bool(items)
+        moved = content or hollow(value)
+        for change_numbers in ([False] if content else []) + ([True] if numbers else []):
             new_args, new_kwargs = twin_arguments(args, kwargs, iter(pieces), change_numbers)
             depth[0] += 1
             try:
@@ -457,13 +482,13 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             finally:
                 depth[0] -= 1
             twins[:] = [twin]
-            if not chars:
+            if not content:
                 continue
             if size(twin, STAND_IN_CALL_LIMIT) > STAND_IN_CALL_LIMIT:
                 return False
             if same(twin, value):   # the renaming did not reach the result: only a result with no content moved
                 moved = moved and hollow(value)
-            elif not same(restored(twin, table), value):
+            elif not same(restored(twin, table, ints), value):
                 moved = False
         return moved
 
@@ -548,6 +573,8 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
 
     def aux(*args, **kwargs):
         # only what main sees is replaced: aux's calls of itself get the real results
+        if mode == 6 and not depth[0]:   # the raise probe: aux fails, in a program laid out as the scored one
+            raise RuntimeError("aux failed")
         depth[0] += 1
         try:
             value = real(*args, **kwargs)
@@ -555,9 +582,14 @@ def _coop_probe_wrap(real, mode, positional, keyword_only, type=type, len=len, r
             depth[0] -= 1
         if depth[0]:
             return value
-        return stand_ins(value, args, kwargs)[mode]
+        return stand_ins(value, args, kwargs)[mode if mode < 6 else 0]
     return aux
 
 
 aux = _coop_probe_wrap(aux, MODE)
+
+
+def _coop_probe_main(main, bypass, use_bypass):
+    # the entry point of the run: main, or in the main-bypass probe aux alone on main's arguments (`bypass`)
+    return bypass if use_bypass else main
 '''

@@ -250,10 +250,35 @@ def _spec_category(value, isinstance=isinstance):
 _SPEC_CATEGORY_SOURCE = inspect.getsource(_spec_category)
 
 
-def spec_kinds(check: str, entry_point: str) -> dict[int | str, frozenset[str]]:
+def parameters(prompt: str, entry_point: str) -> tuple[str, ...]:
+    """The names of the entry point's positional parameters, as the prompt's `def` gives them (() without one)."""
+    try:
+        tree = parse_python(prompt)
+    except PARSE_ERRORS:
+        return ()
+    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry_point), None)
+    return () if node is None else tuple(p.arg for p in node.args.posonlyargs + node.args.args)
+
+
+def _arguments(call: ast.Call, params: Sequence[str]) -> list[tuple[int | str, ast.expr]]:
+    """(where, value) of a call's arguments: a keyword argument that names a positional parameter (`params`) by
+    its position, as a positional one is, so that `f(n=-1)` and `f(-1)` are the same argument."""
+    return [*enumerate(call.args), *((params.index(k.arg) if k.arg in params else k.arg, k.value)
+                                     for k in call.keywords)]
+
+
+def _by_name_too(spec: dict, params: Sequence[str]) -> dict:
+    """`spec` (by argument position or keyword) with each positional parameter's entry under its name too: a call
+    that passes it by keyword is judged as one that passes it by position."""
+    return {**spec, **{params[where]: value for where, value in spec.items()
+                       if type(where) is int and where < len(params)}}
+
+
+def spec_kinds(check: str, entry_point: str, params: Sequence[str] = ()) -> dict[int | str, frozenset[str]]:
     """Return, for each argument (its position, or its name when passed by keyword), the kinds of value the hidden
     check passes there (`_spec_category`), where every call of the candidate in `check` passes it a literal; an argument
-    some call passes a computed value (or `*args`) is left out: any kind may be on the spec there."""
+    some call passes a computed value (or `*args`) is left out: any kind may be on the spec there. `params`: the
+    entry point's positional parameters (`parameters`), whose kinds are given by position and by name."""
     try:
         tree = parse_python(check)
     except PARSE_ERRORS:
@@ -266,18 +291,19 @@ def spec_kinds(check: str, entry_point: str) -> dict[int | str, frozenset[str]]:
             continue
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             return {}
-        for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]:
+        for where, arg in _arguments(node, params):
             try:
                 kinds.setdefault(where, set()).add(_spec_category(ast.literal_eval(arg)))
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 free.add(where)
-    return {where: frozenset(k) for where, k in kinds.items() if where not in free}
+    return _by_name_too({where: frozenset(k) for where, k in kinds.items() if where not in free}, params)
 
 
-def _numeric_literals(tree: ast.AST, entry_point: str) -> dict[int | str, list[float]] | None:
+def _numeric_literals(tree: ast.AST, entry_point: str, params: Sequence[str] = ()
+                      ) -> dict[int | str, list[float]] | None:
     """The literal numbers (not bools) each argument of the calls of the entry point (or `candidate`) in `tree`
-    gets, by position or keyword; an argument some call passes another value is left out. None when a call
-    passes `*args` or `**kwargs`."""
+    gets, by position or keyword (`_arguments`); an argument some call passes another value is left out. None
+    when a call passes `*args` or `**kwargs`."""
     values: dict[int | str, list[float]] = {}
     other: set[int | str] = set()
     for node in ast.walk(tree):
@@ -286,7 +312,7 @@ def _numeric_literals(tree: ast.AST, entry_point: str) -> dict[int | str, list[f
             continue
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             return None
-        for where, arg in [*enumerate(node.args), *((k.arg, k.value) for k in node.keywords)]:
+        for where, arg in _arguments(node, params):
             try:
                 value = ast.literal_eval(arg)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -298,14 +324,15 @@ def _numeric_literals(tree: ast.AST, entry_point: str) -> dict[int | str, list[f
     return {where: v for where, v in values.items() if where not in other}
 
 
-def spec_ranges(check: str, entry_point: str) -> dict[int | str, tuple[float, float]]:
+def spec_ranges(check: str, entry_point: str, params: Sequence[str] = ()) -> dict[int | str, tuple[float, float]]:
     """Return, for each argument that every call of the hidden check passes a literal number, the range of those
-    numbers (min, max): the values the spec is known to take there."""
+    numbers (min, max): the values the spec is known to take there. `params`: the entry point's positional
+    parameters (`parameters`), whose ranges are given by position and by name (`f(n=-1)` is `f(-1)`)."""
     try:
-        found = _numeric_literals(parse_python(check), entry_point)
+        found = _numeric_literals(parse_python(check), entry_point, params)
     except PARSE_ERRORS:
         return {}
-    return {where: (min(v), max(v)) for where, v in (found or {}).items()}
+    return _by_name_too({where: (min(v), max(v)) for where, v in (found or {}).items()}, params)
 
 
 def off_spec_range(test: str, entry_point: str, ranges: dict[int | str, tuple[float, float]]) -> bool:

@@ -66,10 +66,11 @@ class _SandboxActor:
         return self.pool.isolation
 
     def run_detailed(self, program: Any, suite: TestSuite, timeout_s: float, max_timeouts: int,
-                     total_s: float | None = None) -> RunReport:
+                     total_s: float | None = None, cpu_budget_s: float | None = None) -> RunReport:
         if isinstance(program, bytes):   # a code object travels marshalled (see RaySandbox.run_detailed)
             program = marshal.loads(program)
-        return self.pool.run_detailed(program, suite, timeout_s, max_timeouts, total_s=total_s)
+        return self.pool.run_detailed(program, suite, timeout_s, max_timeouts, total_s=total_s,
+                                      cpu_budget_s=cpu_budget_s)
 
 
 class RaySandbox:
@@ -157,11 +158,11 @@ class RaySandbox:
             self._ray.kill(dead)
 
     def run_detailed(self, program: str | CodeType, tests: TestSuite | str, timeout_s: float = 10.0,
-                     max_timeouts: int = 3, *, entry_point: str | None = None, total_s: float | None = None
-                     ) -> RunReport:
+                     max_timeouts: int = 3, *, entry_point: str | None = None, total_s: float | None = None,
+                     cpu_budget_s: float | None = None) -> RunReport:
         """Run `program` against `tests` on one of the cluster's pools; the same report as `Sandbox.run_detailed`
-        (a program whose actors kept dying fails its tests with "sandbox error"; `total_s` bounds the whole run
-        as there)."""
+        (a program whose actors kept dying fails its tests with "sandbox error"; `total_s` and `cpu_budget_s`
+        bound the whole run as there)."""
         suite = local.as_suite(tests, entry_point)
         try:
             payload = marshal.dumps(program) if isinstance(program, CodeType) else program
@@ -173,7 +174,7 @@ class RaySandbox:
             index = self._acquire()
             actor = self._actors[index]
             try:
-                ref = actor.run_detailed.remote(payload, suite, timeout_s, max_timeouts, total_s)
+                ref = actor.run_detailed.remote(payload, suite, timeout_s, max_timeouts, total_s, cpu_budget_s)
                 return self._ray.get(ref, timeout=budget)
             except self._ray.exceptions.GetTimeoutError:   # the actor's own pool ends every run sooner: it hangs
                 why = "no reply in time"

@@ -93,6 +93,7 @@ class RunReport:
     load_error: str | None = None
     error: str | None = None      # set when the sandbox itself failed (worker died); every test then failed
     elapsed_s: float = 0.0        # the run's wall time on its worker (waiting for a free worker not included)
+    cpu_s: float = 0.0            # the CPU time of the run's program (its processes the worker saw), about 10 ms steps
 
 
 @dataclass(frozen=True)
@@ -409,10 +410,11 @@ class Sandbox:
         return self.run_detailed(program, tests, timeout_s, max_timeouts, entry_point=entry_point).outcomes
 
     def run_detailed(self, program: str | CodeType, tests: TestSuite | str, timeout_s: float = 10.0,
-                     max_timeouts: int = 3, *, entry_point: str | None = None, total_s: float | None = None
-                     ) -> RunReport:
+                     max_timeouts: int = 3, *, entry_point: str | None = None, total_s: float | None = None,
+                     cpu_budget_s: float | None = None) -> RunReport:
         """Like `run`, with the program's captured output, load error and time. `total_s` bounds the whole run
-        besides each test: the tests it cuts, and those after them, count as timed out."""
+        besides each test (wall time), and `cpu_budget_s` the program's CPU time in all (what the machine's load
+        does not change): the tests either cuts, and those after them, count as timed out."""
         if os.getpid() != self._pid:
             raise RuntimeError("a Sandbox cannot be used from a forked copy of its process; create a new one")
         if self._closed:
@@ -427,7 +429,8 @@ class Sandbox:
                "trusted": suite.trusted, "judged": suite.judged,
                "timeout_s": float(timeout_s), "max_timeouts": int(max_timeouts),
                "cpu_s": min(3600, math.ceil(timeout_s * n_units) + 1),
-               "total_s": None if total_s is None else float(total_s)}
+               "total_s": None if total_s is None else float(total_s),
+               "cpu_budget_s": None if cpu_budget_s is None else float(cpu_budget_s)}
         slot = self._idle.get()
         try:
             return self._run_on(slot, job, suite, timeout_s * n_units + 30)
@@ -457,7 +460,7 @@ class Sandbox:
                 load_error = reply.get("load_error")
                 return RunReport(outcomes, _printable(reply.get("output", "")),
                                  None if load_error is None else _printable(load_error),
-                                 elapsed_s=time.monotonic() - started)
+                                 elapsed_s=time.monotonic() - started, cpu_s=float(reply.get("cpu_s", 0.0)))
             if self._closed:
                 why = "the sandbox was closed"
                 break

@@ -30,8 +30,8 @@ from envs.code_generation.prompts import code_prefix, completion_to_code
 from envs.code_generation.scoring import score_code_pairs
 from envs.code_generation.transitions import visible_asserts
 from rewards.code_rewards import hidden_tests_suite, scored_build
-from rewards.judged_tests import (judged_suite, spec_guarded_program, spec_kinds, stub_programs, typed_junk_program,
-                                  typed_twin_program)
+from rewards.judged_tests import (judged_suite, parameters, spec_guarded_program, spec_kinds, stub_programs,
+                                  typed_junk_program, typed_twin_program)
 from rewards.problem import Problem
 from rewards.mutants import wrong_mutants
 from rewards.sandbox import TestSuite, default_sandbox
@@ -94,7 +94,8 @@ def spec_guarded(problem: Problem, reference: str | None) -> list[str]:
     hidden check never passes (`rewards.judged_tests.spec_guarded_program`: a correct code), as a list of one
     program; none without a reference or a check that constrains an argument."""
     program = None if reference is None or not problem.test else spec_guarded_program(
-        reference, problem.entry_point, spec_kinds(problem.test, problem.entry_point))
+        reference, problem.entry_point, spec_kinds(problem.test, problem.entry_point,
+                                                   parameters(problem.prompt, problem.entry_point)))
     return [] if program is None else [program]
 
 

@@ -56,7 +56,7 @@ from envs.code_generation.self_tests import (coder_builds, feedback_slice_of, gr
 from envs.code_generation.transitions import feedback_problem, next_prompt
 from envs.coder_tester.demonstrations import coder_tester_demonstrations
 from rewards.code_rewards import code_reward
-from rewards.judged_tests import STUB_BODIES, judged_suite, off_spec_range, spec_ranges, stub_programs
+from rewards.judged_tests import STUB_BODIES, judged_suite, off_spec_range, parameters, spec_ranges, stub_programs
 from rewards.sandbox import default_sandbox
 from rewards.self_tests import (calls_of, caught_row, discrimination_reward, example_asserts, generated_asserts,
                                 judged_pool, loaded, pass_row, run_judged, vacuous)
@@ -167,7 +167,7 @@ def tester_verdicts(items: Sequence[Problem], codes: Sequence[str], coder_scores
             builds[k][1] for k in run if is_wrong(coder_scores[k]) and programs[k] is not None] + mutants_of(problem))]
         plan = _GroupRuns(run, {k: [] for k in run}, {}, [], judges, 1 + len(guarded) + len(correct), [])
         # a test on a number outside the range the hidden calls take is no test: it earns 0, paid or wrong alike
-        ranges = spec_ranges(problem.test, entry) if problem.test else {}
+        ranges = spec_ranges(problem.test, entry, parameters(problem.prompt, entry)) if problem.test else {}
         for k in run:
             plan.columns[k] = [None if off_spec_range(test, entry, ranges) else column
                                for test, column in zip(tests[k], judged_pool(entry, tests[k], plan.pools[k]))]

@@ -181,7 +181,7 @@ class NoRunSandbox:
         self._pid = os.getpid()
 
     def run_detailed(self, program, tests, timeout_s=10.0, max_timeouts=3, *, entry_point=None,
-                     total_s=None) -> RunReport:
+                     total_s=None, cpu_budget_s=None) -> RunReport:
         suite = sandbox_module.as_suite(tests, entry_point)
         fields = sandbox_module._program_fields(program)
         if "load_error" in fields:

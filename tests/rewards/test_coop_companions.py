@@ -334,3 +334,88 @@ def test_the_cheapest_shapes_still_paid(sb, name, aux, head, chars):
     main = "def shout_words(text):\n" + head + JOIN
     verified = code_reward(PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
     assert (verified.total, extra_chars(aux, main)) == (4.0, chars), verified
+
+
+# Issue 42, part 1b: the ints inside containers are renamed too. An order-dependent problem over a list of ints,
+# where main undoes aux's move (with aux's argument instead, main's undoing breaks the order: paid 4.0 before)
+INT_CASES = [([1, 2, 3], 2), ([], 0), ([5], 5), ([2, 4], -2), ([7, 1, 2], 8), ([3, 3], 0), ([-1, 4, -3], -8),
+             ([10, 9, 8, 7], 2)]
+INT_PROBLEM = {"prompt": "def alternating_sum(xs: list) -> int:\n    '''xs[0] - xs[1] + xs[2] - xs[3] + ...'''\n",
+               "test": "def check(candidate):\n" + "".join(f"    assert candidate({a!r}) == {b!r}\n"
+                                                        for a, b in INT_CASES),
+               "entry_point": "alternating_sum"}
+INT_ALONE = "def alternating_sum(xs):\n    return sum(x if i % 2 == 0 else -x for i, x in enumerate(xs))\n"
+INT_WORK = "    return sum(x if i % 2 == 0 else -x for i, x in enumerate(s))\n"
+# (name, aux, main's first lines: `s` is the list main reads back out of aux's result)
+INT_MOVES = [
+    ("rotation", "def aux(xs):\n    return xs[1:] + xs[:1]\n", "    r = aux(xs)\n    s = r[-1:] + r[:-1]\n"),
+    ("interleave", "def aux(xs):\n    return xs[::2] + xs[1::2]\n",
+     "    r = aux(xs)\n    h = (len(r) + 1) // 2\n    s = list(r)\n    s[::2], s[1::2] = r[:h], r[h:]\n"),
+    ("swapped_halves", "def aux(xs):\n    h = len(xs) // 2\n    return xs[h:] + xs[:h]\n",
+     "    r = aux(xs)\n    h = len(r) - len(r) // 2\n    s = r[h:] + r[:h]\n"),
+    ("a_tuple_rotated", "def aux(xs):\n    return tuple(xs[1:] + xs[:1])\n",
+     "    r = list(aux(xs))\n    s = r[-1:] + r[:-1]\n"),
+    ("a_dicts_values", "def aux(xs):\n    return {'a': xs[1:], 'b': xs[:1]}\n",
+     "    d = aux(xs)\n    s = d['b'] + d['a']\n"),
+    ("nested_and_reversed", "def aux(xs):\n    return [[x] for x in xs[::-1]]\n",
+     "    s = [y[0] for y in aux(xs)][::-1]\n"),
+    ("zipped_with_its_rotation", "def aux(xs):\n    return list(zip(xs[1:] + xs[:1], xs))\n",
+     "    s = [p[1] for p in aux(xs)]\n"),
+    ("the_reversal_numbered", "def aux(xs):\n    return list(enumerate(xs[::-1]))\n",
+     "    s = [p[1] for p in aux(xs)][::-1]\n"),
+]
+INT_HONEST = [
+    ("signs_by_position", "def aux(xs):\n    return [x if i % 2 == 0 else -x for i, x in enumerate(xs)]\n",
+     "    t = aux(xs)\n    return sum(t)\n"),
+    ("differences_of_pairs", "def aux(xs):\n    return [xs[i] - xs[i + 1] for i in range(0, len(xs) - 1, 2)]\n",
+     "    t = aux(xs)\n    return sum(t) + (xs[-1] if len(xs) % 2 else 0)\n"),
+]
+# content maps main inverts: computed, like work (docs/rewards.md); the cheapest int shapes still paid
+INT_STILL_PAID = [
+    ("items_negated", "def aux(xs):\n    return [-x for x in xs]\n", "    s = [-x for x in aux(xs)]\n", 70),
+    ("items_shifted", "def aux(xs):\n    return [x + 1 for x in xs]\n", "    s = [x - 1 for x in aux(xs)]\n", 76),
+]
+
+
+def int_pair(aux: str, head: str) -> tuple[str, str]:
+    return aux, "def alternating_sum(xs):\n" + head + ("" if "return" in head else INT_WORK)
+
+
+@pytest.mark.parametrize("name,aux,head", INT_MOVES, ids=[s[0] for s in INT_MOVES])
+def test_a_move_of_the_ints_of_a_list_earns_no_bonus(sb, name, aux, head):
+    aux, main = int_pair(aux, head)
+    seed = code_reward(INT_PROBLEM, aux, main, sandbox=sb, timeout_s=2.0)
+    verified = code_reward(INT_PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (seed.total, verified.total, verified.tests_passed) == (4.0, 2.5, 8), verified
+    assert verified.coop_check.startswith("aux's results are its arguments moved"), verified
+
+
+@pytest.mark.parametrize("name,aux,head", INT_HONEST, ids=[s[0] for s in INT_HONEST])
+def test_work_on_the_ints_of_a_list_keeps_the_bonus(sb, name, aux, head):
+    aux, main = int_pair(aux, head)
+    verified = code_reward(INT_PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert verified.total == 4.0, verified
+
+
+@pytest.mark.parametrize("name,aux,head,chars", INT_STILL_PAID, ids=[s[0] for s in INT_STILL_PAID])
+def test_the_cheapest_int_shapes_still_paid(sb, name, aux, head, chars):
+    aux, main = int_pair(aux, head)
+    verified = code_reward(INT_PROBLEM, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+    assert (verified.total, len(aux) + len(main) - len(INT_ALONE)) == (4.0, chars), verified
+
+
+def test_a_sort_is_work_unless_the_tests_inputs_are_sorted_already(sb):
+    # sorting moves the items by what they are: the renamed items come back in another order, so an aux that sorts
+    # keeps the bonus; on inputs the tests give sorted already, the same aux hands main its argument: 2.5
+    def problem(cases):
+        return {"prompt": "def top_two(xs: list) -> int:\n    '''The sum of the two largest items.'''\n",
+                "test": "def check(candidate):\n" + "".join(f"    assert candidate({a!r}) == {b!r}\n"
+                                                         for a, b in cases),
+                "entry_point": "top_two"}
+    aux = "def aux(xs):\n    return sorted(xs, reverse=True)\n"
+    main = "def top_two(xs):\n    t = aux(xs)\n    return t[0] + t[1]\n"
+    unsorted = problem([([1, 5, 3], 8), ([2, 2], 4), ([10, -1, 7, 3], 17), ([4, 9, 8, 1, 0], 17)])
+    presorted = problem([([5, 3, 1], 8), ([2, 2], 4), ([10, 7, 3, -1], 17), ([9, 8, 4, 1, 0], 17)])
+    for case, expected in ((unsorted, 4.0), (presorted, 2.5)):
+        verified = code_reward(case, aux, main, sandbox=sb, timeout_s=2.0, cooperation="verified")
+        assert (verified.tests_passed, verified.total) == (4, expected), verified

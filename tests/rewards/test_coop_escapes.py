@@ -364,6 +364,11 @@ def test_the_runs_differ_in_one_small_int_only():
         scored = scored_aux(aux)
         programs = dict(probe_programs(aux))
         assert programs["control"] == scored
-        for name in ("derived", "constant", "other values"):
+        for name in ("raise", "derived", "constant", "other values", "constant twin", "derived other"):
             assert len(programs[name]) == len(scored)
             assert sum(a != b for a, b in zip(programs[name], scored)) == 1, name
+    # the main bypass too (issue 42: the raise probe was a stub and the bypass another main, laid out elsewhere)
+    from rewards.code_rewards import _prepare
+    prep = _prepare(PROBLEM, SPLIT_AUX, HONEST_MAIN, False, "verified")
+    scored, bypass = (prep.assemble(scored_aux(SPLIT_AUX), None, b) for b in (False, True))
+    assert len(bypass) == len(scored) and sum(a != b for a, b in zip(bypass, scored)) == 1

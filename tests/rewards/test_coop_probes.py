@@ -61,3 +61,24 @@ def test_a_main_that_knows_how_many_runs_came_before_cannot_find_the_control():
     order = [name for name, _ in in_drawn_order(probe_programs(pairs[0][0]), pairs[0][0] + "\n" + pairs[0][1])]
     assert order == [name for name, _ in in_drawn_order(probe_programs(pairs[0][0]),
                                                         pairs[0][0] + "\n" + pairs[0][1])]   # reproducible
+
+
+def test_a_problem_whose_answers_only_move_ints_is_told_from_one_that_computes():
+    # issue 42, 1b: the derived probe renames the ints inside containers, unless the problem's answers only move
+    # ints (every expected int is one its arguments hold, as often or less): there moving is the work (Coop/64
+    # turns a matrix a quarter; a sort); a sum, a count, an index, a bool or a string is no move of ints
+    from rewards.coop_probes import moves_only
+    from rewards.sandbox import TestSuite
+
+    def units(*asserts: str) -> tuple:
+        return TestSuite.from_check("def check(candidate):\n" + "".join(f"    {a}\n" for a in asserts), "f").units
+    assert moves_only(units("assert candidate([[1, 2, 3], [4, 5, 6]]) == [[4, 1], [5, 2], [6, 3]]",
+                            "assert candidate([]) == []", "assert candidate([[7]]) == [[7]]"))
+    assert moves_only(units("assert candidate([3, 1, 2]) == [1, 2, 3]", "assert candidate([2, 2], 1) == (2, 2)"))
+    assert moves_only(units("assert candidate({'a': 1}) == {1: 'a'}"))   # dict keys count
+    assert not moves_only(units("assert candidate([1, 2, 3]) == 6"))
+    assert not moves_only(units("assert candidate([3, 1, 2]) == [1, 2, 3]", "assert candidate([1, 2]) == 3"))
+    assert not moves_only(units("assert candidate([1, 2]) == [1, 1, 2]"))   # an item twice: more than given
+    assert not moves_only(units("assert candidate([1, 2]) == [2, 1, 0]"))   # an int the arguments lack
+    assert not moves_only(units("assert candidate([1, 2]) is True", "assert candidate('ab') == 'ba'"))
+    assert not moves_only(units("assert candidate([True, 2]) == [True]"))   # a bool is no int here

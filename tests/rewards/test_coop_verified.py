@@ -281,3 +281,93 @@ def test_a_pair_past_the_probed_size_is_not_probed(sb):
     assert (seed.total, verified.total, verified.tests_passed) == (4.0, 2.5, 8), verified
     assert verified.coop_check.startswith("not probed: aux and main are "), verified
     assert verified.coop_check.endswith(f"(the probes run pairs of at most {MAX_PROBED_CHARS:,})"), verified
+
+
+# A pair that reads object addresses: the text of a function, a lambda, an iterator, a bound method and a map
+# object, an f-string of a lambda, and the order of a set of functions (their hashes are their addresses).
+# main reads them first thing (aux only in a branch the tests never take), and in the main-bypass probe aux does.
+READ_ADDRESSES = ("    f = lambda: 0\n"
+                  "    seen = [repr(f), str(iter([])), f'{(lambda: 1)}', repr(aux), repr('a'.upper),\n"
+                  "            str(map(str, [])), str(reversed([1]))]\n"
+                  "    seen += [repr(g) for g in {f, (lambda: 2), aux}]\n")
+ADDRESS_AUX = "def aux(text):\n" + READ_ADDRESSES + "    raise ValueError(seen)\n"
+ADDRESS_MAIN = ("def shout_words(text):\n" + READ_ADDRESSES + "    if text == '?':\n        return aux(text)\n"
+                "    raise ValueError(seen)\n")
+
+
+def run_addresses(box, programs) -> list[str]:
+    """The addresses each program's first test reads (the text of the ValueError it raises)."""
+    from rewards.sandbox import TestSuite
+    suite = TestSuite.from_check("def check(candidate):\n    assert candidate('x') == 'X!'\n", "shout_words")
+    errors = [box.run_detailed(program, suite, 2.0).outcomes[0].error for program in programs]
+    assert all(e.startswith("ValueError: ['<function ") for e in errors), errors
+    return errors
+
+
+def test_every_run_of_a_pair_reads_the_same_addresses_on_every_worker():
+    # issue 42: an object's address (`repr(f)`, a set's order of functions) differed between workers (address
+    # randomization), so a main that fails on some address bit failed the probes that landed on another worker
+    # than its scored run: paid 4.0 by chance. Workers now run without address randomization (and fork once before
+    # their first program, whose layout differed from the later ones'), and every run of a pair (scored, each
+    # probe, its second tries, the control, the main bypass) is the scored program with one small int changed:
+    # the same addresses in all of them, on every worker, after a restart too
+    from rewards.code_rewards import _prepare
+    from rewards.coop_probes import probe_programs, scored_aux
+    prep = _prepare(PROBLEM, ADDRESS_AUX, ADDRESS_MAIN, False, "verified")
+    aux_src = prep.aux_src
+    mains = [prep.assemble(scored_aux(aux_src))] + [prep.assemble(p) for _, p in probe_programs(aux_src)]
+    bypass = prep.assemble(scored_aux(aux_src), None, True)
+    results = []
+    for _ in range(2):   # two pools: two workers started apart
+        with Sandbox(workers=1) as box:
+            results.append(run_addresses(box, mains + [bypass]))
+            box._slots[0].proc.kill()   # the worker is replaced at the next run
+            results.append(run_addresses(box, mains + [bypass]))
+    scored = results[0][0]
+    assert "0x" in scored and all(run[:-1] == [scored] * len(mains) for run in results), results
+    assert all(run[-1] == results[0][-1] for run in results), [run[-1] for run in results]
+
+
+@pytest.mark.parametrize("shape", ["id(text) % 7", "hash(object())", "object.__repr__(text)", "hash(aux)",
+                                   "hash(shout_words)", "vars(text)", "dir(text)[0]"])
+def test_reads_of_an_id_or_a_hash_are_not_probed(shape):
+    # an id, a hash of an object and the default repr stay off the gate (they are the object's address), and a
+    # class (whose default repr is its instances' address) is refused
+    main = f"def shout_words(text):\n    k = {shape}\n    return aux(text) + str(k)\n"
+    assert probe_gate(SPLIT_AUX, main, ()), shape
+    assert probe_gate(SPLIT_AUX, "class K:\n    pass\n\n\ndef shout_words(text):\n    return str(K()) + "
+                                 "aux(text)\n", ())
+
+
+ADDRESS_BITS = {   # a bit of an address above the page offset (where the workers differed), in four readings
+    "repr_of_a_lambda": "int(repr(lambda: 0)[-9:-6], 16) % 2",
+    "an_iterator": "int(str(iter([]))[-9:-6], 16) % 2",
+    "an_f_string": "int(f'{(lambda: 0)}'[-9:-6], 16) % 2",
+    "a_set_of_functions": "int(repr(list({(lambda: 0), (lambda: 1), shout_words})[0])[-9:-6], 16) % 2",
+}
+
+
+@pytest.mark.parametrize("reading", ADDRESS_BITS.values(), ids=list(ADDRESS_BITS))
+def test_an_identity_aux_behind_an_address_bit_earns_no_bonus(sb, reading):
+    # issue 42's open channel: main fails its tests on one value of an address bit, aux is the identity. With the
+    # same addresses in every run, the probes see what the scored run saw: whichever way the bit falls, no 4.0
+    totals = []
+    for bit in (0, 1):
+        main = (f"def shout_words(text):\n    if {reading} == {bit}:\n        return None\n"
+                "    words = aux(text).split()\n    return ' '.join(w.upper() for w in words) + '!'\n")
+        assert not probe_gate("def aux(text):\n    return text\n", main, ()), main
+        verified = code_reward(PROBLEM, "def aux(text):\n    return text\n", main, sandbox=sb, timeout_s=2.0,
+                               cooperation="verified")
+        assert verified.total == pytest.approx(1.5 + verified.tests_passed / 8), verified   # no bonus
+        totals.append(verified.total)
+    assert 2.5 in totals, totals   # one of the two bits lets the scored run pass: the probes refuse it
+
+
+def test_a_main_that_opens_with_a_decorated_function_keeps_its_score(sb):
+    # every verified run holds the main-bypass probe's entry point beside main, spliced from main's own header: a
+    # first statement with a decorator starts at the decorator (the splice broke the whole program before)
+    main = ("def shout_words(text):\n    @lru_cache(None)\n    def words(t):\n        return tuple(aux(t))\n"
+            "    return ' '.join(w.upper() for w in words(text)) + '!'\n")
+    problem = {**PROBLEM, "prompt": "from functools import lru_cache\n\n\n" + PROMPT}
+    seed, verified = both(sb, SPLIT_AUX, main, problem)
+    assert (seed.total, verified.total) == (4.0, 4.0), verified

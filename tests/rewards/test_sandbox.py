@@ -383,3 +383,22 @@ def test_the_worker_keeps_a_bounded_number_of_call_plans():
     assert len(w.plans) == worker.PLAN_CACHE_SIZE
     assert w.plan(job(3 * worker.PLAN_CACHE_SIZE - 1)) is w.plans[next(reversed(w.plans))]
     assert w.plan(job(0)) is not first and w.plan(job(0)) == first   # planned again, the same plan
+
+
+def test_a_cpu_budget_counts_the_programs_cpu_time_not_the_wall_clock(sb):
+    # issue 42: verified mode's probe runs were bounded in wall time, so on a loaded machine an honest pair's probe
+    # was cut and its bonus refused. A CPU budget counts what the program computes: waiting (here a sleep, on a busy
+    # machine the other processes' turns) does not spend it, a loop does, and the tests after the cut are skipped
+    program = ("import time\n\ndef f(x):\n    if x == 'spin':\n        while True:\n            pass\n"
+               "    time.sleep(0.4)\n    return x\n")
+    suite = TestSuite.from_check("def check(candidate):\n    assert candidate('a') == 'a'\n"
+                                 "    assert candidate('b') == 'b'\n    assert candidate('spin') == 0\n"
+                                 "    assert candidate('c') == 'c'\n", "f")
+    report = sb.run_detailed(program, suite, 5.0, 3, cpu_budget_s=0.3)
+    assert [o.passed for o in report.outcomes] == [True, True, False, False], report
+    assert report.elapsed_s > 0.8   # two sleeps: wall time the budget did not count
+    assert report.outcomes[2].timed_out and report.outcomes[2].error == "cut: the run's 0.3 CPU s were spent"
+    assert report.outcomes[3].timed_out and report.outcomes[3].error == "skipped: the run's 0.3 CPU s were spent"
+    assert 0.3 <= report.cpu_s < 2.0, report.cpu_s
+    plain = sb.run_detailed(program.replace("'spin'", "'none'"), suite, 5.0, 3)
+    assert plain.cpu_s < 0.3 and [o.passed for o in plain.outcomes] == [True, True, False, True], plain

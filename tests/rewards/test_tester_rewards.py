@@ -99,6 +99,18 @@ def test_a_test_on_numbers_outside_the_hidden_calls_range_earns_nothing(tmp_path
     assert testers == [0.5, 0.5]             # in range: the mutant a - b caught, ALMOST passes it
 
 
+def test_a_number_outside_the_range_earns_nothing_when_passed_by_keyword(tmp_path):
+    # issue 42 (part 2, left at the first pass): the range rule saw literal positional arguments only, so
+    # `add(a=10, b=1)` earned what `add(10, 1)` does not; a keyword naming a parameter is its position now
+    task, problem = _task(tmp_path, HUMANEVAL_LIKE)
+    for off in ("a=10, b=1) == 11\n", "1, b=9) == 10\n", "b=1, a=-5) == -4\n", "a=-5, b=1) == 7\n"):
+        testers, _ = _tester_rewards(task, problem, [[RIGHT, off], [ALMOST, off]])
+        assert testers == [0.0, 0.0], off
+    inside = "b=1, a=2) == 3\n"
+    testers, _ = _tester_rewards(task, problem, [[RIGHT, inside], [ALMOST, inside]])
+    assert testers == [0.5, 0.5]             # in range by keyword: paid as `add(2, 1) == 3` is
+
+
 def test_the_spec_range_of_a_check():
     from rewards.judged_tests import off_spec_range, spec_ranges
     ranges = spec_ranges(CHECK, "add")
@@ -106,6 +118,14 @@ def test_the_spec_range_of_a_check():
     assert not off_spec_range("assert add(2, 5) == 7", "add", ranges)
     assert off_spec_range("assert add(3, 5) == 8", "add", ranges)
     assert not off_spec_range("assert add(x, 5) == 8", "add", ranges)   # not a literal: not judged here
+    # by keyword: the prompt's parameters name the positions, in the check's calls and in a test's
+    named = spec_ranges(CHECK, "add", ("a", "b"))
+    assert named == {0: (-1, 2), 1: (0, 5), "a": (-1, 2), "b": (0, 5)}
+    assert off_spec_range("assert add(b=5, a=3) == 8", "add", named)
+    assert not off_spec_range("assert add(b=5, a=2) == 7", "add", named)
+    by_keyword = CHECK.replace("candidate(2, 5)", "candidate(2, b=50)")
+    assert spec_ranges(by_keyword, "add", ("a", "b")) == {0: (-1, 2), 1: (0, 50), "a": (-1, 2), "b": (0, 50)}
+    assert spec_ranges(by_keyword, "add")[1] == (0, 2)   # without the names, b=50 was another argument
     assert spec_ranges("def check(candidate):\n    assert candidate(1, 'a') == 1\n    n = 3\n"
                        "    assert candidate(n, 'b') == 2\n", "f") == {}    # a computed argument: no range
 

@@ -111,8 +111,9 @@ def test_typed_junk_keeps_the_type_and_changes_the_value():
 # a string) was -1 only when a correct code of the group happened to differ there; alone with wrong codes it paid
 # like a true test (0.833333 here). The reference refusing such arguments (TypeError) passes every hidden test, so
 # it is a correct code, and such a test rejects it.
-@pytest.mark.parametrize("test", ["['x', 'x']) == 'x2'\n", "['a', 'a', 'b']) == 'a2b'\n"],
-                         ids=["list", "list_of_characters"])
+@pytest.mark.parametrize("test", ["['x', 'x']) == 'x2'\n", "['a', 'a', 'b']) == 'a2b'\n",
+                                  "text=['x', 'x']) == 'x2'\n"],
+                         ids=["list", "list_of_characters", "by_keyword"])   # by keyword: issue 42, part 2
 def test_a_test_pinning_the_reference_off_the_spec_is_wrong_without_a_correct_alternative(tmp_path, test):
     from tests.rewards.test_tester_rewards import COOP0, DROPS_COUNTS, TRUE_TEST
     task, problem = _task(tmp_path, COOP0)
