@@ -171,6 +171,17 @@ def test_under_ddp_each_rank_builds_one_engine_for_its_team(fake_vllm, monkeypat
     assert options["max_loras"] == 2 and generators[1].llm is generators[0].llm and generators[1]._rank == 1
 
 
+def test_a_team_engine_sized_by_the_utilization_reserves_its_share_once(fake_vllm, monkeypatch):
+    monkeypatch.setattr(vllm_platform, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
+    overrides = ["agent_model.device=cuda:0", "agent_model.lora.r=8", "agent_model.generation_backend=vllm",
+                 "agent_model.vllm_weight_sync=lora", "agent_model.vllm_gpu_memory_utilization=0.5",
+                 "agent_model.vllm_kv_cache_bytes=0"]
+    with pytest.raises(ConfigError, match="2 vLLM engines on cuda:0 would reserve 1.00"):   # an engine per agent
+        vllm_platform.check_vllm_devices(load_config(None, overrides).agent_model, ["cuda:0", "cuda:0"])
+    shared = load_config(None, [*overrides, "agent_model.share_base=true"]).agent_model
+    vllm_platform.check_vllm_devices(shared, ["cuda:0", "cuda:0"])   # one engine for the team: 0.5 of the GPU
+
+
 def test_an_agent_on_another_device_cannot_join_the_team_engine(fake_vllm, tmp_path):
     _, generators = team_of_two(fake_vllm, tmp_path)
     team = TeamEngine(3)
