@@ -6,8 +6,12 @@ tests/cooprl/vllm_real/test_team.py."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +26,10 @@ from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, 
 from cooprl.rollout.vllm_guard import WeightGuard
 from cooprl.rollout.vllm_team import TeamEngine
 from tests.cooprl.rollout.test_vllm_generation import FakeLLM, fake_vllm, lora_model, tiny_tokenizer  # noqa: F401
+from tests.environment import child_env
+
+ROOT = Path(__file__).resolve().parents[3]
+TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 PARAMS = SamplingParams(max_new_tokens=2, temperature=1.0)
 
@@ -180,6 +188,30 @@ def test_a_team_engine_sized_by_the_utilization_reserves_its_share_once(fake_vll
         vllm_platform.check_vllm_devices(load_config(None, overrides).agent_model, ["cuda:0", "cuda:0"])
     shared = load_config(None, [*overrides, "agent_model.share_base=true"]).agent_model
     vllm_platform.check_vllm_devices(shared, ["cuda:0", "cuda:0"])   # one engine for the team: 0.5 of the GPU
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_under_torchrun_each_rank_serves_its_team_from_one_engine(tmp_path):
+    from tests.cooprl.parallel.test_scale_out import DDP_OVERRIDES
+    records = tmp_path / "records"
+    records.mkdir()
+    env = child_env(OMP_NUM_THREADS="1", WANDB_MODE="disabled", VLLM_CACHE_ROOT=str(tmp_path / "cache"))
+    result = subprocess.run(
+        [str(TORCHRUN), "--standalone", "--nproc_per_node=2", "tests/fake_vllm_run.py", str(records),
+         "train_magrpo.py", "--config", "configs/magrpo_che_config.yaml", "--override", *DDP_OVERRIDES,
+         "agent_model.generation_backend=vllm", "agent_model.lora.r=8", "agent_model.share_base=true",
+         "agent_model.vllm_weight_sync=lora", "magrpo.max_steps=2", "magrpo.rollout_buffer_size=1",
+         f"output.base_dir={tmp_path}", "output.run_name=ddp-team"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((records / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [len(engines) for engines in ranks] == [1, 1]   # one engine per rank, for both agents
+    for (engine,) in ranks:
+        assert engine["executor"] == "external_launcher" and engine["group_at_shutdown"]
+        names = set(engine["lora_requests"]) - {None}
+        assert {"cooprl-agent0-v1", "cooprl-agent1-v1", "cooprl-agent0-v2", "cooprl-agent1-v2"} <= names
+    assert ranks[1][0]["seed"] == ranks[0][0]["seed"] + 1
 
 
 def test_an_agent_on_another_device_cannot_join_the_team_engine(fake_vllm, tmp_path):
