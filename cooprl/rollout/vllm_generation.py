@@ -41,6 +41,9 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   CUDA device (vLLM's own worker process always has it current; kernels launched on the current device, and tensors
   made on "cuda", need it), the trainer's current device set back afterwards. Engines are never sampled
   concurrently (cooprl.trainers.team.AgentRunner): vLLM's forward context is process-wide.
+- A team whose agents share one base (agent_model.share_base) samples from one engine: each agent's generator is its
+  own (model, adapter versions and their LoRA ids: `seat`, guard), the engine's sleep and close are the team's
+  (`EngineUsers`); cooprl.rollout.vllm_team builds it.
 - Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
   saved before and restored after, so a run samples and initializes the same with or without this backend.
 - Sampler log-probs (`sampler_logprobs=True`, from `agent_model.vllm_importance_cap`): vLLM returns each sampled
