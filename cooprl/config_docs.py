@@ -52,8 +52,10 @@ RULES = [
     "`generation_backend: vllm` under `parallel_training: ddp` (one engine per rank) refuses "
     "`vllm_tensor_parallel_size` above 1, and `fsdp` refuses vLLM; it refuses agent devices other than cuda:0 with "
     "`vllm_tensor_parallel_size` above 1 (the shards run on cuda:0..T-1; one shard sits on its agent's GPU) (checked "
-    "at load); `agent_model.vllm_sleep` needs one vLLM engine per "
-    "process, i.e. one agent per process, and a GPU build of vLLM (checked when the engines are built).",
+    "at load); `agent_model.share_base` with `generation_backend: vllm` needs `vllm_weight_sync: lora` (one engine "
+    "serves the team; checked at load); `agent_model.vllm_sleep` needs one vLLM engine per "
+    "process, i.e. one agent per process or a `share_base` team, and a GPU build of vLLM (checked when the engines "
+    "are built).",
     "`agent_model.vllm_importance_cap` needs `agent_model.generation_backend: vllm` (checked at load) and a "
     "policy-gradient trainer: madpo/madpo_iter refuse it (checked when the trainer is built).",
     "`magrpo`/`grpo`/`marlhf*` `num_generations`: at least 2 unless `advantage_mode: raw` (a group of one has "

@@ -3,7 +3,7 @@ under torchrun): `python tests/fake_vllm_run.py RECORDS_DIR train_magrpo.py --co
 
 Each engine is tests/cooprl/rollout/test_vllm_generation.py's FakeLLM, and records, in RECORDS_DIR/rank<RANK>.json at
 exit: its build options, whether the process group was up when it was built and when it was shut down, the prompts it
-sampled and a checksum of each version of the weights pushed into it."""
+sampled, a checksum of each version of the weights pushed into it and the names of the LoRA requests it served."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ class RecordingLLM(FakeLLM):
         self.record["group_at_shutdown"] = torch.distributed.is_initialized()
         self.record["pushed_weights"] = [sum(float(t.double().sum()) for t in load.values())
                                          for load in self.engine_model.loads]
+        self.record["lora_requests"] = [r and r.lora_name for r in getattr(self, "lora_requests", [])]
 
 
 def install_fake_vllm() -> None:

@@ -196,6 +196,10 @@ def _check_vllm(config: Config) -> None:
     if model_cfg.vllm_weight_sync == "lora" and model_cfg.lora is None:
         raise ConfigError("agent_model.vllm_weight_sync: lora samples the trained LoRA adapter as a vLLM LoRA request; "
                           "set agent_model.lora (r, alpha, ...) or use vllm_weight_sync: merged")
+    if model_cfg.share_base and model_cfg.generation_backend == "vllm" and model_cfg.vllm_weight_sync != "lora":
+        raise ConfigError("agent_model.share_base with generation_backend vllm: the team's one engine serves each "
+                          "agent's adapter as its own LoRA request and cannot hold merged weights (one set for every "
+                          "agent); set agent_model.vllm_weight_sync=lora")
     if model_cfg.generation_backend == "vllm" and model_cfg.vllm_weight_sync == "lora":
         vllm_lora_slot(model_cfg.lora.r)
     if model_cfg.vllm_tensor_parallel_size > 1 and model_cfg.vllm_weight_sync != "lora":

@@ -60,7 +60,7 @@ class AgentModelSection:
         "on the untouched base weights: no push; needs agent_model.lora)", choices=("merged", "lora"))
     vllm_sleep: bool = option(False, "put each vLLM engine to sleep (level 1: weights to CPU memory, KV cache freed) "
                               "between its sampling calls, so the update has the GPU memory; one engine per process "
-                              "(vLLM allows one sleeping engine), i.e. one agent per process")
+                              "(vLLM allows one sleeping engine), i.e. one agent per process, or a share_base team")
     vllm_tensor_parallel_size: int = option(1, "GPUs each vLLM engine shards its model over; above 1 the engine's "
                                             "workers are separate processes, so needs vllm_weight_sync: lora", min=1)
     vllm_max_num_seqs: Optional[int] = option(
@@ -118,7 +118,8 @@ class AgentModelSection:
         "model, adapters off); null = the models as agent_model names them")
     share_base: bool = option(
         False, "with agent_model.lora: every agent's LoRA adapter on one base model in memory (and, with "
-        "generation_backend vllm, one engine per process serving every agent's adapter): each agent trains only its "
+        "generation_backend vllm, one engine per process serving each agent's adapter as its own LoRA request: needs "
+        "vllm_weight_sync lora; it sleeps once per rollout with vllm_sleep): each agent trains only its "
         "own adapter with its own optimizer and its KL reference is the base, adapters off; the agents must share "
         "one base model (issue 45)")
     shared_policy: bool = option(

@@ -31,7 +31,8 @@ import torch
 
 from cooprl.errors import UserError
 from cooprl.config import (ActorCriticSection, ConfigError, MADPOSection, MAGRPOSection, MARLHFSection, Run,
-                           SFTSection, TrainerSection, agent_names, agent_settings, model_devices, trainer_device)
+                           SFTSection, TrainerSection, agent_names, agent_settings, model_devices, trainer_device,
+                           vllm_lora_slot)
 from cooprl.models.loading import pick_dtype
 from cooprl.rollout import vllm_memory
 from cooprl.rollout.vllm_memory import ENGINE_OVERHEAD_BYTES, GIB, ModelShape, gpu_name, on_gpu
@@ -237,10 +238,11 @@ class Planner:
         if on_gpu(device):
             self.accounts.setdefault(gpu_name(device), DeviceAccount()).items.append((what, size))
 
-    def model(self, label: str, name: str, device: str, model_cfg: Any, lora: Any, max_new_tokens: int | None = None
-              ) -> tuple[ModelShape, torch.dtype]:
-        """Count a trained model's weights and optimizer states on `device` and note its update (completions of
-        `max_new_tokens`, None: the section's); return its shape and dtype."""
+    def model(self, label: str, name: str, device: str, model_cfg: Any, lora: Any, *,
+              max_new_tokens: int | None = None, weights: str | None = "weights") -> tuple[ModelShape, torch.dtype]:
+        """Count a trained model's weights (the line `label weights`; None: counted with another model, the base
+        agents share) and optimizer states on `device` and note its update (completions of `max_new_tokens`, None:
+        the section's); return its shape and dtype."""
         section = self.run.section
         if max_new_tokens is not None:   # an agent's own (its `agents:` entry)
             section = dataclasses.replace(section, max_new_tokens=max_new_tokens)
@@ -249,7 +251,8 @@ class Planner:
         bf16_optimizer = self.config.agent_model.bf16_optimizer
         sharded = self.processes if section.parallel_training == "fsdp" else 1
         fsdp_note = f" (1/{sharded}: fsdp)" if sharded > 1 else ""
-        self.add(device, f"{label} weights", vllm_memory.weight_bytes(shape, dtype))
+        if weights is not None:
+            self.add(device, f"{label} {weights}", vllm_memory.weight_bytes(shape, dtype))
         self.add(device, f"{label} optimizer states{fsdp_note}",
                  vllm_memory.optimizer_bytes(shape, dtype, lora is not None, bf16_optimizer) // sharded)
         if not on_gpu(device):
@@ -262,21 +265,28 @@ class Planner:
             logits_bytes(shape, dtype, forward, agent_cfg.logprob_chunk_size), forward))
         return shape, dtype
 
-    def engine(self, i: int, shape: ModelShape, dtype: torch.dtype, shards: Sequence[str], max_new_tokens: int
-               ) -> None:
-        """Count agent `i`'s vLLM engine on its `shards`: weights (1/T each) + KV cache + ENGINE_OVERHEAD_BYTES, or
-        with `vllm_kv_cache_bytes: 0` vllm_gpu_memory_utilization x the GPU."""
+    def engine(self, i: int, name: str, dtype: torch.dtype, shards: Sequence[str], max_new_tokens: int,
+               agents: int = 1) -> None:
+        """Count agent `i`'s vLLM engine of model `name` on its `shards`: weights (1/T each) + KV cache + (LoRA sync)
+        the LoRA slots of `agents` adapters + ENGINE_OVERHEAD_BYTES, or with `vllm_kv_cache_bytes: 0`
+        vllm_gpu_memory_utilization x the GPU. `agents` > 1: the one engine of a team sharing a base."""
         model_cfg = self.config.agent_model
         section = self.run.section if self.run is not None else None
+        shape = vllm_memory.model_shape(name, offline=self.offline)
         kv = vllm_memory.engine_kv_cache_bytes(model_cfg, section, max_new_tokens, shape.kv_elements_per_token, dtype)
+        label = f"engine {i}" if agents == 1 else f"engine of the {agents} agents"
+        slots = (vllm_memory.lora_slots_bytes(name, vllm_lora_slot(model_cfg.lora.r), agents, dtype, self.offline)
+                 if model_cfg.vllm_weight_sync == "lora" else 0)
+        slots_note = f" + {agents} LoRA slot{'s' if agents > 1 else ''} {slots / GIB:.2f} GiB" if slots else ""
         for shard in filter(on_gpu, shards):
             if kv is None:
                 utilization = model_cfg.vllm_gpu_memory_utilization
-                self.add(shard, f"engine {i} (vllm_gpu_memory_utilization {utilization})",
+                self.add(shard, f"{label} (vllm_gpu_memory_utilization {utilization})",
                          int(utilization * self.total_bytes(gpu_name(shard))))
             else:
-                self.add(shard, f"engine {i} (weights + KV cache {kv / GIB:.2f} GiB + overhead)",
-                         vllm_memory.weight_bytes(shape, dtype) // len(shards) + kv + ENGINE_OVERHEAD_BYTES)
+                self.add(shard, f"{label} (weights + KV cache {kv / GIB:.2f} GiB{slots_note} + overhead)",
+                         vllm_memory.weight_bytes(shape, dtype) // len(shards) + kv + slots // len(shards)
+                         + ENGINE_OVERHEAD_BYTES)
 
     def update_peak(self) -> None:
         """Add each GPU's update: the model whose gradients and activations are largest (under mp every model on
@@ -313,19 +323,28 @@ def plan_accounts(planner: Planner, agent_devices: Sequence[str], engine_devices
     # each agent's own max_new_tokens (its `agents:` entry's, else the section's); an evaluation's `max_new_tokens`
     budgets = ([own.max_new_tokens for own in agent_settings(config, run.section, len(names))]
                if max_new_tokens is None else [max_new_tokens] * len(names))
+    # agent_model.share_base in training (build_team): the first agent's count holds the base and the one engine every
+    # agent samples from (an evaluation's agents, strategies/llm.py, are still built apart)
+    shared = len(agent_devices) if run is not None and model_cfg.share_base and model_cfg.lora is not None else 1
     for i, (name, device) in enumerate(zip(names, agent_devices, strict=True)):
+        weights = ("weights" if shared == 1 else
+                   f"weights (the one base of the {shared} agents: agent_model.share_base)" if i == 0 else None)
         if run is None:
             dtype = pick_dtype(model_cfg.torch_dtype, torch.device(gpu_name(device)))
             shape = vllm_memory.model_shape(name, model_cfg.lora, offline=planner.offline)
-            planner.add(device, f"agent {i} weights", vllm_memory.weight_bytes(shape, dtype))
+            if weights is not None:
+                planner.add(device, f"agent {i} {weights}", vllm_memory.weight_bytes(shape, dtype))
         else:
-            shape, dtype = planner.model(f"agent {i}", name, device, model_cfg, model_cfg.lora, budgets[i])
+            shape, dtype = planner.model(f"agent {i}", name, device, model_cfg, model_cfg.lora,
+                                         max_new_tokens=budgets[i], weights=weights)
             section = run.section
             reference_model = isinstance(section, MADPOSection) and section.reference_model
             if model_cfg.lora is None and (section.reference_kl_coef > 0 or reference_model):
                 planner.add(device, f"agent {i} reference", vllm_memory.weight_bytes(shape, dtype))
-        if engine_devices:
-            planner.engine(i, shape, dtype, engine_devices[i], budgets[i])
+        if engine_devices and weights is not None:
+            # the one engine of a shared base serves every agent: its KV cache is sized for the longest budget
+            engine_budget = budgets[i] if shared == 1 else max(budgets)
+            planner.engine(i, name, dtype, engine_devices[i], engine_budget, agents=shared)
     for c, device in enumerate(critic_devices):
         name = (config.critics[c] if config.critics is not None else config.critic_model.name) or names[c]
         planner.model(f"critic {c}", name, device, config.critic_model, config.critic_model.lora)

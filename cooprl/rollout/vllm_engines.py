@@ -81,6 +81,27 @@ def end_engine_groups() -> None:
         state.destroy_model_parallel()
 
 
+def engine_worker(llm: Any) -> Any:
+    """Return the in-process engine's worker (`llm.llm_engine.model_executor.driver_worker.worker`), else None."""
+    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
+    return getattr(getattr(executor, "driver_worker", None), "worker", None)
+
+
+def engine_model(llm: Any) -> Any:
+    """Return the engine's torch model when it lives in this process at the path TRL's colocate mode uses, else None.
+
+    `llm.llm_engine.model_executor.driver_worker.worker.model_runner.model`: V1 with
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 (and V0); older V0 releases have no `.worker` step.
+    """
+    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
+    driver = getattr(executor, "driver_worker", None)
+    for worker in (getattr(driver, "worker", None), driver):
+        model = getattr(getattr(worker, "model_runner", None), "model", None)
+        if model is not None and hasattr(model, "load_weights"):
+            return model
+    return None
+
+
 class kept_random_state:
     """Restore Python's, NumPy's and torch's (CPU and CUDA) random states on exit, whatever ran inside (an engine's
     build reseeds them: vLLM's set_random_seed)."""

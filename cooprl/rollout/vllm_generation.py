@@ -41,6 +41,9 @@ the same sampled tokens; only who samples them changes. How each part is kept th
   CUDA device (vLLM's own worker process always has it current; kernels launched on the current device, and tensors
   made on "cuda", need it), the trainer's current device set back afterwards. Engines are never sampled
   concurrently (cooprl.trainers.team.AgentRunner): vLLM's forward context is process-wide.
+- A team whose agents share one base (agent_model.share_base) samples from one engine: each agent's generator is its
+  own (model, adapter versions and their LoRA ids: `seat`, guard), the engine's sleep and close are the team's
+  (`EngineUsers`); cooprl.rollout.vllm_team builds it.
 - Random numbers: building an engine reseeds the process's generators (vLLM's `set_random_seed`); ours are
   saved before and restored after, so a run samples and initializes the same with or without this backend.
 - Sampler log-probs (`sampler_logprobs=True`, from `agent_model.vllm_importance_cap`): vLLM returns each sampled
@@ -63,7 +66,7 @@ import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import torch
 
@@ -72,11 +75,16 @@ from cooprl.models.loading import save_pretrained_on_this_rank
 from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
-from cooprl.rollout.vllm_engines import end_engine_groups, kept_random_state, prepare_engine_build
+from cooprl.rollout.vllm_engines import (end_engine_groups, engine_model, engine_worker, kept_random_state,
+                                         prepare_engine_build)
 from cooprl.rollout.vllm_guard import WeightGuard, sample_probes, weight_guard
 from cooprl.rollout.vllm_memory import (engine_batch_limits, engine_kv_cache_bytes, engine_utilization,
                                         kv_elements_per_token)
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
+from cooprl.rollout.vllm_weights import adapters_enabled, lora_rank, merged_weights
+
+if TYPE_CHECKING:
+    from cooprl.rollout.vllm_team import TeamEngine
 
 log = logging.getLogger(__name__)
 
@@ -94,43 +102,6 @@ def _empty_cuda_cache() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- weights
-def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (name, tensor) of the weights `model` uses right now, named as in its plain HF checkpoint.
-
-    A plain model yields its state dict. A peft LoRA model yields its base model's weights with each adapted
-    layer's weight replaced by base + delta (computed out of place: the trained model is not touched), the
-    adapter tensors themselves left out; a layer whose adapters are disabled (`disable_adapter()`) yields
-    its base weight. vLLM's `load_weights` expects exactly these names (it fuses q/k/v itself).
-    """
-    if not hasattr(model, "get_base_model"):
-        yield from model.state_dict().items()
-        return
-    from peft.tuners.lora import LoraLayer
-
-    base = model.get_base_model()
-    layers = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
-    for name, tensor in base.state_dict().items():
-        if ".lora_" in name:
-            continue
-        name = name.replace(".base_layer.", ".")
-        owner, _, leaf = name.rpartition(".")
-        layer = layers.get(owner)
-        if layer is not None and leaf == "weight" and not layer.disable_adapters and not layer.merged:
-            with torch.no_grad():
-                for adapter in layer.active_adapters:
-                    if adapter in layer.lora_A or adapter in getattr(layer, "lora_embedding_A", {}):
-                        tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
-        yield name, tensor
-
-
-def adapters_enabled(model: Any) -> bool:
-    """Return False while a peft model's adapters are disabled (inside `disable_adapter()`), else True."""
-    if not hasattr(model, "get_base_model"):
-        return True
-    from peft.tuners.lora import LoraLayer
-    return not any(m.disable_adapters for m in model.get_base_model().modules() if isinstance(m, LoraLayer))
-
-
 def watch_optimizer(optimizer: torch.optim.Optimizer, generator: "VLLMGenerator") -> None:
     """Mark `generator` stale after every `optimizer.step()`, so its next `sample` syncs the new weights.
 
@@ -156,6 +127,16 @@ class SampledTokens:
         return SampledTokens(self.ids + more.ids, logprobs, more.at_string)
 
 
+@dataclass
+class EngineUsers:
+    """The generators sampling from one engine (one, or a team's: cooprl.rollout.vllm_team) and the engine's state,
+    theirs together: asleep (a sleep and a wake are the engine's, once for all of them) or closed."""
+
+    generators: list[Any]
+    asleep: bool = False
+    closed: bool = False
+
+
 class VLLMGenerator:
     """Samples completions with an in-process vLLM engine; same interface and Completions as HFGenerator.
 
@@ -165,7 +146,8 @@ class VLLMGenerator:
     `sampler_logprobs`: fill `Completion.sampler_logprobs` with vLLM's log-prob of each sampled token.
     `device`: the agent's device (default: where `model`'s weights are); the engine is built on it (`engine_device`).
     `kv_cache_bytes`: the engine's KV cache in bytes (vLLM's kv_cache_memory_bytes); None: vLLM sizes it from
-    `gpu_memory_utilization`.
+    `gpu_memory_utilization`. `max_loras`: the LoRA adapters the engine holds at once (a team's engine serves every
+    agent's, cooprl.rollout.vllm_team).
     """
 
     _sleeping_engines = 0   # built in this process with sleep mode (vLLM allows one)
@@ -176,28 +158,24 @@ class VLLMGenerator:
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  sampler_logprobs: bool = False, adapter_dir: str | None = None, device: str | None = None,
                  kv_cache_bytes: int | None = None, vllm_module: Any = None, ranks: Ranks | None = None,
-                 guard: WeightGuard | None = None):
+                 guard: WeightGuard | None = None, max_loras: int = 1):
         vllm = vllm_module if vllm_module is not None else vllm_platform.check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
-        lora_rank = _lora_rank(model)
-        if weight_sync == "lora" and lora_rank is None:
+        rank = lora_rank(model)
+        if weight_sync == "lora" and rank is None:
             raise ConfigError("agent_model.vllm_weight_sync=lora needs a LoRA model (agent_model.lora)")
-        lora_slot = vllm_lora_slot(lora_rank) if weight_sync == "lora" else None
+        lora_slot = vllm_lora_slot(rank) if weight_sync == "lora" else None
         if sleep and VLLMGenerator._sleeping_engines:
             raise ConfigError("agent_model.vllm_sleep: vLLM lets one engine per process sleep, and this process "
-                              "builds a second one (one per agent); drop vllm_sleep, or run one agent per process")
+                              "builds a second one (one per agent); drop vllm_sleep, share one engine "
+                              "(agent_model.share_base with LoRA), or run one agent per process")
         self.weight_sync, self.sleep, self.sampler_logprobs = weight_sync, sleep, sampler_logprobs
-        self.model = model
-        self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
         self.max_model_len = max_model_len
         self.chat_template = chat_template
         self._vllm = vllm
-        # The exact prompt encoding of the HF backend (its `encode_prompts`), reused rather than copied.
-        self._encoder = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens, chat_template=chat_template)
-        eos = tokenizer.eos_token_id
-        self.eos_ids = sorted(set(eos if isinstance(eos, list) else [eos]))
+        self.set_agent(model, tokenizer, guard, adapter_dir)
         # The weights can only be pushed into an engine that runs in this process (V1 otherwise runs it in
         # a child process); set before the engine reads its environment.
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") not in (None, "0"):
@@ -216,7 +194,7 @@ class VLLMGenerator:
         if sampler_logprobs:   # the log-probs of the distribution tokens are drawn from, not the raw model's
             options["logprobs_mode"] = "processed_logprobs"
         if weight_sync == "lora":
-            options.update(enable_lora=True, max_lora_rank=lora_slot, max_loras=1)   # the slot at least the rank
+            options.update(enable_lora=True, max_lora_rank=lora_slot, max_loras=max_loras)   # slot: at least the rank
         # The engine sits on the agent's GPU: one shard is told its GPU (`gpu_executor`), and every call into the
         # engine runs with that GPU current (`current_cuda_device`). Shards of tensor parallelism are vLLM's
         # multiprocess executor's to place (cuda:0..T-1, see `engine_devices`).
@@ -237,18 +215,31 @@ class VLLMGenerator:
         with kept_random_state(), current_cuda_device(self._cuda_index):
             self.llm = vllm.LLM(**options)
         VLLMGenerator._sleeping_engines += int(sleep)
-        if weight_sync == "merged" and _engine_model(self.llm) is None:
+        if weight_sync == "merged" and engine_model(self.llm) is None:
             # Pushing weights needs the engine's torch model in this process; a closure shipped to another process
             # (LLM.apply_model) would have to carry every GPU tensor across.
             raise ConfigError("agent_model.vllm_weight_sync=merged: this vLLM engine does not run its model in this "
                               "process, so the trained weights cannot be pushed into it; with LoRA set "
                               "agent_model.vllm_weight_sync=lora (the engine then loads each saved adapter itself)")
-        self._asleep = False
         if sleep:   # the update's first forward with gradients puts the engine to sleep (see the module docstring)
             model.get_input_embeddings().register_forward_pre_hook(self._sleep_for_update)
-        # lora sync: where the adapter versions are saved, and the request of the one the engine samples now
+        self.users = EngineUsers([self])   # the generators sampling from this engine, and its sleep
+        self.seat = (0, 1)   # (this generator's index, how many share the engine): its adapters' LoRA ids
+
+    def set_agent(self, model: Any, tokenizer: Any, guard: WeightGuard | None, adapter_dir: str | None) -> None:
+        """Make this generator sample for agent `model` (what is the agent's own, not the engine's): its tokenizer, its
+        stale-weights guard, where its adapter versions are saved (None: a folder of its own)."""
+        self.model = model
+        self.tokenizer = tokenizer
+        # The exact prompt encoding of the HF backend (its `encode_prompts`), reused rather than copied.
+        self._encoder = HFGenerator(model, tokenizer, max_prompt_tokens=self.max_prompt_tokens,
+                                    chat_template=self.chat_template)
+        eos = tokenizer.eos_token_id
+        self.eos_ids = sorted(set(eos if isinstance(eos, list) else [eos]))
+        # lora sync: where the adapter versions are saved, and the request (and version) the engine samples now
         self._adapter_dir = adapter_dir
         self._lora_request: Any = None
+        self._lora_version: int | None = None
         # Stale from the start: the engine holds the checkpoint on disk, the HF model may already differ
         # (LoRA, a resumed checkpoint); the first `sample` syncs.
         self._version = 1
@@ -261,13 +252,15 @@ class VLLMGenerator:
 
     def close(self) -> bool:
         """Shut the engine down and drop it (its worker frees the model and KV cache); return False when it was
-        closed already. Under ddp this must come before the process group is shut down (`close_engines`)."""
-        llm = self.__dict__.pop("llm", None)
-        if llm is None:
+        closed already (by this generator or another one sampling from it). Under ddp this must come before the process
+        group is shut down (`close_engines`)."""
+        if self.users.closed:
             return False
+        self.users.closed = True
         with current_cuda_device(self._cuda_index):
-            llm.llm_engine.engine_core.shutdown()   # the in-process engine core (vLLM's LLM has no shutdown)
-        del llm
+            self.llm.llm_engine.engine_core.shutdown()   # the in-process engine core (vLLM's LLM has no shutdown)
+        for generator in self.users.generators:
+            del generator.llm
         gc.collect()
         return True
 
@@ -285,21 +278,21 @@ class VLLMGenerator:
         """
         model = self.model if model is None else model
         with current_cuda_device(self._cuda_index):
-            discarded = self._asleep and self.sleep_level == 2
+            discarded = self.users.asleep and self.sleep_level == 2
             if discarded:
                 _empty_cuda_cache()
                 self.llm.wake_up(tags=["weights"])
             else:
                 self._wake()
             weights = merged_weights(model)
-            worker = _engine_worker(self.llm)
+            worker = engine_worker(self.llm)
             if hasattr(worker, "reload_weights"):
                 worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
             else:
-                _engine_model(self.llm).load_weights(weights)   # in this process: checked when the engine was built
+                engine_model(self.llm).load_weights(weights)   # in this process: checked when the engine was built
             if discarded:
                 self.llm.wake_up(tags=["kv_cache"])
-                self._asleep = False
+                self.users.asleep = False
             self.llm.reset_prefix_cache()
         # Another model's weights leave the engine out of step with ours: the next `sample` pushes ours again.
         self._synced = (self._version, adapters_enabled(model)) if model is self.model else None
@@ -315,12 +308,13 @@ class VLLMGenerator:
             self.sync_weights()
             return
         # lora: the base weights never change; a new adapter version is saved once and requested by a new id
-        if key[1] and (self._lora_request is None or self._lora_request.lora_int_id != self._version):
-            self._lora_request = self._save_adapter(self._version)
+        if key[1] and self._lora_version != self._version:
+            self._lora_request, self._lora_version = self._save_adapter(self._version), self._version
         self._synced = key
 
     def _save_adapter(self, version: int) -> Any:
-        """Save the model's LoRA adapter as version `version` (the previous one's folder removed); its LoRARequest."""
+        """Save the model's LoRA adapter as version `version` (the previous one's folder removed); its LoRARequest,
+        whose id no other generator's version on the engine has (`seat`)."""
         from vllm.lora.request import LoRARequest   # vLLM's documented request type
         if self._adapter_dir is None:
             self._adapter_dir = tempfile.mkdtemp(prefix="cooprl-vllm-lora-")
@@ -330,7 +324,9 @@ class VLLMGenerator:
         save_pretrained_on_this_rank(self.model, folder)   # each rank's engine reads its own copy
         if self._lora_request is not None:
             shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
-        return LoRARequest(f"cooprl-v{version}", version, folder)
+        index, seats = self.seat
+        name = f"cooprl-v{version}" if seats == 1 else f"cooprl-agent{index}-v{version}"
+        return LoRARequest(name, (version - 1) * seats + index + 1, folder)
 
     def _check_weights(self) -> None:
         """Before sampling after a push, a new adapter version or a wake-up: stop the run (EngineWeightsError) when the
@@ -354,25 +350,26 @@ class VLLMGenerator:
 
     def _wake(self) -> None:
         """Wake a sleeping engine to sample: after a level-2 sleep its weights are gone, so by loading them."""
-        if not self._asleep:
+        if not self.users.asleep:
             return
         if self.sleep_level == 2:
             self.sync_weights()
             return
         _empty_cuda_cache()
         self.llm.wake_up()
-        self._asleep = False
+        self.users.asleep = False
 
     def _sleep_for_update(self, module: Any, args: Any) -> None:
         """Forward pre-hook on the trained model: put the engine to sleep (`sleep_level`) before a forward with
-        gradients (an update)."""
-        if torch.is_grad_enabled() and not self._asleep:
+        gradients (an update): once for every generator sampling from it, each then checked again after the wake."""
+        if torch.is_grad_enabled() and not self.users.asleep:
             with current_cuda_device(self._cuda_index):
                 self.llm.sleep(level=self.sleep_level)
-            self._asleep = True
-            self._checked, self._slept_at = None, self.sleep_level
-            if self.sleep_level == 2:
-                self._synced = None   # the engine holds no weights now, whether or not the update steps
+            self.users.asleep = True
+            for generator in self.users.generators:
+                generator._checked, generator._slept_at = None, self.sleep_level
+                if self.sleep_level == 2:
+                    generator._synced = None   # the engine holds no weights now, whether or not the update steps
 
     # ------------------------------------------------------------------------------------------ sampling
     def encode_prompts(self, prompts: Sequence[str]) -> list[torch.Tensor]:
@@ -528,36 +525,6 @@ class VLLMGenerator:
         return low - 1
 
 
-def _engine_worker(llm: Any) -> Any:
-    """Return the in-process engine's worker (`llm.llm_engine.model_executor.driver_worker.worker`), else None."""
-    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
-    return getattr(getattr(executor, "driver_worker", None), "worker", None)
-
-
-def _engine_model(llm: Any) -> Any:
-    """Return the engine's torch model when it lives in this process at the path TRL's colocate mode uses, else None.
-
-    `llm.llm_engine.model_executor.driver_worker.worker.model_runner.model`: V1 with
-    VLLM_ENABLE_V1_MULTIPROCESSING=0 (and V0); older V0 releases have no `.worker` step.
-    """
-    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
-    driver = getattr(executor, "driver_worker", None)
-    for worker in (getattr(driver, "worker", None), driver):
-        model = getattr(getattr(worker, "model_runner", None), "model", None)
-        if model is not None and hasattr(model, "load_weights"):
-            return model
-    return None
-
-
-def _lora_rank(model: Any) -> int | None:
-    """Return the rank of a peft LoRA model's adapter (the largest over its layers), or None for a plain model."""
-    config = getattr(model, "peft_config", None)
-    if not config:
-        return None
-    adapter = next(iter(config.values()))
-    return max([adapter.r, *getattr(adapter, "rank_pattern", {}).values()])
-
-
 def _dtype_name(model: Any) -> str:
     """Return the vLLM dtype name of the HF model's weights (the engine must compute in the same dtype)."""
     dtype = next(model.parameters()).dtype
@@ -567,27 +534,32 @@ def _dtype_name(model: Any) -> str:
 def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
                          max_new_tokens: int, seed: int, device: str | None = None,
                          section: TrainerSection | None = None, ranks: Ranks | None = None,
-                         agent: str = "agent 0") -> VLLMGenerator:
+                         agent: str = "agent 0", team: TeamEngine | None = None) -> VLLMGenerator:
     """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
     engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
     says (null: sized from the trainer's `section`, cooprl.rollout.vllm_memory.default_kv_cache_bytes); under ddp one
     engine per process (`ranks`: this process's place, the run's Parallel.ranks); the stale-weights guard of
-    agent_model.vllm_weight_check names the engine `agent` in its error."""
+    agent_model.vllm_weight_check names the engine `agent` in its error. `team` (agent_model.share_base): the team's
+    one engine, built with its first agent's generator and joined by the others' (cooprl.rollout.vllm_team)."""
     device = model_cfg.device if device is None else device
+    guard = weight_guard(model_cfg.vllm_weight_check, next(model.parameters()).dtype, agent)
+    if team is not None and team.generators:
+        return team.join(model, tokenizer, guard, device)
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
                                            next(model.parameters()).dtype)
     max_model_len = max(model_cfg.max_length, max_prompt_tokens + max_new_tokens)
     max_num_seqs, max_num_batched_tokens = engine_batch_limits(model_cfg, section, max_model_len)
-    return VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
-                         max_model_len=max_model_len, chat_template=model_cfg.chat_template, seed=seed,
-                         gpu_memory_utilization=engine_utilization(model_cfg, model, kv_cache_bytes, str(device)),
-                         weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
-                         tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
-                         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                         sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
-                         kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks,
-                         guard=weight_guard(model_cfg.vllm_weight_check, next(model.parameters()).dtype, agent))
+    generator = VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
+                              max_model_len=max_model_len, chat_template=model_cfg.chat_template, seed=seed,
+                              gpu_memory_utilization=engine_utilization(model_cfg, model, kv_cache_bytes, str(device)),
+                              weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
+                              tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
+                              max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
+                              kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks, guard=guard,
+                              max_loras=team.size if team is not None else 1)
+    return team.seat_first(generator) if team is not None else generator
 
 
 def close_engines(generators: Iterable[Any]) -> int:

@@ -57,6 +57,17 @@ class ModelShape:
     vocab: int = 0
 
 
+# the layers vLLM gives LoRA buffers in a Llama/Qwen2-style model (its LoRA-capable linear layers, whatever an
+# adapter targets: a module the adapter leaves out gets zeros)
+VLLM_LORA_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_slots_bytes(name: str, slot_rank: int, slots: int, dtype: torch.dtype, offline: bool = False) -> int:
+    """Return what an engine with LoRA (vLLM's enable_lora) preallocates for `slots` adapters (its max_loras) of rank
+    `slot_rank` (its max_lora_rank) in `dtype`: A and B of every LoRA-capable layer (`VLLM_LORA_LAYERS`) per slot."""
+    return slots * _model_shape(name, slot_rank, VLLM_LORA_LAYERS, offline).lora_parameters * _size(dtype)
+
+
 def kv_elements_per_token(config: Any) -> int:
     """Return the KV cache elements one token takes in a model of HF config `config`: layers x 2 (K and V) x KV
     heads x head size."""

@@ -128,12 +128,14 @@ def check_vllm_devices(model_cfg: Any, devices: Sequence[str]) -> None:
     where vLLM cannot run on a device, or, when engines are sized by `vllm_gpu_memory_utilization`
     (`vllm_kv_cache_bytes: 0`), where the engines on one device would reserve more than 0.9 of its memory. Each such
     engine reserves that share of every device it really runs on: its agent's GPU ("cuda" and "cuda:0" are one when
-    cuda:0 is current), or cuda:0..T-1 for T shards (`engine_devices`). What the models and engines hold together is
-    cooprl.rollout.vllm_memory's check."""
+    cuda:0 is current), or cuda:0..T-1 for T shards (`engine_devices`); a share_base team has one engine. What the
+    models and engines hold together is cooprl.rollout.vllm_memory's check."""
     for device in dict.fromkeys(devices):
         check_vllm_backend(device, model_cfg.vllm_sleep)
     if model_cfg.vllm_kv_cache_bytes != 0:
         return
+    if model_cfg.share_base and model_cfg.lora is not None:   # one engine for the team (cooprl.rollout.vllm_team)
+        devices = devices[:1]
     engines = [gpu for device in devices for gpu in engine_devices(device, model_cfg.vllm_tensor_parallel_size)]
     for device in dict.fromkeys(engines):
         share = engines.count(device) * model_cfg.vllm_gpu_memory_utilization

@@ -4,7 +4,8 @@ Homogeneous agents load `agent_model.name` once per agent (each agent trains its
 agents give one name per agent in `agents:`, where an entry may also give the agent its own learning rate and
 sampling settings (cooprl.config.agents). With `agent_model.lora`, each agent gets its own adapter.
 With `agent_model.generation_backend: vllm`, each agent samples with its own vLLM engine, which receives
-the agent's new weights after every optimizer step (see cooprl.rollout.vllm_generation).
+the agent's new weights after every optimizer step (see cooprl.rollout.vllm_generation); with
+`agent_model.share_base`, one engine serves every agent's adapter (cooprl.rollout.vllm_team).
 
 Placement: `agent_devices` puts every agent on one device or each on its own (one device per agent); under
 `parallel_training: ddp` each process puts its agents on its own GPU (cuda:LOCAL_RANK) and its optimizers average
@@ -30,6 +31,7 @@ from cooprl.parallel.context import Parallel
 from cooprl.rollout import memory_plan, vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
 from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, watch_optimizer
+from cooprl.rollout.vllm_team import TeamEngine
 from cooprl.update.optim import build_adamw
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     for init in inits:   # before any model loads
         check_saved_lora(init, model_cfg.lora)
     team = []
+    # agent_model.share_base with vLLM: one engine serves every agent's adapter (cooprl.rollout.vllm_team)
+    engine = TeamEngine(num_agents) if model_cfg.share_base and model_cfg.generation_backend == "vllm" else None
     for i, own in enumerate(settings):
         name, device = own.name, devices[i]
         model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device, lora=model_cfg.lora,
@@ -103,7 +107,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         if model_cfg.generation_backend == "vllm":
             generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
                                              own.max_new_tokens, config.seed, device=device,  # engine on it
-                                             section=section, ranks=parallel.ranks, agent=f"agent {i}")
+                                             section=section, ranks=parallel.ranks, agent=f"agent {i}", team=engine)
             watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,

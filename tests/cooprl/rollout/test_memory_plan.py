@@ -233,6 +233,32 @@ def test_the_vllm_backend_adds_its_engines_to_the_same_plan(gpus):
         plan.check_memory(shared.config, ["cuda:0", "cuda:0"], shared)
 
 
+@pytest.mark.parametrize("backend_overrides", [[], ["agent_model.generation_backend=vllm",
+                                                     "agent_model.vllm_weight_sync=lora"]])
+def test_a_team_sharing_one_base_counts_one_base_and_one_engine(gpus, backend_overrides):
+    lora = ["agent_model.lora.r=16", *backend_overrides]
+    runs = {share: he_run(*lora, f"agent_model.share_base={share}") for share in ("false", "true")}
+    engines = [["cuda:0"], ["cuda:0"]] if backend_overrides else []
+    accounts = {share: plan.plan_accounts(plan.Planner(run.config, run, gpu_bytes=80 * GIB, offline=True),
+                                          ["cuda:0", "cuda:0"], engines)["cuda:0"] for share, run in runs.items()}
+    apart, shared = (dict(accounts[share].items) for share in ("false", "true"))
+    weights = QWEN_3B.parameters * 2   # bf16
+    assert apart["agent 0 weights"] == apart["agent 1 weights"] == weights
+    assert shared["agent 0 weights (the one base of the 2 agents: agent_model.share_base)"] == weights
+    assert not any(what.startswith("agent 1 weights") for what in shared)
+    assert shared["agent 1 optimizer states"] == apart["agent 1 optimizer states"] > 0   # each agent's own adapter
+    saved = weights
+    if backend_overrides:   # one engine, with a LoRA slot (r 16: vLLM's slot 16) per agent in bf16
+        slot = memory.lora_slots_bytes("Qwen/Qwen2.5-Coder-3B", 16, 1, torch.bfloat16, offline=True)
+        assert slot == 16 * 36 * (2 * (2048 + 2048) + 2 * (2048 + 256) + 3 * (2048 + 11008)) * 2   # A+B, 7 layers
+        one = weights + 16 * 2048 * 36 * 1024 + memory.ENGINE_OVERHEAD_BYTES   # weights + default KV + overhead
+        assert apart["engine 1 (weights + KV cache 1.12 GiB + 1 LoRA slot 0.06 GiB + overhead)"] == one + slot
+        assert shared["engine of the 2 agents (weights + KV cache 1.12 GiB + 2 LoRA slots 0.11 GiB + overhead)"] == (
+            one + 2 * slot)
+        saved += one   # two engines of one slot each against one of two slots
+    assert accounts["false"].total() - accounts["true"].total() == saved
+
+
 def test_memory_plan_warn_starts_anyway_with_the_figures(gpus, caplog, monkeypatch):
     run = he_run("agent_model.memory_plan=warn")
     monkeypatch.setattr(memory, "gpu_total_bytes", lambda device: 24 * GIB)   # too big: refused without warn

@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 from cooprl.models.loading import load_tokenizer
 from cooprl.rollout import vllm_generation
 from cooprl.rollout.generation import SamplingParams
-from cooprl.rollout.vllm_generation import VLLMGenerator, _engine_worker, merged_weights, watch_optimizer
+from cooprl.rollout.vllm_engines import engine_worker
+from cooprl.rollout.vllm_generation import VLLMGenerator, merged_weights, watch_optimizer
 from cooprl.rollout.vllm_guard import EngineWeightsError, weight_guard
 from cooprl.rollout.vllm_platform import check_vllm_backend
 from tests.cooprl.vllm_real.test_engine import trained_model
@@ -102,7 +103,7 @@ def test_an_old_lora_version_and_a_wake_without_reload_are_caught_at_the_next_st
 
     # sleep at level 1 (LoRA sync), emulated on the CPU build, which has no sleep mode: asleep, the engine's weights are
     # gone (zeros pushed in their place); a correct wake-up reloads the checkpoint's base weights, a broken one nothing
-    worker = _engine_worker(generator.llm)
+    worker = engine_worker(generator.llm)
     base = load_file(str(Path(tiny32) / "model.safetensors"))
     generator.sleep = True
     model.get_input_embeddings().register_forward_pre_hook(generator._sleep_for_update)

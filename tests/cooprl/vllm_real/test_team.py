@@ -1,0 +1,70 @@
+"""One engine for a team (cooprl.rollout.vllm_team) against vLLM's real CPU build: two agents whose adapters differ each
+sample from their own adapter on the one engine (their sampler log-probs are their own model's, not the other's), and
+a new adapter version of one agent never changes the other's samples. Prints the gaps it saw (`pytest -s`)."""
+
+from __future__ import annotations
+
+import torch
+
+from cooprl.config import LoraSection
+from cooprl.models.loading import load_causal_lm, load_tokenizer
+from cooprl.rollout.vllm_generation import VLLMGenerator, close_engines
+from cooprl.rollout.vllm_guard import weight_guard
+from cooprl.rollout.vllm_platform import check_vllm_backend
+from cooprl.rollout.vllm_team import TeamEngine
+from tests.cooprl.vllm_real.test_engine import PROMPTS, UNWARPED, hf_logprobs
+
+
+def agent_model(folder: str, seed: int):
+    """Return a LoRA model of `folder` whose adapter is its own (seeded: fresh adapters are zero, B is drawn here)."""
+    torch.manual_seed(seed)
+    model = load_causal_lm(folder, device="cpu", torch_dtype="float32", lora=LoraSection(r=8, alpha=16, dropout=0.0))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.5)
+    return model
+
+
+def sampled_gaps(generator: VLLMGenerator, models) -> tuple[list, list[float]]:
+    """Return (the samples: ids and sampler log-probs, seeded) and max |sampler log-prob - each model's log-softmax|."""
+    torch.manual_seed(5)   # the request seeds are drawn from torch's generator: the same draws each call
+    completions = [c for samples in generator.sample(PROMPTS, 2, UNWARPED) for c in samples]
+    gaps = [max((c.sampler_logprobs - hf_logprobs(model, c)).abs().max().item() for c in completions)
+            for model in models]
+    return [(c.completion_ids.tolist(), c.sampler_logprobs) for c in completions], gaps
+
+
+def test_two_agents_sample_their_own_adapters_and_one_agents_push_leaves_the_other_alone(tiny32):
+    models = [agent_model(tiny32, seed) for seed in (1, 2)]
+    tokenizer = load_tokenizer(tiny32)
+    team = TeamEngine(2)
+    first = VLLMGenerator(models[0], tokenizer, model_path=tiny32, max_prompt_tokens=32, max_model_len=128,
+                          sampler_logprobs=True, weight_sync="lora", max_loras=2, vllm_module=check_vllm_backend("cpu"),
+                          guard=weight_guard(None, torch.float32, "agent 0"))
+    generators = [team.seat_first(first), team.join(models[1], tokenizer, weight_guard(None, torch.float32, "agent 1"),
+                                                    "cpu")]
+    samples, gaps = {}, {}
+    for a in (0, 1):
+        samples[a], gaps[a] = sampled_gaps(generators[a], models)
+        print(f"agent {a}: max gap to agent 0's model {gaps[a][0]:.2e}, to agent 1's {gaps[a][1]:.2e}")
+        assert gaps[a][a] < 1e-4 and gaps[a][1 - a] > 0.05   # each samples its own adapter, not the other's
+
+    # agent 1's samples before agent 0's push: from a call that, like the one after it, runs no guard check (a check
+    # draws from torch's generator before the request seeds are drawn)
+    before, _ = sampled_gaps(generators[1], models)
+    with torch.no_grad():                                     # agent 0's optimizer step...
+        for name, p in models[0].named_parameters():
+            if "lora_B" in name:
+                p.add_(torch.randn_like(p) * 0.5)
+    generators[0].mark_stale()                                # ... and its hook: a new adapter version
+    pushed, pushed_gaps = sampled_gaps(generators[0], models)
+    print(f"agent 0 after its new version: max gap to its model {pushed_gaps[0]:.2e}")
+    assert pushed_gaps[0] < 1e-4 and [ids for ids, _ in pushed] != [ids for ids, _ in samples[0]]
+    again, again_gaps = sampled_gaps(generators[1], models)
+    print(f"agent 1 after agent 0's new version: max gap to its model {again_gaps[1]:.2e}")
+    assert [ids for ids, _ in again] == [ids for ids, _ in before]   # the same tokens...
+    for (_, logprobs), (_, earlier) in zip(again, before, strict=True):
+        torch.testing.assert_close(logprobs, earlier, rtol=0, atol=1e-6)   # ... with the same log-probs
+    assert [g.guard.checks for g in generators] == [2, 1]    # each agent's adapter checked once per version
+    assert close_engines(generators) == 1
