@@ -409,7 +409,10 @@ def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     from safetensors.torch import load_file
     if hasattr(model, "peft_config"):   # (peft loads into a sharded model's shards as well)
         from peft import set_peft_model_state_dict
-        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
+
+        from cooprl.models.shared_base import adapter_of   # (a shared base's agent: into its own adapter)
+        peft_model, adapter = adapter_of(model)
+        set_peft_model_state_dict(peft_model, load_file(folder / "adapter_model.safetensors"), adapter_name=adapter)
         return
     state = {}
     for shard in sorted(folder.glob("*.safetensors")):
