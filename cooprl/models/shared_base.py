@@ -126,8 +126,8 @@ def _adapter_of_parameter(name: str, adapters: dict[str, Any]) -> str | None:
     """Return the adapter a parameter of the shared model belongs to (`...lora_A.<adapter>.weight`), None for the
     base's."""
     parts = name.split(".")
-    return next((after for part, after in zip(parts, parts[1:]) if part.startswith("lora_") and after in adapters),
-                None)
+    pairs = zip(parts, parts[1:], strict=False)
+    return next((after for part, after in pairs if part.startswith("lora_") and after in adapters), None)
 
 
 def adapter_of(model: Any) -> tuple[Any, str]:
@@ -181,8 +181,9 @@ def load_shared_base(name: str, inits: Sequence[Path | None], *, lora: Any, torc
                 else:
                     peft_model.load_adapter(str(init), adapter_name=adapter, is_trainable=True)
             except (RuntimeError, OSError, ValueError, KeyError) as err:
+                why = (str(err).strip().splitlines() or [type(err).__name__])[0]
                 raise ModelError(f"agent_model.init_from: the adapters in {init} do not fit the model "
-                                 f"({str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__})") from None
+                                 f"({why})") from None
     views = [SharedBaseModel(peft_model, f"agent_{i}") for i in range(len(inits))]
     for view in views:   # adding or loading an adapter froze every one but the active one
         view.requires_grad_(True)

@@ -45,9 +45,9 @@ def views_and_separate():
 def test_views_draw_separate_loads_adapters_and_touch_only_their_own(views_and_separate):
     views, separate = views_and_separate
     assert views[0].peft_model is views[1].peft_model
-    for view, model in zip(views, separate):   # agent i's random A matrices are separate load i's
+    for view, model in zip(views, separate, strict=True):   # agent i's random A matrices are separate load i's
         own, theirs = adapters(view), adapters(model)
-        assert len(own) == len(theirs) == 16 and all(torch.equal(a, b) for a, b in zip(own, theirs))
+        assert len(own) == len(theirs) == 16 and all(torch.equal(a, b) for a, b in zip(own, theirs, strict=True))
     assert not {id(p) for p in views[0].parameters()} & {id(p) for p in views[1].parameters()}
     base = views[0](input_ids=IDS).logits.detach()
     with torch.no_grad():
@@ -89,10 +89,10 @@ def test_a_view_saves_and_loads_the_separate_layout(views_and_separate, tmp_path
     saved = [load_file(tmp_path / kind / "adapter_model.safetensors") for kind in ("shared", "separate")]
     assert saved[0].keys() == saved[1].keys() and all(torch.equal(saved[0][k], saved[1][k]) for k in saved[0])
     load_agent_weights_from_folder(views[0], tmp_path / "separate")      # into agent 0's adapter, not agent 1's
-    assert all(torch.equal(a, b) for a, b in zip(adapters(views[0]), adapters(separate[1])))
+    assert all(torch.equal(a, b) for a, b in zip(adapters(views[0]), adapters(separate[1]), strict=True))
     fresh = load_causal_lm(TINY_RANDOM, device="cpu", lora=LORA)
     load_agent_weights_from_folder(fresh, tmp_path / "shared")
-    assert all(torch.equal(a, b) for a, b in zip(adapters(fresh), adapters(separate[1])))
+    assert all(torch.equal(a, b) for a, b in zip(adapters(fresh), adapters(separate[1]), strict=True))
 
 
 def test_what_cannot_share_one_base_is_refused_before_loading(tmp_path):
@@ -123,7 +123,7 @@ def test_config_rules_refuse_a_base_that_cannot_be_shared(overrides, message):
 # ------------------------------------------------------------------------------------------ trainer runs
 def assert_same_events(separate: list[dict], shared: list[dict]) -> None:
     assert [e["step"] for e in separate] == [e["step"] for e in shared]
-    for a, b in zip(separate, shared):
+    for a, b in zip(separate, shared, strict=True):
         keys = {k for k in a if not k.startswith("time/") and k != "wall_time"}
         assert keys == {k for k in b if not k.startswith("time/") and k != "wall_time"}
         for key in keys:
@@ -131,7 +131,7 @@ def assert_same_events(separate: list[dict], shared: list[dict]) -> None:
 
 
 def assert_same_adapters(separate_models, shared_models) -> None:
-    for m1, m2 in zip(separate_models, shared_models):
+    for m1, m2 in zip(separate_models, shared_models, strict=True):
         assert isinstance(m2, SharedBaseModel)
         for p1, p2 in zip(adapters(m1), adapters(m2), strict=True):
             assert torch.allclose(p1, p2, atol=1e-6)
@@ -160,7 +160,7 @@ def test_iac_with_value_heads_on_a_shared_base_equals_separate_bases(tmp_path):
     assert_same_events(*events)
     assert_same_adapters(separate.models[:2], shared.models[:2])
     heads = [[c.model.head.weight for c in run.critics] for run in (separate, shared)]
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*heads))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*heads, strict=True))
 
 
 @pytest.mark.slow
@@ -176,7 +176,7 @@ def test_a_shared_base_run_resumes_exactly_and_saves_each_agents_adapter_alone(t
     assert [e["step"] for e in b] == [1, 2, 3, 4]
     for key in ("turn_1/reward_mean", "agent_0/loss", "agent_1/loss"):
         assert [e.get(key) for e in a] == [e.get(key) for e in b], key
-    for m1, m2 in zip(straight.models, resumed.models):
+    for m1, m2 in zip(straight.models, resumed.models, strict=True):
         assert all(torch.equal(p1, p2) for p1, p2 in zip(adapters(m1), adapters(m2), strict=True))
 
 
@@ -191,12 +191,12 @@ def team_from(tmp_path: Path, init_from: Path, *overrides: str):
 @pytest.mark.parametrize("saved_by,started_by", [([], [SHARED]), ([SHARED], [])], ids=["separate-to-shared",
                                                                                        "shared-to-separate"])
 def test_init_from_reads_either_layout(tmp_path, saved_by, started_by):
-    test_magrpo.run_magrpo(tmp_path, "first", ["magrpo.max_steps=2", "magrpo.num_turns=1",
-                                               "output.save_final_model=true", LORA_KEY, *saved_by])
+    test_magrpo.run_magrpo(tmp_path, "first", ["magrpo.max_steps=2", "magrpo.num_turns=1", LORA_KEY, *saved_by])
     team = team_from(tmp_path, tmp_path / "first", *started_by)
     assert isinstance(team[0].model, SharedBaseModel) == bool(started_by)
     for i, agent in enumerate(team):
-        saved = load_file(tmp_path / "first" / "final" / f"agent_{i}" / "adapter_model.safetensors")
+        saved = load_file(tmp_path / "first" / "checkpoints" / "checkpoint-2" / f"agent_{i}" /
+                          "adapter_model.safetensors")
         own = adapter_state(agent.model)
         assert own.keys() == saved.keys() and all(torch.equal(own[k], saved[k]) for k in saved)
         assert any(torch.count_nonzero(v) for k, v in saved.items() if "lora_B" in k)   # trained, not fresh
