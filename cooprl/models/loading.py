@@ -407,12 +407,12 @@ def saved_models(folder: Path) -> list[int]:
 def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     """Load a `save_pretrained` folder (full weights or LoRA adapters) into `model` in place."""
     from safetensors.torch import load_file
+    if hasattr(model, "load_adapter_state"):   # an agent of a shared base: into its own adapter (shared_base.py)
+        model.load_adapter_state(load_file(folder / "adapter_model.safetensors"))
+        return
     if hasattr(model, "peft_config"):   # (peft loads into a sharded model's shards as well)
         from peft import set_peft_model_state_dict
-
-        from cooprl.models.shared_base import adapter_of   # (a shared base's agent: into its own adapter)
-        peft_model, adapter = adapter_of(model)
-        set_peft_model_state_dict(peft_model, load_file(folder / "adapter_model.safetensors"), adapter_name=adapter)
+        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
         return
     state = {}
     for shard in sorted(folder.glob("*.safetensors")):

@@ -12,7 +12,7 @@ agent's own LoRA model:
   trains its adapter only;
 - `save_pretrained(folder)` writes its adapter alone at the folder's root in peft's standard layout
   (adapter_config.json, adapter_model.safetensors): the files a separate-base LoRA agent writes, so checkpoints,
-  final models and `init_from` read the same in both layouts; `adapter_of` names where a saved adapter loads;
+  final models and `init_from` read the same in both layouts; `load_adapter_state` loads such a file's tensors;
 - `peft_model` is the shared PeftModel (the base and every agent's adapter), `adapter_name` the view's adapter,
   `peft_config` {adapter_name: its LoraConfig}.
 The agents of one base must never run at once (cooprl.trainers.team.AgentRunner runs them one after the other).
@@ -97,6 +97,11 @@ class SharedBaseModel:
             parameter.requires_grad_(requires_grad)
         return self
 
+    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a saved adapter's tensors (adapter_model.safetensors of either layout) into this view's adapter."""
+        from peft import set_peft_model_state_dict
+        set_peft_model_state_dict(self.peft_model, state, adapter_name=self.adapter_name)
+
     def save_pretrained(self, folder: str | Path, **kwargs: Any) -> None:
         """Write this agent's adapter alone at `folder`'s root, as a separate-base LoRA agent's save_pretrained does
         (peft writes an adapter not named `default` into a subfolder of its name: its files are moved up)."""
@@ -128,14 +133,6 @@ def _adapter_of_parameter(name: str, adapters: dict[str, Any]) -> str | None:
     parts = name.split(".")
     pairs = zip(parts, parts[1:], strict=False)
     return next((after for part, after in pairs if part.startswith("lora_") and after in adapters), None)
-
-
-def adapter_of(model: Any) -> tuple[Any, str]:
-    """Return (the PeftModel, adapter name) that a saved adapter of agent `model` loads into: a view's shared model
-    and adapter, else the LoRA model itself and its one adapter."""
-    if isinstance(model, SharedBaseModel):
-        return model.peft_model, model.adapter_name
-    return model, next(iter(model.peft_config))
 
 
 def shares_a_base(models: Sequence[Any]) -> bool:

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from cooprl.config import ConfigError, LoraSection, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_agent_weights_from_folder, load_causal_lm
-from cooprl.models.shared_base import SharedBaseModel, adapter_of, check_shareable, load_shared_base
+from cooprl.models.shared_base import SharedBaseModel, check_shareable, load_shared_base
 from cooprl.trainers.loop import seed_everything
 from cooprl.trainers.team import build_team
 from cooprl.update.policy_gradient import frozen_reference
@@ -29,7 +29,7 @@ def adapters(model) -> list[torch.Tensor]:
 
 def adapter_state(model) -> dict[str, torch.Tensor]:
     """Return an agent's adapter tensors by the names peft saves them under (without the adapter's name)."""
-    adapter = adapter_of(model)[1]
+    adapter = model.adapter_name if isinstance(model, SharedBaseModel) else "default"
     return {name.replace(f".{adapter}.", "."): p.detach() for name, p in model.named_parameters() if p.requires_grad}
 
 
