@@ -3,6 +3,7 @@ that equal the same runs with a base model per agent (same seeds), resume exactl
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from cooprl.config import ConfigError, LoraSection, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_agent_weights_from_folder, load_causal_lm
 from cooprl.models.shared_base import SharedBaseModel, check_shareable, load_shared_base
 from cooprl.trainers.loop import seed_everything
-from cooprl.trainers.team import build_team
+from cooprl.trainers.team import AgentRunner, build_team
 from cooprl.update.policy_gradient import frozen_reference
 from tests.cooprl.trainers import test_actor_critic, test_magrpo
 
@@ -71,6 +72,13 @@ def test_each_view_keeps_its_own_train_mode(views_and_separate):
     assert views[0].peft_model.training and views[0].training and not views[1].training
     views[1](input_ids=IDS)
     assert not views[1].peft_model.training
+
+
+def test_agents_of_one_base_never_run_at_once(views_and_separate):
+    views, separate = views_and_separate
+    shared = AgentRunner([SimpleNamespace(model=view, generator=None) for view in views], "mp")
+    assert not shared.concurrent_sampling and not shared.concurrent_updates
+    assert AgentRunner([SimpleNamespace(model=model, generator=None) for model in separate], "mp").concurrent_updates
 
 
 def test_a_view_saves_and_loads_the_separate_layout(views_and_separate, tmp_path):
