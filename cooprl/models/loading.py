@@ -435,10 +435,15 @@ def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
 
 def add_lora(model: Any, lora: Any) -> Any:
     """Return `model` wrapped by peft with LoRA adapters described by a LoraSection."""
-    from peft import LoraConfig, get_peft_model
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    from peft import get_peft_model
+    return get_peft_model(model, lora_config(lora))
+
+
+def lora_config(lora: Any) -> Any:
+    """Return peft's LoraConfig of a LoraSection."""
+    from peft import LoraConfig
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from cooprl.config import ConfigError
-from cooprl.models.loading import ModelError, load_causal_lm
+from cooprl.models.loading import ModelError, load_causal_lm, lora_config
 
 
 class SharedBaseModel:
@@ -44,7 +44,8 @@ class SharedBaseModel:
         return getattr(self.__dict__["peft_model"], name)
 
     def activate(self) -> None:
-        """Make this view's adapter the active one (and every adapter trainable again: set_adapter froze the others)."""
+        """Put the shared model in this view's train/eval mode with its adapter active (the adapters' trainable flags
+        kept)."""
         model = self.peft_model
         if model.training != self._training:
             model.train(self._training)
@@ -159,11 +160,10 @@ def load_shared_base(name: str, inits: Sequence[Path | None], *, lora: Any, torc
                      device: str) -> list[SharedBaseModel]:
     """Return one view per agent of a single base `name` on `device` carrying adapter `agent_<i>` per agent: agent
     i's saved adapter when `inits[i]` (trainable, as a separate load's), else fresh ones from `lora` (a LoraSection)."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import PeftModel, get_peft_model
 
     base = load_causal_lm(name, torch_dtype=torch_dtype, device=device)
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    config = lora_config(lora)
     peft_model = None
     for i, init in enumerate(inits):
         adapter = f"agent_{i}"
