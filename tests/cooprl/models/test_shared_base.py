@@ -15,7 +15,7 @@ from cooprl.models.shared_base import SharedBaseModel, check_shareable, load_sha
 from cooprl.trainers.loop import seed_everything
 from cooprl.trainers.team import AgentRunner, build_team
 from cooprl.update.policy_gradient import frozen_reference
-from tests.cooprl.trainers import test_actor_critic, test_magrpo
+from tests.cooprl.trainers import test_actor_critic, test_madpo, test_magrpo
 
 LORA = LoraSection(r=4, alpha=8, dropout=0.0)
 LORA_KEY = "agent_model.lora={r: 4, alpha: 8, dropout: 0.05}"   # LoRA dropout: the draws must match too
@@ -169,6 +169,17 @@ def test_iac_with_value_heads_on_a_shared_base_equals_separate_bases(tmp_path):
     assert_same_adapters(separate.models[:2], shared.models[:2])
     heads = [[c.model.head.weight for c in run.critics] for run in (separate, shared)]
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*heads, strict=True))
+
+
+@pytest.mark.slow
+def test_madpo_with_its_reference_on_a_shared_base_equals_separate_bases(tmp_path):
+    common = ["madpo.max_steps=2", "madpo.pair_selection=all", "madpo.reference_model=true", LORA_KEY]
+    separate, _ = test_madpo.run_madpo(tmp_path, "separate", common)
+    shared, _ = test_madpo.run_madpo(tmp_path, "shared", [*common, SHARED])
+    events = [test_madpo.train_events(tmp_path / name) for name in ("separate", "shared")]
+    assert any(e.get("dpo/pairs") for e in events[0])
+    assert_same_events(*events)
+    assert_same_adapters(separate.models, shared.models)
 
 
 @pytest.mark.slow
