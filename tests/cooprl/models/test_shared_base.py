@@ -15,6 +15,7 @@ from cooprl.models.shared_base import SharedBaseModel, check_shareable, load_sha
 from cooprl.trainers.loop import seed_everything
 from cooprl.trainers.team import AgentRunner, build_team
 from cooprl.update.policy_gradient import frozen_reference
+from tests.cooprl.parallel import test_scale_out
 from tests.cooprl.trainers import test_actor_critic, test_madpo, test_magrpo
 
 LORA = LoraSection(r=4, alpha=8, dropout=0.0)
@@ -219,3 +220,18 @@ def test_init_from_reads_either_layout(tmp_path, saved_by, started_by):
         own = adapter_state(agent.model)
         assert own.keys() == saved.keys() and all(torch.equal(own[k], saved[k]) for k in saved)
         assert any(torch.count_nonzero(v) for k, v in saved.items() if "lora_B" in k)   # trained, not fresh
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not test_scale_out.TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
+def test_ddp_on_a_shared_base_averages_each_agents_adapter(tmp_path):
+    # 2 ranks x 1 item per step (2 steps) against 1 process x 2 items (4 steps), both on a shared base
+    common = [SHARED, "agent_model.lora={r: 4, alpha: 8, dropout: 0.0}"]
+    two = test_scale_out.launch(tmp_path, "two", 2, ["magrpo.rollout_buffer_size=1", "magrpo.max_steps=2", *common])
+    assert "every agent's adapter on one base" in two.stderr
+    test_scale_out.launch(tmp_path, "one", 1, ["magrpo.rollout_buffer_size=2", "magrpo.max_steps=4", *common])
+    for agent in (0, 1):
+        a = test_scale_out.agent_weights(tmp_path / "two/checkpoints/checkpoint-2", agent)
+        b = test_scale_out.agent_weights(tmp_path / "one/checkpoints/checkpoint-4", agent)
+        assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+        assert any(torch.count_nonzero(v) for k, v in a.items() if "lora_B" in k)
