@@ -1,16 +1,20 @@
 """A two-agent LoRA team on separate base models against one shared base (`agent_model.share_base`, issue 45), on CPU.
 
-Runs `train_magrpo.py --config configs/magrpo_che_cpu.yaml` (two SmolLM2-135M agents, LoRA r=16 on every
-projection) twice, the same steps and seed, once per layout, each in its own process, and prints per layout: the
-process's resident memory just before the team is built and just after it (the team's part: its base models, adapters
-and tokenizers), the process's peak resident memory over the whole run (`ru_maxrss`), and the seconds; then compares
-the two runs' metrics.jsonl, key by key (every logged figure but the clocks). Evaluation: only the final one, on
-one problem with one sample.
+Two parts, each layout in its own process, the same config (configs/magrpo_che_cpu.yaml: two SmolLM2-135M agents,
+float32, LoRA r=16 on every projection) and seed:
+- the team: `build_team`, then one 4-token forward per agent (on CPU transformers maps the weights file and reads a
+  page when a forward first touches it, so a team's weights count only once used), and the process's resident memory
+  it added, split into anonymous memory and file-backed pages (the mapped weights);
+- a short run: `train_magrpo.py` for `--steps` steps (evaluation: only the final one, on one problem with one
+  sample); the process's peak resident memory (`ru_maxrss`) and seconds; then the two runs' metrics.jsonl compared
+  key by key (every logged figure but the clocks).
 
-    python bench/shared_base.py                 # 3 steps each (about 2-4 minutes per run on 2 cores)
-    python bench/shared_base.py --steps 4
+    python bench/shared_base.py                 # the team, then 3 steps per layout (10-20 minutes on 2 busy cores)
+    python bench/shared_base.py --steps 0       # the team alone (a minute)
 
-The sandbox's worker processes are not counted (they are the same for both layouts).
+A mapped weight page counts in the resident memory of each mapping (two separate bases map the same file twice) while
+the page cache holds it once; on a GPU, or with a dtype that converts the weights, each separate base is a copy. The
+sandbox's worker processes are not counted (they are the same for both layouts).
 """
 
 from __future__ import annotations
@@ -32,12 +36,33 @@ if str(ROOT) not in sys.path:
 LAYOUTS = {"separate": [], "shared": ["agent_model.share_base=true"]}
 
 
-def rss_mb() -> float:
-    """Return this process's resident memory now, in MB (VmRSS of /proc/self/status)."""
+def memory() -> dict[str, float]:
+    """Return this process's resident memory now, in MB: all of it, anonymous, file-backed (/proc/self/status)."""
+    figures = {}
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+        key = line.split(":")[0]
+        if key in ("VmRSS", "RssAnon", "RssFile"):
+            figures[key] = int(line.split()[1]) / 1024
+    return figures
+
+
+def team_child(layout: str) -> dict:
+    """Build the team of one layout and run one forward per agent; return the memory it added (a child process)."""
+    import torch
+
+    import envs.code_generation  # noqa: F401 (the config's dataset section)
+    from cooprl.config import Run, load_config
+    from cooprl.trainers.team import build_team
+
+    torch.set_num_threads(1)
+    config = load_config(ROOT / "configs" / "magrpo_che_cpu.yaml", LAYOUTS[layout])
+    before = memory()
+    team = build_team(Run.of(config, "magrpo"), 2)
+    with torch.no_grad():
+        for agent in team:
+            agent.model(input_ids=torch.tensor([[1, 2, 3, 4]]))
+    after = memory()
+    return {"layout": layout, **{key: after[key] - before[key] for key in after}}
 
 
 def run_child(layout: str, steps: int, folder: Path) -> dict:
@@ -49,9 +74,9 @@ def run_child(layout: str, steps: int, folder: Path) -> dict:
     build_team = magrpo.build_team
 
     def measured(*args, **kwargs):
-        figures["before_team_mb"] = rss_mb()
+        figures["before_team_mb"] = memory()["VmRSS"]
         team = build_team(*args, **kwargs)
-        figures["after_team_mb"] = rss_mb()
+        figures["after_team_mb"] = memory()["VmRSS"]
         return team
 
     magrpo.build_team = measured
@@ -95,21 +120,34 @@ def main() -> None:
     args = parser.parse_args()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="shared_base_bench_"))
     if args.child:
-        print(json.dumps(run_child(args.child, args.steps, folder)))
+        kind, layout = args.child.split(":")
+        print(json.dumps(team_child(layout) if kind == "team" else run_child(layout, args.steps, folder)))
         return
-    print(f"configs/magrpo_che_cpu.yaml, {args.steps} steps, evaluation off; runs in {folder}")
+    print("the team, after one forward per agent: resident memory it added (MB)")
+    print(f"{'layout':<9} {'all':>6} {'anonymous':>10} {'file-backed':>12}")
+    for layout in LAYOUTS:
+        r = child(f"team:{layout}", args.steps, folder)
+        print(f"{layout:<9} {r['VmRSS']:>6.0f} {r['RssAnon']:>10.0f} {r['RssFile']:>12.0f}", flush=True)
+    if not args.steps:
+        return
+    print(f"configs/magrpo_che_cpu.yaml, {args.steps} steps; runs in {folder}")
     print(f"{'layout':<9} {'before team (MB)':>16} {'team (MB)':>10} {'peak (MB)':>10} {'seconds':>8}")
     for layout in LAYOUTS:
-        out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--folder", str(folder),
-                              "--child", layout], capture_output=True, text=True, cwd=ROOT)
-        if out.returncode:
-            sys.exit(f"{layout} run failed:\n{out.stderr[-3000:]}")
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = child(f"run:{layout}", args.steps, folder)
         print(f"{layout:<9} {r['before_team_mb']:>16.0f} {r['after_team_mb'] - r['before_team_mb']:>10.0f} "
               f"{r['peak_mb']:>10.0f} {r['seconds']:>8.0f}", flush=True)
     found = differences(*(logged(folder / layout) for layout in LAYOUTS))
     print("metrics.jsonl: the same figures (rel 1e-5)" if not found else "metrics.jsonl differs:\n  "
           + "\n  ".join(found[:20]))
+
+
+def child(what: str, steps: int, folder: Path) -> dict:
+    """Return the figures of `what` (team:<layout> or run:<layout>) measured in a process of its own."""
+    out = subprocess.run([sys.executable, __file__, "--steps", str(steps), "--folder", str(folder), "--child", what],
+                         capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        sys.exit(f"{what} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
