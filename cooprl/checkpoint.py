@@ -269,7 +269,8 @@ def expected_size(directory: Path, models: list[Any]) -> int:
     found = list_checkpoints(directory)
     if found:
         return folder_size(found[-1])
-    trained = [p for m in models if isinstance(m, torch.nn.Module) for p in m.parameters() if p.requires_grad]
+    # (an agent of a shared base is no Module: its parameters() are its adapter's, see cooprl.models.shared_base)
+    trained = [p for m in models if hasattr(m, "parameters") for p in m.parameters() if p.requires_grad]
     return sum(p.numel() * (p.element_size() + 8) for p in trained)
 
 

@@ -56,6 +56,10 @@ RULES = [
     "serves the team; checked at load); `agent_model.vllm_sleep` needs one vLLM engine per "
     "process, i.e. one agent per process or a `share_base` team, and a GPU build of vLLM (checked when the engines "
     "are built).",
+    "`agent_model.share_base` needs `agent_model.lora`, one agent device and no `parallel_training: fsdp` (checked at "
+    "load), one base model for every agent (`agents:` naming one model) and an `init_from` of LoRA adapters, not full "
+    "weights (checked when the team is built, before any model loads); under `parallel_training: mp` the agents of a "
+    "shared base run one after the other.",
     "`agent_model.vllm_importance_cap` needs `agent_model.generation_backend: vllm` (checked at load) and a "
     "policy-gradient trainer: madpo/madpo_iter refuse it (checked when the trainer is built).",
     "`magrpo`/`grpo`/`marlhf*` `num_generations`: at least 2 unless `advantage_mode: raw` (a group of one has "

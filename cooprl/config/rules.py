@@ -1,5 +1,5 @@
 """Rules between keys: devices, `parallel_training` (mp, ddp, fsdp) against the trainer and its other keys,
-vLLM options, pass@k; `check_consistency` runs them all when a config is loaded."""
+vLLM options, a shared base, pass@k; `check_consistency` runs them all when a config is loaded."""
 
 from __future__ import annotations
 
@@ -268,11 +268,32 @@ def _check_vllm_devices(config: Config) -> None:
                               "engine then sits on its agent's GPU)")
 
 
+def _check_share_base(config: Config) -> None:
+    """ConfigError when agent_model.share_base cannot hold: one base model holds every agent's LoRA adapter, so it
+    needs LoRA, one device for the team and unsharded agents (the base model's names are checked as the team loads)."""
+    if not config.agent_model.share_base:
+        return
+    if config.agent_model.lora is None:
+        raise ConfigError("agent_model.share_base needs agent_model.lora: without LoRA each agent trains every weight "
+                          "of its own model, which cannot be shared; set agent_model.lora (r, alpha, ...) or "
+                          "share_base=false")
+    for name in TRAINER_SECTIONS:
+        section = Run.of(config, name).section
+        if section.parallel_training == "fsdp":
+            raise ConfigError(f"{name}.parallel_training: fsdp with agent_model.share_base: fsdp shards each agent's "
+                              "model on its own; with a shared base use ddp (one base per process) or share_base=false")
+        devices = device_list(section.agent_devices, f"{name}.agent_devices")
+        if len(set(devices)) > 1:
+            raise ConfigError(f"{name}.agent_devices: {', '.join(devices)} with agent_model.share_base: one base "
+                              "model sits on one device; put every agent on one device, or share_base=false")
+
+
 def check_consistency(config: Config) -> None:
     """Raise ConfigError for values that are fine alone but not together."""
     if hasattr(config.task, "validate"):
         config.task.validate()
     _check_vllm(config)
+    _check_share_base(config)
     for name in TRAINER_SECTIONS:
         run = Run.of(config, name)
         section = run.section

@@ -407,6 +407,9 @@ def saved_models(folder: Path) -> list[int]:
 def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
     """Load a `save_pretrained` folder (full weights or LoRA adapters) into `model` in place."""
     from safetensors.torch import load_file
+    if hasattr(model, "load_adapter_state"):   # an agent of a shared base: into its own adapter (shared_base.py)
+        model.load_adapter_state(load_file(folder / "adapter_model.safetensors"))
+        return
     if hasattr(model, "peft_config"):   # (peft loads into a sharded model's shards as well)
         from peft import set_peft_model_state_dict
         set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
@@ -432,10 +435,15 @@ def load_agent_weights_from_folder(model: Any, folder: Path) -> None:
 
 def add_lora(model: Any, lora: Any) -> Any:
     """Return `model` wrapped by peft with LoRA adapters described by a LoraSection."""
-    from peft import LoraConfig, get_peft_model
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    from peft import get_peft_model
+    return get_peft_model(model, lora_config(lora))
+
+
+def lora_config(lora: Any) -> Any:
+    """Return peft's LoraConfig of a LoraSection."""
+    from peft import LoraConfig
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
 
 
 @dataclass(frozen=True)

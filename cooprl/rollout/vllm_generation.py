@@ -81,7 +81,7 @@ from cooprl.rollout.vllm_guard import WeightGuard, sample_probes, weight_guard
 from cooprl.rollout.vllm_memory import (engine_batch_limits, engine_kv_cache_bytes, engine_utilization,
                                         kv_elements_per_token)
 from cooprl.rollout.vllm_platform import current_cuda_device, engine_device, gpu_executor
-from cooprl.rollout.vllm_weights import adapters_enabled, lora_rank, merged_weights
+from cooprl.rollout.vllm_weights import adapters_enabled, lora_rank, merged_weights, weights_dtype
 
 if TYPE_CHECKING:
     from cooprl.rollout.vllm_team import TeamEngine
@@ -527,7 +527,7 @@ class VLLMGenerator:
 
 def _dtype_name(model: Any) -> str:
     """Return the vLLM dtype name of the HF model's weights (the engine must compute in the same dtype)."""
-    dtype = next(model.parameters()).dtype
+    dtype = weights_dtype(model)
     return {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}.get(dtype, "auto")
 
 
@@ -542,12 +542,12 @@ def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path:
     agent_model.vllm_weight_check names the engine `agent` in its error. `team` (agent_model.share_base): the team's
     one engine, built with its first agent's generator and joined by the others' (cooprl.rollout.vllm_team)."""
     device = model_cfg.device if device is None else device
-    guard = weight_guard(model_cfg.vllm_weight_check, next(model.parameters()).dtype, agent)
+    guard = weight_guard(model_cfg.vllm_weight_check, weights_dtype(model), agent)
     if team is not None and team.generators:
         return team.join(model, tokenizer, guard, device)
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
     kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
-                                           next(model.parameters()).dtype)
+                                           weights_dtype(model))
     max_model_len = max(model_cfg.max_length, max_prompt_tokens + max_new_tokens)
     max_num_seqs, max_num_batched_tokens = engine_batch_limits(model_cfg, section, max_model_len)
     generator = VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,

@@ -30,6 +30,7 @@ import torch
 
 from cooprl.config import ActorCriticSection, ConfigError, MAGRPOSection, TrainerSection
 from cooprl.models.loading import pick_device, resolve_model_path
+from cooprl.rollout.vllm_weights import base_weights
 
 GIB = 1 << 30
 VLLM_BLOCK_TOKENS = 16      # vLLM's KV cache block: a sequence holds whole blocks
@@ -264,7 +265,7 @@ def engine_utilization(model_cfg: Any, model: Any, kv_cache_bytes: int | None, d
     start even then: the key's default share could fail where the plan fits; gpu-review-3, finding 8)."""
     if kv_cache_bytes is None or not on_gpu(device):
         return model_cfg.vllm_gpu_memory_utilization
-    weights = sum(p.numel() * p.element_size() for p in model.parameters()) // model_cfg.vllm_tensor_parallel_size
+    weights = sum(p.numel() * p.element_size() for p in base_weights(model)) // model_cfg.vllm_tensor_parallel_size
     return engine_memory_utilization(weights, kv_cache_bytes, gpu_total_bytes(gpu_name(device)))
 
 

@@ -1,11 +1,25 @@
 """What a vLLM engine gets of a trained model: its weights as they are now, LoRA merged in (`merged_weights`, for the
-merged push), whether its adapters are on, and its adapter's rank (the engine's LoRA slot)."""
+merged push), whether its adapters are on, its adapter's rank (the engine's LoRA slot) and the base weights an engine
+loads (`base_weights`)."""
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
 import torch
+
+
+def base_weights(model: Any) -> Iterator[torch.nn.Parameter]:
+    """Yield the weights of the model an engine loads: the base model's (with its adapters) for a LoRA model, also
+    for an agent's view of a shared base (cooprl.models.shared_base), whose own parameters are its adapter's alone."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.parameters()
+
+
+def weights_dtype(model: Any) -> torch.dtype:
+    """Return the dtype of the weights an engine computes with: the base model's (a view's adapter may be float32 on
+    a bf16 base)."""
+    return next(base_weights(model)).dtype
 
 
 def merged_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:

@@ -75,7 +75,8 @@ def start_summary(run: Run, task: Task, models: Sequence[Any], run_dir: Path, to
                   + (f", resuming after step {start_step}" if start_step else "")),
         ("samples per prompt (G)", str(section.num_generations) if isinstance(section, GENERATING) else "-"),
         ("turns", str(section.num_turns)),
-        ("LoRA", lora_description(config.agent_model.lora)),
+        ("LoRA", lora_description(config.agent_model.lora)
+                 + (", every agent's adapter on one base (share_base)" if config.agent_model.share_base else "")),
         ("device", devices_of(models)),
         ("torch threads", threads.describe().removeprefix("torch threads: ") if threads else "torch's own"),
         ("reward", task.reward_label or f"{task.name} (at most {task.max_reward:g})"),

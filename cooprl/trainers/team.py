@@ -2,7 +2,8 @@
 
 Homogeneous agents load `agent_model.name` once per agent (each agent trains its own copy); heterogeneous
 agents give one name per agent in `agents:`, where an entry may also give the agent its own learning rate and
-sampling settings (cooprl.config.agents). With `agent_model.lora`, each agent gets its own adapter.
+sampling settings (cooprl.config.agents). With `agent_model.lora`, each agent gets its own adapter; with
+`agent_model.share_base` too, every agent's adapter sits on one base model (cooprl.models.shared_base).
 With `agent_model.generation_backend: vllm`, each agent samples with its own vLLM engine, which receives
 the agent's new weights after every optimizer step (see cooprl.rollout.vllm_generation); with
 `agent_model.share_base`, one engine serves every agent's adapter (cooprl.rollout.vllm_team).
@@ -27,6 +28,7 @@ from cooprl.checkpoint import init_folders, lost_init
 from cooprl.config import Config, MADPOSection, Run, TrainerSection, agent_names, agent_settings, model_devices
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
+from cooprl.models.shared_base import check_shareable, load_shared_base, shares_a_base
 from cooprl.parallel.context import Parallel
 from cooprl.rollout import memory_plan, vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
@@ -88,13 +90,19 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     inits = init_folders(init_from, num_agents) if init_from else [None] * num_agents
     for init in inits:   # before any model loads
         check_saved_lora(init, model_cfg.lora)
+    names = [own.name for own in settings]
+    shared = None   # agent_model.share_base: one base model, an adapter per agent (cooprl.models.shared_base)
+    if model_cfg.share_base:
+        check_shareable(names, devices, inits)
+        shared = load_shared_base(names[0], inits, lora=model_cfg.lora, torch_dtype=model_cfg.torch_dtype,
+                                  device=devices[0])
     team = []
     # agent_model.share_base with vLLM: one engine serves every agent's adapter (cooprl.rollout.vllm_team)
     engine = TeamEngine(num_agents) if model_cfg.share_base and model_cfg.generation_backend == "vllm" else None
     for i, own in enumerate(settings):
         name, device = own.name, devices[i]
-        model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device, lora=model_cfg.lora,
-                               init=inits[i])
+        model = shared[i] if shared else load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device,
+                                                        lora=model_cfg.lora, init=inits[i])
         set_memory_options(model, logprob_chunk_size=model_cfg.logprob_chunk_size,
                            gradient_checkpointing=model_cfg.gradient_checkpointing, autocast=model_cfg.autocast)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
@@ -140,7 +148,8 @@ class AgentRunner:
     """
 
     def __init__(self, team: Sequence[Agent], mode: str = "none"):
-        self.concurrent = mode == "mp" and len(team) > 1
+        # agents of one shared base (agent_model.share_base) switch its adapter around each call: never at once
+        self.concurrent = mode == "mp" and len(team) > 1 and not shares_a_base([agent.model for agent in team])
         # (only mp needs the devices: scripted agents of the tests have no model)
         devices = [next(agent.model.parameters()).device for agent in team] if self.concurrent else []
         own_generators = all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)

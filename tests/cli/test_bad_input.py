@@ -311,6 +311,15 @@ def test_model_folder_without_a_model(tmp_path, capsys):
                      "empty", "could not be loaded")
 
 
+@pytest.mark.parametrize("overrides,fragments", [
+    (["agent_model.share_base=true"], ["agent_model.share_base needs agent_model.lora"]),
+    (["agent_model.share_base=true", "agent_model.lora={r: 4}", "agents=[offline:tiny-random, "
+      "offline:smollm2-135m-instruct]"], ["agent_model.share_base", "different base models"]),
+])
+def test_agents_that_cannot_share_one_base(tmp_path, capsys, overrides, fragments):
+    assert_one_error(*cli(capsys, base_config(tmp_path), *overrides), *fragments)
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_a_cuda_device_on_a_machine_without_one(tmp_path, capsys):
     # upstream's GPU configs name cuda:0: on a CPU machine that is one clear line, not torch's AssertionError
