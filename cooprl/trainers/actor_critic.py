@@ -26,10 +26,13 @@ One training step on one dataset item:
      centralized critic steps with every agent's batches, on that agent's targets);
    - `episodes`: `rollout_buffer_size` counts episodes; the whole buffer is one group, stepped in buffer order.
    What a buffer holds at the end of an epoch is trained then (`end_epoch`).
-   Actor loss: -sum log pi(completion) * A (`policy_gradient_term`; with `agent_model.vllm_importance_cap` each token's
-   term weighted by its truncated importance weight against vLLM's sampler, scored in `episode_steps`, see
-   cooprl.update.policy_gradient). Critic loss: value_loss_coef * (y - V)^2,
-   averaged over the step's samples; a value head on the actor clips it PPO-style with `value_clip_range`.
+   Actor loss: MAGRPO's policy step (`TeamAlgorithm.policy_step`): by default -sum log pi(completion) * A; the
+   section's TRL-named keys (`loss_type`, `num_iterations` with `epsilon`/`epsilon_high`, `mask_truncated_completions`)
+   as MAGRPO's; with `agent_model.vllm_importance_cap` each token's term weighted by its truncated importance weight
+   against vLLM's sampler (both scored in `episode_steps`, see cooprl.update.policy_gradient). `num_iterations` > 1
+   takes the update's steps, drawn once, that many times (critic steps too, as PPO's epochs). Critic loss:
+   value_loss_coef * (y - V)^2, averaged over the step's samples; a value head on the actor clips it PPO-style with
+   `value_clip_range`.
 Critics: `use_separate_critic: true` gives every agent (MAAC: the team) a value model of its own (`critics:`,
 else `critic_model.name`, else the agent's model) with its own AdamW at `critic_learning_rate`. `false` (IAC and
 AC) puts a value head on the actor: the head is a second param group of the actor's optimizer and its loss is
