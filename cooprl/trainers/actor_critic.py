@@ -54,7 +54,7 @@ from cooprl.metrics import STEPS, SUM, Metrics
 from cooprl.models.value_model import ValueModel
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout, tree_metrics
-from cooprl.samples import CriticSample, Step
+from cooprl.samples import CriticSample, Step, TrainSample
 from cooprl.task import Task, all_first_prompts
 from cooprl.text import plain_text
 from cooprl.trainers.base import TeamAlgorithm, policy_objective
@@ -165,10 +165,12 @@ class ActorCritic(TeamAlgorithm):
         for a in range(len(self.team)):
             completions = [c for node in iter_nodes(root) for c in node.samples[a]]
             actions.append(dict(zip(map(id, completions), self.train_samples(a, completions))))
-        steps = [Step([actions[a][id(node.samples[a][g])] for a, g in enumerate(node.joint[j])], [], turn=node.turn,
-                      targets=[0.0] * len(self.team))
-                 for node, j in turns]
-        penalties = self.kl_penalties(steps)
+        joint_actions = [[actions[a][id(node.samples[a][g])] for a, g in enumerate(node.joint[j])] for node, j in turns]
+        kls = self.reward_kls(joint_actions)
+        coef, agents = self.section.reference_kl_coef, len(self.team)
+        penalties = [[0.0] * agents if kl is None else [coef * x for x in kl] for kl in kls]
+        steps = [Step(acts, [], turn=node.turn, targets=[0.0] * agents, kls=kl)
+                 for (node, _), acts, kl in zip(turns, joint_actions, kls)]
         for c, critic in enumerate(self.critics):
             ids = [self.critic_ids(c, node, j) for node, j in turns]
             values = _values(critic, ids).tolist()
@@ -187,17 +189,15 @@ class ActorCritic(TeamAlgorithm):
                     step.targets[a] = td_target(own[a] - penalties[k][a], next_value, self.section.discount)
         return steps
 
-    def kl_penalties(self, steps: list[Step]) -> list[list[float]]:
-        """Return coef x each agent's sampled KL to its start model, per step (all 0 unless the KL is in the reward);
-        the KLs are kept on the steps for the metrics."""
+    def reward_kls(self, joint_actions: list[list[TrainSample]]) -> list[list[float] | None]:
+        """Return each agent's sampled KL to its start model at each turn (`joint_actions[k][a]`: agent a's action at
+        turn k), what the reward form lowers its reward by, times coef; None at every turn unless the KL is in the
+        reward."""
         if not self.kl_in_reward:
-            return [[0.0] * len(self.team) for _ in steps]
-        per_agent = [sampled_kls(agent.model, self.references[a], [step.actions[a] for step in steps],
+            return [None] * len(joint_actions)
+        per_agent = [sampled_kls(agent.model, self.references[a], [acts[a] for acts in joint_actions],
                                  agent.tokenizer.pad_token_id) for a, agent in enumerate(self.team)]
-        coef = self.section.reference_kl_coef
-        for k, step in enumerate(steps):
-            step.kls = [per_agent[a][k] for a in range(len(self.team))]
-        return [[coef * per_agent[a][k] for a in range(len(self.team))] for k in range(len(steps))]
+        return [list(turn) for turn in zip(*per_agent)]
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> Metrics:
