@@ -14,7 +14,7 @@ from cooprl.models.loading import TINY_RANDOM
 from cooprl.preferences.comparators import build_comparator, generic_api_completer
 from cooprl.preferences.pairs import (IterationPlan, PreferencePair, RewardDistribution, draw_weighted,
                                 replay_weights, split_candidates)
-from cooprl.preferences.reward_model import train_reward_model
+from cooprl.preferences.reward_model import RewardTraining, train_reward_model
 from cooprl.rollout.evaluation import evaluate_team
 from cooprl.rollout.generation import SamplingParams
 from cooprl.rollout.tree import Completion
@@ -289,7 +289,8 @@ def test_reward_train_batch_size_and_freeze_backbone(tmp_path):
     rm = build_reward_model(Run.of(config, "marlhf"))
     trunk_before = [p.detach().clone() for p in rm.model.lm.parameters()]
     head_before = [p.detach().clone() for p in rm.model.head_parameters()]
-    metrics = train_reward_model(rm, pairs, learning_rate=1e-2, epochs=1, eval_fraction=0.0, seed=0, batch_size=2)
+    metrics = train_reward_model(rm, pairs, RewardTraining(learning_rate=1e-2, epochs=1, eval_fraction=0.0, seed=0,
+                                                           batch_size=2))
     assert metrics["reward_model/optimizer_steps"] == 3                      # 6 pairs, 2 per step
     assert all(torch.equal(a, b) for a, b in zip(trunk_before, rm.model.lm.parameters()))   # frozen backbone
     assert any(not torch.equal(a, b) for a, b in zip(head_before, rm.model.head_parameters()))
