@@ -28,6 +28,7 @@ from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokeni
 from cooprl.parallel.context import Parallel
 from cooprl.rollout import memory_plan, vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
+from cooprl.rollout.vllm_engines import AgentEngine
 from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, watch_optimizer
 from cooprl.update.optim import build_adamw
 
@@ -108,9 +109,10 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         optimizer = build_adamw(trainable, lr=section.learning_rate, weight_decay=section.weight_decay,
                                 bf16_optimizer=model_cfg.bf16_optimizer)
         if model_cfg.generation_backend == "vllm":
-            generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
-                                             section.max_new_tokens, config.seed, device=device,  # engine on it
-                                             section=section, ranks=parallel.ranks, agent=f"agent {i}")
+            engine = AgentEngine(resolve_model_path(name), max_prompt_tokens, section.max_new_tokens, config.seed,
+                                 device=device, name=f"agent {i}")   # the engine on the agent's device
+            generator = build_vllm_generator(model, tokenizer, model_cfg, engine, section=section,
+                                             ranks=parallel.ranks)
             watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
