@@ -327,6 +327,7 @@ def recording_update(monkeypatch, algorithm):
     """Fake the actor-critic's optimizer steps: return the list that records, per step, (agent, {prompt id: advantage},
     turns of the step's samples)."""
     import cooprl.trainers.actor_critic as ac
+    import cooprl.trainers.base as base
     from cooprl.update.engine import StepResult, Term
     taken = []
     agent_of = {id(agent.model): a for a, agent in enumerate(algorithm.team)}
@@ -342,8 +343,9 @@ def recording_update(monkeypatch, algorithm):
 
     def fake_step(optimizers, terms, models=(), **kwargs):   # the engine's step: nothing to train
         return StepResult({term.name: 0.0 for term in terms}, grad_norms=[0.0])
-    monkeypatch.setattr(ac, "policy_gradient_term", fake_term)
-    monkeypatch.setattr(ac, "optimizer_step", fake_step)
+    monkeypatch.setattr(base, "policy_gradient_term", fake_term)   # the actors' step: TeamAlgorithm.policy_step
+    monkeypatch.setattr(base, "optimizer_step", fake_step)
+    monkeypatch.setattr(ac, "optimizer_step", fake_step)           # the critics'
     return taken
 
 
