@@ -316,14 +316,17 @@ class ActorCritic(TeamAlgorithm):
         `value_targets` (None: its critic samples' targets). Return the step's metrics."""
         samples = [replace(self.buffer[k].actions[agent], advantage=adv[k]) for k in chunk]
         head = self.critics[agent] if not self.centralized and self.critics[agent].optimizer is None else None
+        weight = self.objective.weight(samples)
         extra = []
         if head is not None:
             part = [self.buffer[k].critics[agent] for k in chunk]
             if value_targets is not None:
                 part = [replace(x, target=t) for x, t in zip(part, value_targets)]
-            # the step's denominator is the policy loss's (dapo: its tokens); the value loss stays a mean over samples
-            extra = [self.value_term(head, part, per_weight=len(part) / self.objective.weight(samples))]
-        return self.policy_step(agent, samples, self.section.rollout_buffer_size, extra)
+            # the step's denominator is the policy loss's (dapo: its tokens); the value loss stays a mean over samples,
+            # and with no token left to train (dapo, every completion masked) the step is the head's alone
+            weight = weight or float(len(part))
+            extra = [self.value_term(head, part, per_weight=len(part) / weight)]
+        return self.policy_step(agent, samples, self.section.rollout_buffer_size, extra, weight)
 
     def critic_step(self, c: int, part: Sequence[CriticSample]) -> Metrics:
         """Take one optimizer step of separate critic `c` on its value loss over `part`; return its metrics."""

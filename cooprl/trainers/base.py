@@ -99,16 +99,17 @@ class TeamAlgorithm(Algorithm):
         return samples
 
     def policy_step(self, agent: int, samples: Sequence[TrainSample], forward_batch: int | None,
-                    extra: Sequence[Term] = ()) -> Metrics:
+                    extra: Sequence[Term] = (), weight: float | None = None) -> Metrics:
         """Take one optimizer step of `agent` on the policy loss of `samples` under `objective` (plus the
         reference-KL term of the loss form, and `extra` terms of the same step: an actor's value head); return its
-        metrics (`policy_gradient_metrics`, and `truncated_masked` under mask_truncated_completions)."""
+        metrics (`policy_gradient_metrics`, and `truncated_masked` under mask_truncated_completions). `weight`: the
+        step's (the engine's denominator; None: `objective.weight(samples)`)."""
         member, kl = self.team[agent], self.loss_kl(agent)
         policy = policy_gradient_term(member.model, samples, member.tokenizer.pad_token_id, batch_size=forward_batch,
                                       kl=kl, objective=self.objective)
-        result = optimizer_step([member.optimizer], [policy, *extra], [member.model],
-                                weight=self.objective.weight(samples), max_grad_norm=self.section.max_grad_norm,
-                                parallel=self.parallel)
+        weight = self.objective.weight(samples) if weight is None else weight
+        result = optimizer_step([member.optimizer], [policy, *extra], [member.model], weight=weight,
+                                max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
         metrics = policy_gradient_metrics(samples, policy, result, kl)
         if self.objective.mask_truncated:
             metrics.add("truncated_masked", sum(x.truncated for x in samples), SUM)

@@ -295,10 +295,16 @@ def test_an_actor_loss_is_trls_loss_type_and_leaves_masked_truncations_out(tmp_p
 
 def test_a_value_head_keeps_its_mean_over_samples_under_dapo(tmp_path):
     losses = []
-    for loss_type in ("sequence_sum", "dapo"):
-        algorithm = buffered_iac(tmp_path, "iac.use_separate_critic=false", f"iac.loss_type={loss_type}")
-        losses.append(algorithm.actor_step(0, list(ADVANTAGES), ADVANTAGES, value_targets=None)["value_loss"])
+    for loss_type, all_masked in (("sequence_sum", False), ("dapo", False), ("dapo", True)):
+        algorithm = buffered_iac(tmp_path, "iac.use_separate_critic=false", f"iac.loss_type={loss_type}",
+                                 "iac.mask_truncated_completions=true")
+        for step in algorithm.buffer:   # every completion masked: no token of the policy loss, the head still trains
+            step.actions[0] = replace(step.actions[0], truncated=all_masked)
+        metrics = algorithm.actor_step(0, list(ADVANTAGES), ADVANTAGES, value_targets=None)
+        losses.append(metrics["value_loss"])
     assert losses[1] == pytest.approx(losses[0], rel=1e-6) and losses[0] > 0
+    assert losses[2] == pytest.approx(losses[0], rel=1e-6)
+    assert metrics["trained_samples"] == 0 and metrics["grad_norm"] > 0
 
 
 def sgd_step_weights(algorithm, agent=0):
