@@ -51,27 +51,24 @@ def test_trainer_top_k_overrides_the_models():
 
 
 # ---------------------------------------------------------------------------------------------- actor-critic
-def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps():
+def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps(monkeypatch):
+    import cooprl.trainers.base as base
+    from cooprl.update.engine import StepResult, Term
     from tests.cooprl.trainers.test_actor_critic import roll_out_one_item, scripted_actor_critic
     for size, steps in [("null", 1), (1, 2)]:
         algorithm = scripted_actor_critic("iac", f"iac.train_batch_size={size}", "iac.num_generations=1",
                                           "iac.early_termination_threshold=null", "iac.update_schedule=episodes")
-        # scripted agents: what the update passes on (the policy term and the engine's step are faked)
+        # scripted agents: what the update passes on (the policy term and the engine's step of the actors' policy
+        # step, TeamAlgorithm.policy_step, are faked)
         for agent in algorithm.team:
             agent.optimizer, agent.tokenizer = None, type("T", (), {"pad_token_id": 0})()
         taken = []
-        import cooprl.trainers.actor_critic as ac
-        from cooprl.update.engine import StepResult, Term
-        real = ac.policy_gradient_term, ac.optimizer_step
-        ac.policy_gradient_term = lambda model, samples, *a, taken=taken, **k: taken.append(len(samples)) or Term(
-            [], lambda batch, denominator: (torch.zeros(()), {}))
-        ac.optimizer_step = lambda optimizers, terms, models=(), **k: StepResult({term.name: 0.0 for term in terms},
-                                                                                  grad_norms=[0.0])
-        try:
-            algorithm.buffer = algorithm.episode_steps(roll_out_one_item(algorithm))   # 2 turns of one episode
-            metrics = algorithm.update()
-        finally:
-            ac.policy_gradient_term, ac.optimizer_step = real
+        monkeypatch.setattr(base, "policy_gradient_term", lambda model, samples, *a, taken=taken, **k: taken.append(
+            len(samples)) or Term([], lambda batch, denominator: (torch.zeros(()), {})))
+        monkeypatch.setattr(base, "optimizer_step", lambda optimizers, terms, models=(), **k: StepResult(
+            {term.name: 0.0 for term in terms}, grad_norms=[0.0]))
+        algorithm.buffer = algorithm.episode_steps(roll_out_one_item(algorithm))   # 2 turns of one episode
+        metrics = algorithm.update()
         assert metrics["update/actor_optimizer_steps"] == 2 * steps      # two agents
         assert taken == [2 // steps] * (2 * steps)                        # each step on its share of the buffer
 
