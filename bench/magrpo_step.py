@@ -82,8 +82,9 @@ def run_cooprl(num_agents: int, num_turns: int, n_problems: int, bare: bool = Tr
             work["attention_pairs"] += n * sum(len(a.tokens) for a in ancestors) + n * (n + 1) // 2
 
     logprobs.TokenTrie.__init__ = counted_trie_init
-    # one optimizer step of one agent: its policy term, the engine's step and its metrics (MAGRPO._step)
-    timers.wrap(magrpo_mod.MAGRPO, "_step", "update")
+    # one optimizer step of one agent: its policy term, the engine's step and its metrics (MAGRPO.policy_step,
+    # TeamAlgorithm's; wrapped on MAGRPO, so the other trainers keep theirs)
+    timers.wrap(magrpo_mod.MAGRPO, "policy_step", "update")
 
     items = C.problems(n_problems)
 

@@ -33,9 +33,11 @@ def main(backend: str, dtype: str, reps: int = 2) -> None:
     params = SamplingParams(max_new_tokens=64, temperature=0.8, top_p=0.95)
     start = time.perf_counter()
     if backend == "vllm":
+        from cooprl.rollout.vllm_engines import EngineOptions
         from cooprl.rollout.vllm_generation import VLLMGenerator
         from cooprl.rollout.vllm_platform import check_vllm_backend
-        generator = VLLMGenerator(model, tokenizer, model_path=folder, max_prompt_tokens=448, max_model_len=512,
+        generator = VLLMGenerator(model, tokenizer,
+                                  EngineOptions(model_path=folder, max_prompt_tokens=448, max_model_len=512),
                                   vllm_module=check_vllm_backend("cpu"))
     else:
         generator = HFGenerator(model, tokenizer, max_prompt_tokens=448)

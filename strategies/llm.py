@@ -250,9 +250,11 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
         model.config.use_cache = True
         max_prompt_tokens = max(model_cfg.max_length - max_new_tokens, 8)
         if model_cfg.generation_backend == "vllm":
+            from cooprl.rollout.vllm_engines import AgentEngine
             from cooprl.rollout.vllm_generation import build_vllm_generator
-            generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
-                                             max_new_tokens, config.seed, agent=f"agent {i}")
+            engine = AgentEngine(resolve_model_path(name), max_prompt_tokens, max_new_tokens, config.seed,
+                                 name=f"agent {i}")
+            generator = build_vllm_generator(model, tokenizer, model_cfg, engine)
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,
                                     chat_template=model_cfg.chat_template)

@@ -30,14 +30,15 @@ def cycle(args: argparse.Namespace) -> str:
     from cooprl.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
     from cooprl.rollout import vllm_generation
     from cooprl.rollout.generation import SamplingParams
+    from cooprl.rollout.vllm_engines import EngineOptions
     from cooprl.rollout.vllm_platform import check_vllm_backend
     cuda = args.device == "cuda"
     vllm_generation.MERGED_SLEEP_LEVEL = args.level
     model = load_causal_lm(args.model, device=args.device, torch_dtype="bfloat16" if cuda else "float32")
     tokenizer = load_tokenizer(args.model)
     generator = vllm_generation.VLLMGenerator(
-        model, tokenizer, model_path=resolve_model_path(args.model), max_prompt_tokens=64, max_model_len=256,
-        gpu_memory_utilization=0.3, sleep=cuda, device=args.device,
+        model, tokenizer, EngineOptions(model_path=resolve_model_path(args.model), max_prompt_tokens=64,
+                                        max_model_len=256, gpu_memory_utilization=0.3, sleep=cuda, device=args.device),
         vllm_module=check_vllm_backend(args.device, sleep=cuda))
     params = SamplingParams(max_new_tokens=args.tokens, temperature=1.0)
 

@@ -36,8 +36,8 @@ from cooprl.config.schema import (AgentEntry, AgentModelSection, CheckpointSecti
                                   LoraSection, OutputSection, RewardProcessorSection, RewardSection, WandbSection)
 from cooprl.config.trainer_sections import (ACSection, ActorCriticSection, GRPOSection, IterativeFields,
                                             MADPOIterSection, MADPOSection, MAGRPOSection, MARLHFIterSection,
-                                            MARLHFSection, PreferenceFields, SFTSection, TRAINER_SECTIONS,
-                                            TrainerSection)
+                                            MARLHFSection, PolicyObjectiveFields, PreferenceFields, SFTSection,
+                                            TRAINER_SECTIONS, TrainerSection)
 from cooprl.config.upstream import (lift_reward_shift, OLD_MADPO_COMPARATOR_NULLS, read_old_madpo_preference,
                                     trainer_of_data, trainer_of_file)
 from cooprl.config.yaml_io import (load_yaml_text, MAX_CONFIG_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, read_yaml,

@@ -17,7 +17,7 @@ from typing import Any, Callable, Generic, Mapping, Optional, TypeVar
 from cooprl.config.fields import ConfigError, field_aliases, show
 from cooprl.config.overrides import check_override_sections
 from cooprl.config.schema import Config
-from cooprl.config.trainer_sections import TRAINER_SECTIONS, MARLHFSection, TrainerSection
+from cooprl.config.trainer_sections import TRAINER_SECTIONS, IterativeFields, MARLHFSection, TrainerSection
 
 S = TypeVar("S", bound=TrainerSection)
 
@@ -59,11 +59,14 @@ def _rl_run(config: Config, trainer: str, marlhf: MARLHFSection) -> Run:
     """Return the run MARLHF's `rl_algorithm` is built with. MAGRPO reads the MARLHF section itself (it holds every
     MAGRPO key); mareinforce / maremax / marloo read it with advantage_mode raw / max / rloo. IAC and MAAC read
     their own section, with the keys every trainer shares (learning rate, max_new_tokens, num_turns, ...) taken
-    from MARLHF's."""
+    from MARLHF's. MARLHF_ITER's `num_iterations` counts its refresh iterations, not MAGRPO's passes (TRL's name,
+    one key): its MAGRPO takes one pass."""
     name = marlhf.rl_algorithm
     if name in MAGRPO_ADVANTAGE_MODES:
         mode = MAGRPO_ADVANTAGE_MODES[name]
         section = marlhf if mode is None else dataclasses.replace(marlhf, advantage_mode=mode)
+        if isinstance(marlhf, IterativeFields):
+            section = dataclasses.replace(section, num_iterations=1)
         return Run(config, trainer, section)
     shared = {f.name: getattr(marlhf, f.name) for f in dataclasses.fields(TrainerSection)}
     return Run(config, name, dataclasses.replace(config.trainer(name), **shared))

@@ -67,7 +67,24 @@ class TrainerSection:
 
 
 @dataclass
-class MAGRPOSection(TrainerSection):
+class PolicyObjectiveFields:
+    """The policy-gradient objective's keys, TRL's names and meanings (docs/algorithms.md, "The policy-gradient
+    objective"): MAGRPO's, GRPO's and the actor-critics' actors."""
+    num_iterations: int = option(1, "passes over each update's samples; above 1 every pass takes the PPO ratio to the "
+                                 "sampling policy, clipped to [1 - epsilon, 1 + epsilon_high]", min=1)
+    epsilon: float = option(0.2, "the PPO clip's lower bound 1 - epsilon (num_iterations above 1)", min=0.0)
+    epsilon_high: Optional[float] = option(None, "the PPO clip's upper bound 1 + epsilon_high (null = epsilon)",
+                                           min=0.0)
+    loss_type: str = option(
+        "sequence_sum", "how a step's token terms add up: sequence_sum (each completion's sum, averaged over the "
+        "step's samples), grpo (each completion's mean token), dapo (the mean token of the step), dr_grpo (each "
+        "completion's sum over max_new_tokens)", choices=("sequence_sum", "grpo", "dapo", "dr_grpo"))
+    mask_truncated_completions: bool = option(False, "leave completions that hit max_new_tokens before their end "
+                                              "out of the loss")
+
+
+@dataclass
+class MAGRPOSection(PolicyObjectiveFields, TrainerSection):
     num_generations: int = option(4, "samples per agent per node (G)", min=1)
     joint_mode: str = option("aligned", "aligned pairs g-th samples (G joint actions); cross takes G^N",
                              choices=("aligned", "cross"))
@@ -86,18 +103,6 @@ class MAGRPOSection(TrainerSection):
     train_batch_size: Optional[int] = option(
         None, "nodes: nodes per optimizer step (null = rollout_buffer_size); items: sequences per forward, a cap "
         "(null = all of an agent's samples of one item)", min=1)
-    # TRL's names and meanings (docs/algorithms.md, "The policy-gradient objective")
-    num_iterations: int = option(1, "passes over each update's samples; above 1 every pass takes the PPO ratio to the "
-                                 "sampling policy, clipped to [1 - epsilon, 1 + epsilon_high]", min=1)
-    epsilon: float = option(0.2, "the PPO clip's lower bound 1 - epsilon (num_iterations above 1)", min=0.0)
-    epsilon_high: Optional[float] = option(None, "the PPO clip's upper bound 1 + epsilon_high (null = epsilon)",
-                                           min=0.0)
-    loss_type: str = option(
-        "sequence_sum", "how a step's token terms add up: sequence_sum (each completion's sum, averaged over the "
-        "step's samples), grpo (each completion's mean token), dapo (the mean token of the step), dr_grpo (each "
-        "completion's sum over max_new_tokens)", choices=("sequence_sum", "grpo", "dapo", "dr_grpo"))
-    mask_truncated_completions: bool = option(False, "leave completions that hit max_new_tokens before their end "
-                                              "out of the loss")
     tied_groups: str = option(
         "train", "a node group whose G returns are all equal: train (as any group: zero advantages), drop (counted), "
         "or resample (roll the item out again, at most max_resamples times, while a turn-1 group is tied; a tied "
@@ -111,7 +116,7 @@ class GRPOSection(MAGRPOSection):
 
 
 @dataclass
-class ActorCriticSection(TrainerSection):
+class ActorCriticSection(PolicyObjectiveFields, TrainerSection):
     num_generations: int = option(1, "samples per agent per turn", min=1)
     critic_type: str = option("v", "v: value of the prompt; q: value of prompt + response", choices=("v", "q"))
     use_separate_critic: bool = option(True, "separate value model; false = value head on the actor")

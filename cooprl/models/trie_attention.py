@@ -86,6 +86,8 @@ _ACTIVE: contextvars.ContextVar[tuple[list[SegmentAttention], list[Any]] | None]
 PLACEHOLDER_MASK = torch.zeros((1, 1, 1, 1))
 
 
+# Eight parameters: transformers calls an attention function with this signature (its AttentionInterface), so it
+# stays as the library fixes it (tests/project/test_layers.py, MANY_PARAMETERS).
 def trie_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                            attention_mask: torch.Tensor | None, dropout: float = 0.0,
                            scaling: float | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:

@@ -216,13 +216,25 @@ def collect_candidates(items: Sequence[Any], task: Any, sample_fn: Sampler, num_
     return roots, candidates
 
 
-def collect_pairs(items: Sequence[Any], task: Any, sample_fn: Sampler, section: PreferenceFields, iteration: int,
-                  rng: random.Random, comparator: Comparator | None = None, step: int = 0,
+@dataclass(frozen=True)
+class CandidateSources:
+    """Who writes a problem's joint candidates and what scores them: the policies (`sample_fn`), the comparator
+    (None: the policies write them all) and the task (its reward)."""
+
+    task: Any
+    sample_fn: Sampler
+    comparator: Comparator | None = None
+
+
+def collect_pairs(items: Sequence[Any], sources: CandidateSources, section: PreferenceFields, iteration: int,
+                  rng: random.Random, step: int = 0,
                   record: Callable[[Sequence[Candidate]], None] | None = None) -> list[PreferencePair]:
-    """Return preference pairs for `items`: `section.preference_num_candidates` scored joint candidates per item
-    (the policies', plus the comparator's when given), paired by `section.pair_selection`; `record` sees each item's
-    scored candidates (log_reward_distribution)."""
-    _, candidates = collect_candidates(items, task, sample_fn, section.preference_num_candidates, comparator)
+    """Return preference pairs for `items`: `section.preference_num_candidates` joint candidates per item from
+    `sources`, scored, paired by `section.pair_selection`; `record` sees each item's scored candidates
+    (log_reward_distribution)."""
+    task = sources.task
+    _, candidates = collect_candidates(items, task, sources.sample_fn, section.preference_num_candidates,
+                                       sources.comparator)
     pairs = []
     for item, cands in zip(items, candidates):
         if record is not None:

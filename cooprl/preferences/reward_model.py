@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -114,23 +115,34 @@ def pair_accuracy(reward_model: RewardModel, pairs: Sequence[Any]) -> tuple[floa
     return (r_w > r_l).float().mean().item(), bradley_terry_loss(r_w, r_l).item()
 
 
-def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learning_rate: float, epochs: int,
-                       eval_fraction: float, seed: int, weights: Sequence[float] | None = None,
-                       max_grad_norm: float | None = 1.0, batch_size: int = PAIRS_PER_BATCH,
-                       bf16_optimizer: str = "kahan") -> dict[str, float]:
-    """Train on the pairs with the Bradley-Terry loss (one AdamW step per `batch_size` pairs); return the metrics.
+@dataclass(frozen=True)
+class RewardTraining:
+    """How `train_reward_model` trains: AdamW at `learning_rate` for `epochs` over the pairs, one step per
+    `batch_size` pairs (gradients clipped to `max_grad_norm`; `bf16_optimizer`: how bf16 weights are updated,
+    cooprl.update.optim.build_adamw), a seeded `eval_fraction` of the pairs held out (`seed` also orders them)."""
 
-    A seeded `eval_fraction` of the pairs is held out; `weights` (one per pair, e.g. replay weights) scale
-    each pair's loss. Metrics: pair counts, the last epoch's training loss and accuracy, and the held-out
-    accuracy and loss (when any pair is held out). `bf16_optimizer`: how bf16 weights are updated
-    (cooprl.update.optim.build_adamw).
+    learning_rate: float
+    epochs: int
+    eval_fraction: float
+    seed: int
+    max_grad_norm: float | None = 1.0
+    batch_size: int = PAIRS_PER_BATCH
+    bf16_optimizer: str = "kahan"
+
+
+def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], training: RewardTraining,
+                       weights: Sequence[float] | None = None) -> dict[str, float]:
+    """Train on the pairs with the Bradley-Terry loss as `training` says; return the metrics.
+
+    `weights` (one per pair, e.g. replay weights) scale each pair's loss. Metrics: pair counts, the last epoch's
+    training loss and accuracy, and the held-out accuracy and loss (when any pair is held out).
     """
-    train_idx, eval_idx = split_pairs(len(pairs), eval_fraction, seed)
+    train_idx, eval_idx = split_pairs(len(pairs), training.eval_fraction, training.seed)
     weights = list(weights) if weights is not None else [1.0] * len(pairs)
     model = reward_model.model
     # a frozen backbone (reward_freeze_backbone) has requires_grad off: only the head is trained
     params = [p for p in model.head_parameters() + model.trunk_parameters() if p.requires_grad]
-    optimizer = build_adamw(params, lr=learning_rate, bf16_optimizer=bf16_optimizer)
+    optimizer = build_adamw(params, lr=training.learning_rate, bf16_optimizer=training.bf16_optimizer)
     metrics = {"reward_model/train_pairs": float(len(train_idx)), "reward_model/eval_pairs": float(len(eval_idx))}
 
     def loss(chunk: list[int], denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
@@ -141,17 +153,18 @@ def train_reward_model(reward_model: RewardModel, pairs: Sequence[Any], *, learn
         # this chunk's share of the batch's weighted mean loss: the summed gradients are the batch's
         return (bradley_terry_losses(r_w, r_l) * w).sum() / denominator, {"correct": float((r_w > r_l).sum().item())}
 
-    for epoch in range(epochs):
+    for epoch in range(training.epochs):
         model.train()
-        generator = torch.Generator().manual_seed(seed * 1000 + epoch)
+        generator = torch.Generator().manual_seed(training.seed * 1000 + epoch)
         order = [train_idx[i] for i in torch.randperm(len(train_idx), generator=generator).tolist()]
         loss_sum, correct = 0.0, 0
-        for start in range(0, len(order), batch_size):
-            indices = order[start:start + batch_size]
+        for start in range(0, len(order), training.batch_size):
+            indices = order[start:start + training.batch_size]
             parts = [indices[part:part + PAIRS_PER_FORWARD] for part in range(0, len(indices), PAIRS_PER_FORWARD)]
             # every process trains this model alike on the same pairs (MARLHF): a plain step, no sync
             result = optimizer_step([optimizer], [Term(parts, loss)],
-                                    weight=max(sum(weights[i] for i in indices), 1e-12), max_grad_norm=max_grad_norm)
+                                    weight=max(sum(weights[i] for i in indices), 1e-12),
+                                    max_grad_norm=training.max_grad_norm)
             if result.skipped:
                 continue
             metrics["reward_model/optimizer_steps"] = metrics.get("reward_model/optimizer_steps", 0.0) + 1

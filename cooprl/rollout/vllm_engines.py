@@ -1,6 +1,6 @@
-"""What every in-process vLLM engine needs around its build and its end, so that engines on different GPUs (one process
-under `parallel_training: mp`, or one per rank under ddp) never share device-bound state. Where an engine runs is
-cooprl.rollout.vllm_platform's.
+"""What every in-process vLLM engine is built with (`EngineOptions`, `AgentEngine`) and needs around its build and its
+end, so that engines on different GPUs (one process under `parallel_training: mp`, or one per rank under ddp) never
+share device-bound state. Where an engine runs is cooprl.rollout.vllm_platform's.
 
 Read in vLLM 0.27.1 and 0.30.0 (the `vllm` extra's ends; line numbers are 0.30.0's) and 0.32.0 (the CPU build):
 
@@ -30,11 +30,52 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 DEVICE_CACHE_PREFIX = "cooprl-engines-on-"
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What one in-process vLLM engine is built with (cooprl.rollout.vllm_generation.VLLMGenerator): `model_path` what
+    vLLM loads at start (a hub id or folder with the trained model's architecture); `max_prompt_tokens` the prompts'
+    bound, `max_model_len` prompt + completion's; `max_num_seqs` and `max_num_batched_tokens` (None: vLLM's defaults)
+    what it runs in one step; `sampler_logprobs`: vLLM's log-prob of each sampled token kept; `adapter_dir` where the
+    lora weight sync saves its adapters; `device` the agent's (None: where the model's weights are); `kv_cache_bytes`
+    the KV cache in bytes (vLLM's kv_cache_memory_bytes; None: sized from `gpu_memory_utilization`)."""
+
+    model_path: str
+    max_prompt_tokens: int
+    max_model_len: int
+    chat_template: bool = False
+    gpu_memory_utilization: float = 0.3
+    seed: int = 0
+    weight_sync: str = "merged"
+    sleep: bool = False
+    tensor_parallel_size: int = 1
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    sampler_logprobs: bool = False
+    adapter_dir: str | None = None
+    device: str | None = None
+    kv_cache_bytes: int | None = None
+    max_loras: int = 1   # a team's engine holds every agent's adapter (cooprl.rollout.vllm_team)
+
+
+@dataclass(frozen=True)
+class AgentEngine:
+    """Which agent an engine samples for (cooprl.rollout.vllm_generation.build_vllm_generator): its model's path, its
+    prompts' and completions' token budgets, the seed, its device (None: agent_model.device) and its name in errors."""
+
+    model_path: str
+    max_prompt_tokens: int
+    max_new_tokens: int
+    seed: int
+    device: str | None = None
+    name: str = "agent 0"
 
 
 def engine_cache_root(device: str, cache_root: str | None = None) -> str:

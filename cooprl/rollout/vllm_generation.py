@@ -75,7 +75,8 @@ from cooprl.models.loading import save_pretrained_on_this_rank
 from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform   # check_vllm_backend read off the module, as check_vllm_devices reads it
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, first_stop
-from cooprl.rollout.vllm_engines import (end_engine_groups, engine_model, engine_worker, kept_random_state,
+from cooprl.rollout.vllm_engines import (AgentEngine, EngineOptions, end_engine_groups, engine_model, engine_worker,
+                                          kept_random_state,
                                          prepare_engine_build)
 from cooprl.rollout.vllm_guard import WeightGuard, sample_probes, weight_guard
 from cooprl.rollout.vllm_memory import (engine_batch_limits, engine_kv_cache_bytes, engine_utilization,
@@ -140,25 +141,25 @@ class EngineUsers:
 class VLLMGenerator:
     """Samples completions with an in-process vLLM engine; same interface and Completions as HFGenerator.
 
-    `model` is the trained HF model (the source of the weights), `model_path` what vLLM loads at start (a
-    hub id or folder with the same architecture). `max_model_len` bounds prompt + completion in the engine;
-    `max_num_seqs` and `max_num_batched_tokens` (None: vLLM's defaults) bound what it runs in one step.
+    `model` is the trained HF model (the source of the weights); the engine is built as `options` say
+    (cooprl.rollout.vllm_engines.EngineOptions: `max_loras`, the LoRA adapters it holds at once, is a team's agents
+    when one engine serves them all, cooprl.rollout.vllm_team), on the agent's device (`engine_device`).
     `sampler_logprobs`: fill `Completion.sampler_logprobs` with vLLM's log-prob of each sampled token.
-    `device`: the agent's device (default: where `model`'s weights are); the engine is built on it (`engine_device`).
-    `kv_cache_bytes`: the engine's KV cache in bytes (vLLM's kv_cache_memory_bytes); None: vLLM sizes it from
-    `gpu_memory_utilization`. `max_loras`: the LoRA adapters the engine holds at once (a team's engine serves every
-    agent's, cooprl.rollout.vllm_team).
     """
 
     _sleeping_engines = 0   # built in this process with sleep mode (vLLM allows one)
 
-    def __init__(self, model: Any, tokenizer: Any, *, model_path: str, max_prompt_tokens: int, max_model_len: int,
-                 chat_template: bool = False, gpu_memory_utilization: float = 0.3, seed: int = 0,
-                 weight_sync: str = "merged", sleep: bool = False, tensor_parallel_size: int = 1,
-                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                 sampler_logprobs: bool = False, adapter_dir: str | None = None, device: str | None = None,
-                 kv_cache_bytes: int | None = None, vllm_module: Any = None, ranks: Ranks | None = None,
-                 guard: WeightGuard | None = None, max_loras: int = 1):
+    def __init__(self, model: Any, tokenizer: Any, options: EngineOptions, *, vllm_module: Any = None,
+                 ranks: Ranks | None = None, guard: WeightGuard | None = None):
+        o = options   # read below under the names they had as arguments
+        model_path, max_prompt_tokens, max_model_len, chat_template = (o.model_path, o.max_prompt_tokens,
+                                                                       o.max_model_len, o.chat_template)
+        gpu_memory_utilization, seed, weight_sync, sleep = o.gpu_memory_utilization, o.seed, o.weight_sync, o.sleep
+        tensor_parallel_size, max_num_seqs, max_num_batched_tokens = (o.tensor_parallel_size, o.max_num_seqs,
+                                                                      o.max_num_batched_tokens)
+        sampler_logprobs, adapter_dir, device, kv_cache_bytes = (o.sampler_logprobs, o.adapter_dir, o.device,
+                                                                 o.kv_cache_bytes)
+        max_loras = o.max_loras
         vllm = vllm_module if vllm_module is not None else vllm_platform.check_vllm_backend()
         if weight_sync not in ("merged", "lora"):
             raise ValueError(f"weight_sync {weight_sync!r}: expected 'merged' or 'lora'")
@@ -531,34 +532,32 @@ def _dtype_name(model: Any) -> str:
     return {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}.get(dtype, "auto")
 
 
-def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, model_path: str, max_prompt_tokens: int,
-                         max_new_tokens: int, seed: int, device: str | None = None,
+def build_vllm_generator(model: Any, tokenizer: Any, model_cfg: Any, agent: AgentEngine,
                          section: TrainerSection | None = None, ranks: Ranks | None = None,
-                         agent: str = "agent 0", team: TeamEngine | None = None) -> VLLMGenerator:
-    """Return a VLLMGenerator for one agent on `device` (default: agent_model.device) from the agent_model section, its
-    engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
+                         team: TeamEngine | None = None) -> VLLMGenerator:
+    """Return a VLLMGenerator for one `agent` on its device (default: agent_model.device) from the agent_model section,
+    its engine on that device (ConfigError when vLLM cannot run there) with the KV cache agent_model.vllm_kv_cache_bytes
     says (null: sized from the trainer's `section`, cooprl.rollout.vllm_memory.default_kv_cache_bytes); under ddp one
     engine per process (`ranks`: this process's place, the run's Parallel.ranks); the stale-weights guard of
-    agent_model.vllm_weight_check names the engine `agent` in its error. `team` (agent_model.share_base): the team's
-    one engine, built with its first agent's generator and joined by the others' (cooprl.rollout.vllm_team)."""
-    device = model_cfg.device if device is None else device
-    guard = weight_guard(model_cfg.vllm_weight_check, weights_dtype(model), agent)
+    agent_model.vllm_weight_check names the engine `agent.name` in its error. `team` (agent_model.share_base): the
+    team's one engine, built with its first agent's generator and joined by the others' (cooprl.rollout.vllm_team)."""
+    device = model_cfg.device if agent.device is None else agent.device
+    guard = weight_guard(model_cfg.vllm_weight_check, weights_dtype(model), agent.name)
     if team is not None and team.generators:
         return team.join(model, tokenizer, guard, device)
     vllm = vllm_platform.check_vllm_backend(device, model_cfg.vllm_sleep)
-    kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, max_new_tokens, kv_elements_per_token(model.config),
-                                           weights_dtype(model))
-    max_model_len = max(model_cfg.max_length, max_prompt_tokens + max_new_tokens)
+    kv_cache_bytes = engine_kv_cache_bytes(model_cfg, section, agent.max_new_tokens,
+                                           kv_elements_per_token(model.config), weights_dtype(model))
+    max_model_len = max(model_cfg.max_length, agent.max_prompt_tokens + agent.max_new_tokens)
     max_num_seqs, max_num_batched_tokens = engine_batch_limits(model_cfg, section, max_model_len)
-    generator = VLLMGenerator(model, tokenizer, model_path=model_path, max_prompt_tokens=max_prompt_tokens,
-                              max_model_len=max_model_len, chat_template=model_cfg.chat_template, seed=seed,
-                              gpu_memory_utilization=engine_utilization(model_cfg, model, kv_cache_bytes, str(device)),
-                              weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
-                              tensor_parallel_size=model_cfg.vllm_tensor_parallel_size,
-                              max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              sampler_logprobs=model_cfg.vllm_importance_cap is not None, device=device,
-                              kv_cache_bytes=kv_cache_bytes, vllm_module=vllm, ranks=ranks, guard=guard,
-                              max_loras=team.size if team is not None else 1)
+    options = EngineOptions(
+        agent.model_path, agent.max_prompt_tokens, max_model_len, chat_template=model_cfg.chat_template,
+        seed=agent.seed, gpu_memory_utilization=engine_utilization(model_cfg, model, kv_cache_bytes, str(device)),
+        weight_sync=model_cfg.vllm_weight_sync, sleep=model_cfg.vllm_sleep,
+        tensor_parallel_size=model_cfg.vllm_tensor_parallel_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, sampler_logprobs=model_cfg.vllm_importance_cap is not None,
+        device=device, kv_cache_bytes=kv_cache_bytes, max_loras=team.size if team is not None else 1)
+    generator = VLLMGenerator(model, tokenizer, options, vllm_module=vllm, ranks=ranks, guard=guard)
     return team.seat_first(generator) if team is not None else generator
 
 

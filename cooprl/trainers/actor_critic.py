@@ -26,10 +26,13 @@ One training step on one dataset item:
      centralized critic steps with every agent's batches, on that agent's targets);
    - `episodes`: `rollout_buffer_size` counts episodes; the whole buffer is one group, stepped in buffer order.
    What a buffer holds at the end of an epoch is trained then (`end_epoch`).
-   Actor loss: -sum log pi(completion) * A (`policy_gradient_term`; with `agent_model.vllm_importance_cap` each token's
-   term weighted by its truncated importance weight against vLLM's sampler, scored in `episode_steps`, see
-   cooprl.update.policy_gradient). Critic loss: value_loss_coef * (y - V)^2,
-   averaged over the step's samples; a value head on the actor clips it PPO-style with `value_clip_range`.
+   Actor loss: MAGRPO's policy step (`TeamAlgorithm.policy_step`): by default -sum log pi(completion) * A; the
+   section's TRL-named keys (`loss_type`, `num_iterations` with `epsilon`/`epsilon_high`, `mask_truncated_completions`)
+   as MAGRPO's; with `agent_model.vllm_importance_cap` each token's term weighted by its truncated importance weight
+   against vLLM's sampler (both scored in `episode_steps`, see cooprl.update.policy_gradient). `num_iterations` > 1
+   takes the update's steps, drawn once, that many times (critic steps too, as PPO's epochs). Critic loss:
+   value_loss_coef * (y - V)^2, averaged over the step's samples; a value head on the actor clips it PPO-style with
+   `value_clip_range`.
 Critics: `use_separate_critic: true` gives every agent (MAAC: the team) a value model of its own (`critics:`,
 else `critic_model.name`, else the agent's model) with its own AdamW at `critic_learning_rate`. `false` (IAC and
 AC) puts a value head on the actor: the head is a second param group of the actor's optimizer and its loss is
@@ -40,7 +43,8 @@ Checkpoints hold the actors, then the critics (value models, or only the heads),
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from functools import partial
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -50,15 +54,15 @@ from cooprl.metrics import STEPS, SUM, Metrics
 from cooprl.models.value_model import ValueModel
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.tree import Node, RolloutSettings, iter_nodes, rollout, tree_metrics
-from cooprl.samples import CriticSample, Step
+from cooprl.samples import CriticSample, Step, TrainSample
 from cooprl.task import Task, all_first_prompts
 from cooprl.text import plain_text
-from cooprl.trainers.base import TeamAlgorithm
+from cooprl.trainers.base import TeamAlgorithm, policy_objective
 from cooprl.trainers.team import Agent, build_team
 from cooprl.update.engine import Term, optimizer_step
 from cooprl.update.losses import actor_advantages, td_target, value_errors
 from cooprl.update.optim import build_adamw
-from cooprl.update.policy_gradient import policy_gradient_metrics, policy_gradient_term, sampled_kls
+from cooprl.update.policy_gradient import sampled_kls
 
 VALUE_BATCH = 8  # sequences per critic forward (rollout-time values and the value loss)
 
@@ -113,6 +117,7 @@ class ActorCritic(TeamAlgorithm):
         self.models = self.models + [critic.model for critic in critics]
         self.buffer: list[Step] = []
         self.buffered_episodes = 0
+        self.objective = policy_objective(section)   # the actors' (TRL's keys)
 
     def critic_of(self, agent: int) -> int:
         """Return the index of the critic that scores `agent`'s turns."""
@@ -160,10 +165,12 @@ class ActorCritic(TeamAlgorithm):
         for a in range(len(self.team)):
             completions = [c for node in iter_nodes(root) for c in node.samples[a]]
             actions.append(dict(zip(map(id, completions), self.train_samples(a, completions))))
-        steps = [Step([actions[a][id(node.samples[a][g])] for a, g in enumerate(node.joint[j])], [], turn=node.turn,
-                      targets=[0.0] * len(self.team))
-                 for node, j in turns]
-        penalties = self.kl_penalties(steps)
+        joint_actions = [[actions[a][id(node.samples[a][g])] for a, g in enumerate(node.joint[j])] for node, j in turns]
+        kls = self.reward_kls(joint_actions)
+        coef, agents = self.section.reference_kl_coef, len(self.team)
+        penalties = [[0.0] * agents if kl is None else [coef * x for x in kl] for kl in kls]
+        steps = [Step(acts, [], turn=node.turn, targets=[0.0] * agents, kls=kl)
+                 for (node, _), acts, kl in zip(turns, joint_actions, kls)]
         for c, critic in enumerate(self.critics):
             ids = [self.critic_ids(c, node, j) for node, j in turns]
             values = _values(critic, ids).tolist()
@@ -182,17 +189,15 @@ class ActorCritic(TeamAlgorithm):
                     step.targets[a] = td_target(own[a] - penalties[k][a], next_value, self.section.discount)
         return steps
 
-    def kl_penalties(self, steps: list[Step]) -> list[list[float]]:
-        """Return coef x each agent's sampled KL to its start model, per step (all 0 unless the KL is in the reward);
-        the KLs are kept on the steps for the metrics."""
+    def reward_kls(self, joint_actions: list[list[TrainSample]]) -> list[list[float] | None]:
+        """Return each agent's sampled KL to its start model at each turn (`joint_actions[k][a]`: agent a's action at
+        turn k), what the reward form lowers its reward by, times coef; None at every turn unless the KL is in the
+        reward."""
         if not self.kl_in_reward:
-            return [[0.0] * len(self.team) for _ in steps]
-        per_agent = [sampled_kls(agent.model, self.references[a], [step.actions[a] for step in steps],
+            return [None] * len(joint_actions)
+        per_agent = [sampled_kls(agent.model, self.references[a], [acts[a] for acts in joint_actions],
                                  agent.tokenizer.pad_token_id) for a, agent in enumerate(self.team)]
-        coef = self.section.reference_kl_coef
-        for k, step in enumerate(steps):
-            step.kls = [per_agent[a][k] for a in range(len(self.team))]
-        return [[coef * per_agent[a][k] for a in range(len(self.team))] for k in range(len(steps))]
+        return [list(turn) for turn in zip(*per_agent)]
 
     # ------------------------------------------------------------------------------------------ training
     def train_step(self, item: Any, step: int) -> Metrics:
@@ -228,44 +233,61 @@ class ActorCritic(TeamAlgorithm):
 
     def update(self) -> Metrics:
         """Train every actor (and its value head) and every separate critic on the buffer, empty it; return each
-        model's metrics of its optimizer steps and `update/actor_optimizer_steps`."""
-        if self.section.update_schedule == "turns":
-            metrics = self.update_by_turn()
-        else:
-            metrics = self.update_whole_buffer()
+        model's metrics of its optimizer steps and `update/actor_optimizer_steps`. With `num_iterations` above 1
+        the update's optimizer steps, drawn once, are all taken that many times over (this rollout's samples, never
+        a later one's), the actors' under the clipped objective (`policy_objective`)."""
+        plan = self.turn_plan() if self.section.update_schedule == "turns" else self.buffer_plan()
+        metrics = Metrics()
+        for _ in range(self.section.num_iterations):
+            for prefix, step in plan:
+                metrics.merge(step(), prefix=prefix)
+        metrics.merge(self.target_means())
+        actor_steps = sum(prefix.startswith("agent_") for prefix, _ in plan) * self.section.num_iterations
+        metrics.add("update/actor_optimizer_steps", actor_steps, STEPS)
         self.buffer, self.buffered_episodes = [], 0
         return metrics
 
-    def update_whole_buffer(self) -> Metrics:
-        """update_schedule episodes: advantages over the whole buffer; each model takes one optimizer step per
-        `train_batch_size` buffered turns in buffer order (null: one step on the whole buffer)."""
-        s, metrics = self.section, Metrics()
-        steps_taken = 0
+    def target_means(self) -> Metrics:
+        """Return each critic's mean target over the buffer: its agents' own targets (turns), or, for a separate
+        critic, its samples' (episodes)."""
+        metrics = Metrics()
+        for c, critic in enumerate(self.critics):
+            if self.section.update_schedule == "turns":
+                seen = [step.targets[a] for step in self.buffer for a in self.scored_by(c)]
+            elif critic.optimizer is not None:
+                seen = [step.critics[c].target for step in self.buffer]
+            else:
+                continue
+            metrics.add(f"critic_{c}/target_mean", sum(seen) / len(seen))
+        return metrics
+
+    def buffer_plan(self) -> list[tuple[str, Callable[[], Metrics]]]:
+        """update_schedule episodes: the update's optimizer steps (each with its metrics' prefix). Advantages over the
+        whole buffer; each actor, then each separate critic, takes one step per `train_batch_size` buffered turns in
+        buffer order (null: one step on the whole buffer)."""
+        s, plan = self.section, []
         for a in range(len(self.team)):
             indices = list(range(len(self.buffer)))
             adv = self.advantages_of(a, indices)
             for chunk in chunks(indices, s.train_batch_size or len(indices)):
-                metrics.merge(self.actor_step(a, chunk, adv, value_targets=None), prefix=f"agent_{a}/")
-                steps_taken += 1
+                plan.append((f"agent_{a}/", partial(self.actor_step, a, chunk, adv, None)))
         for c, critic in enumerate(self.critics):
             if critic.optimizer is None:
                 continue  # a head on its actor: trained in the actor's steps above
             seen = [step.critics[c] for step in self.buffer]
             for chunk in chunks(range(len(seen)), s.train_batch_size or len(seen)):
-                metrics.merge(self.critic_step(c, [seen[k] for k in chunk]), prefix=f"critic_{c}/")
-            metrics.add(f"critic_{c}/target_mean", sum(x.target for x in seen) / len(seen))
-        metrics.add("update/actor_optimizer_steps", steps_taken, STEPS)
-        return metrics
+                plan.append((f"critic_{c}/", partial(self.critic_step, c, [seen[k] for k in chunk])))
+        return plan
 
-    def update_by_turn(self) -> Metrics:
-        """update_schedule turns (the default): per agent, the buffer's samples of each turn (turn 1 first) are a group
-        whose advantages are normalized together; the group is shuffled and cut into `train_batch_size` samples
-        (null: rollout_buffer_size); each batch is one actor step, then one step of the agent's separate critic on the
-        same samples with the agent's own targets (a centralized critic steps with every agent's batches). A group
-        that fits one step is not shuffled: the order within a step changes nothing, and drawing would move the RNG."""
-        s, metrics = self.section, Metrics()
+    def turn_plan(self) -> list[tuple[str, Callable[[], Metrics]]]:
+        """update_schedule turns (the default): the update's optimizer steps (each with its metrics' prefix). Per
+        agent, the buffer's samples of each turn (turn 1 first) are a group whose advantages are normalized together;
+        the group is shuffled and cut into `train_batch_size` samples (null: rollout_buffer_size); each batch is one
+        actor step, then one step of the agent's separate critic on the same samples with the agent's own targets (a
+        centralized critic steps with every agent's batches). A group that fits one step is not shuffled: the order
+        within a step changes nothing, and drawing would move the RNG."""
+        s, plan = self.section, []
         size = s.train_batch_size or s.rollout_buffer_size
-        steps_taken = 0
         for a in range(len(self.team)):
             c = self.critic_of(a)
             for group in turn_groups(self.buffer):
@@ -273,16 +295,11 @@ class ActorCritic(TeamAlgorithm):
                 order = shuffled(group) if len(group) > size else group   # one step: its order changes nothing
                 for chunk in chunks(order, size):
                     targets = [self.buffer[k].targets[a] for k in chunk]
-                    metrics.merge(self.actor_step(a, chunk, adv, value_targets=targets), prefix=f"agent_{a}/")
-                    steps_taken += 1
+                    plan.append((f"agent_{a}/", partial(self.actor_step, a, chunk, adv, targets)))
                     if self.critics[c].optimizer is not None:
                         part = [replace(self.buffer[k].critics[c], target=t) for k, t in zip(chunk, targets)]
-                        metrics.merge(self.critic_step(c, part), prefix=f"critic_{c}/")
-        for c in range(len(self.critics)):
-            seen = [step.targets[a] for step in self.buffer for a in self.scored_by(c)]
-            metrics.add(f"critic_{c}/target_mean", sum(seen) / len(seen))
-        metrics.add("update/actor_optimizer_steps", steps_taken, STEPS)
-        return metrics
+                        plan.append((f"critic_{c}/", partial(self.critic_step, c, part)))
+        return plan
 
     def advantages_of(self, agent: int, indices: Sequence[int]) -> dict[int, float]:
         """Return `agent`'s advantage of each buffered turn of `indices` (one group: normalized together), by index."""
@@ -294,24 +311,22 @@ class ActorCritic(TeamAlgorithm):
 
     def actor_step(self, agent: int, chunk: Sequence[int], adv: dict[int, float],
                    value_targets: Sequence[float] | None) -> Metrics:
-        """Take one optimizer step of `agent`'s actor on the buffered turns `chunk` (advantages `adv[k]`); a value head
-        on the actor is trained in the same step on `value_targets` (None: its critic samples' targets). Return the
-        step's metrics."""
-        s, actor = self.section, self.team[agent]
+        """Take one optimizer step of `agent`'s actor on the buffered turns `chunk` (advantages `adv[k]`; the policy
+        step MAGRPO takes, `TeamAlgorithm.policy_step`); a value head on the actor is trained in the same step on
+        `value_targets` (None: its critic samples' targets). Return the step's metrics."""
         samples = [replace(self.buffer[k].actions[agent], advantage=adv[k]) for k in chunk]
         head = self.critics[agent] if not self.centralized and self.critics[agent].optimizer is None else None
+        weight = self.objective.weight(samples)
         extra = []
         if head is not None:
             part = [self.buffer[k].critics[agent] for k in chunk]
             if value_targets is not None:
                 part = [replace(x, target=t) for x, t in zip(part, value_targets)]
-            extra = [self.value_term(head, part)]
-        kl = self.loss_kl(agent)
-        policy = policy_gradient_term(actor.model, samples, actor.tokenizer.pad_token_id,
-                                      batch_size=s.rollout_buffer_size, kl=kl)
-        result = optimizer_step([actor.optimizer], [policy, *extra], [actor.model], weight=len(samples),
-                                max_grad_norm=s.max_grad_norm, parallel=self.parallel)
-        return policy_gradient_metrics(samples, policy, result, kl)
+            # the step's denominator is the policy loss's (dapo: its tokens); the value loss stays a mean over samples,
+            # and with no token left to train (dapo, every completion masked) the step is the head's alone
+            weight = weight or float(len(part))
+            extra = [self.value_term(head, part, per_weight=len(part) / weight)]
+        return self.policy_step(agent, samples, self.section.rollout_buffer_size, extra, weight)
 
     def critic_step(self, c: int, part: Sequence[CriticSample]) -> Metrics:
         """Take one optimizer step of separate critic `c` on its value loss over `part`; return its metrics."""
@@ -324,16 +339,18 @@ class ActorCritic(TeamAlgorithm):
         metrics.add("skipped_nonfinite", float(result.skipped), STEPS)
         return metrics
 
-    def value_term(self, critic: Critic, samples: Sequence[CriticSample]) -> Term:
+    def value_term(self, critic: Critic, samples: Sequence[CriticSample], per_weight: float = 1.0) -> Term:
         """Return the value loss of `critic` on `samples` for the update engine: value_loss_coef x the squared TD
-        errors, in forward batches of VALUE_BATCH (the engine divides by the step's sample count)."""
+        errors, in forward batches of VALUE_BATCH (the engine divides by the step's weight: its sample count, which
+        is `per_weight` x the step's weight when the step's weight counts something else, a dapo actor's tokens)."""
         clip = self.section.value_clip_range if critic.optimizer is None else None  # clipping: shared-head mode only
+        coef = self.section.value_loss_coef / per_weight
 
         def loss(batch: Sequence[CriticSample], denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
             values = critic.model.values([x.ids for x in batch], None, critic.tokenizer.pad_token_id)
             targets = torch.tensor([x.target for x in batch], device=values.device)
             old = torch.tensor([x.value for x in batch], device=values.device)
-            return self.section.value_loss_coef * value_errors(values, targets, old, clip).sum() / denominator, {}
+            return coef * value_errors(values, targets, old, clip).sum() / denominator, {}
         batches = [samples[start:start + VALUE_BATCH] for start in range(0, len(samples), VALUE_BATCH)]
         return Term(batches, loss, name="value_loss")
 

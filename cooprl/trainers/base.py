@@ -2,17 +2,20 @@
 
 A team algorithm (MAGRPO, the actor-critics, MADPO) trains one agent per policy of the task on the shared loop
 (`cooprl.trainers.loop`). `TeamAlgorithm` gives it: the task's reward processor, the frozen start models for a
-reference-KL term, sampling from the agents, evaluation on the task, and the optimizers' part of checkpoints
-(`extra_state` / `load_extra_state` add each algorithm's own: buffers, counters, RNGs).
+reference-KL term, sampling from the agents, evaluation on the task, the policy-gradient step of an agent under its
+`objective` (MAGRPO's and the actors'), and the optimizers' part of checkpoints (`extra_state` / `load_extra_state`
+add each algorithm's own: buffers, counters, RNGs).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import torch
 
-from cooprl.config import Config, Run, TrainerSection
+from cooprl.config import Config, PolicyObjectiveFields, Run, TrainerSection
+from cooprl.metrics import SUM, Metrics
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.evaluation import evaluate_team
 from cooprl.rollout.generation import Completion
@@ -23,7 +26,9 @@ from cooprl.task import Task
 from cooprl.text import safe_print
 from cooprl.trainers.loop import Algorithm
 from cooprl.trainers.team import Agent, AgentRunner
-from cooprl.update.policy_gradient import LossKL, frozen_reference
+from cooprl.update.engine import Term, optimizer_step
+from cooprl.update.policy_gradient import (LossKL, PolicyObjective, frozen_reference, policy_gradient_metrics,
+                                           policy_gradient_term, sampling_logprobs)
 
 
 def reward_processor(config: Config, task: Task) -> Callable[[float], float]:
@@ -36,12 +41,21 @@ def reward_processor(config: Config, task: Task) -> Callable[[float], float]:
     return lambda r: r * cfg.scale_factor + shift
 
 
+def policy_objective(section: PolicyObjectiveFields) -> PolicyObjective:
+    """Return the policy-gradient objective a section's TRL-named keys ask for (num_iterations above 1: clipped)."""
+    return PolicyObjective(
+        section.loss_type, clipped=section.num_iterations > 1, epsilon=section.epsilon,
+        epsilon_high=section.epsilon if section.epsilon_high is None else section.epsilon_high,
+        max_new_tokens=section.max_new_tokens, mask_truncated=section.mask_truncated_completions)
+
+
 class TeamAlgorithm(Algorithm):
     """The shared part of a team algorithm: its run (config and typed section), task, agents, reward processor,
     references, parallel context (`parallel`: the one the team was built with; None: the run's section's, for a
     caller in one process)."""
 
     section: TrainerSection   # each algorithm names its own section class here
+    objective = PolicyObjective()   # a policy-gradient algorithm sets its section's (`policy_objective`)
 
     def __init__(self, run: Run, task: Task, team: list[Agent], *, references: bool = False,
                  parallel: Parallel | None = None):
@@ -69,16 +83,38 @@ class TeamAlgorithm(Algorithm):
 
     def train_samples(self, agent: int, completions: Sequence[Completion]) -> list[TrainSample]:
         """Return a TrainSample per completion `agent` sampled, its advantage 0 until its group's is known; with
-        agent_model.vllm_importance_cap each carries its truncated importance weights against vLLM's sampler, scored
+        agent_model.vllm_importance_cap each carries its truncated importance weights against vLLM's sampler, and
+        under a clipped objective its sampling policy's log-probs (every pass's ratio is taken to them), both scored
         now: call it after the rollout, before the agent's next optimizer step (cooprl.update.policy_gradient)."""
-        model_cfg = self.config.agent_model
+        model_cfg, member = self.config.agent_model, self.team[agent]
         weights: Sequence[Any] = [None] * len(completions)
         if model_cfg.vllm_importance_cap is not None:
-            member = self.team[agent]
             weights = importance_weights(member.model, completions, member.tokenizer.pad_token_id, member.params,
                                          model_cfg.vllm_importance_cap, mode=model_cfg.vllm_importance_mode)
-        return [TrainSample(c.prompt_ids, c.completion_ids, 0.0, w, truncated=c.truncated)
-                for c, w in zip(completions, weights, strict=True)]
+        samples = [TrainSample(c.prompt_ids, c.completion_ids, 0.0, w, truncated=c.truncated)
+                   for c, w in zip(completions, weights, strict=True)]
+        if self.objective.clipped:
+            old = sampling_logprobs(member.model, samples, member.tokenizer.pad_token_id)
+            samples = [replace(x, sampling_logps=logps) for x, logps in zip(samples, old)]
+        return samples
+
+    def policy_step(self, agent: int, samples: Sequence[TrainSample], forward_batch: int | None,
+                    extra: Sequence[Term] = (), weight: float | None = None) -> Metrics:
+        """Take one optimizer step of `agent` on the policy loss of `samples` under `objective` (plus the
+        reference-KL term of the loss form, and `extra` terms of the same step: an actor's value head); return its
+        metrics (`policy_gradient_metrics`, and `truncated_masked` under mask_truncated_completions). `weight`: the
+        step's (the engine's denominator; None: `objective.weight(samples)`)."""
+        member, kl = self.team[agent], self.loss_kl(agent)
+        objective = replace(self.objective, max_new_tokens=member.params.max_new_tokens)   # dr_grpo: the agent's own
+        policy = policy_gradient_term(member.model, samples, member.tokenizer.pad_token_id, batch_size=forward_batch,
+                                      kl=kl, objective=objective)
+        weight = self.objective.weight(samples) if weight is None else weight
+        result = optimizer_step([member.optimizer], [policy, *extra], [member.model], weight=weight,
+                                max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
+        metrics = policy_gradient_metrics(samples, policy, result, kl)
+        if self.objective.mask_truncated:
+            metrics.add("truncated_masked", sum(x.truncated for x in samples), SUM)
+        return metrics
 
     @torch.no_grad()
     def evaluate(self, items: list[Any]) -> dict[str, float]:

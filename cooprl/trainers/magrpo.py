@@ -37,12 +37,10 @@ from cooprl.rollout.evaluation import evaluation_settings
 from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns, tree_metrics
 from cooprl.samples import NodeGroup
 from cooprl.task import Task, all_first_prompts
-from cooprl.trainers.base import TeamAlgorithm
+from cooprl.trainers.base import TeamAlgorithm, policy_objective
 from cooprl.trainers.team import Agent, build_team
-from cooprl.update.engine import optimizer_step
 from cooprl.update.losses import group_advantages, kl_penalized
-from cooprl.update.policy_gradient import (PolicyObjective, policy_gradient_metrics, policy_gradient_term,
-                                           sampled_kls, sampling_logprobs)
+from cooprl.update.policy_gradient import sampled_kls
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +55,7 @@ class MAGRPO(TeamAlgorithm):
         super().__init__(run, task, team, references=section.reference_kl_coef > 0, parallel=parallel)
         self.buffer: list[list[NodeGroup]] = [[] for _ in team]   # per agent, in tree order (breadth-first)
         self.buffered_items = 0                                   # items of the buffer (update_schedule items)
-        self.objective = PolicyObjective(
-            section.loss_type, clipped=section.num_iterations > 1, epsilon=section.epsilon,
-            epsilon_high=section.epsilon if section.epsilon_high is None else section.epsilon_high,
-            max_new_tokens=section.max_new_tokens, mask_truncated=section.mask_truncated_completions)
+        self.objective = policy_objective(section)
 
     # ------------------------------------------------------------------------------------------ rollout
     def rollout_settings(self, evaluation: bool = False) -> RolloutSettings:
@@ -140,9 +135,6 @@ class MAGRPO(TeamAlgorithm):
             if self.kl_in_reward:
                 kl = sampled_kls(agent.model, self.references[a], samples, agent.tokenizer.pad_token_id)
                 returns = kl_penalized(returns, kl, section.reference_kl_coef)
-            if self.objective.clipped:   # the sampling policy's log-probs: every pass's ratio is taken to them
-                old = sampling_logprobs(agent.model, samples, agent.tokenizer.pad_token_id)
-                samples = [replace(x, sampling_logps=logps) for x, logps in zip(samples, old)]
             advantages = group_advantages(returns, section.advantage_mode, section.advantage_normalization)
             groups.append(NodeGroup(node.turn, [replace(x, advantage=adv) for x, adv in zip(samples, advantages)]))
             kls.append(kl)
@@ -162,7 +154,8 @@ class MAGRPO(TeamAlgorithm):
         def train_agent(a: int) -> list[Metrics]:
             # num_iterations passes over the same steps: this rollout's samples, never a later one's
             passes = range(self.section.num_iterations)
-            return [self._step(a, groups, size) for _ in passes for groups, size in plans[a]]
+            return [self.policy_step(a, [x for g in groups for x in g.samples], size)
+                    for _ in passes for groups, size in plans[a]]
 
         metrics = Metrics()
         for a, steps in enumerate(self.runner.run_updates(train_agent, len(self.team))):
@@ -171,21 +164,6 @@ class MAGRPO(TeamAlgorithm):
             metrics.add(f"agent_{a}/optimizer_steps", len(steps), STEPS)
         self.buffer = [[] for _ in self.team]
         self.buffered_items = 0
-        return metrics
-
-    def _step(self, a: int, groups: list[NodeGroup], forward_batch: int) -> Metrics:
-        """Take one optimizer step of agent `a` on the samples of `groups`; return its metrics."""
-        agent = self.team[a]
-        samples = [x for group in groups for x in group.samples]
-        kl = self.loss_kl(a)
-        objective = replace(self.objective, max_new_tokens=agent.params.max_new_tokens)   # dr_grpo: the agent's own
-        policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id, batch_size=forward_batch,
-                                      kl=kl, objective=objective)
-        result = optimizer_step([agent.optimizer], [policy], [agent.model], weight=self.objective.weight(samples),
-                                max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
-        metrics = policy_gradient_metrics(samples, policy, result, kl)
-        if self.objective.mask_truncated:
-            metrics.add("truncated_masked", sum(x.truncated for x in samples), SUM)
         return metrics
 
     # ------------------------------------------------------------------------------------------ checkpoints

@@ -44,9 +44,10 @@ from cooprl.models.loading import load_causal_lm, load_tokenizer
 from cooprl.models.value_model import ValueModel
 from cooprl.parallel.context import Parallel
 from cooprl.preferences.comparators import build_comparator
-from cooprl.preferences.pairs import (IterationPlan, PairStore, RewardDistribution, collect_pairs, open_pair_store,
-                                      plan_chunks, policy_checkpoints, read_pairs, write_pairs)
-from cooprl.preferences.reward_model import PAIRS_PER_BATCH, RewardModel, score_stats, train_reward_model
+from cooprl.preferences.pairs import (CandidateSources, IterationPlan, PairStore, RewardDistribution, collect_pairs,
+                                      open_pair_store, plan_chunks, policy_checkpoints, read_pairs, write_pairs)
+from cooprl.preferences.reward_model import (PAIRS_PER_BATCH, RewardModel, RewardTraining, score_stats,
+                                             train_reward_model)
 from cooprl.task import Score, Task
 from cooprl.trainers.actor_critic import build_iac, build_maac
 from cooprl.trainers.loop import Algorithm, as_metrics
@@ -184,12 +185,11 @@ class MARLHF(Algorithm):
                         iteration)
             return metrics
         s = self.section
-        metrics.update(train_reward_model(
-            self.reward_model, [p for p, _ in weighted], weights=[w for _, w in weighted],
-            learning_rate=s.reward_model_learning_rate, epochs=s.reward_model_epochs,
-            eval_fraction=s.reward_eval_fraction, seed=self._seed(iteration), max_grad_norm=s.max_grad_norm,
-            batch_size=s.reward_train_batch_size or PAIRS_PER_BATCH,
-            bf16_optimizer=self.config.agent_model.bf16_optimizer))
+        training = RewardTraining(s.reward_model_learning_rate, s.reward_model_epochs, s.reward_eval_fraction,
+                                  self._seed(iteration), s.max_grad_norm, s.reward_train_batch_size or PAIRS_PER_BATCH,
+                                  self.config.agent_model.bf16_optimizer)
+        metrics.update(train_reward_model(self.reward_model, [p for p, _ in weighted], training,
+                                          weights=[w for _, w in weighted]))
         self.parallel.broadcast_parameters(self.reward_model.model)   # every rank trained it alike: keep rank 0's
         if s.normalize_reward:
             # A fresh head scores about +-0.01: next to the reward processor's shift (-4 by default) such a reward
@@ -214,7 +214,8 @@ class MARLHF(Algorithm):
         task = self.scoring_task(iteration)
 
         def collect_chunk(chunk: list[Any], rng: random.Random) -> list[Any]:
-            return collect_pairs(chunk, task, sample, self.section, iteration, rng, self.comparator, step=step,
+            return collect_pairs(chunk, CandidateSources(task, sample, self.comparator), self.section, iteration, rng,
+                                 step=step,
                                  record=(lambda c: self.reward_dist.add(iteration, c)) if self.reward_dist else None)
 
         # each chunk on one process, seeded by its index: the pairs do not depend on the number of processes;

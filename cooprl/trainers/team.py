@@ -32,6 +32,7 @@ from cooprl.models.shared_base import check_shareable, load_shared_base, shares_
 from cooprl.parallel.context import Parallel
 from cooprl.rollout import memory_plan, vllm_platform
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams
+from cooprl.rollout.vllm_engines import AgentEngine
 from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, watch_optimizer
 from cooprl.rollout.vllm_team import TeamEngine
 from cooprl.update.optim import build_adamw
@@ -98,7 +99,7 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
                                   device=devices[0])
     team = []
     # agent_model.share_base with vLLM: one engine serves every agent's adapter (cooprl.rollout.vllm_team)
-    engine = TeamEngine(num_agents) if model_cfg.share_base and model_cfg.generation_backend == "vllm" else None
+    team_engine = TeamEngine(num_agents) if model_cfg.share_base and model_cfg.generation_backend == "vllm" else None
     for i, own in enumerate(settings):
         name, device = own.name, devices[i]
         model = shared[i] if shared else load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=device,
@@ -113,9 +114,10 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         optimizer = build_adamw(trainable, lr=own.learning_rate, weight_decay=section.weight_decay,
                                 bf16_optimizer=model_cfg.bf16_optimizer)
         if model_cfg.generation_backend == "vllm":
-            generator = build_vllm_generator(model, tokenizer, model_cfg, resolve_model_path(name), max_prompt_tokens,
-                                             own.max_new_tokens, config.seed, device=device,  # engine on it
-                                             section=section, ranks=parallel.ranks, agent=f"agent {i}", team=engine)
+            agent_engine = AgentEngine(resolve_model_path(name), max_prompt_tokens, own.max_new_tokens, config.seed,
+                                       device=device, name=f"agent {i}")   # the engine on the agent's device
+            generator = build_vllm_generator(model, tokenizer, model_cfg, agent_engine, section=section,
+                                             ranks=parallel.ranks, team=team_engine)
             watch_optimizer(optimizer, generator)  # every optimizer step, whichever trainer takes it
         else:
             generator = HFGenerator(model, tokenizer, max_prompt_tokens=max_prompt_tokens,

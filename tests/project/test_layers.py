@@ -234,3 +234,50 @@ def test_library_files_stay_short():
         if str(path.relative_to(ROOT)) not in exempt and (n := len(path.read_text(encoding="utf-8").splitlines())) > 600
     }
     assert long == {}
+
+
+# functions of cooprl/ that may take 8 or more parameters, each with why (the signature is not ours to choose)
+MANY_PARAMETERS = {
+    # transformers calls an attention function as f(module, query, key, value, attention_mask, dropout, scaling,
+    # **kwargs) (its AttentionInterface): the signature is the library's
+    "cooprl/models/trie_attention.py:trie_attention_forward",
+}
+
+
+def _parameter_counts(path: Path) -> list[tuple[str, int]]:
+    """Return (qualified name, parameters) of every function in `path`: every parameter, *args and **kwargs included,
+    but not a method's self or cls."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + [
+                    x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                if isinstance(node, ast.ClassDef) and names and names[0] in ("self", "cls"):
+                    names = names[1:]
+                found.append((f"{prefix}{child.name}", len(names)))
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
+def test_no_library_function_takes_eight_parameters():
+    # arguments that travel together are one value (a small frozen dataclass); a long signature is where a caller
+    # passes a value in the wrong place
+    many = {f"{path.relative_to(ROOT)}:{name}": n for path in sorted((ROOT / "cooprl").rglob("*.py"))
+            for name, n in _parameter_counts(path) if n >= 8}
+    assert set(many) == MANY_PARAMETERS, many
+
+
+def test_parameter_counts_see_methods_nested_functions_and_star_arguments(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("class A:\n    def f(self, a, *args, b, **kw):\n        def g(x): pass\n"
+                      "    @classmethod\n    def h(cls): pass\ndef k(self, a): pass\n")
+    assert _parameter_counts(source) == [("A.f", 4), ("A.f.g", 1), ("A.h", 0), ("k", 2)]

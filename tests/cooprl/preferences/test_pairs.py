@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from cooprl.preferences.pairs import (Candidate, PairStore, PreferencePair, collect_pairs, pairs_from_candidates,
-                                read_pairs, replay_weights, select_pairs, split_candidates, write_pairs)
+from cooprl.preferences.pairs import (Candidate, CandidateSources, PairStore, PreferencePair, collect_pairs,
+                                      pairs_from_candidates, read_pairs, replay_weights, select_pairs,
+                                      split_candidates, write_pairs)
 from tests.scripted import scripted_task
 
 REWARDS = [0.5, 2.0, 0.5, 1.0]   # gaps: (1,0)=1.5 (1,2)=1.5 (1,3)=1.0 (3,0)=0.5 (3,2)=0.5; (0,2) is a tie
@@ -117,7 +118,8 @@ def test_collect_pairs_scores_policy_and_comparator_candidates():
         return [[Completion("b" * (g + 1), torch.tensor([1]), torch.tensor([g]),
                             False) for g in range(n)] for _ in prompts]
 
-    pairs = collect_pairs(task.train_items[:2], task, sample_fn, Section, 0, random.Random(0), HalfComparator())
+    pairs = collect_pairs(task.train_items[:2], CandidateSources(task, sample_fn, HalfComparator()), Section, 0,
+                          random.Random(0))
     assert seen == [2, 2] and split_candidates(4, HalfComparator()) == (2, 2)
     # the comparator's all-'a' answers (reward 1) beat the policy's (reward 0); ties between them never pair
     assert len(pairs) == 8 and all(p.source == "comparator>policy" and p.chosen_reward == 1.0 for p in pairs)
@@ -135,7 +137,7 @@ def test_a_sequential_teams_pairs_keep_each_sides_own_prompts(tmp_path):
         return [[Completion("a" * (g + 1) if agent == 0 else "b", torch.tensor([1]), torch.tensor([g]), False)
                  for g in range(n)] for _ in prompts]
 
-    pairs = collect_pairs(task.train_items[:1], task, sample_fn, Section, 0, random.Random(0))
+    pairs = collect_pairs(task.train_items[:1], CandidateSources(task, sample_fn), Section, 0, random.Random(0))
     first = task.first_prompts(task.train_items[0])
     assert pairs and all(p.prompts[0] == p.loser_prompts[0] == first[0] for p in pairs)
     for p in pairs:   # the follower's prompt ends with the text of its own side's agent 0

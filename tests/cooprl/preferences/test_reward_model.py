@@ -9,7 +9,7 @@ import torch
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.models.value_model import ValueModel
 from cooprl.preferences.pairs import PreferencePair
-from cooprl.preferences.reward_model import (RewardModel, bradley_terry_loss, reward_input, split_pairs,
+from cooprl.preferences.reward_model import (RewardModel, RewardTraining, bradley_terry_loss, reward_input, split_pairs,
                                  train_reward_model)
 
 pytestmark = pytest.mark.slow   # end to end (trainers, command lines, subprocesses): not in `make test-fast`
@@ -83,7 +83,7 @@ def _toy_pairs(n, seed=0):
 def test_reward_model_learns_a_separable_toy_preference():
     rm = tiny_reward_model()
     pairs = _toy_pairs(48)
-    metrics = train_reward_model(rm, pairs, learning_rate=1e-3, epochs=2, eval_fraction=0.25, seed=0)
+    metrics = train_reward_model(rm, pairs, RewardTraining(learning_rate=1e-3, epochs=2, eval_fraction=0.25, seed=0))
     assert metrics["reward_model/train_pairs"] == 36 and metrics["reward_model/eval_pairs"] == 12
     assert metrics["reward_model/eval_accuracy"] > 0.9
     good, bad = rm.score([(["new task"], ["def f(z):\n    return z  # good"]),
@@ -99,8 +99,8 @@ def test_training_in_chunks_of_pairs_equals_one_forward_per_batch(monkeypatch):
     for per_forward in (2, 8):
         monkeypatch.setattr(reward_model_module, "PAIRS_PER_FORWARD", per_forward)
         rm = tiny_reward_model()
-        metrics = train_reward_model(rm, pairs, weights=weights, learning_rate=1e-3, epochs=1, eval_fraction=0.0,
-                                     seed=0)
+        metrics = train_reward_model(rm, pairs, RewardTraining(learning_rate=1e-3, epochs=1, eval_fraction=0.0,
+                                                               seed=0), weights=weights)
         trained.append((rm.model.head.weight.detach().clone(), metrics["reward_model/train_loss"]))
     assert torch.allclose(trained[0][0], trained[1][0], atol=1e-6)
     assert abs(trained[0][1] - trained[1][1]) < 1e-5

@@ -25,6 +25,7 @@ from cooprl.config import ConfigError, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
 from cooprl.rollout import vllm_generation
 from cooprl.rollout.generation import Completion, HFGenerator, SamplingParams, _StopOnStrings
+from cooprl.rollout.vllm_engines import AgentEngine, EngineOptions
 from cooprl.rollout.vllm_generation import VLLMGenerator, adapters_enabled, merged_weights, watch_optimizer
 from cooprl.rollout.vllm_platform import check_vllm_backend
 
@@ -205,12 +206,12 @@ def tiny():
     return load_causal_lm(TINY_RANDOM, device="cpu"), tiny_tokenizer()
 
 
-def make_generator(tiny, fake_vllm, **kwargs) -> VLLMGenerator:
+def make_generator(tiny, fake_vllm, guard=None, **kwargs) -> VLLMGenerator:
     model, tokenizer = tiny
     options = dict(model_path="/models/tiny", max_prompt_tokens=32, max_model_len=64, seed=7,
                    gpu_memory_utilization=0.25)
     options.update(kwargs)
-    return VLLMGenerator(model, tokenizer, vllm_module=fake_vllm, **options)
+    return VLLMGenerator(model, tokenizer, EngineOptions(**options), vllm_module=fake_vllm, guard=guard)
 
 
 def enc(tokenizer, *pieces) -> list[int]:
@@ -252,11 +253,12 @@ def test_engine_batch_limits_come_from_the_config(tiny, fake_vllm, monkeypatch):
     monkeypatch.setattr(cooprl.rollout.vllm_platform, "check_vllm_backend", lambda device="auto",
                         sleep=False: fake_vllm)
     config = load_config(None, ["agent_model.vllm_max_num_seqs=16", "agent_model.vllm_max_num_batched_tokens=4096"])
-    backend.build_vllm_generator(*tiny, config.agent_model, "/models/tiny", 32, 8, seed=0)
+    backend.build_vllm_generator(*tiny, config.agent_model, AgentEngine("/models/tiny", 32, 8, seed=0))
     kwargs = FakeLLM.instances[-1].kwargs
     assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == (16, 4096)
     default = load_config(None, [])
-    backend.build_vllm_generator(*tiny, default.agent_model, "/models/tiny", 32, 8, seed=0, section=default.magrpo)
+    backend.build_vllm_generator(*tiny, default.agent_model, AgentEngine("/models/tiny", 32, 8, seed=0),
+                                 section=default.magrpo)
     kwargs = FakeLLM.instances[-1].kwargs   # null: sized from the run's largest call (vllm_memory.engine_batch_limits)
     assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == engine_batch_limits(
         default.agent_model, default.magrpo, kwargs["max_model_len"])
@@ -422,8 +424,9 @@ def test_an_engine_out_of_this_process_needs_lora_sync(tiny, fake_vllm, monkeypa
     monkeypatch.setattr(fake_vllm, "LLM", lambda **kw: FakeLLM(in_process=False, **kw))
     with pytest.raises(ConfigError, match="vllm_weight_sync=lora"):
         make_generator(tiny, fake_vllm)   # merged: weights cannot be pushed into another process
-    gen = VLLMGenerator(lora_model(), tiny_tokenizer(), model_path="m", max_prompt_tokens=16,
-                        max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
+    gen = VLLMGenerator(lora_model(), tiny_tokenizer(),
+                        EngineOptions(model_path="m", max_prompt_tokens=16, max_model_len=32, weight_sync="lora"),
+                        vllm_module=fake_vllm)
     gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
     assert FakeLLM.instances[-1].events == ["generate"]   # the adapter is requested, nothing pushed
 
@@ -449,7 +452,7 @@ def test_lora_weights_are_merged_and_follow_disable_adapter(fake_vllm):
     assert adapters_enabled(model)
 
     # a comparator samples the start model inside disable_adapter(): the engine gets the base weights, then back
-    gen = VLLMGenerator(model, tiny_tokenizer(), model_path="m", max_prompt_tokens=16, max_model_len=32,
+    gen = VLLMGenerator(model, tiny_tokenizer(), EngineOptions(model_path="m", max_prompt_tokens=16, max_model_len=32),
                         vllm_module=fake_vllm)
     engine = FakeLLM.instances[-1].engine_model
     params = SamplingParams(max_new_tokens=2, temperature=1.0)
@@ -477,8 +480,9 @@ def lora_model(seed: int = 0, r: int = 8):
 def test_lora_sync_samples_each_adapter_version_as_a_lora_request(fake_vllm, tmp_path):
     from safetensors.torch import load_file
     model = lora_model()
-    gen = VLLMGenerator(model, tiny_tokenizer(), model_path="m", max_prompt_tokens=16, max_model_len=32,
-                        weight_sync="lora", tensor_parallel_size=2, adapter_dir=str(tmp_path), vllm_module=fake_vllm)
+    options = EngineOptions(model_path="m", max_prompt_tokens=16, max_model_len=32, weight_sync="lora",
+                            tensor_parallel_size=2, adapter_dir=str(tmp_path))
+    gen = VLLMGenerator(model, tiny_tokenizer(), options, vllm_module=fake_vllm)
     engine = FakeLLM.instances[-1]
     assert engine.kwargs["enable_lora"] is True and engine.kwargs["max_lora_rank"] == 8
     assert engine.kwargs["max_loras"] == 1 and engine.kwargs["tensor_parallel_size"] == 2
@@ -931,7 +935,7 @@ def test_merged_weights_go_through_vllms_in_place_reload(fake_vllm, monkeypatch)
     # ("'Parameter' object has no attribute 'weight_loader'"); reload_weights re-runs that processing
     monkeypatch.setattr(fake_vllm, "LLM", ReloadingLLM)
     model = lora_model()
-    gen = VLLMGenerator(model, tiny_tokenizer(), model_path="m", max_prompt_tokens=16, max_model_len=32,
+    gen = VLLMGenerator(model, tiny_tokenizer(), EngineOptions(model_path="m", max_prompt_tokens=16, max_model_len=32),
                         vllm_module=fake_vllm)
     engine = FakeLLM.instances[-1]
     gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
@@ -946,8 +950,9 @@ def test_lora_sync_folders_are_removed_with_their_generator(fake_vllm, monkeypat
     import gc
     import tempfile
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gen = VLLMGenerator(lora_model(), tiny_tokenizer(), model_path="m", max_prompt_tokens=16,
-                        max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
+    gen = VLLMGenerator(lora_model(), tiny_tokenizer(),
+                        EngineOptions(model_path="m", max_prompt_tokens=16, max_model_len=32, weight_sync="lora"),
+                        vllm_module=fake_vllm)
     gen.sample(["x"], 1, SamplingParams(max_new_tokens=2, temperature=1.0))
     [folder] = tmp_path.glob("cooprl-vllm-lora-*")
     assert (folder / "v1" / "adapter_model.safetensors").exists()
@@ -996,8 +1001,9 @@ def test_a_lora_rank_is_served_by_the_smallest_slot_at_least_its_size(fake_vllm,
     config = load_config(None, ["agent_model.generation_backend=vllm", f"agent_model.lora.r={rank}",
                                 "agent_model.vllm_weight_sync=lora"])
     assert config.agent_model.lora.r == rank
-    VLLMGenerator(lora_model(r=rank), tiny_tokenizer(), model_path="m", max_prompt_tokens=16,
-                  max_model_len=32, weight_sync="lora", vllm_module=fake_vllm)
+    VLLMGenerator(lora_model(r=rank), tiny_tokenizer(),
+                  EngineOptions(model_path="m", max_prompt_tokens=16, max_model_len=32, weight_sync="lora"),
+                  vllm_module=fake_vllm)
     assert FakeLLM.instances[-1].kwargs["max_lora_rank"] == slot
 
 
@@ -1094,8 +1100,9 @@ def test_an_agents_engine_is_built_and_run_on_the_agents_gpu(tiny, fake_vllm, mo
 
 def test_engines_of_tensor_parallelism_and_on_the_cpu_get_vllms_own_executor(tiny, fake_vllm, two_gpus):
     make_generator(tiny, fake_vllm)          # the model is on the CPU: nothing placed, no CUDA device touched
-    gen = VLLMGenerator(lora_model(r=8), tiny_tokenizer(), model_path="m", max_prompt_tokens=16,
-                        max_model_len=32, weight_sync="lora", tensor_parallel_size=2, device="cuda:0",
+    options = EngineOptions(model_path="m", max_prompt_tokens=16, max_model_len=32, weight_sync="lora",
+                            tensor_parallel_size=2, device="cuda:0")
+    gen = VLLMGenerator(lora_model(r=8), tiny_tokenizer(), options,
                         vllm_module=fake_vllm)
     assert all("distributed_executor_backend" not in engine.kwargs for engine in FakeLLM.instances)
     assert gen.device == "cuda:0" and two_gpus["set"] == []

@@ -144,6 +144,7 @@ def test_an_engines_kv_cache_in_bytes_reaches_vllm(fake_vllm, monkeypatch, tmp_p
 
 @pytest.mark.slow   # loads a model
 def test_an_engine_sized_in_bytes_on_a_gpu_asks_vllm_for_what_it_takes(fake_vllm, monkeypatch, two_gpus):
+    from cooprl.rollout.vllm_engines import AgentEngine
     from cooprl.rollout.vllm_generation import build_vllm_generator
     from tests.cooprl.rollout.test_vllm_generation import GPUWorkerLLM, tiny_tokenizer
     monkeypatch.setattr(backend, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
@@ -153,7 +154,7 @@ def test_an_engine_sized_in_bytes_on_a_gpu_asks_vllm_for_what_it_takes(fake_vllm
     def utilization(*overrides: str, device: str = "cuda:1") -> float:
         config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.generation_backend=vllm",
                                     "agent_model.vllm_gpu_memory_utilization=0.4", *overrides])
-        build_vllm_generator(model, tiny_tokenizer(), config.agent_model, "m", 32, 8, 0, device=device,
+        build_vllm_generator(model, tiny_tokenizer(), config.agent_model, AgentEngine("m", 32, 8, 0, device=device),
                              section=config.magrpo)
         return FakeLLM.instances[-1].kwargs["gpu_memory_utilization"]
 

@@ -22,6 +22,7 @@ from cooprl.models.loading import TINY_RANDOM
 from cooprl.parallel.order import Ranks
 from cooprl.rollout import vllm_platform
 from cooprl.rollout.generation import SamplingParams
+from cooprl.rollout.vllm_engines import AgentEngine, EngineOptions
 from cooprl.rollout.vllm_generation import VLLMGenerator, build_vllm_generator, close_engines
 from cooprl.rollout.vllm_guard import WeightGuard
 from cooprl.rollout.vllm_team import TeamEngine
@@ -52,9 +53,9 @@ def team_of_two(fake_vllm, tmp_path, sleep=False, guards=False):
     models = [lora_model(seed=0), lora_model(seed=1)]
     guard = RecordingGuard if guards else lambda *args: None
     team = TeamEngine(2)
-    first = VLLMGenerator(models[0], tiny_tokenizer(), model_path="m", max_prompt_tokens=16, max_model_len=32,
-                          weight_sync="lora", sleep=sleep, adapter_dir=str(tmp_path / "agent0"), max_loras=2,
-                          vllm_module=fake_vllm, guard=guard(0.01, "agent 0"))
+    options = EngineOptions(model_path="m", max_prompt_tokens=16, max_model_len=32, weight_sync="lora", sleep=sleep,
+                            adapter_dir=str(tmp_path / "agent0"), max_loras=2)
+    first = VLLMGenerator(models[0], tiny_tokenizer(), options, vllm_module=fake_vllm, guard=guard(0.01, "agent 0"))
     generators = [team.seat_first(first), team.join(models[1], tiny_tokenizer(), guard(0.01, "agent 1"), "cpu")]
     return models, generators
 
@@ -171,8 +172,9 @@ def test_under_ddp_each_rank_builds_one_engine_for_its_team(fake_vllm, monkeypat
                                    "agent_model.generation_backend=vllm", "agent_model.vllm_weight_sync=lora",
                                    "agent_model.device=cpu"]).agent_model
     team, ranks = TeamEngine(2), Ranks(rank=1, world_size=2, local_rank=1)
-    generators = [build_vllm_generator(lora_model(seed=i), tiny_tokenizer(), model_cfg, "m", 16, 4, seed=7,
-                                       device="cpu", ranks=ranks, agent=f"agent {i}", team=team) for i in range(2)]
+    generators = [build_vllm_generator(lora_model(seed=i), tiny_tokenizer(), model_cfg,
+                                       AgentEngine("m", 16, 4, seed=7, device="cpu", name=f"agent {i}"), ranks=ranks,
+                                       team=team) for i in range(2)]
     assert len(FakeLLM.instances) == 1                       # this rank's one engine, for both agents
     options = FakeLLM.instances[0].kwargs
     assert options["distributed_executor_backend"] == "external_launcher" and options["seed"] == 8   # seeded apart

@@ -1,18 +1,22 @@
 """IAC, MAAC and AC: TD targets and advantages by hand, critic inputs, exact resume, 2-step CLI runs."""
 
+import copy
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from cooprl.config import Run, load_config
+from cooprl.config import ConfigError, Run, load_config
 from cooprl.models.loading import TINY_RANDOM, load_causal_lm, load_tokenizer
+from cooprl.models.logprobs import completion_logprobs
 from cooprl.rollout.generation import Completion
 from cooprl.rollout.tree import rollout
 from cooprl.trainers.actor_critic import (ActorCritic, Critic, actor_advantages, build_iac, build_maac,
                                           critic_input_text, td_target, value_errors)
 from cooprl.trainers.loop import seed_everything, train_loop
+from cooprl.update.policy_gradient import PolicyObjective, policy_gradient_term
 from tests.scripted import scripted_task
 from tests.cli.test_cli_smoke import SMALL, events, run, trainer_overrides
 
@@ -242,3 +246,132 @@ def test_centralized_maac_two_steps(tmp_path):
     train = train_events(tmp_path / "c")
     assert len(train) == 2 and "parse_missing_main" in json.dumps(train[0])
     assert "agent_1/loss" not in train[1] and "critic_0/value_loss" in train[1]  # one policy, one critic
+
+
+# ------------------------------------------------------------------------------------------ the actors' objective
+def buffered_iac(tmp_path, *overrides):
+    """Return IAC on the tiny model with one item's two episodes of two turns in its buffer (4 turns, not trained)."""
+    config = tiny_config("iac", tmp_path, "objective", "iac.num_generations=2", "iac.rollout_buffer_size=8",
+                         *overrides)
+    seed_everything(0)
+    algorithm = build_iac(Run.of(config, "iac"), scripted_task())
+    algorithm.buffer = algorithm.episode_steps(roll_out_one_item(algorithm))
+    return algorithm
+
+
+ADVANTAGES = {0: 1.0, 1: -0.5, 2: 2.0, 3: -1.25}
+
+
+def hand_loss(model, samples, loss_type, max_new_tokens):
+    """Return agent 0's policy loss on `samples` by TRL's definition of `loss_type`, from one forward."""
+    with torch.no_grad():
+        logps, mask = completion_logprobs(model, [s.prompt_ids for s in samples],
+                                          [s.completion_ids for s in samples], 0)
+    adv = torch.tensor([s.advantage for s in samples], dtype=logps.dtype)
+    live = mask * torch.tensor([0.0 if s.truncated else 1.0 for s in samples])[:, None]
+    per_token = -logps * adv[:, None] * live
+    if loss_type == "sequence_sum":
+        return (per_token.sum(-1).sum() / len(samples)).item()
+    if loss_type == "grpo":
+        return ((per_token.sum(-1) / mask.sum(-1)).sum() / len(samples)).item()
+    if loss_type == "dapo":
+        return (per_token.sum() / live.sum()).item()
+    return (per_token.sum(-1).sum() / max_new_tokens / len(samples)).item()   # dr_grpo
+
+
+@pytest.mark.parametrize("loss_type", ["sequence_sum", "grpo", "dapo", "dr_grpo"])
+def test_an_actor_loss_is_trls_loss_type_and_leaves_masked_truncations_out(tmp_path, loss_type):
+    algorithm = buffered_iac(tmp_path, f"iac.loss_type={loss_type}", "iac.mask_truncated_completions=true")
+    assert algorithm.objective == PolicyObjective(loss_type, max_new_tokens=6, mask_truncated=True)
+    # turns 1 and 3 truncated, 0 and 2 ended: the truncated ones leave the loss but count in sequence_sum's mean
+    for k, step in enumerate(algorithm.buffer):
+        step.actions[0] = replace(step.actions[0], truncated=k % 2 == 1)
+    samples = [replace(algorithm.buffer[k].actions[0], advantage=a) for k, a in ADVANTAGES.items()]
+    expected = hand_loss(algorithm.team[0].model, samples, loss_type, max_new_tokens=6)
+    metrics = algorithm.actor_step(0, list(ADVANTAGES), ADVANTAGES, value_targets=None)
+    assert metrics["loss"] == pytest.approx(expected, rel=1e-5) and expected != 0
+    assert metrics["truncated_masked"] == 2 and metrics["trained_samples"] == 2
+
+
+def test_a_value_head_keeps_its_mean_over_samples_under_dapo(tmp_path):
+    losses = []
+    for loss_type, all_masked in (("sequence_sum", False), ("dapo", False), ("dapo", True)):
+        algorithm = buffered_iac(tmp_path, "iac.use_separate_critic=false", f"iac.loss_type={loss_type}",
+                                 "iac.mask_truncated_completions=true")
+        for step in algorithm.buffer:   # every completion masked: no token of the policy loss, the head still trains
+            step.actions[0] = replace(step.actions[0], truncated=all_masked)
+        metrics = algorithm.actor_step(0, list(ADVANTAGES), ADVANTAGES, value_targets=None)
+        losses.append(metrics["value_loss"])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6) and losses[0] > 0
+    assert losses[2] == pytest.approx(losses[0], rel=1e-6)
+    assert metrics["trained_samples"] == 0 and metrics["grad_norm"] > 0
+
+
+def sgd_step_weights(algorithm, agent=0):
+    """Take agent `agent`'s actor step on ADVANTAGES with SGD at lr 1 (new weights = old - gradient); return them."""
+    model = algorithm.team[agent].model
+    algorithm.team[agent].optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    metrics = algorithm.actor_step(agent, list(ADVANTAGES), ADVANTAGES, value_targets=None)
+    return metrics, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_one_unclipped_on_policy_pass_of_an_actor_is_todays_gradient_bit_for_bit(tmp_path):
+    # today's gradient, by hand: -sum_i A_i sum_t log pi(token_it) / N on the step's one forward batch
+    plain = buffered_iac(tmp_path)
+    samples = [replace(plain.buffer[k].actions[0], advantage=a) for k, a in ADVANTAGES.items()]
+    model = copy.deepcopy(plain.team[0].model).train()
+    batch, = policy_gradient_term(model, samples, 0, batch_size=8).batches
+    logps, _ = completion_logprobs(model, [s.prompt_ids for s in batch], [s.completion_ids for s in batch], 0)
+    adv = torch.tensor([s.advantage for s in batch], dtype=logps.dtype)
+    (-(logps.sum(-1) * adv).sum() / len(samples)).backward()
+    by_hand = {n: p.detach() - 1.0 * p.grad for n, p in model.named_parameters()}
+    _, today = sgd_step_weights(plain)
+    # the first of 2 clipped passes: its samples carry the sampling policy's log-probs (scored after the rollout)
+    clipped = buffered_iac(tmp_path, "iac.num_iterations=2")
+    assert all(s.actions[0].sampling_logps is not None for s in clipped.buffer)
+    metrics, first_pass = sgd_step_weights(clipped)
+    assert metrics["ratio_min"] == metrics["ratio_max"] == 1.0 and metrics["clip_fraction"] == 0.0
+    for name in today:
+        assert torch.equal(today[name], by_hand[name]), name
+        assert torch.equal(today[name], first_pass[name]), name
+    assert not torch.equal(today["model.embed_tokens.weight"], plain.models[1].model.embed_tokens.weight)
+
+
+def test_num_iterations_takes_each_step_of_the_update_again_and_clips_the_second_pass(tmp_path):
+    algorithm = buffered_iac(tmp_path, "iac.num_iterations=2", "iac.epsilon=0.01", "iac.train_batch_size=2",
+                             "iac.rollout_buffer_size=2")
+    metrics = algorithm.update()
+    # per agent: 2 turns of 2 samples, one step each, twice; each step's critic step twice too
+    assert metrics["update/actor_optimizer_steps"] == 8
+    assert metrics["agent_0/ratio_max"] > 1.0 or metrics["agent_0/ratio_min"] < 1.0   # the policy moved between
+    assert metrics["agent_0/clip_fraction"] > 0 and not algorithm.buffer
+
+
+def test_tied_groups_is_not_an_actor_critic_key():
+    # critic-based advantages (target - V) come from no group of G equal returns: nothing to tie
+    with pytest.raises(ConfigError, match="iac has no tied_groups, these trainers do: magrpo, grpo"):
+        load_config(None, ["iac.tied_groups=drop"])
+
+
+# 2 clipped passes, DAPO's token mean and clip-higher; the buffer (3 turn samples per agent, 2 a step) holds step 3's
+# samples and their sampling log-probs across the checkpoint
+OBJECTIVE = ["iac.num_iterations=2", "iac.loss_type=dapo", "iac.epsilon_high=0.28", "iac.rollout_buffer_size=3"]
+
+
+def test_resume_matches_uninterrupted_run_with_clipped_passes_and_dapo(tmp_path):
+    straight = run_actor_critic(tmp_path, "iac", "straight", "iac.max_steps=4", *OBJECTIVE)
+    run_actor_critic(tmp_path, "iac", "resumed", "iac.max_steps=3", *OBJECTIVE)
+    resumed = run_actor_critic(tmp_path, "iac", "resumed", "iac.max_steps=4",
+                               "checkpoint.resume_from_checkpoint=latest", *OBJECTIVE)
+    a, b = train_events(tmp_path / "straight"), train_events(tmp_path / "resumed")
+    assert [e["step"] for e in b] == [1, 2, 3, 4]
+    assert [{k: v for k, v in e.items() if not k.startswith(("time/", "wall"))} for e in a] == \
+        [{k: v for k, v in e.items() if not k.startswith(("time/", "wall"))} for e in b]
+    updates = [e for e in a if "agent_0/loss" in e]
+    assert [e["step"] for e in updates] == [2, 4]
+    assert all(e["update/actor_optimizer_steps"] == 8 and "agent_0/clip_fraction" in e for e in updates)
+    for m1, m2 in zip(straight.models, resumed.models):
+        for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+            assert torch.equal(p1, p2), n1
+    fresh = load_causal_lm(TINY_RANDOM, device="cpu")   # trained: the equality is not vacuous
+    assert not torch.equal(fresh.model.embed_tokens.weight, straight.models[0].model.embed_tokens.weight)

@@ -293,7 +293,7 @@ def test_one_dpo_update_raises_the_chosen_log_ratio_against_the_rejected(char_mo
 
 def test_one_reward_model_epoch_raises_the_chosen_score_against_the_rejected(char_model):
     # MARLHF's learned reward: Bradley-Terry training moves r(chosen) - r(rejected) up
-    from cooprl.preferences.reward_model import RewardModel, train_reward_model
+    from cooprl.preferences.reward_model import RewardModel, RewardTraining, train_reward_model
     from cooprl.models.value_model import ValueModel
     task = lowercase_task(2)
     torch.manual_seed(0)
@@ -304,7 +304,7 @@ def test_one_reward_model_epoch_raises_the_chosen_score_against_the_rejected(cha
     gap = lambda: [c - r for c, r in zip(reward_model.score([(p.prompts, p.chosen) for p in pairs]),
                                          reward_model.score([(p.prompts, p.rejected) for p in pairs]))]
     before = gap()
-    train_reward_model(reward_model, pairs, learning_rate=1e-3, epochs=1, eval_fraction=0.0, seed=0)
+    train_reward_model(reward_model, pairs, RewardTraining(learning_rate=1e-3, epochs=1, eval_fraction=0.0, seed=0))
     after = gap()
     assert all(a > b for a, b in zip(after, before)), (before, after)
 

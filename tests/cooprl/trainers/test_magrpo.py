@@ -257,15 +257,15 @@ def test_resume_matches_uninterrupted_run_with_every_objective_option(tmp_path):
 
 
 def test_each_agent_trains_with_its_own_learning_rate_and_max_new_tokens(tmp_path, monkeypatch):
-    import cooprl.trainers.magrpo as magrpo
+    import cooprl.trainers.base as base   # the policy step every policy-gradient trainer takes
     seen = []   # (agent's model, dr_grpo's constant, the longest completion) of every policy term
 
     def recorded(model, samples, *args, objective, **kwargs):
         seen.append((model, objective.max_new_tokens, max(len(s.completion_ids) for s in samples)))
         return term(model, samples, *args, objective=objective, **kwargs)
 
-    term = magrpo.policy_gradient_term
-    monkeypatch.setattr(magrpo, "policy_gradient_term", recorded)
+    term = base.policy_gradient_term
+    monkeypatch.setattr(base, "policy_gradient_term", recorded)
     algorithm, _ = run_magrpo(tmp_path, "own", ["magrpo.max_steps=2", "magrpo.loss_type=dr_grpo",
                                                 "agents=[{learning_rate: 0.0, max_new_tokens: 2}, {}]"])
     first, second = algorithm.models

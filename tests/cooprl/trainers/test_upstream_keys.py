@@ -14,7 +14,7 @@ from cooprl.models.loading import TINY_RANDOM
 from cooprl.preferences.comparators import build_comparator, generic_api_completer
 from cooprl.preferences.pairs import (IterationPlan, PreferencePair, RewardDistribution, draw_weighted,
                                 replay_weights, split_candidates)
-from cooprl.preferences.reward_model import train_reward_model
+from cooprl.preferences.reward_model import RewardTraining, train_reward_model
 from cooprl.rollout.evaluation import evaluate_team
 from cooprl.rollout.generation import SamplingParams
 from cooprl.rollout.tree import Completion
@@ -51,27 +51,24 @@ def test_trainer_top_k_overrides_the_models():
 
 
 # ---------------------------------------------------------------------------------------------- actor-critic
-def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps():
+def test_actor_critic_train_batch_size_splits_the_update_into_optimizer_steps(monkeypatch):
+    import cooprl.trainers.base as base
+    from cooprl.update.engine import StepResult, Term
     from tests.cooprl.trainers.test_actor_critic import roll_out_one_item, scripted_actor_critic
     for size, steps in [("null", 1), (1, 2)]:
         algorithm = scripted_actor_critic("iac", f"iac.train_batch_size={size}", "iac.num_generations=1",
                                           "iac.early_termination_threshold=null", "iac.update_schedule=episodes")
-        # scripted agents: what the update passes on (the policy term and the engine's step are faked)
+        # scripted agents: what the update passes on (the policy term and the engine's step of the actors' policy
+        # step, TeamAlgorithm.policy_step, are faked)
         for agent in algorithm.team:
             agent.optimizer, agent.tokenizer = None, type("T", (), {"pad_token_id": 0})()
         taken = []
-        import cooprl.trainers.actor_critic as ac
-        from cooprl.update.engine import StepResult, Term
-        real = ac.policy_gradient_term, ac.optimizer_step
-        ac.policy_gradient_term = lambda model, samples, *a, taken=taken, **k: taken.append(len(samples)) or Term(
-            [], lambda batch, denominator: (torch.zeros(()), {}))
-        ac.optimizer_step = lambda optimizers, terms, models=(), **k: StepResult({term.name: 0.0 for term in terms},
-                                                                                  grad_norms=[0.0])
-        try:
-            algorithm.buffer = algorithm.episode_steps(roll_out_one_item(algorithm))   # 2 turns of one episode
-            metrics = algorithm.update()
-        finally:
-            ac.policy_gradient_term, ac.optimizer_step = real
+        monkeypatch.setattr(base, "policy_gradient_term", lambda model, samples, *a, taken=taken, **k: taken.append(
+            len(samples)) or Term([], lambda batch, denominator: (torch.zeros(()), {})))
+        monkeypatch.setattr(base, "optimizer_step", lambda optimizers, terms, models=(), **k: StepResult(
+            {term.name: 0.0 for term in terms}, grad_norms=[0.0]))
+        algorithm.buffer = algorithm.episode_steps(roll_out_one_item(algorithm))   # 2 turns of one episode
+        metrics = algorithm.update()
         assert metrics["update/actor_optimizer_steps"] == 2 * steps      # two agents
         assert taken == [2 // steps] * (2 * steps)                        # each step on its share of the buffer
 
@@ -289,7 +286,8 @@ def test_reward_train_batch_size_and_freeze_backbone(tmp_path):
     rm = build_reward_model(Run.of(config, "marlhf"))
     trunk_before = [p.detach().clone() for p in rm.model.lm.parameters()]
     head_before = [p.detach().clone() for p in rm.model.head_parameters()]
-    metrics = train_reward_model(rm, pairs, learning_rate=1e-2, epochs=1, eval_fraction=0.0, seed=0, batch_size=2)
+    metrics = train_reward_model(rm, pairs, RewardTraining(learning_rate=1e-2, epochs=1, eval_fraction=0.0, seed=0,
+                                                           batch_size=2))
     assert metrics["reward_model/optimizer_steps"] == 3                      # 6 pairs, 2 per step
     assert all(torch.equal(a, b) for a, b in zip(trunk_before, rm.model.lm.parameters()))   # frozen backbone
     assert any(not torch.equal(a, b) for a, b in zip(head_before, rm.model.head_parameters()))

@@ -5,6 +5,7 @@ pairing; heterogeneous agents. Tiny models in-process, scripted rewards."""
 import copy
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -326,6 +327,7 @@ def recording_update(monkeypatch, algorithm):
     """Fake the actor-critic's optimizer steps: return the list that records, per step, (agent, {prompt id: advantage},
     turns of the step's samples)."""
     import cooprl.trainers.actor_critic as ac
+    import cooprl.trainers.base as base
     from cooprl.update.engine import StepResult, Term
     taken = []
     agent_of = {id(agent.model): a for a, agent in enumerate(algorithm.team)}
@@ -341,8 +343,9 @@ def recording_update(monkeypatch, algorithm):
 
     def fake_step(optimizers, terms, models=(), **kwargs):   # the engine's step: nothing to train
         return StepResult({term.name: 0.0 for term in terms}, grad_norms=[0.0])
-    monkeypatch.setattr(ac, "policy_gradient_term", fake_term)
-    monkeypatch.setattr(ac, "optimizer_step", fake_step)
+    monkeypatch.setattr(base, "policy_gradient_term", fake_term)   # the actors' step: TeamAlgorithm.policy_step
+    monkeypatch.setattr(base, "optimizer_step", fake_step)
+    monkeypatch.setattr(ac, "optimizer_step", fake_step)           # the critics'
     return taken
 
 
@@ -453,7 +456,7 @@ def test_reward_form_lowers_each_return_by_coef_times_its_kl_without_gradient(tm
                 for x in group.samples) / len(group.samples)
     loss.backward()
     agent.optimizer = torch.optim.SGD(agent.model.parameters(), lr=1.0)
-    result = algorithm._step(0, [group], 2)
+    result = algorithm.policy_step(0, group.samples, 2)
     assert "kl" not in result    # no KL term in the loss
     for (name, after), before in zip(agent.model.named_parameters(), start.parameters()):
         grad = before.grad if before.grad is not None else torch.zeros_like(before)
@@ -483,7 +486,8 @@ def test_maac_critic_learns_the_teams_mean_shaped_target():
     from tests.cooprl.trainers.test_actor_critic import roll_out_one_item, scripted_actor_critic
     algorithm = scripted_actor_critic("maac", "maac.num_turns=1")   # scripted agents: the KLs are given
     algorithm.kl_in_reward = True
-    algorithm.kl_penalties = lambda steps: [[0.5 * 0.2, 0.5 * 0.6] for _ in steps]   # KLs 0.2 and 0.6
+    algorithm.section = replace(algorithm.section, reference_kl_coef=0.5)
+    algorithm.reward_kls = lambda joint_actions: [[0.2, 0.6] for _ in joint_actions]
     step = algorithm.episode_steps(roll_out_one_item(algorithm))[0]
     assert step.targets == pytest.approx([-0.625 - 0.1, -0.625 - 0.3])
     assert step.critics[0].target == pytest.approx(-0.625 - 0.2)

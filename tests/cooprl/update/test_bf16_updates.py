@@ -318,7 +318,7 @@ def test_bf16_reward_model_training_lands_its_updates(monkeypatch):
     was."""
     from cooprl.models.loading import load_causal_lm, load_tokenizer
     from cooprl.preferences.pairs import PreferencePair
-    from cooprl.preferences.reward_model import RewardModel, train_reward_model
+    from cooprl.preferences.reward_model import RewardModel, RewardTraining, train_reward_model
     from cooprl.models.value_model import ValueModel
     pairs = [PreferencePair(item_id=str(i), prompts=[f"task {i}"], chosen=["good answer"], rejected=["bad"],
                             chosen_reward=1.0, rejected_reward=0.0) for i in range(8)]
@@ -330,8 +330,8 @@ def test_bf16_reward_model_training_lands_its_updates(monkeypatch):
         # the layers' matrices (an unused token's embedding row has no gradient to land)
         layers = [p for name, p in lm.named_parameters() if p.dim() == 2 and "embed" not in name]
         before = [p.detach().clone() for p in layers]
-        train_reward_model(model, pairs, learning_rate=2e-5, epochs=3, eval_fraction=0.0, seed=0, batch_size=2,
-                           bf16_optimizer=mode)
+        train_reward_model(model, pairs, RewardTraining(learning_rate=2e-5, epochs=3, eval_fraction=0.0, seed=0,
+                                                        batch_size=2, bf16_optimizer=mode))
         return sum((a == b).sum().item() for a, b in zip(layers, before)) / sum(b.numel() for b in before)
 
     assert unchanged_share("kahan") < 0.3 < 0.6 < unchanged_share("pure")

@@ -13,6 +13,7 @@ import torch
 from cooprl.config import LoraSection
 from cooprl.models.loading import SMOLLM2, load_causal_lm, load_tokenizer, resolve_model_path
 from cooprl.rollout.generation import HFGenerator, SamplingParams
+from cooprl.rollout.vllm_engines import EngineOptions
 from cooprl.rollout.vllm_generation import VLLMGenerator
 from cooprl.rollout.vllm_platform import check_vllm_backend, gpu_executor
 from envs.code_generation.data import problem_from_record
@@ -64,9 +65,9 @@ def perturb(model) -> None:
 def test_sampler_logprobs_are_the_models_and_follow_every_update(tiny32, mode):
     model = trained_model(tiny32, lora=mode != "full")
     tokenizer = load_tokenizer(tiny32)
-    generator = VLLMGenerator(model, tokenizer, model_path=tiny32, max_prompt_tokens=32, max_model_len=128,
-                              sampler_logprobs=True, weight_sync="lora" if mode == "lora_request" else "merged",
-                              vllm_module=check_vllm_backend("cpu"))
+    options = EngineOptions(model_path=tiny32, max_prompt_tokens=32, max_model_len=128, sampler_logprobs=True,
+                            weight_sync="lora" if mode == "lora_request" else "merged")
+    generator = VLLMGenerator(model, tokenizer, options, vllm_module=check_vllm_backend("cpu"))
     assert largest_gap(generator, model) < 1e-4          # the first sample syncs: the engine samples our model
     perturb(model)
     assert largest_gap(generator, model) > 0.05          # not told: the engine still samples the old weights
@@ -122,8 +123,8 @@ def test_greedy_texts_and_stops_are_hfs(smollm2, chat_template):
     prompts = coop_prompts(3) + ["def add(a, b):\n    return a + b\n\n", "def add(a, b):\n    return a + b\n\n\n"]
     params = SamplingParams(max_new_tokens=64, temperature=0.0, stop_strings=tuple(stop_strings("main")))
     hf = HFGenerator(model, tokenizer, max_prompt_tokens=448, chat_template=chat_template).sample(prompts, 1, params)
-    generator = VLLMGenerator(model, tokenizer, model_path=folder, max_prompt_tokens=448, max_model_len=512,
-                              chat_template=chat_template, vllm_module=check_vllm_backend("cpu"))
+    options = EngineOptions(model_path=folder, max_prompt_tokens=448, max_model_len=512, chat_template=chat_template)
+    generator = VLLMGenerator(model, tokenizer, options, vllm_module=check_vllm_backend("cpu"))
     rounds = []
     generate = generator._generate
     generator._generate = lambda requests, p: rounds.append(len(requests)) or generate(requests, p)
@@ -148,7 +149,8 @@ def test_each_engine_reads_its_own_cache_root_and_makes_its_own_rotary_embedding
     engines = []   # kept alive: an engine's shutdown (when collected) resets vLLM's distributed state and environment
 
     def engine() -> tuple[str, object]:
-        generator = VLLMGenerator(model, tokenizer, model_path=tiny32, max_prompt_tokens=32, max_model_len=128,
+        generator = VLLMGenerator(model, tokenizer,
+                                  EngineOptions(model_path=tiny32, max_prompt_tokens=32, max_model_len=128),
                                   vllm_module=check_vllm_backend("cpu"))
         engines.append(generator)
         rotary = generator.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model.model.layers[0]

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from cooprl.models.loading import load_tokenizer
 from cooprl.rollout import vllm_generation
 from cooprl.rollout.generation import SamplingParams
-from cooprl.rollout.vllm_engines import engine_worker
+from cooprl.rollout.vllm_engines import EngineOptions, engine_worker
 from cooprl.rollout.vllm_generation import VLLMGenerator, merged_weights, watch_optimizer
 from cooprl.rollout.vllm_guard import EngineWeightsError, weight_guard
 from cooprl.rollout.vllm_platform import check_vllm_backend
@@ -50,8 +50,9 @@ class GapLog:
 def guarded_generator(tiny32: str, lora: bool):
     """Return (trained model, its generator with the default float32 guard, its optimizer, the gap log)."""
     model = trained_model(tiny32, lora=lora)
-    generator = VLLMGenerator(model, load_tokenizer(tiny32), model_path=tiny32, max_prompt_tokens=32, max_model_len=128,
-                              weight_sync="lora" if lora else "merged", vllm_module=check_vllm_backend("cpu"),
+    options = EngineOptions(model_path=tiny32, max_prompt_tokens=32, max_model_len=128,
+                            weight_sync="lora" if lora else "merged")
+    generator = VLLMGenerator(model, load_tokenizer(tiny32), options, vllm_module=check_vllm_backend("cpu"),
                               guard=weight_guard(None, torch.float32, "agent 0"))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     watch_optimizer(optimizer, generator)

@@ -8,6 +8,7 @@ import torch
 
 from cooprl.config import LoraSection
 from cooprl.models.loading import load_causal_lm, load_tokenizer
+from cooprl.rollout.vllm_engines import EngineOptions
 from cooprl.rollout.vllm_generation import VLLMGenerator, close_engines
 from cooprl.rollout.vllm_guard import weight_guard
 from cooprl.rollout.vllm_platform import check_vllm_backend
@@ -39,8 +40,9 @@ def test_two_agents_sample_their_own_adapters_and_one_agents_push_leaves_the_oth
     models = [agent_model(tiny32, seed) for seed in (1, 2)]
     tokenizer = load_tokenizer(tiny32)
     team = TeamEngine(2)
-    first = VLLMGenerator(models[0], tokenizer, model_path=tiny32, max_prompt_tokens=32, max_model_len=128,
-                          sampler_logprobs=True, weight_sync="lora", max_loras=2, vllm_module=check_vllm_backend("cpu"),
+    options = EngineOptions(model_path=tiny32, max_prompt_tokens=32, max_model_len=128, sampler_logprobs=True,
+                            weight_sync="lora", max_loras=2)
+    first = VLLMGenerator(models[0], tokenizer, options, vllm_module=check_vllm_backend("cpu"),
                           guard=weight_guard(None, torch.float32, "agent 0"))
     generators = [team.seat_first(first), team.join(models[1], tokenizer, weight_guard(None, torch.float32, "agent 1"),
                                                     "cpu")]
