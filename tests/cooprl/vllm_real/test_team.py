@@ -4,6 +4,9 @@ a new adapter version of one agent never changes the other's samples. Prints the
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
 
 from cooprl.config import LoraSection
@@ -122,3 +125,47 @@ def test_a_shared_base_team_built_by_build_team_samples_each_view_from_its_own_a
     assert generators[1]._lora_request is requests[1]          # only agent 0's adapter version changed
     assert [g.guard.checks for g in generators] == [2, 1]      # the guard passed for each view after each version
     assert close_engines(generators) == 1
+
+
+def magrpo_run(folder, tiny32: str, share_base: bool) -> tuple[list[dict], list[dict[str, torch.Tensor]]]:
+    """Return (the metrics rows, each agent's adapter at the end) of a 2-step two-agent MAGRPO run on vLLM's CPU build
+    (LoRA requests, seeded): one base and one engine for the team (`share_base`), or a base and an engine per agent."""
+    from safetensors.torch import load_file
+
+    from tests.cooprl.vllm_real.test_runs import run
+    name = f"share-base-{str(share_base).lower()}"
+    folder.mkdir()
+    result = run(["train_magrpo.py", "--config", "configs/magrpo_che_cpu.yaml", "--override",
+                  f"agent_model.name={tiny32}", "agent_model.generation_backend=vllm", "agent_model.lora.r=8",
+                  f"agent_model.share_base={str(share_base).lower()}", "agent_model.vllm_weight_sync=lora",
+                  "agent_model.vllm_importance_cap=2.0", "agent_model.max_length=512", "magrpo.max_steps=2",
+                  "magrpo.max_new_tokens=24", "magrpo.num_generations=2", "magrpo.eval_at_start=false",
+                  "magrpo.eval_num_samples=2", "magrpo.advantage_mode=raw", "magrpo.advantage_normalization=false",
+                  "magrpo.learning_rate=1e-2", "checkpoint.checkpoint_interval=2", f"output.base_dir={folder / 'runs'}",
+                  f"output.run_name={name}"], folder)
+    output = result.stdout + result.stderr   # vLLM logs to stdout
+    assert result.returncode == 0 and "Traceback" not in output, output[-3000:]
+    assert output.count("init engine (profile") == (1 if share_base else 2), output[-3000:]   # engines built
+    run_folder = folder / "runs" / name
+    metrics = [json.loads(line) for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
+    adapters = [load_file(run_folder / f"checkpoints/checkpoint-2/agent_{a}/adapter_model.safetensors")
+                for a in (0, 1)]
+    return metrics, adapters
+
+
+def test_a_magrpo_run_on_one_base_and_one_engine_equals_the_run_with_a_base_and_an_engine_per_agent(tiny32, tmp_path):
+    # the same seeds: vLLM's seeded requests draw the same tokens from the same log-probs, in one engine or two
+    (shared, shared_adapters), (separate, separate_adapters) = (
+        magrpo_run(tmp_path / f"share-{s}", tiny32, s) for s in (True, False))
+    steps = [row for row in shared if "agent_0/loss" in row]
+    assert len(steps) == 2 and all(row["agent_0/loss"] != row["agent_1/loss"] for row in steps)   # each its samples
+    assert len(shared) == len(separate) == 3   # two steps and the final evaluation
+    for ours, theirs in zip(shared, separate, strict=True):
+        timings = {key for key in ours if key.startswith("time/") or key == "wall_time"}
+        assert ours.keys() == theirs.keys()
+        assert {k: v for k, v in ours.items() if k not in timings} == pytest.approx(
+            {k: v for k, v in theirs.items() if k not in timings}, rel=1e-6, abs=1e-9)   # observed: equal
+    for ours, theirs in zip(shared_adapters, separate_adapters, strict=True):   # the trained adapters, too
+        assert ours.keys() == theirs.keys()
+        for key, tensor in ours.items():
+            torch.testing.assert_close(tensor, theirs[key], rtol=0, atol=1e-6)   # observed: equal
