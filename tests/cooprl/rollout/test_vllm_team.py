@@ -228,3 +228,64 @@ def test_merged_weight_sync_with_a_shared_base_is_refused_at_load():
     with pytest.raises(ConfigError, match="share_base with generation_backend vllm.*vllm_weight_sync=lora"):
         load_config(None, ["agent_model.lora.r=8", "agent_model.share_base=true",
                            "agent_model.generation_backend=vllm"])
+
+
+def shared_base_team(monkeypatch, fake_vllm, tmp_path, *overrides):
+    """Return a two-agent share_base team built by build_team on the fake engine (LoRA sync, a bf16 base)."""
+    from cooprl.trainers.team import build_team
+    monkeypatch.setattr(vllm_platform, "check_vllm_backend", lambda device="auto", sleep=False: fake_vllm)
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.torch_dtype=bfloat16",
+        "agent_model.lora.r=4", "agent_model.lora.dropout=0.0", "agent_model.share_base=true",
+        "agent_model.generation_backend=vllm", "agent_model.vllm_weight_sync=lora", "magrpo.max_new_tokens=2",
+        "wandb.mode=disabled", f"output.base_dir={tmp_path}", *overrides])
+    team = build_team(Run.of(config, "magrpo"), 2)
+    with torch.no_grad():   # fresh adapters are zero: make the two differ
+        for i, agent in enumerate(team):
+            for name, p in agent.model.named_parameters():
+                if "lora_B" in name:
+                    p.fill_(0.1 * (i + 1))
+    return team
+
+
+def test_a_shared_base_team_engine_takes_the_bases_dtype_and_each_views_adapter_alone(fake_vllm, monkeypatch,
+                                                                                      tmp_path):
+    from cooprl.rollout import vllm_generation
+    guard_dtypes = []   # the fake engine cannot score probes: the guard is off, the dtype it would be made for kept
+    monkeypatch.setattr(vllm_generation, "weight_guard", lambda bound, dtype, agent: guard_dtypes.append(dtype))
+    team = shared_base_team(monkeypatch, fake_vllm, tmp_path)
+    views = [agent.model for agent in team]
+    assert {p.dtype for view in views for p in view.parameters()} == {torch.float32}   # a view's own: its adapter's
+    (engine,) = FakeLLM.instances
+    # the engine computes in the base's dtype, its slot holds the views' rank; the guards would bound bf16's gaps
+    assert (engine.kwargs["dtype"], engine.kwargs["max_lora_rank"], engine.kwargs["max_loras"]) == ("bfloat16", 8, 2)
+    assert guard_dtypes == [torch.bfloat16] * 2
+    for agent in team:
+        agent.generator.sample(["x"], 1, PARAMS)
+    for i, (request, view) in enumerate(zip(engine.lora_requests, views, strict=True)):
+        # saved through save_pretrained_on_this_rank: this view's adapter alone, at the folder's root
+        assert sorted(os.listdir(request.lora_path)) == ["README.md", "adapter_config.json",
+                                                         "adapter_model.safetensors"]
+        saved = saved_adapter(request)
+        own = {name.replace(f".agent_{i}", ""): p.detach() for name, p in view.named_parameters()}
+        assert saved.keys() == own.keys() and all(torch.equal(saved[k], own[k]) for k in own)
+    assert [r.lora_int_id for r in engine.lora_requests] == [1, 2]
+    with views[1].disable_adapter():   # adapters off on the shared base (a KL reference's samples): no request
+        team[1].generator.sample(["x"], 1, PARAMS)
+    assert engine.lora_requests[-1] is None
+    close_engines([agent.generator for agent in team])
+
+
+def test_the_guard_scores_each_views_own_adapter_whichever_ran_last(fake_vllm, monkeypatch, tmp_path):
+    from cooprl.rollout.vllm_guard import ProbeSequence, trainer_logprobs
+    team = shared_base_team(monkeypatch, fake_vllm, tmp_path, "agent_model.torch_dtype=float32")
+    views = [agent.model for agent in team]
+    probes = [ProbeSequence([1, 2, 3], [4, 5, 6])]
+    views[1].train()
+    alone = [trainer_logprobs(view, probes)[0] for view in views]
+    assert not torch.allclose(alone[0], alone[1])            # the two adapters score differently
+    for last, view in ((1, views[0]), (0, views[1])):        # the other view ran last: its adapter was active
+        views[last](input_ids=torch.tensor([[1, 2]]))
+        torch.testing.assert_close(trainer_logprobs(view, probes)[0], alone[views.index(view)], rtol=0, atol=0)
+    assert views[1].training and views[1].peft_model.active_adapter == "agent_1"   # its mode kept after the check
+    close_engines([agent.generator for agent in team])
