@@ -22,7 +22,7 @@ from cooprl.samples import TrainSample
 from cooprl.task import Task
 from cooprl.text import safe_print
 from cooprl.trainers.loop import Algorithm
-from cooprl.trainers.team import Agent, AgentRunner
+from cooprl.trainers.team import Agent, AgentRunner, distinct
 from cooprl.update.policy_gradient import LossKL, frozen_reference
 
 
@@ -46,10 +46,16 @@ class TeamAlgorithm(Algorithm):
     def __init__(self, run: Run, task: Task, team: list[Agent], *, references: bool = False,
                  parallel: Parallel | None = None):
         self.config, self.section, self.task, self.team = run.config, run.section, task, team
-        self.models = [agent.model for agent in team]   # what checkpoints save, in agent order
+        # what checkpoints save, in agent order, and the optimizers: each once (a shared policy's agents hold one)
+        self.models, self.optimizers = distinct([a.model for a in team]), distinct([a.optimizer for a in team])
+        # agent_model.shared_policy: the number of agents the one model plays (checkpoints mark it; 0: one each)
+        self.shared_agents = len(team) if run.config.agent_model.shared_policy else 0
         self.process_reward = reward_processor(run.config, task)
         # the frozen start model of each agent, for a KL term to it (None when the algorithm needs none)
-        self.references = [frozen_reference(agent.model) for agent in team] if references else None
+        self.references = None
+        if references:
+            frozen = {id(model): frozen_reference(model) for model in self.models}
+            self.references = [frozen[id(agent.model)] for agent in team]
         # reference_kl_form reward: the sampled KL lowers each reward before its advantage; loss: a term of the loss
         self.kl_in_reward = self.references is not None and run.section.reference_kl_form == "reward"
         # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.trainers.team.AgentRunner)
@@ -89,7 +95,7 @@ class TeamAlgorithm(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         """Return what a checkpoint needs besides the weights: the optimizers and the algorithm's own state. The
         optimizers of sharded agents (parallel_training fsdp) are each process's own: they go in `rank_state`."""
-        optimizers = "sharded" if self.sharded else [agent.optimizer.state_dict() for agent in self.team]
+        optimizers = "sharded" if self.sharded else [optimizer.state_dict() for optimizer in self.optimizers]
         return {"optimizers": optimizers, **self.extra_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -100,8 +106,8 @@ class TeamAlgorithm(Algorithm):
                 f"the checkpoint's optimizers are {saved}; resume with the parallel_training that wrote it"
             )
         if not self.sharded:
-            for agent, opt_state in zip(self.team, state["optimizers"], strict=True):
-                agent.optimizer.load_state_dict(opt_state)
+            for optimizer, opt_state in zip(self.optimizers, state["optimizers"], strict=True):
+                optimizer.load_state_dict(opt_state)
         self.load_extra_state(state)
 
     @property
@@ -122,14 +128,14 @@ class TeamAlgorithm(Algorithm):
         every rank."""
         state = self.extra_state()
         if self.sharded:
-            state["optimizer_shards"] = [self.parallel.optimizer_state(agent.optimizer) for agent in self.team]
+            state["optimizer_shards"] = [self.parallel.optimizer_state(optimizer) for optimizer in self.optimizers]
         return state
 
     def load_rank_state(self, state: dict[str, Any]) -> None:
         """Restore this rank's part saved by `rank_state`."""
         if self.sharded:
-            for agent, shard in zip(self.team, state["optimizer_shards"], strict=True):
-                self.parallel.load_optimizer_state(agent.optimizer, shard)
+            for optimizer, shard in zip(self.optimizers, state["optimizer_shards"], strict=True):
+                self.parallel.load_optimizer_state(optimizer, shard)
         self.load_extra_state(state)
 
     def generators(self) -> list[Any]:

@@ -35,14 +35,14 @@ from cooprl.metrics import STEPS, SUM, Metrics
 from cooprl.parallel.context import Parallel
 from cooprl.rollout.evaluation import evaluation_settings
 from cooprl.rollout.tree import RolloutSettings, iter_nodes, pipeline_settings, rollout, sample_returns, tree_metrics
-from cooprl.samples import NodeGroup
+from cooprl.samples import NodeGroup, TrainSample
 from cooprl.task import Task, all_first_prompts
 from cooprl.trainers.base import TeamAlgorithm
 from cooprl.trainers.team import Agent, build_team
-from cooprl.update.engine import optimizer_step
+from cooprl.update.engine import StepResult, optimizer_step, shared_policy_step
 from cooprl.update.losses import group_advantages, kl_penalized
-from cooprl.update.policy_gradient import (PolicyObjective, policy_gradient_metrics, policy_gradient_term,
-                                           sampled_kls, sampling_logprobs)
+from cooprl.update.policy_gradient import (LossKL, PolicyObjective, PolicyTerm, policy_gradient_metrics,
+                                           policy_gradient_term, sampled_kls, sampling_logprobs)
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,8 @@ class MAGRPO(TeamAlgorithm):
         agents' optimizer batches are drawn first, in agent order; their steps then run one agent after the other,
         or concurrently under parallel_training mp."""
         plans = [optimizer_batches(self.buffer[a], self.section, self.buffered_items) for a in range(len(self.team))]
+        if self.shared_agents:
+            return self.shared_update(plans)
 
         def train_agent(a: int) -> list[Metrics]:
             # num_iterations passes over the same steps: this rollout's samples, never a later one's
@@ -173,6 +175,39 @@ class MAGRPO(TeamAlgorithm):
         self.buffered_items = 0
         return metrics
 
+    def shared_update(self, plans: list[list[tuple[list[NodeGroup], int]]]) -> Metrics:
+        """Train a shared policy (agent_model.shared_policy) on every agent's buffer and empty them; return each
+        agent's metrics. Its k-th optimizer step trains the one model on the k-th step of every agent's plan that
+        has one (the agents' plans are alike but where a tied group was dropped), each agent's loss as its own step
+        would take it (cooprl.update.engine.shared_policy_step)."""
+        metrics, steps = Metrics(), max(map(len, plans))
+        for _ in range(self.section.num_iterations):
+            for k in range(steps):
+                for a, step in self._shared_step({a: plan[k] for a, plan in enumerate(plans) if k < len(plan)}):
+                    metrics.merge(step, prefix=f"agent_{a}/")
+        for a, plan in enumerate(plans):
+            metrics.add(f"agent_{a}/optimizer_steps", len(plan) * self.section.num_iterations, STEPS)
+        metrics.add("shared_policy/optimizer_steps", steps * self.section.num_iterations, STEPS)
+        self.buffer = [[] for _ in self.team]
+        self.buffered_items = 0
+        return metrics
+
+    def _shared_step(self, batches: dict[int, tuple[list[NodeGroup], int]]) -> list[tuple[int, Metrics]]:
+        """Take one optimizer step of the shared policy on agent a's `batches[a]` (its node groups and forward batch),
+        for every a; return each agent's metrics of it."""
+        parts = []
+        for a, (groups, forward_batch) in batches.items():
+            agent, samples, kl = self.team[a], [x for group in groups for x in group.samples], self.loss_kl(a)
+            policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id,
+                                          batch_size=forward_batch, kl=kl, objective=self.objective)
+            parts.append((a, samples, kl, policy))
+        agent = self.team[0]
+        results = shared_policy_step(agent.optimizer, agent.model,
+                                     [(policy, self.objective.weight(samples)) for _, samples, _, policy in parts],
+                                     max_grad_norm=self.section.max_grad_norm)
+        return [(a, self._step_metrics(samples, policy, result, kl))
+                for (a, samples, kl, policy), result in zip(parts, results, strict=True)]
+
     def _step(self, a: int, groups: list[NodeGroup], forward_batch: int) -> Metrics:
         """Take one optimizer step of agent `a` on the samples of `groups`; return its metrics."""
         agent = self.team[a]
@@ -182,6 +217,11 @@ class MAGRPO(TeamAlgorithm):
                                       kl=kl, objective=self.objective)
         result = optimizer_step([agent.optimizer], [policy], [agent.model], weight=self.objective.weight(samples),
                                 max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
+        return self._step_metrics(samples, policy, result, kl)
+
+    def _step_metrics(self, samples: list[TrainSample], policy: PolicyTerm, result: StepResult,
+                      kl: LossKL | None) -> Metrics:
+        """Return an agent's metrics of an optimizer step (`result`) of its policy loss `policy` on `samples`."""
         metrics = policy_gradient_metrics(samples, policy, result, kl)
         if self.objective.mask_truncated:
             metrics.add("truncated_masked", sum(x.truncated for x in samples), SUM)

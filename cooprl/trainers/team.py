@@ -14,6 +14,7 @@ agents' calls on one thread per agent (torch releases the GIL in its kernels, so
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,6 +73,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     """Return one Agent per role of `run` with its model (agent_model), sampler settings and AdamW optimizer (the
     run's section); under fsdp (`parallel`, None: the run's section's) each process keeps a shard of every agent.
     `prompts()`: the task's first prompts, which bound a single-turn GPU run's in the memory plan."""
+    if run.config.agent_model.shared_policy:   # one model plays every role (issue 45)
+        return build_shared_policy_team(run, num_agents, stop_strings, parallel, prompts)
     config, section = run.config, run.section
     model_cfg = config.agent_model
     params = SamplingParams(
@@ -122,6 +125,76 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         n_train = sum(p.numel() for p in trainable)
         log.info("agent %d: %s on %s, %.1fM trainable parameters", i, name, model.device, n_train / 1e6)
     return team
+
+
+def build_shared_policy_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]] = (),
+                             parallel: Parallel | None = None,
+                             prompts: Callable[[], Sequence[str]] | None = None) -> list[Agent]:
+    """Return `num_agents` Agents that are one model, tokenizer, sampler and optimizer (agent_model.shared_policy),
+    built as a team of one; each role keeps its own sampling settings (its stop strings)."""
+    config = run.config
+    names = agent_model_names(config, num_agents)   # (check_shared_policy refused a list of different models)
+    alone = dataclasses.replace(config, agents=names[:1] if config.agents else None,
+                                agent_model=dataclasses.replace(config.agent_model, shared_policy=False))
+    [member] = build_team(dataclasses.replace(run, config=alone), 1, (), parallel, prompts)
+    team = []
+    for i in range(num_agents):
+        params = member.params
+        if i < len(stop_strings) and stop_strings[i]:
+            params = dataclasses.replace(params, stop_strings=tuple(stop_strings[i]))
+        team.append(dataclasses.replace(member, params=params))
+    log.info("shared policy: the one model plays all %d agents", num_agents)
+    return team
+
+
+def check_shared_policy(run: Run, num_agents: int) -> None:
+    """Raise ConfigError, before any model loads, when agent_model.shared_policy cannot train `run` with
+    `num_agents` agents; nothing when it is off."""
+    config, trainer = run.config, run.trainer
+    if not config.agent_model.shared_policy:
+        return
+    key = "agent_model.shared_policy"
+    if trainer not in SHARED_POLICY_TRAINERS:
+        raise ConfigError(f"{key}: {trainer} does not train a shared policy (it is built for "
+                          f"{', '.join(SHARED_POLICY_TRAINERS)}): {SHARED_POLICY_REFUSALS.get(trainer, '')}")
+    if num_agents < 2:
+        raise ConfigError(f"{key}: this {trainer} run has one agent (grpo, or a centralized task), so there is no "
+                          "other role to share its model with; remove it")
+    if config.agent_model.share_base:
+        raise ConfigError(f"{key} and agent_model.share_base: a shared policy is one model (one adapter, with LoRA) "
+                          "for every agent, share_base one base with an adapter per agent; choose one")
+    if config.agents is not None and len(set(config.agents)) > 1:
+        raise ConfigError(f"{key}: agents names different models ({', '.join(config.agents)}), and one model plays "
+                          "every role; name one model (agent_model.name) or set shared_policy false")
+    mode = run.section.parallel_training
+    if mode != "none":
+        raise ConfigError(f"{key} with {trainer}.parallel_training: {mode}: {SHARED_POLICY_MODES[mode]}; set "
+                          f"{trainer}.parallel_training=none")
+
+
+# what agent_model.shared_policy trains (one optimizer step on every agent's loss), and why the others do not
+SHARED_POLICY_TRAINERS = ("magrpo", "madpo")
+SHARED_POLICY_REFUSALS = {
+    "grpo": "it trains one agent, so there is no other role to share its model with",
+    "iac": "its actors step one after the other, each with its critic's values, not in one step",
+    "maac": "its actors step one after the other, each with the critic's values, not in one step",
+    "ac": "it trains one agent, so there is no other role to share its model with",
+    "madpo_iter": "its comparator's policy snapshots are per agent",
+    "marlhf": "its reward model is saved as one of the agents' folders",
+    "marlhf_iter": "its reward model is saved as one of the agents' folders",
+    "sft": "it takes one optimizer step per agent on its demonstrations",
+}
+SHARED_POLICY_MODES = {
+    "mp": "mp runs each agent's calls on a thread (and device) of its own, and a shared policy is one model",
+    "ddp": "not built yet (its gradient average weighs every process by its whole step, not by each agent's part)",
+    "fsdp": "not built yet (a sharded step divides every term by one global sample count)",
+}
+
+
+def distinct(items: Sequence[T]) -> list[T]:
+    """Return `items` without repeats (by identity), in order: the models or optimizers of a team, each once (a
+    shared policy's agents hold the same ones)."""
+    return list({id(item): item for item in items}.values())
 
 
 def uses_start_models(section: TrainerSection) -> bool:
