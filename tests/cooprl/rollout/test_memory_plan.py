@@ -307,3 +307,16 @@ def test_a_model_on_the_cpu_beside_gpu_agents_is_not_in_the_plan():
                                   ["cuda:0", "cuda:0"], [], ["cpu", "cpu"])
     assert list(accounts) == ["cuda:0"]
     assert not any(what.startswith("critic") for what, _ in accounts["cuda:0"].items)
+
+
+def test_a_shared_policy_is_planned_as_one_model(capsys):
+    # `--memory-plan`: two agents hold two models' weights and optimizer states; a shared policy one of each
+    import re
+
+    def planned(*overrides: str) -> list[str]:
+        with pytest.raises(ConfigError):   # neither fits 24 GiB in full fine-tuning
+            plan.print_memory_plan(he_run(*overrides), 24)
+        return re.findall(r"^ +[\d.]+ GiB +(.*)$", capsys.readouterr().out, re.M)
+
+    separate, shared = planned(), planned("agent_model.shared_policy=true")
+    assert sum("weights" in line for line in separate) == 2 * sum("weights" in line for line in shared) == 2
