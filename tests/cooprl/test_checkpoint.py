@@ -209,7 +209,7 @@ def test_a_resume_reads_the_trainer_state_and_rank_states_memory_mapped(tmp_path
     assert torch.equal(ckpt.load_trainer_state(path)["algorithm"]["moments"], moments)
 
 
-# ------------------------------------------------------------------------------------------ a shared policy's checkpoint
+# ----------------------------------------------------------------------------------------- a shared policy's checkpoint
 def test_a_shared_policy_checkpoint_holds_its_model_once_and_resumes_only_as_a_shared_policy(tmp_path):
     import json
 

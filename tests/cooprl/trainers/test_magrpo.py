@@ -286,7 +286,7 @@ def test_a_shared_policy_steps_once_on_the_sum_of_every_agents_own_loss(tmp_path
         term = policy_gradient_term(start, group.samples, pad)
         loss = sum(term.loss(batch, len(group.samples))[0] for batch in term.batches)
         own_losses.append(loss.item())
-        for (name, p), g in zip(start.named_parameters(), torch.autograd.grad(loss, list(start.parameters()),
+        for (name, _), g in zip(start.named_parameters(), torch.autograd.grad(loss, list(start.parameters()),
                                                                                allow_unused=True)):
             if g is not None:
                 expected[name] = expected.get(name, 0) + g
