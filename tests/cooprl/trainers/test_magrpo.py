@@ -333,3 +333,30 @@ def test_a_shared_policy_resumes_as_it_ran_and_refuses_a_resume_without_the_flag
         run_magrpo(tmp_path, "separate", ["magrpo.max_steps=6", "magrpo.update_schedule=nodes",
                                           "magrpo.rollout_buffer_size=4",
                                           f"checkpoint.resume_from_checkpoint={checkpoint}"])
+
+
+def test_evaluate_reads_a_shared_policy_run_as_it_evaluated_itself(tmp_path):
+    import evaluate
+    from cooprl.checkpoint import CheckpointError
+    from envs.code_generation.task import build_code_task
+    overrides = ["dataset.name=coop", "dataset.train_split=train[16:20]", "dataset.eval_split=test[:2]",
+                 "magrpo.num_turns=1", "magrpo.max_steps=2", "magrpo.update_schedule=items",
+                 "magrpo.rollout_buffer_size=1", "magrpo.eval_num_samples=2", "magrpo.eval_at_start=false",
+                 "agent_model.shared_policy=true", "agent_model.lora={r: 4, alpha: 8, dropout: 0.0}"]
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "magrpo.max_new_tokens=6",
+        "magrpo.num_generations=2", "magrpo.learning_rate=1e-2", "magrpo.eval_interval=0", "wandb.mode=disabled",
+        f"output.base_dir={tmp_path}", "output.run_name=shared", "agent_model.temperature=1.0",
+        "agent_model.top_p=1.0", *overrides])
+    seed_everything(config.seed)
+    task = build_code_task(Run.of(config, "magrpo"))
+    train_loop(Run.of(config, "magrpo"), task, build_magrpo(Run.of(config, "magrpo"), task), tmp_path / "shared")
+    final = {k: v for line in (tmp_path / "shared" / "metrics.jsonl").read_text().splitlines()
+             for k, v in json.loads(line).items() if k.startswith("eval/")}   # (the last evaluation's)
+    assert "eval/turn_1/reward_mean" in final
+    run = evaluate.read_evaluation_config(str(tmp_path / "shared" / "config.yaml"), None, [])
+    assert evaluate.evaluate_checkpoint(run, str(tmp_path / "shared")) == pytest.approx(final)
+    separate = evaluate.read_evaluation_config(str(tmp_path / "shared" / "config.yaml"), None,
+                                               ["agent_model.shared_policy=false"])
+    with pytest.raises(CheckpointError, match="--override agent_model.shared_policy=true"):
+        evaluate.evaluate_checkpoint(separate, str(tmp_path / "shared"))
