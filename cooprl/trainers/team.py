@@ -18,11 +18,12 @@ import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from cooprl.checkpoint import init_folders, lost_init
+from cooprl.checkpoint import init_folders, init_source, lost_init, saved_policies, shared_policy_agents
 from cooprl.config import Config, ConfigError, MADPOSection, Run, TrainerSection, model_devices
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
@@ -166,6 +167,13 @@ def check_shared_policy(run: Run, num_agents: int) -> None:
     if config.agents is not None and len(set(config.agents)) > 1:
         raise ConfigError(f"{key}: agents names different models ({', '.join(config.agents)}), and one model plays "
                           "every role; name one model (agent_model.name) or set shared_policy false")
+    init_from = config.agent_model.init_from
+    if init_from and Path(init_from).expanduser().exists():
+        source = init_source(init_from)
+        if not shared_policy_agents(source) and len(saved_policies(source)) > 1:
+            raise ConfigError(f"{key} with agent_model.init_from: {source} holds {len(saved_policies(source))} "
+                              "separate agents, and a shared policy starts from one model: a shared-policy run's or a "
+                              "one-agent run's")
     mode = run.section.parallel_training
     if mode != "none":
         raise ConfigError(f"{key} with {trainer}.parallel_training: {mode}: {SHARED_POLICY_MODES[mode]}; set "

@@ -38,3 +38,16 @@ def test_a_shared_policy_refuses_what_it_cannot_train_before_any_model_loads(mon
     config = load_config(None, ["agent_model.shared_policy=true", "agents=[offline:tiny-random, offline:tiny-random]"])
     with pytest.raises(AssertionError, match="a model was loaded"):   # one model named twice: built
         build_algorithm(Run.of(config, "magrpo"), scripted_task(num_agents=2))
+
+
+def test_a_shared_policy_starts_from_one_model_not_a_team_of_separate_ones(tmp_path, monkeypatch):
+    from cooprl import checkpoint as ckpt
+    from cooprl.config import Run
+    from cooprl.trainers import build_algorithm
+    from tests.cooprl.test_checkpoint import TinyModel
+    from tests.scripted import scripted_task
+    monkeypatch.setattr("cooprl.trainers.team.load_causal_lm", lambda *a, **k: pytest.fail("a model was loaded"))
+    team = ckpt.save_checkpoint(tmp_path / "team", 1, [TinyModel(), TinyModel()], {})
+    config = load_config(None, ["agent_model.shared_policy=true", f"agent_model.init_from={team}"])
+    with pytest.raises(ConfigError, match="holds 2 separate agents, and a shared policy starts from one model"):
+        build_algorithm(Run.of(config, "magrpo"), scripted_task(num_agents=2))
