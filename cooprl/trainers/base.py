@@ -46,8 +46,8 @@ class TeamAlgorithm(Algorithm):
     def __init__(self, run: Run, task: Task, team: list[Agent], *, references: bool = False,
                  parallel: Parallel | None = None):
         self.config, self.section, self.task, self.team = run.config, run.section, task, team
-        # what checkpoints save, in agent order, and the optimizers: each once (a shared policy's agents hold one)
-        self.models, self.optimizers = distinct([a.model for a in team]), distinct([a.optimizer for a in team])
+        # what checkpoints save, in agent order: each model once (a shared policy's agents hold one)
+        self.models = distinct([agent.model for agent in team])
         # agent_model.shared_policy: the number of agents the one model plays (checkpoints mark it; 0: one each)
         self.shared_agents = len(team) if run.config.agent_model.shared_policy else 0
         self.process_reward = reward_processor(run.config, task)
@@ -62,6 +62,11 @@ class TeamAlgorithm(Algorithm):
         self.runner = AgentRunner(team, run.section.parallel_training)
         # ddp/fsdp: what this process asks of the others (gathers, broadcasts, the engine's sync of each model)
         self.parallel = parallel or Parallel.of(run.section)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Return the agents' optimizers in agent order, each once (a shared policy's agents hold one)."""
+        return distinct([agent.optimizer for agent in self.team])
 
     def sample_agent(self, agent: int, prompts: list[str], n: int) -> list[list[Completion]]:
         """Return `n` completions of agent `agent` for each prompt (the rollout's and evaluation's Sampler)."""
