@@ -46,10 +46,9 @@ class TeamAlgorithm(Algorithm):
     def __init__(self, run: Run, task: Task, team: list[Agent], *, references: bool = False,
                  parallel: Parallel | None = None):
         self.config, self.section, self.task, self.team = run.config, run.section, task, team
-        # what checkpoints save, in agent order: each model once (a shared policy's agents hold one)
-        self.models = distinct([agent.model for agent in team])
         # agent_model.shared_policy: the number of agents the one model plays (checkpoints mark it; 0: one each)
         self.shared_agents = len(team) if run.config.agent_model.shared_policy else 0
+        self.models = self.each_once([agent.model for agent in team])   # what checkpoints save, in agent order
         self.process_reward = reward_processor(run.config, task)
         # the frozen start model of each agent, for a KL term to it (None when the algorithm needs none)
         self.references = None
@@ -66,7 +65,11 @@ class TeamAlgorithm(Algorithm):
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """Return the agents' optimizers in agent order, each once (a shared policy's agents hold one)."""
-        return distinct([agent.optimizer for agent in self.team])
+        return self.each_once([agent.optimizer for agent in self.team])
+
+    def each_once(self, items: list[Any]) -> list[Any]:
+        """Return the agents' `items` (models, optimizers), a shared policy's one item once."""
+        return distinct(items) if self.shared_agents else items
 
     def sample_agent(self, agent: int, prompts: list[str], n: int) -> list[list[Completion]]:
         """Return `n` completions of agent `agent` for each prompt (the rollout's and evaluation's Sampler)."""
