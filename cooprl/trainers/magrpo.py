@@ -18,6 +18,8 @@ One training step on one dataset item:
 With `reference_kl_coef` > 0 in the `reward` form (the default), each sample's return at its node is lowered by
 coef x its k3 KL to the frozen start model (scored once after the rollout, no gradient) before the group baseline;
 in the `loss` form the KL is a term of the policy loss instead.
+With `agent_model.shared_policy` one model plays every agent: an update's k-th optimizer step trains it on the sum of
+every agent's k-th step's loss (`shared_update`; docs/algorithms.md).
 With `agent_model.vllm_importance_cap` each sample's tokens carry truncated importance weights against vLLM's sampler,
 scored when its group is built (before any update of the step): `cooprl.update.policy_gradient`.
 """
@@ -156,7 +158,7 @@ class MAGRPO(TeamAlgorithm):
     def update(self) -> Metrics:
         """Train every agent on its buffer and empty it; return each agent's metrics of its optimizer steps. The
         agents' optimizer batches are drawn first, in agent order; their steps then run one agent after the other,
-        or concurrently under parallel_training mp."""
+        or concurrently under parallel_training mp (a shared policy's: `shared_update`)."""
         plans = [optimizer_batches(self.buffer[a], self.section, self.buffered_items) for a in range(len(self.team))]
         if self.shared_agents:
             return self.shared_update(plans)

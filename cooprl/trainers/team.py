@@ -1,7 +1,9 @@
 """The team of agents: one model, tokenizer, sampler and optimizer per agent (decentralized mode).
 
 Homogeneous agents load `agent_model.name` once per agent (each agent trains its own copy); heterogeneous
-agents give one name per agent in `agents:`. With `agent_model.lora`, each agent gets its own adapter.
+agents give one name per agent in `agents:`. With `agent_model.lora`, each agent gets its own adapter. With
+`agent_model.shared_policy` every agent holds the same model, tokenizer, sampler and optimizer (built as a team of one),
+and keeps its own sampling settings (`build_shared_policy_team`).
 With `agent_model.generation_backend: vllm`, each agent samples with its own vLLM engine, which receives
 the agent's new weights after every optimizer step (see cooprl.rollout.vllm_generation).
 
