@@ -462,9 +462,13 @@ def check_agent_folder(checkpoint: Path, agent: int) -> Path:
 def load_team_weights(models: list[Any], checkpoint: Path, shared_agents: int = 0) -> None:
     """Load agent i's saved weights into `models[i]`, for every model; CheckpointError when `checkpoint` holds
     another number of agents (a single agent's checkpoint in a team, or a team's first agent evaluated alone, would
-    otherwise be called damaged, or load without a word), or was written with (or without) a shared policy and this
-    run is not (is): `shared_agents`, the agents this run's one model plays (0: a model each)."""
-    check_shared_policy_fits(checkpoint, shared_agents)
+    otherwise be called damaged, or load without a word), or not this run's shared policy (`shared_agents`; 0: none)."""
+    saved = shared_policy_agents(checkpoint)
+    if saved != shared_agents:
+        held, this = (f"a shared policy of {n} agents" if n else "a model per agent" for n in (saved, shared_agents))
+        fix = f"; resume or evaluate it with --override agent_model.shared_policy={'true' if saved else 'false'}"
+        raise CheckpointError(f"checkpoint {checkpoint} holds {held} (agent_model.shared_policy) and this run has "
+                              f"{this}{fix if bool(saved) != bool(shared_agents) else ''}")
     held = len(saved_models(checkpoint))   # the agents, then critics or a reward model, as `models` lists them
     if held != len(models):
         raise CheckpointError(f"checkpoint {checkpoint} holds {held} model(s) (agent_<i>/: agents, then critics), "
@@ -475,47 +479,23 @@ def load_team_weights(models: list[Any], checkpoint: Path, shared_agents: int = 
 
 
 def mark_shared_policy(folder: Path, shared_agents: int) -> None:
-    """Write `folder`'s shared-policy marker (a checkpoint's, a run's final/): the number of agents its agent_0/
-    played; with 0 (a model per agent) make sure there is none."""
-    marker = folder / SHARED_POLICY_FILE
+    """Write (with 0: remove) the shared-policy marker of `folder`: the number of agents its agent_0/ played."""
+    (folder / SHARED_POLICY_FILE).unlink(missing_ok=True)
     if shared_agents:
-        marker.write_text(json.dumps({"agents": shared_agents}), encoding="utf-8")
-    else:
-        marker.unlink(missing_ok=True)
+        (folder / SHARED_POLICY_FILE).write_text(json.dumps({"agents": shared_agents}), encoding="utf-8")
 
 
 def shared_policy_agents(folder: Path) -> int:
     """Return the number of agents the one model saved in `folder` played (agent_model.shared_policy), 0 when it
     holds a model per agent; CheckpointError when the marker is damaged."""
     marker = folder / SHARED_POLICY_FILE
-    if not marker.is_file():
-        return 0
     try:
-        agents = json.loads(marker.read_text(encoding="utf-8"))["agents"]
+        agents = json.loads(marker.read_text(encoding="utf-8"))["agents"] if marker.is_file() else 0
+        if type(agents) is not int or agents < 0:
+            raise ValueError(agents)
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise damaged(folder, f"{SHARED_POLICY_FILE} cannot be read ({type(err).__name__})") from None
-    if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1:
-        raise damaged(folder, f"{SHARED_POLICY_FILE} holds {str(agents)[:40]!r}, not a number of agents")
+        raise damaged(folder, f"{SHARED_POLICY_FILE} holds no number of agents ({type(err).__name__})") from None
     return agents
-
-
-def check_shared_policy_fits(checkpoint: Path, shared_agents: int) -> None:
-    """Raise CheckpointError when `checkpoint` was saved by a shared policy and this run (its one model playing
-    `shared_agents` agents; 0: a model per agent) is not one, or the other way round, or plays another number of
-    agents."""
-    saved = shared_policy_agents(checkpoint)
-    if saved == shared_agents:
-        return
-    if not shared_agents:
-        raise CheckpointError(f"checkpoint {checkpoint} holds a shared policy (one model for {saved} agents, "
-                              "agent_model.shared_policy: true) and this run has a model per agent: resume or "
-                              "evaluate it with --override agent_model.shared_policy=true")
-    if not saved:
-        raise CheckpointError(f"checkpoint {checkpoint} holds a model per agent and this run is a shared policy "
-                              "(agent_model.shared_policy: true): resume or evaluate it with --override "
-                              "agent_model.shared_policy=false")
-    raise CheckpointError(f"checkpoint {checkpoint} holds a shared policy of {saved} agents; this run has "
-                          f"{shared_agents}")
 
 
 def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
@@ -610,15 +590,11 @@ def init_folders(run: str, num_agents: int) -> list[Path]:
     source = init_source(run)
     saved, policies = saved_models(source), saved_policies(source)
     try:
-        if shared_policy_agents(source) and num_agents > 1:   # every agent starts from the shared policy
-            return [check_agent_folder(source, 0)] * num_agents
-    except CheckpointError as err:
-        raise ModelError(f"agent_model.init_from: {err}") from None
-    if saved != list(range(num_agents)) and policies != list(range(num_agents)):
-        others = len(saved) - len(policies)
-        held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
-        raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
-    try:
-        return [check_agent_folder(source, i) for i in range(num_agents)]
+        shared = num_agents > 1 and shared_policy_agents(source) > 0   # every agent starts from the shared policy
+        if not shared and saved != list(range(num_agents)) and policies != list(range(num_agents)):
+            others = len(saved) - len(policies)
+            held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
+            raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
+        return [check_agent_folder(source, 0 if shared else i) for i in range(num_agents)]
     except CheckpointError as err:
         raise ModelError(f"agent_model.init_from: {err}") from None

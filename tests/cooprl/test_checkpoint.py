@@ -219,16 +219,17 @@ def test_a_shared_policy_checkpoint_holds_its_model_once_and_resumes_only_as_a_s
     shared = ckpt.save_checkpoint(tmp_path / "shared", 1, [trained], {}, shared_agents=2)
     assert sorted(p.name for p in shared.iterdir() if p.is_dir()) == ["agent_0"]
     assert json.loads((shared / ckpt.SHARED_POLICY_FILE).read_text()) == {"agents": 2}
-    with pytest.raises(ckpt.CheckpointError, match=r"holds a shared policy \(one model for 2 agents, agent_model."
-                                                   r"shared_policy: true\) and this run has a model per agent: resume "
-                                                   r"or evaluate it with --override agent_model.shared_policy=true"):
+    with pytest.raises(ckpt.CheckpointError, match=r"holds a shared policy of 2 agents \(agent_model.shared_policy\) "
+                                                   r"and this run has a model per agent; resume or evaluate it with "
+                                                   r"--override agent_model.shared_policy=true$"):
         ckpt.load_team_weights([TinyModel()], shared, 0)
-    with pytest.raises(ckpt.CheckpointError, match="holds a shared policy of 2 agents; this run has 3"):
+    with pytest.raises(ckpt.CheckpointError, match=r"holds a shared policy of 2 agents \(agent_model.shared_policy\) "
+                                                   r"and this run has a shared policy of 3 agents$"):
         ckpt.load_team_weights([TinyModel()], shared, 3)
     separate = ckpt.save_checkpoint(tmp_path / "separate", 1, [TinyModel(), TinyModel()], {})
     assert not (separate / ckpt.SHARED_POLICY_FILE).exists()
-    with pytest.raises(ckpt.CheckpointError, match="holds a model per agent and this run is a shared policy .* "
-                                                   "--override agent_model.shared_policy=false"):
+    with pytest.raises(ckpt.CheckpointError, match="holds a model per agent .* and this run has a shared policy of 2 "
+                                                   "agents; .* --override agent_model.shared_policy=false"):
         ckpt.load_team_weights([TinyModel()], separate, 2)
     model = TinyModel()
     ckpt.load_team_weights([model], shared, 2)
@@ -236,5 +237,5 @@ def test_a_shared_policy_checkpoint_holds_its_model_once_and_resumes_only_as_a_s
     # a team of separate agents started from it (agent_model.init_from): every agent from the one model
     assert ckpt.init_folders(str(shared), 2) == [shared / "agent_0"] * 2
     (shared / ckpt.SHARED_POLICY_FILE).write_text("{}")
-    with pytest.raises(ckpt.CheckpointError, match="shared_policy.json cannot be read"):
+    with pytest.raises(ckpt.CheckpointError, match="shared_policy.json holds no number of agents"):
         ckpt.load_team_weights([model], shared, 2)
