@@ -98,7 +98,7 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
     task = environment_for(run.config).prepare_task(run)
     algorithm = build_algorithm(run, task)
     if folder is not None:
-        ckpt.load_team_weights(algorithm.models, folder)
+        ckpt.load_team_weights(algorithm.models, folder, algorithm.shared_agents)
     torch.manual_seed(evaluation_seed(run.config.seed))  # the same evaluation stream as during training
     items = eval_items(task.eval_items, samples, run.section.eval_num_samples)
     threads = chosen_threads()

@@ -20,7 +20,8 @@ function body from the 135M model, see bench/function_rate.py).
 Rows that are not one trainer: `sft` (supervised fine-tuning on the coop set's reference pairs, its config's two
 epochs; its calls_aux/uses_aux are its final evaluation's, SFT samples nothing in training), `sft+magrpo` and
 `sft+madpo` (those trainers started from the `sft` row's agents, `agent_model.init_from`; run after it), and the team
-environments `planner_coder` and `coder_tester` (MAGRPO with their CPU configs).
+environments `planner_coder` and `coder_tester` (MAGRPO with their CPU configs), and `magrpo_shared_policy` (the
+`magrpo` row with `agent_model.shared_policy`: one model plays both agents).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "learning"
 TRAINERS = ["magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter"]
-EXTRA_ROWS = ["sft", "sft+magrpo", "sft+madpo", "planner_coder", "coder_tester"]
+EXTRA_ROWS = ["sft", "sft+magrpo", "sft+madpo", "planner_coder", "coder_tester", "magrpo_shared_policy"]
 ROWS = TRAINERS + EXTRA_ROWS
 # (config file, overrides) per trainer; the step budget is added by --steps
 _GRPO = ["grpo.learning_rate=3e-4", "grpo.max_new_tokens=80", "grpo.update_schedule=items",
@@ -70,6 +71,7 @@ RUNS = {
     "sft+madpo": ("configs/madpo_che_cpu.yaml", [f"madpo.{key}" for key in _FROM_SFT]),
     "planner_coder": ("configs/planner_coder_cpu.yaml", []),
     "coder_tester": ("configs/coder_tester_cpu.yaml", []),
+    "magrpo_shared_policy": ("configs/magrpo_che_cpu.yaml", ["agent_model.shared_policy=true"]),
 }
 STARTS_FROM = {"sft+magrpo": "sft", "sft+madpo": "sft"}   # row -> the row whose agents it starts from (init_from)
 FULL_CONFIG = ("sft",)                                     # rows that train their config's epochs, not --steps
@@ -77,7 +79,7 @@ FULL_CONFIG = ("sft",)                                     # rows that train the
 
 def trainer_of(row_name: str) -> str:
     """Return the trainer (train_<trainer>.py, its config section) of table row `row_name`."""
-    if row_name in ("planner_coder", "coder_tester"):
+    if row_name in ("planner_coder", "coder_tester", "magrpo_shared_policy"):
         return "magrpo"
     return row_name.split("+")[-1]
 ITERATIVE = ("madpo_iter", "marlhf_iter")   # their budget is steps per iteration (2 iterations)

@@ -4,8 +4,9 @@ A checkpoint is a folder `checkpoint-<step>/` holding `agent_<i>/` (HF `save_pre
 adapters only when peft wraps the model; a value model adds its head), `trainer_state.pt` (optimizer states, RNG
 states, counters, anything else the trainer passes), under data-parallel training `rank_<r>.pt` per process (what
 differs between them: buffers, counters, a sharded optimizer's shard; written as rank 0 receives them one at a time)
-and `done` (written last). It is written under a temporary name and renamed, so a crash mid-save leaves the previous
-checkpoints intact and never a half-written one.
+and `done` (written last); a shared policy's (agent_model.shared_policy) holds its one model as `agent_0/` and
+`shared_policy.json`, the number of agents it plays (a run's final/ models too). It is written under a temporary
+name and renamed, so a crash mid-save leaves the previous checkpoints intact and never a half-written one.
 
 Loading never runs code from a checkpoint: `trainer_state.pt` is read with `torch.load(weights_only=True)`, which
 builds tensors and plain containers only. What a trainer's state holds beyond that is converted to plain data on
@@ -43,6 +44,7 @@ from cooprl.samples import BUFFER_RECORDS, CriticSample, NodeGroup, Step, TrainS
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
+SHARED_POLICY_FILE = "shared_policy.json"   # {"agents": N}: agent_0/ is the one model all N agents played
 _TAG = "__cooprl_plain__"          # marks a dict that stands for a non-plain value
 _NUMPY_KINDS = "biufc"             # bool, ints, floats, complex: numpy dtypes a state may hold
 _MAX_SAFETENSORS_HEADER = 100 << 20
@@ -190,11 +192,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[str, Any],
                     keep_last: int | None = None, weights: Iterable[dict[str, Any] | None] = (),
-                    rank_states: Iterable[dict[str, Any]] = ()) -> Path:
+                    rank_states: Iterable[dict[str, Any]] = (), shared_agents: int = 0) -> Path:
     """Write checkpoint-<step> atomically under `directory`, prune to the newest `keep_last`; return its path.
     `weights` yields, model by model, a whole state dict (a sharded model's, gathered: taken one at a time) or None
     (the model saves its own); `rank_states` yields each data-parallel process's own state in rank order
-    (`rank_<r>.pt`)."""
+    (`rank_<r>.pt`); `shared_agents`: the agents `models[0]` plays under a shared policy (0: a model each)."""
     from safetensors import SafetensorError
     final = directory / f"checkpoint-{step}"
     needed = expected_size(directory, models)
@@ -208,6 +210,7 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
         whole = iter(weights)
         for i, model in enumerate(models):
             save_model(model, tmp / f"agent_{i}", next(whole, None))
+        mark_shared_policy(tmp, shared_agents)
         torch.save(to_plain({**state, "rng": rng_state(), "step": step}), tmp / STATE_FILE)
         for rank, rank_state in enumerate(rank_states):
             torch.save(to_plain(rank_state), tmp / rank_file(rank))
@@ -269,7 +272,6 @@ def expected_size(directory: Path, models: list[Any]) -> int:
     found = list_checkpoints(directory)
     if found:
         return folder_size(found[-1])
-    # (an agent of a shared base is no Module: its parameters() are its adapter's, see cooprl.models.shared_base)
     trained = [p for m in models if hasattr(m, "parameters") for p in m.parameters() if p.requires_grad]
     return sum(p.numel() * (p.element_size() + 8) for p in trained)
 
@@ -457,10 +459,16 @@ def check_agent_folder(checkpoint: Path, agent: int) -> Path:
     return folder
 
 
-def load_team_weights(models: list[Any], checkpoint: Path) -> None:
+def load_team_weights(models: list[Any], checkpoint: Path, shared_agents: int = 0) -> None:
     """Load agent i's saved weights into `models[i]`, for every model; CheckpointError when `checkpoint` holds
     another number of agents (a single agent's checkpoint in a team, or a team's first agent evaluated alone, would
-    otherwise be called damaged, or load without a word)."""
+    otherwise be called damaged, or load without a word), or not this run's shared policy (`shared_agents`; 0: none)."""
+    saved = shared_policy_agents(checkpoint)
+    if saved != shared_agents:
+        held, this = (f"a shared policy of {n} agents" if n else "a model per agent" for n in (saved, shared_agents))
+        fix = f"; resume or evaluate it with --override agent_model.shared_policy={'true' if saved else 'false'}"
+        raise CheckpointError(f"checkpoint {checkpoint} holds {held} (agent_model.shared_policy) and this run has "
+                              f"{this}{fix if bool(saved) != bool(shared_agents) else ''}")
     held = len(saved_models(checkpoint))   # the agents, then critics or a reward model, as `models` lists them
     if held != len(models):
         raise CheckpointError(f"checkpoint {checkpoint} holds {held} model(s) (agent_<i>/: agents, then critics), "
@@ -468,6 +476,26 @@ def load_team_weights(models: list[Any], checkpoint: Path) -> None:
                               "the run that saved it)")
     for i, model in enumerate(models):
         load_agent_weights(model, checkpoint, i)
+
+
+def mark_shared_policy(folder: Path, shared_agents: int) -> None:
+    """Write (with 0: remove) the shared-policy marker of `folder`: the number of agents its agent_0/ played."""
+    (folder / SHARED_POLICY_FILE).unlink(missing_ok=True)
+    if shared_agents:
+        (folder / SHARED_POLICY_FILE).write_text(json.dumps({"agents": shared_agents}), encoding="utf-8")
+
+
+def shared_policy_agents(folder: Path) -> int:
+    """Return the number of agents the one model saved in `folder` played (agent_model.shared_policy), 0 when it
+    holds a model per agent; CheckpointError when the marker is damaged."""
+    marker = folder / SHARED_POLICY_FILE
+    try:
+        agents = json.loads(marker.read_text(encoding="utf-8"))["agents"] if marker.is_file() else 0
+        if type(agents) is not int or agents < 0:
+            raise ValueError(agents)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise damaged(folder, f"{SHARED_POLICY_FILE} holds no number of agents ({type(err).__name__})") from None
+    return agents
 
 
 def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
@@ -556,15 +584,17 @@ def saved_policies(folder: Path) -> list[int]:
 
 def init_folders(run: str, num_agents: int) -> list[Path]:
     """Return the saved folder of each of `num_agents` agents in `run` (agent_model.init_from): a run folder's
-    final/ models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself.
+    final/ models when it saved them, else its newest undamaged checkpoint; or a checkpoint folder itself (a shared
+    policy's one model for each agent).
     ModelError naming the problem when there is no such run, it holds another number of agents, or a file is damaged."""
     source = init_source(run)
     saved, policies = saved_models(source), saved_policies(source)
-    if saved != list(range(num_agents)) and policies != list(range(num_agents)):
-        others = len(saved) - len(policies)
-        held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
-        raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
     try:
-        return [check_agent_folder(source, i) for i in range(num_agents)]
+        shared = num_agents > 1 and shared_policy_agents(source) > 0   # every agent starts from the shared policy
+        if not shared and saved != list(range(num_agents)) and policies != list(range(num_agents)):
+            others = len(saved) - len(policies)
+            held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
+            raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
+        return [check_agent_folder(source, 0 if shared else i) for i in range(num_agents)]
     except CheckpointError as err:
         raise ModelError(f"agent_model.init_from: {err}") from None

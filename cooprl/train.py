@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cooprl.checkpoint import save_failed, save_model
+from cooprl.checkpoint import mark_shared_policy, save_failed, save_model
 from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run, SFTSection, check_training_samples_differ
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
@@ -70,6 +70,7 @@ def _train_in(run: Run, task: Task, parallel: Parallel, run_dir: Path) -> dict[s
         target = Path(config.output.save_path or run_dir / "final")
         for i, model in enumerate(algorithm.models):
             save_final_model(model, target / f"agent_{i}", weights[i], run_dir)
+        mark_shared_policy(target, algorithm.shared_agents)
         log.info("final models saved in %s", target)
     if not summary.get("interrupted"):   # an interrupted run said how to continue it
         print("\n" + results_summary(run, run_dir, target))

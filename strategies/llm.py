@@ -230,7 +230,9 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     start = init_source(model_cfg.init_from) if model_cfg.init_from else None
     saved = folder if folder is not None else start
     # the saved agents (an actor-critic run's critics come after them: a single actor and its critic is no team)
-    num_agents = 2 if saved is not None and len(saved_policies(saved) or saved_models(saved)) >= 2 else 1
+    # a shared policy's run saved one model for every agent (agent_model.shared_policy): a team, one model in memory
+    shared = ckpt.shared_policy_agents(saved) if saved is not None else 0
+    num_agents = 2 if saved is not None and (shared or len(saved_policies(saved) or saved_models(saved))) >= 2 else 1
     one = config.agents is not None and saved is None   # an untrained model of `agents:`: its first
     names = agent_names(config)[:1] if one else agent_model_names(config, num_agents)
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
@@ -239,13 +241,16 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
         from cooprl.rollout.vllm_platform import check_vllm_devices
         check_vllm_devices(model_cfg, [model_cfg.device] * num_agents)   # fails fast, with the fix
     from cooprl.rollout.memory_plan import check_memory
-    check_memory(config, [model_cfg.device] * num_agents, max_new_tokens=max_new_tokens)   # either backend
+    check_memory(config, [model_cfg.device] * (1 if shared else num_agents), max_new_tokens=max_new_tokens)
     llms = []
     for i, name in enumerate(names):
+        if shared and llms:
+            llms.append(GeneratorLLM(llms[0].generator, f"{name}#{i}"))
+            continue
         model = load_causal_lm(name, torch_dtype=model_cfg.torch_dtype, device=model_cfg.device, lora=model_cfg.lora,
                                init=inits[i])
         if folder is not None:
-            ckpt.load_agent_weights(model, folder, i)
+            ckpt.load_agent_weights(model, folder, 0 if shared else i)
         tokenizer = load_tokenizer(name, model_cfg.special_tokens)
         model.config.use_cache = True
         max_prompt_tokens = max(model_cfg.max_length - max_new_tokens, 8)

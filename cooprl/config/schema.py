@@ -123,8 +123,9 @@ class AgentModelSection:
         "own adapter with its own optimizer and its KL reference is the base, adapters off; the agents must share "
         "one base model (issue 45)")
     shared_policy: bool = option(
-        False, "one model (full or LoRA) plays every role: each agent's prompts and samples are its own, their "
-        "advantages are per agent, one optimizer step trains the model on all of them (issue 45)")
+        False, "one model (full or LoRA), optimizer and sampler play every role: each agent's prompts and samples are "
+        "its own, their advantages are per agent, one optimizer step trains the model on the sum of the agents' own "
+        "losses (magrpo, madpo; docs/algorithms.md); checkpoints hold it once, as agent_0/")
 
 
 @dataclass

@@ -491,8 +491,9 @@ def print_memory_plan(run: Run, gib: float, processes: int = 1, prompts: Sequenc
     config, section = run.config, run.section
     model_cfg = config.agent_model
     rank_gpu = section.parallel_training in ("ddp", "fsdp")
-    agents = [_planned_gpu(d, rank_gpu) for d in model_devices(section.agent_devices, "agent_devices",
-                                                               section.num_agents, model_cfg.device)]
+    models = 1 if model_cfg.shared_policy else section.num_agents   # a shared policy: one model plays them all
+    agents = [_planned_gpu(d, rank_gpu) for d in model_devices(section.agent_devices, "agent_devices", models,
+                                                               model_cfg.device)]
     vllm = model_cfg.generation_backend == "vllm"
     shards = model_cfg.vllm_tensor_parallel_size
     engines = [[d] if shards == 1 else [f"cuda:{s}" for s in range(shards)] for d in agents] if vllm else []

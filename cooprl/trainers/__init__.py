@@ -20,6 +20,7 @@ from cooprl.trainers.madpo import build_madpo
 from cooprl.trainers.magrpo import build_magrpo
 from cooprl.trainers.marlhf import build_marlhf
 from cooprl.trainers.sft import build_sft
+from cooprl.trainers.team import check_shared_policy
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ def build_algorithm(run: Run, task: Task, parallel: Parallel | None = None) -> A
     the section's, in one process); ConfigError for a section the task cannot be trained with, before any model is
     loaded."""
     check_task_fits(run, task)
+    check_shared_policy(run, task.num_agents)
     return TRAINERS[run.trainer].build(run, task, parallel)
 
 

@@ -25,10 +25,10 @@ from cooprl.samples import TrainSample
 from cooprl.task import Task
 from cooprl.text import safe_print
 from cooprl.trainers.loop import Algorithm
-from cooprl.trainers.team import Agent, AgentRunner
-from cooprl.update.engine import Term, optimizer_step
-from cooprl.update.policy_gradient import (LossKL, PolicyObjective, frozen_reference, policy_gradient_metrics,
-                                           policy_gradient_term, sampling_logprobs)
+from cooprl.trainers.team import Agent, AgentRunner, distinct
+from cooprl.update.engine import StepResult, Term, optimizer_step
+from cooprl.update.policy_gradient import (LossKL, PolicyObjective, PolicyTerm, frozen_reference,
+                                           policy_gradient_metrics, policy_gradient_term, sampling_logprobs)
 
 
 def reward_processor(config: Config, task: Task) -> Callable[[float], float]:
@@ -60,16 +60,30 @@ class TeamAlgorithm(Algorithm):
     def __init__(self, run: Run, task: Task, team: list[Agent], *, references: bool = False,
                  parallel: Parallel | None = None):
         self.config, self.section, self.task, self.team = run.config, run.section, task, team
-        self.models = [agent.model for agent in team]   # what checkpoints save, in agent order
+        # agent_model.shared_policy: the number of agents the one model plays (checkpoints mark it; 0: one each)
+        self.shared_agents = len(team) if run.config.agent_model.shared_policy else 0
+        self.models = self.each_once([agent.model for agent in team])   # what checkpoints save, in agent order
         self.process_reward = reward_processor(run.config, task)
         # the frozen start model of each agent, for a KL term to it (None when the algorithm needs none)
-        self.references = [frozen_reference(agent.model) for agent in team] if references else None
+        self.references = None
+        if references:
+            frozen = {id(model): frozen_reference(model) for model in self.models}
+            self.references = [frozen[id(agent.model)] for agent in team]
         # reference_kl_form reward: the sampled KL lowers each reward before its advantage; loss: a term of the loss
         self.kl_in_reward = self.references is not None and run.section.reference_kl_form == "reward"
         # parallel_training mp: the agents' sampling and updates on one thread each (cooprl.trainers.team.AgentRunner)
         self.runner = AgentRunner(team, run.section.parallel_training)
         # ddp/fsdp: what this process asks of the others (gathers, broadcasts, the engine's sync of each model)
         self.parallel = parallel or Parallel.of(run.section)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Return the agents' optimizers in agent order, each once (a shared policy's agents hold one)."""
+        return self.each_once([agent.optimizer for agent in self.team])
+
+    def each_once(self, items: list[Any]) -> list[Any]:
+        """Return the agents' `items` (models, optimizers), a shared policy's one item once."""
+        return distinct(items) if self.shared_agents else items
 
     def sample_agent(self, agent: int, prompts: list[str], n: int) -> list[list[Completion]]:
         """Return `n` completions of agent `agent` for each prompt (the rollout's and evaluation's Sampler)."""
@@ -111,6 +125,12 @@ class TeamAlgorithm(Algorithm):
         weight = self.objective.weight(samples) if weight is None else weight
         result = optimizer_step([member.optimizer], [policy, *extra], [member.model], weight=weight,
                                 max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
+        return self.step_metrics(samples, policy, result, kl)
+
+    def step_metrics(self, samples: Sequence[TrainSample], policy: PolicyTerm, result: StepResult,
+                     kl: LossKL | None) -> Metrics:
+        """Return an agent's metrics of an optimizer step (`result`) of its policy loss `policy` on `samples`
+        (`policy_gradient_metrics`, and `truncated_masked` under mask_truncated_completions)."""
         metrics = policy_gradient_metrics(samples, policy, result, kl)
         if self.objective.mask_truncated:
             metrics.add("truncated_masked", sum(x.truncated for x in samples), SUM)
@@ -125,7 +145,7 @@ class TeamAlgorithm(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         """Return what a checkpoint needs besides the weights: the optimizers and the algorithm's own state. The
         optimizers of sharded agents (parallel_training fsdp) are each process's own: they go in `rank_state`."""
-        optimizers = "sharded" if self.sharded else [agent.optimizer.state_dict() for agent in self.team]
+        optimizers = "sharded" if self.sharded else [optimizer.state_dict() for optimizer in self.optimizers]
         return {"optimizers": optimizers, **self.extra_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -136,8 +156,8 @@ class TeamAlgorithm(Algorithm):
                 f"the checkpoint's optimizers are {saved}; resume with the parallel_training that wrote it"
             )
         if not self.sharded:
-            for agent, opt_state in zip(self.team, state["optimizers"], strict=True):
-                agent.optimizer.load_state_dict(opt_state)
+            for optimizer, opt_state in zip(self.optimizers, state["optimizers"], strict=True):
+                optimizer.load_state_dict(opt_state)
         self.load_extra_state(state)
 
     @property
@@ -158,14 +178,14 @@ class TeamAlgorithm(Algorithm):
         every rank."""
         state = self.extra_state()
         if self.sharded:
-            state["optimizer_shards"] = [self.parallel.optimizer_state(agent.optimizer) for agent in self.team]
+            state["optimizer_shards"] = [self.parallel.optimizer_state(optimizer) for optimizer in self.optimizers]
         return state
 
     def load_rank_state(self, state: dict[str, Any]) -> None:
         """Restore this rank's part saved by `rank_state`."""
         if self.sharded:
-            for agent, shard in zip(self.team, state["optimizer_shards"], strict=True):
-                self.parallel.load_optimizer_state(agent.optimizer, shard)
+            for optimizer, shard in zip(self.optimizers, state["optimizer_shards"], strict=True):
+                self.parallel.load_optimizer_state(optimizer, shard)
         self.load_extra_state(state)
 
     def generators(self) -> list[Any]:

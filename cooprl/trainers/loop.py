@@ -57,6 +57,7 @@ class Algorithm:
     on every algorithm, which a trainer overrides when it has something to do there."""
 
     models: list[Any]                 # saved as agent_<i>/ in checkpoints
+    shared_agents: int = 0            # agent_model.shared_policy: the agents models[0] plays (0: a model each)
     parallel: Parallel = SINGLE       # the run's parallel context (the builder's): gathers, the data order's shards
     rounds: int = 1                   # the step plan (items of the epochs, cut at max_steps) repeats this often
     task_reward_key: str = TRAINING_REWARD   # the metric of the task's own reward (MARLHF trains on a learned one)
@@ -149,7 +150,7 @@ def _resume(checkpoint: Path, algorithm: Algorithm, ranks: Ranks = Ranks()) -> d
     if saved_world != ranks.world_size:
         raise ckpt.CheckpointError(f"checkpoint {checkpoint} was written by {saved_world} data-parallel process(es); "
                                    f"resume it with as many (this run has {ranks.world_size})")
-    ckpt.load_team_weights(algorithm.models, checkpoint)
+    ckpt.load_team_weights(algorithm.models, checkpoint, algorithm.shared_agents)
     try:
         algorithm.load_state_dict(state["algorithm"])
         if ranks.world_size > 1:   # this rank's own buffers and counters (and a sharded optimizer's shard)
@@ -211,7 +212,8 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
                 rank_states = parallel.receive_in_rank_order(algorithm.rank_state())
             try:
                 path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state,
-                                            config.checkpoint.checkpoint_total_limit, weights, rank_states)
+                                            config.checkpoint.checkpoint_total_limit, weights, rank_states,
+                                            shared_agents=algorithm.shared_agents)
             except ckpt.SaveError as err:
                 tracker.close()   # the steps logged so far reach W&B
                 again = f"--resume {run_dir}" if ckpt.list_checkpoints(checkpoint_dir) else "the same command"

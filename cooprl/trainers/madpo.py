@@ -264,12 +264,14 @@ class MADPO(TeamAlgorithm):
             return losses.sum() * (weight / denominator if denominator else 0.0), out
 
         dpo = Term([(pairs, weights)] if pairs else [], loss, padding=([self._padding_pair()], [1.0]))
-        result = optimizer_step([agent.optimizer for agent in self.team], [dpo], self.models, weight=weight,
-                                max_grad_norm=s.max_grad_norm, parallel=self.parallel)
+        # a shared policy (agent_model.shared_policy): its one optimizer steps once on the sum of the agents' losses
+        result = optimizer_step(self.optimizers, [dpo], self.models, weight=weight, max_grad_norm=s.max_grad_norm,
+                                parallel=self.parallel)
         metrics = Metrics(result.metrics)
         metrics.add("dpo/pairs", len(pairs), SUM)
         metrics.add("dpo/skipped_nonfinite", float(result.skipped), STEPS)
-        for a, norm in enumerate(result.grad_norms):
+        norms = result.grad_norms * len(self.team) if self.shared_agents else result.grad_norms   # one step for all
+        for a, norm in enumerate(norms):
             if norm is not None:
                 metrics.add(f"agent_{a}/grad_norm", norm)
         return metrics

@@ -18,6 +18,8 @@ One training step on one dataset item:
 With `reference_kl_coef` > 0 in the `reward` form (the default), each sample's return at its node is lowered by
 coef x its k3 KL to the frozen start model (scored once after the rollout, no gradient) before the group baseline;
 in the `loss` form the KL is a term of the policy loss instead.
+With `agent_model.shared_policy` one model plays every agent: an update's k-th optimizer step trains it on the sum of
+every agent's k-th step's loss (`shared_update`; docs/algorithms.md).
 With `agent_model.vllm_importance_cap` each sample's tokens carry truncated importance weights against vLLM's sampler,
 scored when its group is built (before any update of the step): `cooprl.update.policy_gradient`.
 """
@@ -39,8 +41,9 @@ from cooprl.samples import NodeGroup
 from cooprl.task import Task, all_first_prompts
 from cooprl.trainers.base import TeamAlgorithm, policy_objective
 from cooprl.trainers.team import Agent, build_team
+from cooprl.update.engine import shared_policy_step
 from cooprl.update.losses import group_advantages, kl_penalized
-from cooprl.update.policy_gradient import sampled_kls
+from cooprl.update.policy_gradient import policy_gradient_term, sampled_kls
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +151,10 @@ class MAGRPO(TeamAlgorithm):
     def update(self) -> Metrics:
         """Train every agent on its buffer and empty it; return each agent's metrics of its optimizer steps. The
         agents' optimizer batches are drawn first, in agent order; their steps then run one agent after the other,
-        or concurrently under parallel_training mp."""
+        or concurrently under parallel_training mp (a shared policy's: `shared_update`)."""
         plans = [optimizer_batches(self.buffer[a], self.section, self.buffered_items) for a in range(len(self.team))]
+        if self.shared_agents:
+            return self.shared_update(plans)
 
         def train_agent(a: int) -> list[Metrics]:
             # num_iterations passes over the same steps: this rollout's samples, never a later one's
@@ -165,6 +170,40 @@ class MAGRPO(TeamAlgorithm):
         self.buffer = [[] for _ in self.team]
         self.buffered_items = 0
         return metrics
+
+    def shared_update(self, plans: list[list[tuple[list[NodeGroup], int]]]) -> Metrics:
+        """Train a shared policy (agent_model.shared_policy) on every agent's buffer and empty them; return each
+        agent's metrics. Its k-th optimizer step trains the one model on the k-th step of every agent's plan that
+        has one (the agents' plans are alike but where a tied group was dropped), each agent's loss as its own step
+        would take it (cooprl.update.engine.shared_policy_step)."""
+        metrics, steps = Metrics(), max(map(len, plans))
+        for _ in range(self.section.num_iterations):
+            for k in range(steps):
+                for a, step in self._shared_step({a: plan[k] for a, plan in enumerate(plans) if k < len(plan)}):
+                    metrics.merge(step, prefix=f"agent_{a}/")
+        for a, plan in enumerate(plans):
+            metrics.add(f"agent_{a}/optimizer_steps", len(plan) * self.section.num_iterations, STEPS)
+        metrics.add("shared_policy/optimizer_steps", steps * self.section.num_iterations, STEPS)
+        self.buffer = [[] for _ in self.team]
+        self.buffered_items = 0
+        return metrics
+
+    def _shared_step(self, batches: dict[int, tuple[list[NodeGroup], int]]) -> list[tuple[int, Metrics]]:
+        """Take one optimizer step of the shared policy on agent a's `batches[a]` (its node groups and forward batch),
+        for every a; return each agent's metrics of it."""
+        parts = []
+        for a, (groups, forward_batch) in batches.items():
+            agent, samples, kl = self.team[a], [x for group in groups for x in group.samples], self.loss_kl(a)
+            objective = replace(self.objective, max_new_tokens=agent.params.max_new_tokens)   # dr_grpo: its own
+            policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id,
+                                          batch_size=forward_batch, kl=kl, objective=objective)
+            parts.append((a, samples, kl, policy))
+        agent = self.team[0]
+        results = shared_policy_step(agent.optimizer, agent.model,
+                                     [(policy, self.objective.weight(samples)) for _, samples, _, policy in parts],
+                                     max_grad_norm=self.section.max_grad_norm)
+        return [(a, self.step_metrics(samples, policy, result, kl))
+                for (a, samples, kl, policy), result in zip(parts, results, strict=True)]
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def extra_state(self) -> dict[str, Any]:

@@ -68,7 +68,9 @@ def start_summary(run: Run, task: Task, models: Sequence[Any], run_dir: Path, to
         ("trainer", run.trainer),
         ("model", f"{config.agent_model.name} ({model_source(config.agent_model.name)})"),
         ("init_from", init_description(config.agent_model.init_from)),
-        ("team", f"{task.name}, {task.num_agents} agent(s)"),
+        ("team", f"{task.name}, {task.num_agents} agent(s)"
+                 + (", one model playing them all (agent_model.shared_policy)" if config.agent_model.shared_policy
+                    else "")),
         ("data", f"{len(task.train_items)} training items, {section.eval_num_samples or 0} of "
                  f"{len(task.eval_items)} eval problems x {section.eval_num_generations} sample(s)"),
         ("steps", f"{total_steps}" + (f" ({rounds} iterations x {total_steps // rounds})" if rounds > 1 else "")

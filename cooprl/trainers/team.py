@@ -3,7 +3,9 @@
 Homogeneous agents load `agent_model.name` once per agent (each agent trains its own copy); heterogeneous
 agents give one name per agent in `agents:`, where an entry may also give the agent its own learning rate and
 sampling settings (cooprl.config.agents). With `agent_model.lora`, each agent gets its own adapter; with
-`agent_model.share_base` too, every agent's adapter sits on one base model (cooprl.models.shared_base).
+`agent_model.share_base` too, every agent's adapter sits on one base model (cooprl.models.shared_base). With
+`agent_model.shared_policy` every agent holds the same model, tokenizer, sampler and optimizer (built as a team of one),
+and keeps its own sampling settings (`build_shared_policy_team`).
 With `agent_model.generation_backend: vllm`, each agent samples with its own vLLM engine, which receives
 the agent's new weights after every optimizer step (see cooprl.rollout.vllm_generation); with
 `agent_model.share_base`, one engine serves every agent's adapter (cooprl.rollout.vllm_team).
@@ -17,15 +19,18 @@ agents' calls on one thread per agent (torch releases the GIL in its kernels, so
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from cooprl.checkpoint import init_folders, lost_init
-from cooprl.config import Config, MADPOSection, Run, TrainerSection, agent_names, agent_settings, model_devices
+from cooprl.checkpoint import init_folders, init_source, lost_init, saved_policies, shared_policy_agents
+from cooprl.config import (Config, ConfigError, MADPOSection, Run, TrainerSection, agent_names, agent_settings,
+                           model_devices)
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
 from cooprl.models.shared_base import check_shareable, load_shared_base, shares_a_base
@@ -74,6 +79,8 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
     """Return one Agent per role of `run` with its model (agent_model), sampler settings and AdamW optimizer (the
     run's section); under fsdp (`parallel`, None: the run's section's) each process keeps a shard of every agent.
     `prompts()`: the task's first prompts, which bound a single-turn GPU run's in the memory plan."""
+    if run.config.agent_model.shared_policy:   # one model plays every role (issue 45)
+        return build_shared_policy_team(run, num_agents, stop_strings, parallel, prompts)
     config, section = run.config, run.section
     model_cfg = config.agent_model
     settings = agent_settings(config, section, num_agents)   # each agent's own (`agents:` entries), else the shared
@@ -129,6 +136,89 @@ def build_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]
         n_train = sum(p.numel() for p in trainable)
         log.info("agent %d: %s on %s, %.1fM trainable parameters", i, name, model.device, n_train / 1e6)
     return team
+
+
+def build_shared_policy_team(run: Run, num_agents: int, stop_strings: Sequence[tuple[str, ...]] = (),
+                             parallel: Parallel | None = None,
+                             prompts: Callable[[], Sequence[str]] | None = None) -> list[Agent]:
+    """Return `num_agents` Agents that are one model, tokenizer, sampler and optimizer (agent_model.shared_policy),
+    built as a team of one; each role keeps its own sampling settings (its stop strings)."""
+    config = run.config
+    # (check_shared_policy refused different models, learning rates or max_new_tokens among the agents)
+    settings = agent_settings(config, run.section, num_agents)
+    alone = dataclasses.replace(config, agents=config.agents[:1] if config.agents else None,
+                                agent_model=dataclasses.replace(config.agent_model, shared_policy=False))
+    [member] = build_team(dataclasses.replace(run, config=alone), 1, (), parallel, prompts)
+    team = []
+    for i, own in enumerate(settings):   # each role samples with its own settings (its `agents:` entry's)
+        params = dataclasses.replace(member.params, temperature=own.temperature, top_p=own.top_p, top_k=own.top_k,
+                                     stop_strings=tuple(stop_strings[i]) if i < len(stop_strings) else ())
+        team.append(dataclasses.replace(member, params=params))
+    log.info("shared policy: the one model plays all %d agents", num_agents)
+    return team
+
+
+def check_shared_policy(run: Run, num_agents: int) -> None:
+    """Raise ConfigError, before any model loads, when agent_model.shared_policy cannot train `run` with
+    `num_agents` agents; nothing when it is off."""
+    config, trainer = run.config, run.trainer
+    if not config.agent_model.shared_policy:
+        return
+    key = "agent_model.shared_policy"
+    if trainer not in SHARED_POLICY_TRAINERS:
+        raise ConfigError(f"{key}: {trainer} does not train a shared policy (it is built for "
+                          f"{', '.join(SHARED_POLICY_TRAINERS)}): {SHARED_POLICY_REFUSALS.get(trainer, '')}")
+    if num_agents < 2:
+        raise ConfigError(f"{key}: this {trainer} run has one agent (grpo, or a centralized task), so there is no "
+                          "other role to share its model with; remove it")
+    if config.agent_model.share_base:
+        raise ConfigError(f"{key} and agent_model.share_base: a shared policy is one model (one adapter, with LoRA) "
+                          "for every agent, share_base one base with an adapter per agent; choose one")
+    settings = agent_settings(config, run.section, num_agents)
+    if len({own.name for own in settings}) > 1:
+        raise ConfigError(f"{key}: agents names different models ({', '.join(own.name for own in settings)}), and one "
+                          "model plays every role; name one model (agent_model.name) or set shared_policy false")
+    for what in ("learning_rate", "max_new_tokens"):   # one optimizer; one sampler cuts prompts for one budget
+        if len({getattr(own, what) for own in settings}) > 1:
+            raise ConfigError(f"{key}: the agents: entries give different {what}s, and one model with one optimizer "
+                              f"and one sampler plays every role; give every agent one {what} (sampling settings may "
+                              "differ)")
+    init_from = config.agent_model.init_from
+    if init_from and Path(init_from).expanduser().exists():
+        source = init_source(init_from)
+        if not shared_policy_agents(source) and len(saved_policies(source)) > 1:
+            raise ConfigError(f"{key} with agent_model.init_from: {source} holds {len(saved_policies(source))} "
+                              "separate agents, and a shared policy starts from one model: a shared-policy run's or a "
+                              "one-agent run's")
+    mode = run.section.parallel_training
+    if mode != "none":
+        raise ConfigError(f"{key} with {trainer}.parallel_training: {mode}: {SHARED_POLICY_MODES[mode]}; set "
+                          f"{trainer}.parallel_training=none")
+
+
+# what agent_model.shared_policy trains (one optimizer step on every agent's loss), and why the others do not
+SHARED_POLICY_TRAINERS = ("magrpo", "madpo")
+SHARED_POLICY_REFUSALS = {
+    "grpo": "it trains one agent, so there is no other role to share its model with",
+    "iac": "its actors step one after the other, each with its critic's values, not in one step",
+    "maac": "its actors step one after the other, each with the critic's values, not in one step",
+    "ac": "it trains one agent, so there is no other role to share its model with",
+    "madpo_iter": "its comparator's policy snapshots are per agent",
+    "marlhf": "its reward model is saved as one of the agents' folders",
+    "marlhf_iter": "its reward model is saved as one of the agents' folders",
+    "sft": "it takes one optimizer step per agent on its demonstrations",
+}
+SHARED_POLICY_MODES = {
+    "mp": "mp runs each agent's calls on a thread (and device) of its own, and a shared policy is one model",
+    "ddp": "not built yet (its gradient average weighs every process by its whole step, not by each agent's part)",
+    "fsdp": "not built yet (a sharded step divides every term by one global sample count)",
+}
+
+
+def distinct(items: Sequence[T]) -> list[T]:
+    """Return `items` without repeats (by identity), in order: the models or optimizers of a team, each once (a
+    shared policy's agents hold the same ones)."""
+    return list({id(item): item for item in items}.values())
 
 
 def uses_start_models(section: TrainerSection) -> bool:

@@ -157,3 +157,27 @@ def guarded_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None, 
         log.warning("non-finite gradient norm: this optimizer step is skipped")
     optimizer.zero_grad(set_to_none=True)
     return norm.item() if finite else None
+
+
+def shared_policy_step(optimizer: torch.optim.Optimizer, model: Any, terms: Sequence[tuple[Term, float]], *,
+                       max_grad_norm: float | None) -> list[StepResult]:
+    """Take one optimizer step of a shared policy (agent_model.shared_policy: one model and optimizer play every
+    agent) on each agent's `(term, weight)`; return each term's StepResult (its loss and metrics, the step's norm).
+
+    Each term's loss is divided by its own `weight`, as that agent's own step would divide it: the step's gradient is
+    the sum of the agents' own steps' gradients, so every role counts as much as in a team of separate models, a role
+    with fewer samples in this step (a dropped tied group) as much as the others. Clipping applies to that sum."""
+    def own(loss: LossFn, weight: float, tag: str) -> LossFn:
+        def scored(batch: Any, _denominator: float) -> tuple[torch.Tensor, dict[str, float]]:
+            value, metrics = loss(batch, weight)
+            return value, {f"{tag}/{key}": v for key, v in metrics.items()}
+        return scored
+
+    tagged = [Term(term.batches, own(term.loss, weight, str(i)), str(i), term.padding)
+              for i, (term, weight) in enumerate(terms)]
+    result = optimizer_step([optimizer], tagged, [model], weight=sum(weight for _, weight in terms),
+                            max_grad_norm=max_grad_norm)
+    return [StepResult({term.name: result.losses[str(i)]},
+                       {key.split("/", 1)[1]: v for key, v in result.metrics.items() if key.split("/", 1)[0] == str(i)},
+                       result.grad_norms, result.skipped)
+            for i, (term, _) in enumerate(terms)]

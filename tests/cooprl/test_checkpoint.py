@@ -207,3 +207,35 @@ def test_a_resume_reads_the_trainer_state_and_rank_states_memory_mapped(tmp_path
     assert torch.equal(loaded, moments) and torch.equal(shard, moments * 2)
     loaded.add_(1)   # an optimizer step on a CPU state
     assert torch.equal(ckpt.load_trainer_state(path)["algorithm"]["moments"], moments)
+
+
+# ----------------------------------------------------------------------------------------- a shared policy's checkpoint
+def test_a_shared_policy_checkpoint_holds_its_model_once_and_resumes_only_as_a_shared_policy(tmp_path):
+    import json
+
+    trained = TinyModel()
+    with torch.no_grad():
+        trained.weight.add_(1.0)
+    shared = ckpt.save_checkpoint(tmp_path / "shared", 1, [trained], {}, shared_agents=2)
+    assert sorted(p.name for p in shared.iterdir() if p.is_dir()) == ["agent_0"]
+    assert json.loads((shared / ckpt.SHARED_POLICY_FILE).read_text()) == {"agents": 2}
+    with pytest.raises(ckpt.CheckpointError, match=r"holds a shared policy of 2 agents \(agent_model.shared_policy\) "
+                                                   r"and this run has a model per agent; resume or evaluate it with "
+                                                   r"--override agent_model.shared_policy=true$"):
+        ckpt.load_team_weights([TinyModel()], shared, 0)
+    with pytest.raises(ckpt.CheckpointError, match=r"holds a shared policy of 2 agents \(agent_model.shared_policy\) "
+                                                   r"and this run has a shared policy of 3 agents$"):
+        ckpt.load_team_weights([TinyModel()], shared, 3)
+    separate = ckpt.save_checkpoint(tmp_path / "separate", 1, [TinyModel(), TinyModel()], {})
+    assert not (separate / ckpt.SHARED_POLICY_FILE).exists()
+    with pytest.raises(ckpt.CheckpointError, match="holds a model per agent .* and this run has a shared policy of 2 "
+                                                   "agents; .* --override agent_model.shared_policy=false"):
+        ckpt.load_team_weights([TinyModel()], separate, 2)
+    model = TinyModel()
+    ckpt.load_team_weights([model], shared, 2)
+    assert torch.equal(model.weight, trained.weight)
+    # a team of separate agents started from it (agent_model.init_from): every agent from the one model
+    assert ckpt.init_folders(str(shared), 2) == [shared / "agent_0"] * 2
+    (shared / ckpt.SHARED_POLICY_FILE).write_text("{}")
+    with pytest.raises(ckpt.CheckpointError, match="shared_policy.json holds no number of agents"):
+        ckpt.load_team_weights([model], shared, 2)

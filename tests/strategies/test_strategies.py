@@ -499,3 +499,21 @@ def test_an_agents_entry_given_as_a_mapping_names_the_model_a_strategy_loads(mon
     monkeypatch.setattr(loading, "load_causal_lm", load)
     with pytest.raises(Loaded, match="^offline:tiny-random$"):   # the first entry's model, untrained
         build_llm(config)
+
+
+def test_a_shared_policy_checkpoint_is_a_team_of_one_model(tmp_path):
+    # a shared-policy run saves its one model once (agent_0/ and shared_policy.json): both roles of the team are it
+    import torch
+
+    from cooprl import checkpoint as ckpt
+    from cooprl.config import load_config
+    from cooprl.models.loading import TINY_RANDOM, load_causal_lm
+    from strategies.llm import build_llm
+    trained = load_causal_lm(TINY_RANDOM, device="cpu")
+    with torch.no_grad():
+        trained.lm_head.weight.add_(0.5)
+    folder = ckpt.save_checkpoint(tmp_path, 1, [trained], {}, shared_agents=2)
+    config = load_config(None, [f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu"])
+    llm = build_llm(config, str(folder), max_new_tokens=4)
+    assert isinstance(llm, TeamLLM) and llm.aux.generator is llm.main.generator
+    assert torch.equal(llm.main.generator.model.lm_head.weight, trained.lm_head.weight)

@@ -350,3 +350,16 @@ def test_each_agent_is_planned_with_its_own_max_new_tokens(gpus):
     own, shared = (plan.largest_forward(dataclasses.replace(run.section, max_new_tokens=n), 2048, 100).tokens
                    for n in (1024, 256))
     assert own > shared
+
+
+def test_a_shared_policy_is_planned_as_one_model(capsys):
+    # `--memory-plan`: two agents hold two models' weights and optimizer states; a shared policy one of each
+    import re
+
+    def planned(*overrides: str) -> list[str]:
+        with pytest.raises(ConfigError):   # neither fits 24 GiB in full fine-tuning
+            plan.print_memory_plan(he_run(*overrides), 24)
+        return re.findall(r"^ +[\d.]+ GiB +(.*)$", capsys.readouterr().out, re.M)
+
+    separate, shared = planned(), planned("agent_model.shared_policy=true")
+    assert sum("weights" in line for line in separate) == 2 * sum("weights" in line for line in shared) == 2

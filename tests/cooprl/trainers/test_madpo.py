@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cooprl.checkpoint import list_checkpoints
 from cooprl.config import ConfigError, Run, load_config
 from cooprl.models.loading import TINY_RANDOM
 from cooprl.preferences.pairs import PairStore, PreferencePair, read_pairs
@@ -269,3 +270,25 @@ def test_code_joint_format_splits_a_joint_answer_into_agent_texts():
     assert aux == "x):\n    return 2 * x"
     assert completion_to_code("aux", problem, aux) == "def aux(x):\n    return 2 * x"
     assert "return aux(x)" in completion_to_code("main", problem, main)
+
+
+def test_a_shared_policy_takes_one_dpo_step_for_every_agent(tmp_path):
+    config = madpo_config(tmp_path, "shared", "madpo", ["madpo.max_steps=2", "madpo.pair_selection=all",
+                                                        "agent_model.shared_policy=true"])
+    seed_everything(config.seed)
+    task = scripted_task()
+    algorithm = build_madpo(Run.of(config, "madpo"), task)
+    [model], [optimizer] = algorithm.models, algorithm.optimizers
+    assert all(agent.model is model for agent in algorithm.team)
+    steps = []
+    step = optimizer.step
+    optimizer.step = lambda *args, **kwargs: (steps.append(1), step(*args, **kwargs))[1]
+    train_loop(Run.of(config, "madpo"), task, algorithm, tmp_path / "shared")
+    logged = train_events(tmp_path / "shared")
+    assert len(steps) == sum(e["dpo/optimizer_steps"] for e in logged) > 0   # once per update, not once per agent
+    updated = [e for e in logged if "agent_0/grad_norm" in e]
+    assert updated and all(e["agent_0/grad_norm"] == e["agent_1/grad_norm"] for e in updated)
+    assert all("agent_1/reward_accuracy" in e for e in updated)
+    checkpoint = list_checkpoints(tmp_path / "shared" / "checkpoints")[-1]
+    assert sorted(p.name for p in checkpoint.glob("agent_*")) == ["agent_0"]
+    assert (checkpoint / "shared_policy.json").is_file()

@@ -275,3 +275,109 @@ def test_each_agent_trains_with_its_own_learning_rate_and_max_new_tokens(tmp_pat
     fresh = load_causal_lm(TINY_RANDOM, device="cpu")   # learning rate 0: untouched; the shared 1e-2: trained
     assert all(torch.equal(p, q) for p, q in zip(first.parameters(), fresh.parameters(), strict=True))
     assert not torch.equal(second.model.embed_tokens.weight, fresh.model.embed_tokens.weight)
+
+
+# ------------------------------------------------------------------------------------------ agent_model.shared_policy
+def shared_policy_magrpo(tmp_path: Path, overrides: list[str] = ()):
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "agent_model.shared_policy=true",
+        "magrpo.max_new_tokens=6", "magrpo.num_generations=2", "magrpo.num_turns=1", "magrpo.learning_rate=1e-2",
+        "magrpo.update_schedule=items", "magrpo.rollout_buffer_size=1", "wandb.mode=disabled",
+        f"output.base_dir={tmp_path}", *overrides])
+    seed_everything(config.seed)
+    return build_magrpo(Run.of(config, "magrpo"), scripted_task())
+
+
+def test_a_shared_policy_steps_once_on_the_sum_of_every_agents_own_loss(tmp_path):
+    import copy
+
+    from cooprl.update.policy_gradient import policy_gradient_term
+    algorithm = shared_policy_magrpo(tmp_path)
+    model, [optimizer] = algorithm.models[0], algorithm.optimizers
+    assert len(algorithm.models) == 1 and all(a.model is model and a.optimizer is optimizer for a in algorithm.team)
+    # scripted advantages: agent 0 has 3 samples of one prompt, agent 1 two of another (its own role prompt)
+    pad = algorithm.team[0].tokenizer.pad_token_id
+    groups = [NodeGroup(0, [TrainSample(torch.tensor([5, 6, 7]), torch.tensor([8 + i, 9]), adv)
+                            for i, adv in enumerate([1.0, -0.5, -0.5])]),
+              NodeGroup(0, [TrainSample(torch.tensor([11, 12]), torch.tensor([13, 14 + i, 15]), adv)
+                            for i, adv in enumerate([0.7, -0.7])])]
+    start = copy.deepcopy(model)
+    expected, own_losses = {}, []
+    for group in groups:   # the gradient of each agent's own step (its loss: the mean over its own samples)
+        term = policy_gradient_term(start, group.samples, pad)
+        loss = sum(term.loss(batch, len(group.samples))[0] for batch in term.batches)
+        own_losses.append(loss.item())
+        for (name, _), g in zip(start.named_parameters(), torch.autograd.grad(loss, list(start.parameters()),
+                                                                               allow_unused=True)):
+            if g is not None:
+                expected[name] = expected.get(name, 0) + g
+    seen = []
+    step = optimizer.step
+    optimizer.step = lambda *args, **kwargs: (seen.append({n: p.grad.clone() for n, p in model.named_parameters()
+                                                           if p.grad is not None}), step(*args, **kwargs))[1]
+    algorithm.buffer, algorithm.buffered_items = [[groups[0]], [groups[1]]], 1
+    metrics = algorithm.update().reduce()
+    assert len(seen) == 1   # one optimizer step for both agents' losses
+    assert expected.keys() == seen[0].keys()
+    for name, grad in expected.items():
+        assert torch.allclose(seen[0][name], grad, atol=1e-6), name
+    # every agent's metrics, as a team of separate models reports them; the one step counted once
+    assert [metrics[f"agent_{a}/loss"] for a in (0, 1)] == pytest.approx(own_losses, abs=1e-6)
+    assert [metrics[f"agent_{a}/trained_samples"] for a in (0, 1)] == [3, 2]
+    assert metrics["agent_0/grad_norm"] == metrics["agent_1/grad_norm"] > 0
+    assert metrics["agent_0/optimizer_steps"] == metrics["shared_policy/optimizer_steps"] == 1
+    assert not torch.equal(model.lm_head.weight, start.lm_head.weight)
+
+
+def test_a_shared_policy_resumes_as_it_ran_and_refuses_a_resume_without_the_flag(tmp_path):
+    shared = ["agent_model.shared_policy=true", "magrpo.update_schedule=nodes", "magrpo.rollout_buffer_size=4"]
+    straight, _ = run_magrpo(tmp_path, "straight", ["magrpo.max_steps=4", *shared])
+    run_magrpo(tmp_path, "resumed", ["magrpo.max_steps=2", *shared])
+    resumed, _ = run_magrpo(tmp_path, "resumed", ["magrpo.max_steps=4", "checkpoint.resume_from_checkpoint=latest",
+                                                  *shared])
+    a, b = train_events(tmp_path / "straight"), train_events(tmp_path / "resumed")
+    updates = [e for e in a if "agent_1/loss" in e]
+    assert updates and updates[-1]["step"] > 2   # an update after the resume point
+    assert all(e["shared_policy/optimizer_steps"] == max(e["agent_0/optimizer_steps"], e["agent_1/optimizer_steps"])
+               for e in updates)
+    assert [{k: v for k, v in e.items() if not k.startswith(("time/", "wall"))} for e in a] == \
+        [{k: v for k, v in e.items() if not k.startswith(("time/", "wall"))} for e in b]
+    [m1], [m2] = straight.models, resumed.models
+    for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+        assert torch.equal(p1, p2), n1
+    assert not torch.equal(load_causal_lm(TINY_RANDOM, device="cpu").lm_head.weight, m1.lm_head.weight)
+    checkpoint = list_checkpoints(tmp_path / "straight" / "checkpoints")[-1]
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["agent_0", "done", "shared_policy.json",
+                                                             "trainer_state.pt"]
+    from cooprl.checkpoint import CheckpointError
+    with pytest.raises(CheckpointError, match="holds a shared policy .* --override agent_model.shared_policy=true"):
+        run_magrpo(tmp_path, "separate", ["magrpo.max_steps=6", "magrpo.update_schedule=nodes",
+                                          "magrpo.rollout_buffer_size=4",
+                                          f"checkpoint.resume_from_checkpoint={checkpoint}"])
+
+
+def test_evaluate_reads_a_shared_policy_run_as_it_evaluated_itself(tmp_path):
+    import evaluate
+    from cooprl.checkpoint import CheckpointError
+    from envs.code_generation.task import build_code_task
+    overrides = ["dataset.name=coop", "dataset.train_split=train[16:20]", "dataset.eval_split=test[:2]",
+                 "magrpo.num_turns=1", "magrpo.max_steps=2", "magrpo.update_schedule=items",
+                 "magrpo.rollout_buffer_size=1", "magrpo.eval_num_samples=2", "magrpo.eval_at_start=false",
+                 "agent_model.shared_policy=true", "agent_model.lora={r: 4, alpha: 8, dropout: 0.0}"]
+    config = load_config(None, [
+        f"agent_model.name={TINY_RANDOM}", "agent_model.device=cpu", "magrpo.max_new_tokens=6",
+        "magrpo.num_generations=2", "magrpo.learning_rate=1e-2", "magrpo.eval_interval=0", "wandb.mode=disabled",
+        f"output.base_dir={tmp_path}", "output.run_name=shared", "agent_model.temperature=1.0",
+        "agent_model.top_p=1.0", *overrides])
+    seed_everything(config.seed)
+    task = build_code_task(Run.of(config, "magrpo"))
+    train_loop(Run.of(config, "magrpo"), task, build_magrpo(Run.of(config, "magrpo"), task), tmp_path / "shared")
+    final = {k: v for line in (tmp_path / "shared" / "metrics.jsonl").read_text().splitlines()
+             for k, v in json.loads(line).items() if k.startswith("eval/")}   # (the last evaluation's)
+    assert "eval/turn_1/reward_mean" in final
+    run = evaluate.read_evaluation_config(str(tmp_path / "shared" / "config.yaml"), None, [])
+    assert evaluate.evaluate_checkpoint(run, str(tmp_path / "shared")) == pytest.approx(final)
+    separate = evaluate.read_evaluation_config(str(tmp_path / "shared" / "config.yaml"), None,
+                                               ["agent_model.shared_policy=false"])
+    with pytest.raises(CheckpointError, match="--override agent_model.shared_policy=true"):
+        evaluate.evaluate_checkpoint(separate, str(tmp_path / "shared"))

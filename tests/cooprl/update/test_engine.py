@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cooprl.parallel.context import Parallel
-from cooprl.update.engine import Sync, Term, optimizer_step
+from cooprl.update.engine import Sync, Term, optimizer_step, shared_policy_step
 
 
 def linear_and_sgd(lr: float = 0.5) -> tuple[torch.nn.Linear, torch.optim.SGD]:
@@ -77,3 +77,28 @@ def test_a_sharded_step_needs_its_padding():
     with pytest.raises(ValueError, match="padding"):
         optimizer_step([optimizer], [Term([[([1.0, 0.0], 1.0)]], loss)], [model], weight=1, max_grad_norm=1.0,
                        parallel=_Sharded())
+
+
+def test_a_shared_policy_step_is_the_sum_of_each_agents_own_step_gradient():
+    # agent 0 has 3 rows, agent 1 one: each term divided by its own count (its own step's mean), not the pooled 4
+    rows = [[([1.0, 0.0], 1.0), ([0.0, 1.0], -1.0), ([1.0, 1.0], 2.0)], [([2.0, -1.0], 0.5)]]
+    model, optimizer = linear_and_sgd(lr=1.0)
+    losses = [squared_error(model) for _ in rows]
+    stepped = []
+    step = optimizer.step
+    optimizer.step = lambda: (stepped.append(model.weight.grad.clone()), step())[1]
+    results = shared_policy_step(optimizer, model, [(Term([r], loss), float(len(r))) for r, (loss, _) in
+                                                    zip(rows, losses)], max_grad_norm=None)
+    assert [seen for _, seen in losses] == [[(3, 3.0)], [(1, 1.0)]]
+    start, _ = linear_and_sgd()
+    expected = torch.zeros_like(start.weight)
+    for r in rows:   # each agent's own step's gradient, on the start weights
+        own, _ = squared_error(start)
+        expected += torch.autograd.grad(own(r, len(r))[0], start.weight)[0]
+    assert len(stepped) == 1 and torch.allclose(stepped[0], expected, atol=1e-6)   # one step on the sum
+    assert torch.allclose(model.weight, start.weight - expected, atol=1e-6)        # (SGD, lr 1)
+    for r, result in zip(rows, results):   # each agent's own loss and metrics; the step's one norm
+        own, _ = squared_error(start)
+        assert result.losses == {"loss": pytest.approx(own(r, len(r))[0].item())}
+        assert result.metrics == {"rows": float(len(r))}
+        assert result.grad_norms == [pytest.approx(expected.norm().item())] and not result.skipped
