@@ -49,6 +49,8 @@ def test_each_agent_samples_and_trains_with_its_own_settings():
     ("magrpo", 2, ["agent_model.share_base=true", "agent_model.lora={r: 4, alpha: 8}"], "choose one"),
     ("magrpo", 2, ["agents=[offline:tiny-random, offline:smollm2-135m-instruct]"], "names different models"),
     ("magrpo", 2, ["magrpo.parallel_training=mp"], "parallel_training: mp: mp runs each agent's calls"),
+    ("magrpo", 2, ["agents=[{learning_rate: 0.1}, {}]"], "different learning_rates"),
+    ("magrpo", 2, ["agents=[{max_new_tokens: 3}, {}]"], "different max_new_tokens"),
 ])
 def test_a_shared_policy_refuses_what_it_cannot_train_before_any_model_loads(monkeypatch, trainer, agents, overrides,
                                                                               message):
@@ -78,3 +80,15 @@ def test_a_shared_policy_starts_from_one_model_not_a_team_of_separate_ones(tmp_p
     config = load_config(None, ["agent_model.shared_policy=true", f"agent_model.init_from={team}"])
     with pytest.raises(ConfigError, match="holds 2 separate agents, and a shared policy starts from one model"):
         build_algorithm(Run.of(config, "magrpo"), scripted_task(num_agents=2))
+
+
+@pytest.mark.slow
+def test_each_role_of_a_shared_policy_samples_with_its_own_settings():
+    from cooprl.config import Run
+    from cooprl.trainers.team import build_team
+    config = load_config(None, ["agent_model.name=offline:tiny-random", "agent_model.shared_policy=true",
+                                "agent_model.device=cpu", "agents=[{temperature: 1.5, top_k: 5}, {temperature: 0.2}]"])
+    hot, cold = build_team(Run.of(config, "magrpo"), 2, stop_strings=[(), ("\n\n",)])
+    assert hot.model is cold.model and hot.optimizer is cold.optimizer   # one model plays both roles
+    assert (hot.params.temperature, hot.params.top_k, hot.params.stop_strings) == (1.5, 5, ())
+    assert (cold.params.temperature, cold.params.top_k, cold.params.stop_strings) == (0.2, None, ("\n\n",))
