@@ -111,6 +111,7 @@ def join_processes(run: Run) -> Parallel:
                           f"set --override {trainer}.parallel_training=ddp (or fsdp), or start one process")
     if mode in DATA_PARALLEL_MODES and "WORLD_SIZE" not in os.environ:   # torchrun, accelerate --multi_gpu set it
         raise ConfigError(f"{trainer}.parallel_training: {mode}, but no launcher started this process (WORLD_SIZE is "
-                          f"unset): it would train alone; start it with torchrun --nproc_per_node=N (or accelerate "
-                          f"launch --multi_gpu --num_processes=N), or set --override {trainer}.parallel_training=none")
+                          f"unset): it would train alone; start it with python -m cooprl.parallel.torchrun "
+                          f"--nproc_per_node=N train_{trainer}.py ... (or accelerate launch --multi_gpu "
+                          f"--num_processes=N), or set --override {trainer}.parallel_training=none")
     return Parallel.join(run.section, run.config.agent_model.device)

@@ -10,6 +10,7 @@ and the exit status the signal gives a shell (130, 143). Any other outcome is to
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Sequence
@@ -21,6 +22,17 @@ def with_shutdown_timeout(argv: Sequence[str]) -> list[str]:
     """Return torchrun's arguments `argv` with `--shutdown-timeout SHUTDOWN_TIMEOUT_S` first unless they set one."""
     given = any(a.split("=")[0] in ("--shutdown-timeout", "--shutdown_timeout") for a in argv)
     return list(argv) if given else [f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", *argv]
+
+
+def command_for(script: str, world_size: int) -> str:
+    """Return the command that starts `script` as this run's `world_size` processes were started: `python SCRIPT`
+    for one, else this launcher with as many processes per node (a resume needs as many), each node named."""
+    if world_size <= 1:
+        return f"python {script}"
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
+    nodes = world_size // per_node
+    on_nodes = f" (on each of the {nodes} nodes, with torchrun's rendezvous flags)" if nodes > 1 else ""
+    return f"python -m cooprl.parallel.torchrun --nproc_per_node {per_node}{on_nodes} {script}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,6 +35,7 @@ from cooprl.console import open_run_log
 from cooprl.metrics import Metrics
 from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.parallel.order import Ranks, StepPlan, data_order, item_seed, shard_order
+from cooprl.parallel.torchrun import command_for
 from cooprl.plot import plot_run
 from cooprl.run_folders import lock_run_folder, new_run_folder, record_version, remove_unfinished_saves
 from cooprl.stopping import StopFlag, Terminated
@@ -215,7 +216,8 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
             except ckpt.SaveError as err:
                 tracker.close()   # the steps logged so far reach W&B
                 again = f"--resume {run_dir}" if ckpt.list_checkpoints(checkpoint_dir) else "the same command"
-                raise ckpt.SaveError(f"{err}; to go on, free space and run python train_{trainer}.py {again}") from None
+                raise ckpt.SaveError(f"{err}; to go on, free space and run "
+                                     f"{command_for(f'train_{trainer}.py', ranks.world_size)} {again}") from None
             log.info("checkpoint saved: %s", path)
         elif ranks.world_size > 1:
             list(weights)
@@ -297,8 +299,9 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
                 "rank": ranks.rank}
     summary = {**summarize(run_dir, step, final_eval, interrupted, task_reward, loss_key), "signal": stopped_by}
     if interrupted:
-        log.warning("interrupted (%s) at step %d of %d; to continue: python train_%s.py --resume %s",
-                    "Ctrl-C" if stopped_by == "SIGINT" else stopped_by, step, total_steps, trainer, run_dir)
+        log.warning("interrupted (%s) at step %d of %d; to continue: %s --resume %s",
+                    "Ctrl-C" if stopped_by == "SIGINT" else stopped_by, step, total_steps,
+                    command_for(f"train_{trainer}.py", ranks.world_size), run_dir)
     try:
         plot_run(run_dir)
     except Exception as err:  # a missing plotting backend must not fail a finished run

@@ -125,7 +125,8 @@ def test_ddp_without_a_launcher_is_refused_before_any_model_or_folder(tmp_path, 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert_one_error(*cli(capsys, "magrpo", "--config", str(base_config(tmp_path)), "--override",
                           "magrpo.parallel_training=ddp", "magrpo.update_schedule=items", MISSING_MODEL),
-                     "magrpo.parallel_training: ddp, but no launcher started this process", "torchrun")
+                     "magrpo.parallel_training: ddp, but no launcher started this process",
+                     "start it with python -m cooprl.parallel.torchrun --nproc_per_node=N train_magrpo.py ...")
     assert not (tmp_path / "run").exists()
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cooprl import checkpoint as ckpt
-from cooprl.parallel.torchrun import SHUTDOWN_TIMEOUT_S, with_shutdown_timeout
+from cooprl.parallel.torchrun import SHUTDOWN_TIMEOUT_S, command_for, with_shutdown_timeout
 from tests.cooprl.parallel.test_scale_out import DDP_OVERRIDES, TORCHRUN
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,6 +24,16 @@ def test_the_shutdown_timeout_is_long_enough_for_a_step_and_a_save_unless_given(
         f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", "--nproc_per_node=2", "train.py"]
     for given in (["--shutdown-timeout=5"], ["--shutdown_timeout", "5"]):
         assert with_shutdown_timeout([*given, "train.py"]) == [*given, "train.py"]
+
+
+def test_the_command_that_goes_on_is_this_launcher_with_as_many_processes_per_node(monkeypatch):
+    # the resume hint said `python train_magrpo.py` under torchrun, which a ddp run refuses (no launcher)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert command_for("train_magrpo.py", 1) == "python train_magrpo.py"
+    assert command_for("train_iac.py", 4) == "python -m cooprl.parallel.torchrun --nproc_per_node 4 train_iac.py"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert command_for("train_magrpo.py", 16) == ("python -m cooprl.parallel.torchrun --nproc_per_node 8 (on each of "
+                                                  "the 2 nodes, with torchrun's rendezvous flags) train_magrpo.py")
 
 
 @pytest.mark.distributed
@@ -47,7 +57,9 @@ def test_ctrl_c_under_torchrun_saves_and_is_one_line_130(tmp_path):
     assert "interrupted (Ctrl-C): each process stopped as one process stops" in err
     saved = [int(p.name.split("-")[1]) for p in ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")]
     assert 1 <= saved[-1] < 8, "the run ended before Ctrl-C reached it"
-    assert f"to continue: python train_magrpo.py --resume {tmp_path / 'run'}" in err   # rank 0's log
+    # rank 0's log names this launcher with as many processes (plain python refuses a ddp run)
+    assert (f"to continue: python -m cooprl.parallel.torchrun --nproc_per_node 2 train_magrpo.py --resume "
+            f"{tmp_path / 'run'}") in err
     assert not list((tmp_path / "run" / "checkpoints").glob(".checkpoint-*"))
     # the same launcher goes on from the checkpoint
     resumed = subprocess.run([sys.executable, "-m", "cooprl.parallel.torchrun", "--standalone", "--nproc_per_node=2",
