@@ -36,6 +36,26 @@ def test_the_command_that_goes_on_is_this_launcher_with_as_many_processes_per_no
                                                   "the 2 nodes, with torchrun's rendezvous flags) train_magrpo.py")
 
 
+@pytest.mark.parametrize("sig,status,said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                              (signal.SIGINT, 130, "interrupted (Ctrl-C)")])
+def test_the_launcher_s_signal_exception_is_one_line_and_the_shell_s_status(monkeypatch, capsys, sig, status, said):
+    # what torchrun's agent raises in its own process once its processes stopped (the test below runs it for real)
+    import torch.distributed.run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from cooprl.parallel.torchrun import main
+    seen = []
+
+    def stopped(argv):
+        seen.append(argv)
+        raise SignalException(f"Process 1 got signal: {sig}", sigval=sig)
+    monkeypatch.setattr(torch.distributed.run, "main", stopped)
+    assert main(["--nproc_per_node=2", "train_magrpo.py"]) == status
+    assert seen == [[f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", "--nproc_per_node=2", "train_magrpo.py"]]
+    assert capsys.readouterr().err == (f"{said}: each process stopped as one process stops (a checkpoint after its "
+                                       "step); rank 0's log above says what was kept and how to continue\n")
+
+
 @pytest.mark.distributed
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not in the interpreter's folder")
 def test_ctrl_c_under_torchrun_saves_and_is_one_line_130(tmp_path):
