@@ -562,7 +562,8 @@ def init_folders(run: str, num_agents: int) -> list[Path]:
     if saved != list(range(num_agents)) and policies != list(range(num_agents)):
         others = len(saved) - len(policies)
         held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
-        raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
+        raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s); each "
+                         f"agent starts from the saved agent of its index: name a run of {num_agents} agent(s)")
     try:
         return [check_agent_folder(source, i) for i in range(num_agents)]
     except CheckpointError as err:

@@ -305,7 +305,8 @@ def plan_accounts(planner: Planner, agent_devices: Sequence[str], engine_devices
     names = (list(config.agents) if config.agents is not None else [model_cfg.name] * len(agent_devices)
              )[:len(agent_devices)]   # an evaluation may sample with the first of them only
     if len(names) != len(agent_devices):
-        raise ConfigError(f"agents: {len(names)} model names given for {len(agent_devices)} agents")
+        raise ConfigError(f"agents: {len(names)} model names given for {len(agent_devices)} agents; give one per "
+                          f"agent, or agents=null for agent_model.name in every agent")
     max_new_tokens = run.section.max_new_tokens if max_new_tokens is None else max_new_tokens
     for i, (name, device) in enumerate(zip(names, agent_devices, strict=True)):
         if run is None:

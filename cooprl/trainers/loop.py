@@ -377,7 +377,8 @@ def step_plan(run: Run, num_items: int, rounds: int, ranks: Ranks = Ranks()) -> 
     if is_data_parallel(section):   # a step takes world_size items of the order, this rank one of them
         if epoch_length < ranks.world_size:
             raise ConfigError(f"{run.trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least "
-                              f"as many training items; the training split has {epoch_length}")
+                              f"as many training items; the training split has {epoch_length}: launch at most "
+                              f"{epoch_length} processes, or widen dataset.train_split")
         order, positions, epoch_length = shard_order(order, epoch_length, ranks)
     return StepPlan(order, positions, epoch_length, min(len(order), section.max_steps or len(order)), rounds)
 

@@ -56,7 +56,8 @@ def agent_model_names(config: Config, num_agents: int) -> list[str]:
     if config.agents is None:
         return [config.agent_model.name] * num_agents
     if len(config.agents) != num_agents:
-        raise ConfigError(f"agents: {len(config.agents)} model names given for {num_agents} agents")
+        raise ConfigError(f"agents: {len(config.agents)} model names given for {num_agents} agents; give one per "
+                          f"agent, or agents=null for agent_model.name in every agent")
     return list(config.agents)
 
 

@@ -207,3 +207,13 @@ def test_a_resume_reads_the_trainer_state_and_rank_states_memory_mapped(tmp_path
     assert torch.equal(loaded, moments) and torch.equal(shard, moments * 2)
     loaded.add_(1)   # an optimizer step on a CPU state
     assert torch.equal(ckpt.load_trainer_state(path)["algorithm"]["moments"], moments)
+
+
+def test_init_from_a_run_of_other_agents_says_which_run_fits(tmp_path):
+    # "holds 1 agent(s), this run has 2 agent(s)" said the mismatch, not what a run to start from needs
+    from cooprl.models.loading import ModelError
+    (tmp_path / "run" / "final" / "agent_0").mkdir(parents=True)
+    with pytest.raises(ModelError) as err:
+        ckpt.init_folders(str(tmp_path / "run"), 2)
+    assert str(err.value) == (f"agent_model.init_from: {tmp_path / 'run' / 'final'} holds 1 agent(s), this run has 2 "
+                              "agent(s); each agent starts from the saved agent of its index: name a run of 2 agent(s)")

@@ -242,3 +242,13 @@ def test_centralized_maac_two_steps(tmp_path):
     train = train_events(tmp_path / "c")
     assert len(train) == 2 and "parse_missing_main" in json.dumps(train[0])
     assert "agent_1/loss" not in train[1] and "critic_0/value_loss" in train[1]  # one policy, one critic
+
+
+def test_a_critics_list_of_another_length_says_what_to_give():
+    from cooprl.config import ConfigError
+    from cooprl.trainers.actor_critic import critic_model_names
+    config = load_config(None, ["critics=[offline:tiny-random]"])
+    with pytest.raises(ConfigError) as err:
+        critic_model_names(config, [], 2)
+    assert str(err.value) == ("critics: 1 model names given for 2 critic(s); give one per critic, or critics=null "
+                              "for critic_model.name (else its agent's model)")
