@@ -11,6 +11,7 @@ from cooprl.checkpoint import save_failed, save_model
 from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run, SFTSection, check_training_samples_differ
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
+from cooprl.parallel.torchrun import plain_torchrun_warning
 from cooprl.rollout.vllm_generation import close_engines
 from cooprl.run_folders import release_unused
 from cooprl.task import Task, shared_items
@@ -114,4 +115,7 @@ def join_processes(run: Run) -> Parallel:
                           f"unset): it would train alone; start it with python -m cooprl.parallel.torchrun "
                           f"--nproc_per_node=N train_{trainer}.py ... (or accelerate launch --multi_gpu "
                           f"--num_processes=N), or set --override {trainer}.parallel_training=none")
-    return Parallel.join(run.section, run.config.agent_model.device)
+    parallel = Parallel.join(run.section, run.config.agent_model.device)
+    if parallel.is_main and plain_torchrun_warning():
+        log.warning(plain_torchrun_warning())
+    return parallel

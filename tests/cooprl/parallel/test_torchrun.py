@@ -36,6 +36,21 @@ def test_the_command_that_goes_on_is_this_launcher_with_as_many_processes_per_no
                                                   "the 2 nodes, with torchrun's rendezvous flags) train_magrpo.py")
 
 
+def test_a_process_of_plain_torchrun_says_at_its_start_what_its_signals_will_do(monkeypatch):
+    # its traceback comes from torchrun's own process: what a training process can do is say so, and name the wrapper
+    from cooprl.parallel.torchrun import STARTED_HERE, plain_torchrun_warning
+    for name in ("TORCHELASTIC_RUN_ID", STARTED_HERE, "ACCELERATE_MIXED_PRECISION"):
+        monkeypatch.delenv(name, raising=False)
+    assert plain_torchrun_warning() == ""   # no launcher
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    assert plain_torchrun_warning().startswith("started by plain torchrun: after Ctrl-C or SIGTERM it kills a step")
+    assert "python -m cooprl.parallel.torchrun takes the same arguments" in plain_torchrun_warning()
+    for launcher in (STARTED_HERE, "ACCELERATE_MIXED_PRECISION"):   # this wrapper; accelerate launch
+        monkeypatch.setenv(launcher, "1")
+        assert plain_torchrun_warning() == ""
+        monkeypatch.delenv(launcher)
+
+
 @pytest.mark.parametrize("sig,status,said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
                                               (signal.SIGINT, 130, "interrupted (Ctrl-C)")])
 def test_the_launcher_s_signal_exception_is_one_line_and_the_shell_s_status(monkeypatch, capsys, sig, status, said):
@@ -48,8 +63,10 @@ def test_the_launcher_s_signal_exception_is_one_line_and_the_shell_s_status(monk
 
     def stopped(argv):
         seen.append(argv)
+        assert os.environ["COOPRL_TORCHRUN"] == "1"   # its processes know which launcher started them
         raise SignalException(f"Process 1 got signal: {sig}", sigval=sig)
     monkeypatch.setattr(torch.distributed.run, "main", stopped)
+    monkeypatch.setenv("COOPRL_TORCHRUN", "")   # main() sets it: given back after the test
     assert main(["--nproc_per_node=2", "train_magrpo.py"]) == status
     assert seen == [[f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", "--nproc_per_node=2", "train_magrpo.py"]]
     assert capsys.readouterr().err == (f"{said}: each process stopped as one process stops (a checkpoint after its "
