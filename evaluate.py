@@ -32,6 +32,7 @@ from cooprl.config import (ConfigError, Run, check_sections_read, check_trainer,
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.errors import UserError
 from cooprl.run_folders import RUN_CONFIG, check_made_by, check_writable
+from cooprl.stopping import TerminateAsInterrupt, signal_of
 from cooprl.trainers import build_algorithm
 from cooprl.trainers.loop import evaluation_seed
 from envs import environment_for, environment_of
@@ -109,7 +110,12 @@ def evaluate_checkpoint(run: Run, checkpoint: str | None, samples: str | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line, evaluate, print; return the exit code."""
+    """Parse the command line, evaluate, print; return the exit code (SIGTERM ends it as Ctrl-C does, with 143)."""
+    with TerminateAsInterrupt():   # `timeout`, SLURM and `kill` ended it with no message before
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  python evaluate.py --run runs/demo-magrpo-coop-cpu --samples all --output eval.json\n"
@@ -150,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics = evaluate_checkpoint(run, checkpoint, args.samples)
     except UserError as err:  # a bad config, dataset, model name or checkpoint: one line, exit 2
         return print_user_error(err)
-    except KeyboardInterrupt:   # one line and 130, as the trainers: nothing was written
-        return print_interrupted("nothing was written")
+    except KeyboardInterrupt as stop:   # one line and 130 (143), as the trainers: nothing was written
+        return print_interrupted("nothing was written", signal_of(stop))
     for key in sorted(metrics):
         print(f"{key}: {metrics[key]:.4f}")
     if args.output:

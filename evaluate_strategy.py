@@ -42,6 +42,7 @@ from cooprl.config import (TRAINER_SECTIONS, Config, ConfigError, agent_names, a
 from cooprl.console import add_threads_option, chosen_threads, setup_logging, use_torch_threads
 from cooprl.errors import UserError
 from cooprl.run_folders import RUN_CONFIG, create_folder
+from cooprl.stopping import TerminateAsInterrupt, signal_of
 from envs import environment_for, task_config_of
 from envs.code_generation.config import CodeTaskConfig
 from strategies import STRATEGIES
@@ -368,7 +369,13 @@ def evaluate(strategy: str, config_path: str, checkpoint: str | None, overrides:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line, evaluate, print the summary; return the exit code."""
+    """Parse the command line, evaluate, print the summary; return the exit code (SIGTERM ends it as Ctrl-C does,
+    with 143)."""
+    with TerminateAsInterrupt():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  python evaluate_strategy.py --strategy codet --config configs/magrpo_che_cpu.yaml "
@@ -395,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         run_dir, rows = evaluate(args.strategy, args.config, args.checkpoint, args.override, endpoint)
     except UserError as err:
         return print_user_error(err)
-    except KeyboardInterrupt:   # every finished problem's line is on disk: the same command resumes after it
-        return print_interrupted(f"the problems done are kept in {RESULTS}; the same command goes on from them")
+    except KeyboardInterrupt as stop:   # every finished problem's line is on disk: the same command resumes after it
+        return print_interrupted(f"the problems done are kept in {RESULTS}; the same command goes on from them",
+                                 signal_of(stop))
     png = plot(run_dir, args.strategy, rows)
     print(f"results: {run_dir / RESULTS}" + (f"; plot: {png}" if png else ""))
     table = summary(args.strategy, rows)

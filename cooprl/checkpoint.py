@@ -499,8 +499,7 @@ def shared_policy_agents(folder: Path) -> int:
 
 
 def load_agent_weights(model: Any, checkpoint: Path, agent: int) -> None:
-    """Load model `agent`'s saved weights (full model, LoRA adapters, or a value model) into `model` in place.
-
+    """Load model `agent`'s saved weights (full model, LoRA adapters, or a value model) into `model` in place;
     CheckpointError when the files are missing, truncated or garbage, or do not fit the model."""
     from safetensors import SafetensorError
     folder = check_agent_folder(checkpoint, agent)
@@ -594,7 +593,8 @@ def init_folders(run: str, num_agents: int) -> list[Path]:
         if not shared and saved != list(range(num_agents)) and policies != list(range(num_agents)):
             others = len(saved) - len(policies)
             held = f"{len(policies)} agent(s)" + (f" and {others} value model(s) (critics)" if others else "")
-            raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s)")
+            raise ModelError(f"agent_model.init_from: {source} holds {held}, this run has {num_agents} agent(s); each "
+                             f"agent starts from the saved agent of its index: name a run of {num_agents} agent(s)")
         return [check_agent_folder(source, 0 if shared else i) for i in range(num_agents)]
     except CheckpointError as err:
         raise ModelError(f"agent_model.init_from: {err}") from None

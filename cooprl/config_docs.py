@@ -242,10 +242,15 @@ RUNS_TEXT = [
     "process had not written to it. A run started with `agent_model.init_from` is evaluated and resumed after its "
     "source is deleted when its checkpoint holds every weight (no LoRA, no reference KL; otherwise an error naming "
     "the folder to restore).",
-    "- Exit status: 0 done; 2 after one `error:` line (bad input, a save that could not complete, a full disk); 130 "
-    "after Ctrl-C and 143 after SIGTERM (the run saved a checkpoint after its step, or, in the evaluation before "
-    "training or while models load, saved nothing). Under torchrun: `python -m cooprl.parallel.torchrun` "
-    "(docs/scaling.md).",
+    "- Exit status: 0 done (a finished run resumed too, and a run whose Ctrl-C or SIGTERM came during its final "
+    "save: it waits for the save and ends finished); 2 after one `error:` line (bad input, a save that could not "
+    "complete, a full disk); 130 after Ctrl-C and 143 after SIGTERM, in one line: in a step, the run saves a "
+    "checkpoint after it; in the final evaluation, it saves its models first; in the evaluation before training or "
+    "while models load, nothing was trained and nothing is saved; a second signal stops in the step, keeping the "
+    "newest checkpoint (its log names it and the command that goes on). `evaluate.py` and `evaluate_strategy.py` "
+    "end alike (130, 143, one line; 2 after an `error:` line). Several processes: `python -m "
+    "cooprl.parallel.torchrun` ends in one line with 130 or 143 (plain torchrun prints its own `SignalException` "
+    "traceback and exits 1: docs/scaling.md says why).",
 ]
 
 

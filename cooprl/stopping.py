@@ -28,6 +28,11 @@ def exit_status_of(signal_name: str | None) -> int:
     return TERMINATED if signal_name == "SIGTERM" else INTERRUPTED
 
 
+def signal_of(stop: KeyboardInterrupt) -> str:
+    """Return the name of the signal that `stop` stands for: SIGTERM for Terminated, else SIGINT (Ctrl-C)."""
+    return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated
 

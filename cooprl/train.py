@@ -11,6 +11,7 @@ from cooprl.checkpoint import mark_shared_policy, save_failed, save_model
 from cooprl.config import DATA_PARALLEL_MODES, ConfigError, Run, SFTSection, check_training_samples_differ
 from cooprl.console import close_run_log
 from cooprl.parallel.context import Parallel
+from cooprl.parallel.torchrun import plain_torchrun_warning
 from cooprl.rollout.vllm_generation import close_engines
 from cooprl.run_folders import release_unused
 from cooprl.task import Task, shared_items
@@ -112,6 +113,10 @@ def join_processes(run: Run) -> Parallel:
                           f"set --override {trainer}.parallel_training=ddp (or fsdp), or start one process")
     if mode in DATA_PARALLEL_MODES and "WORLD_SIZE" not in os.environ:   # torchrun, accelerate --multi_gpu set it
         raise ConfigError(f"{trainer}.parallel_training: {mode}, but no launcher started this process (WORLD_SIZE is "
-                          f"unset): it would train alone; start it with torchrun --nproc_per_node=N (or accelerate "
-                          f"launch --multi_gpu --num_processes=N), or set --override {trainer}.parallel_training=none")
-    return Parallel.join(run.section, run.config.agent_model.device)
+                          f"unset): it would train alone; start it with python -m cooprl.parallel.torchrun "
+                          f"--nproc_per_node=N train_{trainer}.py ... (or accelerate launch --multi_gpu "
+                          f"--num_processes=N), or set --override {trainer}.parallel_training=none")
+    parallel = Parallel.join(run.section, run.config.agent_model.device)
+    if parallel.is_main and plain_torchrun_warning():
+        log.warning(plain_torchrun_warning())
+    return parallel

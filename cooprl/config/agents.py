@@ -39,8 +39,9 @@ def agent_names(config: Config, num_agents: int | None = None) -> list[str]:
     if entries is None:
         return [config.agent_model.name] * (1 if num_agents is None else num_agents)
     if num_agents is not None and len(entries) != num_agents:
-        raise ConfigError(f"agents: {len(entries)} model names given for {num_agents} agents (one entry per agent: "
-                          "a model name or a mapping of its own settings)")
+        raise ConfigError(f"agents: {len(entries)} model names given for {num_agents} agents; give one per agent (a "
+                          "model name or a mapping of its own settings), or agents=null for agent_model.name in every "
+                          "agent")
     return [entry.name or config.agent_model.name for entry in entries]
 
 

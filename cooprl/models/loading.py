@@ -243,23 +243,30 @@ def check_hub_reachable(name: str) -> None:
         raise ModelError(f"model {name!r}: not in the local Hugging Face cache, and HF_HUB_OFFLINE is set; download "
                          "it where there is a network (or unset HF_HUB_OFFLINE), or give a local folder or an "
                          f"embedded model ({', '.join(OFFLINE_MODELS)})")
+    why = hub_unreachable(f"api/models/{name}")
+    if why:
+        raise ModelError(f"model {name!r}: not in the local Hugging Face cache, and {why}; connect to the network, "
+                         f"or give a local folder or an embedded model ({', '.join(OFFLINE_MODELS)})")
+
+
+def hub_unreachable(api_path: str) -> str:
+    """Return why the Hugging Face hub (HF_ENDPOINT) cannot be reached, asking `api_path` under it once per process
+    and endpoint; "" when it answered, even with an HTTP error (a private or missing repo: the loader names it), or
+    when `api_path` makes no URL (a name no repo holds: the loader names the problem)."""
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     if endpoint not in _hub_unreachable:
         import urllib.error
         import urllib.request
         try:
-            urllib.request.urlopen(f"{endpoint}/api/models/{name}", timeout=_HUB_PROBE_TIMEOUT_S).close()
+            urllib.request.urlopen(f"{endpoint}/{api_path}", timeout=_HUB_PROBE_TIMEOUT_S).close()
             _hub_unreachable[endpoint] = ""
-        except urllib.error.HTTPError:   # it answered (401, 404: transformers says which)
+        except urllib.error.HTTPError:   # it answered (401, 404)
             _hub_unreachable[endpoint] = ""
-        except ValueError:   # a name no URL holds: transformers names the problem
-            return
+        except ValueError:
+            return ""
         except OSError as err:   # no DNS, refused, timed out
             _hub_unreachable[endpoint] = str(getattr(err, "reason", err))
-    if _hub_unreachable[endpoint]:
-        raise ModelError(f"model {name!r}: not in the local Hugging Face cache, and {endpoint} cannot be reached "
-                         f"({_hub_unreachable[endpoint]}); connect to the network, or give a local folder or an "
-                         f"embedded model ({', '.join(OFFLINE_MODELS)})")
+    return f"{endpoint} cannot be reached ({_hub_unreachable[endpoint]})" if _hub_unreachable[endpoint] else ""
 
 
 def _tokenizer_only(folder: Path) -> str:

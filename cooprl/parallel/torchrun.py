@@ -10,11 +10,13 @@ and the exit status the signal gives a shell (130, 143). Any other outcome is to
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Sequence
 
 SHUTDOWN_TIMEOUT_S = 600   # a step and a checkpoint of a large model on a GPU take minutes
+STARTED_HERE = "COOPRL_TORCHRUN"   # set in the environment of the processes this launcher starts
 
 
 def with_shutdown_timeout(argv: Sequence[str]) -> list[str]:
@@ -23,11 +25,35 @@ def with_shutdown_timeout(argv: Sequence[str]) -> list[str]:
     return list(argv) if given else [f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", *argv]
 
 
+def command_for(script: str, world_size: int) -> str:
+    """Return the command that starts `script` as this run's `world_size` processes were started: `python SCRIPT`
+    for one, else this launcher with as many processes per node (a resume needs as many), each node named."""
+    if world_size <= 1:
+        return f"python {script}"
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
+    nodes = world_size // per_node
+    on_nodes = f" (on each of the {nodes} nodes, with torchrun's rendezvous flags)" if nodes > 1 else ""
+    return f"python -m cooprl.parallel.torchrun --nproc_per_node {per_node}{on_nodes} {script}"
+
+
+def plain_torchrun_warning() -> str:
+    """Return what a process started by plain torchrun should say at its start ("" for any other launcher): no
+    training process can stop torchrun's traceback (its agent raises SignalException in its own process)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or STARTED_HERE in os.environ:
+        return ""
+    if "ACCELERATE_MIXED_PRECISION" in os.environ:   # accelerate launch, which catches the SignalException itself
+        return ""
+    return ("started by plain torchrun: after Ctrl-C or SIGTERM it kills a step or a save still running after its "
+            "--shutdown-timeout (30 s unless given) and ends in its own SignalException traceback; python -m "
+            "cooprl.parallel.torchrun takes the same arguments, waits for the saves and ends in one line")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run torchrun with `argv` (default: the command line's); return its exit status (128 + the signal's number
     when Ctrl-C or SIGTERM stopped it, said in one line)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun
+    os.environ[STARTED_HERE] = "1"
     try:
         torchrun(with_shutdown_timeout(sys.argv[1:] if argv is None else argv))
     except SignalException as stop:

@@ -186,7 +186,9 @@ def _build_comparator(run: Run[ComparatorSection], task: Task, team: Sequence[An
     try:
         client = api_client(model, max_tokens, base_url=section.comparator_api_url, api_key=key)
     except ValueError as err:
-        raise ConfigError(f"{trainer}.comparator_policy=api needs an OpenAI-compatible API: {err}") from None
+        raise ConfigError(f"{trainer}.comparator_policy=api: the comparator model {model!r} (an OpenAI-compatible "
+                          f"chat API) has {err}, or give {trainer}.comparator_api_url and "
+                          f"{trainer}.comparator_api_key_env (the variable holding its key)") from None
     return Comparator(task, [_ApiGenerator(client)] * roles, params, joint_format if centralized else None,
                       max_candidates=1)
 

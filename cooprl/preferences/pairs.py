@@ -288,8 +288,11 @@ def read_pairs(path: str | Path) -> list[PreferencePair]:
     pairs = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except (UnicodeDecodeError, OSError) as e:
-        raise PreferenceFileError(f"preference pairs {path} are damaged: {type(e).__name__}") from None
+    except UnicodeDecodeError as e:   # it said only "UnicodeDecodeError"
+        raise PreferenceFileError(f"preference pairs {path} are damaged: not UTF-8 text (byte "
+                                  f"0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except OSError as e:
+        raise PreferenceFileError(f"preference pairs {path} cannot be read: {e.strerror or e}") from None
     for n, line in enumerate(lines):
         if not line.strip():
             continue

@@ -319,7 +319,8 @@ def plan_accounts(planner: Planner, agent_devices: Sequence[str], engine_devices
     names = (agent_names(config) if config.agents is not None else [model_cfg.name] * len(agent_devices)
              )[:len(agent_devices)]   # an evaluation may sample with the first of them only
     if len(names) != len(agent_devices):
-        raise ConfigError(f"agents: {len(names)} model names given for {len(agent_devices)} agents")
+        raise ConfigError(f"agents: {len(names)} model names given for {len(agent_devices)} agents; give one per "
+                          f"agent, or agents=null for agent_model.name in every agent")
     # each agent's own max_new_tokens (its `agents:` entry's, else the section's); an evaluation's `max_new_tokens`
     budgets = ([own.max_new_tokens for own in agent_settings(config, run.section, len(names))]
                if max_new_tokens is None else [max_new_tokens] * len(names))

@@ -380,7 +380,8 @@ def critic_model_names(config: Config, team: list[Agent], count: int) -> list[st
     """Return each critic's backbone: the `critics:` list, else critic_model.name, else its agent's model."""
     if config.critics is not None:
         if len(config.critics) != count:
-            raise ConfigError(f"critics: {len(config.critics)} model names given for {count} critic(s)")
+            raise ConfigError(f"critics: {len(config.critics)} model names given for {count} critic(s); give one "
+                              f"per critic, or critics=null for critic_model.name (else its agent's model)")
         return list(config.critics)
     return [config.critic_model.name or team[i].name for i in range(count)]
 

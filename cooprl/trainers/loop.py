@@ -16,13 +16,14 @@ summary. """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -35,9 +36,10 @@ from cooprl.console import open_run_log
 from cooprl.metrics import Metrics
 from cooprl.parallel.context import SINGLE, Parallel
 from cooprl.parallel.order import Ranks, StepPlan, data_order, item_seed, shard_order
+from cooprl.parallel.torchrun import command_for
 from cooprl.plot import plot_run
 from cooprl.run_folders import lock_run_folder, new_run_folder, record_version, remove_unfinished_saves
-from cooprl.stopping import StopFlag, Terminated
+from cooprl.stopping import StopFlag, signal_of
 from cooprl.task import Task
 from cooprl.tracking import RunTracker, read_metrics
 from cooprl.trainers.report import start_summary
@@ -217,7 +219,8 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
             except ckpt.SaveError as err:
                 tracker.close()   # the steps logged so far reach W&B
                 again = f"--resume {run_dir}" if ckpt.list_checkpoints(checkpoint_dir) else "the same command"
-                raise ckpt.SaveError(f"{err}; to go on, free space and run python train_{trainer}.py {again}") from None
+                raise ckpt.SaveError(f"{err}; to go on, free space and run "
+                                     f"{command_for(f'train_{trainer}.py', ranks.world_size)} {again}") from None
             log.info("checkpoint saved: %s", path)
         elif ranks.world_size > 1:
             list(weights)
@@ -258,13 +261,16 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
             tracker.close()
             log.warning("interrupted during the evaluation before training: nothing was trained or saved; run the "
                         "same command again to start afresh")
-            return {"run_dir": str(run_dir), "steps": 0, "interrupted": True, "signal": _signal_of(stop)}
+            return {"run_dir": str(run_dir), "steps": 0, "interrupted": True, "signal": signal_of(stop)}
     task_reward, loss_key = algorithm.task_reward_key, algorithm.loss_key
     bar = tqdm(total=total_steps, initial=start_step, desc=trainer, unit="step", dynamic_ncols=True,
                disable=not ranks.is_main)
     # log lines written while the bar is drawn (an iteration's pair collection, say) go above it, not through it
     stopped_by = None   # the signal (SIGINT, SIGTERM) that stopped the run, after a save
-    with StopFlag() as interrupt, logging_redirect_tqdm():
+    # a second signal stops in the step (a KeyboardInterrupt): the bar closed before the command's last line
+    going_on = command_for(f"train_{trainer}.py", ranks.world_size)
+    with StopFlag() as interrupt, logging_redirect_tqdm(), bar, _said_if_stopped_at_once(run_dir, checkpoint_dir,
+                                                                                        going_on, ranks):
         for step in range(start_step + 1, total_steps + 1):
             started = time.perf_counter()
             metrics = _run_step(algorithm, task, plan, step, config.seed)
@@ -290,7 +296,7 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
             final_eval = evaluate(step)
         except KeyboardInterrupt as stop:   # Ctrl-C (SIGTERM) in the final evaluation: keep the training
             log.warning("interrupted during the final evaluation: saving the trained models first")
-            interrupted, stopped_by = True, _signal_of(stop)
+            interrupted, stopped_by = True, signal_of(stop)
         with StopFlag():   # a Ctrl-C here waits for the final checkpoint (cut short, it would be lost)
             save(step, finished=not interrupted)
     tracker.close()
@@ -299,8 +305,9 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
                 "rank": ranks.rank}
     summary = {**summarize(run_dir, step, final_eval, interrupted, task_reward, loss_key), "signal": stopped_by}
     if interrupted:
-        log.warning("interrupted (%s) at step %d of %d; to continue: python train_%s.py --resume %s",
-                    "Ctrl-C" if stopped_by == "SIGINT" else stopped_by, step, total_steps, trainer, run_dir)
+        log.warning("interrupted (%s) at step %d of %d; to continue: %s --resume %s",
+                    "Ctrl-C" if stopped_by == "SIGINT" else stopped_by, step, total_steps,
+                    command_for(f"train_{trainer}.py", ranks.world_size), run_dir)
     try:
         plot_run(run_dir)
     except Exception as err:  # a missing plotting backend must not fail a finished run
@@ -320,8 +327,18 @@ def train_longer(run: Run, epoch_steps: int) -> str:
     return more_epochs + (f" {trainer}.max_steps=null" if section.max_steps else "")
 
 
-def _signal_of(stop: KeyboardInterrupt) -> str:
-    return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+@contextlib.contextmanager
+def _said_if_stopped_at_once(run_dir: Path, checkpoint_dir: Path, command: str, ranks: Ranks) -> Iterator[None]:
+    """Log, on rank 0, what a run stopped in its step by a second signal kept and how it goes on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if ranks.is_main:
+            newest = ckpt.list_checkpoints(checkpoint_dir)
+            log.warning("stopped at once, in the step in progress (not saved); %s",
+                        f"its newest checkpoint is {newest[-1].name}: to continue, {command} --resume {run_dir}"
+                        if newest else "no checkpoint was saved: run the same command again to start afresh")
+        raise
 
 
 def _already_finished(run: Run, run_dir: Path, step: int, total_steps: int, epoch_steps: int,
@@ -362,7 +379,8 @@ def step_plan(run: Run, num_items: int, rounds: int, ranks: Ranks = Ranks()) -> 
     if is_data_parallel(section):   # a step takes world_size items of the order, this rank one of them
         if epoch_length < ranks.world_size:
             raise ConfigError(f"{run.trainer}.parallel_training: ddp with {ranks.world_size} processes needs at least "
-                              f"as many training items; the training split has {epoch_length}")
+                              f"as many training items; the training split has {epoch_length}: launch at most "
+                              f"{epoch_length} processes, or widen dataset.train_split")
         order, positions, epoch_length = shard_order(order, epoch_length, ranks)
     return StepPlan(order, positions, epoch_length, min(len(order), section.max_steps or len(order)), rounds)
 

@@ -23,6 +23,7 @@ import gzip
 import importlib.util
 import json
 import logging
+import os
 import re
 import reprlib
 import zlib
@@ -150,25 +151,70 @@ def _read_local(path: Path) -> list[Any]:
 
 
 def _read_hub(name: str, split_name: str) -> list[Any]:
+    """Return the records of split `split_name` of hub dataset `name`; from the local Hugging Face cache alone, at
+    once, when offline mode is set or the hub cannot be reached (datasets would retry for ~30 s before its error)."""
     try:
         import datasets
     except ImportError:
         raise DatasetError(f"dataset {name!r} comes from the hub and needs: pip install datasets") from None
+    offline = _offline_variable()
+    if offline:
+        why = f"{offline} is set"
+    elif Path(name).expanduser().exists():   # a folder datasets reads itself
+        why = ""
+    else:
+        from cooprl.models.loading import hub_unreachable
+        why = hub_unreachable(f"api/datasets/{name}")
+    saved = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = bool(why)
     try:
-        ds = datasets.load_dataset(name, split=split_name)
+        return list(_load_hub_split(datasets, name, split_name))
+    except (ConnectionError, FileNotFoundError) as err:
+        if not why:
+            raise DatasetError(_hub_failure(name, err)) from None
+        fix = f"unset {offline} where there is a network" if offline else "connect to the network"
+        raise DatasetError(f"dataset {name!r} could not be loaded from the hub: not in the local Hugging Face "
+                           f"datasets cache, and {why}; {fix}, or use {OFFLINE_DATASETS}") from None
+    finally:
+        datasets.config.HF_HUB_OFFLINE = saved
+
+
+OFFLINE_DATASETS = ("`dataset.name: coop` (the shipped cooperative set) or `dataset.type: humaneval`, or give a "
+                    "local file with `dataset.path`")
+
+
+def _offline_variable() -> str:
+    """Return the name of the environment variable that puts `datasets` offline now ("" when none does), read as
+    datasets reads them: HF_DATASETS_OFFLINE when set, else HF_HUB_OFFLINE."""
+    for variable in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        value = os.environ.get(variable)
+        if value is not None:
+            return variable if value.strip().upper() in ("1", "ON", "YES", "TRUE") else ""
+    return ""
+
+
+def _load_hub_split(datasets: Any, name: str, split_name: str) -> Any:
+    """Return `datasets.load_dataset(name, split=split_name)`; DatasetError for a missing split or a failure other
+    than ConnectionError and FileNotFoundError (an unreachable hub, a dataset not found), which pass through."""
+    try:
+        return datasets.load_dataset(name, split=split_name)
     except ValueError as err:
         # CoopHumanEval's hub copy renamed its only split from `test` to `train`: accept either.
         if "split" in str(err).lower() and split_name in ("test", "train"):
-            other = "train" if split_name == "test" else "test"
-            ds = datasets.load_dataset(name, split=other)
-        else:
-            raise DatasetError(f"dataset {name!r}: {err}") from None
-    except Exception as err:  # connection errors come in many types (requests, httpx, hf_hub)
-        raise DatasetError(
-            f"dataset {name!r} could not be loaded from the hub ({type(err).__name__}: {err}). "
-            "Offline, use `dataset.name: coop` (the shipped cooperative set) or `dataset.type: humaneval`, "
-            "or give a local file with `dataset.path`.") from None
-    return list(ds)
+            try:
+                return datasets.load_dataset(name, split="train" if split_name == "test" else "test")
+            except ValueError:
+                pass
+        raise DatasetError(f"dataset {name!r}: {err}") from None
+    except (ConnectionError, FileNotFoundError):
+        raise
+    except Exception as err:  # noqa: BLE001 - connection errors come in many types (requests, httpx, hf_hub)
+        raise DatasetError(_hub_failure(name, err)) from None
+
+
+def _hub_failure(name: str, err: Exception) -> str:
+    return (f"dataset {name!r} could not be loaded from the hub ({type(err).__name__}: {err}). Offline, use "
+            f"{OFFLINE_DATASETS}.")
 
 
 def load_problems(dataset_cfg: Any, split: str) -> list[Problem]:

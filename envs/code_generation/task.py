@@ -129,7 +129,12 @@ def _decentralized_task(run: Run) -> Task:
     roles = roles_for(run.section.num_agents)
     single = len(roles) == 1
     external = config.task.external
-    expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
+    try:
+        expert = make_expert_client(external.expert_model) if external.mode == "expert_edits" else None
+    except ValueError as err:   # before any model loads: a traceback after them was the old way
+        raise ConfigError(f"external.mode=expert_edits: the expert model {external.expert_model!r} (external."
+                          f"expert_model, an OpenAI-compatible chat API) has {err}; or use external.mode="
+                          f"level_feedback, which needs no API") from None
 
     reward_type, cooperation = config.task.code_reward.type, config.task.code_reward.cooperation
     feedback_slice = feedback_slice_of(run)   # the asserts later turns show leave the self-tests' held-out pool

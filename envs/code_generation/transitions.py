@@ -273,9 +273,9 @@ def make_expert_client(model: str = DEFAULT_EXPERT_MODEL, base_url: str | None =
     base_url = base_url or os.environ.get("COOPRL_EXPERT_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
     api_key = api_key or os.environ.get("COOPRL_EXPERT_API_KEY") or os.environ.get("OPENAI_API_KEY")
     if not base_url:
-        raise ValueError("expert_edits needs an API URL: set COOPRL_EXPERT_BASE_URL (or OPENAI_BASE_URL)")
+        raise ValueError("no API URL: set COOPRL_EXPERT_BASE_URL (or OPENAI_BASE_URL)")
     if not api_key:
-        raise ValueError("expert_edits needs an API key: set COOPRL_EXPERT_API_KEY (or OPENAI_API_KEY)")
+        raise ValueError("no API key: set COOPRL_EXPERT_API_KEY (or OPENAI_API_KEY)")
     try:
         import openai
     except ImportError:

@@ -101,16 +101,19 @@ def test_another_run_s_checkpoint_with_other_settings_is_refused_before_any_mode
     assert not (tmp_path / "run").exists()
 
 
-def test_sigterm_while_models_load_is_one_line_143_and_gives_the_folder_back(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("sig,status,said", [(signal.SIGTERM, TERMINATED, "terminated (SIGTERM)"),
+                                              (signal.SIGINT, INTERRUPTED, "interrupted (Ctrl-C)")])
+def test_a_signal_while_models_load_is_one_line_and_gives_the_folder_back(tmp_path, capsys, monkeypatch, sig, status,
+                                                                         said):
     import cooprl.train
 
-    def terminated_while_loading(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGTERM)
-        pytest.fail("SIGTERM did not stop the command")
-    monkeypatch.setattr(cooprl.train, "build_algorithm", terminated_while_loading)
+    def signalled_while_loading(*args, **kwargs):
+        os.kill(os.getpid(), sig)
+        pytest.fail("the signal did not stop the command")
+    monkeypatch.setattr(cooprl.train, "build_algorithm", signalled_while_loading)
     code, err = cli(capsys, "magrpo", "--config", str(base_config(tmp_path)))
-    assert code == TERMINATED == 143 and "Traceback" not in err
-    assert err.strip().splitlines()[-1] == "terminated (SIGTERM)"
+    assert code == status and status in (130, 143) and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == said
     assert not (tmp_path / "run").exists()   # nothing written: the folder is free for the same command
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL   # the command line gave back the handler it set
 
@@ -154,6 +157,95 @@ def test_sigterm_saves_a_checkpoint_and_exits_143_as_ctrl_c_saves_and_exits_130(
     versions = (run_dir / run_folders.VERSIONS).read_text().splitlines()
     assert [line.split('"started": ')[1].split(",")[0] for line in versions] == [
         '"new"', '"resumed at step 1"', '"resumed at step 2"']
+
+
+def signal_at_call(monkeypatch, owner, name: str, nth: int, *signals: int) -> None:
+    """Patch `owner.name` to send this process `signals` (real ones, one after the other) at its `nth` call."""
+    original, calls = getattr(owner, name), []
+
+    def patched(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == nth:
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(owner, name, patched)
+
+
+def test_sigterm_in_evaluate_and_evaluate_strategy_is_one_line_and_143(tmp_path, capsys, monkeypatch):
+    # no TerminateAsInterrupt there: the default action ended them with no message (Ctrl-C gave one line and 130)
+    import evaluate_strategy
+    signal_at_call(monkeypatch, evaluate, "evaluate_checkpoint", 1, signal.SIGTERM)
+    assert evaluate.main(["--config", str(base_config(tmp_path))]) == TERMINATED
+    assert capsys.readouterr().err.strip() == "terminated (SIGTERM); nothing was written"
+    signal_at_call(monkeypatch, evaluate_strategy, "evaluate", 1, signal.SIGTERM)
+    assert evaluate_strategy.main(["--strategy", "direct", "--config", str(base_config(tmp_path))]) == TERMINATED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "terminated (SIGTERM); the problems done are kept in" in err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.slow
+def test_sigterm_in_the_evaluations_of_a_run_is_143_and_keeps_what_was_trained(tmp_path, capsys, monkeypatch, caplog):
+    from cooprl.trainers.magrpo import MAGRPO
+    config = base_config(tmp_path)
+    # the evaluation before training: nothing trained, nothing saved, the same command starts afresh
+    with monkeypatch.context() as patch:
+        signal_at_call(patch, MAGRPO, "evaluate", 1, signal.SIGTERM)
+        code, err = cli(capsys, "magrpo", "--config", str(config), "--override", "magrpo.eval_at_start=true")
+    assert code == TERMINATED and "Traceback" not in err
+    assert "interrupted during the evaluation before training: nothing was trained or saved" in caplog.text
+    assert checkpoints(tmp_path / "run") == []
+    # the final evaluation of a 1-step run: its checkpoint is saved first, and a resume evaluates it once
+    with monkeypatch.context() as patch:
+        signal_at_call(patch, MAGRPO, "evaluate", 1, signal.SIGTERM)
+        code, err = cli(capsys, "magrpo", "--config", str(config), "--override", "magrpo.eval_at_start=false",
+                        "magrpo.max_steps=1", "output.run_name=final")
+    assert code == TERMINATED and "Traceback" not in err
+    run_dir = tmp_path / "final"
+    assert checkpoints(run_dir) == ["checkpoint-1"]
+    assert not any(key.startswith("eval/") for event in events(run_dir) for key in event)
+    assert f"interrupted (SIGTERM) at step 1 of 1; to continue: python train_magrpo.py --resume {run_dir}" in (
+        caplog.text)
+    code, err = cli(capsys, "magrpo", "--resume", str(run_dir))
+    assert code == 0, err
+    assert [e["step"] for e in events(run_dir) if "eval/turn_1/reward_mean" in e] == [1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second,status", [(signal.SIGINT, INTERRUPTED), (signal.SIGTERM, TERMINATED)])
+def test_a_second_signal_stops_at_once_and_the_newest_checkpoint_goes_on(tmp_path, capsys, monkeypatch, caplog,
+                                                                          second, status):
+    # the first asks for a checkpoint after the step, the second stops in the step: its status, one line, and the
+    # checkpoint of the step before is where --resume goes on
+    from cooprl.trainers.magrpo import MAGRPO
+    with monkeypatch.context() as patch:
+        signal_at_call(patch, MAGRPO, "train_step", 2, signal.SIGINT, second)
+        code, err = cli(capsys, "magrpo", "--config", str(base_config(tmp_path)), "--override",
+                        "magrpo.eval_at_start=false")
+    assert code == status and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("terminated (SIGTERM)" if second == signal.SIGTERM else
+                                            "interrupted (Ctrl-C)")
+    run_dir = tmp_path / "run"
+    assert checkpoints(run_dir) == ["checkpoint-1"] and steps(run_dir) == [1]
+    assert not list((run_dir / "checkpoints").glob(".checkpoint-*"))
+    assert ("stopped at once, in the step in progress (not saved); its newest checkpoint is checkpoint-1: to "
+            f"continue, python train_magrpo.py --resume {run_dir}") in caplog.text
+    code, err = cli(capsys, "magrpo", "--resume", str(run_dir))
+    assert code == 0, err
+    assert steps(run_dir) == [1, 2] and checkpoints(run_dir) == ["checkpoint-1", "checkpoint-2"]
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_final_save_waits_for_it_and_the_run_ends_finished(tmp_path, capsys, monkeypatch):
+    # as Ctrl-C there (tests/cli/test_scripted_use.py): cut short, the finished run would lose its final checkpoint
+    with monkeypatch.context() as patch:
+        signal_at_call(patch, ckpt, "save_checkpoint", 1, signal.SIGTERM)
+        code, err = cli(capsys, "magrpo", "--config", str(base_config(tmp_path)), "--override",
+                        "magrpo.max_steps=1", "magrpo.eval_at_start=false")
+    assert code == 0 and "Traceback" not in err
+    assert checkpoints(tmp_path / "run") == ["checkpoint-1"]
+    assert "is finished" in cli(capsys, "magrpo", "--resume", str(tmp_path / "run"))[1]
 
 
 def no_space_for(part: str):

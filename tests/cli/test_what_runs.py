@@ -125,7 +125,8 @@ def test_ddp_without_a_launcher_is_refused_before_any_model_or_folder(tmp_path, 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert_one_error(*cli(capsys, "magrpo", "--config", str(base_config(tmp_path)), "--override",
                           "magrpo.parallel_training=ddp", "magrpo.update_schedule=items", MISSING_MODEL),
-                     "magrpo.parallel_training: ddp, but no launcher started this process", "torchrun")
+                     "magrpo.parallel_training: ddp, but no launcher started this process",
+                     "start it with python -m cooprl.parallel.torchrun --nproc_per_node=N train_magrpo.py ...")
     assert not (tmp_path / "run").exists()
 
 
@@ -206,5 +207,31 @@ def test_a_hub_model_without_network_is_one_error_line_at_once_and_leaves_no_fol
     assert_one_error(*cli(capsys, "magrpo", "--config", str(base_config(tmp_path)), "--override",
                           "agent_model.name=someone/a-model-nobody-cached"),
                      "model 'someone/a-model-nobody-cached': not in the local Hugging Face cache", "cannot be reached")
+    assert __import__("time").monotonic() - started < 30
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_hub_dataset_without_network_is_one_error_line_at_once_and_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    # datasets retried for ~30 s before its own error; the hub is probed once, and offline the local cache alone read
+    import urllib.error
+    import urllib.request
+
+    import datasets
+
+    from cooprl.models import loading
+
+    def unreachable(url, timeout):
+        raise urllib.error.URLError("Name or service not known")
+    monkeypatch.setattr(urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(loading, "_hub_unreachable", {})
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets-cache")
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(variable, raising=False)
+    started = __import__("time").monotonic()
+    assert_one_error(*cli(capsys, "magrpo", "--config", str(base_config(tmp_path)), "--override",
+                          "dataset.name=someone/a-set-nobody-cached"),
+                     "dataset 'someone/a-set-nobody-cached' could not be loaded from the hub: not in the local "
+                     "Hugging Face datasets cache, and https://huggingface.co cannot be reached (Name or service not "
+                     "known); connect to the network, or use `dataset.name: coop`")
     assert __import__("time").monotonic() - started < 30
     assert not (tmp_path / "run").exists()

@@ -239,3 +239,13 @@ def test_a_shared_policy_checkpoint_holds_its_model_once_and_resumes_only_as_a_s
     (shared / ckpt.SHARED_POLICY_FILE).write_text("{}")
     with pytest.raises(ckpt.CheckpointError, match="shared_policy.json holds no number of agents"):
         ckpt.load_team_weights([model], shared, 2)
+
+
+def test_init_from_a_run_of_other_agents_says_which_run_fits(tmp_path):
+    # "holds 1 agent(s), this run has 2 agent(s)" said the mismatch, not what a run to start from needs
+    from cooprl.models.loading import ModelError
+    (tmp_path / "run" / "final" / "agent_0").mkdir(parents=True)
+    with pytest.raises(ModelError) as err:
+        ckpt.init_folders(str(tmp_path / "run"), 2)
+    assert str(err.value) == (f"agent_model.init_from: {tmp_path / 'run' / 'final'} holds 1 agent(s), this run has 2 "
+                              "agent(s); each agent starts from the saved agent of its index: name a run of 2 agent(s)")

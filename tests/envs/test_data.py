@@ -64,13 +64,77 @@ def test_missing_file_and_bad_json(tmp_path):
         load_problems({"path": str(tmp_path / "broken.jsonl")}, "train")
 
 
+def cache_hub_dataset(cache, repo_id, records):
+    """Write `records` as split `train` of hub dataset `repo_id` into the `datasets` cache folder `cache`, laid out as
+    `load_dataset` leaves a downloaded hub dataset (no network: the json builder prepares it, then it moves)."""
+    import shutil
+
+    from datasets.packaged_modules.json.json import Json
+    source = write_jsonl(cache.parent / "source.jsonl", records)
+    builder = Json(cache_dir=str(cache.parent / "build"), dataset_name="set", data_files={"train": str(source)},
+                   hash="0123abcd")
+    builder.download_and_prepare()
+    (built,) = (cache.parent / "build" / "set").glob("*/*/0123abcd")
+    owner, name = repo_id.split("/")
+    shutil.copytree(built, cache / f"{owner}___{name}" / "default" / "0.0.0" / "0123abcd")
+    (cache / f"{owner}___{name}" / "default" / "0.0.0" / "0123abcd" / "set-train.arrow").rename(
+        cache / f"{owner}___{name}" / "default" / "0.0.0" / "0123abcd" / f"{name}-train.arrow")
+
+
+@pytest.fixture
+def unreachable_hub(tmp_path, monkeypatch):
+    """An HF_ENDPOINT that refuses connections (a port nothing listens on), an empty `datasets` cache, no offline
+    variable set; returns the cache folder."""
+    import socket
+
+    import datasets
+
+    from cooprl.models import loading
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(loading, "_hub_unreachable", {})
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    return tmp_path / "cache"
+
+
 @pytest.mark.slow
-def test_unreachable_hub_dataset_suggests_offline_set(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+def test_a_hub_dataset_with_no_network_is_one_error_at_once_and_a_cached_one_loads(unreachable_hub, monkeypatch):
+    # datasets retried for ~30 s (5 retries of its HEAD request) before its own error, cached or not
+    import os
+    import time
+    import urllib.request
+    cache_hub_dataset(unreachable_hub, "someone/cached-set", [GOOD, {**GOOD, "task_id": "T/1"}])
+    started = time.monotonic()
+    problems = load_problems({"name": "someone/cached-set"}, "train[1:]")
+    assert [p.task_id for p in problems] == ["T/1"]
+    assert load_problems({"name": "someone/cached-set"}, "test")[0].task_id == "T/0"   # the split renamed, as before
     with pytest.raises(DatasetError) as err:
-        load_problems({"name": "OpenMLRL/CoopHumanEval-does-not-exist"}, "test")
-    assert "could not be loaded from the hub" in str(err.value) and "dataset.name: coop" in str(err.value)
+        load_problems({"name": "someone/not-cached-set"}, "train")
+    assert time.monotonic() - started < 10
+    endpoint = os.environ["HF_ENDPOINT"]
+    assert str(err.value).startswith(
+        f"dataset 'someone/not-cached-set' could not be loaded from the hub: not in the local Hugging Face datasets "
+        f"cache, and {endpoint} cannot be reached (")
+    assert str(err.value).endswith("; connect to the network, or use `dataset.name: coop` (the shipped cooperative "
+                                   "set) or `dataset.type: humaneval`, or give a local file with `dataset.path`")
+    assert "\n" not in str(err.value)
+    for variable in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):   # offline set: the cache alone, no probe
+        monkeypatch.setattr(urllib.request, "urlopen", None)
+        monkeypatch.setenv(variable, "1")
+        assert len(load_problems({"name": "someone/cached-set"}, "train")) == 2
+        with pytest.raises(DatasetError, match=f"datasets cache, and {variable} is set; unset {variable} where there "
+                                               f"is a network, or use `dataset.name: coop`"):
+            load_problems({"name": "someone/not-cached-set"}, "train")
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")   # datasets' own variable wins over HF_HUB_OFFLINE
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DatasetError, match="cannot be reached"):
+        load_problems({"name": "someone/not-cached-set"}, "train")
+    assert time.monotonic() - started < 10
 
 
 @pytest.mark.parametrize("bad,why", [

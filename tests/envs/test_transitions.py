@@ -172,6 +172,23 @@ def test_make_expert_client_needs_url_and_key(monkeypatch):
         make_expert_client("deepseek-coder")
 
 
+def test_expert_edits_without_an_api_is_one_config_error_naming_the_mode_and_the_variable(monkeypatch):
+    # a ValueError traceback before; it named neither the key that asked for the API nor the mode that needs none
+    from cooprl.config import ConfigError, Run, load_config
+    from envs.code_generation.task import build_code_task
+    for var in ("COOPRL_EXPERT_BASE_URL", "OPENAI_BASE_URL", "COOPRL_EXPERT_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    config = load_config(None, ["external.mode=expert_edits", "magrpo.num_turns=2"])
+    with pytest.raises(ConfigError) as err:
+        build_code_task(Run.of(config, "magrpo"))
+    assert str(err.value) == ("external.mode=expert_edits: the expert model 'deepseek-coder' (external.expert_model, "
+                              "an OpenAI-compatible chat API) has no API URL: set COOPRL_EXPERT_BASE_URL (or "
+                              "OPENAI_BASE_URL); or use external.mode=level_feedback, which needs no API")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://expert.invalid/v1")
+    with pytest.raises(ConfigError, match="has no API key: set COOPRL_EXPERT_API_KEY \\(or OPENAI_API_KEY\\); or use"):
+        build_code_task(Run.of(config, "magrpo"))
+
+
 def test_make_expert_client_over_urllib(monkeypatch):
     monkeypatch.setitem(sys.modules, "openai", None)  # force the urllib path
     sent = {}

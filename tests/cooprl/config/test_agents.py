@@ -77,7 +77,8 @@ def test_an_entry_s_bounds_are_the_shared_option_s_own():
 
 def test_a_wrong_count_of_entries_is_an_error_naming_the_key():
     config = load_config(None, ["agents=[{temperature: 1.0}, {temperature: 0.2}, x/model]"])
-    with pytest.raises(ConfigError, match=r"^agents: 3 model names given for 2 agents \(one entry per agent"):
+    with pytest.raises(ConfigError, match=r"^agents: 3 model names given for 2 agents; give one per agent \(a model "
+                                          r"name or a mapping of its own settings\), or agents=null"):
         agent_settings(config, config.magrpo, 2)
 
 

@@ -70,8 +70,10 @@ def test_damaged_pair_file_is_a_user_error_naming_it(tmp_path, damage):
     from cooprl.errors import UserError
     path = tmp_path / "iteration_0.jsonl"
     path.write_bytes(damage)
-    with pytest.raises(UserError, match="iteration_0.jsonl.*damaged"):
+    with pytest.raises(UserError, match="iteration_0.jsonl.*damaged") as err:
         read_pairs(path)
+    if damage.startswith(b"\xff"):
+        assert str(err.value).endswith("iteration_0.jsonl are damaged: not UTF-8 text (byte 0xff at offset 0)")
 
 
 def test_store_appends_by_iteration_and_drops_later_steps_on_resume(tmp_path):

@@ -375,3 +375,13 @@ def test_resume_matches_uninterrupted_run_with_clipped_passes_and_dapo(tmp_path)
             assert torch.equal(p1, p2), n1
     fresh = load_causal_lm(TINY_RANDOM, device="cpu")   # trained: the equality is not vacuous
     assert not torch.equal(fresh.model.embed_tokens.weight, straight.models[0].model.embed_tokens.weight)
+
+
+def test_a_critics_list_of_another_length_says_what_to_give():
+    from cooprl.config import ConfigError
+    from cooprl.trainers.actor_critic import critic_model_names
+    config = load_config(None, ["critics=[offline:tiny-random]"])
+    with pytest.raises(ConfigError) as err:
+        critic_model_names(config, [], 2)
+    assert str(err.value) == ("critics: 1 model names given for 2 critic(s); give one per critic, or critics=null "
+                              "for critic_model.name (else its agent's model)")

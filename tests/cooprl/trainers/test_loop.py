@@ -91,3 +91,14 @@ def test_sft_summary_bar_and_verdict_follow_the_loss(tmp_path, capsys):
     assert "agent_1/nll" in out and "reward" not in out
     assert _bar_fields({"nll_mean": 1.5}, loss_key="nll_mean") == {"loss": "1.500"}
     assert _bar_fields({"turn_1/reward_mean": 0.25}) == {"reward": "0.250"}
+
+
+def test_ddp_with_more_processes_than_training_items_says_how_many_fit():
+    from cooprl.config import ConfigError, load_config
+    from cooprl.parallel.order import Ranks
+    from cooprl.trainers.loop import step_plan
+    run = Run.of(load_config(None, ["magrpo.parallel_training=ddp", "magrpo.update_schedule=items"]), "magrpo")
+    with pytest.raises(ConfigError) as err:
+        step_plan(run, 3, 1, Ranks(rank=0, world_size=4))
+    assert str(err.value) == ("magrpo.parallel_training: ddp with 4 processes needs at least as many training items; "
+                              "the training split has 3: launch at most 3 processes, or widen dataset.train_split")

@@ -194,6 +194,27 @@ def test_comparator_config_errors(tmp_path):
             build_madpo(Run.of(madpo_config(tmp_path, "e", "madpo_iter", overrides), "madpo_iter"), task)
 
 
+def test_an_api_comparator_without_its_url_names_the_keys_and_variables_that_give_one(monkeypatch):
+    # it said "needs an OpenAI-compatible API: expert_edits needs an API URL", though no expert_edits was asked for
+    from types import SimpleNamespace
+
+    from cooprl.preferences.comparators import build_comparator
+    from cooprl.rollout.generation import SamplingParams
+    from envs.code_generation.comparator import api_client
+    for var in ("COOPRL_EXPERT_BASE_URL", "OPENAI_BASE_URL", "COOPRL_EXPERT_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    task = SimpleNamespace(name="code", num_agents=2, stop_strings=((), ()), joint_format=None, api_client=api_client)
+    team = [SimpleNamespace(params=SamplingParams(max_new_tokens=8))] * 2
+    run = Run.of(load_config(None, ["madpo_iter.comparator_policy=api", "madpo_iter.comparator_model=coder"]),
+                 "madpo_iter")
+    with pytest.raises(ConfigError) as err:
+        build_comparator(run, task, team)
+    assert str(err.value) == ("madpo_iter.comparator_policy=api: the comparator model 'coder' (an OpenAI-compatible "
+                              "chat API) has no API URL: set COOPRL_EXPERT_BASE_URL (or OPENAI_BASE_URL), or give "
+                              "madpo_iter.comparator_api_url and madpo_iter.comparator_api_key_env (the variable "
+                              "holding its key)")
+
+
 def cli_overrides(trainer, tmp_path, name):
     return [f"{trainer}.max_steps=2", f"{trainer}.preference_num_candidates=2", f"{trainer}.max_new_tokens=8",
             f"{trainer}.eval_num_samples=1", f"{trainer}.eval_interval=1", f"output.base_dir={tmp_path}",
