@@ -3,14 +3,18 @@ for a fixed budget of steps; one row per trainer and the training curves side by
 
     python bench/learning.py                          # every trainer, the budget below
     python bench/learning.py --trainers magrpo,iac --steps 16
+    python bench/learning.py --trainers magrpo@8,magrpo_dapo@8   # rows with their own budget, in their own folders
     python bench/learning.py --report                 # only rebuild the table and the figure from finished runs
 
 Each trainer runs in its own process through its `train_*.py` (the command a user types), in
 `bench/learning/<trainer>/`. Runs are resumable: a trainer whose run folder has a checkpoint is continued with
 `--resume`, a finished one is not rerun, so the whole bench can be started in the background, stopped and started
-again. The table (`bench/learning/results.md`) has, per trainer: mean training reward of the first and last quarter
-of the steps, the evaluation reward before the first step and after the last (`eval_at_start`), the eval pass rate,
-`calls_aux` and `uses_aux` of the last quarter, wall time and peak memory (the process's max RSS). The figure
+again. A row named `<row>@<n>` is row <row> with a budget of n steps, in `bench/learning/<row>@<n>/` (a shorter set
+that leaves the 16-step rows as they are). The table (`bench/learning/results.md`) has, per trainer: the share of
+the steps' agent updates with a nonzero gradient (a tied group's is zero), mean training reward of the first and
+last quarter of the steps, the evaluation reward before the first step and after the last (`eval_at_start`), the
+eval pass rate, `calls_aux` and `uses_aux` of the last quarter, wall time and peak memory (the process's max RSS).
+The figure
 (`bench/learning/learning.png`) draws each trainer's training reward per step.
 
 GRPO and AC have no CPU config of their own: they run the MAGRPO and IAC CPU configs' settings with one agent, and
@@ -20,8 +24,10 @@ function body from the 135M model, see bench/function_rate.py).
 Rows that are not one trainer: `sft` (supervised fine-tuning on the coop set's reference pairs, its config's two
 epochs; its calls_aux/uses_aux are its final evaluation's, SFT samples nothing in training), `sft+magrpo` and
 `sft+madpo` (those trainers started from the `sft` row's agents, `agent_model.init_from`; run after it), and the team
-environments `planner_coder` and `coder_tester` (MAGRPO with their CPU configs), and `magrpo_shared_policy` (the
-`magrpo` row with `agent_model.shared_policy`: one model plays both agents).
+environments `planner_coder` and `coder_tester` (MAGRPO with their CPU configs), `magrpo_shared_policy` (the
+`magrpo` row with `agent_model.shared_policy`: one model plays both agents); and the policy-gradient objectives
+on MAGRPO's and GRPO's rows (`<trainer>_resample`: `tied_groups: resample`, `_dapo`: `loss_type: dapo`, `_clip2`:
+`num_iterations: 2`, clipped at 0.2; their figure: `learning_objectives.png`).
 """
 
 from __future__ import annotations
@@ -38,7 +44,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "learning"
 TRAINERS = ["magrpo", "grpo", "iac", "maac", "ac", "madpo", "madpo_iter", "marlhf", "marlhf_iter"]
-EXTRA_ROWS = ["sft", "sft+magrpo", "sft+madpo", "planner_coder", "coder_tester", "magrpo_shared_policy"]
+# the policy-gradient objectives (issue 44), each on MAGRPO and GRPO with the trainer row's config, seed and steps:
+# dynamic sampling of tied groups, the token-level (DAPO) loss, two clipped passes per rollout
+OBJECTIVES = {"resample": ["tied_groups=resample", "max_resamples=2"], "dapo": ["loss_type=dapo"],
+              "clip2": ["num_iterations=2", "epsilon=0.2"]}
+OBJECTIVE_ROWS = {f"{trainer}_{name}": trainer for trainer in ("magrpo", "grpo") for name in OBJECTIVES}
+EXTRA_ROWS = ["sft", "sft+magrpo", "sft+madpo", "planner_coder", "coder_tester", "magrpo_shared_policy",
+              *OBJECTIVE_ROWS]
 ROWS = TRAINERS + EXTRA_ROWS
 # (config file, overrides) per trainer; the step budget is added by --steps
 _GRPO = ["grpo.learning_rate=3e-4", "grpo.max_new_tokens=80", "grpo.update_schedule=items",
@@ -73,14 +85,27 @@ RUNS = {
     "coder_tester": ("configs/coder_tester_cpu.yaml", []),
     "magrpo_shared_policy": ("configs/magrpo_che_cpu.yaml", ["agent_model.shared_policy=true"]),
 }
+RUNS.update({row_name: (RUNS[trainer][0], [*RUNS[trainer][1], *[f"{trainer}.{key}" for key in OBJECTIVES[name]]])
+             for row_name, trainer in OBJECTIVE_ROWS.items() for name in [row_name.split("_", 1)[1]]})
 STARTS_FROM = {"sft+magrpo": "sft", "sft+madpo": "sft"}   # row -> the row whose agents it starts from (init_from)
 FULL_CONFIG = ("sft",)                                     # rows that train their config's epochs, not --steps
+COLUMNS = 10                                               # of the table
+
+
+def budget_of(row_name: str, steps: int) -> tuple[str, int]:
+    """Return the row that `row_name` runs and its step budget: `<row>@<n>` is row <row> with n steps, in its own run
+    folder (a shorter set next to the 16-step rows), any other name runs with `steps`."""
+    row_name, _, budget = row_name.partition("@")
+    return row_name, int(budget) if budget.isdigit() else steps
 
 
 def trainer_of(row_name: str) -> str:
     """Return the trainer (train_<trainer>.py, its config section) of table row `row_name`."""
+    row_name = budget_of(row_name, 0)[0]
     if row_name in ("planner_coder", "coder_tester", "magrpo_shared_policy"):
         return "magrpo"
+    if row_name in OBJECTIVE_ROWS:
+        return OBJECTIVE_ROWS[row_name]
     return row_name.split("+")[-1]
 ITERATIVE = ("madpo_iter", "marlhf_iter")   # their budget is steps per iteration (2 iterations)
 
@@ -100,13 +125,14 @@ def run(name: str, steps: int, extra: list[str] = ()) -> dict:
     also kept on file."""
     folder = run_folder(name)
     trainer = trainer_of(name)
-    config, overrides = RUNS[name]
+    base, steps = budget_of(name, steps)
+    config, overrides = RUNS[base]
     budget = steps // 2 if trainer in ITERATIVE else steps
-    if name in STARTS_FROM:
-        if not finished(STARTS_FROM[name]):
-            raise SystemExit(f"{name}: starts from the {STARTS_FROM[name]} row's agents; run that row first")
-        overrides = [*overrides, f"agent_model.init_from={run_folder(STARTS_FROM[name])}"]
-    if name not in FULL_CONFIG:
+    if base in STARTS_FROM:
+        if not finished(STARTS_FROM[base]):
+            raise SystemExit(f"{name}: starts from the {STARTS_FROM[base]} row's agents; run that row first")
+        overrides = [*overrides, f"agent_model.init_from={run_folder(STARTS_FROM[base])}"]
+    if base not in FULL_CONFIG:
         overrides = [*overrides, f"{trainer}.max_steps={budget}"]
     command = [sys.executable, f"train_{trainer}.py", "--config", config, "--override", *overrides,
                f"output.base_dir={OUT}", f"output.run_name={name}",
@@ -151,6 +177,7 @@ def row(trainer: str) -> dict:
     aux = sampled[-quarter:] if train else sampled
     return {
         "trainer": trainer, "steps": len(train) or len([e for e in all_events if "nll_mean" in e]),
+        "nonzero_updates": nonzero_updates(train),
         "train_first": _mean([e[reward] for e in train[:quarter]]), "train_last": _mean([e[reward] for e in last]),
         "eval_before": (evals[0]["eval/turn_1/reward_mean"] if evals and evals[0]["step"] == 0 else
                         start_evaluation(trainer)),
@@ -162,6 +189,16 @@ def row(trainer: str) -> dict:
     }
 
 
+def nonzero_updates(train: list[dict]) -> float:
+    """Return the share of the training steps' agent updates whose gradient is nonzero (`agent_<i>/grad_norm` > 0;
+    an agent with no update in a step, its groups dropped, counts as zero), NaN when no step records a grad norm."""
+    agents = sorted({key.split("/")[0] for e in train for key in e if key.startswith("agent_")})
+    if not any(f"{agent}/grad_norm" in e for e in train for agent in agents):
+        return float("nan")
+    updates = [e.get(f"{agent}/grad_norm", 0.0) > 0 for e in train for agent in agents]
+    return sum(updates) / len(updates)
+
+
 def start_evaluation(name: str) -> float:
     """Return the eval reward of row `name`'s start policy when it did not evaluate it itself: the last evaluation of
     the row it starts from (the same policy), else NaN."""
@@ -171,22 +208,24 @@ def start_evaluation(name: str) -> float:
 
 def table(rows: list[dict]) -> str:
     """Return the Markdown table of `rows`."""
-    head = ("| trainer | steps | train reward first → last quarter | eval reward before → after | eval pass rate | "
-            "calls_aux (last q.) | uses_aux (last q.) | minutes | peak MB |")
-    lines = [head, "|" + "---|" * 9]
+    head = ("| trainer | steps | nonzero updates | train reward first → last quarter | eval reward before → after | "
+            "eval pass rate | calls_aux (last q.) | uses_aux (last q.) | minutes | peak MB |")
+    lines = [head, "|" + "---|" * COLUMNS]
     def number(value: float, digits: int = 3) -> str:   # – where a figure does not apply (one agent has no aux)
         return "–" if value != value else f"{value + 0.0:.{digits}f}"
 
     for r in rows:
-        lines.append(f"| {r['trainer']} | {r['steps']} | {number(r['train_first'])} → {number(r['train_last'])} | "
+        lines.append(f"| {r['trainer']} | {r['steps']} | {number(r['nonzero_updates'], 2)} | "
+                     f"{number(r['train_first'])} → {number(r['train_last'])} | "
                      f"{number(r['eval_before'])} → {number(r['eval_after'])} | {number(r['eval_pass_rate'])} | "
                      f"{number(r['calls_aux'])} | {number(r['uses_aux'])} | {number(r['minutes'], 1)} | "
                      f"{number(r['peak_mb'], 0)} |")
     return "\n".join(lines) + "\n"
 
 
-def figure(trainers: list[str], path: Path) -> Path | None:
-    """Draw each trainer's training reward per step in one figure; return its path (None without matplotlib)."""
+def figure(trainers: list[str], path: Path, columns: int = 5) -> Path | None:
+    """Draw each trainer's training reward per step in one figure, at most `columns` a row; return its path (None
+    without matplotlib)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -196,12 +235,12 @@ def figure(trainers: list[str], path: Path) -> Path | None:
     shown = [t for t in trainers if any("turn_1/reward_mean" in e for e in events(t))]   # (SFT has no reward curve)
     if not shown:
         return None
-    columns = min(5, len(shown))
+    columns = min(columns, len(shown))
     rows = -(-len(shown) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.6 * rows), sharey=True, squeeze=False)
     for ax in axes.flat[len(shown):]:
         ax.axis("off")
-    for ax, trainer in zip(axes.flat, shown):
+    for ax, trainer in zip(axes.flat, shown, strict=False):   # (the grid may have more panels)
         train = [e for e in events(trainer) if "turn_1/reward_mean" in e]
         key = "turn_1/task_reward_mean" if "turn_1/task_reward_mean" in train[0] else "turn_1/reward_mean"
         ax.plot([e["step"] for e in train], [e[key] for e in train], lw=1)
@@ -220,20 +259,33 @@ def figure(trainers: list[str], path: Path) -> Path | None:
 
 def report(trainers: list[str]) -> str:
     """Write results.md (the rows with a run here, the other rows kept as results.md had them, in ROWS order) and the
-    figure of the rows with a run (learning.png when they are the nine trainers, else learning_<rows>.png); return
-    the table."""
+    figure of the rows with a run (learning.png when they are the nine trainers, learning_objectives.png when they are
+    MAGRPO's and GRPO's objective rows, else learning_<rows>.png); return the table."""
     rows = [row(t) for t in trainers if events(t)]
     OUT.mkdir(parents=True, exist_ok=True)
     kept = earlier_rows(OUT / "results.md")
     fresh = table(rows).splitlines()[2:]
     for line in fresh:
         kept[line.split("|")[1].strip()] = line
-    order = ROWS + sorted(set(kept) - set(ROWS))
+    order = ROWS + sorted(set(kept) - set(ROWS), key=_shorter_row_order)
     text = "\n".join(table([]).splitlines()[:2] + [kept[name] for name in order if name in kept]) + "\n"
     (OUT / "results.md").write_text(text, encoding="utf-8")
     shown = [r["trainer"] for r in rows]
-    figure(shown, OUT / ("learning.png" if set(TRAINERS) <= set(shown) else f"learning_{'_'.join(shown)}.png"))
+    if set(TRAINERS) <= set(shown):
+        figure(shown, OUT / "learning.png")
+    elif {budget_of(name, 0)[0] for name in shown} <= {*OBJECTIVE_ROWS, *OBJECTIVE_ROWS.values()}:
+        # a trainer's objectives on one line
+        figure(shown, OUT / "learning_objectives.png", columns=1 + len(OBJECTIVES))
+    else:
+        figure(shown, OUT / f"learning_{'_'.join(shown)}.png")
     return text
+
+
+def _shorter_row_order(row_name: str) -> tuple:
+    """Sort key of the rows that are not in ROWS (`<row>@<n>`): by budget, then trainer, then ROWS order."""
+    base, budget = budget_of(row_name, 0)
+    known = base in ROWS and trainer_of(base) in ROWS
+    return (budget, ROWS.index(trainer_of(base)) if known else len(ROWS), ROWS.index(base) if known else 0, row_name)
 
 
 def earlier_rows(path: Path) -> dict[str, str]:
@@ -241,6 +293,9 @@ def earlier_rows(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     lines = [line for line in path.read_text(encoding="utf-8").splitlines()[2:] if line.startswith("|")]
+    # a row written before the nonzero-updates column (third) has one cell less: – there (its run is not here)
+    cells = [line.split("|") for line in lines]
+    lines = ["|".join(c if len(c) == COLUMNS + 2 else [*c[:3], " – ", *c[3:]]) for c in cells]
     return {line.split("|")[1].strip(): line for line in lines}
 
 
@@ -255,7 +310,7 @@ def main() -> None:
                              "'<trainer>.eval_num_samples=8'")
     args = parser.parse_args()
     trainers = [t.strip() for t in args.trainers.split(",") if t.strip()]
-    unknown = sorted(set(trainers) - set(RUNS))
+    unknown = sorted({budget_of(t, 0)[0] for t in trainers} - set(RUNS))
     if unknown:
         parser.error(f"unknown rows {unknown}; choose from {', '.join(ROWS)}")
     if not args.report:
@@ -263,7 +318,7 @@ def main() -> None:
             if finished(trainer):
                 print(f"{trainer}: finished earlier ({run_folder(trainer)})")
                 continue
-            print(f"{trainer}: running {args.steps} steps in {run_folder(trainer)}", flush=True)
+            print(f"{trainer}: running {budget_of(trainer, args.steps)[1]} steps in {run_folder(trainer)}", flush=True)
             result = run(trainer, args.steps, args.override)
             print(f"{trainer}: {result['seconds'] / 60:.1f} min, peak {result['peak_mb']:.0f} MB", flush=True)
     print(report(trainers))
