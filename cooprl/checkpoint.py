@@ -69,10 +69,8 @@ def _class_name(cls: type) -> str:
 # looked up in a file. Checkpoints written before the records moved to cooprl.samples name them by their former
 # modules; those names still rebuild the same classes, so an older run resumes.
 STATE_DATACLASSES = {_class_name(cls): cls for cls in BUFFER_RECORDS}
-_FORMER_NAMES = {"cooprl.policy_update:TrainSample": TrainSample,
-                 "cooprl.trainers.magrpo:NodeGroup": NodeGroup,
-                 "cooprl.trainers.actor_critic:Step": Step,
-                 "cooprl.trainers.actor_critic:CriticSample": CriticSample}
+_FORMER_NAMES = {"cooprl.policy_update:TrainSample": TrainSample, "cooprl.trainers.magrpo:NodeGroup": NodeGroup,
+                 "cooprl.trainers.actor_critic:Step": Step, "cooprl.trainers.actor_critic:CriticSample": CriticSample}
 
 
 def state_dataclasses() -> dict[str, type]:
@@ -100,9 +98,8 @@ def to_plain(value: Any, where: str = "state") -> Any:
         name = _class_name(type(value))
         if state_dataclasses().get(name) is not type(value):
             raise TypeError(f"{where}: dataclass {name} is not one of cooprl.checkpoint.state_dataclasses()")
-        return {_TAG: "dataclass", "class": name,
-                "fields": {f.name: to_plain(getattr(value, f.name),
-                                            f"{where}.{f.name}") for f in dataclasses.fields(value)}}
+        fields = {f.name: to_plain(getattr(value, f.name), f"{where}.{f.name}") for f in dataclasses.fields(value)}
+        return {_TAG: "dataclass", "class": name, "fields": fields}
     if isinstance(value, dict):
         for key in value:
             if not (key is None or isinstance(key, (bool, int, float, str))):
@@ -191,12 +188,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[str, Any],
-                    keep_last: int | None = None, weights: Iterable[dict[str, Any] | None] = (),
-                    rank_states: Iterable[dict[str, Any]] = (), shared_agents: int = 0) -> Path:
-    """Write checkpoint-<step> atomically under `directory`, prune to the newest `keep_last`; return its path.
-    `weights` yields, model by model, a whole state dict (a sharded model's, gathered: taken one at a time) or None
-    (the model saves its own); `rank_states` yields each data-parallel process's own state in rank order
-    (`rank_<r>.pt`); `shared_agents`: the agents `models[0]` plays under a shared policy (0: a model each)."""
+                    weights: Iterable[dict[str, Any] | None] = (), rank_states: Iterable[dict[str, Any]] = (),
+                    shared_agents: int = 0) -> Path:
+    """Write checkpoint-<step> atomically under `directory` and return its path: `weights` yields, model by model, a
+    whole state dict (a sharded model's, gathered, one at a time) or None (it saves its own); `rank_states` each
+    data-parallel process's own state in rank order (`rank_<r>.pt`); `shared_agents` the agents `models[0]` plays
+    under a shared policy (0: a model each)."""
     from safetensors import SafetensorError
     final = directory / f"checkpoint-{step}"
     needed = expected_size(directory, models)
@@ -226,10 +223,13 @@ def save_checkpoint(directory: Path, step: int, models: list[Any], state: dict[s
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    if keep_last:
-        for old in list_checkpoints(directory)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def prune_checkpoints(directory: Path, keep_last: int | None) -> None:
+    """Remove all but the newest `keep_last` complete checkpoints under `directory` (None or 0: keep every one)."""
+    for old in list_checkpoints(directory)[:-keep_last] if keep_last else []:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 class SaveError(CheckpointError):

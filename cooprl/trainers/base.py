@@ -119,7 +119,9 @@ class TeamAlgorithm(Algorithm):
         metrics (`policy_gradient_metrics`, and `truncated_masked` under mask_truncated_completions). `weight`: the
         step's (the engine's denominator; None: `objective.weight(samples)`)."""
         member, kl = self.team[agent], self.loss_kl(agent)
-        objective = replace(self.objective, max_new_tokens=member.params.max_new_tokens)   # dr_grpo: the agent's own
+        objective = self.objective
+        if objective.loss_type == "dr_grpo":   # its constant normalizer: the agent's own max_new_tokens
+            objective = replace(objective, max_new_tokens=member.params.max_new_tokens)
         policy = policy_gradient_term(member.model, samples, member.tokenizer.pad_token_id, batch_size=forward_batch,
                                       kl=kl, objective=objective)
         weight = self.objective.weight(samples) if weight is None else weight

@@ -213,9 +213,9 @@ def train_loop(run: Run, task: Task, algorithm: Algorithm, run_dir: Path) -> dic
                 state["world_size"] = ranks.world_size
                 rank_states = parallel.receive_in_rank_order(algorithm.rank_state())
             try:
-                path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state,
-                                            config.checkpoint.checkpoint_total_limit, weights, rank_states,
+                path = ckpt.save_checkpoint(checkpoint_dir, step, algorithm.models, state, weights, rank_states,
                                             shared_agents=algorithm.shared_agents)
+                ckpt.prune_checkpoints(checkpoint_dir, config.checkpoint.checkpoint_total_limit)
             except ckpt.SaveError as err:
                 tracker.close()   # the steps logged so far reach W&B
                 again = f"--resume {run_dir}" if ckpt.list_checkpoints(checkpoint_dir) else "the same command"

@@ -194,7 +194,9 @@ class MAGRPO(TeamAlgorithm):
         parts = []
         for a, (groups, forward_batch) in batches.items():
             agent, samples, kl = self.team[a], [x for group in groups for x in group.samples], self.loss_kl(a)
-            objective = replace(self.objective, max_new_tokens=agent.params.max_new_tokens)   # dr_grpo: its own
+            objective = self.objective
+            if objective.loss_type == "dr_grpo":   # its constant normalizer: the agent's own max_new_tokens
+                objective = replace(objective, max_new_tokens=agent.params.max_new_tokens)
             policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id,
                                           batch_size=forward_batch, kl=kl, objective=objective)
             parts.append((a, samples, kl, policy))

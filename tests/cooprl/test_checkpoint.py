@@ -132,12 +132,12 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_says_what_the_save_needed(tmp
         with monkeypatch.context() as patch:
             patch.setattr(target, name, full)
             with pytest.raises(ckpt.SaveError) as failed:
-                ckpt.save_checkpoint(tmp_path, 2, [TinyModel()], {"x": 2}, keep_last=1)
+                ckpt.save_checkpoint(tmp_path, 2, [TinyModel()], {"x": 2})
         message = str(failed.value)
         assert "checkpoint-2 could not be saved: no space left on the device" in message
         assert "the newest complete checkpoint, checkpoint-1, is kept" in message
         assert "it needs about " in message and " free)" in message
-        # no half-written folder, the earlier checkpoint intact (keep_last did not remove it)
+        # no half-written folder, the earlier checkpoint intact
         assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
         assert (tmp_path / "checkpoint-1" / "agent_0" / "model.safetensors").read_bytes() == first
     ckpt.check_checkpoint(tmp_path / "checkpoint-1")
@@ -249,3 +249,13 @@ def test_init_from_a_run_of_other_agents_says_which_run_fits(tmp_path):
         ckpt.init_folders(str(tmp_path / "run"), 2)
     assert str(err.value) == (f"agent_model.init_from: {tmp_path / 'run' / 'final'} holds 1 agent(s), this run has 2 "
                               "agent(s); each agent starts from the saved agent of its index: name a run of 2 agent(s)")
+
+
+def test_pruning_keeps_the_newest_complete_checkpoints(tmp_path):
+    for step in (1, 2, 3):
+        ckpt.save_checkpoint(tmp_path, step, [TinyModel()], {"x": step})
+    (tmp_path / "checkpoint-4").mkdir()   # no `done` marker: not a checkpoint, never counted nor removed
+    ckpt.prune_checkpoints(tmp_path, None)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    ckpt.prune_checkpoints(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2", "checkpoint-3", "checkpoint-4"]

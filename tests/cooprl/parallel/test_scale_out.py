@@ -70,7 +70,8 @@ def test_data_parallel_without_a_launcher_is_a_config_error(monkeypatch, trainer
              "iac": ["iac.update_schedule=episodes", "iac.train_batch_size=null"]}[trainer]
     run = Run.of(load_config(None, [f"{trainer}.parallel_training={mode}", *extra]), trainer)
     with pytest.raises(ConfigError, match=f"{trainer}.parallel_training: {mode}, but no launcher started this "
-                                          f"process .* torchrun --nproc_per_node=N .*{trainer}.parallel_training=none"):
+                                          f"process .* python -m cooprl.parallel.torchrun --nproc_per_node=N "
+                                          f"train_{trainer}.py .*{trainer}.parallel_training=none"):
         join_processes(run)
     monkeypatch.setenv("WORLD_SIZE", "1")   # torchrun --nproc_per_node=1: one process, as asked
     assert not join_processes(run).data_parallel

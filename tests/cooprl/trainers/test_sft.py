@@ -364,19 +364,20 @@ def test_learning_table_rows_for_sft_and_its_rl_run_keep_the_earlier_rows(tmp_pa
     write_run(tmp_path / "sft", [{"step": 1, "nll_mean": 2.0}, {"step": 2, "nll_mean": 1.0},
                                  {"step": 2, "eval/turn_1/reward_mean": 2.5, "eval/turn_1/pass_rate": 0.2,
                                   "eval/turn_1/calls_aux": 0.75, "eval/turn_1/uses_aux": 0.5}])
-    train = [{"step": s, "turn_1/reward_mean": float(s), "turn_1/calls_aux": s / 4, "turn_1/uses_aux": 0.25}
-             for s in range(1, 5)]
+    train = [{"step": s, "turn_1/reward_mean": float(s), "turn_1/calls_aux": s / 4, "turn_1/uses_aux": 0.25,
+              "agent_0/grad_norm": float(s > 1), "agent_1/grad_norm": float(s > 2)} for s in range(1, 5)]
     # (no evaluation at step 0: its start policy is the SFT run's last, evaluated there)
     write_run(tmp_path / "sft+magrpo", [*train,
                                         {"step": 4, "eval/turn_1/reward_mean": 3.0, "eval/turn_1/pass_rate": 0.3}])
     text = learning.report(["sft", "sft+magrpo"])
     rows = text.splitlines()[2:]
     assert [r.split("|")[1].strip() for r in rows] == ["magrpo", "sft", "sft+magrpo"]   # ROWS order, magrpo kept
-    assert rows[0].startswith("| magrpo | 16 | 0.4 → 1.0")
+    assert rows[0].startswith("| magrpo | 16 | – | 0.4 → 1.0")   # a row without the nonzero-updates column: – there
     # SFT: its steps, no training reward, its last evaluation's aux figures
-    assert rows[1] == "| sft | 2 | – → – | – → 2.500 | 0.200 | 0.750 | 0.500 | – | – |"
+    assert rows[1] == "| sft | 2 | – | – → – | – → 2.500 | 0.200 | 0.750 | 0.500 | – | – |"
     # RL from SFT: the last quarter (one step of four) of training
-    assert rows[2] == "| sft+magrpo | 4 | 1.000 → 4.000 | 2.500 → 3.000 | 0.300 | 1.000 | 0.250 | – | – |"
+    # (5 of its 8 agent updates had a gradient)
+    assert rows[2] == "| sft+magrpo | 4 | 0.62 | 1.000 → 4.000 | 2.500 → 3.000 | 0.300 | 1.000 | 0.250 | – | – |"
 
 
 def test_the_demo_verdict_holds_only_when_every_claim_does(tmp_path):
