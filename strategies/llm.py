@@ -219,7 +219,6 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     the problems the team will see (to recognise their code prompts)."""
     from cooprl import checkpoint as ckpt
     from cooprl.config import agent_names
-    from cooprl.trainers.team import agent_model_names
     from cooprl.rollout.generation import HFGenerator
     from cooprl.checkpoint import init_folders, init_source, saved_policies
     from cooprl.models.loading import load_causal_lm, load_tokenizer, resolve_model_path, saved_models
@@ -234,7 +233,7 @@ def build_llm(config: Any, checkpoint: str | None = None, problems: Sequence[Any
     shared = ckpt.shared_policy_agents(saved) if saved is not None else 0
     num_agents = 2 if saved is not None and (shared or len(saved_policies(saved) or saved_models(saved))) >= 2 else 1
     one = config.agents is not None and saved is None   # an untrained model of `agents:`: its first
-    names = agent_names(config)[:1] if one else agent_model_names(config, num_agents)
+    names = agent_names(config)[:1] if one else agent_names(config, num_agents)
     inits = init_folders(model_cfg.init_from, num_agents) if start is not None else [None] * num_agents
     # every agent and its engine on agent_model.device: checked as training does
     if model_cfg.generation_backend == "vllm":

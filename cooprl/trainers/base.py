@@ -119,15 +119,19 @@ class TeamAlgorithm(Algorithm):
         metrics (`policy_gradient_metrics`, and `truncated_masked` under mask_truncated_completions). `weight`: the
         step's (the engine's denominator; None: `objective.weight(samples)`)."""
         member, kl = self.team[agent], self.loss_kl(agent)
-        objective = self.objective
-        if objective.loss_type == "dr_grpo":   # its constant normalizer: the agent's own max_new_tokens
-            objective = replace(objective, max_new_tokens=member.params.max_new_tokens)
         policy = policy_gradient_term(member.model, samples, member.tokenizer.pad_token_id, batch_size=forward_batch,
-                                      kl=kl, objective=objective)
+                                      kl=kl, objective=self.agent_objective(agent))
         weight = self.objective.weight(samples) if weight is None else weight
         result = optimizer_step([member.optimizer], [policy, *extra], [member.model], weight=weight,
                                 max_grad_norm=self.section.max_grad_norm, parallel=self.parallel)
         return self.step_metrics(samples, policy, result, kl)
+
+    def agent_objective(self, agent: int) -> PolicyObjective:
+        """Return `objective` as agent `agent`'s loss takes it: under dr_grpo its constant normalizer is the agent's
+        own max_new_tokens (its `agents:` entry's)."""
+        if self.objective.loss_type != "dr_grpo":
+            return self.objective
+        return replace(self.objective, max_new_tokens=self.team[agent].params.max_new_tokens)
 
     def step_metrics(self, samples: Sequence[TrainSample], policy: PolicyTerm, result: StepResult,
                      kl: LossKL | None) -> Metrics:

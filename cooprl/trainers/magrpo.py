@@ -194,11 +194,8 @@ class MAGRPO(TeamAlgorithm):
         parts = []
         for a, (groups, forward_batch) in batches.items():
             agent, samples, kl = self.team[a], [x for group in groups for x in group.samples], self.loss_kl(a)
-            objective = self.objective
-            if objective.loss_type == "dr_grpo":   # its constant normalizer: the agent's own max_new_tokens
-                objective = replace(objective, max_new_tokens=agent.params.max_new_tokens)
             policy = policy_gradient_term(agent.model, samples, agent.tokenizer.pad_token_id,
-                                          batch_size=forward_batch, kl=kl, objective=objective)
+                                          batch_size=forward_batch, kl=kl, objective=self.agent_objective(a))
             parts.append((a, samples, kl, policy))
         agent = self.team[0]
         results = shared_policy_step(agent.optimizer, agent.model,

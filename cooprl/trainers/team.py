@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import torch
 
 from cooprl.checkpoint import init_folders, init_source, lost_init, saved_policies, shared_policy_agents
-from cooprl.config import (Config, ConfigError, MADPOSection, Run, TrainerSection, agent_names, agent_settings,
+from cooprl.config import (Config, ConfigError, MADPOSection, Run, TrainerSection, agent_settings,
                            model_devices)
 from cooprl.models.loading import (check_saved_lora, load_causal_lm, load_tokenizer, resolve_model_path,
                                    set_memory_options)
@@ -60,11 +60,6 @@ class Agent:
     def sample(self, prompts: Sequence[str], n: int) -> list[list[Completion]]:
         """Return n completions for each prompt."""
         return self.generator.sample(prompts, n, self.params)
-
-
-def agent_model_names(config: Config, num_agents: int) -> list[str]:
-    """Return the model name of each agent (its `agents:` entry's, or agent_model.name)."""
-    return agent_names(config, num_agents)
 
 
 def agent_devices(config: Config, section: TrainerSection, num_agents: int) -> list[str]:
